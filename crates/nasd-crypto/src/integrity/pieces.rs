@@ -1,0 +1,132 @@
+//! Splitting a byte range at unit boundaries (blocks, sub-blocks, chunks) and the *write form*
+//! of the data digest: the per-piece hashes a writer sends under INTEGRITY_DATA, chosen so the
+//! drive can keep the very hashes it verified as its stored metadata (seed 000 §3.4.3: "computing
+//! of the new stored digest can simply continue from the calculation necessary to verify").
+
+use super::{adhash, tree, CHUNK_BYTES, SUB_BLOCK_BYTES};
+use crate::primitives::{hash_data, Digest, Mac};
+use crate::Cost;
+use nasd_proto::{Scheme, Suite};
+
+/// The part of a byte range that falls inside one unit.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Piece {
+    /// Index of the unit (block, sub-block or chunk) in the object.
+    pub unit: u64,
+    /// Absolute object offset of the piece's first byte.
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Piece {
+    /// Whether the piece begins at its unit's first byte.
+    pub fn starts_unit(&self, unit_bytes: u64) -> bool {
+        self.offset == self.unit * unit_bytes
+    }
+}
+
+/// Splits `[offset, offset + len)` at multiples of `unit_bytes`.
+pub fn split(offset: u64, len: u64, unit_bytes: u64) -> impl Iterator<Item = Piece> {
+    let end = offset + len;
+    let mut at = offset;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let unit = at / unit_bytes;
+        let stop = ((unit + 1) * unit_bytes).min(end);
+        let p = Piece { unit, offset: at, len: stop - at };
+        at = stop;
+        Some(p)
+    })
+}
+
+/// One piece with its write-form hash.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PieceHash {
+    pub piece: Piece,
+    pub value: Digest,
+}
+
+/// Unit size of a scheme's pieces (`mac` has none).
+pub fn unit_bytes(scheme: Scheme) -> u64 {
+    match scheme {
+        Scheme::Mac => u64::MAX,
+        Scheme::Digest => super::BLOCK_BYTES,
+        Scheme::Incremental => SUB_BLOCK_BYTES,
+        Scheme::Tree => CHUNK_BYTES,
+    }
+}
+
+/// Hashes `data`, written at `offset`, in `scheme`'s write form:
+/// - `digest`: `H(piece)` per block piece;
+/// - `incremental`: `h(i, piece)` per sub-block piece;
+/// - `tree`: a piece that starts a chunk hashes as that chunk's leaf (so it is the stored leaf
+///   when it covers the chunk's final content), any other piece as `partial(i, offset, bytes)`;
+/// - `mac`: no pieces; the data itself goes into the MAC.
+pub fn write_form(
+    suite: Suite,
+    scheme: Scheme,
+    offset: u64,
+    data: &[u8],
+    cost: &mut Cost,
+) -> Vec<PieceHash> {
+    if scheme == Scheme::Mac {
+        return vec![];
+    }
+    let unit = unit_bytes(scheme);
+    split(offset, data.len() as u64, unit)
+        .map(|p| {
+            let at = (p.offset - offset) as usize;
+            let bytes = &data[at..at + p.len as usize];
+            let value = match scheme {
+                Scheme::Digest => hash_data(suite, b"", bytes, cost),
+                Scheme::Incremental => adhash::sub_hash(suite, p.unit, bytes, cost),
+                Scheme::Tree if p.starts_unit(unit) => tree::leaf(suite, p.unit, bytes, cost),
+                Scheme::Tree => tree::partial(suite, p.unit, p.offset - p.unit * unit, bytes, cost),
+                Scheme::Mac => unreachable!(),
+            };
+            PieceHash { piece: p, value }
+        })
+        .collect()
+}
+
+/// Feeds a region's data digest `D` into a MAC, given its piece hashes (or, for `mac`, the data).
+/// `incremental` contributes one 256-bit sum per region; the others one value per piece.
+pub fn feed(mac: &mut Mac, scheme: Scheme, pieces: &[PieceHash], data: &[u8], cost: &mut Cost) {
+    match scheme {
+        Scheme::Mac => mac.update_data(data, cost),
+        Scheme::Incremental => {
+            let mut s = adhash::Sum::ZERO;
+            for p in pieces {
+                s.add(&p.value, cost);
+            }
+            mac.update(&s.to_bytes());
+        }
+        Scheme::Digest | Scheme::Tree => {
+            for p in pieces {
+                mac.update(&p.value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_exactly_once() {
+        for (off, len, unit) in [(0, 0, 8), (0, 8, 8), (3, 20, 8), (8, 1, 8), (7, 2, 8)] {
+            let ps: Vec<_> = split(off, len, unit).collect();
+            assert_eq!(ps.iter().map(|p| p.len).sum::<u64>(), len);
+            let mut at = off;
+            for p in &ps {
+                assert_eq!(p.offset, at);
+                assert_eq!(p.unit, p.offset / unit);
+                assert!(p.offset + p.len <= (p.unit + 1) * unit);
+                at += p.len;
+            }
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! The `tree` scheme: a Merkle tree over 1 KiB chunks with BLAKE3's shape and, in the BLAKE3
+//! suite, BLAKE3's own nodes (chunk chaining values with the chunk index as counter, parent nodes
+//! by `merge_subtrees_non_root`), so a verifier can hash any aligned run of chunks in one SIMD
+//! pass instead of chunk by chunk.
+//!
+//! Shape: `node(lo, hi)` over chunks `[lo, hi)` is the leaf when `hi - lo == 1`, otherwise
+//! `merge(node(lo, s), node(s, hi))` with `s = lo + ` the largest power of two below `hi - lo`
+//! (left-balanced, as BLAKE3). The object's top is `node(0, n)` over its `n = ceil(size / 1 KiB)`
+//! chunks, and what a reply MAC covers is `size || top`, so the size is bound too.
+//!
+//! Holes: a full chunk of zeros has the constant leaf `Z0`, and an aligned all-zero subtree of
+//! `2^k` chunks the constant `Zk`, so sparse objects cost nothing to hash and a drive need store
+//! nothing for a hole. A writer's zero chunk gets the same constant: zero runs read back as holes.
+//!
+//! A drive answers a read with the chunk-aligned range and the sibling nodes on the paths from
+//! the range to the top ([`prove`]); it hashes no object data. The client recomputes the top from
+//! the data and the proof ([`verify_range`]).
+
+use super::CHUNK_BYTES;
+use crate::primitives::{hash_data, Digest, Hasher};
+use crate::Cost;
+use blake3::hazmat::{merge_subtrees_non_root, HasherExt, Mode};
+use nasd_proto::Suite;
+use std::sync::OnceLock;
+
+/// Most levels a tree can have (2^64 bytes / 1 KiB chunks).
+pub const LEVELS_MAX: usize = 55;
+
+fn is_zero_chunk(c: &[u8]) -> bool {
+    c.len() as u64 == CHUNK_BYTES && c.iter().all(|&b| b == 0)
+}
+
+/// The leaf of chunk `index`: its BLAKE3 chaining value with counter `index`
+/// (SHA-256 suite: `H(0x00 || index || chunk)`), or `Z0` for a full zero chunk.
+pub fn leaf(suite: Suite, index: u64, chunk: &[u8], cost: &mut Cost) -> Digest {
+    debug_assert!(chunk.len() as u64 <= CHUNK_BYTES);
+    if is_zero_chunk(chunk) {
+        return zero(suite, 0);
+    }
+    match suite {
+        Suite::Blake3 => {
+            cost.data(chunk.len(), chunk.len());
+            let mut h = blake3::Hasher::new();
+            h.set_input_offset(index * CHUNK_BYTES);
+            h.update(chunk);
+            h.finalize_non_root()
+        }
+        Suite::Sha256 => {
+            let mut d = [0u8; 9];
+            d[1..].copy_from_slice(&index.to_le_bytes());
+            hash_data(suite, &d, chunk, cost)
+        }
+    }
+}
+
+/// A parent node (BLAKE3: `merge_subtrees_non_root`; SHA-256: `H(0x01 || l || r)`).
+pub fn merge(suite: Suite, l: &Digest, r: &Digest) -> Digest {
+    match suite {
+        Suite::Blake3 => merge_subtrees_non_root(l, r, Mode::Hash),
+        Suite::Sha256 => {
+            let mut h = Hasher::new(suite);
+            h.update(&[1]);
+            h.update(l);
+            h.update(r);
+            h.finalize()
+        }
+    }
+}
+
+/// Write-form value of a piece that does not start its chunk.
+pub fn partial(suite: Suite, index: u64, within: u64, bytes: &[u8], cost: &mut Cost) -> Digest {
+    let mut d = [0u8; 17];
+    d[0] = 2;
+    d[1..9].copy_from_slice(&index.to_le_bytes());
+    d[9..].copy_from_slice(&within.to_le_bytes());
+    hash_data(suite, &d, bytes, cost)
+}
+
+/// `Zk`: the node of an aligned all-zero subtree of `2^level` chunks.
+pub fn zero(suite: Suite, level: u32) -> Digest {
+    static TABLES: [OnceLock<Vec<Digest>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let t = TABLES[(suite as usize) - 1].get_or_init(|| {
+        let z0 = match suite {
+            Suite::Blake3 => blake3::derive_key("nasd zero chunk v1", b""),
+            Suite::Sha256 => {
+                let mut h = Hasher::new(suite);
+                h.update(b"nasd zero chunk v1");
+                h.finalize()
+            }
+        };
+        let mut v = vec![z0];
+        for _ in 1..LEVELS_MAX {
+            let p = *v.last().unwrap();
+            v.push(merge(suite, &p, &p));
+        }
+        v
+    });
+    t[level as usize]
+}
+
+/// The top of an empty object.
+pub fn empty_top(suite: Suite) -> Digest {
+    match suite {
+        Suite::Blake3 => blake3::derive_key("nasd empty tree v1", b""),
+        Suite::Sha256 => {
+            let mut h = Hasher::new(suite);
+            h.update(b"nasd empty tree v1");
+            h.finalize()
+        }
+    }
+}
+
+/// What a reply MAC covers for a `tree` object: `size || top`.
+pub fn root_material(size: u64, top: &Digest) -> [u8; 40] {
+    let mut m = [0u8; 40];
+    m[..8].copy_from_slice(&size.to_le_bytes());
+    m[8..].copy_from_slice(top);
+    m
+}
+
+/// Chunks in an object of `size` bytes.
+pub fn chunk_count(size: u64) -> u64 {
+    size.div_ceil(CHUNK_BYTES)
+}
+
+/// Where `node(lo, hi)` splits.
+pub fn split_point(lo: u64, hi: u64) -> u64 {
+    debug_assert!(hi - lo >= 2);
+    let n = hi - lo;
+    lo + (1u64 << (63 - (n - 1).leading_zeros()))
+}
+
+/// A source of *complete* nodes: aligned subtrees of exactly `2^level` chunks, all inside the
+/// object. The drive implements it from stored leaves and stored upper nodes.
+pub trait CompleteNodes {
+    type Error;
+    fn complete(&mut self, level: u32, index: u64) -> Result<Digest, Self::Error>;
+}
+
+/// Any node of the tree, built from complete nodes (right-edge nodes are merged on the fly).
+pub fn node<S: CompleteNodes>(suite: Suite, src: &mut S, lo: u64, hi: u64) -> Result<Digest, S::Error> {
+    let n = hi - lo;
+    if n.is_power_of_two() {
+        return src.complete(n.trailing_zeros(), lo >> n.trailing_zeros());
+    }
+    let s = split_point(lo, hi);
+    let l = node(suite, src, lo, s)?;
+    let r = node(suite, src, s, hi)?;
+    Ok(merge(suite, &l, &r))
+}
+
+/// The top of an object of `n` chunks.
+pub fn top<S: CompleteNodes>(suite: Suite, src: &mut S, n: u64) -> Result<Digest, S::Error> {
+    if n == 0 {
+        return Ok(empty_top(suite));
+    }
+    node(suite, src, 0, n)
+}
+
+/// The sibling nodes a verifier of chunks `[c0, c1)` of an `n`-chunk object needs, in the
+/// order [`verify_range`] consumes them.
+pub fn prove<S: CompleteNodes>(
+    suite: Suite,
+    src: &mut S,
+    n: u64,
+    c0: u64,
+    c1: u64,
+) -> Result<Vec<Digest>, S::Error> {
+    fn walk<S: CompleteNodes>(
+        suite: Suite,
+        src: &mut S,
+        lo: u64,
+        hi: u64,
+        c0: u64,
+        c1: u64,
+        out: &mut Vec<Digest>,
+    ) -> Result<(), S::Error> {
+        if hi <= c0 || lo >= c1 {
+            out.push(node(suite, src, lo, hi)?);
+        } else if !(c0 <= lo && hi <= c1) {
+            let s = split_point(lo, hi);
+            walk(suite, src, lo, s, c0, c1, out)?;
+            walk(suite, src, s, hi, c0, c1, out)?;
+        }
+        Ok(())
+    }
+    let mut out = vec![];
+    if n > 0 && c0 < c1 {
+        walk(suite, src, 0, n, c0, c1, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Why a range did not verify.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ProofError {
+    Shape,
+    Short,
+    Long,
+}
+
+/// Recomputes the top of an `n`-chunk object from chunks `[c0, c1)` (`data`, clipped at the
+/// object's end) and the proof. The caller compares the result with the MAC-covered top.
+pub fn verify_range(
+    suite: Suite,
+    n: u64,
+    c0: u64,
+    c1: u64,
+    data: &[u8],
+    proof: &[Digest],
+    cost: &mut Cost,
+) -> Result<Digest, ProofError> {
+    if !(c0 < c1 && c1 <= n) {
+        return Err(ProofError::Shape);
+    }
+    let want = ((c1 - c0) * CHUNK_BYTES) as usize;
+    if data.len() > want || data.len() + CHUNK_BYTES as usize <= want {
+        return Err(ProofError::Shape);
+    }
+    // zeros[k] = number of full zero chunks among the first k chunks of `data`.
+    let mut zeros = Vec::with_capacity((c1 - c0) as usize + 1);
+    zeros.push(0u32);
+    for c in data.chunks(CHUNK_BYTES as usize) {
+        zeros.push(zeros.last().unwrap() + is_zero_chunk(c) as u32);
+    }
+    struct V<'a> {
+        suite: Suite,
+        c0: u64,
+        c1: u64,
+        data: &'a [u8],
+        zeros: Vec<u32>,
+        proof: &'a [Digest],
+        next: usize,
+    }
+    impl V<'_> {
+        fn inside(&self, lo: u64, hi: u64, cost: &mut Cost) -> Digest {
+            let a = ((lo - self.c0) * CHUNK_BYTES) as usize;
+            let b = (((hi - self.c0) * CHUNK_BYTES) as usize).min(self.data.len());
+            let bytes = &self.data[a..b];
+            let no_zero = self.zeros[(hi - self.c0) as usize] == self.zeros[(lo - self.c0) as usize];
+            if self.suite == Suite::Blake3 && no_zero {
+                cost.data(bytes.len(), bytes.len());
+                let mut h = blake3::Hasher::new();
+                h.set_input_offset(lo * CHUNK_BYTES);
+                h.update(bytes);
+                return h.finalize_non_root();
+            }
+            if hi - lo == 1 {
+                return leaf(self.suite, lo, bytes, cost);
+            }
+            let s = split_point(lo, hi);
+            let l = self.inside(lo, s, cost);
+            let r = self.inside(s, hi, cost);
+            merge(self.suite, &l, &r)
+        }
+        fn walk(&mut self, lo: u64, hi: u64, cost: &mut Cost) -> Result<Digest, ProofError> {
+            if hi <= self.c0 || lo >= self.c1 {
+                let d = *self.proof.get(self.next).ok_or(ProofError::Short)?;
+                self.next += 1;
+                return Ok(d);
+            }
+            if self.c0 <= lo && hi <= self.c1 {
+                return Ok(self.inside(lo, hi, cost));
+            }
+            let s = split_point(lo, hi);
+            let l = self.walk(lo, s, cost)?;
+            let r = self.walk(s, hi, cost)?;
+            Ok(merge(self.suite, &l, &r))
+        }
+    }
+    let mut v = V { suite, c0, c1, data, zeros, proof, next: 0 };
+    let top = v.walk(0, n, cost)?;
+    if v.next != proof.len() {
+        return Err(ProofError::Long);
+    }
+    Ok(top)
+}
+
+/// Complete nodes computed from a full in-memory leaf list: the naive oracle for tests and the
+/// way a drive builds small subtrees.
+pub struct LeafNodes<'a> {
+    pub suite: Suite,
+    pub leaves: &'a [Digest],
+}
+
+impl CompleteNodes for LeafNodes<'_> {
+    type Error = std::convert::Infallible;
+    fn complete(&mut self, level: u32, index: u64) -> Result<Digest, Self::Error> {
+        let lo = (index << level) as usize;
+        let hi = lo + (1usize << level);
+        Ok(subtree(self.suite, &self.leaves[lo..hi]))
+    }
+}
+
+/// The node over a power-of-two run of leaves.
+pub fn subtree(suite: Suite, leaves: &[Digest]) -> Digest {
+    debug_assert!(leaves.len().is_power_of_two());
+    let mut level: Vec<Digest> = leaves.to_vec();
+    while level.len() > 1 {
+        level = level.chunks(2).map(|p| merge(suite, &p[0], &p[1])).collect();
+    }
+    level[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaves_of(suite: Suite, data: &[u8]) -> Vec<Digest> {
+        let mut c = Cost::default();
+        data.chunks(CHUNK_BYTES as usize).enumerate().map(|(i, ch)| leaf(suite, i as u64, ch, &mut c)).collect()
+    }
+
+    #[test]
+    fn blake3_tree_equals_blake3_subtree_hash() {
+        // With no zero chunks, our top is BLAKE3's own non-root subtree value of the whole input.
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
+        let l = leaves_of(Suite::Blake3, &data);
+        let t = top(Suite::Blake3, &mut LeafNodes { suite: Suite::Blake3, leaves: &l }, l.len() as u64).unwrap();
+        let mut h = blake3::Hasher::new();
+        h.set_input_offset(0);
+        h.update(&data);
+        assert_eq!(t, h.finalize_non_root());
+    }
+
+    #[test]
+    fn zero_subtrees_are_constants() {
+        for suite in [Suite::Blake3, Suite::Sha256] {
+            let l = vec![zero(suite, 0); 8];
+            assert_eq!(subtree(suite, &l), zero(suite, 3));
+        }
+    }
+
+    #[test]
+    fn prove_and_verify_every_range() {
+        for suite in [Suite::Blake3, Suite::Sha256] {
+            for size in [1u64, 1024, 1025, 3000, 7 * 1024, 9 * 1024 + 5] {
+                let mut data: Vec<u8> = (0..size).map(|i| (i * 7 % 256) as u8).collect();
+                if size > 2048 {
+                    data[1024..2048].fill(0); // a hole-like chunk
+                }
+                let l = leaves_of(suite, &data);
+                let n = l.len() as u64;
+                let mut src = LeafNodes { suite, leaves: &l };
+                let t = top(suite, &mut src, n).unwrap();
+                for c0 in 0..n {
+                    for c1 in c0 + 1..=n {
+                        let proof = prove(suite, &mut src, n, c0, c1).unwrap();
+                        let a = (c0 * CHUNK_BYTES) as usize;
+                        let b = ((c1 * CHUNK_BYTES) as usize).min(data.len());
+                        let mut c = Cost::default();
+                        assert_eq!(verify_range(suite, n, c0, c1, &data[a..b], &proof, &mut c), Ok(t));
+                        // any single-bit change in the data or the proof changes the top
+                        let mut bad = data[a..b].to_vec();
+                        bad[(b - a) / 2] ^= 0x10;
+                        assert_ne!(verify_range(suite, n, c0, c1, &bad, &proof, &mut c), Ok(t));
+                        if !proof.is_empty() {
+                            let mut badp = proof.clone();
+                            badp[0][3] ^= 1;
+                            assert_ne!(verify_range(suite, n, c0, c1, &data[a..b], &badp, &mut c), Ok(t));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

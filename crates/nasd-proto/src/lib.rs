@@ -1,0 +1,57 @@
+//! The nasd wire protocol: every message between clients, file managers and drives.
+//!
+//! No I/O and no async runtime here: message types, their byte layouts (documented in
+//! `docs/protocol.md` and repeated next to the code), length-prefixed framing with a named
+//! maximum, and total decoders that return [`DecodeError`] on any malformed input and never
+//! panic. Each message round-trips in a property test; `fuzz/` holds a `cargo fuzz` target.
+//!
+//! # Layout
+//! - [`codec`]: little-endian reader/writer primitives, checked before they allocate.
+//! - [`types`]: ids, protection options (seed 002 Table 7), rights, key types, schemes, suites.
+//! - [`capability`]: `capability_args` (seed 002 Fig 1).
+//! - [`attr`]: object attributes (seed 002 Table 5).
+//! - [`ops`]: operation arguments (Tables 1-3) and reply bodies.
+//! - [`message`]: frames, handshake, request and reply envelopes.
+//! - [`status`]: stable status codes.
+
+pub mod attr;
+pub mod capability;
+pub mod codec;
+pub mod message;
+pub mod ops;
+pub mod status;
+pub mod types;
+
+pub use attr::{AttrMask, Attributes, FS_SPECIFIC_BYTES};
+pub use capability::CapabilityArgs;
+pub use message::{
+    check_frame, frame, CapField, FrameCheck, Hello, ReplyHeader, RequestHeader, Welcome,
+    DATA_BYTES_MAX, DIGEST_BYTES, FRAME_BYTES_MAX,
+};
+pub use ops::{DriveInfo, Op, OpCode, PartitionInfo, ReadReply, ReplyBody, REGIONS_MAX};
+pub use status::Status;
+pub use types::{
+    DriveId, KeyType, Nonce, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
+};
+
+/// Protocol version, sent in the handshake. Its changelog:
+/// - 1: first version: handshake, request/reply envelopes, seed 002 Tables 1-3 operations,
+///   four integrity schemes, two digest suites.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Why bytes could not be decoded. Never a panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("truncated: {0}")]
+    Truncated(&'static str),
+    #[error("field too long: {0}")]
+    TooLong(&'static str),
+    #[error("bad value: {0}")]
+    BadValue(&'static str),
+    #[error("trailing bytes after {0}")]
+    Trailing(&'static str),
+    #[error("frame of {0} bytes exceeds the maximum")]
+    FrameTooLarge(usize),
+    #[error("protocol version {0} not supported (this build speaks {PROTOCOL_VERSION})")]
+    Version(u16),
+}

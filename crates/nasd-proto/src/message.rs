@@ -1,0 +1,343 @@
+//! Frames, the version handshake and the request/reply envelopes.
+//!
+//! ```text
+//! frame   := u32 body_len, body[body_len]                  body_len <= FRAME_BYTES_MAX
+//! body    := u8 kind, ...
+//! hello   (kind 1) := "NASD", u16 version                   client -> drive, first frame
+//! welcome (kind 2) := "NASD", u16 version, u64 drive_id, u8 suite, u32 block_bytes,
+//!                     u32 chunk_bytes, u64 clock_us, u64 nonce_window_ms
+//! request (kind 3) := u64 request_id, u32 header_len, header[header_len], data
+//! reply   (kind 4) := u64 request_id, u32 header_len, header[header_len], data
+//! ```
+//! A request header is
+//! ```text
+//! u8 key_type, u8 protection, u16 partition, u64 object, u8 op, 16B nonce,
+//! u8 cap_form (0 none | 1 plain | 2 sealed), [55B capability_args | u16 len + sealed bytes],
+//! u32 args_len, args, 32B digest
+//! ```
+//! and a reply header is `u16 status, u8 protection, 16B nonce, u32 args_len, args, 32B digest`.
+//! The digest is the header's last 32 bytes; every byte before it is covered by the MAC as it
+//! travels ([`RequestHeader::mac_input`]), so the drive never re-encodes what it verifies.
+//! Bulk data follows the header untouched: a decoder returns its offset in the body, and the
+//! body buffer is handed to storage without another copy.
+
+use crate::capability::CapabilityArgs;
+use crate::codec::{Reader, Writer};
+use crate::types::{KeyType, Nonce, ObjectId, PartitionId, Protection, Suite};
+use crate::{DecodeError, Status, PROTOCOL_VERSION};
+
+/// Largest frame body either side accepts: data plus headroom for headers and tree proofs.
+pub const FRAME_BYTES_MAX: usize = DATA_BYTES_MAX + (2 << 20);
+/// Most data bytes one request or reply carries.
+pub const DATA_BYTES_MAX: usize = 16 << 20;
+/// Longest request or reply header.
+pub const HEADER_BYTES_MAX: usize = 1 << 16;
+/// Longest sealed (encrypted) capability.
+pub const SEALED_CAPABILITY_BYTES_MAX: usize = 256;
+/// Bytes of every digest and MAC on the wire.
+pub const DIGEST_BYTES: usize = 32;
+const MAGIC: &[u8; 4] = b"NASD";
+
+const _: () = assert!(HEADER_BYTES_MAX + DATA_BYTES_MAX < FRAME_BYTES_MAX);
+
+/// Body kinds.
+pub const KIND_HELLO: u8 = 1;
+pub const KIND_WELCOME: u8 = 2;
+pub const KIND_REQUEST: u8 = 3;
+pub const KIND_REPLY: u8 = 4;
+
+/// Frame-level outcome of looking at a byte buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FrameCheck {
+    /// Need at least this many bytes in total before a frame is complete.
+    Incomplete(usize),
+    /// A complete frame: the body is `buf[4..4 + len]`.
+    Complete(usize),
+}
+
+/// Tells an incomplete frame from a complete one, and refuses an oversized one before anything
+/// is allocated for it.
+pub fn check_frame(buf: &[u8]) -> Result<FrameCheck, DecodeError> {
+    if buf.len() < 4 {
+        return Ok(FrameCheck::Incomplete(4));
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(DecodeError::FrameTooLarge(len));
+    }
+    if len == 0 {
+        return Err(DecodeError::Truncated("empty frame"));
+    }
+    if buf.len() < 4 + len {
+        return Ok(FrameCheck::Incomplete(4 + len));
+    }
+    Ok(FrameCheck::Complete(len))
+}
+
+/// Prefixes `body` with its length.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + body.len());
+    v.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Hello {
+    pub version: u16,
+}
+
+impl Hello {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(KIND_HELLO);
+        w.bytes(MAGIC);
+        w.u16(self.version);
+        w.into_vec()
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(b);
+        if r.u8("kind")? != KIND_HELLO || &r.array::<4>("magic")? != MAGIC {
+            return Err(DecodeError::BadValue("hello magic"));
+        }
+        let h = Hello { version: r.u16("version")? };
+        r.finish("hello")?;
+        Ok(h)
+    }
+}
+
+/// The drive's answer to [`Hello`]: what a client needs before its first request.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Welcome {
+    pub version: u16,
+    pub drive: crate::DriveId,
+    pub suite: Suite,
+    pub block_bytes: u32,
+    pub chunk_bytes: u32,
+    /// The drive's clock, so a client can correct its nonces for skew.
+    pub clock_us: u64,
+    pub nonce_window_ms: u64,
+}
+
+impl Welcome {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(KIND_WELCOME);
+        w.bytes(MAGIC);
+        w.u16(self.version);
+        w.u64(self.drive.0);
+        w.u8(self.suite as u8);
+        w.u32(self.block_bytes);
+        w.u32(self.chunk_bytes);
+        w.u64(self.clock_us);
+        w.u64(self.nonce_window_ms);
+        w.into_vec()
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(b);
+        if r.u8("kind")? != KIND_WELCOME || &r.array::<4>("magic")? != MAGIC {
+            return Err(DecodeError::BadValue("welcome magic"));
+        }
+        let w = Welcome {
+            version: r.u16("version")?,
+            drive: crate::DriveId(r.u64("drive")?),
+            suite: Suite::from_u8(r.u8("suite")?)?,
+            block_bytes: r.u32("block bytes")?,
+            chunk_bytes: r.u32("chunk bytes")?,
+            clock_us: r.u64("clock")?,
+            nonce_window_ms: r.u64("window")?,
+        };
+        r.finish("welcome")?;
+        if w.version != PROTOCOL_VERSION {
+            return Err(DecodeError::Version(w.version));
+        }
+        Ok(w)
+    }
+}
+
+/// How a request presents its capability.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum CapField {
+    None,
+    Plain(CapabilityArgs),
+    /// PRIVACY_CAPABILITY: the args encrypted under the partition's working key.
+    Sealed(Vec<u8>),
+}
+
+/// A request header, decoded. `args` are the operation's argument bytes as sent (ciphertext
+/// when the request asks for privacy of arguments).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RequestHeader {
+    pub request_id: u64,
+    pub key_type: KeyType,
+    pub protection: Protection,
+    pub partition: PartitionId,
+    pub object: ObjectId,
+    pub op: crate::OpCode,
+    pub nonce: Nonce,
+    pub cap: CapField,
+    pub args: Vec<u8>,
+    pub digest: [u8; DIGEST_BYTES],
+}
+
+impl RequestHeader {
+    /// Encodes a request body (`kind`, id, header) with `data_len` bytes of data to follow;
+    /// returns the body prefix and the offset of the digest within it, so the caller can fill
+    /// the digest after computing it over [`RequestHeader::mac_input_of`].
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(128 + self.args.len());
+        w.u8(KIND_REQUEST);
+        w.u64(self.request_id);
+        let len_at = w.len();
+        w.u32(0);
+        let start = w.len();
+        w.u8(self.key_type as u8);
+        w.u8(self.protection.bits());
+        w.u16(self.partition.0);
+        w.u64(self.object.0);
+        w.u8(self.op as u8);
+        w.bytes(&self.nonce.to_bytes());
+        match &self.cap {
+            CapField::None => w.u8(0),
+            CapField::Plain(c) => {
+                w.u8(1);
+                c.put(&mut w);
+            }
+            CapField::Sealed(s) => {
+                w.u8(2);
+                w.u16(s.len() as u16);
+                w.bytes(s);
+            }
+        }
+        w.blob(&self.args);
+        w.bytes(&self.digest);
+        let hlen = (w.len() - start) as u32;
+        w.buf[len_at..len_at + 4].copy_from_slice(&hlen.to_le_bytes());
+        w.into_vec()
+    }
+
+    /// The bytes the request digest covers, given an encoded body: request id and every header
+    /// byte before the digest.
+    pub fn mac_input_of(body: &[u8]) -> &[u8] {
+        let hlen = u32::from_le_bytes([body[9], body[10], body[11], body[12]]) as usize;
+        &body[1..13 + hlen - DIGEST_BYTES]
+    }
+
+    /// Decodes a request body; returns the header and the offset where data begins.
+    pub fn decode(body: &[u8]) -> Result<(RequestHeader, usize), DecodeError> {
+        let mut r = Reader::new(body);
+        if r.u8("kind")? != KIND_REQUEST {
+            return Err(DecodeError::BadValue("not a request"));
+        }
+        let request_id = r.u64("request id")?;
+        let hlen = r.u32("header len")? as usize;
+        if hlen > HEADER_BYTES_MAX {
+            return Err(DecodeError::TooLong("request header"));
+        }
+        let header = r.take(hlen, "request header")?;
+        let data_at = r.position();
+        let mut h = Reader::new(header);
+        let key_type = KeyType::from_u8(h.u8("key type")?)?;
+        let protection = Protection::from_bits(h.u8("protection")?)?;
+        let partition = PartitionId(h.u16("partition")?);
+        let object = ObjectId(h.u64("object")?);
+        let op = crate::OpCode::from_u8(h.u8("op")?)?;
+        let nonce = Nonce::get(&mut h)?;
+        let cap = match h.u8("cap form")? {
+            0 => CapField::None,
+            1 => CapField::Plain(CapabilityArgs::get(&mut h)?),
+            2 => {
+                let n = h.u16("sealed len")? as usize;
+                if n > SEALED_CAPABILITY_BYTES_MAX {
+                    return Err(DecodeError::TooLong("sealed capability"));
+                }
+                CapField::Sealed(h.take(n, "sealed capability")?.to_vec())
+            }
+            _ => return Err(DecodeError::BadValue("cap form")),
+        };
+        let args = h.blob(HEADER_BYTES_MAX, "args")?.to_vec();
+        let digest = h.array("digest")?;
+        h.finish("request header")?;
+        if (key_type == KeyType::Capability) != !matches!(cap, CapField::None) {
+            return Err(DecodeError::BadValue("capability presence does not match key type"));
+        }
+        if matches!(cap, CapField::Sealed(_)) != protection.privacy_capability() {
+            return Err(DecodeError::BadValue("sealed capability without privacy-capability"));
+        }
+        Ok((
+            RequestHeader {
+                request_id,
+                key_type,
+                protection,
+                partition,
+                object,
+                op,
+                nonce,
+                cap,
+                args,
+                digest,
+            },
+            data_at,
+        ))
+    }
+}
+
+/// A reply header, decoded.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ReplyHeader {
+    pub request_id: u64,
+    pub status: Status,
+    pub protection: Protection,
+    pub nonce: Nonce,
+    /// Reply body bytes on success, a UTF-8 detail on failure (ciphertext under privacy).
+    pub args: Vec<u8>,
+    pub digest: [u8; DIGEST_BYTES],
+}
+
+impl ReplyHeader {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(80 + self.args.len());
+        w.u8(KIND_REPLY);
+        w.u64(self.request_id);
+        let len_at = w.len();
+        w.u32(0);
+        let start = w.len();
+        w.u16(self.status as u16);
+        w.u8(self.protection.bits());
+        w.bytes(&self.nonce.to_bytes());
+        w.blob(&self.args);
+        w.bytes(&self.digest);
+        let hlen = (w.len() - start) as u32;
+        w.buf[len_at..len_at + 4].copy_from_slice(&hlen.to_le_bytes());
+        w.into_vec()
+    }
+
+    /// Request id and every reply-header byte before the digest.
+    pub fn mac_input_of(body: &[u8]) -> &[u8] {
+        RequestHeader::mac_input_of(body)
+    }
+
+    pub fn decode(body: &[u8]) -> Result<(ReplyHeader, usize), DecodeError> {
+        let mut r = Reader::new(body);
+        if r.u8("kind")? != KIND_REPLY {
+            return Err(DecodeError::BadValue("not a reply"));
+        }
+        let request_id = r.u64("request id")?;
+        let hlen = r.u32("header len")? as usize;
+        if hlen > HEADER_BYTES_MAX + crate::ops::INTEGRITY_TRAILER_BYTES_MAX {
+            return Err(DecodeError::TooLong("reply header"));
+        }
+        let header = r.take(hlen, "reply header")?;
+        let data_at = r.position();
+        let mut h = Reader::new(header);
+        let code = h.u16("status")?;
+        let status = Status::from_u16(code).ok_or(DecodeError::BadValue("status"))?;
+        let protection = Protection::from_bits(h.u8("protection")?)?;
+        let nonce = Nonce::get(&mut h)?;
+        let args =
+            h.blob(HEADER_BYTES_MAX + crate::ops::INTEGRITY_TRAILER_BYTES_MAX, "args")?.to_vec();
+        let digest = h.array("digest")?;
+        h.finish("reply header")?;
+        Ok((ReplyHeader { request_id, status, protection, nonce, args, digest }, data_at))
+    }
+}
