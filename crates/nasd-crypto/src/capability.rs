@@ -35,7 +35,12 @@ pub fn seal(suite: Suite, working_key: &Key, args: &CapabilityArgs) -> Vec<u8> {
     let mut nonce = [0u8; 12];
     crate::random_bytes(&mut nonce);
     let mut out = nonce.to_vec();
-    out.extend_from_slice(&aead::seal(&k, nonce, b"nasd-sealed-cap-v1", &args.encode()));
+    out.extend_from_slice(&aead::seal(
+        &k,
+        nonce,
+        b"nasd-sealed-cap-v1",
+        &args.encode(),
+    ));
     out
 }
 
@@ -47,5 +52,7 @@ pub fn unseal(suite: Suite, working_key: &Key, sealed: &[u8]) -> Option<Capabili
     let k = crate::primitives::derive(suite, working_key, "capability-seal", &[]);
     let nonce: [u8; 12] = sealed[..12].try_into().ok()?;
     let plain = aead::open(&k, nonce, b"nasd-sealed-cap-v1", &sealed[12..])?;
-    CapabilityArgs::decode(&plain).map_err(|_: DecodeError| ()).ok()
+    CapabilityArgs::decode(&plain)
+        .map_err(|_: DecodeError| ())
+        .ok()
 }

@@ -8,7 +8,7 @@
 //! kept in `tests/vectors/` at the repository root and checked by `tests/vectors.rs`.
 //!
 //! # Layout
-//! - [`key`]: 32-byte secret keys.
+//! - [`key`]: 32-byte secret keys; [`keyfile`]: their text file format.
 //! - [`primitives`]: hashes, MACs and the KDF of both suites; [`Cost`] meters them.
 //! - [`capability`]: capability keys and sealed capabilities.
 //! - [`request`]: request/reply digests, per-request privacy keys, key wrapping.
@@ -20,6 +20,7 @@ pub mod aead;
 pub mod capability;
 pub mod integrity;
 pub mod key;
+pub mod keyfile;
 pub mod nonce;
 pub mod primitives;
 pub mod request;
@@ -65,7 +66,9 @@ impl Cost {
 /// Fills `buf` from the operating system's CSPRNG.
 pub fn random_bytes(buf: &mut [u8]) {
     use ring::rand::SecureRandom;
-    ring::rand::SystemRandom::new().fill(buf).expect("the OS random source is available");
+    ring::rand::SystemRandom::new()
+        .fill(buf)
+        .expect("the OS random source is available");
 }
 
 /// A random `u64` from the operating system's CSPRNG.

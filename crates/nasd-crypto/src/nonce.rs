@@ -15,7 +15,10 @@ pub const NONCE_CACHE_ENTRIES_MAX: usize = 2_000_000;
 #[derive(Debug, PartialEq, Eq)]
 pub enum NonceError {
     /// Older or newer than the window allows.
-    OutsideWindow { nonce_us: u64, now_us: u64 },
+    OutsideWindow {
+        nonce_us: u64,
+        now_us: u64,
+    },
     Replayed,
     Full,
 }
@@ -28,13 +31,20 @@ pub struct NonceCache {
 
 impl NonceCache {
     pub fn new(window_ms: u64, max: usize) -> Self {
-        Self { window_us: window_ms * 1000, max, seen: BTreeSet::new() }
+        Self {
+            window_us: window_ms * 1000,
+            max,
+            seen: BTreeSet::new(),
+        }
     }
 
     /// The window check alone: cheap, done before the digest.
     pub fn check_window(&self, now_us: u64, n: &Nonce) -> Result<(), NonceError> {
         if n.time_us.abs_diff(now_us) > self.window_us {
-            return Err(NonceError::OutsideWindow { nonce_us: n.time_us, now_us });
+            return Err(NonceError::OutsideWindow {
+                nonce_us: n.time_us,
+                now_us,
+            });
         }
         Ok(())
     }
@@ -73,7 +83,10 @@ mod tests {
     use super::*;
 
     fn n(t: u64, r: u64) -> Nonce {
-        Nonce { time_us: t, random: r }
+        Nonce {
+            time_us: t,
+            random: r,
+        }
     }
 
     #[test]
@@ -83,8 +96,14 @@ mod tests {
         assert!(c.accept(now, &n(now, 1)).is_ok());
         assert_eq!(c.accept(now, &n(now, 1)), Err(NonceError::Replayed));
         assert!(c.accept(now, &n(now, 2)).is_ok());
-        assert!(matches!(c.accept(now, &n(now - 2_000_000, 3)), Err(NonceError::OutsideWindow { .. })));
-        assert!(matches!(c.accept(now, &n(now + 2_000_000, 3)), Err(NonceError::OutsideWindow { .. })));
+        assert!(matches!(
+            c.accept(now, &n(now - 2_000_000, 3)),
+            Err(NonceError::OutsideWindow { .. })
+        ));
+        assert!(matches!(
+            c.accept(now, &n(now + 2_000_000, 3)),
+            Err(NonceError::OutsideWindow { .. })
+        ));
     }
 
     #[test]
@@ -100,6 +119,9 @@ mod tests {
         let later = t + 2_000;
         c.accept(later, &n(later, 9)).unwrap();
         assert_eq!(c.len(), 1);
-        assert!(matches!(c.accept(later, &n(t, 0)), Err(NonceError::OutsideWindow { .. })));
+        assert!(matches!(
+            c.accept(later, &n(t, 0)),
+            Err(NonceError::OutsideWindow { .. })
+        ));
     }
 }

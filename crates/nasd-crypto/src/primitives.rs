@@ -68,8 +68,10 @@ impl Mac {
         match suite {
             Suite::Blake3 => Mac::Blake3(Box::new(blake3::Hasher::new_keyed(key.expose())), 0),
             Suite::Sha256 => Mac::Sha256(
-                Box::new(<hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key.expose())
-                    .expect("HMAC takes any key length")),
+                Box::new(
+                    <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key.expose())
+                        .expect("HMAC takes any key length"),
+                ),
                 0,
             ),
         }

@@ -78,9 +78,7 @@ pub fn sub_hash(suite: Suite, index: u64, x: &[u8], cost: &mut Cost) -> Digest {
             h.update(x);
             h.finalize_non_root()
         }
-        Suite::Sha256 => {
-            crate::primitives::hash_data(suite, &index.to_le_bytes(), x, cost)
-        }
+        Suite::Sha256 => crate::primitives::hash_data(suite, &index.to_le_bytes(), x, cost),
     }
 }
 
@@ -116,7 +114,10 @@ mod tests {
         let mut c = Cost::default();
         for suite in [Suite::Blake3, Suite::Sha256] {
             let x = [5u8; 256];
-            assert_ne!(sub_hash(suite, 0, &x, &mut c), sub_hash(suite, 1, &x, &mut c));
+            assert_ne!(
+                sub_hash(suite, 0, &x, &mut c),
+                sub_hash(suite, 1, &x, &mut c)
+            );
         }
     }
 }

@@ -84,7 +84,9 @@ impl BlockMeta {
                 if n as u64 > CHUNKS_PER_BLOCK || b.len() != 2 + 32 * n {
                     return None;
                 }
-                Some(BlockMeta::Leaves(b[2..].chunks(32).map(|c| take(c).unwrap()).collect()))
+                Some(BlockMeta::Leaves(
+                    b[2..].chunks(32).map(|c| take(c).unwrap()).collect(),
+                ))
             }
             _ => None,
         }
@@ -111,7 +113,9 @@ pub fn block_meta(
     debug_assert!(logical.len() as u64 <= BLOCK_BYTES);
     match scheme {
         Scheme::Mac => BlockMeta::None,
-        Scheme::Digest => BlockMeta::Digest(crate::primitives::hash_data(suite, b"", logical, cost)),
+        Scheme::Digest => {
+            BlockMeta::Digest(crate::primitives::hash_data(suite, b"", logical, cost))
+        }
         Scheme::Incremental => {
             let first = block * SUBS_PER_BLOCK;
             let mut s = adhash::Sum::ZERO;

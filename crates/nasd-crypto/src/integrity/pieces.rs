@@ -35,7 +35,11 @@ pub fn split(offset: u64, len: u64, unit_bytes: u64) -> impl Iterator<Item = Pie
         }
         let unit = at / unit_bytes;
         let stop = ((unit + 1) * unit_bytes).min(end);
-        let p = Piece { unit, offset: at, len: stop - at };
+        let p = Piece {
+            unit,
+            offset: at,
+            len: stop - at,
+        };
         at = stop;
         Some(p)
     })

@@ -138,7 +138,12 @@ pub trait CompleteNodes {
 }
 
 /// Any node of the tree, built from complete nodes (right-edge nodes are merged on the fly).
-pub fn node<S: CompleteNodes>(suite: Suite, src: &mut S, lo: u64, hi: u64) -> Result<Digest, S::Error> {
+pub fn node<S: CompleteNodes>(
+    suite: Suite,
+    src: &mut S,
+    lo: u64,
+    hi: u64,
+) -> Result<Digest, S::Error> {
     let n = hi - lo;
     if n.is_power_of_two() {
         return src.complete(n.trailing_zeros(), lo >> n.trailing_zeros());
@@ -237,7 +242,8 @@ pub fn verify_range(
             let a = ((lo - self.c0) * CHUNK_BYTES) as usize;
             let b = (((hi - self.c0) * CHUNK_BYTES) as usize).min(self.data.len());
             let bytes = &self.data[a..b];
-            let no_zero = self.zeros[(hi - self.c0) as usize] == self.zeros[(lo - self.c0) as usize];
+            let no_zero =
+                self.zeros[(hi - self.c0) as usize] == self.zeros[(lo - self.c0) as usize];
             if self.suite == Suite::Blake3 && no_zero {
                 cost.data(bytes.len(), bytes.len());
                 let mut h = blake3::Hasher::new();
@@ -268,7 +274,15 @@ pub fn verify_range(
             Ok(merge(self.suite, &l, &r))
         }
     }
-    let mut v = V { suite, c0, c1, data, zeros, proof, next: 0 };
+    let mut v = V {
+        suite,
+        c0,
+        c1,
+        data,
+        zeros,
+        proof,
+        next: 0,
+    };
     let top = v.walk(0, n, cost)?;
     if v.next != proof.len() {
         return Err(ProofError::Long);
@@ -297,7 +311,10 @@ pub fn subtree(suite: Suite, leaves: &[Digest]) -> Digest {
     debug_assert!(leaves.len().is_power_of_two());
     let mut level: Vec<Digest> = leaves.to_vec();
     while level.len() > 1 {
-        level = level.chunks(2).map(|p| merge(suite, &p[0], &p[1])).collect();
+        level = level
+            .chunks(2)
+            .map(|p| merge(suite, &p[0], &p[1]))
+            .collect();
     }
     level[0]
 }
@@ -308,7 +325,10 @@ mod tests {
 
     fn leaves_of(suite: Suite, data: &[u8]) -> Vec<Digest> {
         let mut c = Cost::default();
-        data.chunks(CHUNK_BYTES as usize).enumerate().map(|(i, ch)| leaf(suite, i as u64, ch, &mut c)).collect()
+        data.chunks(CHUNK_BYTES as usize)
+            .enumerate()
+            .map(|(i, ch)| leaf(suite, i as u64, ch, &mut c))
+            .collect()
     }
 
     #[test]
@@ -316,7 +336,15 @@ mod tests {
         // With no zero chunks, our top is BLAKE3's own non-root subtree value of the whole input.
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
         let l = leaves_of(Suite::Blake3, &data);
-        let t = top(Suite::Blake3, &mut LeafNodes { suite: Suite::Blake3, leaves: &l }, l.len() as u64).unwrap();
+        let t = top(
+            Suite::Blake3,
+            &mut LeafNodes {
+                suite: Suite::Blake3,
+                leaves: &l,
+            },
+            l.len() as u64,
+        )
+        .unwrap();
         let mut h = blake3::Hasher::new();
         h.set_input_offset(0);
         h.update(&data);
@@ -349,7 +377,10 @@ mod tests {
                         let a = (c0 * CHUNK_BYTES) as usize;
                         let b = ((c1 * CHUNK_BYTES) as usize).min(data.len());
                         let mut c = Cost::default();
-                        assert_eq!(verify_range(suite, n, c0, c1, &data[a..b], &proof, &mut c), Ok(t));
+                        assert_eq!(
+                            verify_range(suite, n, c0, c1, &data[a..b], &proof, &mut c),
+                            Ok(t)
+                        );
                         // any single-bit change in the data or the proof changes the top
                         let mut bad = data[a..b].to_vec();
                         bad[(b - a) / 2] ^= 0x10;
@@ -357,7 +388,10 @@ mod tests {
                         if !proof.is_empty() {
                             let mut badp = proof.clone();
                             badp[0][3] ^= 1;
-                            assert_ne!(verify_range(suite, n, c0, c1, &data[a..b], &badp, &mut c), Ok(t));
+                            assert_ne!(
+                                verify_range(suite, n, c0, c1, &data[a..b], &badp, &mut c),
+                                Ok(t)
+                            );
                         }
                     }
                 }

@@ -31,7 +31,10 @@ pub fn encode_tree_trailer(top: &Digest, proofs: &[Vec<Digest>]) -> Vec<u8> {
     w.into_vec()
 }
 
-fn decode_tree_trailer(b: &[u8], regions: usize) -> Result<(Digest, Vec<Vec<Digest>>), VerifyError> {
+fn decode_tree_trailer(
+    b: &[u8],
+    regions: usize,
+) -> Result<(Digest, Vec<Vec<Digest>>), VerifyError> {
     let bad = |_| VerifyError::Shape("tree trailer");
     let mut r = Reader::new(b);
     let top = r.array::<32>("top").map_err(bad)?;
