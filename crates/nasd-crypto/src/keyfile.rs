@@ -129,7 +129,11 @@ mod tests {
         );
         assert_eq!(d.key, k.key);
         assert_eq!(
-            KeyFile::decode("kind = working\ndrive = 1\nkey = 00").unwrap_err(),
+            KeyFile::decode(&format!(
+                "kind = working\ndrive = 1\nkey = {}",
+                "00".repeat(32)
+            ))
+            .unwrap_err(),
             KeyFileError::Missing("partition")
         );
         assert!(KeyFile::decode("garbage").is_err());

@@ -17,7 +17,9 @@ impl Writer {
         Self::default()
     }
     pub fn with_capacity(n: usize) -> Self {
-        Self { buf: Vec::with_capacity(n) }
+        Self {
+            buf: Vec::with_capacity(n),
+        }
     }
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);

@@ -100,7 +100,9 @@ impl Hello {
         if r.u8("kind")? != KIND_HELLO || &r.array::<4>("magic")? != MAGIC {
             return Err(DecodeError::BadValue("hello magic"));
         }
-        let h = Hello { version: r.u16("version")? };
+        let h = Hello {
+            version: r.u16("version")?,
+        };
         r.finish("hello")?;
         Ok(h)
     }
@@ -259,10 +261,14 @@ impl RequestHeader {
         let digest = h.array("digest")?;
         h.finish("request header")?;
         if (key_type == KeyType::Capability) != !matches!(cap, CapField::None) {
-            return Err(DecodeError::BadValue("capability presence does not match key type"));
+            return Err(DecodeError::BadValue(
+                "capability presence does not match key type",
+            ));
         }
         if matches!(cap, CapField::Sealed(_)) != protection.privacy_capability() {
-            return Err(DecodeError::BadValue("sealed capability without privacy-capability"));
+            return Err(DecodeError::BadValue(
+                "sealed capability without privacy-capability",
+            ));
         }
         Ok((
             RequestHeader {
@@ -334,10 +340,24 @@ impl ReplyHeader {
         let status = Status::from_u16(code).ok_or(DecodeError::BadValue("status"))?;
         let protection = Protection::from_bits(h.u8("protection")?)?;
         let nonce = Nonce::get(&mut h)?;
-        let args =
-            h.blob(HEADER_BYTES_MAX + crate::ops::INTEGRITY_TRAILER_BYTES_MAX, "args")?.to_vec();
+        let args = h
+            .blob(
+                HEADER_BYTES_MAX + crate::ops::INTEGRITY_TRAILER_BYTES_MAX,
+                "args",
+            )?
+            .to_vec();
         let digest = h.array("digest")?;
         h.finish("reply header")?;
-        Ok((ReplyHeader { request_id, status, protection, nonce, args, digest }, data_at))
+        Ok((
+            ReplyHeader {
+                request_id,
+                status,
+                protection,
+                nonce,
+                args,
+                digest,
+            },
+            data_at,
+        ))
     }
 }

@@ -77,29 +77,64 @@ impl OpCode {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Op {
     /// `scheme: None` takes the partition's default.
-    Create { scheme: Option<Scheme>, mask: AttrMask, attrs: Box<Attributes> },
+    Create {
+        scheme: Option<Scheme>,
+        mask: AttrMask,
+        attrs: Box<Attributes>,
+    },
     Remove,
     GetAttr,
-    SetAttr { mask: AttrMask, attrs: Box<Attributes> },
-    Read { regions: Vec<Region> },
+    SetAttr {
+        mask: AttrMask,
+        attrs: Box<Attributes>,
+    },
+    Read {
+        regions: Vec<Region>,
+    },
     /// `form` is the scheme whose digest form the client used for the data digest; the drive
     /// reuses those hashes as stored metadata when `form` equals the object's scheme.
     /// `write_back` asks the drive to reply before the data is durable (seed 002 Table 1 `flush`).
-    Write { regions: Vec<Region>, form: Scheme, write_back: bool },
+    Write {
+        regions: Vec<Region>,
+        form: Scheme,
+        write_back: bool,
+    },
     FastCopy,
-    Flush { objects: Vec<ObjectId> },
-    BlocksRequired { regions: Vec<Region> },
-    CreatePartition { quota_bytes: u64, default_scheme: Scheme },
-    RemovePartition { force: bool },
-    ResizePartition { quota_bytes: u64 },
+    Flush {
+        objects: Vec<ObjectId>,
+    },
+    BlocksRequired {
+        regions: Vec<Region>,
+    },
+    CreatePartition {
+        quota_bytes: u64,
+        default_scheme: Scheme,
+    },
+    RemovePartition {
+        force: bool,
+    },
+    ResizePartition {
+        quota_bytes: u64,
+    },
     FlushPartition,
-    SetPartitionKey { wrapped: [u8; WRAPPED_KEY_BYTES] },
-    SetWorkingKey { wrapped: [u8; WRAPPED_KEY_BYTES] },
+    SetPartitionKey {
+        wrapped: [u8; WRAPPED_KEY_BYTES],
+    },
+    SetWorkingKey {
+        wrapped: [u8; WRAPPED_KEY_BYTES],
+    },
     /// Raises or lowers the minimum protection of the drive (`drive_wide`) or the request's
     /// partition; capabilities whose minimum falls below it die at once (seed 002 §2.4).
-    SetMinProtection { drive_wide: bool, protection: Protection },
-    Initialize { wrapped_master: [u8; WRAPPED_KEY_BYTES] },
-    SetDriveKey { wrapped: [u8; WRAPPED_KEY_BYTES] },
+    SetMinProtection {
+        drive_wide: bool,
+        protection: Protection,
+    },
+    Initialize {
+        wrapped_master: [u8; WRAPPED_KEY_BYTES],
+    },
+    SetDriveKey {
+        wrapped: [u8; WRAPPED_KEY_BYTES],
+    },
     Inquiry,
 }
 
@@ -158,7 +193,11 @@ impl Op {
     pub fn encode_args(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
-            Op::Create { scheme, mask, attrs } => {
+            Op::Create {
+                scheme,
+                mask,
+                attrs,
+            } => {
                 w.u8(scheme.map(|s| s as u8).unwrap_or(0));
                 w.u32(mask.0);
                 attrs.put(&mut w);
@@ -168,7 +207,11 @@ impl Op {
                 attrs.put(&mut w);
             }
             Op::Read { regions } | Op::BlocksRequired { regions } => put_regions(&mut w, regions),
-            Op::Write { regions, form, write_back } => {
+            Op::Write {
+                regions,
+                form,
+                write_back,
+            } => {
                 put_regions(&mut w, regions);
                 w.u8(*form as u8);
                 w.u8(*write_back as u8);
@@ -179,7 +222,10 @@ impl Op {
                     w.u64(o.0);
                 }
             }
-            Op::CreatePartition { quota_bytes, default_scheme } => {
+            Op::CreatePartition {
+                quota_bytes,
+                default_scheme,
+            } => {
                 w.u64(*quota_bytes);
                 w.u8(*default_scheme as u8);
             }
@@ -188,8 +234,13 @@ impl Op {
             Op::SetPartitionKey { wrapped }
             | Op::SetWorkingKey { wrapped }
             | Op::SetDriveKey { wrapped }
-            | Op::Initialize { wrapped_master: wrapped } => w.bytes(wrapped),
-            Op::SetMinProtection { drive_wide, protection } => {
+            | Op::Initialize {
+                wrapped_master: wrapped,
+            } => w.bytes(wrapped),
+            Op::SetMinProtection {
+                drive_wide,
+                protection,
+            } => {
                 w.u8(*drive_wide as u8);
                 w.u8(protection.bits());
             }
@@ -204,16 +255,31 @@ impl Op {
         let op = match code {
             OpCode::Create => {
                 let s = r.u8("create scheme")?;
-                let scheme = if s == 0 { None } else { Some(Scheme::from_u8(s)?) };
+                let scheme = if s == 0 {
+                    None
+                } else {
+                    Some(Scheme::from_u8(s)?)
+                };
                 let mask = AttrMask::from_bits(r.u32("attr mask")?)?;
-                Op::Create { scheme, mask, attrs: Box::new(Attributes::get(&mut r)?) }
+                Op::Create {
+                    scheme,
+                    mask,
+                    attrs: Box::new(Attributes::get(&mut r)?),
+                }
             }
             OpCode::SetAttr => {
                 let mask = AttrMask::from_bits(r.u32("attr mask")?)?;
-                Op::SetAttr { mask, attrs: Box::new(Attributes::get(&mut r)?) }
+                Op::SetAttr {
+                    mask,
+                    attrs: Box::new(Attributes::get(&mut r)?),
+                }
             }
-            OpCode::Read => Op::Read { regions: get_regions(&mut r)? },
-            OpCode::BlocksRequired => Op::BlocksRequired { regions: get_regions(&mut r)? },
+            OpCode::Read => Op::Read {
+                regions: get_regions(&mut r)?,
+            },
+            OpCode::BlocksRequired => Op::BlocksRequired {
+                regions: get_regions(&mut r)?,
+            },
             OpCode::Write => Op::Write {
                 regions: get_regions(&mut r)?,
                 form: Scheme::from_u8(r.u8("write form")?)?,
@@ -227,20 +293,33 @@ impl Op {
                 if r.remaining() < n * 8 {
                     return Err(DecodeError::Truncated("flush objects"));
                 }
-                let objects =
-                    (0..n).map(|_| r.u64("object").map(ObjectId)).collect::<Result<_, _>>()?;
+                let objects = (0..n)
+                    .map(|_| r.u64("object").map(ObjectId))
+                    .collect::<Result<_, _>>()?;
                 Op::Flush { objects }
             }
             OpCode::CreatePartition => Op::CreatePartition {
                 quota_bytes: r.u64("quota")?,
                 default_scheme: Scheme::from_u8(r.u8("default scheme")?)?,
             },
-            OpCode::RemovePartition => Op::RemovePartition { force: get_bool(&mut r, "force")? },
-            OpCode::ResizePartition => Op::ResizePartition { quota_bytes: r.u64("quota")? },
-            OpCode::SetPartitionKey => Op::SetPartitionKey { wrapped: r.array("wrapped key")? },
-            OpCode::SetWorkingKey => Op::SetWorkingKey { wrapped: r.array("wrapped key")? },
-            OpCode::SetDriveKey => Op::SetDriveKey { wrapped: r.array("wrapped key")? },
-            OpCode::Initialize => Op::Initialize { wrapped_master: r.array("wrapped key")? },
+            OpCode::RemovePartition => Op::RemovePartition {
+                force: get_bool(&mut r, "force")?,
+            },
+            OpCode::ResizePartition => Op::ResizePartition {
+                quota_bytes: r.u64("quota")?,
+            },
+            OpCode::SetPartitionKey => Op::SetPartitionKey {
+                wrapped: r.array("wrapped key")?,
+            },
+            OpCode::SetWorkingKey => Op::SetWorkingKey {
+                wrapped: r.array("wrapped key")?,
+            },
+            OpCode::SetDriveKey => Op::SetDriveKey {
+                wrapped: r.array("wrapped key")?,
+            },
+            OpCode::Initialize => Op::Initialize {
+                wrapped_master: r.array("wrapped key")?,
+            },
             OpCode::SetMinProtection => Op::SetMinProtection {
                 drive_wide: get_bool(&mut r, "drive wide")?,
                 protection: Protection::from_bits(r.u8("protection")?)?,
@@ -356,11 +435,21 @@ pub struct ReadReply {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum ReplyBody {
     Empty,
-    Object { object: ObjectId, attrs: Box<Attributes> },
+    Object {
+        object: ObjectId,
+        attrs: Box<Attributes>,
+    },
     Attrs(Box<Attributes>),
     Read(ReadReply),
-    Written { bytes: u64, scheme: Scheme, logical_size: u64 },
-    BlocksRequired { estimated: u64, maximum: u64 },
+    Written {
+        bytes: u64,
+        scheme: Scheme,
+        logical_size: u64,
+    },
+    BlocksRequired {
+        estimated: u64,
+        maximum: u64,
+    },
     Drive(Box<DriveInfo>),
 }
 
@@ -380,7 +469,11 @@ impl ReplyBody {
                 put_regions(&mut w, &rr.regions);
                 w.blob(&rr.trailer);
             }
-            ReplyBody::Written { bytes, scheme, logical_size } => {
+            ReplyBody::Written {
+                bytes,
+                scheme,
+                logical_size,
+            } => {
                 w.u64(*bytes);
                 w.u8(*scheme as u8);
                 w.u64(*logical_size);
@@ -430,6 +523,7 @@ impl ReplyBody {
 
 /// Helper for callers that need to know a region list's total length without overflow.
 pub fn regions_total(regions: &[Region]) -> Option<u64> {
-    regions.iter().try_fold(0u64, |acc, r| acc.checked_add(r.len))
+    regions
+        .iter()
+        .try_fold(0u64, |acc, r| acc.checked_add(r.len))
 }
-

@@ -205,7 +205,11 @@ impl fmt::Display for Protection {
             names.push("privacy-capability");
         }
         if names.is_empty() {
-            names.push(if self.integrity_args() { "integrity-args" } else { "none" });
+            names.push(if self.integrity_args() {
+                "integrity-args"
+            } else {
+                "none"
+            });
         }
         write!(f, "{}", names.join(","))
     }
@@ -267,9 +271,20 @@ impl Rights {
 
 impl fmt::Display for Rights {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> =
-            Self::NAMES.iter().filter(|(_, r)| self.contains(*r)).map(|(n, _)| *n).collect();
-        write!(f, "{}", if names.is_empty() { "none".to_string() } else { names.join(",") })
+        let names: Vec<&str> = Self::NAMES
+            .iter()
+            .filter(|(_, r)| self.contains(*r))
+            .map(|(n, _)| *n)
+            .collect();
+        write!(
+            f,
+            "{}",
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(",")
+            }
+        )
     }
 }
 
@@ -294,7 +309,12 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 4] = [Scheme::Mac, Scheme::Digest, Scheme::Incremental, Scheme::Tree];
+    pub const ALL: [Scheme; 4] = [
+        Scheme::Mac,
+        Scheme::Digest,
+        Scheme::Incremental,
+        Scheme::Tree,
+    ];
     pub fn from_u8(v: u8) -> Result<Self, DecodeError> {
         Ok(match v {
             1 => Self::Mac,
@@ -383,7 +403,10 @@ impl Region {
         w.u64(self.len);
     }
     pub(crate) fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let reg = Region { offset: r.u64("region offset")?, len: r.u64("region len")? };
+        let reg = Region {
+            offset: r.u64("region offset")?,
+            len: r.u64("region len")?,
+        };
         if reg.end().is_none() {
             return Err(DecodeError::BadValue("region overflows u64"));
         }
@@ -408,6 +431,9 @@ impl Nonce {
         b
     }
     pub(crate) fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Nonce { time_us: r.u64("nonce time")?, random: r.u64("nonce random")? })
+        Ok(Nonce {
+            time_us: r.u64("nonce time")?,
+            random: r.u64("nonce random")?,
+        })
     }
 }
