@@ -119,3 +119,9 @@ pub fn derive(suite: Suite, key: &Key, context: &str, input: &[u8]) -> Key {
     m.update(input);
     Key::from_bytes(m.finalize(&mut Cost::default()))
 }
+
+/// The digest a drive stores with an object's attributes (seed 000 §3.2.2, "P2") and MACs on
+/// every reply that returns them: `H("nasd-attr-v1" || encoded attributes)`.
+pub fn attr_digest(suite: Suite, encoded: &[u8], cost: &mut Cost) -> Digest {
+    hash_data(suite, b"nasd-attr-v1", encoded, cost)
+}

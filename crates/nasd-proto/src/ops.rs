@@ -431,7 +431,10 @@ pub struct ReadReply {
     pub trailer: Vec<u8>,
 }
 
-/// A successful reply's body, by operation.
+/// A successful reply's body (its `args` field), by operation. Replies that return attributes
+/// (`create`, `fastcopy`, `getattr`, `setattr`) carry the 357-byte [`Attributes`] encoding as
+/// their data, and their MAC covers the drive's *stored* attribute digest rather than the
+/// attribute bytes (seed 000 §3.2.2): the drive hashes nothing on `getattr`.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum ReplyBody {
     Empty,
@@ -458,11 +461,8 @@ impl ReplyBody {
         let mut w = Writer::new();
         match self {
             ReplyBody::Empty => {}
-            ReplyBody::Object { object, attrs } => {
-                w.u64(object.0);
-                attrs.put(&mut w);
-            }
-            ReplyBody::Attrs(a) => a.put(&mut w),
+            ReplyBody::Object { object } => w.u64(object.0),
+            ReplyBody::Attrs => {}
             ReplyBody::Read(rr) => {
                 w.u64(rr.logical_size);
                 w.u8(rr.scheme as u8);
@@ -493,11 +493,8 @@ impl ReplyBody {
         let body = match code {
             OpCode::Create | OpCode::FastCopy => ReplyBody::Object {
                 object: ObjectId(r.u64("object")?),
-                attrs: Box::new(Attributes::get(&mut r)?),
             },
-            OpCode::GetAttr | OpCode::SetAttr => {
-                ReplyBody::Attrs(Box::new(Attributes::get(&mut r)?))
-            }
+            OpCode::GetAttr | OpCode::SetAttr => ReplyBody::Attrs,
             OpCode::Read => ReplyBody::Read(ReadReply {
                 logical_size: r.u64("size")?,
                 scheme: Scheme::from_u8(r.u8("scheme")?)?,
