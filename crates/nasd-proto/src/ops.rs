@@ -438,11 +438,12 @@ pub struct ReadReply {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum ReplyBody {
     Empty,
+    /// `create`/`fastcopy`: the new object's id. Its attributes travel as the reply's data.
     Object {
         object: ObjectId,
-        attrs: Box<Attributes>,
     },
-    Attrs(Box<Attributes>),
+    /// `getattr`/`setattr`: the attributes travel as the reply's data.
+    Attrs,
     Read(ReadReply),
     Written {
         bytes: u64,
