@@ -1,0 +1,68 @@
+//! Typed errors of the lab. Every experiment returns `LabError`; only the `nasd` binary turns them
+//! into `anyhow` errors for the user.
+
+use std::path::PathBuf;
+
+/// What can go wrong while running an experiment or writing its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A trace file could not be read.
+    #[error("cannot read trace {path}: {source}")]
+    TraceIo {
+        /// The trace file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A trace line is not in the format of `docs/lab.md`.
+    #[error("trace {path} line {line}: {reason}")]
+    TraceFormat {
+        /// The trace file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A trace holds no request.
+    #[error("trace {0} holds no request")]
+    TraceEmpty(PathBuf),
+    /// Writing an output file (CSV, SVG) failed.
+    #[error("cannot write {path}: {source}")]
+    Output {
+        /// The output file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Drawing a plot failed.
+    #[error("cannot draw {path}: {reason}")]
+    Plot {
+        /// The SVG file.
+        path: PathBuf,
+        /// The plotting library's message.
+        reason: String,
+    },
+    /// A cryptographic primitive refused its input (key generation, signing, AEAD).
+    #[error("{algorithm}: {reason}")]
+    Crypto {
+        /// The algorithm that failed.
+        algorithm: String,
+        /// Its message.
+        reason: String,
+    },
+    /// An instrumented scheme from nasd-crypto failed on a model request.
+    #[error("instrumented {scheme} {op} of {size_bytes} bytes at {offset_bytes}: {reason}")]
+    Counted {
+        /// The integrity scheme.
+        scheme: String,
+        /// read or write.
+        op: String,
+        /// Request size.
+        size_bytes: u64,
+        /// Request offset.
+        offset_bytes: u64,
+        /// What failed.
+        reason: String,
+    },
+}
