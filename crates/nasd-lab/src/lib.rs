@@ -11,15 +11,17 @@
 //! - [`report`]: tables, figures, text/JSON rendering, output files.
 //! - [`plot`]: SVG line charts of figures (plotters).
 //! - [`stats`]: medians and spreads of repeated measurements.
+//! - [`counted`]: nasd-crypto's schemes run with their cost meter on the model's requests.
 //! - [`model`]: seed 000 §3.4's cost model in compression-function calls, for the four schemes.
 //! - [`model_exp`]: the `model` experiment (Figs 5, 6a, 6b, 7a, 7b, model beside counted).
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
 //! - [`sim`]: the discrete-event simulation of seed 000 §5 and its experiment.
 
-//pub mod crypto;
+pub mod counted;
+pub mod crypto;
 pub mod error;
 pub mod model;
-//pub mod model_exp;
+pub mod model_exp;
 pub mod plot;
 pub mod report;
 pub mod sim;

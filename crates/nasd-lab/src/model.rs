@@ -75,7 +75,12 @@ pub enum Scheme {
 
 impl Scheme {
     /// All schemes, in the seed's order then nasd's.
-    pub const ALL: [Scheme; 4] = [Scheme::Mac, Scheme::Digest, Scheme::Incremental, Scheme::Tree];
+    pub const ALL: [Scheme; 4] = [
+        Scheme::Mac,
+        Scheme::Digest,
+        Scheme::Incremental,
+        Scheme::Tree,
+    ];
 
     /// DESIGN.md's short name.
     pub fn name(self) -> &'static str {
@@ -281,7 +286,8 @@ fn sub_fragments(p: Piece) -> (u64, Vec<u64>) {
 fn adhash_direct(p: Piece) -> Cost {
     let (full, partial) = sub_fragments(p);
     Cost {
-        hash_calls: full * INCREMENTAL_BLOCK_CALLS + partial.iter().map(|&l| hash_calls(l)).sum::<u64>(),
+        hash_calls: full * INCREMENTAL_BLOCK_CALLS
+            + partial.iter().map(|&l| hash_calls(l)).sum::<u64>(),
         adds: full + partial.len() as u64,
         ..Cost::default()
     }
@@ -373,7 +379,10 @@ fn tree_cost(side: Side, op: Op, offset: u64, len: u64) -> Cost {
     let (lo, hi) = if len == 0 {
         (0, 0)
     } else {
-        (offset / TREE_CHUNK_BYTES, (offset + len).div_ceil(TREE_CHUNK_BYTES))
+        (
+            offset / TREE_CHUNK_BYTES,
+            (offset + len).div_ceil(TREE_CHUNK_BYTES),
+        )
     };
     let chunks = hi - lo;
     let parents = tree_parents_touched(leaves, lo, hi);
@@ -421,7 +430,13 @@ mod tests {
         let c = cost(Scheme::Digest, Side::Drive, Op::Read, 0, DISK_BLOCK_BYTES);
         assert_eq!(c.hash_calls, 0);
         assert_eq!(c.calls(), 4); // HMAC over 20 bytes: 1 + 3
-        let c = cost(Scheme::Digest, Side::Client, Op::Read, 0, 4 * DISK_BLOCK_BYTES);
+        let c = cost(
+            Scheme::Digest,
+            Side::Client,
+            Op::Read,
+            0,
+            4 * DISK_BLOCK_BYTES,
+        );
         assert_eq!(c.calls(), 4 * 128 + hmac_calls(80));
     }
 
@@ -443,7 +458,13 @@ mod tests {
 
     #[test]
     fn adhash_client_pays_one_add_per_sub_block() {
-        let c = cost(Scheme::Incremental, Side::Client, Op::Read, 0, DISK_BLOCK_BYTES);
+        let c = cost(
+            Scheme::Incremental,
+            Side::Client,
+            Op::Read,
+            0,
+            DISK_BLOCK_BYTES,
+        );
         assert_eq!(c.hash_calls, 128);
         assert_eq!(c.adds, 32);
         // 128 sub-block calls, 32 adds, HMAC over one 32-byte sum (1 + 3 calls).
@@ -458,7 +479,13 @@ mod tests {
             assert!(c.hash_calls <= 64 + 4, "len {len}: {c:?}");
         }
         // Reading all but the last sub-block: subtract it (4 calls, one sub).
-        let c = cost(Scheme::Incremental, Side::Drive, Op::Read, 0, DISK_BLOCK_BYTES - 256);
+        let c = cost(
+            Scheme::Incremental,
+            Side::Drive,
+            Op::Read,
+            0,
+            DISK_BLOCK_BYTES - 256,
+        );
         assert_eq!((c.hash_calls, c.subs, c.adds), (4, 1, 0));
     }
 
@@ -466,7 +493,10 @@ mod tests {
     fn adhash_small_write_is_cheap_where_hiermac_is_not() {
         let inc = cost(Scheme::Incremental, Side::Drive, Op::Write, 1000, 256);
         let dig = cost(Scheme::Digest, Side::Drive, Op::Write, 1000, 256);
-        assert!(inc.compressions() < dig.compressions() / 4.0, "{inc:?} {dig:?}");
+        assert!(
+            inc.compressions() < dig.compressions() / 4.0,
+            "{inc:?} {dig:?}"
+        );
     }
 
     #[test]

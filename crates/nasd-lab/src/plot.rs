@@ -26,6 +26,9 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
+/// Series with at most this many points also get a marker per point.
+const MARKER_MAX_POINTS: usize = 24;
+
 /// Smallest y drawn on a log axis, so that zero values stay on the chart.
 const LOG_Y_FLOOR: f64 = 1e-3;
 
@@ -72,6 +75,11 @@ pub fn draw_svg(fig: &Figure, path: &Path) -> Result<(), LabError> {
         for (i, s) in fig.series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y.max(lo))).collect();
+            if pts.len() <= MARKER_MAX_POINTS {
+                chart
+                    .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .map_err(|e| err(e.to_string()))?;
+            }
             chart
                 .draw_series(LineSeries::new(pts, color.stroke_width(2)))
                 .map_err(|e| err(e.to_string()))?
@@ -98,6 +106,11 @@ pub fn draw_svg(fig: &Figure, path: &Path) -> Result<(), LabError> {
             .map_err(|e| err(e.to_string()))?;
         for (i, s) in fig.series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
+            if s.points.len() <= MARKER_MAX_POINTS {
+                chart
+                    .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .map_err(|e| err(e.to_string()))?;
+            }
             chart
                 .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))
                 .map_err(|e| err(e.to_string()))?

@@ -51,15 +51,24 @@ impl Table {
                 *w = (*w).max(cell.chars().count());
             }
         }
+        // Text columns (most cells not numbers) are left-aligned, numeric ones right-aligned.
+        let numeric: Vec<bool> = (0..self.columns.len())
+            .map(|i| {
+                let cells: Vec<&String> = self.rows.iter().filter_map(|r| r.get(i)).collect();
+                let numbers = cells.iter().filter(|c| looks_numeric(c)).count();
+                !cells.is_empty() && 2 * numbers >= cells.len()
+            })
+            .collect();
         let mut out = String::new();
         let _ = writeln!(out, "{}", self.title);
         let line = |cells: &[String]| -> String {
             let mut s = String::new();
             for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-                if i == 0 {
-                    let _ = write!(s, "{cell:<w$}");
+                let sep = if i == 0 { "" } else { "  " };
+                if !numeric[i] {
+                    let _ = write!(s, "{sep}{cell:<w$}");
                 } else {
-                    let _ = write!(s, "  {cell:>w$}");
+                    let _ = write!(s, "{sep}{cell:>w$}");
                 }
             }
             s.trim_end().to_string()
@@ -103,7 +112,11 @@ pub struct Figure {
 impl Figure {
     /// The figure's data in long form: `series,x,y`.
     pub fn csv(&self) -> String {
-        let mut out = format!("series,{},{}\n", csv_field(&self.x_label), csv_field(&self.y_label));
+        let mut out = format!(
+            "series,{},{}\n",
+            csv_field(&self.x_label),
+            csv_field(&self.y_label)
+        );
         for s in &self.series {
             for (x, y) in &s.points {
                 let _ = writeln!(out, "{},{x},{y}", csv_field(&s.name));
@@ -111,6 +124,13 @@ impl Figure {
         }
         out
     }
+}
+
+/// A cell that reads as a number, possibly with a unit suffix (`12.5`, `30x`, `929/s`, `4 MB/s`).
+fn looks_numeric(cell: &str) -> bool {
+    let head = cell.split_whitespace().next().unwrap_or("");
+    let head = head.trim_end_matches(|c: char| c.is_alphabetic() || c == '/' || c == '%');
+    !head.is_empty() && head.parse::<f64>().is_ok()
 }
 
 fn csv_field(s: &str) -> String {

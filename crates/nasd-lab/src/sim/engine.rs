@@ -291,7 +291,11 @@ pub fn simulate(cfg: &SimConfig, reqs: &[Request]) -> Vec<f64> {
         seq: 0,
         in_q: VecDeque::new(),
         in_busy: false,
-        jobs: Vec::with_capacity(if cfg.sha_bps.is_some() { 2 * reqs.len() } else { 0 }),
+        jobs: Vec::with_capacity(if cfg.sha_bps.is_some() {
+            2 * reqs.len()
+        } else {
+            0
+        }),
         sha_high: VecDeque::new(),
         sha_low: VecDeque::new(),
         sha_busy: false,
@@ -454,7 +458,11 @@ impl Sim<'_> {
         if self.sha_busy {
             return;
         }
-        let Some(job) = self.sha_high.pop_front().or_else(|| self.sha_low.pop_front()) else {
+        let Some(job) = self
+            .sha_high
+            .pop_front()
+            .or_else(|| self.sha_low.pop_front())
+        else {
             return;
         };
         let remaining = self.jobs[job].remaining_calls;
@@ -540,7 +548,8 @@ pub struct Added {
 pub fn compare(secure: &[f64], baseline: &[f64]) -> Added {
     assert_eq!(secure.len(), baseline.len());
     let n = secure.len().max(1) as f64;
-    let (mut sum_pct, mut outliers, mut max_pct, mut sum_s, mut sum_b) = (0.0, 0usize, 0.0f64, 0.0, 0.0);
+    let (mut sum_pct, mut outliers, mut max_pct, mut sum_s, mut sum_b) =
+        (0.0, 0usize, 0.0f64, 0.0, 0.0);
     for (&s, &b) in secure.iter().zip(baseline) {
         let pct = 100.0 * (s - b) / b;
         sum_pct += pct;
@@ -553,7 +562,11 @@ pub fn compare(secure: &[f64], baseline: &[f64]) -> Added {
     }
     Added {
         mean_pct: sum_pct / n,
-        of_mean_pct: if sum_b > 0.0 { 100.0 * (sum_s / sum_b - 1.0) } else { 0.0 },
+        of_mean_pct: if sum_b > 0.0 {
+            100.0 * (sum_s / sum_b - 1.0)
+        } else {
+            0.0
+        },
         outliers_pct: 100.0 * outliers as f64 / n,
         max_pct,
     }

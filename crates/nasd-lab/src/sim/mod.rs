@@ -23,16 +23,14 @@ use crate::LabOptions;
 use engine::{compare, simulate, Added, Precompute, SimConfig};
 use workload::Request;
 
-/// SHA throughputs of a full run, Mb/s (the x axis of Figs 12-17).
-pub const SHA_MBPS_FULL: [f64; 13] = [
+/// SHA throughputs simulated, Mb/s (the x axis of Figs 12-17).
+pub const SHA_MBPS: [f64; 13] = [
     100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0, 800.0, 900.0, 1000.0, 1200.0, 1500.0, 2000.0,
 ];
-/// SHA throughputs of a `--quick` run, Mb/s.
-pub const SHA_MBPS_QUICK: [f64; 8] = [100.0, 200.0, 400.0, 600.0, 700.0, 1000.0, 1500.0, 2000.0];
 /// Requests simulated per workload in a full run.
-pub const REQUESTS_FULL: usize = 200_000;
+pub const REQUESTS_FULL: usize = 1_000_000;
 /// Requests simulated per workload with `--quick`.
-pub const REQUESTS_QUICK: usize = 30_000;
+pub const REQUESTS_QUICK: usize = 100_000;
 /// Time slices of Figs 15-16, bytes of SHA work.
 pub const SLICES_BYTES: [u64; 3] = [16 * 1024, 8 * 1024, 2 * 1024];
 
@@ -118,11 +116,7 @@ struct Point {
 /// Runs the simulation experiment.
 pub fn run(opts: &LabOptions, trace: Option<&Path>) -> Result<Report, LabError> {
     let loads = workloads(opts, trace)?;
-    let grid: &[f64] = if opts.quick {
-        &SHA_MBPS_QUICK
-    } else {
-        &SHA_MBPS_FULL
-    };
+    let grid: &[f64] = &SHA_MBPS;
     let variants = Variant::all();
     // Baselines without security, push and pull, per workload.
     let mut jobs: Vec<(usize, Variant, f64)> = Vec::new();
@@ -213,7 +207,17 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
     let mut t = Table::new(
         "workloads",
         "Workloads (seed 000 §5.1 shapes; synthetic unless a trace was given)",
-        &["workload", "requests", "duration_s", "req/s", "read%", "write%", "getattr%", "setattr%", "mean data B"],
+        &[
+            "workload",
+            "requests",
+            "duration_s",
+            "req/s",
+            "read%",
+            "write%",
+            "getattr%",
+            "setattr%",
+            "mean data B",
+        ],
     );
     for w in loads {
         let n = w.requests.len() as f64;
@@ -224,7 +228,8 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
             .iter()
             .filter(|r| matches!(r.op, workload::FsOp::Read | workload::FsOp::Write))
             .collect();
-        let mean_data = data.iter().map(|r| r.length as f64).sum::<f64>() / data.len().max(1) as f64;
+        let mean_data =
+            data.iter().map(|r| r.length as f64).sum::<f64>() / data.len().max(1) as f64;
         t.push(
             vec![
                 w.name.clone(),
@@ -278,7 +283,8 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
                     continue;
                 };
                 cells.push(fmt(a.mean_pct, 1));
-                t12.json.push(sim_row("12-14", &w.name, p, m, None, false, &a));
+                t12.json
+                    .push(sim_row("12-14", &w.name, p, m, None, false, &a));
                 if p == Precompute::P2 {
                     cells1314.push(fmt(a.outliers_pct, 3));
                     cells1314.push(fmt(a.max_pct, 0));
@@ -294,10 +300,14 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
     // Figs 15-16: one table per workload.
     let mut t1516 = {
         let mut cols = vec!["workload".to_string(), "SHA Mb/s".to_string()];
-        for name in std::iter::once("none".to_string()).chain(SLICES_BYTES.iter().map(|&s| slice_name(s))) {
+        for name in
+            std::iter::once("none".to_string()).chain(SLICES_BYTES.iter().map(|&s| slice_name(s)))
+        {
             cols.push(format!("max% {name}"));
         }
-        for name in std::iter::once("none".to_string()).chain(SLICES_BYTES.iter().map(|&s| slice_name(s))) {
+        for name in
+            std::iter::once("none".to_string()).chain(SLICES_BYTES.iter().map(|&s| slice_name(s)))
+        {
             cols.push(format!("outl% {name}"));
         }
         let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
@@ -325,14 +335,30 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
                 .iter()
                 .map(|&s| find(points, wi, Variant::Sliced(s), m))
                 .collect();
-            let all: Vec<Option<Added>> = std::iter::once(none).chain(sliced.iter().copied()).collect();
+            let all: Vec<Option<Added>> = std::iter::once(none)
+                .chain(sliced.iter().copied())
+                .collect();
             let mut cells = vec![w.name.clone(), fmt(m, 0)];
-            cells.extend(all.iter().map(|a| a.map(|a| fmt(a.max_pct, 0)).unwrap_or_default()));
-            cells.extend(all.iter().map(|a| a.map(|a| fmt(a.outliers_pct, 3)).unwrap_or_default()));
+            cells.extend(
+                all.iter()
+                    .map(|a| a.map(|a| fmt(a.max_pct, 0)).unwrap_or_default()),
+            );
+            cells.extend(
+                all.iter()
+                    .map(|a| a.map(|a| fmt(a.outliers_pct, 3)).unwrap_or_default()),
+            );
             t1516.rows.push(cells);
             for (&s, a) in SLICES_BYTES.iter().zip(&sliced) {
                 if let Some(a) = a {
-                    t1516.json.push(sim_row("15-16", &w.name, Precompute::P2, m, Some(s), false, a));
+                    t1516.json.push(sim_row(
+                        "15-16",
+                        &w.name,
+                        Precompute::P2,
+                        m,
+                        Some(s),
+                        false,
+                        a,
+                    ));
                 }
             }
         }
@@ -347,7 +373,8 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
                 cells.push(fmt(pull.outliers_pct, 3));
                 cells.push(fmt(push.max_pct, 0));
                 cells.push(fmt(pull.max_pct, 0));
-                t17.json.push(sim_row("17", &w.name, Precompute::P2, m, None, true, &pull));
+                t17.json
+                    .push(sim_row("17", &w.name, Precompute::P2, m, None, true, &pull));
             }
         }
         t17.rows.push(cells);
@@ -399,10 +426,14 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
         series: series(Variant::Plain(Precompute::P2), "P2", |a| a.max_pct),
     });
     let mut f15 = series(Variant::Plain(Precompute::P2), "no slicing", |a| a.max_pct);
-    let mut f16 = series(Variant::Plain(Precompute::P2), "no slicing", |a| a.outliers_pct);
+    let mut f16 = series(Variant::Plain(Precompute::P2), "no slicing", |a| {
+        a.outliers_pct
+    });
     for &s in &SLICES_BYTES {
         f15.extend(series(Variant::Sliced(s), &slice_name(s), |a| a.max_pct));
-        f16.extend(series(Variant::Sliced(s), &slice_name(s), |a| a.outliers_pct));
+        f16.extend(series(Variant::Sliced(s), &slice_name(s), |a| {
+            a.outliers_pct
+        }));
     }
     report.figures.push(Figure {
         stem: "fig15".into(),
@@ -443,14 +474,14 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
 
     report.notes.extend(claims(loads, points));
     report.notes.push(format!(
-        "model: gigabit links each way, {} ms electronics, {} B RPC + {} B NASD request header, {} B reply header, {} B MAC; SHA cost = compression calls x 64 B / throughput (seed 000 §3.4 model); seed {}{}",
+        "model: gigabit links each way, {:.2} ms electronics, {} B RPC + {} B NASD request header, {} B reply header, {} B MAC; SHA cost = compression calls x 64 B / throughput (seed 000 §3.4 model); seed {}{}",
         engine::ELECTRONICS_SERVICE_S * 1e3,
         engine::RPC_HEADER_BYTES,
         engine::NASD_REQUEST_HEADER_BYTES,
         engine::NASD_REPLY_HEADER_BYTES,
         engine::MAC_BYTES,
         opts.seed,
-        if opts.quick { "; --quick: fewer requests and throughputs" } else { "" }
+        if opts.quick { "; --quick: fewer requests" } else { "" }
     ));
     report
 }
@@ -499,7 +530,10 @@ fn claims(loads: &[Workload], points: &[Point]) -> Vec<String> {
             ));
         }
         if let Some(a) = get(Variant::Plain(Precompute::P2), 700.0) {
-            parts.push(format!("700 Mb/s (P2) adds {:.1}% [seed: < 10%]", a.mean_pct));
+            parts.push(format!(
+                "700 Mb/s (P2) adds {:.1}% [seed: < 10%]",
+                a.mean_pct
+            ));
         }
         if let (Some(push), Some(pull)) = (
             get(Variant::Plain(Precompute::P2), 400.0),

@@ -28,7 +28,7 @@ fn one_read_by_hand_slow_sha() {
     let cfg = SimConfig::seed(Some(600.0), Precompute::P0);
     let bit: f64 = 1e-9; // seconds per bit on a gigabit link
     let call: f64 = 512.0 / 600e6; // seconds per compression call at 600 Mb/s
-    // Request: 32 + 128 = 160 B; SHA starts after 64 B; HMAC over the 128 B header = 2 + 3 calls.
+                                   // Request: 32 + 128 = 160 B; SHA starts after 64 B; HMAC over the 128 B header = 2 + 3 calls.
     let verified = (64.0 * 8.0 * bit + 5.0 * call).max(160.0 * 8.0 * bit + call);
     let served = verified + 120e-6;
     // Reply: 32 + 64 + 8192 = 8288 B; HMAC over 64 + 8192 B = 129 + 3 = 132 calls, which ends after
@@ -99,7 +99,11 @@ fn electronics_alone_is_an_md1_queue() {
         let mean = lat.iter().sum::<f64>() / lat.len() as f64;
         let expect = s + rho * s / (2.0 * (1.0 - rho));
         let err = (mean - expect).abs() / expect;
-        assert!(err < 0.03, "rho {rho}: mean {mean} expected {expect} ({:.2}%)", err * 100.0);
+        assert!(
+            err < 0.03,
+            "rho {rho}: mean {mean} expected {expect} ({:.2}%)",
+            err * 100.0
+        );
     }
 }
 
@@ -117,7 +121,12 @@ fn time_slicing_lets_a_small_request_pass_a_large_one() {
     let a = simulate(&fifo, &[w, g]);
     let b = simulate(&sliced, &[w, g]);
     assert!(b[1] < a[1] / 3.0, "getattr fifo {} sliced {}", a[1], b[1]);
-    assert!(b[0] >= a[0], "the large write cannot gain: fifo {} sliced {}", a[0], b[0]);
+    assert!(
+        b[0] >= a[0],
+        "the large write cannot gain: fifo {} sliced {}",
+        a[0],
+        b[0]
+    );
 }
 
 #[test]

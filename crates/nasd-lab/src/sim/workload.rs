@@ -370,7 +370,10 @@ mod tests {
         assert_eq!(back.len(), reqs.len());
         for (a, b) in reqs.iter().zip(&back) {
             assert!((a.arrival_s - b.arrival_s).abs() < 1e-8);
-            assert_eq!((a.op, a.object, a.offset, a.length), (b.op, b.object, b.offset, b.length));
+            assert_eq!(
+                (a.op, a.object, a.offset, a.length),
+                (b.op, b.object, b.offset, b.length)
+            );
         }
         assert_eq!(parse_trace("0.1 read 1 0\n").unwrap_err().0, 1);
         assert_eq!(parse_trace("# c\n\n0.1 copy 1 0 5\n").unwrap_err().0, 3);
