@@ -1,0 +1,411 @@
+//! Building a request frame and verifying its reply: pure functions, no I/O, so both can be
+//! tested byte for byte against the crypto crate. [`crate::DriveConn`] moves the bytes.
+//!
+//! Request (see `docs/protocol.md`): the header with `args = op.encode_args()` (sealed under
+//! the per-request privacy key when the protection asks for privacy of arguments), then the
+//! write data (sealed likewise under privacy of data), and a digest
+//! `MAC(key, header-before-digest [|| D])` where `D` is the data digest in the write's form.
+//!
+//! Reply: decode, recompute the reply MAC bound to the request's nonce, decrypt, feed the data
+//! digest (reads) or the attribute digest (replies carrying attributes), compare in constant
+//! time; only then hand out data. For reads, cut the requested bytes out of the regions the
+//! drive returned (clamped at the end of the object, widened to chunks for `tree`).
+
+use crate::auth::Auth;
+use crate::ClientError;
+use nasd_crypto::aead;
+use nasd_crypto::integrity::pieces::{feed, write_form};
+use nasd_crypto::integrity::verify::{feed_read, region_slices};
+use nasd_crypto::primitives::attr_digest;
+use nasd_crypto::request::{privacy_key, reply_mac, request_mac, Field};
+use nasd_crypto::{ct_eq, Cost, Key};
+use nasd_proto::message::DIGEST_BYTES;
+use nasd_proto::ops::regions_total;
+use nasd_proto::{
+    Attributes, CapField, Nonce, ObjectId, Op, OpCode, PartitionId, Protection, ReadReply, Region,
+    ReplyBody, ReplyHeader, RequestHeader, Scheme, Status, Suite, DATA_BYTES_MAX,
+};
+
+/// Longest error detail kept from a refusal (the drive bounds it too).
+const DETAIL_CHARS_MAX: usize = 1024;
+
+/// One request as the caller describes it.
+pub struct RequestSpec<'a> {
+    pub auth: &'a Auth,
+    pub protection: Protection,
+    pub partition: PartitionId,
+    pub object: ObjectId,
+    pub op: &'a Op,
+    /// Write data: the concatenation of each region's bytes, in region order. Empty otherwise.
+    pub data: &'a [u8],
+}
+
+/// What the client must remember about a sent request to verify its reply.
+#[derive(Clone, Debug)]
+pub struct PendingRequest {
+    pub request_id: u64,
+    pub nonce: Nonce,
+    pub op: OpCode,
+    pub protection: Protection,
+    pub suite: Suite,
+    pub key: Key,
+    /// The regions a read asked for, to cut its answer.
+    pub read_regions: Vec<Region>,
+}
+
+/// A request ready to send: its frame (length prefix included) and what verifies its reply.
+pub struct BuiltRequest {
+    pub frame: Vec<u8>,
+    pub pending: PendingRequest,
+    /// Hashing the client did for the request's data digest.
+    pub cost: Cost,
+}
+
+/// A verified successful reply.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub protection: Protection,
+    /// False only when the request itself asked for no integrity (protection NONE).
+    pub authenticated: bool,
+    pub body: ReplyBody,
+    /// Reads: the requested bytes (clamped at the object's end), concatenated in region order.
+    /// Replies carrying attributes: their 357-byte encoding. Otherwise empty.
+    pub data: Vec<u8>,
+    /// Hashing the client did to verify the reply.
+    pub cost: Cost,
+}
+
+impl Reply {
+    /// The attributes of a `create`, `fastcopy`, `getattr` or `setattr` reply.
+    pub fn attributes(&self) -> Option<Attributes> {
+        match self.body {
+            ReplyBody::Object { .. } | ReplyBody::Attrs => Attributes::decode(&self.data).ok(),
+            _ => None,
+        }
+    }
+}
+
+fn usage(s: impl Into<String>) -> ClientError {
+    ClientError::Usage(s.into())
+}
+
+/// Builds the frame of one request. `suite` is the drive's (from its welcome).
+pub fn build_request(
+    suite: Suite,
+    request_id: u64,
+    nonce: Nonce,
+    spec: &RequestSpec<'_>,
+) -> Result<BuiltRequest, ClientError> {
+    let op_code = spec.op.code();
+    let protection = spec.protection.normalized();
+    if spec.auth.suite() != suite {
+        return Err(usage(format!(
+            "the key is for digest suite {} but the drive uses {}",
+            spec.auth.suite().name(),
+            suite.name()
+        )));
+    }
+    let key = spec.auth.key().clone();
+    let cap = match spec.auth {
+        Auth::Key { .. } => {
+            if protection.privacy_capability() {
+                return Err(usage(
+                    "privacy-capability applies to capabilities, not to key files",
+                ));
+            }
+            CapField::None
+        }
+        Auth::Capability(c) if protection.privacy_capability() => match &c.sealed {
+            Some(s) => CapField::Sealed(s.clone()),
+            None => {
+                return Err(usage(
+                    "privacy-capability needs a capability minted with --sealed",
+                ))
+            }
+        },
+        Auth::Capability(c) => CapField::Plain(c.args),
+    };
+
+    let (write_regions, form) = match spec.op {
+        Op::Write { regions, form, .. } => (regions.as_slice(), *form),
+        _ => (&[][..], Scheme::Tree),
+    };
+    let data_len = regions_total(write_regions).ok_or_else(|| usage("region lengths overflow"))?;
+    if data_len != spec.data.len() as u64 {
+        return Err(usage(format!(
+            "write regions cover {data_len} bytes but {} bytes of data were given",
+            spec.data.len()
+        )));
+    }
+    if spec.data.len() > DATA_BYTES_MAX {
+        return Err(usage(format!(
+            "{} bytes of data exceed the {DATA_BYTES_MAX}-byte limit of one request",
+            spec.data.len()
+        )));
+    }
+    for r in write_regions {
+        if r.end().is_none() {
+            return Err(usage("region offset + len overflows"));
+        }
+    }
+
+    let privacy = (protection.privacy_args() || protection.privacy_data())
+        .then(|| privacy_key(suite, &key, &nonce));
+    let mut args = spec.op.encode_args();
+    if protection.privacy_args() {
+        let pk = privacy.as_ref().expect("derived above");
+        args = aead::seal(pk, Field::RequestArgs.nonce(), b"", &args);
+    }
+    let header = RequestHeader {
+        request_id,
+        key_type: spec.auth.key_type(),
+        protection,
+        partition: spec.partition,
+        object: spec.object,
+        op: op_code,
+        nonce,
+        cap,
+        args,
+        digest: [0; DIGEST_BYTES],
+    };
+    let encoded = header.encode();
+    let sealed_extra = if protection.privacy_data() && !spec.data.is_empty() {
+        aead::TAG_BYTES
+    } else {
+        0
+    };
+    let mut frame = Vec::with_capacity(4 + encoded.len() + spec.data.len() + sealed_extra);
+    frame.extend_from_slice(&[0; 4]);
+    frame.extend_from_slice(&encoded);
+    drop(encoded);
+
+    let mut cost = Cost::default();
+    if protection.integrity_args() {
+        let body = &frame[4..];
+        let mut mac = request_mac(suite, &key, RequestHeader::mac_input_of(body));
+        if protection.integrity_data() && op_code == OpCode::Write {
+            let mut at = 0usize;
+            for r in write_regions {
+                let bytes = &spec.data[at..at + r.len as usize];
+                at += r.len as usize;
+                let pieces = write_form(suite, form, r.offset, bytes, &mut cost);
+                feed(&mut mac, form, &pieces, bytes, &mut cost);
+            }
+        }
+        let digest = mac.finalize(&mut cost);
+        let hlen = u32::from_le_bytes(frame[4 + 9..4 + 13].try_into().expect("4 bytes")) as usize;
+        let end = 4 + 13 + hlen;
+        frame[end - DIGEST_BYTES..end].copy_from_slice(&digest);
+    }
+
+    if sealed_extra > 0 {
+        let pk = privacy.as_ref().expect("derived above");
+        let mut sealed = spec.data.to_vec();
+        aead::seal_in_place(pk, Field::RequestData.nonce(), b"", &mut sealed);
+        frame.extend_from_slice(&sealed);
+    } else {
+        frame.extend_from_slice(spec.data);
+    }
+    let body_len = (frame.len() - 4) as u32;
+    frame[..4].copy_from_slice(&body_len.to_le_bytes());
+
+    let read_regions = match spec.op {
+        Op::Read { regions } => regions.clone(),
+        _ => vec![],
+    };
+    Ok(BuiltRequest {
+        frame,
+        pending: PendingRequest {
+            request_id,
+            nonce,
+            op: op_code,
+            protection,
+            suite,
+            key,
+            read_regions,
+        },
+        cost,
+    })
+}
+
+/// The request id of a reply body, if it is long enough to have one.
+pub fn reply_request_id(body: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(body.get(1..9)?.try_into().ok()?))
+}
+
+/// Verifies a reply body against the request it answers. Returns the verified reply, or the
+/// drive's refusal, or an integrity error; data that did not verify is dropped here.
+pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientError> {
+    let op = req.op;
+    let (h, data_at) = ReplyHeader::decode(body).map_err(|e| ClientError::malformed(op, e))?;
+    if h.request_id != req.request_id {
+        return Err(ClientError::integrity(
+            op,
+            format!(
+                "reply is for request {} not {}",
+                h.request_id, req.request_id
+            ),
+        ));
+    }
+    let authenticated = h.protection.integrity_args();
+    let mut cost = Cost::default();
+    let mut mac = authenticated.then(|| {
+        reply_mac(
+            req.suite,
+            &req.key,
+            &req.nonce,
+            ReplyHeader::mac_input_of(body),
+        )
+    });
+    let privacy = (h.protection.privacy_args() || h.protection.privacy_data())
+        .then(|| privacy_key(req.suite, &req.key, &req.nonce));
+
+    let args = if h.protection.privacy_args() {
+        let pk = privacy.as_ref().expect("derived above");
+        aead::open(pk, Field::ReplyArgs.nonce(), b"", &h.args)
+            .ok_or_else(|| ClientError::integrity(op, "reply arguments do not decrypt"))?
+    } else {
+        h.args
+    };
+    let mut data = body[data_at..].to_vec();
+    if h.protection.privacy_data() && !data.is_empty() {
+        let pk = privacy.as_ref().expect("derived above");
+        let n = aead::open_in_place(pk, Field::ReplyData.nonce(), b"", &mut data)
+            .ok_or_else(|| ClientError::integrity(op, "reply data does not decrypt"))?;
+        data.truncate(n);
+    }
+
+    let check_mac = |mac: Option<nasd_crypto::Mac>, cost: &mut Cost| -> Result<(), ClientError> {
+        if let Some(mac) = mac {
+            if !ct_eq(&mac.finalize(cost), &h.digest) {
+                return Err(ClientError::integrity(op, "reply MAC does not verify"));
+            }
+        }
+        Ok(())
+    };
+
+    if h.status != Status::Ok {
+        check_mac(mac, &mut cost)?;
+        let detail: String = String::from_utf8_lossy(&args)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(DETAIL_CHARS_MAX)
+            .collect();
+        return Err(ClientError::Refused {
+            op: op.name(),
+            status: h.status,
+            detail,
+            authenticated,
+        });
+    }
+    if !h.protection.meets(req.protection) {
+        return Err(ClientError::integrity(
+            op,
+            format!(
+                "reply protection {} is weaker than the request's {}",
+                h.protection, req.protection
+            ),
+        ));
+    }
+    let body_decoded = ReplyBody::decode(op, &args).map_err(|e| ClientError::malformed(op, e))?;
+    match &body_decoded {
+        ReplyBody::Read(rr) => {
+            if h.protection.integrity_data() {
+                let m = mac.as_mut().expect("integrity-data implies integrity-args");
+                feed_read(m, req.suite, rr, &data, &mut cost)
+                    .map_err(|e| ClientError::integrity(op, e.to_string()))?;
+            } else {
+                region_slices(&rr.regions, &data)
+                    .map_err(|e| ClientError::integrity(op, e.to_string()))?;
+            }
+        }
+        ReplyBody::Object { .. } | ReplyBody::Attrs => {
+            if data.len() != Attributes::BYTES {
+                return Err(ClientError::integrity(
+                    op,
+                    format!(
+                        "attributes are {} bytes, expected {}",
+                        data.len(),
+                        Attributes::BYTES
+                    ),
+                ));
+            }
+            if let Some(m) = mac.as_mut() {
+                m.update(&attr_digest(req.suite, &data, &mut cost));
+            }
+        }
+        _ => {
+            if !data.is_empty() {
+                return Err(ClientError::integrity(
+                    op,
+                    format!("{} unexpected data bytes", data.len()),
+                ));
+            }
+        }
+    }
+    check_mac(mac, &mut cost)?;
+
+    // Verified. Attribute bytes must also decode; reads are cut to what was asked for.
+    if matches!(body_decoded, ReplyBody::Object { .. } | ReplyBody::Attrs) {
+        Attributes::decode(&data).map_err(|e| ClientError::malformed(op, e))?;
+    }
+    if let ReplyBody::Read(rr) = &body_decoded {
+        data = cut_read(op, &req.read_regions, rr, &data)?;
+    }
+    Ok(Reply {
+        protection: h.protection,
+        authenticated,
+        body: body_decoded,
+        data,
+        cost,
+    })
+}
+
+/// Cuts the requested regions out of the (verified) returned ones. Region `i` of the reply
+/// answers region `i` of the request and must cover it, clamped at the object's end.
+fn cut_read(
+    op: OpCode,
+    asked: &[Region],
+    rr: &ReadReply,
+    data: &[u8],
+) -> Result<Vec<u8>, ClientError> {
+    if rr.regions.len() != asked.len() {
+        return Err(ClientError::integrity(
+            op,
+            format!(
+                "{} regions returned for {} asked",
+                rr.regions.len(),
+                asked.len()
+            ),
+        ));
+    }
+    let slices =
+        region_slices(&rr.regions, data).map_err(|e| ClientError::integrity(op, e.to_string()))?;
+    let mut out = Vec::with_capacity(data.len());
+    for ((want, got), bytes) in asked.iter().zip(&rr.regions).zip(slices) {
+        let want_end = want.end().unwrap_or(u64::MAX).min(rr.logical_size);
+        if want.offset >= want_end {
+            continue;
+        }
+        let got_end = got.end().unwrap_or(0);
+        if got.offset > want.offset || got_end < want_end {
+            return Err(ClientError::integrity(
+                op,
+                format!(
+                    "returned region {}+{} does not cover asked {}+{}",
+                    got.offset,
+                    got.len,
+                    want.offset,
+                    want_end - want.offset
+                ),
+            ));
+        }
+        let a = (want.offset - got.offset) as usize;
+        let b = (want_end - got.offset) as usize;
+        out.extend_from_slice(&bytes[a..b]);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
