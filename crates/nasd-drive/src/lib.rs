@@ -1,1 +1,96 @@
-//! (in progress)
+//! The nasd drive: a NASD storage node (seed 002 §2) that holds objects in partitions and
+//! enforces, on every request, the access decision a file manager sealed into a capability.
+//!
+//! Storage sits behind the [`storage::Storage`] seam (real files in production; a simulated
+//! disk that loses unsynced writes, and a fault injector, in tests). The engine keeps data in
+//! copy-on-write 8 KiB blocks and all metadata — attributes, block maps, each block's CRC and
+//! integrity metadata, tree nodes, allocator state, keys — in one redb database, committed
+//! atomically after the data is synced: an acknowledged write survives a crash, and data and
+//! its integrity metadata never disagree.
+//!
+//! # Layout
+//! - [`storage`]: the storage trait, real files, the crash simulator, fault injection.
+//! - [`records`]: versioned on-disk records.
+//! - [`store`]: the engine's read side, tree node access, block accounting.
+//! - [`writer`]: the single writer thread, jobs, transactions, group commit.
+//! - [`handler`]: request decoding, every check of seed 002 §2.4, replies.
+//! - [`server`]: the TCP server (tokio), connection limits, graceful shutdown.
+//! - [`audit`]: the append-only audit trail.
+//! - [`init`]: creating a drive and its key files.
+
+pub mod audit;
+pub mod handler;
+pub mod init;
+pub mod records;
+pub mod server;
+pub mod storage;
+pub mod store;
+pub mod writer;
+
+pub use handler::{Drive, Metrics};
+pub use init::{init, InitOptions, InitReport};
+pub use server::serve;
+
+use nasd_proto::{ObjectId, PartitionId, Status};
+
+/// Microseconds since the Unix epoch.
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Errors of the drive library.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("metadata database: {0}")]
+    Db(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("drive not initialized (run `nasd drive init`)")]
+    NotInitialized,
+    #[error("no such partition {0}")]
+    NoSuchPartition(PartitionId),
+    #[error("no such object {1} in partition {0}")]
+    NoSuchObject(PartitionId, ObjectId),
+    #[error("partition {0} exists")]
+    PartitionExists(PartitionId),
+    #[error("partition {0} has {1} objects")]
+    PartitionNotEmpty(PartitionId, u64),
+    #[error("partition {0} quota exceeded")]
+    QuotaExceeded(PartitionId),
+    #[error("drive full")]
+    DiskFull,
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("request too large")]
+    TooLarge,
+    #[error("drive shutting down")]
+    ShuttingDown,
+    #[error("{0}")]
+    Config(String),
+}
+
+impl DriveError {
+    /// The wire status for this error.
+    pub fn status(&self) -> Status {
+        match self {
+            DriveError::Io(e) if e.raw_os_error() == Some(libc::ENOSPC) => Status::DiskFull,
+            DriveError::Io(_) | DriveError::Db(_) | DriveError::Config(_) => Status::IoError,
+            DriveError::Corrupt(_) => Status::Corrupt,
+            DriveError::NotInitialized => Status::NotInitialized,
+            DriveError::NoSuchPartition(_) => Status::NoSuchPartition,
+            DriveError::NoSuchObject(..) => Status::NoSuchObject,
+            DriveError::PartitionExists(_) => Status::PartitionExists,
+            DriveError::PartitionNotEmpty(..) => Status::PartitionNotEmpty,
+            DriveError::QuotaExceeded(_) => Status::QuotaExceeded,
+            DriveError::DiskFull => Status::DiskFull,
+            DriveError::Invalid(_) => Status::InvalidArgument,
+            DriveError::TooLarge => Status::TooLarge,
+            DriveError::ShuttingDown => Status::ShuttingDown,
+        }
+    }
+}

@@ -1,0 +1,918 @@
+//! Request handling: decode, authenticate, check, execute, reply.
+//!
+//! The checks of seed 002 §2.4, in the order they run (cheap ones first; the nonce is recorded
+//! only after the digest verified, so forged requests can neither fill the replay cache nor
+//! burn a legitimate client's nonce):
+//! 1. the request's protection meets the capability's minimum (`ProtectionTooWeak`);
+//! 2. the capability's minimum meets the drive's and partition's minimum
+//!    (`CapabilityBelowMinimum`; for key-authorized requests the request's own protection must);
+//! 3. the nonce is inside the clock window (`NonceOutsideWindow`);
+//! 4. the capability has not expired (`CapabilityExpired`);
+//! 5. the capability names this drive (`WrongDrive`) and the request's partition and object
+//!    (`ObjectMismatch`);
+//! 6. its rights cover the operation (`RightsDenied`);
+//! 7. every region lies inside the capability's region (`RegionOutsideCapability`);
+//! 8. the digest verifies under the capability key recomputed from the current, then the
+//!    previous, working key and the object's `access_control_version` (`BadDigest`), compared
+//!    in constant time;
+//! 9. the nonce has not been seen (`NonceReplayed`).
+//!
+//! A request that fails any check changes nothing and gets its specific status. Replies to
+//! authenticated requests carry the request's protection, a fresh nonce and a MAC under the same
+//! key bound to the request's nonce; replies to requests that could not be authenticated carry
+//! no protection (a client must treat them as unauthenticated).
+
+use crate::audit::{Audit, AuditRecord};
+use crate::store::{Material, Store};
+use crate::writer::{Job, JobOut, Writer};
+use crate::{now_us, DriveError};
+use nasd_crypto::integrity::{pieces, CHUNK_BYTES};
+use nasd_crypto::nonce::{NonceCache, NonceError, NONCE_CACHE_ENTRIES_MAX, NONCE_WINDOW_MS};
+use nasd_crypto::request::{privacy_key, reply_mac, request_mac, unwrap_key, Field};
+use nasd_crypto::{aead, capability, ct_eq, Cost, Key};
+use nasd_proto::ops::ERROR_DETAIL_BYTES_MAX;
+use nasd_proto::{
+    CapField, CapabilityArgs, DriveInfo, KeyType, Nonce, ObjectId, Op, OpCode, PartitionId,
+    PartitionInfo, Protection, ReadReply, Region, ReplyBody, ReplyHeader, RequestHeader, Rights,
+    Scheme, Status,
+};
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Request and hashing counters (the bench's `drive_hashed_bytes_per_op`).
+#[derive(Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    /// Object data and attribute bytes the drive fed to a hash or MAC.
+    pub data_bytes_hashed: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    pub requests: u64,
+    pub data_bytes_hashed: u64,
+    pub refused: u64,
+}
+
+/// A running drive: store, writer thread, replay cache, audit trail, metrics.
+pub struct Drive {
+    pub store: Arc<Store>,
+    writer: Writer,
+    nonces: Mutex<NonceCache>,
+    audit: Audit,
+    metrics: Metrics,
+    /// The clock, behind a seam so tests can move it.
+    clock: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+/// A refusal or failure with its status and a human detail for the reply.
+struct Refusal(Status, String);
+
+impl From<DriveError> for Refusal {
+    fn from(e: DriveError) -> Self {
+        Refusal(e.status(), e.to_string())
+    }
+}
+
+fn refuse<T>(s: Status, detail: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal(s, detail.into()))
+}
+
+/// What authentication established.
+struct Authed {
+    key: Option<Key>,
+    cap: Option<CapabilityArgs>,
+    op: Op,
+    data: Vec<u8>,
+    write_pieces: Vec<Vec<pieces::PieceHash>>,
+}
+
+fn rights_for(op: OpCode) -> Rights {
+    match op {
+        OpCode::Read => Rights::READ,
+        OpCode::Write => Rights::WRITE,
+        OpCode::GetAttr => Rights::GETATTR,
+        OpCode::SetAttr => Rights::SETATTR,
+        OpCode::Create => Rights::CREATE,
+        OpCode::Remove => Rights::REMOVE,
+        OpCode::FastCopy => Rights::FASTCOPY,
+        OpCode::Flush => Rights::FLUSH,
+        OpCode::BlocksRequired => Rights::BLOCKSREQUIRED,
+        _ => Rights(u32::MAX),
+    }
+}
+
+fn fmt_time_ms(ms: u64) -> String {
+    format!("{}.{:03}s after the Unix epoch", ms / 1000, ms % 1000)
+}
+
+impl Drive {
+    /// Opens the drive in `data_dir` (`meta.redb`, `data.blk`, `audit.log`).
+    pub fn open(data_dir: &Path) -> Result<Arc<Drive>, DriveError> {
+        let meta = Arc::new(crate::storage::FileStorage::open(
+            &data_dir.join("meta.redb"),
+        )?);
+        let data = Arc::new(crate::storage::FileStorage::open(
+            &data_dir.join("data.blk"),
+        )?);
+        let store = Arc::new(Store::open(meta, data)?);
+        Self::with_store(store, Some(&data_dir.join("audit.log")))
+    }
+
+    /// A drive over an already opened store (tests use simulated storage).
+    pub fn with_store(store: Arc<Store>, audit: Option<&Path>) -> Result<Arc<Drive>, DriveError> {
+        Ok(Arc::new(Drive {
+            writer: Writer::start(store.clone()),
+            store,
+            nonces: Mutex::new(NonceCache::new(NONCE_WINDOW_MS, NONCE_CACHE_ENTRIES_MAX)),
+            audit: Audit::open(audit)?,
+            metrics: Metrics::default(),
+            clock: Box::new(now_us),
+        }))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn set_clock(self: &mut Arc<Self>, clock: impl Fn() -> u64 + Send + Sync + 'static) {
+        Arc::get_mut(self)
+            .expect("set the clock before sharing the drive")
+            .clock = Box::new(clock);
+    }
+
+    pub fn now_us(&self) -> u64 {
+        (self.clock)()
+    }
+
+    pub fn metrics(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            requests: self.metrics.requests.load(Ordering::Relaxed),
+            data_bytes_hashed: self.metrics.data_bytes_hashed.load(Ordering::Relaxed),
+            refused: self.metrics.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// The handshake answer.
+    pub fn welcome(&self) -> nasd_proto::Welcome {
+        nasd_proto::Welcome {
+            version: nasd_proto::PROTOCOL_VERSION,
+            drive: self.store.drive_id(),
+            suite: self.store.suite(),
+            block_bytes: nasd_crypto::integrity::BLOCK_BYTES as u32,
+            chunk_bytes: CHUNK_BYTES as u32,
+            clock_us: self.now_us(),
+            nonce_window_ms: NONCE_WINDOW_MS,
+        }
+    }
+
+    pub fn drive_info(&self) -> DriveInfo {
+        let c = self.store.cached();
+        DriveInfo {
+            drive: c.drive.drive,
+            suite: c.drive.suite,
+            block_bytes: nasd_crypto::integrity::BLOCK_BYTES as u32,
+            chunk_bytes: CHUNK_BYTES as u32,
+            clock_us: self.now_us(),
+            nonce_window_ms: NONCE_WINDOW_MS,
+            capacity_bytes: c.drive.capacity_bytes,
+            used_bytes: self.store.used_blocks() * nasd_crypto::integrity::BLOCK_BYTES,
+            min_protection: c.drive.min_protection,
+            vendor: format!("nasd {}", env!("CARGO_PKG_VERSION")),
+            partitions: c
+                .partitions
+                .iter()
+                .map(|(id, p)| PartitionInfo {
+                    id: PartitionId(*id),
+                    quota_bytes: p.quota_bytes,
+                    used_bytes: p.used_blocks * nasd_crypto::integrity::BLOCK_BYTES,
+                    objects: p.objects,
+                    default_scheme: p.default_scheme,
+                    min_protection: p.min_protection,
+                })
+                .collect(),
+        }
+    }
+
+    /// Handles one request body and returns the reply body. Never panics on bad input.
+    pub fn handle(&self, body: &[u8]) -> Vec<u8> {
+        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        let request_id = body
+            .get(1..9)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .unwrap_or(0);
+        let (h, data_at) = match RequestHeader::decode(body) {
+            Ok(x) => x,
+            Err(e) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                return self.unauthenticated(
+                    request_id,
+                    Status::Malformed,
+                    &format!("malformed request: {e}"),
+                );
+            }
+        };
+        let mut cost = Cost::default();
+        let now = self.now_us();
+        let authed = self.authenticate(&h, body, &body[data_at..], now, &mut cost);
+        let (status, audit_id, region) = match &authed {
+            Ok(a) => (
+                Status::Ok,
+                a.cap.map(|c| c.audit_id).unwrap_or(0),
+                first_region(&a.op),
+            ),
+            Err(r) => (r.0, cap_audit(&h), Region::default()),
+        };
+        let reply = match authed {
+            Err(Refusal(s, d)) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                self.unauthenticated(h.request_id, s, &d)
+            }
+            Ok(a) => {
+                let out = self.execute(&h, &a, &mut cost);
+                let st = match &out {
+                    Ok(_) => Status::Ok,
+                    Err(r) => r.0,
+                };
+                let reply = self.reply(&h, &a, out, &mut cost);
+                self.audit(now, audit_id, &h, region, st);
+                self.metrics
+                    .data_bytes_hashed
+                    .fetch_add(cost.data_bytes, Ordering::Relaxed);
+                return reply;
+            }
+        };
+        self.audit(now, audit_id, &h, region, status);
+        self.metrics
+            .data_bytes_hashed
+            .fetch_add(cost.data_bytes, Ordering::Relaxed);
+        reply
+    }
+
+    fn audit(&self, now: u64, audit_id: u64, h: &RequestHeader, region: Region, status: Status) {
+        self.audit.record(AuditRecord {
+            time_us: now,
+            audit_id,
+            op: h.op.name(),
+            partition: h.partition.0,
+            object: h.object.0,
+            offset: region.offset,
+            len: region.len,
+            status,
+        });
+    }
+
+    fn unauthenticated(&self, request_id: u64, status: Status, detail: &str) -> Vec<u8> {
+        let mut d = detail.as_bytes().to_vec();
+        d.truncate(ERROR_DETAIL_BYTES_MAX);
+        ReplyHeader {
+            request_id,
+            status,
+            protection: Protection::NONE,
+            nonce: self.fresh_nonce(),
+            args: d,
+            digest: [0; 32],
+        }
+        .encode()
+    }
+
+    fn fresh_nonce(&self) -> Nonce {
+        Nonce {
+            time_us: self.now_us(),
+            random: nasd_crypto::random_u64(),
+        }
+    }
+
+    /// Every check of seed 002 §2.4; see the module comment for the order.
+    fn authenticate(
+        &self,
+        h: &RequestHeader,
+        body: &[u8],
+        data: &[u8],
+        now: u64,
+        cost: &mut Cost,
+    ) -> Result<Authed, Refusal> {
+        let state = self.store.cached();
+        let suite = state.drive.suite;
+        let part = state.partitions.get(&h.partition.0);
+        let mut min = state.drive.min_protection;
+        if let Some(p) = part {
+            min = min.union(p.min_protection);
+        }
+        let no_partition = || {
+            Refusal(
+                Status::NoSuchPartition,
+                format!("no such partition {}", h.partition),
+            )
+        };
+        let nonces = || {
+            self.nonces
+                .lock()
+                .check_window(now, &h.nonce)
+                .map_err(nonce_refusal)
+        };
+
+        // Candidate keys, strongest claim first; the digest decides among them.
+        let mut keys: Vec<Key> = vec![];
+        let mut cap = None;
+        match h.key_type {
+            KeyType::Capability => {
+                let args = match &h.cap {
+                    CapField::Plain(c) => *c,
+                    CapField::Sealed(s) => {
+                        let p = part.ok_or_else(no_partition)?;
+                        let opened = [&p.working_current, &p.working_previous]
+                            .into_iter()
+                            .flatten()
+                            .find_map(|k| capability::unseal(suite, k, s));
+                        match opened {
+                            Some(c) => c,
+                            None => return refuse(Status::BadSeal, "sealed capability does not open under this partition's working keys"),
+                        }
+                    }
+                    CapField::None => return refuse(Status::Malformed, "capability missing"),
+                };
+                if !h.protection.meets(args.min_protection) {
+                    return refuse(
+                        Status::ProtectionTooWeak,
+                        format!(
+                            "request protection {} below the capability's minimum {}",
+                            h.protection, args.min_protection
+                        ),
+                    );
+                }
+                if !args.min_protection.meets(min) {
+                    return refuse(
+                        Status::CapabilityBelowMinimum,
+                        format!(
+                            "capability minimum {} below the drive/partition minimum {}",
+                            args.min_protection, min
+                        ),
+                    );
+                }
+                nonces()?;
+                if now / 1000 >= args.expiry_ms {
+                    return refuse(
+                        Status::CapabilityExpired,
+                        format!("capability expired at {}", fmt_time_ms(args.expiry_ms)),
+                    );
+                }
+                if args.drive != state.drive.drive {
+                    return refuse(
+                        Status::WrongDrive,
+                        format!(
+                            "capability is for drive {:016x}, this is {:016x}",
+                            args.drive.0, state.drive.drive.0
+                        ),
+                    );
+                }
+                let any = args.object == ObjectId::ANY && h.op == OpCode::Create;
+                if args.partition != h.partition || (args.object != h.object && !any) {
+                    return refuse(Status::ObjectMismatch, format!("capability is for object {} in partition {}, request names object {} in partition {}", args.object, args.partition, h.object, h.partition));
+                }
+                if !h.op.is_object_op() || !args.rights.contains(rights_for(h.op)) {
+                    return refuse(
+                        Status::RightsDenied,
+                        format!(
+                            "capability rights {} do not allow {}",
+                            args.rights,
+                            h.op.name()
+                        ),
+                    );
+                }
+                let p = part.ok_or_else(no_partition)?;
+                let acv = if h.op == OpCode::Create {
+                    0
+                } else {
+                    self.store
+                        .object(h.partition, h.object)?
+                        .attrs
+                        .access_control_version
+                };
+                for wk in [&p.working_current, &p.working_previous]
+                    .into_iter()
+                    .flatten()
+                {
+                    keys.push(capability::capability_key(suite, wk, &args, acv));
+                }
+                if keys.is_empty() {
+                    return refuse(Status::KeyNotSet, "partition has no working key");
+                }
+                cap = Some(args);
+            }
+            kt => {
+                if !h.protection.meets(min) {
+                    return refuse(
+                        Status::ProtectionTooWeak,
+                        format!(
+                            "request protection {} below the drive/partition minimum {}",
+                            h.protection, min
+                        ),
+                    );
+                }
+                nonces()?;
+                let allowed = match h.op {
+                    OpCode::Initialize | OpCode::SetDriveKey => kt == KeyType::Master,
+                    OpCode::CreatePartition
+                    | OpCode::RemovePartition
+                    | OpCode::ResizePartition
+                    | OpCode::SetPartitionKey => {
+                        matches!(kt, KeyType::Master | KeyType::Drive)
+                    }
+                    OpCode::SetWorkingKey => kt == KeyType::Partition,
+                    OpCode::SetMinProtection | OpCode::FlushPartition => {
+                        matches!(kt, KeyType::Master | KeyType::Drive | KeyType::Partition)
+                    }
+                    _ => true,
+                };
+                if !allowed {
+                    return refuse(
+                        Status::WrongKeyType,
+                        format!("{} is not allowed with the {} key", h.op.name(), kt.name()),
+                    );
+                }
+                match kt {
+                    KeyType::Master => keys.push(state.drive.master_key.clone()),
+                    KeyType::Drive => keys.extend(state.drive.drive_key.clone()),
+                    KeyType::Partition => {
+                        keys.extend(part.ok_or_else(no_partition)?.partition_key.clone())
+                    }
+                    KeyType::Working => {
+                        let p = part.ok_or_else(no_partition)?;
+                        keys.extend(p.working_current.clone());
+                        keys.extend(p.working_previous.clone());
+                    }
+                    KeyType::Capability => unreachable!(),
+                }
+                if keys.is_empty() {
+                    return refuse(
+                        Status::KeyNotSet,
+                        format!("the {} key is not set", kt.name()),
+                    );
+                }
+            }
+        }
+
+        // Arguments (decrypted under privacy), data, and the digest, tried under each key.
+        let mut last = Refusal(Status::BadDigest, "digest does not verify".into());
+        for key in keys {
+            match self.verify_with(h, body, data, &key, suite, cap.as_ref(), cost) {
+                Ok((op, data, write_pieces)) => {
+                    // 7: regions inside the capability's region.
+                    if let Some(c) = &cap {
+                        for r in op_regions(&op) {
+                            if !c.region.contains(r) {
+                                return refuse(
+                                    Status::RegionOutsideCapability,
+                                    format!(
+                                        "region {}+{} outside capability region {}+{}",
+                                        r.offset, r.len, c.region.offset, c.region.len
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                    // 9: the nonce is new; recorded only now that the request is authentic.
+                    self.nonces
+                        .lock()
+                        .accept(now, &h.nonce)
+                        .map_err(nonce_refusal)?;
+                    let key = if h.protection.integrity_args() || h.protection.privacy_args() {
+                        Some(key)
+                    } else {
+                        None
+                    };
+                    return Ok(Authed {
+                        key,
+                        cap,
+                        op,
+                        data,
+                        write_pieces,
+                    });
+                }
+                Err(r) => last = r,
+            }
+        }
+        Err(last)
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn verify_with(
+        &self,
+        h: &RequestHeader,
+        body: &[u8],
+        data: &[u8],
+        key: &Key,
+        suite: nasd_proto::Suite,
+        cap: Option<&CapabilityArgs>,
+        cost: &mut Cost,
+    ) -> Result<(Op, Vec<u8>, Vec<Vec<pieces::PieceHash>>), Refusal> {
+        let bad = || {
+            Refusal(
+                Status::BadDigest,
+                "digest does not verify (forged, revoked, or the wrong key)".into(),
+            )
+        };
+        let pk = (h.protection.privacy_args() || h.protection.privacy_data())
+            .then(|| privacy_key(suite, key, &h.nonce));
+        let args = match &pk {
+            Some(pk) if h.protection.privacy_args() => {
+                aead::open(pk, Field::RequestArgs.nonce(), b"", &h.args).ok_or_else(bad)?
+            }
+            _ => h.args.clone(),
+        };
+        let op = Op::decode_args(h.op, &args)
+            .map_err(|e| Refusal(Status::Malformed, format!("malformed arguments: {e}")))?;
+        let data = match &pk {
+            Some(pk) if h.protection.privacy_data() && !data.is_empty() => {
+                aead::open(pk, Field::RequestData.nonce(), b"", data).ok_or_else(bad)?
+            }
+            _ => data.to_vec(),
+        };
+        let _ = cap;
+        let mut write_pieces = vec![];
+        if let Op::Write { regions, form, .. } = &op {
+            let total = nasd_proto::ops::regions_total(regions).ok_or_else(|| {
+                Refusal(Status::InvalidArgument, "region lengths overflow".into())
+            })?;
+            if total != data.len() as u64 {
+                return refuse(
+                    Status::InvalidArgument,
+                    format!(
+                        "regions cover {total} bytes but {} bytes of data came",
+                        data.len()
+                    ),
+                );
+            }
+            if h.protection.integrity_data() {
+                let mut at = 0usize;
+                for r in regions {
+                    let d = &data[at..at + r.len as usize];
+                    at += r.len as usize;
+                    write_pieces.push(pieces::write_form(suite, *form, r.offset, d, cost));
+                }
+            }
+        }
+        if h.protection.integrity_args() {
+            let mut mac = request_mac(suite, key, RequestHeader::mac_input_of(body));
+            if h.protection.integrity_data() {
+                if let Op::Write { regions, form, .. } = &op {
+                    let mut at = 0usize;
+                    for (r, ps) in regions.iter().zip(&write_pieces) {
+                        let d = &data[at..at + r.len as usize];
+                        at += r.len as usize;
+                        pieces::feed(&mut mac, *form, ps, d, cost);
+                    }
+                }
+            }
+            let got = mac.finalize(cost);
+            if !ct_eq(&got, &h.digest) {
+                return Err(bad());
+            }
+        }
+        Ok((op, data, write_pieces))
+    }
+
+    /// Runs an authenticated operation; returns the reply body, its data and the data digest
+    /// material the reply MAC covers.
+    fn execute(
+        &self,
+        h: &RequestHeader,
+        a: &Authed,
+        cost: &mut Cost,
+    ) -> Result<(ReplyBody, Vec<u8>, Material), Refusal> {
+        let p = h.partition;
+        let o = h.object;
+        let integrity = h.protection.integrity_data();
+        let attrs_reply = |out: JobOut| -> Result<(ReplyBody, Vec<u8>, Material), Refusal> {
+            match out {
+                JobOut::Object(id, rec) => Ok((
+                    ReplyBody::Object { object: id },
+                    rec.attrs.encode(),
+                    Material::Bytes(rec.attr_digest.to_vec()),
+                )),
+                JobOut::Attrs(rec) => Ok((
+                    ReplyBody::Attrs,
+                    rec.attrs.encode(),
+                    Material::Bytes(rec.attr_digest.to_vec()),
+                )),
+                _ => Ok((ReplyBody::Empty, vec![], Material::None)),
+            }
+        };
+        let run = |job: Job| self.writer.run_blocking(job).map_err(Refusal::from);
+        let suite = self.store.suite();
+        let unwrap = |w: &[u8; 48]| -> Result<Key, Refusal> {
+            let k = a.key.as_ref().ok_or_else(|| {
+                Refusal(
+                    Status::ProtectionTooWeak,
+                    "setting a key needs integrity-args at least".into(),
+                )
+            })?;
+            unwrap_key(suite, k, &h.nonce, h.op, p, w)
+                .ok_or_else(|| Refusal(Status::BadSeal, "wrapped key does not open".into()))
+        };
+        if o.is_control() && !matches!(a.op, Op::Read { .. }) && a.op.code().is_object_op() {
+            return refuse(
+                Status::ReadOnlyObject,
+                format!("object {o} is a read-only control object"),
+            );
+        }
+        match &a.op {
+            Op::Read { regions } if o.is_control() => {
+                let bytes = self.control_object(p, o)?;
+                let mut data = vec![];
+                let mut out = vec![];
+                for r in regions {
+                    let s = r.offset.min(bytes.len() as u64);
+                    let e = r.end().unwrap_or(u64::MAX).min(bytes.len() as u64);
+                    data.extend_from_slice(&bytes[s as usize..e as usize]);
+                    out.push(Region::new(s, e - s));
+                }
+                let rr = ReadReply {
+                    logical_size: bytes.len() as u64,
+                    scheme: Scheme::Mac,
+                    regions: out,
+                    trailer: vec![],
+                };
+                Ok((
+                    ReplyBody::Read(rr),
+                    data,
+                    if integrity {
+                        Material::Data
+                    } else {
+                        Material::None
+                    },
+                ))
+            }
+            Op::Read { regions } => {
+                let r = self.store.read(p, o, regions, integrity, cost)?;
+                let rr = ReadReply {
+                    logical_size: r.logical_size,
+                    scheme: r.scheme,
+                    regions: r.regions,
+                    trailer: r.trailer,
+                };
+                Ok((ReplyBody::Read(rr), r.data, r.material))
+            }
+            Op::Write {
+                regions,
+                form,
+                write_back,
+            } => {
+                let out = run(Job::Write {
+                    p,
+                    o,
+                    regions: regions.clone(),
+                    data: a.data.clone(),
+                    form: *form,
+                    pieces: a.write_pieces.clone(),
+                    write_back: *write_back,
+                })?;
+                match out {
+                    JobOut::Written {
+                        bytes,
+                        scheme,
+                        logical_size,
+                        cost: c,
+                    } => {
+                        cost.add_all(&c);
+                        Ok((
+                            ReplyBody::Written {
+                                bytes,
+                                scheme,
+                                logical_size,
+                            },
+                            vec![],
+                            Material::None,
+                        ))
+                    }
+                    _ => Ok((ReplyBody::Empty, vec![], Material::None)),
+                }
+            }
+            Op::GetAttr => {
+                let rec = self.store.object(p, o)?;
+                Ok((
+                    ReplyBody::Attrs,
+                    rec.attrs.encode(),
+                    Material::Bytes(rec.attr_digest.to_vec()),
+                ))
+            }
+            Op::Create {
+                scheme,
+                mask,
+                attrs,
+            } => attrs_reply(run(Job::Create {
+                p,
+                scheme: *scheme,
+                mask: *mask,
+                attrs: attrs.clone(),
+            })?),
+            Op::SetAttr { mask, attrs } => attrs_reply(run(Job::SetAttr {
+                p,
+                o,
+                mask: *mask,
+                attrs: attrs.clone(),
+            })?),
+            Op::FastCopy => attrs_reply(run(Job::FastCopy { p, o })?),
+            Op::Remove => attrs_reply(run(Job::Remove { p, o })?),
+            Op::Flush { .. } | Op::FlushPartition => attrs_reply(run(Job::Flush)?),
+            Op::BlocksRequired { regions } => {
+                let (estimated, maximum) = self.store.blocks_required(p, o, regions)?;
+                Ok((
+                    ReplyBody::BlocksRequired { estimated, maximum },
+                    vec![],
+                    Material::None,
+                ))
+            }
+            Op::CreatePartition {
+                quota_bytes,
+                default_scheme,
+            } => attrs_reply(run(Job::CreatePartition {
+                p,
+                quota_bytes: *quota_bytes,
+                scheme: *default_scheme,
+            })?),
+            Op::RemovePartition { force } => {
+                attrs_reply(run(Job::RemovePartition { p, force: *force })?)
+            }
+            Op::ResizePartition { quota_bytes } => attrs_reply(run(Job::ResizePartition {
+                p,
+                quota_bytes: *quota_bytes,
+            })?),
+            Op::SetPartitionKey { wrapped } => attrs_reply(run(Job::SetPartitionKey {
+                p,
+                key: unwrap(wrapped)?,
+            })?),
+            Op::SetWorkingKey { wrapped } => attrs_reply(run(Job::SetWorkingKey {
+                p,
+                key: unwrap(wrapped)?,
+            })?),
+            Op::SetDriveKey { wrapped } => attrs_reply(run(Job::SetDriveKey {
+                key: unwrap(wrapped)?,
+            })?),
+            Op::SetMinProtection {
+                drive_wide,
+                protection,
+            } => attrs_reply(run(Job::SetMinProtection {
+                p: (!drive_wide).then_some(p),
+                protection: *protection,
+            })?),
+            Op::Initialize { .. } => refuse(
+                Status::InvalidArgument,
+                "initialize over the network is disabled; run `nasd drive init` on the drive",
+            ),
+            Op::Inquiry => Ok((
+                ReplyBody::Drive(Box::new(self.drive_info())),
+                vec![],
+                Material::None,
+            )),
+        }
+    }
+
+    /// Contents of the well-known control objects of seed 002 Table 4.
+    fn control_object(&self, p: PartitionId, o: ObjectId) -> Result<Vec<u8>, Refusal> {
+        let info = self.drive_info();
+        match o {
+            ObjectId::DRIVE_CONTROL => Ok(info.encode()),
+            ObjectId::PARTITION_CONTROL => {
+                let pi = info
+                    .partitions
+                    .into_iter()
+                    .find(|x| x.id == p)
+                    .ok_or_else(|| {
+                        Refusal(Status::NoSuchPartition, format!("no such partition {p}"))
+                    })?;
+                let mut v = vec![];
+                v.extend_from_slice(&pi.quota_bytes.to_le_bytes());
+                v.extend_from_slice(&pi.used_bytes.to_le_bytes());
+                v.extend_from_slice(&pi.objects.to_le_bytes());
+                v.push(pi.default_scheme as u8);
+                v.push(pi.min_protection.bits());
+                Ok(v)
+            }
+            _ => Ok(self
+                .store
+                .list_objects(p)?
+                .iter()
+                .flat_map(|o| o.0.to_le_bytes())
+                .collect()),
+        }
+    }
+
+    fn reply(
+        &self,
+        h: &RequestHeader,
+        a: &Authed,
+        out: Result<(ReplyBody, Vec<u8>, Material), Refusal>,
+        cost: &mut Cost,
+    ) -> Vec<u8> {
+        let suite = self.store.suite();
+        let Some(key) = &a.key else {
+            // NO_PROTECTION (or privacy-capability alone): nothing to protect the reply with.
+            return match out {
+                Ok((body, data, _)) => {
+                    let mut v = ReplyHeader {
+                        request_id: h.request_id,
+                        status: Status::Ok,
+                        protection: Protection::NONE,
+                        nonce: self.fresh_nonce(),
+                        args: body.encode(),
+                        digest: [0; 32],
+                    }
+                    .encode();
+                    v.extend_from_slice(&data);
+                    v
+                }
+                Err(Refusal(s, d)) => self.unauthenticated(h.request_id, s, &d),
+            };
+        };
+        let (status, mut args, mut data, material) = match out {
+            Ok((body, data, m)) => (Status::Ok, body.encode(), data, m),
+            Err(Refusal(s, d)) => {
+                let mut d = d.into_bytes();
+                d.truncate(ERROR_DETAIL_BYTES_MAX);
+                (s, d, vec![], Material::None)
+            }
+        };
+        let pk = (h.protection.privacy_args() || h.protection.privacy_data())
+            .then(|| privacy_key(suite, key, &h.nonce));
+        let mut mac_data: Option<Vec<u8>> = None;
+        if let Some(pk) = &pk {
+            if h.protection.privacy_args() {
+                args = aead::seal(pk, Field::ReplyArgs.nonce(), b"", &args);
+            }
+            if h.protection.privacy_data() && !data.is_empty() {
+                if matches!(material, Material::Data) {
+                    mac_data = Some(data.clone());
+                }
+                aead::seal_in_place(pk, Field::ReplyData.nonce(), b"", &mut data);
+            }
+        }
+        let header = ReplyHeader {
+            request_id: h.request_id,
+            status,
+            protection: h.protection,
+            nonce: self.fresh_nonce(),
+            args,
+            digest: [0; 32],
+        };
+        let mut v = header.encode();
+        let mut mac = reply_mac(suite, key, &h.nonce, ReplyHeader::mac_input_of(&v));
+        match &material {
+            Material::None => {}
+            Material::Data => mac.update_data(mac_data.as_deref().unwrap_or(&data), cost),
+            Material::Bytes(b) => mac.update(b),
+        }
+        let digest = mac.finalize(cost);
+        let hlen = u32::from_le_bytes(v[9..13].try_into().unwrap()) as usize;
+        v[13 + hlen - 32..13 + hlen].copy_from_slice(&digest);
+        v.extend_from_slice(&data);
+        v
+    }
+}
+
+fn nonce_refusal(e: NonceError) -> Refusal {
+    match e {
+        NonceError::OutsideWindow { nonce_us, now_us } => Refusal(
+            Status::NonceOutsideWindow,
+            format!(
+                "nonce time {} µs is {} ms from the drive's clock (window ±{} ms)",
+                nonce_us,
+                nonce_us.abs_diff(now_us) / 1000,
+                NONCE_WINDOW_MS
+            ),
+        ),
+        NonceError::Replayed => Refusal(
+            Status::NonceReplayed,
+            "nonce already seen: replayed request".into(),
+        ),
+        NonceError::Full => Refusal(
+            Status::NonceCacheFull,
+            "replay cache full; retry shortly".into(),
+        ),
+    }
+}
+
+fn op_regions(op: &Op) -> &[Region] {
+    match op {
+        Op::Read { regions } | Op::Write { regions, .. } | Op::BlocksRequired { regions } => {
+            regions
+        }
+        _ => &[],
+    }
+}
+
+fn first_region(op: &Op) -> Region {
+    op_regions(op).first().copied().unwrap_or_default()
+}
+
+fn cap_audit(h: &RequestHeader) -> u64 {
+    match &h.cap {
+        CapField::Plain(c) => c.audit_id,
+        _ => 0,
+    }
+}

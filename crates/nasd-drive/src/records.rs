@@ -1,0 +1,205 @@
+//! Records the drive keeps in its metadata database, each starting with a format version byte.
+//! Layouts (little-endian) are repeated in `docs/storage.md`.
+//!
+//! ```text
+//! DriveRecord     v1: u8 ver, u64 drive_id, u8 suite, 32B master key, u8 has_drive_key,
+//!                     32B drive key, u8 min_protection, u64 capacity_bytes, u64 next_phys
+//! PartitionRecord v1: u8 ver, u64 quota_bytes, u64 used_blocks, u64 objects, u8 default_scheme,
+//!                     u8 min_protection, u64 next_object, 3 x (u8 present, 32B key)
+//!                     [partition, current working, previous working]
+//! ObjectRecord    v1: u8 ver, 357B attributes, 32B attribute digest
+//! BlockEntry      v1: u8 ver, u64 phys, u32 crc32c of the 8 KiB physical block, BlockMeta
+//! ```
+//! Decoders are total: a record that does not parse is reported as corruption, never a panic.
+
+use nasd_crypto::integrity::BlockMeta;
+use nasd_crypto::{Digest, Key};
+use nasd_proto::codec::{Reader, Writer};
+use nasd_proto::{Attributes, DecodeError, DriveId, Protection, Scheme, Suite};
+
+const V1: u8 = 1;
+
+fn put_key(w: &mut Writer, k: &Option<Key>) {
+    match k {
+        Some(k) => {
+            w.u8(1);
+            w.bytes(k.expose());
+        }
+        None => {
+            w.u8(0);
+            w.bytes(&[0; 32]);
+        }
+    }
+}
+
+fn get_key(r: &mut Reader<'_>) -> Result<Option<Key>, DecodeError> {
+    let present = r.u8("key present")?;
+    let b: [u8; 32] = r.array("key")?;
+    match present {
+        0 => Ok(None),
+        1 => Ok(Some(Key::from_bytes(b))),
+        _ => Err(DecodeError::BadValue("key present")),
+    }
+}
+
+fn check_version(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    if r.u8("record version")? != V1 {
+        return Err(DecodeError::BadValue("record version"));
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+pub struct DriveRecord {
+    pub drive: DriveId,
+    pub suite: Suite,
+    pub master_key: Key,
+    pub drive_key: Option<Key>,
+    pub min_protection: Protection,
+    pub capacity_bytes: u64,
+    /// Physical blocks below this have been handed out at least once.
+    pub next_phys: u64,
+}
+
+impl DriveRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(V1);
+        w.u64(self.drive.0);
+        w.u8(self.suite as u8);
+        w.bytes(self.master_key.expose());
+        put_key(&mut w, &self.drive_key);
+        w.u8(self.min_protection.bits());
+        w.u64(self.capacity_bytes);
+        w.u64(self.next_phys);
+        w.into_vec()
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(b);
+        check_version(&mut r)?;
+        let d = DriveRecord {
+            drive: DriveId(r.u64("drive")?),
+            suite: Suite::from_u8(r.u8("suite")?)?,
+            master_key: Key::from_bytes(r.array("master")?),
+            drive_key: get_key(&mut r)?,
+            min_protection: Protection::from_bits(r.u8("min protection")?)?,
+            capacity_bytes: r.u64("capacity")?,
+            next_phys: r.u64("next phys")?,
+        };
+        r.finish("drive record")?;
+        Ok(d)
+    }
+}
+
+#[derive(Clone)]
+pub struct PartitionRecord {
+    pub quota_bytes: u64,
+    pub used_blocks: u64,
+    pub objects: u64,
+    pub default_scheme: Scheme,
+    pub min_protection: Protection,
+    pub next_object: u64,
+    pub partition_key: Option<Key>,
+    pub working_current: Option<Key>,
+    pub working_previous: Option<Key>,
+}
+
+impl PartitionRecord {
+    pub fn new(quota_bytes: u64, default_scheme: Scheme) -> Self {
+        PartitionRecord {
+            quota_bytes,
+            used_blocks: 0,
+            objects: 0,
+            default_scheme,
+            min_protection: Protection::NONE,
+            next_object: nasd_proto::ObjectId::FIRST_ORDINARY.0,
+            partition_key: None,
+            working_current: None,
+            working_previous: None,
+        }
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(V1);
+        w.u64(self.quota_bytes);
+        w.u64(self.used_blocks);
+        w.u64(self.objects);
+        w.u8(self.default_scheme as u8);
+        w.u8(self.min_protection.bits());
+        w.u64(self.next_object);
+        put_key(&mut w, &self.partition_key);
+        put_key(&mut w, &self.working_current);
+        put_key(&mut w, &self.working_previous);
+        w.into_vec()
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(b);
+        check_version(&mut r)?;
+        let p = PartitionRecord {
+            quota_bytes: r.u64("quota")?,
+            used_blocks: r.u64("used")?,
+            objects: r.u64("objects")?,
+            default_scheme: Scheme::from_u8(r.u8("scheme")?)?,
+            min_protection: Protection::from_bits(r.u8("min protection")?)?,
+            next_object: r.u64("next object")?,
+            partition_key: get_key(&mut r)?,
+            working_current: get_key(&mut r)?,
+            working_previous: get_key(&mut r)?,
+        };
+        r.finish("partition record")?;
+        Ok(p)
+    }
+}
+
+#[derive(Clone)]
+pub struct ObjectRecord {
+    pub attrs: Attributes,
+    pub attr_digest: Digest,
+}
+
+impl ObjectRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(1 + Attributes::BYTES + 32);
+        v.push(V1);
+        v.extend_from_slice(&self.attrs.encode());
+        v.extend_from_slice(&self.attr_digest);
+        v
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        if b.len() != 1 + Attributes::BYTES + 32 || b[0] != V1 {
+            return Err(DecodeError::BadValue("object record"));
+        }
+        Ok(ObjectRecord {
+            attrs: Attributes::decode(&b[1..1 + Attributes::BYTES])?,
+            attr_digest: b[1 + Attributes::BYTES..].try_into().unwrap(),
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockEntry {
+    pub phys: u64,
+    pub crc: u32,
+    pub meta: BlockMeta,
+}
+
+impl BlockEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16 + 2 + 32 * 8);
+        v.push(V1);
+        v.extend_from_slice(&self.phys.to_le_bytes());
+        v.extend_from_slice(&self.crc.to_le_bytes());
+        self.meta.encode(&mut v);
+        v
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        if b.len() < 13 || b[0] != V1 {
+            return Err(DecodeError::BadValue("block entry"));
+        }
+        Ok(BlockEntry {
+            phys: u64::from_le_bytes(b[1..9].try_into().unwrap()),
+            crc: u32::from_le_bytes(b[9..13].try_into().unwrap()),
+            meta: BlockMeta::decode(&b[13..]).ok_or(DecodeError::BadValue("block meta"))?,
+        })
+    }
+}

@@ -1,0 +1,152 @@
+//! The drive's TCP server: the version handshake, then length-prefixed request frames,
+//! pipelined — a connection may have up to [`INFLIGHT_PER_CONNECTION_MAX`] requests in
+//! progress, answered as they complete and matched by request id. Connections are capped at
+//! [`CONNECTIONS_MAX`]; frames over `FRAME_BYTES_MAX` close the connection before anything is
+//! allocated for them. On shutdown the server stops accepting, lets in-flight requests finish
+//! (up to [`SHUTDOWN_GRACE_MS`]) and makes every write durable.
+
+use crate::handler::Drive;
+use crate::writer::Job;
+use crate::DriveError;
+use nasd_proto::{frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+
+/// Most client connections served at once.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// Most requests in progress on one connection; further frames wait to be read.
+pub const INFLIGHT_PER_CONNECTION_MAX: usize = 64;
+/// Time a client has to send its hello.
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Longest wait for in-flight requests at shutdown.
+pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
+
+/// Serves `drive` on `listener` until `shutdown` completes.
+pub async fn serve(
+    drive: Arc<Drive>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DriveError> {
+    let conns = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = conns.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "connection refused: {CONNECTIONS_MAX} connections open");
+                    continue;
+                };
+                let d = drive.clone();
+                tokio::spawn(async move {
+                    let _ = stream.set_nodelay(true);
+                    if let Err(e) = connection(d, stream).await {
+                        tracing::debug!(%peer, "connection closed: {e}");
+                    }
+                    drop(permit);
+                });
+            }
+        }
+    }
+    tracing::info!("shutting down: waiting for in-flight requests");
+    let _ = tokio::time::timeout(
+        Duration::from_millis(SHUTDOWN_GRACE_MS),
+        conns.acquire_many(CONNECTIONS_MAX as u32),
+    )
+    .await;
+    let w = drive.writer().clone();
+    tokio::task::spawn_blocking(move || w.run_blocking(Job::Flush))
+        .await
+        .map_err(|_| DriveError::ShuttingDown)??;
+    Ok(())
+}
+
+async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let n = u32::from_le_bytes(len) as usize;
+    if n == 0 || n > FRAME_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {n} bytes refused"),
+        ));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body).await?;
+    Ok(Some(body))
+}
+
+async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::with_capacity(256 << 10, r);
+    let hello = tokio::time::timeout(
+        Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+        read_frame(&mut r),
+    )
+    .await
+    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no hello"))??;
+    let Some(hello) = hello else { return Ok(()) };
+    match Hello::decode(&hello) {
+        Ok(h) if h.version == PROTOCOL_VERSION => {}
+        _ => {
+            // Answer with our version so the client can say what is wrong, then close.
+            w.write_all(&frame(&drive.welcome().encode())).await?;
+            return Ok(());
+        }
+    }
+    w.write_all(&frame(&drive.welcome().encode())).await?;
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(INFLIGHT_PER_CONNECTION_MAX);
+    let writer = tokio::spawn(async move {
+        while let Some(body) = rx.recv().await {
+            let len = (body.len() as u32).to_le_bytes();
+            if w.write_all(&len).await.is_err() || w.write_all(&body).await.is_err() {
+                break;
+            }
+        }
+    });
+    let inflight = Arc::new(Semaphore::new(INFLIGHT_PER_CONNECTION_MAX));
+    let result = loop {
+        let permit = inflight
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        let body = match read_frame(&mut r).await {
+            Ok(Some(b)) => b,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        let d = drive.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let reply = tokio::task::spawn_blocking(move || d.handle(&body)).await;
+            if let Ok(reply) = reply {
+                let _ = tx.send(reply).await;
+            }
+            drop(permit);
+        });
+    };
+    // Let in-flight requests answer before the writer stops.
+    let _ = inflight
+        .acquire_many(INFLIGHT_PER_CONNECTION_MAX as u32)
+        .await;
+    drop(tx);
+    let _ = writer.await;
+    result
+}

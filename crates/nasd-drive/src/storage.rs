@@ -1,0 +1,283 @@
+//! The storage seam (redb's `StorageBackend` idea): every byte the drive persists goes through
+//! [`Storage`], so tests can put a simulated disk underneath that loses unsynced writes on a
+//! crash ([`SimDisk`]) or fails chosen operations ([`Faulty`]), while production uses real files
+//! with `pread`/`pwrite`/`fdatasync` ([`FileStorage`]).
+
+use parking_lot::Mutex;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One durable byte array: a file, or a simulated one.
+pub trait Storage: Send + Sync + fmt::Debug + 'static {
+    fn len(&self) -> io::Result<u64>;
+    /// Reads exactly `out.len()` bytes at `offset`; reading past the end is an error.
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()>;
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// New bytes read as zero.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes every earlier write and `set_len` durable.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// A real file.
+#[derive(Debug)]
+pub struct FileStorage {
+    file: File,
+}
+
+impl FileStorage {
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        Ok(Self { file })
+    }
+}
+
+impl Storage for FileStorage {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(out, offset)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// Adapts a [`Storage`] to redb.
+#[derive(Debug)]
+pub struct RedbBackend(pub Arc<dyn Storage>);
+
+impl redb::StorageBackend for RedbBackend {
+    fn len(&self) -> Result<u64, io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), io::Error> {
+        self.0.sync()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        self.0.write(offset, data)
+    }
+}
+
+#[derive(Clone)]
+enum Pending {
+    Write(u64, Vec<u8>),
+    SetLen(u64),
+}
+
+#[derive(Default)]
+struct SimState {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<Pending>,
+}
+
+fn apply(buf: &mut Vec<u8>, p: &Pending) {
+    match p {
+        Pending::Write(off, d) => {
+            let end = *off as usize + d.len();
+            if buf.len() < end {
+                buf.resize(end, 0);
+            }
+            buf[*off as usize..end].copy_from_slice(d);
+        }
+        Pending::SetLen(n) => buf.resize(*n as usize, 0),
+    }
+}
+
+/// An in-memory file that models a disk cache: writes are visible at once but durable only
+/// after `sync`. [`SimDisk::crash`] throws away unsynced work, keeping each unsynced write with
+/// a chosen probability (a power loss may persist some of them, in any order), so tests can
+/// prove that every acknowledged write survives and nothing unacknowledged corrupts the rest.
+#[derive(Clone, Default)]
+pub struct SimDisk(Arc<Mutex<SimState>>);
+
+impl fmt::Debug for SimDisk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimDisk({} bytes)", self.0.lock().current.len())
+    }
+}
+
+impl SimDisk {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Simulates a power loss: the file becomes its durable content plus, independently, each
+    /// unsynced write with probability `keep_per_mille / 1000` (decided by `seed`).
+    pub fn crash(&self, seed: u64, keep_per_mille: u64) {
+        let mut s = self.0.lock();
+        let mut rng = seed | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut img = s.durable.clone();
+        let pending = std::mem::take(&mut s.pending);
+        for p in &pending {
+            if next() % 1000 < keep_per_mille {
+                apply(&mut img, p);
+            }
+        }
+        s.durable = img.clone();
+        s.current = img;
+    }
+    /// Flips bits in the stored bytes (durable and current): on-disk corruption.
+    pub fn corrupt(&self, offset: u64, xor: u8) {
+        let mut s = self.0.lock();
+        let o = offset as usize;
+        if o < s.current.len() {
+            s.current[o] ^= xor;
+        }
+        if o < s.durable.len() {
+            s.durable[o] ^= xor;
+        }
+    }
+}
+
+impl Storage for SimDisk {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.lock().current.len() as u64)
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        let s = self.0.lock();
+        let end = offset as usize + out.len();
+        if end > s.current.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past end",
+            ));
+        }
+        out.copy_from_slice(&s.current[offset as usize..end]);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut s = self.0.lock();
+        let p = Pending::Write(offset, data.to_vec());
+        apply(&mut s.current, &p);
+        s.pending.push(p);
+        Ok(())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut s = self.0.lock();
+        let p = Pending::SetLen(len);
+        apply(&mut s.current, &p);
+        s.pending.push(p);
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        let mut s = self.0.lock();
+        s.durable = s.current.clone();
+        s.pending.clear();
+        Ok(())
+    }
+}
+
+/// Wraps a storage and fails chosen operations: writes once a byte budget is spent (a full
+/// disk: `ENOSPC`), or every operation after a switch is thrown (a dying disk: `EIO`).
+#[derive(Debug)]
+pub struct Faulty {
+    inner: Arc<dyn Storage>,
+    /// Bytes that may still be written before writes fail with ENOSPC.
+    pub write_budget: AtomicU64,
+    /// When non-zero, every operation fails with EIO.
+    pub dead: AtomicU64,
+}
+
+impl Faulty {
+    pub fn new(inner: Arc<dyn Storage>) -> Self {
+        Self {
+            inner,
+            write_budget: AtomicU64::new(u64::MAX),
+            dead: AtomicU64::new(0),
+        }
+    }
+    fn check(&self) -> io::Result<()> {
+        if self.dead.load(Ordering::Relaxed) != 0 {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
+    }
+}
+
+impl Storage for Faulty {
+    fn len(&self) -> io::Result<u64> {
+        self.check()?;
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        self.check()?;
+        self.inner.read(offset, out)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check()?;
+        let n = data.len() as u64;
+        let ok = self
+            .write_budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(n))
+            .is_ok();
+        if !ok {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.write(offset, data)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check()?;
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.check()?;
+        self.inner.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sim_disk_loses_unsynced_writes_on_crash() {
+        let d = SimDisk::new();
+        d.write(0, b"durable").unwrap();
+        d.sync().unwrap();
+        d.write(0, b"DURABLE, then lost").unwrap();
+        d.crash(1, 0);
+        let mut out = vec![0u8; 7];
+        d.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"durable");
+        assert_eq!(d.len().unwrap(), 7);
+    }
+
+    #[test]
+    fn faulty_reports_enospc_after_budget() {
+        let f = Faulty::new(Arc::new(SimDisk::new()));
+        f.write_budget.store(4, Ordering::SeqCst);
+        f.write(0, b"abcd").unwrap();
+        let e = f.write(4, b"e").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    }
+}
