@@ -20,7 +20,9 @@
 //!   hash over the rest of the block; a write that starts inside a block rehashes the whole block.
 //! - nasd's `tree` scheme (DESIGN.md, beyond the seeds) is modelled on 1 KiB chunks in a
 //!   BLAKE3-shaped binary tree over a [`MODEL_OBJECT_BYTES`] object: a chunk costs 16 calls, a
-//!   parent one (two 32-byte children), and reads cost the drive only the MAC over the root.
+//!   parent one (two 32-byte children), and reads cost the drive only the MAC over the root. A
+//!   write carries one hash per chunk piece under the MAC (nasd's write form), and the drive
+//!   rehashes partially written chunks and the parents above them.
 //!
 //! The model counts data work only: request arguments and headers are left out, as the seed's
 //! figures plot cost against the amount of data transferred.
@@ -385,6 +387,7 @@ fn tree_cost(side: Side, op: Op, offset: u64, len: u64) -> Cost {
         )
     };
     let chunks = hi - lo;
+    debug_assert!(lo <= hi && hi <= leaves);
     let parents = tree_parents_touched(leaves, lo, hi);
     let root_mac = Cost {
         mac_bytes: TREE_NODE_BYTES,
@@ -398,18 +401,26 @@ fn tree_cost(side: Side, op: Op, offset: u64, len: u64) -> Cost {
             hash_calls: chunks * TREE_CHUNK_CALLS + parents,
             ..root_mac
         },
-        // The client sends the data under a MAC over its hash.
-        (Side::Client, Op::Write) => Cost {
-            mac_bytes: len,
-            ..Cost::default()
-        },
-        // The drive verifies the data's MAC, then rehashes the touched chunks (old bytes of
-        // partial edge chunks merged in) and every parent on their paths to the root.
-        (Side::Drive, Op::Write) => Cost {
-            hash_calls: chunks * TREE_CHUNK_CALLS + parents,
-            mac_bytes: len,
-            ..Cost::default()
-        },
+        // Writes (nasd's write form): every chunk piece is hashed (a leaf when it starts its
+        // chunk) and the MAC covers the piece values; the drive verifies the same way, then
+        // rehashes each partially written chunk with its old bytes, reusing whole-chunk pieces as
+        // leaves, and recomputes every parent on their paths to the root.
+        (_, Op::Write) => {
+            let ps = pieces(offset, len, TREE_CHUNK_BYTES);
+            let verify = Cost {
+                hash_calls: ps.iter().map(|p| hash_calls(p.len)).sum(),
+                mac_bytes: TREE_NODE_BYTES * ps.len() as u64,
+                ..Cost::default()
+            };
+            if side == Side::Client {
+                return verify;
+            }
+            let partial = ps.iter().filter(|p| !p.is_full(TREE_CHUNK_BYTES)).count() as u64;
+            Cost {
+                hash_calls: verify.hash_calls + partial * TREE_CHUNK_CALLS + parents,
+                ..verify
+            }
+        }
     }
 }
 

@@ -109,6 +109,7 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
         ..Report::default()
     };
     let mut disagreements = Vec::new();
+    let mut compared: Vec<(Scheme, u64)> = Vec::new();
     for fig in FIGS {
         let mut cols = vec!["size B".to_string()];
         for s in Scheme::ALL {
@@ -139,6 +140,7 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
                     None => None,
                 };
                 if let Some(k) = &count {
+                    compared.push((scheme, size));
                     if k.calls != c.calls() || k.adds != c.adds || k.subs != c.subs {
                         disagreements.push((fig.id, scheme, size, c, *k));
                     }
@@ -210,25 +212,31 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
                     .notes
                     .push("counted: every instrumented count equals the model".into());
             } else {
-                report.notes.push(format!(
-                    "counted: {} of the points differ from the model; the first: {}",
-                    disagreements.len(),
-                    disagreements
-                        .iter()
-                        .take(5)
-                        .map(|(f, s, size, c, k)| format!(
-                            "fig{f} {s} {size} B model {} calls/{} adds/{} subs, counted {}/{}/{}",
-                            c.calls(),
-                            c.adds,
-                            c.subs,
-                            k.calls,
-                            k.adds,
-                            k.subs
-                        ))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ));
-                report.notes.extend(m.explain());
+                for scheme in Scheme::ALL {
+                    let mine: Vec<_> = disagreements.iter().filter(|d| d.1 == scheme).collect();
+                    let total = compared.iter().filter(|(s, _)| *s == scheme).count();
+                    let Some(worst) = mine.iter().max_by(|a, b| {
+                        let ra = (a.4.compressions() - a.3.compressions()).abs();
+                        let rb = (b.4.compressions() - b.3.compressions()).abs();
+                        ra.total_cmp(&rb)
+                    }) else {
+                        if total > 0 {
+                            report.notes.push(format!(
+                                "counted: {scheme}: all {total} counted points equal the model"
+                            ));
+                        }
+                        continue;
+                    };
+                    report.notes.push(format!(
+                        "counted: {scheme}: {} of {total} counted points differ from the model; largest at fig{} {} B: model {:.2}, counted {:.2}",
+                        mine.len(),
+                        worst.0,
+                        worst.2,
+                        worst.3.compressions(),
+                        worst.4.compressions()
+                    ));
+                }
+                report.notes.extend(m.explain().into_iter().map(|e| format!("why: {e}")));
             }
         }
     }
