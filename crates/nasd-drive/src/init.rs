@@ -7,7 +7,7 @@
 use crate::records::{DriveRecord, PartitionRecord};
 use crate::storage::FileStorage;
 use crate::store::Store;
-use crate::writer::{Job, Writer};
+use crate::writer::{run_now, Job};
 use crate::DriveError;
 use nasd_crypto::keyfile::KeyFile;
 use nasd_crypto::Key;
@@ -174,14 +174,16 @@ pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
     };
     if let Some(p) = opts.partition {
         let (pk, wk) = (Key::generate(), Key::generate());
-        let w = Writer::start(store.clone());
-        w.run_blocking(Job::CreatePartition {
-            p,
-            quota_bytes: opts.quota_bytes.unwrap_or(capacity),
-            scheme: opts.scheme,
-        })?;
-        w.run_blocking(Job::SetPartitionKey { p, key: pk.clone() })?;
-        w.run_blocking(Job::SetWorkingKey { p, key: wk.clone() })?;
+        run_now(
+            &store,
+            Job::CreatePartition {
+                p,
+                quota_bytes: opts.quota_bytes.unwrap_or(capacity),
+                scheme: opts.scheme,
+            },
+        )?;
+        run_now(&store, Job::SetPartitionKey { p, key: pk.clone() })?;
+        run_now(&store, Job::SetWorkingKey { p, key: wk.clone() })?;
         let pf = keys.join(format!("partition-{}.key", p.0));
         let wf = keys.join(format!("partition-{}-working.key", p.0));
         write_key_file(

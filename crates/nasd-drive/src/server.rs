@@ -66,10 +66,7 @@ pub async fn serve(
         conns.acquire_many(CONNECTIONS_MAX as u32),
     )
     .await;
-    let w = drive.writer().clone();
-    tokio::task::spawn_blocking(move || w.run_blocking(Job::Flush))
-        .await
-        .map_err(|_| DriveError::ShuttingDown)??;
+    drive.writer().run(Job::Flush).await?;
     Ok(())
 }
 

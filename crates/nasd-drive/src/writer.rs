@@ -343,9 +343,43 @@ impl<'a> Tx<'a> {
             .is_some())
     }
 
-    /// Drops `(p, o)`'s reference to `phys`. Returns whether `(p, o)` was charged for it; when
-    /// it was and others still share the block, the charge moves to the next referencer.
-    fn drop_ref(&mut self, p: PartitionId, o: ObjectId, phys: u64, cost: &mut Cost) -> R<bool> {
+    /// Drops `(p, o)`'s reference to `phys` and settles the accounting: `rec` (when given) is
+    /// uncharged if it was charged for the block; the partition is uncharged only when the
+    /// block is freed; when others still share it, the charge moves to the next referencer.
+    fn release(
+        &mut self,
+        p: PartitionId,
+        o: ObjectId,
+        phys: u64,
+        rec: Option<&mut ObjectRecord>,
+        cost: &mut Cost,
+    ) -> R<()> {
+        let (charged, freed) = self.drop_ref(p, o, phys, cost)?;
+        if let (true, Some(rec)) = (charged, rec) {
+            rec.attrs.blocks_used -= 1;
+        }
+        if freed {
+            let part = self.partition(p)?;
+            part.used_blocks = part.used_blocks.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// Charges a newly allocated block to `rec` and its partition.
+    fn charge_new(&mut self, p: PartitionId, rec: &mut ObjectRecord) -> R<()> {
+        rec.attrs.blocks_used += 1;
+        self.partition(p)?.used_blocks += 1;
+        Ok(())
+    }
+
+    /// Returns (whether `(p, o)` was charged for `phys`, whether `phys` was freed).
+    fn drop_ref(
+        &mut self,
+        p: PartitionId,
+        o: ObjectId,
+        phys: u64,
+        cost: &mut Cost,
+    ) -> R<(bool, bool)> {
         let list = self
             .w
             .open_table(REFS)
@@ -355,7 +389,7 @@ impl<'a> Tx<'a> {
             .map(|v| decode_refs(v.value()));
         let Some(mut list) = list else {
             self.free(phys)?;
-            return Ok(true);
+            return Ok((true, true));
         };
         let was_first = list.first() == Some(&(p.0, o.0));
         list.retain(|r| *r != (p.0, o.0));
@@ -375,7 +409,7 @@ impl<'a> Tx<'a> {
             t.insert(phys, encode_refs(&list).as_slice())
                 .map_err(db_err)?;
         }
-        Ok(was_first)
+        Ok((was_first, false))
     }
 
     fn run(&mut self, job: &Job) -> JR<JobOut> {
@@ -539,11 +573,8 @@ impl<'a> Tx<'a> {
 
     fn remove_object(&mut self, p: PartitionId, o: ObjectId) -> R<()> {
         let mut cost = Cost::default();
-        let mut charged = 0u64;
         for (b, e) in self.object_blocks(p, o, 0)? {
-            if self.drop_ref(p, o, e.phys, &mut cost)? {
-                charged += 1;
-            }
+            self.release(p, o, e.phys, None, &mut cost)?;
             self.w
                 .open_table(BLOCKS)
                 .map_err(db_err)?
@@ -564,7 +595,6 @@ impl<'a> Tx<'a> {
             .map_err(db_err)?;
         let part = self.partition(p)?;
         part.objects = part.objects.saturating_sub(1);
-        part.used_blocks = part.used_blocks.saturating_sub(charged);
         Ok(())
     }
 
@@ -616,19 +646,14 @@ impl<'a> Tx<'a> {
         let suite = self.state.drive.suite;
         let scheme = rec.attrs.scheme;
         let keep_blocks = new.div_ceil(BLOCK_BYTES);
-        let mut charged = 0u64;
         for (b, e) in self.object_blocks(p, o, keep_blocks)? {
-            if self.drop_ref(p, o, e.phys, cost)? {
-                charged += 1;
-            }
+            self.release(p, o, e.phys, Some(rec), cost)?;
             self.w
                 .open_table(BLOCKS)
                 .map_err(db_err)?
                 .remove((p.0, o.0, b))
                 .map_err(db_err)?;
         }
-        rec.attrs.blocks_used -= charged;
-        self.partition(p)?.used_blocks -= charged;
         let mut dirty = BTreeSet::new();
         for b in [
             old.div_ceil(BLOCK_BYTES).saturating_sub(1),
@@ -647,12 +672,8 @@ impl<'a> Tx<'a> {
             let phys = self.alloc()?;
             self.store.data.write(phys * BLOCK_BYTES, &buf)?;
             self.wrote_data = true;
-            if self.drop_ref(p, o, e.phys, cost)? {
-                rec.attrs.blocks_used -= 1;
-                self.partition(p)?.used_blocks -= 1;
-            }
-            rec.attrs.blocks_used += 1;
-            self.partition(p)?.used_blocks += 1;
+            self.release(p, o, e.phys, Some(rec), cost)?;
+            self.charge_new(p, rec)?;
             self.put_entry(
                 p,
                 o,
@@ -792,13 +813,9 @@ impl<'a> Tx<'a> {
             self.store.data.write(phys * BLOCK_BYTES, buf)?;
             self.wrote_data = true;
             if let Some(old) = old {
-                if self.drop_ref(p, o, old.phys, &mut cost)? {
-                    rec.attrs.blocks_used -= 1;
-                    self.partition(p)?.used_blocks -= 1;
-                }
+                self.release(p, o, old.phys, Some(&mut rec), &mut cost)?;
             }
-            rec.attrs.blocks_used += 1;
-            self.partition(p)?.used_blocks += 1;
+            self.charge_new(p, &mut rec)?;
             self.put_entry(
                 p,
                 o,
@@ -1132,12 +1149,14 @@ fn decode_refs(b: &[u8]) -> Vec<(u16, u64)> {
         .collect()
 }
 
-type Reply = tokio::sync::oneshot::Sender<Result<JobOut, DriveError>>;
+/// Where a job's outcome goes: an async waiter or a blocked thread.
+type Reply = Box<dyn FnOnce(Result<JobOut, DriveError>) + Send>;
 
-/// Handle to the writer thread.
-#[derive(Clone)]
+/// Handle to the writer thread; dropping it stops the thread after the queued jobs and waits
+/// for it, so the store is closed when the handle is gone.
 pub struct Writer {
-    tx: mpsc::SyncSender<(Job, Reply)>,
+    tx: Option<mpsc::SyncSender<(Job, Reply)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Jobs that may wait for the writer at once before senders block.
@@ -1146,33 +1165,60 @@ pub const WRITER_QUEUE_JOBS_MAX: usize = 1024;
 impl Writer {
     pub fn start(store: Arc<Store>) -> Writer {
         let (tx, rx) = mpsc::sync_channel::<(Job, Reply)>(WRITER_QUEUE_JOBS_MAX);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("nasd-writer".into())
             .spawn(move || writer_loop(store, rx))
             .expect("spawn writer thread");
-        Writer { tx }
+        Writer {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn sender(&self) -> Result<mpsc::SyncSender<(Job, Reply)>, DriveError> {
+        self.tx.clone().ok_or(DriveError::ShuttingDown)
     }
 
     /// Runs a job on the writer thread and waits for its commit.
     pub async fn run(&self, job: Job) -> Result<JobOut, DriveError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let sender = self.tx.clone();
-        // The queue is bounded: a full queue blocks this (blocking-pool) thread, not the runtime.
-        tokio::task::spawn_blocking(move || sender.send((job, tx)))
+        let sender = self.sender()?;
+        let reply: Reply = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        // The queue is bounded: a full queue blocks a blocking-pool thread, not the runtime.
+        tokio::task::spawn_blocking(move || sender.send((job, reply)))
             .await
             .map_err(|_| DriveError::ShuttingDown)?
             .map_err(|_| DriveError::ShuttingDown)?;
         rx.await.map_err(|_| DriveError::ShuttingDown)?
     }
 
-    /// Runs a job synchronously (for tools and tests outside a runtime).
+    /// Runs a job and blocks this thread until it commits (for blocking callers).
     pub fn run_blocking(&self, job: Job) -> Result<JobOut, DriveError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.tx
-            .send((job, tx))
+        let (tx, rx) = mpsc::sync_channel(1);
+        let reply: Reply = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        self.sender()?
+            .send((job, reply))
             .map_err(|_| DriveError::ShuttingDown)?;
-        rx.blocking_recv().map_err(|_| DriveError::ShuttingDown)?
+        rx.recv().map_err(|_| DriveError::ShuttingDown)?
     }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs one job in its own transaction on the calling thread (tools, `init`, tests).
+pub fn run_now(store: &Store, job: Job) -> Result<JobOut, DriveError> {
+    run_batch(store, &[&job]).and_then(|mut v| v.pop().expect("one job, one outcome"))
 }
 
 fn writer_loop(store: Arc<Store>, rx: mpsc::Receiver<(Job, Reply)>) {
@@ -1194,16 +1240,16 @@ fn writer_loop(store: Arc<Store>, rx: mpsc::Receiver<(Job, Reply)>) {
         match run_batch(&store, &jobs) {
             Ok(outs) => {
                 for ((_, reply), out) in batch.into_iter().zip(outs) {
-                    let _ = reply.send(out);
+                    reply(out);
                 }
             }
             Err(e) if batch.len() == 1 => {
-                let _ = batch.pop().unwrap().1.send(Err(e));
+                (batch.pop().unwrap().1)(Err(e));
             }
             Err(_) => {
                 for (job, reply) in batch {
                     let out = run_batch(&store, &[&job]).and_then(|mut v| v.pop().unwrap());
-                    let _ = reply.send(out);
+                    reply(out);
                 }
             }
         }
