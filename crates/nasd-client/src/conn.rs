@@ -4,11 +4,12 @@
 //! each waits at most [`REQUEST_TIMEOUT_MS`].
 
 use crate::auth::Auth;
+use crate::object::Target;
 use crate::wire::{build_request, open_reply, reply_request_id, BuiltRequest, Reply, RequestSpec};
 use crate::ClientError;
 use nasd_proto::{
-    check_frame, frame, DriveId, FrameCheck, Hello, Nonce, ObjectId, Op, PartitionId, Protection,
-    Scheme, Suite, Welcome, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+    check_frame, frame, DriveId, FrameCheck, Hello, Nonce, ObjectId, Op, PartitionId, Scheme,
+    Suite, Welcome, FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,9 +242,7 @@ impl DriveConn {
         &self,
         nonce: Nonce,
         auth: &Auth,
-        protection: Protection,
-        partition: PartitionId,
-        object: ObjectId,
+        t: Target,
         op: &Op,
         data: &[u8],
     ) -> Result<BuiltRequest, ClientError> {
@@ -262,9 +261,9 @@ impl DriveConn {
             nonce,
             &RequestSpec {
                 auth,
-                protection,
-                partition,
-                object,
+                protection: t.protection,
+                partition: t.partition,
+                object: t.object,
                 op,
                 data,
             },
@@ -329,19 +328,17 @@ impl DriveConn {
         }
     }
 
-    /// Sends any operation and returns its verified reply.
+    /// Sends any operation to `t` and returns its verified reply.
     pub async fn call(
         &self,
         auth: &Auth,
-        protection: Protection,
-        partition: PartitionId,
-        object: ObjectId,
+        t: Target,
         op: &Op,
         data: &[u8],
     ) -> Result<Reply, ClientError> {
-        let req = self.prepare(self.nonce(), auth, protection, partition, object, op, data)?;
+        let req = self.prepare(self.nonce(), auth, t, op, data)?;
         let reply = self.submit(req).await?;
-        self.learn(partition, object, &reply);
+        self.learn(t.partition, t.object, &reply);
         Ok(reply)
     }
 
@@ -370,8 +367,7 @@ mod tests {
     use super::*;
     use crate::auth::Capability;
     use crate::fake::FakeDrive;
-    use crate::object::Target;
-    use nasd_proto::{CapabilityArgs, Region, Rights};
+    use nasd_proto::{CapabilityArgs, Protection, Region, Rights};
     use tokio::net::TcpListener;
 
     /// A drive stand-in over TCP: welcome, then answers requests in batches of `batch`, each

@@ -9,11 +9,11 @@
 //! dropped, never returned.
 //!
 //! # Layout
-//! - [`auth`]: what authorizes a request: key files, capabilities, the capability file.
-//! - [`wire`]: building request frames and verifying replies (pure, tested byte for byte).
-//! - [`conn`]: [`DriveConn`], one pipelined TCP connection to a drive.
-//! - [`object`]: typed helpers, one per operation of seed 002 Tables 1-3.
-//! - [`error`]: [`ClientError`].
+//! - [`auth`] — what authorizes a request: key files, capabilities, the capability file.
+//! - [`wire`] — building request frames and verifying replies (pure, tested byte for byte).
+//! - [`conn`] — [`DriveConn`], one pipelined TCP connection to a drive.
+//! - [`object`] — typed helpers, one per operation of seed 002 Tables 1-3.
+//! - [`error`] — [`ClientError`].
 
 pub mod auth;
 pub mod conn;

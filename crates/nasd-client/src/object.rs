@@ -57,9 +57,7 @@ impl DriveConn {
             mask: AttrMask::default(),
             attrs: Box::default(),
         };
-        let r = self
-            .call(auth, t.protection, t.partition, t.object, &op, &[])
-            .await?;
+        let r = self.call(auth, t, &op, &[]).await?;
         match (&r.body, r.attributes()) {
             (ReplyBody::Object { object }, Some(a)) => Ok((*object, a)),
             _ => Err(unexpected(OpCode::Create)),
@@ -67,15 +65,12 @@ impl DriveConn {
     }
 
     pub async fn remove(&self, auth: &Auth, t: Target) -> Result<(), ClientError> {
-        self.call(auth, t.protection, t.partition, t.object, &Op::Remove, &[])
-            .await?;
+        self.call(auth, t, &Op::Remove, &[]).await?;
         Ok(())
     }
 
     pub async fn getattr(&self, auth: &Auth, t: Target) -> Result<Attributes, ClientError> {
-        let r = self
-            .call(auth, t.protection, t.partition, t.object, &Op::GetAttr, &[])
-            .await?;
+        let r = self.call(auth, t, &Op::GetAttr, &[]).await?;
         r.attributes().ok_or_else(|| unexpected(OpCode::GetAttr))
     }
 
@@ -91,9 +86,7 @@ impl DriveConn {
             mask,
             attrs: Box::new(attrs),
         };
-        let r = self
-            .call(auth, t.protection, t.partition, t.object, &op, &[])
-            .await?;
+        let r = self.call(auth, t, &op, &[]).await?;
         r.attributes().ok_or_else(|| unexpected(OpCode::SetAttr))
     }
 
@@ -104,16 +97,7 @@ impl DriveConn {
         t: Target,
         regions: Vec<Region>,
     ) -> Result<ReadResult, ClientError> {
-        let r = self
-            .call(
-                auth,
-                t.protection,
-                t.partition,
-                t.object,
-                &Op::Read { regions },
-                &[],
-            )
-            .await?;
+        let r = self.call(auth, t, &Op::Read { regions }, &[]).await?;
         match r.body {
             ReplyBody::Read(rr) => Ok(ReadResult {
                 data: r.data,
@@ -163,9 +147,7 @@ impl DriveConn {
             form,
             write_back,
         };
-        let r = self
-            .call(auth, t.protection, t.partition, t.object, &op, data)
-            .await?;
+        let r = self.call(auth, t, &op, data).await?;
         match r.body {
             ReplyBody::Written {
                 bytes,
@@ -186,16 +168,7 @@ impl DriveConn {
         auth: &Auth,
         t: Target,
     ) -> Result<(ObjectId, Attributes), ClientError> {
-        let r = self
-            .call(
-                auth,
-                t.protection,
-                t.partition,
-                t.object,
-                &Op::FastCopy,
-                &[],
-            )
-            .await?;
+        let r = self.call(auth, t, &Op::FastCopy, &[]).await?;
         match (&r.body, r.attributes()) {
             (ReplyBody::Object { object }, Some(a)) => Ok((*object, a)),
             _ => Err(unexpected(OpCode::FastCopy)),
@@ -209,15 +182,7 @@ impl DriveConn {
         t: Target,
         objects: Vec<ObjectId>,
     ) -> Result<(), ClientError> {
-        self.call(
-            auth,
-            t.protection,
-            t.partition,
-            t.object,
-            &Op::Flush { objects },
-            &[],
-        )
-        .await?;
+        self.call(auth, t, &Op::Flush { objects }, &[]).await?;
         Ok(())
     }
 
@@ -229,14 +194,7 @@ impl DriveConn {
         regions: Vec<Region>,
     ) -> Result<(u64, u64), ClientError> {
         let r = self
-            .call(
-                auth,
-                t.protection,
-                t.partition,
-                t.object,
-                &Op::BlocksRequired { regions },
-                &[],
-            )
+            .call(auth, t, &Op::BlocksRequired { regions }, &[])
             .await?;
         match r.body {
             ReplyBody::BlocksRequired { estimated, maximum } => Ok((estimated, maximum)),
@@ -247,9 +205,7 @@ impl DriveConn {
     /// Any operation whose successful reply is empty (partition management).
     pub async fn call_empty(&self, auth: &Auth, t: Target, op: Op) -> Result<(), ClientError> {
         let code = op.code();
-        let r = self
-            .call(auth, t.protection, t.partition, t.object, &op, &[])
-            .await?;
+        let r = self.call(auth, t, &op, &[]).await?;
         match r.body {
             ReplyBody::Empty => Ok(()),
             _ => Err(unexpected(code)),
@@ -324,15 +280,7 @@ impl DriveConn {
                 )))
             }
         };
-        let req = self.prepare(
-            nonce,
-            authorizing,
-            t.protection,
-            t.partition,
-            t.object,
-            &op,
-            &[],
-        )?;
+        let req = self.prepare(nonce, authorizing, t, &op, &[])?;
         let r = self.submit(req).await?;
         match r.body {
             ReplyBody::Empty => Ok(()),
@@ -360,9 +308,7 @@ impl DriveConn {
     }
 
     pub async fn inquiry(&self, auth: &Auth, t: Target) -> Result<DriveInfo, ClientError> {
-        let r = self
-            .call(auth, t.protection, t.partition, t.object, &Op::Inquiry, &[])
-            .await?;
+        let r = self.call(auth, t, &Op::Inquiry, &[]).await?;
         match r.body {
             ReplyBody::Drive(d) => Ok(*d),
             _ => Err(unexpected(OpCode::Inquiry)),

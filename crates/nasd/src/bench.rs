@@ -1,0 +1,364 @@
+//! `nasd bench drive`: starts a drive in-process on loopback in a temporary directory and
+//! measures reads and writes for every integrity scheme and protection level, at offset 0 and
+//! at an odd offset, for request sizes from 1 KiB to 4 MiB (issue 2's performance section).
+//!
+//! Method: one object per scheme, preallocated with non-zero data larger than the largest
+//! request plus the odd offset, then for each (scheme, size, offset) the writes at every
+//! protection level followed by the reads. A cell is several time-boxed runs of one request at
+//! a time; the reported throughput is the median run's. The drive's hashed bytes per request
+//! come from its metrics, read around each cell. A benchmark, not a test: it asserts nothing
+//! about speed.
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use nasd_client::object::Target;
+use nasd_client::{Auth, Capability, DriveConn};
+use nasd_proto::{
+    CapabilityArgs, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
+};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Drive read/write throughput per scheme and protection level.
+    Drive(BenchDriveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchDriveArgs {
+    /// A reduced run (4 KiB, 64 KiB and 1 MiB; shorter cells) that finishes within 2 minutes.
+    #[arg(long)]
+    quick: bool,
+    /// One JSON object per measured cell on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Digest suite of the benchmark drive.
+    #[arg(long, value_parser = crate::parse::suite, default_value = "blake3")]
+    suite: Suite,
+}
+
+/// Offset used for unaligned requests: odd, inside a block and a chunk.
+const ODD_OFFSET_BYTES: u64 = 4097;
+const SIZES_FULL: [u64; 7] = [
+    1 << 10,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+];
+const SIZES_QUICK: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
+const PROTECTIONS: [(&str, Protection); 5] = [
+    ("none", Protection::NONE),
+    ("integrity-args", Protection::INTEGRITY_ARGS),
+    ("integrity-data", Protection::INTEGRITY_DATA),
+    ("privacy-args", Protection::PRIVACY_ARGS),
+    ("privacy-data", Protection::PRIVACY_DATA),
+];
+
+/// How long each run of a cell lasts, and how many runs make a cell.
+struct Budget {
+    run_time: Duration,
+    run_ops_min: u32,
+    runs: usize,
+}
+
+const BUDGET_FULL: Budget = Budget {
+    run_time: Duration::from_millis(200),
+    run_ops_min: 3,
+    runs: 3,
+};
+const BUDGET_QUICK: Budget = Budget {
+    run_time: Duration::from_millis(40),
+    run_ops_min: 2,
+    runs: 3,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Write,
+    Read,
+}
+
+struct Cell {
+    op: Dir,
+    scheme: Scheme,
+    protection: &'static str,
+    size: u64,
+    offset: u64,
+    mib_per_s: f64,
+    ops_per_s: f64,
+    hashed_per_op: f64,
+}
+
+pub fn run(c: BenchCmd) -> anyhow::Result<()> {
+    let BenchCmd::Drive(a) = c;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(bench_drive(a))
+}
+
+fn pseudo_random(n: usize, mut x: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
+    let sizes: &[u64] = if a.quick { &SIZES_QUICK } else { &SIZES_FULL };
+    let budget = if a.quick { &BUDGET_QUICK } else { &BUDGET_FULL };
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let partition = PartitionId(1);
+    let mut opts = nasd_drive::InitOptions::new(dir.path());
+    opts.partition = Some(partition);
+    opts.suite = a.suite;
+    opts.min_protection = Protection::NONE;
+    let report = nasd_drive::init(&opts).context("initializing the benchmark drive")?;
+    let drive = nasd_drive::Drive::open(dir.path()).context("opening the benchmark drive")?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(nasd_drive::serve(drive.clone(), listener, async move {
+        let _ = stop_rx.await;
+    }));
+    let conn = DriveConn::connect(&addr).await?;
+    let wk_path = report
+        .working_key_file
+        .context("drive init wrote no working key file")?;
+    let wk = nasd_client::auth::load_key_file(&wk_path)?;
+    let expiry_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64 + 86_400_000;
+    let mint = |object: ObjectId| {
+        Auth::Capability(Capability::mint(
+            wk.suite,
+            &wk.key,
+            CapabilityArgs {
+                drive: wk.drive,
+                partition,
+                object,
+                region: Region::new(0, u64::MAX),
+                rights: Rights::ALL,
+                expiry_ms,
+                audit_id: 0,
+                min_protection: Protection::NONE,
+            },
+            0,
+            false,
+        ))
+    };
+    let any = mint(ObjectId::ANY);
+    let max_size = *sizes.iter().max().expect("sizes");
+    let data = pseudo_random((max_size + ODD_OFFSET_BYTES) as usize, 0x9e3779b97f4a7c15);
+
+    if !a.json {
+        println!(
+            "nasd bench drive ({}; suite {}; {} runs of >= {} ms per cell; each cell: MiB/s, \
+             ratio to none, bytes the drive hashed per request)",
+            if a.quick { "quick" } else { "full" },
+            a.suite.name(),
+            budget.runs,
+            budget.run_time.as_millis()
+        );
+        print!("{:<5} {:<11} {:>8} {:>6}", "op", "scheme", "size", "offset");
+        for (name, _) in PROTECTIONS {
+            print!(" {name:>22}");
+        }
+        println!();
+    }
+    let started = Instant::now();
+    for scheme in Scheme::ALL {
+        let t0 = Target {
+            partition,
+            object: ObjectId::ANY,
+            protection: Protection::INTEGRITY_ARGS,
+        };
+        let (object, _) = conn
+            .create(&any, t0, Some(scheme))
+            .await
+            .with_context(|| format!("creating a {scheme} object"))?;
+        let cap = mint(object);
+        let t = Target {
+            partition,
+            object,
+            protection: Protection::INTEGRITY_DATA,
+        };
+        conn.write(&cap, t, 0, &data)
+            .await
+            .with_context(|| format!("preallocating the {scheme} object"))?;
+        for &size in sizes {
+            for offset in [0, ODD_OFFSET_BYTES] {
+                for dir in [Dir::Write, Dir::Read] {
+                    let mut row = vec![];
+                    for (name, protection) in PROTECTIONS {
+                        let t = Target {
+                            partition,
+                            object,
+                            protection,
+                        };
+                        let payload = &data[offset as usize..(offset + size) as usize];
+                        let cell = measure(
+                            &conn, &drive, &cap, t, dir, scheme, name, size, offset, payload,
+                            budget,
+                        )
+                        .await
+                        .with_context(|| {
+                            format!(
+                                "{} {scheme} {name} {size} bytes at {offset}",
+                                if dir == Dir::Write { "write" } else { "read" }
+                            )
+                        })?;
+                        row.push(cell);
+                    }
+                    emit(&row, a.json);
+                }
+            }
+        }
+    }
+    if !a.json {
+        println!("finished in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    drop(conn);
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    conn: &DriveConn,
+    drive: &nasd_drive::Drive,
+    cap: &Auth,
+    t: Target,
+    dir: Dir,
+    scheme: Scheme,
+    protection: &'static str,
+    size: u64,
+    offset: u64,
+    payload: &[u8],
+    budget: &Budget,
+) -> anyhow::Result<Cell> {
+    let one = || async {
+        match dir {
+            Dir::Write => conn
+                .write_regions(
+                    cap,
+                    t,
+                    vec![Region::new(offset, size)],
+                    scheme,
+                    false,
+                    payload,
+                )
+                .await
+                .map(|_| ()),
+            Dir::Read => conn
+                .read(cap, t, vec![Region::new(offset, size)])
+                .await
+                .and_then(|r| {
+                    if r.data.len() as u64 == size {
+                        Ok(())
+                    } else {
+                        Err(nasd_client::ClientError::Usage(format!(
+                            "read returned {} bytes, expected {size}",
+                            r.data.len()
+                        )))
+                    }
+                }),
+        }
+    };
+    one().await?; // warm up
+    let before = drive.metrics();
+    let mut rates = Vec::with_capacity(budget.runs);
+    for _ in 0..budget.runs {
+        let start = Instant::now();
+        let mut ops = 0u32;
+        while ops < budget.run_ops_min || start.elapsed() < budget.run_time {
+            one().await?;
+            ops += 1;
+        }
+        rates.push(ops as f64 / start.elapsed().as_secs_f64());
+    }
+    let after = drive.metrics();
+    rates.sort_by(|a, b| a.total_cmp(b));
+    let ops_per_s = rates[rates.len() / 2];
+    let requests = after.requests.saturating_sub(before.requests).max(1);
+    let hashed = after
+        .data_bytes_hashed
+        .saturating_sub(before.data_bytes_hashed);
+    Ok(Cell {
+        op: dir,
+        scheme,
+        protection,
+        size,
+        offset,
+        mib_per_s: ops_per_s * size as f64 / (1u64 << 20) as f64,
+        ops_per_s,
+        hashed_per_op: hashed as f64 / requests as f64,
+    })
+}
+
+fn emit(row: &[Cell], json: bool) {
+    let none = row
+        .iter()
+        .find(|c| c.protection == "none")
+        .map(|c| c.mib_per_s)
+        .unwrap_or(f64::NAN);
+    if json {
+        for c in row {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "op": if c.op == Dir::Write { "write" } else { "read" },
+                    "scheme": c.scheme.name(),
+                    "protection": c.protection,
+                    "size_bytes": c.size,
+                    "offset_bytes": c.offset,
+                    "mib_per_s": (c.mib_per_s * 100.0).round() / 100.0,
+                    "ops_per_s": (c.ops_per_s * 10.0).round() / 10.0,
+                    "drive_hashed_bytes_per_op": c.hashed_per_op.round(),
+                    "ratio_vs_none": (c.mib_per_s / none * 1000.0).round() / 1000.0,
+                })
+            );
+        }
+        return;
+    }
+    let c0 = &row[0];
+    let size = if c0.size >= 1 << 20 {
+        format!("{}M", c0.size >> 20)
+    } else {
+        format!("{}K", c0.size >> 10)
+    };
+    print!(
+        "{:<5} {:<11} {:>8} {:>6}",
+        if c0.op == Dir::Write { "write" } else { "read" },
+        c0.scheme.name(),
+        size,
+        c0.offset
+    );
+    for c in row {
+        print!(
+            " {:>8.1} {:>5.2}x {:>6}",
+            c.mib_per_s,
+            c.mib_per_s / none,
+            human_bytes(c.hashed_per_op)
+        );
+    }
+    println!();
+}
+
+/// Hashed bytes per op, short: `0`, `812`, `4.0K`, `1.0M`.
+fn human_bytes(b: f64) -> String {
+    if b < 1024.0 {
+        format!("{b:.0}")
+    } else if b < 1024.0 * 1024.0 {
+        format!("{:.1}K", b / 1024.0)
+    } else {
+        format!("{:.1}M", b / (1024.0 * 1024.0))
+    }
+}

@@ -1,0 +1,407 @@
+//! `nasd drive init|run|info`, `nasd partition ...` and `nasd key rotate`.
+
+use crate::cmd_obj::save_key_file;
+use crate::parse;
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use nasd_client::auth::load_key_file;
+use nasd_client::object::Target;
+use nasd_client::{Auth, DriveConn};
+use nasd_crypto::keyfile::KeyFile;
+use nasd_crypto::Key;
+use nasd_proto::{KeyType, ObjectId, OpCode, PartitionId, Protection, Scheme, Suite};
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum DriveCmd {
+    /// Create a drive in DIR: master key (from --master-key or generated), drive key, and with
+    /// --partition a partition with its partition and working key files under DIR/keys/.
+    Init {
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        #[arg(long)]
+        partition: Option<u16>,
+        /// Master key file to use (default: generate one into DIR/keys/, mode 0600).
+        #[arg(long, value_name = "FILE")]
+        master_key: Option<PathBuf>,
+        #[arg(long, value_parser = parse::suite, default_value = "blake3")]
+        suite: Suite,
+        /// Bytes the drive may hold (default: the file system's free space).
+        #[arg(long, value_parser = parse::bytes)]
+        capacity: Option<u64>,
+        /// Quota of the --partition (default: the whole capacity).
+        #[arg(long, value_parser = parse::bytes)]
+        quota: Option<u64>,
+        /// The drive's minimum protection (seed 002 Table 7; default: the drive's, integrity-args).
+        #[arg(long, value_parser = parse::protection)]
+        min_protection: Option<Protection>,
+        /// Default integrity scheme of the --partition's objects.
+        #[arg(long, value_parser = parse::scheme, default_value = "tree")]
+        scheme: Scheme,
+    },
+    /// Serve the drive in DIR on ADDR until SIGTERM or ctrl-c.
+    Run {
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// HOST:PORT; port 0 picks a free one (printed on stdout).
+        #[arg(long, value_name = "ADDR")]
+        listen: String,
+    },
+    /// Ask a drive what it is (inquiry, seed 002 Table 3).
+    Info(AdminArgs),
+}
+
+/// A drive and a key file of the hierarchy.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    #[arg(long, value_name = "ADDR")]
+    pub drive: String,
+    /// Key file that authorizes the operation.
+    #[arg(long, value_name = "KEY_FILE")]
+    pub key: PathBuf,
+    /// Partition (default: the key file's, else 0).
+    #[arg(long)]
+    pub partition: Option<u16>,
+    #[arg(long, value_parser = parse::protection, default_value = "integrity-data")]
+    pub protection: Protection,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PartitionCmd {
+    /// Create a partition (drive key). With --out also set a fresh partition key and save it.
+    Create {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long, value_parser = parse::bytes)]
+        quota: u64,
+        /// Default integrity scheme of the partition's objects.
+        #[arg(long, value_parser = parse::scheme, default_value = "tree")]
+        scheme: Scheme,
+        /// Set a fresh partition key and write it to FILE (mode 0600).
+        #[arg(long, value_name = "PARTITION_KEY_FILE")]
+        out: Option<PathBuf>,
+        /// Also set a fresh working key (authorized by the new partition key) into FILE.
+        #[arg(long, value_name = "WORKING_KEY_FILE", requires = "out")]
+        working_out: Option<PathBuf>,
+    },
+    /// Remove a partition (drive key); --force also removes its objects.
+    Remove {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Change a partition's quota (drive key).
+    Resize {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long, value_parser = parse::bytes)]
+        quota: u64,
+    },
+    /// Set a fresh partition key (drive key) and write it to FILE.
+    Setkey {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long, value_name = "PARTITION_KEY_FILE")]
+        out: PathBuf,
+    },
+    /// Set the minimum protection of the partition, or with --drive-wide of the drive.
+    Protect {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long = "min", value_parser = parse::protection)]
+        min: Protection,
+        #[arg(long)]
+        drive_wide: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeyCmd {
+    /// Set a fresh working key (partition key); the old one stays valid as the previous key.
+    Rotate {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Where to write the new working key file (default: beside the partition key file).
+        #[arg(long, value_name = "WORKING_KEY_FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
+    match c {
+        DriveCmd::Init {
+            data,
+            partition,
+            master_key,
+            suite,
+            capacity,
+            quota,
+            min_protection,
+            scheme,
+        } => {
+            let mut opts = nasd_drive::InitOptions::new(data.clone());
+            opts.master_key_file = master_key;
+            opts.partition = partition.map(PartitionId);
+            opts.suite = suite;
+            opts.capacity_bytes = capacity;
+            opts.quota_bytes = quota;
+            opts.scheme = scheme;
+            if let Some(p) = min_protection {
+                opts.min_protection = p;
+            }
+            let r = nasd_drive::init(&opts)
+                .with_context(|| format!("initializing a drive in {}", data.display()))?;
+            println!("drive {:016x} initialized in {}", r.drive.0, data.display());
+            println!("master key file    {}", r.master_key_file.display());
+            println!("drive key file     {}", r.drive_key_file.display());
+            if let Some(p) = r.partition_key_file {
+                println!("partition key file {}", p.display());
+            }
+            if let Some(p) = r.working_key_file {
+                println!("working key file   {}", p.display());
+            }
+            Ok(())
+        }
+        DriveCmd::Run { data, listen } => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            crate::runtime()?.block_on(serve(&data, &listen))
+        }
+        DriveCmd::Info(a) => crate::runtime()?.block_on(async move {
+            let (conn, auth, t) = admin_session(&a).await?;
+            let d = conn.inquiry(&auth, t).await?;
+            println!("drive            {:016x}", d.drive.0);
+            println!("vendor           {}", d.vendor);
+            println!("suite            {}", d.suite.name());
+            println!(
+                "block/chunk      {} / {} bytes",
+                d.block_bytes, d.chunk_bytes
+            );
+            println!("capacity         {} bytes", d.capacity_bytes);
+            println!("used             {} bytes", d.used_bytes);
+            println!("min protection   {}", d.min_protection);
+            println!("nonce window     {} ms", d.nonce_window_ms);
+            println!(
+                "clock offset     {} us (drive minus this host)",
+                conn.welcome().clock_offset_us
+            );
+            for p in &d.partitions {
+                println!(
+                    "partition {:<5} quota {} used {} objects {} scheme {} min protection {}",
+                    p.id.0,
+                    p.quota_bytes,
+                    p.used_bytes,
+                    p.objects,
+                    p.default_scheme,
+                    p.min_protection
+                );
+            }
+            Ok(())
+        }),
+    }
+}
+
+async fn serve(data: &Path, listen: &str) -> anyhow::Result<()> {
+    let drive = nasd_drive::Drive::open(data)
+        .with_context(|| format!("opening the drive in {}", data.display()))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    let addr = listener.local_addr()?;
+    println!("nasd drive listening on {addr}");
+    use std::io::Write as _;
+    std::io::stdout().flush().ok();
+    tracing::info!(%addr, data = %data.display(), "drive serving");
+    let shutdown = async {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing a SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down");
+    };
+    nasd_drive::serve(drive, listener, shutdown)
+        .await
+        .context("serving")?;
+    Ok(())
+}
+
+async fn admin_session(a: &AdminArgs) -> anyhow::Result<(DriveConn, Auth, Target)> {
+    let kf = load_key_file(&a.key)?;
+    let partition = a
+        .partition
+        .map(PartitionId)
+        .or(kf.partition)
+        .unwrap_or(PartitionId(0));
+    let conn = DriveConn::connect(&a.drive).await?;
+    let t = Target {
+        partition,
+        object: ObjectId(0),
+        protection: a.protection,
+    };
+    Ok((conn, Auth::from_key_file(&kf), t))
+}
+
+fn require_kind(a: &AdminArgs, auth: &Auth, want: &[KeyType]) -> anyhow::Result<()> {
+    if !want.contains(&auth.key_type()) {
+        bail!(
+            "{} is a {} key file; this operation needs a {} key",
+            a.key.display(),
+            auth.key_type().name(),
+            want.iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        );
+    }
+    Ok(())
+}
+
+/// Generates a key, sets it on the drive, and saves its key file.
+async fn set_fresh_key(
+    conn: &DriveConn,
+    authorizing: &Auth,
+    t: Target,
+    op: OpCode,
+    kind: KeyType,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let key = Key::generate();
+    conn.set_key(authorizing, t, op, &key)
+        .await
+        .with_context(|| format!("setting the {} key", kind.name()))?;
+    save_key_file(
+        out,
+        &KeyFile {
+            kind,
+            drive: conn.welcome().drive,
+            suite: conn.welcome().suite,
+            partition: Some(t.partition),
+            key,
+        },
+    )
+    .with_context(|| format!("the new {} key is set on the drive but", kind.name()))?;
+    println!(
+        "{} key of partition {} written to {}",
+        kind.name(),
+        t.partition,
+        out.display()
+    );
+    Ok(())
+}
+
+pub async fn run_partition(c: PartitionCmd) -> anyhow::Result<()> {
+    match c {
+        PartitionCmd::Create {
+            admin,
+            quota,
+            scheme,
+            out,
+            working_out,
+        } => {
+            let (conn, auth, t) = admin_session(&admin).await?;
+            require_kind(&admin, &auth, &[KeyType::Drive])?;
+            conn.create_partition(&auth, t, quota, scheme).await?;
+            println!(
+                "created partition {} (quota {quota} bytes, scheme {scheme})",
+                t.partition
+            );
+            if let Some(out) = out {
+                set_fresh_key(
+                    &conn,
+                    &auth,
+                    t,
+                    OpCode::SetPartitionKey,
+                    KeyType::Partition,
+                    &out,
+                )
+                .await?;
+                if let Some(w) = working_out {
+                    let pk = Auth::load_key_file(&out)?;
+                    set_fresh_key(&conn, &pk, t, OpCode::SetWorkingKey, KeyType::Working, &w)
+                        .await?;
+                }
+            }
+        }
+        PartitionCmd::Remove { admin, force } => {
+            let (conn, auth, t) = admin_session(&admin).await?;
+            require_kind(&admin, &auth, &[KeyType::Drive])?;
+            conn.remove_partition(&auth, t, force).await?;
+            println!("removed partition {}", t.partition);
+        }
+        PartitionCmd::Resize { admin, quota } => {
+            let (conn, auth, t) = admin_session(&admin).await?;
+            require_kind(&admin, &auth, &[KeyType::Drive])?;
+            conn.resize_partition(&auth, t, quota).await?;
+            println!("partition {} quota now {quota} bytes", t.partition);
+        }
+        PartitionCmd::Setkey { admin, out } => {
+            let (conn, auth, t) = admin_session(&admin).await?;
+            require_kind(&admin, &auth, &[KeyType::Drive])?;
+            set_fresh_key(
+                &conn,
+                &auth,
+                t,
+                OpCode::SetPartitionKey,
+                KeyType::Partition,
+                &out,
+            )
+            .await?;
+        }
+        PartitionCmd::Protect {
+            admin,
+            min,
+            drive_wide,
+        } => {
+            let (conn, auth, t) = admin_session(&admin).await?;
+            conn.set_min_protection(&auth, t, drive_wide, min).await?;
+            if drive_wide {
+                println!("drive minimum protection now {min}");
+            } else {
+                println!("partition {} minimum protection now {min}", t.partition);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn run_key(c: KeyCmd) -> anyhow::Result<()> {
+    let KeyCmd::Rotate { admin, out } = c;
+    let (conn, auth, t) = admin_session(&admin).await?;
+    require_kind(&admin, &auth, &[KeyType::Partition])?;
+    let out = match out {
+        Some(o) => o,
+        None => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let dir = admin.key.parent().unwrap_or(Path::new("."));
+            dir.join(format!("partition-{}-working-{secs}.key", t.partition))
+        }
+    };
+    set_fresh_key(
+        &conn,
+        &auth,
+        t,
+        OpCode::SetWorkingKey,
+        KeyType::Working,
+        &out,
+    )
+    .await
+}

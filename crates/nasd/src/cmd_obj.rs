@@ -1,0 +1,606 @@
+//! `nasd obj ...` (object operations of seed 002 Table 1 against a drive) and `nasd cap mint`.
+
+use crate::parse;
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use nasd_client::auth::{load_key_file, write_secret_file};
+use nasd_client::{Auth, Capability, DriveConn, Reply, Target};
+use nasd_proto::{
+    AttrMask, Attributes, CapabilityArgs, KeyType, ObjectId, Op, PartitionId, Protection, Region,
+    ReplyBody, Rights, Scheme, Status, FS_SPECIFIC_BYTES,
+};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// How every object command reaches the drive and what authorizes it.
+#[derive(Args, Debug, Clone)]
+pub struct Access {
+    /// Drive address, HOST:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub drive: String,
+    /// Capability file (from `nasd cap mint`).
+    #[arg(
+        long,
+        value_name = "CAP_FILE",
+        conflicts_with = "key",
+        required_unless_present = "key"
+    )]
+    pub cap: Option<PathBuf>,
+    /// Key file of the hierarchy (partition, working, drive) instead of a capability.
+    #[arg(long, value_name = "KEY_FILE")]
+    pub key: Option<PathBuf>,
+    /// Partition (default: the capability's, or the key file's).
+    #[arg(long)]
+    pub partition: Option<u16>,
+    /// Object id (default: the capability's).
+    #[arg(long, value_parser = parse::number)]
+    pub object: Option<u64>,
+    /// Protection of the request and reply (seed 002 Table 7). Default: integrity-data, raised
+    /// to the capability's minimum.
+    #[arg(long, value_parser = parse::protection)]
+    pub protection: Option<Protection>,
+    /// Also write the exact bytes of the request frame to FILE (for `nasd obj replay`).
+    #[arg(long, value_name = "FILE")]
+    pub save_request: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ObjCmd {
+    /// Create an object; prints its id.
+    Create {
+        #[command(flatten)]
+        access: Access,
+        /// Integrity scheme (default: the partition's).
+        #[arg(long, value_parser = parse::scheme)]
+        scheme: Option<Scheme>,
+    },
+    /// Write a file's bytes at an offset.
+    Write {
+        #[command(flatten)]
+        access: Access,
+        #[arg(long, default_value_t = 0, value_parser = parse::bytes)]
+        offset: u64,
+        /// Input file (`-` for standard input).
+        #[arg(long = "in", value_name = "FILE")]
+        input: PathBuf,
+        /// Digest form of the data (default: the object's scheme if known, else tree).
+        #[arg(long, value_parser = parse::scheme)]
+        form: Option<Scheme>,
+        /// Let the drive reply before the data is durable (`nasd obj flush` later).
+        #[arg(long)]
+        write_back: bool,
+    },
+    /// Read bytes; writes them (only after they verify) to stdout or --out.
+    Read {
+        #[command(flatten)]
+        access: Access,
+        #[arg(long, default_value_t = 0, value_parser = parse::bytes)]
+        offset: u64,
+        /// Bytes to read (default: to the end of the object).
+        #[arg(long, value_parser = parse::bytes)]
+        len: Option<u64>,
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Print an object's attributes.
+    Getattr {
+        #[command(flatten)]
+        access: Access,
+        /// As one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change attributes; prints them after the change.
+    Setattr {
+        #[command(flatten)]
+        access: Access,
+        /// New access_control_version: every outstanding capability for the object dies.
+        #[arg(long)]
+        access_control_version: Option<u64>,
+        /// New logical size (truncate or extend with a hole).
+        #[arg(long, value_parser = parse::bytes)]
+        size: Option<u64>,
+        /// New fs_specific attribute, hex, up to 256 bytes (zero-padded).
+        #[arg(long, value_name = "HEX")]
+        fs_specific_hex: Option<String>,
+        #[arg(long)]
+        nearby_object: Option<u64>,
+        #[arg(long)]
+        blocks_allocated: Option<u64>,
+        #[arg(long)]
+        fs_data_modify_time_us: Option<u64>,
+        #[arg(long)]
+        fs_attribute_modify_time_us: Option<u64>,
+    },
+    /// Remove an object.
+    Remove {
+        #[command(flatten)]
+        access: Access,
+    },
+    /// Copy-on-write copy of an object; prints the new object's id.
+    Fastcopy {
+        #[command(flatten)]
+        access: Access,
+    },
+    /// Make write-back writes durable.
+    Flush {
+        #[command(flatten)]
+        access: Access,
+        /// Objects to flush (default: the target object).
+        #[arg(long, value_delimiter = ',')]
+        objects: Vec<u64>,
+    },
+    /// How many blocks a write of a region would need.
+    Blocksrequired {
+        #[command(flatten)]
+        access: Access,
+        #[arg(long, default_value_t = 0, value_parser = parse::bytes)]
+        offset: u64,
+        #[arg(long, value_parser = parse::bytes)]
+        len: u64,
+    },
+    /// Resend the exact bytes of a request saved with --save-request (tests replay defence).
+    Replay {
+        /// The saved request frame.
+        file: PathBuf,
+        #[arg(long, value_name = "ADDR")]
+        drive: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CapCmd {
+    /// Mint a capability from a working key file; prints the capability file (JSON).
+    Mint(MintArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MintArgs {
+    /// Working key file (from `nasd drive init --partition` or `nasd key rotate`).
+    #[arg(long, value_name = "WORKING_KEY_FILE")]
+    key: PathBuf,
+    /// Partition (default: the key file's).
+    #[arg(long)]
+    partition: Option<u16>,
+    /// Object id; 0 (the default) means any object of the partition, as `create` needs.
+    #[arg(long, default_value_t = 0, value_parser = parse::number)]
+    object: u64,
+    /// Comma-separated rights: read,write,getattr,setattr,create,remove,fastcopy,flush,
+    /// blocksrequired or all.
+    #[arg(long, value_parser = parse::rights)]
+    rights: Rights,
+    /// Lifetime, e.g. 120s, 10m, 2h.
+    #[arg(long, value_parser = parse::duration, default_value = "1h")]
+    expires_in: std::time::Duration,
+    /// Start of the byte region the capability covers (default 0).
+    #[arg(long, default_value_t = 0, value_parser = parse::bytes)]
+    offset: u64,
+    /// Length of the region (default: to the largest offset).
+    #[arg(long, value_parser = parse::bytes)]
+    len: Option<u64>,
+    /// The object's current access_control_version (the capability dies when it changes).
+    #[arg(long, default_value_t = 0)]
+    access_control_version: u64,
+    /// Weakest protection a request using this capability may ask for. Must meet the drive's
+    /// and partition's minimum (a drive's default is integrity-args).
+    #[arg(long, value_parser = parse::protection, default_value = "integrity-data")]
+    min_protection: Protection,
+    /// Opaque number recorded in the drive's audit trail.
+    #[arg(long, default_value_t = 0)]
+    audit_id: u64,
+    /// Also seal the args under the working key (for privacy-capability requests).
+    #[arg(long)]
+    sealed: bool,
+    /// Write the capability to FILE (mode 0600) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn run_cap(c: CapCmd) -> anyhow::Result<()> {
+    let CapCmd::Mint(a) = c;
+    let kf = load_key_file(&a.key)?;
+    if kf.kind != KeyType::Working {
+        bail!(
+            "{} is a {} key file; capabilities are minted from a working key \
+             (DIR/keys/*working*, or `nasd key rotate --out`)",
+            a.key.display(),
+            kf.kind.name()
+        );
+    }
+    let partition = match (a.partition, kf.partition) {
+        (Some(p), Some(k)) if p != k.0 => bail!(
+            "--partition {p} but {} is the working key of partition {}",
+            a.key.display(),
+            k.0
+        ),
+        (Some(p), _) => PartitionId(p),
+        (None, Some(k)) => k,
+        (None, None) => bail!("--partition is required"),
+    };
+    let len = a.len.unwrap_or(u64::MAX - a.offset);
+    let region = Region::new(a.offset, len);
+    if region.end().is_none() {
+        bail!("--offset {} + --len {} overflows", a.offset, len);
+    }
+    let args = CapabilityArgs {
+        drive: kf.drive,
+        partition,
+        object: ObjectId(a.object),
+        region,
+        rights: a.rights,
+        expiry_ms: now_ms().saturating_add(a.expires_in.as_millis() as u64),
+        audit_id: a.audit_id,
+        min_protection: a.min_protection,
+    };
+    let cap = Capability::mint(kf.suite, &kf.key, args, a.access_control_version, a.sealed);
+    match a.out {
+        Some(p) => {
+            cap.save(&p)?;
+            eprintln!("capability written to {}", p.display());
+        }
+        None => {
+            std::io::stdout()
+                .write_all(cap.to_json().as_bytes())
+                .context("writing the capability to stdout")?;
+        }
+    }
+    Ok(())
+}
+
+/// An open connection with what authorizes requests and where they go.
+struct Session {
+    conn: DriveConn,
+    auth: Auth,
+    partition: PartitionId,
+    object: Option<ObjectId>,
+    protection: Protection,
+    save_request: Option<PathBuf>,
+}
+
+impl Session {
+    async fn open(a: &Access) -> anyhow::Result<Session> {
+        let (auth, partition, object) = match (&a.cap, &a.key) {
+            (Some(p), _) => {
+                let c = Capability::load(p)?;
+                let part = a.partition.map(PartitionId).unwrap_or(c.args.partition);
+                let obj = a.object.map(ObjectId).unwrap_or(c.args.object);
+                (Auth::Capability(c), part, Some(obj))
+            }
+            (None, Some(p)) => {
+                let kf = load_key_file(p)?;
+                let part = a
+                    .partition
+                    .map(PartitionId)
+                    .or(kf.partition)
+                    .unwrap_or(PartitionId(0));
+                (Auth::from_key_file(&kf), part, a.object.map(ObjectId))
+            }
+            (None, None) => bail!("give --cap CAP_FILE or --key KEY_FILE"),
+        };
+        let protection = a
+            .protection
+            .unwrap_or_else(|| Protection::INTEGRITY_DATA.union(auth.min_protection()));
+        let conn = DriveConn::connect(&a.drive).await?;
+        Ok(Session {
+            conn,
+            auth,
+            partition,
+            object,
+            protection,
+            save_request: a.save_request.clone(),
+        })
+    }
+
+    fn object(&self) -> anyhow::Result<ObjectId> {
+        self.object
+            .context("--object is required with --key (a capability names its object)")
+    }
+
+    /// Sends `op` to `object`, saving the request's bytes first when asked.
+    async fn call(&self, object: ObjectId, op: &Op, data: &[u8]) -> anyhow::Result<Reply> {
+        let t = Target {
+            partition: self.partition,
+            object,
+            protection: self.protection,
+        };
+        let req = self
+            .conn
+            .prepare(self.conn.nonce(), &self.auth, t, op, data)?;
+        if let Some(p) = &self.save_request {
+            std::fs::write(p, &req.frame)
+                .with_context(|| format!("saving the request to {}", p.display()))?;
+        }
+        Ok(self.conn.submit(req).await?)
+    }
+}
+
+fn attrs_or_bail(r: &Reply) -> anyhow::Result<Attributes> {
+    r.attributes()
+        .context("the drive's reply carried no attributes")
+}
+
+fn print_attrs(a: &Attributes, json: bool) {
+    let fs = {
+        let end = a
+            .fs_specific
+            .iter()
+            .rposition(|&b| b != 0)
+            .map_or(0, |i| i + 1);
+        hex::encode(&a.fs_specific[..end])
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "access_control_version": a.access_control_version,
+                "nearby_object": a.nearby_object.0,
+                "copied_object": a.copied_object.0,
+                "logical_size": a.logical_size,
+                "blocks_allocated": a.blocks_allocated,
+                "blocks_used": a.blocks_used,
+                "block_size": a.block_size,
+                "create_time_us": a.create_time_us,
+                "data_modify_time_us": a.data_modify_time_us,
+                "attribute_modify_time_us": a.attribute_modify_time_us,
+                "fs_data_modify_time_us": a.fs_data_modify_time_us,
+                "fs_attribute_modify_time_us": a.fs_attribute_modify_time_us,
+                "fs_specific_hex": fs,
+                "scheme": a.scheme.name(),
+            })
+        );
+        return;
+    }
+    println!("access_control_version      {}", a.access_control_version);
+    println!("logical_size                {}", a.logical_size);
+    println!("scheme                      {}", a.scheme);
+    println!("blocks_used                 {}", a.blocks_used);
+    println!("blocks_allocated            {}", a.blocks_allocated);
+    println!("block_size                  {}", a.block_size);
+    println!("nearby_object               {}", a.nearby_object);
+    println!("copied_object               {}", a.copied_object);
+    println!("create_time_us              {}", a.create_time_us);
+    println!("data_modify_time_us         {}", a.data_modify_time_us);
+    println!("attribute_modify_time_us    {}", a.attribute_modify_time_us);
+    println!("fs_data_modify_time_us      {}", a.fs_data_modify_time_us);
+    println!(
+        "fs_attribute_modify_time_us {}",
+        a.fs_attribute_modify_time_us
+    );
+    println!("fs_specific                 {fs}");
+}
+
+pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
+    match c {
+        ObjCmd::Create { access, scheme } => {
+            let s = Session::open(&access).await?;
+            let op = Op::Create {
+                scheme,
+                mask: AttrMask::default(),
+                attrs: Box::default(),
+            };
+            let r = s.call(s.object.unwrap_or(ObjectId::ANY), &op, &[]).await?;
+            match r.body {
+                ReplyBody::Object { object } => println!("{object}"),
+                _ => bail!("the drive's reply to create named no object"),
+            }
+        }
+        ObjCmd::Write {
+            access,
+            offset,
+            input,
+            form,
+            write_back,
+        } => {
+            let data = if input.as_os_str() == "-" {
+                let mut v = vec![];
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut v)
+                    .context("reading standard input")?;
+                v
+            } else {
+                std::fs::read(&input).with_context(|| format!("reading {}", input.display()))?
+            };
+            let s = Session::open(&access).await?;
+            let object = s.object()?;
+            let op = Op::Write {
+                regions: vec![Region::new(offset, data.len() as u64)],
+                form: form.unwrap_or(Scheme::Tree),
+                write_back,
+            };
+            let r = s.call(object, &op, &data).await?;
+            match r.body {
+                ReplyBody::Written {
+                    bytes,
+                    scheme,
+                    logical_size,
+                } => println!(
+                    "wrote {bytes} bytes at offset {offset} to object {object} \
+                     (scheme {scheme}, size now {logical_size})"
+                ),
+                _ => bail!("unexpected reply to write"),
+            }
+        }
+        ObjCmd::Read {
+            access,
+            offset,
+            len,
+            out,
+        } => {
+            let s = Session::open(&access).await?;
+            let object = s.object()?;
+            let len = len.unwrap_or(u64::MAX - offset);
+            let region = Region::new(offset, len);
+            if region.end().is_none() {
+                bail!("--offset {offset} + --len {len} overflows");
+            }
+            let r = s
+                .call(
+                    object,
+                    &Op::Read {
+                        regions: vec![region],
+                    },
+                    &[],
+                )
+                .await?;
+            // `r.data` has verified (open_reply drops anything that did not).
+            match out {
+                Some(p) => std::fs::write(&p, &r.data)
+                    .with_context(|| format!("writing {}", p.display()))?,
+                None => {
+                    let mut so = std::io::stdout().lock();
+                    so.write_all(&r.data).context("writing to stdout")?;
+                    so.flush().context("writing to stdout")?;
+                }
+            }
+            if !r.authenticated {
+                eprintln!("nasd: warning: protection none: the data was not verified");
+            }
+        }
+        ObjCmd::Getattr { access, json } => {
+            let s = Session::open(&access).await?;
+            let r = s.call(s.object()?, &Op::GetAttr, &[]).await?;
+            print_attrs(&attrs_or_bail(&r)?, json);
+        }
+        ObjCmd::Setattr {
+            access,
+            access_control_version,
+            size,
+            fs_specific_hex,
+            nearby_object,
+            blocks_allocated,
+            fs_data_modify_time_us,
+            fs_attribute_modify_time_us,
+        } => {
+            let mut mask = AttrMask::default();
+            let mut a = Attributes::default();
+            if let Some(v) = access_control_version {
+                mask = mask.with(AttrMask::ACCESS_CONTROL_VERSION);
+                a.access_control_version = v;
+            }
+            if let Some(v) = size {
+                mask = mask.with(AttrMask::LOGICAL_SIZE);
+                a.logical_size = v;
+            }
+            if let Some(h) = &fs_specific_hex {
+                let b = hex::decode(h.trim()).context("--fs-specific-hex is not hex")?;
+                if b.len() > FS_SPECIFIC_BYTES {
+                    bail!("--fs-specific-hex holds at most {FS_SPECIFIC_BYTES} bytes");
+                }
+                a.fs_specific[..b.len()].copy_from_slice(&b);
+                mask = mask.with(AttrMask::FS_SPECIFIC);
+            }
+            if let Some(v) = nearby_object {
+                mask = mask.with(AttrMask::NEARBY_OBJECT);
+                a.nearby_object = ObjectId(v);
+            }
+            if let Some(v) = blocks_allocated {
+                mask = mask.with(AttrMask::BLOCKS_ALLOCATED);
+                a.blocks_allocated = v;
+            }
+            if let Some(v) = fs_data_modify_time_us {
+                mask = mask.with(AttrMask::FS_DATA_MODIFY_TIME);
+                a.fs_data_modify_time_us = v;
+            }
+            if let Some(v) = fs_attribute_modify_time_us {
+                mask = mask.with(AttrMask::FS_ATTRIBUTE_MODIFY_TIME);
+                a.fs_attribute_modify_time_us = v;
+            }
+            if mask == AttrMask::default() {
+                bail!("nothing to set (see `nasd obj setattr --help`)");
+            }
+            let s = Session::open(&access).await?;
+            let op = Op::SetAttr {
+                mask,
+                attrs: Box::new(a),
+            };
+            let r = s.call(s.object()?, &op, &[]).await?;
+            print_attrs(&attrs_or_bail(&r)?, false);
+        }
+        ObjCmd::Remove { access } => {
+            let s = Session::open(&access).await?;
+            let object = s.object()?;
+            s.call(object, &Op::Remove, &[]).await?;
+            println!("removed object {object}");
+        }
+        ObjCmd::Fastcopy { access } => {
+            let s = Session::open(&access).await?;
+            let r = s.call(s.object()?, &Op::FastCopy, &[]).await?;
+            match r.body {
+                ReplyBody::Object { object } => println!("{object}"),
+                _ => bail!("the drive's reply to fastcopy named no object"),
+            }
+        }
+        ObjCmd::Flush { access, objects } => {
+            let s = Session::open(&access).await?;
+            let object = s.object()?;
+            let objects = if objects.is_empty() {
+                vec![object]
+            } else {
+                objects.into_iter().map(ObjectId).collect()
+            };
+            s.call(object, &Op::Flush { objects }, &[]).await?;
+            println!("flushed");
+        }
+        ObjCmd::Blocksrequired {
+            access,
+            offset,
+            len,
+        } => {
+            let s = Session::open(&access).await?;
+            let op = Op::BlocksRequired {
+                regions: vec![Region::new(offset, len)],
+            };
+            let r = s.call(s.object()?, &op, &[]).await?;
+            match r.body {
+                ReplyBody::BlocksRequired { estimated, maximum } => {
+                    println!("estimated {estimated} blocks, at most {maximum}")
+                }
+                _ => bail!("unexpected reply to blocksrequired"),
+            }
+        }
+        ObjCmd::Replay { file, drive } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let h = nasd_client::replay(&drive, bytes).await?;
+            let detail = String::from_utf8_lossy(&h.args).into_owned();
+            if h.status == Status::Ok {
+                println!(
+                    "the drive ACCEPTED the replayed request (status ok, reply protection {})",
+                    h.protection
+                );
+            } else {
+                bail!(
+                    "the drive refused the replayed request{}: {}{}",
+                    if h.protection.integrity_args() {
+                        ""
+                    } else {
+                        " (unauthenticated reply)"
+                    },
+                    h.status.text(),
+                    if h.protection.privacy_args() || detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({detail})")
+                    }
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a key file (mode 0600).
+pub fn save_key_file(
+    path: &std::path::Path,
+    kf: &nasd_crypto::keyfile::KeyFile,
+) -> anyhow::Result<()> {
+    write_secret_file(path, kf.encode().as_bytes())?;
+    Ok(())
+}
