@@ -151,7 +151,7 @@ impl PartitionRecord {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ObjectRecord {
     pub attrs: Attributes,
     pub attr_digest: Digest,

@@ -206,6 +206,9 @@ pub struct Faulty {
     pub write_budget: AtomicU64,
     /// When non-zero, every operation fails with EIO.
     pub dead: AtomicU64,
+    /// When non-zero, counts down one per operation; the operation that takes it to zero and
+    /// every later one fail: the disk (or the power) dies at an exact instant.
+    pub ops_until_death: AtomicU64,
 }
 
 impl Faulty {
@@ -214,9 +217,14 @@ impl Faulty {
             inner,
             write_budget: AtomicU64::new(u64::MAX),
             dead: AtomicU64::new(0),
+            ops_until_death: AtomicU64::new(0),
         }
     }
     fn check(&self) -> io::Result<()> {
+        let left = self.ops_until_death.load(Ordering::SeqCst);
+        if left > 0 && self.ops_until_death.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.dead.store(1, Ordering::SeqCst);
+        }
         if self.dead.load(Ordering::Relaxed) != 0 {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }

@@ -107,6 +107,7 @@ impl Job {
 }
 
 /// What a job returns.
+#[derive(Debug)]
 pub enum JobOut {
     Done,
     Object(ObjectId, ObjectRecord),
