@@ -1,0 +1,232 @@
+//! Every message round-trips through its encoding, and every decoder is total: arbitrary and
+//! mutated bytes give an error or a value, never a panic.
+
+use nasd_proto::ops::{ReadReply, ReplyBody};
+use nasd_proto::*;
+use proptest::prelude::*;
+
+fn regions() -> impl Strategy<Value = Vec<Region>> + Clone {
+    prop::collection::vec(region(), 0..8)
+}
+
+fn region() -> impl Strategy<Value = Region> + Clone {
+    (any::<u64>(), any::<u64>()).prop_map(|(o, l)| Region::new(o / 2, l / 2))
+}
+
+fn protection() -> impl Strategy<Value = Protection> {
+    (0u8..32).prop_map(|b| Protection::from_bits(b).unwrap())
+}
+
+fn scheme() -> impl Strategy<Value = Scheme> {
+    prop::sample::select(Scheme::ALL.to_vec())
+}
+
+fn cap() -> impl Strategy<Value = CapabilityArgs> {
+    (
+        any::<u64>(),
+        any::<u16>(),
+        any::<u64>(),
+        region(),
+        0u32..512,
+        any::<u64>(),
+        any::<u64>(),
+        protection(),
+    )
+        .prop_map(|(d, p, o, region, r, e, a, m)| CapabilityArgs {
+            drive: DriveId(d),
+            partition: PartitionId(p),
+            object: ObjectId(o),
+            region,
+            rights: Rights(r),
+            expiry_ms: e,
+            audit_id: a,
+            min_protection: m,
+        })
+}
+
+fn attrs() -> impl Strategy<Value = Attributes> {
+    (
+        any::<[u64; 11]>(),
+        any::<u32>(),
+        prop::collection::vec(any::<u8>(), 256),
+        scheme(),
+    )
+        .prop_map(|(v, bs, fs, scheme)| {
+            let mut a = Attributes {
+                access_control_version: v[0],
+                nearby_object: ObjectId(v[1]),
+                copied_object: ObjectId(v[2]),
+                logical_size: v[3],
+                blocks_allocated: v[4],
+                blocks_used: v[5],
+                block_size: bs,
+                create_time_us: v[6],
+                data_modify_time_us: v[7],
+                attribute_modify_time_us: v[8],
+                fs_data_modify_time_us: v[9],
+                fs_attribute_modify_time_us: v[10],
+                scheme,
+                ..Attributes::default()
+            };
+            a.fs_specific.copy_from_slice(&fs);
+            a
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (prop::option::of(scheme()), 0u32..128, attrs()).prop_map(|(s, m, a)| Op::Create {
+            scheme: s,
+            mask: AttrMask(m),
+            attrs: Box::new(a)
+        }),
+        Just(Op::Remove),
+        Just(Op::GetAttr),
+        (0u32..128, attrs()).prop_map(|(m, a)| Op::SetAttr {
+            mask: AttrMask(m),
+            attrs: Box::new(a)
+        }),
+        regions().prop_map(|regions| Op::Read { regions }),
+        (regions(), scheme(), any::<bool>()).prop_map(|(regions, form, write_back)| Op::Write {
+            regions,
+            form,
+            write_back
+        }),
+        Just(Op::FastCopy),
+        prop::collection::vec(any::<u64>(), 0..10).prop_map(|v| Op::Flush {
+            objects: v.into_iter().map(ObjectId).collect()
+        }),
+        regions().prop_map(|regions| Op::BlocksRequired { regions }),
+        (any::<u64>(), scheme()).prop_map(|(q, s)| Op::CreatePartition {
+            quota_bytes: q,
+            default_scheme: s
+        }),
+        any::<bool>().prop_map(|force| Op::RemovePartition { force }),
+        any::<u64>().prop_map(|q| Op::ResizePartition { quota_bytes: q }),
+        Just(Op::FlushPartition),
+        any::<[u8; 48]>().prop_map(|w| Op::SetPartitionKey { wrapped: w }),
+        any::<[u8; 48]>().prop_map(|w| Op::SetWorkingKey { wrapped: w }),
+        (any::<bool>(), protection()).prop_map(|(d, p)| Op::SetMinProtection {
+            drive_wide: d,
+            protection: p
+        }),
+        any::<[u8; 48]>().prop_map(|w| Op::Initialize { wrapped_master: w }),
+        any::<[u8; 48]>().prop_map(|w| Op::SetDriveKey { wrapped: w }),
+        Just(Op::Inquiry),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn capability_args_round_trip(c in cap()) {
+        prop_assert_eq!(CapabilityArgs::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn attributes_round_trip(a in attrs()) {
+        let b = a.encode();
+        prop_assert_eq!(b.len(), Attributes::BYTES);
+        prop_assert_eq!(Attributes::decode(&b).unwrap(), a);
+    }
+
+    #[test]
+    fn op_args_round_trip(op in op()) {
+        prop_assert_eq!(Op::decode_args(op.code(), &op.encode_args()).unwrap(), op);
+    }
+
+    #[test]
+    fn request_header_round_trip(op in op(), c in prop::option::of(cap()), p in protection(), id in any::<u64>(),
+                                 t in any::<u64>(), r in any::<u64>(), digest in any::<[u8; 32]>(), sealed in any::<bool>(),
+                                 data in prop::collection::vec(any::<u8>(), 0..100)) {
+        let (key_type, cap, protection) = match c {
+            Some(c) if sealed => (KeyType::Capability, CapField::Sealed(c.encode().to_vec()), p.union(Protection::PRIVACY_CAPABILITY)),
+            Some(c) => (KeyType::Capability, CapField::Plain(c), Protection::from_bits(p.bits() & !16).unwrap()),
+            None => (KeyType::Working, CapField::None, Protection::from_bits(p.bits() & !16).unwrap()),
+        };
+        let h = RequestHeader {
+            request_id: id, key_type, protection, partition: PartitionId(3), object: ObjectId(9),
+            op: op.code(), nonce: Nonce { time_us: t, random: r }, cap, args: op.encode_args(), digest,
+        };
+        let mut body = h.encode();
+        body.extend_from_slice(&data);
+        let (back, at) = RequestHeader::decode(&body).unwrap();
+        prop_assert_eq!(&back, &h);
+        prop_assert_eq!(&body[at..], &data[..]);
+        // the MAC input is everything between the kind byte and the digest
+        let mi = RequestHeader::mac_input_of(&body);
+        prop_assert_eq!(mi.len(), at - 1 - 32);
+    }
+
+    #[test]
+    fn reply_round_trip(status in prop::sample::select(Status::ALL.to_vec()), p in protection(), id in any::<u64>(),
+                        args in prop::collection::vec(any::<u8>(), 0..300), digest in any::<[u8; 32]>()) {
+        let h = ReplyHeader { request_id: id, status, protection: p, nonce: Nonce { time_us: 1, random: 2 }, args, digest };
+        let body = h.encode();
+        let (back, at) = ReplyHeader::decode(&body).unwrap();
+        prop_assert_eq!(back, h);
+        prop_assert_eq!(at, body.len());
+    }
+
+    #[test]
+    fn reply_bodies_round_trip(regions in prop::collection::vec(region(), 0..5), trailer in prop::collection::vec(any::<u8>(), 0..100),
+                               s in scheme(), a in any::<u64>(), b in any::<u64>()) {
+        let cases = vec![
+            (OpCode::Read, ReplyBody::Read(ReadReply { logical_size: a, scheme: s, regions: regions.clone(), trailer: trailer.clone() })),
+            (OpCode::Write, ReplyBody::Written { bytes: a, scheme: s, logical_size: b }),
+            (OpCode::BlocksRequired, ReplyBody::BlocksRequired { estimated: a, maximum: b }),
+            (OpCode::Create, ReplyBody::Object { object: ObjectId(a) }),
+            (OpCode::GetAttr, ReplyBody::Attrs),
+            (OpCode::Remove, ReplyBody::Empty),
+        ];
+        for (code, body) in cases {
+            prop_assert_eq!(ReplyBody::decode(code, &body.encode()).unwrap(), body);
+        }
+    }
+
+    #[test]
+    fn decoders_never_panic_on_arbitrary_bytes(b in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = RequestHeader::decode(&b);
+        let _ = ReplyHeader::decode(&b);
+        let _ = Hello::decode(&b);
+        let _ = Welcome::decode(&b);
+        let _ = CapabilityArgs::decode(&b);
+        let _ = Attributes::decode(&b);
+        let _ = DriveInfo::decode(&b);
+        let _ = check_frame(&b);
+        for code in OpCode::ALL {
+            let _ = Op::decode_args(*code, &b);
+            let _ = ReplyBody::decode(*code, &b);
+        }
+    }
+
+    #[test]
+    fn mutated_requests_never_panic(op in op(), c in cap(), flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
+        let h = RequestHeader {
+            request_id: 1, key_type: KeyType::Capability, protection: Protection::INTEGRITY_DATA, partition: PartitionId(1),
+            object: ObjectId(2), op: op.code(), nonce: Nonce::default(), cap: CapField::Plain(c), args: op.encode_args(), digest: [0; 32],
+        };
+        let mut body = h.encode();
+        for (i, x) in flips {
+            let n = body.len();
+            body[i % n] ^= x;
+        }
+        let n = body.len();
+        body.truncate(cut % (n + 1));
+        if let Ok((h, _)) = RequestHeader::decode(&body) {
+            let _ = Op::decode_args(h.op, &h.args);
+        }
+    }
+}
+
+#[test]
+fn frame_check_tells_incomplete_from_oversized() {
+    assert_eq!(check_frame(&[1, 0]).unwrap(), FrameCheck::Incomplete(4));
+    let f = frame(&[9; 10]);
+    assert_eq!(check_frame(&f[..8]).unwrap(), FrameCheck::Incomplete(14));
+    assert_eq!(check_frame(&f).unwrap(), FrameCheck::Complete(10));
+    let big = ((FRAME_BYTES_MAX + 1) as u32).to_le_bytes();
+    assert!(matches!(
+        check_frame(&big),
+        Err(DecodeError::FrameTooLarge(_))
+    ));
+}
