@@ -125,3 +125,33 @@ pub fn derive(suite: Suite, key: &Key, context: &str, input: &[u8]) -> Key {
 pub fn attr_digest(suite: Suite, encoded: &[u8], cost: &mut Cost) -> Digest {
     hash_data(suite, b"nasd-attr-v1", encoded, cost)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The input of RFC 4231 test case 1 ("Hi There", key bytes 0x0b) with a 32-byte key, as
+    /// our keys are; the expected value was computed independently with Python's `hmac`.
+    #[test]
+    fn hmac_sha256_known_answer() {
+        let key = Key::from_bytes([0x0b; 32]);
+        let mut m = Mac::new(Suite::Sha256, &key);
+        m.update(b"Hi There");
+        assert_eq!(
+            hex::encode(m.finalize(&mut Cost::default())),
+            "198a607eb44bfbc69903a0f1cf2bbdc5ba0aa3f3d9ae3c1c7a3b1696a0b68cf7"
+        );
+    }
+
+    /// BLAKE3 keyed hash of the empty input under key "whats the Elvish word for friend",
+    /// from the official BLAKE3 test vectors (`test_vectors.json`, input_len 0).
+    #[test]
+    fn keyed_blake3_known_answer() {
+        let key = Key::from_slice(b"whats the Elvish word for friend").unwrap();
+        let m = Mac::new(Suite::Blake3, &key);
+        assert_eq!(
+            hex::encode(m.finalize(&mut Cost::default())),
+            "92b2b75604ed3c761f9d6f62392c8a9227ad0ea3f09573e783f1498a4ed60d26"
+        );
+    }
+}
