@@ -698,6 +698,7 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
         x_label: "modulus length (bits)".into(),
         y_label: "ms per operation".into(),
         log_y: true,
+        y_max: None,
         series: vec![
             Series {
                 name: "private-key operation".into(),
@@ -716,6 +717,7 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
         x_label: "row".into(),
         y_label: "MB/s".into(),
         log_y: true,
+        y_max: None,
         series: bulk_rows
             .iter()
             .enumerate()
@@ -730,9 +732,14 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
         .iter()
         .map(|(f, on)| format!("{f}{}", if *on { "+" } else { "-" }))
         .collect();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into());
     report.notes.push(format!(
-        "CPU features detected: {}; one thread; {} runs of ~{:.0} ms after a warm-up of one run, median reported{}",
+        "CPU features detected: {}; {} cores, 1-minute load average {load} at the end (other processes inflate medians and spreads); one thread; {} runs of ~{:.0} ms after a warm-up of one run, median reported{}",
         feats.join(" "),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         budget.runs,
         budget.run_s * 1e3,
         if opts.quick { " (--quick)" } else { "" }

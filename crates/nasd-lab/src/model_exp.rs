@@ -196,6 +196,7 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
             x_label: "request size (bytes)".into(),
             y_label: "compression-function calls".into(),
             log_y: false,
+            y_max: None,
             series,
         });
     }

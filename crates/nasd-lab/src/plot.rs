@@ -13,7 +13,7 @@ use crate::report::Figure;
 pub const PLOT_SIZE_PX: (u32, u32) = (900, 600);
 
 /// Colours of successive series, cycled.
-const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -24,6 +24,8 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(255, 215, 0),
 ];
 
 /// Series with at most this many points also get a marker per point.
@@ -94,7 +96,11 @@ pub fn draw_svg(fig: &Figure, path: &Path) -> Result<(), LabError> {
             .map_err(|e| err(e.to_string()))?;
     } else {
         let lo = y_min.min(0.0);
-        let hi = if y_max > lo { y_max * 1.05 } else { lo + 1.0 };
+        let top = fig.y_max.map_or(y_max, |cap| y_max.min(cap));
+        let hi = if top > lo { top * 1.05 } else { lo + 1.0 };
+        let clip = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            pts.iter().map(|&(x, y)| (x, y.min(hi))).collect()
+        };
         let mut chart = builder
             .build_cartesian_2d(x_min..x_max, lo..hi)
             .map_err(|e| err(e.to_string()))?;
@@ -106,13 +112,14 @@ pub fn draw_svg(fig: &Figure, path: &Path) -> Result<(), LabError> {
             .map_err(|e| err(e.to_string()))?;
         for (i, s) in fig.series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
-            if s.points.len() <= MARKER_MAX_POINTS {
+            let pts = clip(&s.points);
+            if pts.len() <= MARKER_MAX_POINTS {
                 chart
-                    .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                     .map_err(|e| err(e.to_string()))?;
             }
             chart
-                .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))
+                .draw_series(LineSeries::new(pts, color.stroke_width(2)))
                 .map_err(|e| err(e.to_string()))?
                 .label(s.name.as_str())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));

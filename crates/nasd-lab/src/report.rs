@@ -54,7 +54,12 @@ impl Table {
         // Text columns (most cells not numbers) are left-aligned, numeric ones right-aligned.
         let numeric: Vec<bool> = (0..self.columns.len())
             .map(|i| {
-                let cells: Vec<&String> = self.rows.iter().filter_map(|r| r.get(i)).collect();
+                let cells: Vec<&String> = self
+                    .rows
+                    .iter()
+                    .filter_map(|r| r.get(i))
+                    .filter(|c| !c.is_empty())
+                    .collect();
                 let numbers = cells.iter().filter(|c| looks_numeric(c)).count();
                 !cells.is_empty() && 2 * numbers >= cells.len()
             })
@@ -105,6 +110,8 @@ pub struct Figure {
     pub y_label: String,
     /// Logarithmic y axis (Fig 16 of seed 000 is).
     pub log_y: bool,
+    /// Top of a linear y axis: larger values are drawn at the top edge (the CSV keeps them).
+    pub y_max: Option<f64>,
     /// The curves.
     pub series: Vec<Series>,
 }
@@ -126,11 +133,13 @@ impl Figure {
     }
 }
 
-/// A cell that reads as a number, possibly with a unit suffix (`12.5`, `30x`, `929/s`, `4 MB/s`).
+/// A cell that reads as a number, possibly with a unit (`12.5`, `30x`, `929/s`, `4 MB/s`).
 fn looks_numeric(cell: &str) -> bool {
-    let head = cell.split_whitespace().next().unwrap_or("");
+    let mut tokens = cell.split_whitespace();
+    let head = tokens.next().unwrap_or("");
+    let unit_ok = tokens.all(|t| t.chars().all(|c| c.is_alphabetic() || c == '/'));
     let head = head.trim_end_matches(|c: char| c.is_alphabetic() || c == '/' || c == '%');
-    !head.is_empty() && head.parse::<f64>().is_ok()
+    unit_ok && !head.is_empty() && head.parse::<f64>().is_ok()
 }
 
 fn csv_field(s: &str) -> String {

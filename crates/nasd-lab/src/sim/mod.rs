@@ -31,6 +31,11 @@ pub const SHA_MBPS: [f64; 13] = [
 pub const REQUESTS_FULL: usize = 1_000_000;
 /// Requests simulated per workload with `--quick`.
 pub const REQUESTS_QUICK: usize = 100_000;
+/// Top of Fig 12's y axis, percent (100 Mb/s adds thousands of percent; the seed's claims are
+/// about 10-20%).
+pub const FIG12_Y_MAX_PCT: f64 = 100.0;
+/// Top of the worst-case figures' y axes (Figs 14, 15, 17 right), percent.
+pub const MAX_Y_MAX_PCT: f64 = 3000.0;
 /// Time slices of Figs 15-16, bytes of SHA work.
 pub const SLICES_BYTES: [u64; 3] = [16 * 1024, 8 * 1024, 2 * 1024];
 
@@ -403,10 +408,11 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
     }
     report.figures.push(Figure {
         stem: "fig12".into(),
-        title: "Seed 000 Fig 12: average added latency".into(),
+        title: "Seed 000 Fig 12: average added latency (y cut at 100%)".into(),
         x_label: x.clone(),
         y_label: "added latency (%)".into(),
         log_y: false,
+        y_max: Some(FIG12_Y_MAX_PCT),
         series: f12,
     });
     report.figures.push(Figure {
@@ -415,14 +421,16 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
         x_label: x.clone(),
         y_label: "outliers (%)".into(),
         log_y: false,
+        y_max: None,
         series: series(Variant::Plain(Precompute::P2), "P2", |a| a.outliers_pct),
     });
     report.figures.push(Figure {
         stem: "fig14".into(),
-        title: "Seed 000 Fig 14: worst added latency (P2)".into(),
+        title: "Seed 000 Fig 14: worst added latency (P2), y cut at 3000%".into(),
         x_label: x.clone(),
         y_label: "max added latency (%)".into(),
         log_y: false,
+        y_max: Some(MAX_Y_MAX_PCT),
         series: series(Variant::Plain(Precompute::P2), "P2", |a| a.max_pct),
     });
     let mut f15 = series(Variant::Plain(Precompute::P2), "no slicing", |a| a.max_pct);
@@ -437,10 +445,11 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
     }
     report.figures.push(Figure {
         stem: "fig15".into(),
-        title: "Seed 000 Fig 15: time slicing, worst added latency (P2)".into(),
+        title: "Seed 000 Fig 15: time slicing, worst added latency (P2), y cut at 3000%".into(),
         x_label: x.clone(),
         y_label: "max added latency (%)".into(),
         log_y: false,
+        y_max: Some(MAX_Y_MAX_PCT),
         series: f15,
     });
     report.figures.push(Figure {
@@ -449,6 +458,7 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
         x_label: x.clone(),
         y_label: "outliers (%)".into(),
         log_y: true,
+        y_max: None,
         series: f16,
     });
     let mut f17a = series(Variant::Plain(Precompute::P2), "push", |a| a.outliers_pct);
@@ -461,14 +471,18 @@ fn build_report(opts: &LabOptions, loads: &[Workload], grid: &[f64], points: &[P
         x_label: x.clone(),
         y_label: "outliers (%)".into(),
         log_y: false,
+        y_max: None,
         series: f17a,
     });
     report.figures.push(Figure {
         stem: "fig17-max".into(),
-        title: "Seed 000 Fig 17 (right): pull-mode writes, worst added latency (P2)".into(),
+        title:
+            "Seed 000 Fig 17 (right): pull-mode writes, worst added latency (P2), y cut at 3000%"
+                .into(),
         x_label: x,
         y_label: "max added latency (%)".into(),
         log_y: false,
+        y_max: Some(MAX_Y_MAX_PCT),
         series: f17b,
     });
 
