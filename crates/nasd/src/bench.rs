@@ -4,10 +4,12 @@
 //!
 //! Method: one object per scheme, preallocated with non-zero data larger than the largest
 //! request plus the odd offset, then for each (scheme, size, offset) the writes at every
-//! protection level followed by the reads. A cell is several time-boxed runs of one request at
-//! a time; the reported throughput is the median run's. The drive's hashed bytes per request
-//! come from its metrics, read around each cell. A benchmark, not a test: it asserts nothing
-//! about speed.
+//! protection level followed by the reads. A cell is several time-boxed runs with `--depth`
+//! requests in flight (default one at a time), interleaved with the other protection levels'
+//! runs so background load falls on all alike; the reported throughput is the median run's.
+//! The drive's hashed bytes per request come from its metrics, read around each run. The
+//! client's own verification (hashing, decryption) is inside the measured time. A benchmark,
+//! not a test: it asserts nothing about speed.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -16,6 +18,8 @@ use nasd_client::{Auth, Capability, DriveConn};
 use nasd_proto::{
     CapabilityArgs, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
 };
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(Subcommand, Debug)]
@@ -32,6 +36,9 @@ pub struct BenchDriveArgs {
     /// One JSON object per measured cell on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Requests in flight at once (1: one request at a time, latency-bound).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    depth: u16,
     /// Digest suite of the benchmark drive.
     #[arg(long, value_parser = crate::parse::suite, default_value = "blake3")]
     suite: Suite,
@@ -70,9 +77,9 @@ const BUDGET_FULL: Budget = Budget {
     runs: 3,
 };
 const BUDGET_QUICK: Budget = Budget {
-    run_time: Duration::from_millis(40),
+    run_time: Duration::from_millis(50),
     run_ops_min: 2,
-    runs: 3,
+    runs: 5,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -129,7 +136,7 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
     let server = tokio::spawn(nasd_drive::serve(drive.clone(), listener, async move {
         let _ = stop_rx.await;
     }));
-    let conn = DriveConn::connect(&addr).await?;
+    let conn = Arc::new(DriveConn::connect(&addr).await?);
     let wk_path = report
         .working_key_file
         .context("drive init wrote no working key file")?;
@@ -159,10 +166,11 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
 
     if !a.json {
         println!(
-            "nasd bench drive ({}; suite {}; {} runs of >= {} ms per cell; each cell: MiB/s, \
-             ratio to none, bytes the drive hashed per request)",
+            "nasd bench drive ({}; suite {}; depth {}; {} runs of >= {} ms per cell; each cell: \
+             MiB/s, ratio to none, bytes the drive hashed per request)",
             if a.quick { "quick" } else { "full" },
             a.suite.name(),
+            a.depth,
             budget.runs,
             budget.run_time.as_millis()
         );
@@ -183,7 +191,7 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
             .create(&any, t0, Some(scheme))
             .await
             .with_context(|| format!("creating a {scheme} object"))?;
-        let cap = mint(object);
+        let cap = Arc::new(mint(object));
         let t = Target {
             partition,
             object,
@@ -194,28 +202,35 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
             .with_context(|| format!("preallocating the {scheme} object"))?;
         for &size in sizes {
             for offset in [0, ODD_OFFSET_BYTES] {
+                let payload = Arc::new(data[offset as usize..(offset + size) as usize].to_vec());
                 for dir in [Dir::Write, Dir::Read] {
-                    let mut row = vec![];
-                    for (name, protection) in PROTECTIONS {
-                        let t = Target {
-                            partition,
-                            object,
-                            protection,
-                        };
-                        let payload = &data[offset as usize..(offset + size) as usize];
-                        let cell = measure(
-                            &conn, &drive, &cap, t, dir, scheme, name, size, offset, payload,
-                            budget,
-                        )
+                    let specs: Vec<_> = PROTECTIONS
+                        .iter()
+                        .map(|&(name, protection)| {
+                            let spec = Spec {
+                                auth: cap.clone(),
+                                target: Target {
+                                    partition,
+                                    object,
+                                    protection,
+                                },
+                                dir,
+                                scheme,
+                                size,
+                                offset,
+                                payload: payload.clone(),
+                            };
+                            (name, spec)
+                        })
+                        .collect();
+                    let row = measure_row(&conn, &drive, &specs, a.depth as usize, budget)
                         .await
                         .with_context(|| {
                             format!(
-                                "{} {scheme} {name} {size} bytes at {offset}",
+                                "{} {scheme} {size} bytes at offset {offset}",
                                 if dir == Dir::Write { "write" } else { "read" }
                             )
                         })?;
-                        row.push(cell);
-                    }
                     emit(&row, a.json);
                 }
             }
@@ -230,77 +245,113 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn measure(
-    conn: &DriveConn,
-    drive: &nasd_drive::Drive,
-    cap: &Auth,
-    t: Target,
+/// What one cell measures.
+#[derive(Clone)]
+struct Spec {
+    auth: Arc<Auth>,
+    target: Target,
     dir: Dir,
     scheme: Scheme,
-    protection: &'static str,
     size: u64,
     offset: u64,
-    payload: &[u8],
-    budget: &Budget,
-) -> anyhow::Result<Cell> {
-    let one = || async {
-        match dir {
-            Dir::Write => conn
-                .write_regions(
-                    cap,
-                    t,
-                    vec![Region::new(offset, size)],
-                    scheme,
-                    false,
-                    payload,
-                )
-                .await
-                .map(|_| ()),
-            Dir::Read => conn
-                .read(cap, t, vec![Region::new(offset, size)])
-                .await
-                .and_then(|r| {
-                    if r.data.len() as u64 == size {
-                        Ok(())
-                    } else {
-                        Err(nasd_client::ClientError::Usage(format!(
-                            "read returned {} bytes, expected {size}",
-                            r.data.len()
-                        )))
-                    }
-                }),
+    payload: Arc<Vec<u8>>,
+}
+
+async fn one(conn: &DriveConn, s: &Spec) -> Result<(), nasd_client::ClientError> {
+    let region = vec![Region::new(s.offset, s.size)];
+    match s.dir {
+        Dir::Write => conn
+            .write_regions(&s.auth, s.target, region, s.scheme, false, &s.payload)
+            .await
+            .map(|_| ()),
+        Dir::Read => {
+            let r = conn.read(&s.auth, s.target, region).await?;
+            if r.data.len() as u64 != s.size {
+                return Err(nasd_client::ClientError::Usage(format!(
+                    "read returned {} bytes, expected {}",
+                    r.data.len(),
+                    s.size
+                )));
+            }
+            Ok(())
         }
-    };
-    one().await?; // warm up
-    let before = drive.metrics();
-    let mut rates = Vec::with_capacity(budget.runs);
-    for _ in 0..budget.runs {
-        let start = Instant::now();
-        let mut ops = 0u32;
-        while ops < budget.run_ops_min || start.elapsed() < budget.run_time {
-            one().await?;
-            ops += 1;
-        }
-        rates.push(ops as f64 / start.elapsed().as_secs_f64());
     }
-    let after = drive.metrics();
-    rates.sort_by(|a, b| a.total_cmp(b));
-    let ops_per_s = rates[rates.len() / 2];
-    let requests = after.requests.saturating_sub(before.requests).max(1);
-    let hashed = after
-        .data_bytes_hashed
-        .saturating_sub(before.data_bytes_hashed);
-    Ok(Cell {
-        op: dir,
-        scheme,
-        protection,
-        size,
-        offset,
-        mib_per_s: ops_per_s * size as f64 / (1u64 << 20) as f64,
-        ops_per_s,
-        hashed_per_op: hashed as f64 / requests as f64,
-    })
+}
+
+/// One time-boxed run with `depth` requests in flight; returns operations per second.
+async fn run_once(
+    conn: &Arc<DriveConn>,
+    s: &Spec,
+    depth: usize,
+    budget: &Budget,
+) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let count = Arc::new(AtomicU32::new(0));
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..depth {
+        let (conn, s, count) = (conn.clone(), s.clone(), count.clone());
+        let (ops_min, run_time) = (budget.run_ops_min, budget.run_time);
+        set.spawn(async move {
+            while count.load(Ordering::Relaxed) < ops_min || start.elapsed() < run_time {
+                one(&conn, &s).await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), nasd_client::ClientError>(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Measures one (op, scheme, size, offset) at every protection level. Runs of the levels are
+/// interleaved so background load drifts over all of them alike; each level's figure is the
+/// median of its runs, and its hashed bytes per request are summed over its runs.
+async fn measure_row(
+    conn: &Arc<DriveConn>,
+    drive: &nasd_drive::Drive,
+    specs: &[(&'static str, Spec)],
+    depth: usize,
+    budget: &Budget,
+) -> anyhow::Result<Vec<Cell>> {
+    for (_, s) in specs {
+        one(conn, s).await?; // warm up
+    }
+    let n = specs.len();
+    let mut rates = vec![Vec::with_capacity(budget.runs); n];
+    let mut requests = vec![0u64; n];
+    let mut hashed = vec![0u64; n];
+    for _ in 0..budget.runs {
+        for (i, (_, s)) in specs.iter().enumerate() {
+            let before = drive.metrics();
+            rates[i].push(run_once(conn, s, depth, budget).await?);
+            let after = drive.metrics();
+            requests[i] += after.requests.saturating_sub(before.requests);
+            hashed[i] += after
+                .data_bytes_hashed
+                .saturating_sub(before.data_bytes_hashed);
+        }
+    }
+    Ok(specs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, s))| {
+            let r = &mut rates[i];
+            r.sort_by(|a, b| a.total_cmp(b));
+            let ops_per_s = r[r.len() / 2];
+            Cell {
+                op: s.dir,
+                scheme: s.scheme,
+                protection: name,
+                size: s.size,
+                offset: s.offset,
+                mib_per_s: ops_per_s * s.size as f64 / (1u64 << 20) as f64,
+                ops_per_s,
+                hashed_per_op: hashed[i] as f64 / requests[i].max(1) as f64,
+            }
+        })
+        .collect())
 }
 
 fn emit(row: &[Cell], json: bool) {

@@ -1,0 +1,468 @@
+//! Black-box tests of the operator CLI: they run the built `nasd` binary against a drive it
+//! started (`nasd drive run` on a free loopback port), as an operator's script would.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+const NASD: &str = env!("CARGO_BIN_EXE_nasd");
+
+fn nasd(args: &[&str]) -> Output {
+    Command::new(NASD)
+        .args(args)
+        .output()
+        .expect("running nasd")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = nasd(args);
+    assert!(
+        o.status.success(),
+        "nasd {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8 output")
+}
+
+/// Runs `nasd` expecting failure; returns stdout bytes and stderr text.
+fn fails(args: &[&str]) -> (Vec<u8>, String) {
+    let o = nasd(args);
+    assert!(
+        !o.status.success(),
+        "nasd {args:?} succeeded: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    (o.stdout, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// A drive initialized in a temporary directory with partition 1, served by `nasd drive run`.
+struct TestDrive {
+    child: Child,
+    addr: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for TestDrive {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TestDrive {
+    fn start() -> TestDrive {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("drive");
+        ok(&[
+            "drive",
+            "init",
+            "--data",
+            data.to_str().unwrap(),
+            "--partition",
+            "1",
+        ]);
+        let mut child = Command::new(NASD)
+            .args([
+                "drive",
+                "run",
+                "--data",
+                data.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .expect("listening line")
+            .to_string();
+        assert!(addr.starts_with("127.0.0.1:"), "{line}");
+        TestDrive { child, addr, dir }
+    }
+
+    fn key(&self, name_has: &[&str], name_lacks: &[&str]) -> String {
+        let keys = self.dir.path().join("drive").join("keys");
+        for e in std::fs::read_dir(&keys).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name_has.iter().all(|s| name.contains(s))
+                && !name_lacks.iter().any(|s| name.contains(s))
+            {
+                return keys.join(name).to_str().unwrap().to_string();
+            }
+        }
+        panic!("no key file with {name_has:?} in {}", keys.display());
+    }
+
+    fn partition_key(&self) -> String {
+        self.key(&["partition"], &["working"])
+    }
+
+    fn working_key(&self) -> String {
+        self.key(&["working"], &[])
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn create(&self) -> String {
+        ok(&[
+            "obj",
+            "create",
+            "--drive",
+            &self.addr,
+            "--key",
+            &self.partition_key(),
+            "--partition",
+            "1",
+        ])
+        .trim()
+        .to_string()
+    }
+
+    /// Mints a capability into a file and returns its path.
+    fn mint(&self, name: &str, object: &str, extra: &[&str]) -> String {
+        let wk = self.working_key();
+        let mut args = vec![
+            "cap",
+            "mint",
+            "--key",
+            &wk,
+            "--partition",
+            "1",
+            "--object",
+            object,
+        ];
+        if !extra.contains(&"--expires-in") {
+            args.extend(["--expires-in", "120s"]);
+        }
+        if !extra.contains(&"--rights") {
+            args.extend(["--rights", "read,write,getattr,setattr"]);
+        }
+        args.extend(extra);
+        let json = ok(&args);
+        let p = self.path(name);
+        std::fs::write(&p, json).unwrap();
+        p.to_str().unwrap().to_string()
+    }
+}
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8 + 1).collect()
+}
+
+fn write_input(d: &TestDrive, bytes: &[u8]) -> String {
+    let p = d.path("input.bin");
+    std::fs::write(&p, bytes).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn create_mint_write_read_round_trip() {
+    let d = TestDrive::start();
+    let id = d.create();
+    assert!(id.parse::<u64>().is_ok(), "create printed {id:?}");
+    let cap = d.mint("cap.json", &id, &[]);
+    let bytes = data(100_000);
+    let input = write_input(&d, &bytes);
+    let out = ok(&[
+        "obj", "write", "--drive", &d.addr, "--cap", &cap, "--offset", "0", "--in", &input,
+    ]);
+    assert!(out.contains("wrote 100000 bytes"), "{out}");
+    let o = nasd(&[
+        "obj", "read", "--drive", &d.addr, "--cap", &cap, "--offset", "0", "--len", "100000",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, bytes);
+    // An odd offset, and a read past the end clamps at the object's size.
+    let o = nasd(&[
+        "obj", "read", "--drive", &d.addr, "--cap", &cap, "--offset", "99001", "--len", "5000",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, &bytes[99_001..]);
+    let attrs = ok(&[
+        "obj", "getattr", "--drive", &d.addr, "--cap", &cap, "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&attrs).unwrap();
+    assert_eq!(v["logical_size"], 100_000);
+    assert_eq!(v["scheme"], "tree");
+}
+
+#[test]
+fn every_scheme_and_protection_round_trips() {
+    let d = TestDrive::start();
+    let creator = d.mint("create.json", "0", &["--rights", "create", "--sealed"]);
+    let bytes = data(20_000);
+    let input = write_input(&d, &bytes);
+    for scheme in ["mac", "digest", "incremental", "tree"] {
+        let id = ok(&[
+            "obj", "create", "--drive", &d.addr, "--cap", &creator, "--scheme", scheme,
+        ])
+        .trim()
+        .to_string();
+        let cap = d.mint(
+            "c.json",
+            &id,
+            &[
+                "--rights",
+                "all",
+                "--sealed",
+                "--min-protection",
+                "integrity-args",
+            ],
+        );
+        for p in [
+            "integrity-args",
+            "integrity-data",
+            "privacy-args",
+            "privacy-data",
+            "privacy-data,privacy-capability",
+        ] {
+            ok(&[
+                "obj",
+                "write",
+                "--drive",
+                &d.addr,
+                "--cap",
+                &cap,
+                "--offset",
+                "7",
+                "--in",
+                &input,
+                "--protection",
+                p,
+            ]);
+            let o = nasd(&[
+                "obj",
+                "read",
+                "--drive",
+                &d.addr,
+                "--cap",
+                &cap,
+                "--offset",
+                "1000",
+                "--len",
+                "9000",
+                "--protection",
+                p,
+            ]);
+            assert!(
+                o.status.success(),
+                "{scheme} {p}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert_eq!(o.stdout, &bytes[993..9993], "{scheme} {p}");
+        }
+    }
+}
+
+#[test]
+fn replayed_request_is_refused() {
+    let d = TestDrive::start();
+    let id = d.create();
+    let cap = d.mint("cap.json", &id, &[]);
+    let input = write_input(&d, &data(5000));
+    let saved = d.path("write.req");
+    ok(&[
+        "obj",
+        "write",
+        "--drive",
+        &d.addr,
+        "--cap",
+        &cap,
+        "--offset",
+        "0",
+        "--in",
+        &input,
+        "--save-request",
+        saved.to_str().unwrap(),
+    ]);
+    let (_, err) = fails(&["obj", "replay", saved.to_str().unwrap(), "--drive", &d.addr]);
+    assert!(err.contains("replay"), "{err}");
+}
+
+#[test]
+fn wrong_rights_region_and_expiry_are_refused_without_data() {
+    let d = TestDrive::start();
+    let id = d.create();
+    let full = d.mint("full.json", &id, &[]);
+    let input = write_input(&d, &data(4000));
+    ok(&[
+        "obj", "write", "--drive", &d.addr, "--cap", &full, "--in", &input,
+    ]);
+
+    let read_only = d.mint("ro.json", &id, &["--rights", "read"]);
+    let (_, err) = fails(&[
+        "obj", "write", "--drive", &d.addr, "--cap", &read_only, "--in", &input,
+    ]);
+    assert!(err.contains("rights"), "{err}");
+
+    let small = d.mint("small.json", &id, &["--offset", "0", "--len", "1000"]);
+    let (out, err) = fails(&[
+        "obj", "read", "--drive", &d.addr, "--cap", &small, "--offset", "500", "--len", "1000",
+    ]);
+    assert!(err.contains("region outside capability"), "{err}");
+    assert!(out.is_empty());
+
+    let short = d.mint("short.json", &id, &["--expires-in", "1s"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (out, err) = fails(&[
+        "obj", "read", "--drive", &d.addr, "--cap", &short, "--len", "10",
+    ]);
+    assert!(err.contains("capability expired at"), "{err}");
+    assert!(out.is_empty());
+
+    // Under-protected request.
+    let (_, err) = fails(&[
+        "obj",
+        "read",
+        "--drive",
+        &d.addr,
+        "--cap",
+        &full,
+        "--len",
+        "10",
+        "--protection",
+        "none",
+    ]);
+    assert!(err.contains("protection"), "{err}");
+
+    // A capability for another object (the request names a different one).
+    let other = d.create();
+    let (_, err) = fails(&[
+        "obj", "read", "--drive", &d.addr, "--cap", &full, "--object", &other, "--len", "10",
+    ]);
+    assert!(err.contains("refused"), "{err}");
+}
+
+#[test]
+fn access_control_version_revokes_capabilities() {
+    let d = TestDrive::start();
+    let id = d.create();
+    let cap = d.mint("cap.json", &id, &[]);
+    let out = ok(&[
+        "obj",
+        "setattr",
+        "--drive",
+        &d.addr,
+        "--cap",
+        &cap,
+        "--access-control-version",
+        "1",
+    ]);
+    assert!(out.contains("access_control_version      1"), "{out}");
+    let (_, err) = fails(&["obj", "getattr", "--drive", &d.addr, "--cap", &cap]);
+    assert!(err.contains("refused"), "{err}");
+    let fresh = d.mint("fresh.json", &id, &["--access-control-version", "1"]);
+    ok(&["obj", "getattr", "--drive", &d.addr, "--cap", &fresh]);
+}
+
+#[test]
+fn key_rotation_and_partition_commands() {
+    let d = TestDrive::start();
+    let drive_key = d.key(&["drive"], &[]);
+    let pk2 = d.path("p2.key");
+    let wk2 = d.path("p2-working.key");
+    let out = ok(&[
+        "partition",
+        "create",
+        "--drive",
+        &d.addr,
+        "--key",
+        &drive_key,
+        "--partition",
+        "2",
+        "--quota",
+        "64M",
+        "--out",
+        pk2.to_str().unwrap(),
+        "--working-out",
+        wk2.to_str().unwrap(),
+    ]);
+    assert!(out.contains("created partition 2"), "{out}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&wk2).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let id = ok(&[
+        "obj",
+        "create",
+        "--drive",
+        &d.addr,
+        "--key",
+        pk2.to_str().unwrap(),
+        "--partition",
+        "2",
+    ])
+    .trim()
+    .to_string();
+    // Rotate: capabilities from the old working key keep working (previous key), and the new
+    // key mints valid ones.
+    let old_cap = ok(&[
+        "cap",
+        "mint",
+        "--key",
+        wk2.to_str().unwrap(),
+        "--object",
+        &id,
+        "--rights",
+        "getattr",
+    ]);
+    let old_cap_path = d.path("old.json");
+    std::fs::write(&old_cap_path, old_cap).unwrap();
+    let wk3 = d.path("p2-working-new.key");
+    ok(&[
+        "key",
+        "rotate",
+        "--drive",
+        &d.addr,
+        "--key",
+        pk2.to_str().unwrap(),
+        "--partition",
+        "2",
+        "--out",
+        wk3.to_str().unwrap(),
+    ]);
+    ok(&[
+        "obj",
+        "getattr",
+        "--drive",
+        &d.addr,
+        "--cap",
+        old_cap_path.to_str().unwrap(),
+    ]);
+    let new_cap = d.path("new.json");
+    ok(&[
+        "cap",
+        "mint",
+        "--key",
+        wk3.to_str().unwrap(),
+        "--object",
+        &id,
+        "--rights",
+        "getattr",
+        "--out",
+        new_cap.to_str().unwrap(),
+    ]);
+    ok(&[
+        "obj",
+        "getattr",
+        "--drive",
+        &d.addr,
+        "--cap",
+        new_cap.to_str().unwrap(),
+    ]);
+    let info = ok(&["drive", "info", "--drive", &d.addr, "--key", &drive_key]);
+    assert!(info.contains("partition 2"), "{info}");
+    let _ = Path::new(&drive_key);
+}
