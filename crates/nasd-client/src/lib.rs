@@ -19,6 +19,7 @@ pub mod auth;
 pub mod conn;
 pub mod error;
 pub mod object;
+pub mod session;
 pub mod wire;
 
 #[cfg(test)]

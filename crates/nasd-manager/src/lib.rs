@@ -1,1 +1,69 @@
-//! (in progress)
+//! The nasd file manager (seed 002 §3): users and groups, the namespace, file layouts, policy
+//! checks and capability issuance, key rotation and the drive registry. Clients talk to it over
+//! TLS 1.3 ([`server`]); it talks to drives with keys of the hierarchy it shares with each
+//! drive's partition ([`drives`]). It never moves file data: clients take capabilities from it
+//! and go straight to drives, so the data path keeps working while it is down, until those
+//! capabilities expire.
+//!
+//! # Layout
+//! - [`store`]: the [`store::MetaStore`] trait and its records; [`sqlite`]: the embedded store;
+//!   [`conformance`]: the suite every store passes.
+//! - [`service`]: policy (POSIX-like modes), namespace operations, capability minting,
+//!   revocation.
+//! - [`users`]: Argon2id passwords, logins, session tokens.
+//! - [`drives`]: drive registration, health, working-key rotation, drive choice.
+//! - [`tls`]: the cluster CA and the server certificate.
+//! - [`server`]: the TLS listener and the request dispatcher.
+//! - [`setup`]: `nasd manager init` and the manager's config file.
+
+pub mod conformance;
+pub mod drives;
+pub mod server;
+pub mod service;
+pub mod setup;
+pub mod sqlite;
+pub mod store;
+pub mod tls;
+pub mod users;
+
+use nasd_proto::manager::{MgrReply, MgrStatus};
+
+/// A refusal with a stable status and a human detail naming what it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {detail}")]
+pub struct MgrError {
+    pub status: MgrStatus,
+    pub detail: String,
+}
+
+impl MgrError {
+    pub fn new(status: MgrStatus, detail: impl Into<String>) -> MgrError {
+        MgrError {
+            status,
+            detail: detail.into(),
+        }
+    }
+    /// Prefixes the detail with the path it concerns, unless it already names it.
+    pub fn at(mut self, path: &str) -> MgrError {
+        if !self.detail.contains(path) {
+            self.detail = format!("{path}: {}", self.detail);
+        }
+        self
+    }
+    pub fn reply(&self) -> MgrReply {
+        MgrReply::error(self.status, self.detail.clone())
+    }
+}
+
+pub type MgrResult<T> = Result<T, MgrError>;
+
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+pub fn now_ms() -> u64 {
+    now_us() / 1000
+}

@@ -17,6 +17,7 @@
 pub mod attr;
 pub mod capability;
 pub mod codec;
+pub mod manager;
 pub mod message;
 pub mod ops;
 pub mod status;

@@ -1,0 +1,193 @@
+//! The conformance suite every [`MetaStore`] implementation runs (garage's `db/test.rs`):
+//! call [`run`] with a constructor of empty stores.
+
+use crate::store::*;
+use nasd_proto::manager::FileKind;
+use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
+
+/// A fresh directory inode owned by `uid`.
+pub fn dir(uid: u32) -> Inode {
+    Inode {
+        ino: 0,
+        kind: FileKind::Dir,
+        mode: 0o755,
+        uid,
+        gid: 0,
+        parent: 0,
+        ctime_us: 1,
+        mtime_us: 1,
+        obj: None,
+        acv: 0,
+        root: None,
+    }
+}
+
+/// A fresh file inode on object `object` of drive 7.
+pub fn file(uid: u32, object: u64) -> Inode {
+    Inode {
+        kind: FileKind::File,
+        mode: 0o644,
+        obj: Some(ObjRef {
+            drive: DriveId(7),
+            partition: PartitionId(1),
+            object: ObjectId(object),
+        }),
+        ..dir(uid)
+    }
+}
+
+/// Runs every check against stores made by `make` (each call must give an empty store).
+pub fn run<S: MetaStore>(make: impl Fn() -> S) {
+    users_and_groups(&mut make());
+    namespace(&mut make());
+    rename(&mut make());
+    drives_sessions_meta(&mut make());
+}
+
+fn users_and_groups<S: MetaStore>(s: &mut S) {
+    let g0 = s.add_group("admin").unwrap();
+    let g1 = s.add_group("staff").unwrap();
+    assert_ne!(g0, g1);
+    assert_eq!(s.add_group("staff"), Err(StoreError::Exists));
+    let admin = s.add_user("admin", "phc-a", true, g0).unwrap();
+    let alice = s.add_user("alice", "phc-b", false, g1).unwrap();
+    assert_ne!(admin, alice);
+    assert_eq!(s.add_user("alice", "x", false, g1), Err(StoreError::Exists));
+    let a = s.user_by_name("alice").unwrap().unwrap();
+    assert_eq!(
+        (a.uid, a.admin, a.gid, a.phc.as_str()),
+        (alice, false, g1, "phc-b")
+    );
+    assert_eq!(s.user_by_uid(admin).unwrap().unwrap().name, "admin");
+    assert!(s.user_by_name("nobody").unwrap().is_none());
+    s.set_password(alice, "phc-c").unwrap();
+    assert_eq!(s.user_by_uid(alice).unwrap().unwrap().phc, "phc-c");
+    assert_eq!(s.set_password(99_999, "x"), Err(StoreError::NotFound));
+    assert_eq!(s.groups_of(alice).unwrap(), vec![g1]);
+    s.add_member(g0, alice).unwrap();
+    s.add_member(g0, alice).unwrap();
+    let mut gs = s.groups_of(alice).unwrap();
+    gs.sort();
+    let mut want = vec![g0, g1];
+    want.sort();
+    assert_eq!(gs, want);
+    assert_eq!(s.group_by_name("staff").unwrap().unwrap().gid, g1);
+    assert_eq!(s.group_by_gid(g0).unwrap().unwrap().name, "admin");
+    assert_eq!(s.users().unwrap().len(), 2);
+}
+
+fn namespace<S: MetaStore>(s: &mut S) {
+    let root = s.inode(ROOT_INO).unwrap().unwrap();
+    assert_eq!(root.kind, FileKind::Dir);
+    assert!(s.readdir(ROOT_INO).unwrap().is_empty());
+    let d = s.link_new(ROOT_INO, "d", &dir(5)).unwrap();
+    assert_eq!(s.link_new(ROOT_INO, "d", &dir(5)), Err(StoreError::Exists));
+    let f = s.link_new(d, "f", &file(5, 16)).unwrap();
+    assert_eq!(s.lookup(d, "f").unwrap(), Some(f));
+    assert_eq!(s.lookup(d, "g").unwrap(), None);
+    let fi = s.inode(f).unwrap().unwrap();
+    assert_eq!(fi.parent, d);
+    assert_eq!(fi.obj.unwrap().object, ObjectId(16));
+    // A file is not a directory.
+    assert_eq!(s.link_new(f, "x", &dir(5)), Err(StoreError::NotADirectory));
+    assert_eq!(s.link_new(999, "x", &dir(5)), Err(StoreError::NotFound));
+    let names: Vec<String> = s.readdir(d).unwrap().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["f"]);
+    assert_eq!(s.unlink(ROOT_INO, "d"), Err(StoreError::NotEmpty));
+    let mut upd = fi.clone();
+    upd.mode = 0o600;
+    upd.acv = 3;
+    upd.root = Some([7; 32]);
+    s.update_inode(&upd).unwrap();
+    let back = s.inode(f).unwrap().unwrap();
+    assert_eq!((back.mode, back.acv, back.root), (0o600, 3, Some([7; 32])));
+    assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 1);
+    let gone = s.unlink(d, "f").unwrap();
+    assert_eq!(gone.ino, f);
+    assert!(s.inode(f).unwrap().is_none());
+    assert_eq!(s.unlink(d, "f"), Err(StoreError::NotFound));
+    s.unlink(ROOT_INO, "d").unwrap();
+    assert!(s.readdir(ROOT_INO).unwrap().is_empty());
+    assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 0);
+}
+
+fn rename<S: MetaStore>(s: &mut S) {
+    let a = s.link_new(ROOT_INO, "a", &dir(0)).unwrap();
+    let b = s.link_new(ROOT_INO, "b", &dir(0)).unwrap();
+    let f = s.link_new(a, "f", &file(0, 16)).unwrap();
+    let g = s.link_new(b, "g", &file(0, 17)).unwrap();
+    // Move across directories.
+    assert_eq!(s.rename(a, "f", b, "f2").unwrap(), None);
+    assert_eq!(s.lookup(b, "f2").unwrap(), Some(f));
+    assert_eq!(s.lookup(a, "f").unwrap(), None);
+    assert_eq!(s.inode(f).unwrap().unwrap().parent, b);
+    // Over an existing file: it is replaced and handed back.
+    let replaced = s.rename(b, "f2", b, "g").unwrap().unwrap();
+    assert_eq!(replaced.ino, g);
+    assert!(s.inode(g).unwrap().is_none());
+    assert_eq!(s.lookup(b, "g").unwrap(), Some(f));
+    // File over directory, directory over file, over a non-empty directory.
+    assert_eq!(
+        s.rename(b, "g", ROOT_INO, "a"),
+        Err(StoreError::IsADirectory)
+    );
+    assert_eq!(
+        s.rename(ROOT_INO, "a", b, "g"),
+        Err(StoreError::NotADirectory)
+    );
+    assert_eq!(
+        s.rename(ROOT_INO, "a", ROOT_INO, "b"),
+        Err(StoreError::NotEmpty)
+    );
+    assert_eq!(
+        s.rename(ROOT_INO, "zz", ROOT_INO, "y"),
+        Err(StoreError::NotFound)
+    );
+    // A failed rename changed nothing.
+    assert_eq!(s.lookup(b, "g").unwrap(), Some(f));
+    // Renaming onto itself is a no-op.
+    assert_eq!(s.rename(b, "g", b, "g").unwrap(), None);
+    assert_eq!(s.lookup(b, "g").unwrap(), Some(f));
+}
+
+fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
+    use nasd_crypto::Key;
+    assert!(s.drives().unwrap().is_empty());
+    let mut d = DriveRecord {
+        drive: DriveId(u64::MAX - 3),
+        addr: "127.0.0.1:1".into(),
+        suite: Suite::Blake3,
+        drive_key: Key::from_bytes([1; 32]),
+        partition: PartitionId(1),
+        partition_key: Key::from_bytes([2; 32]),
+        working_key: Key::from_bytes([3; 32]),
+        rotated_ms: 5,
+    };
+    s.put_drive(&d).unwrap();
+    d.working_key = Key::from_bytes([4; 32]);
+    d.addr = "127.0.0.1:2".into();
+    s.put_drive(&d).unwrap();
+    let ds = s.drives().unwrap();
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0].drive, d.drive);
+    assert_eq!(ds[0].addr, "127.0.0.1:2");
+    assert_eq!(ds[0].working_key, Key::from_bytes([4; 32]));
+    assert_eq!(ds[0].partition_key, Key::from_bytes([2; 32]));
+
+    let sess = SessionRecord {
+        token_hash: [9; 32],
+        uid: 4,
+        expires_ms: 100,
+    };
+    s.put_session(&sess).unwrap();
+    assert_eq!(s.session(&[9; 32]).unwrap(), Some(sess));
+    assert_eq!(s.session(&[8; 32]).unwrap(), None);
+    assert_eq!(s.expire_sessions(50).unwrap(), 0);
+    assert_eq!(s.expire_sessions(150).unwrap(), 1);
+    assert_eq!(s.session(&[9; 32]).unwrap(), None);
+
+    assert_eq!(s.get_meta("x").unwrap(), None);
+    s.put_meta("x", b"1").unwrap();
+    s.put_meta("x", b"2").unwrap();
+    assert_eq!(s.get_meta("x").unwrap(), Some(b"2".to_vec()));
+}

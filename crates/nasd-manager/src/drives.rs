@@ -1,0 +1,333 @@
+//! The drive registry: which drives the manager uses, the keys it shares with each drive's
+//! partition (seed 002 Table 6), one connection per drive for the manager's own requests,
+//! health, working-key rotation, and the choice of a drive for a new file.
+//!
+//! The manager authorizes its own object operations (create, remove, getattr, setattr) with the
+//! partition's working key, and partition setup with the drive and partition keys; keys are
+//! set on drives only wrapped (`set_key`), never in clear.
+
+use crate::store::DriveRecord;
+use crate::{now_ms, MgrError};
+use nasd_client::object::Target;
+use nasd_client::{Auth, DriveConn};
+use nasd_crypto::keyfile::KeyFile;
+use nasd_crypto::Key;
+use nasd_proto::manager::MgrStatus;
+use nasd_proto::{DriveId, KeyType, ObjectId, OpCode, PartitionId, Protection, Scheme, Status};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The partition the manager creates on every drive it registers.
+pub const FILES_PARTITION: PartitionId = PartitionId(1);
+/// Protection of the manager's own requests to drives.
+pub const MANAGER_PROTECTION: Protection = Protection::INTEGRITY_DATA;
+
+/// What the manager knows about one drive at run time.
+pub struct DriveState {
+    pub rec: DriveRecord,
+    pub conn: Option<Arc<DriveConn>>,
+    pub healthy: bool,
+    pub detail: String,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    drives: Mutex<HashMap<DriveId, DriveState>>,
+    next: AtomicUsize,
+}
+
+fn drive_err(d: DriveId, e: nasd_client::ClientError) -> MgrError {
+    let status = match e.status() {
+        Some(Status::DiskFull) | Some(Status::QuotaExceeded) => MgrStatus::DiskFull,
+        Some(_) => MgrStatus::Internal,
+        None => MgrStatus::DriveUnreachable,
+    };
+    MgrError::new(status, format!("drive {:016x}: {e}", d.0))
+}
+
+impl Registry {
+    pub fn load(records: Vec<DriveRecord>) -> Registry {
+        let r = Registry::default();
+        {
+            let mut g = r.drives.lock().expect("registry lock");
+            for rec in records {
+                g.insert(
+                    rec.drive,
+                    DriveState {
+                        rec,
+                        conn: None,
+                        healthy: false,
+                        detail: "not yet contacted".into(),
+                    },
+                );
+            }
+        }
+        r
+    }
+
+    pub fn record(&self, d: DriveId) -> Option<DriveRecord> {
+        self.drives
+            .lock()
+            .expect("registry lock")
+            .get(&d)
+            .map(|s| s.rec.clone())
+    }
+
+    pub fn ids(&self) -> Vec<DriveId> {
+        let mut v: Vec<_> = self
+            .drives
+            .lock()
+            .expect("registry lock")
+            .keys()
+            .copied()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// (record, healthy, detail) of every drive.
+    pub fn snapshot(&self) -> Vec<(DriveRecord, bool, String)> {
+        let g = self.drives.lock().expect("registry lock");
+        let mut v: Vec<_> = g
+            .values()
+            .map(|s| (s.rec.clone(), s.healthy, s.detail.clone()))
+            .collect();
+        v.sort_by_key(|x| x.0.drive);
+        v
+    }
+
+    pub fn upsert(&self, rec: DriveRecord, conn: Option<Arc<DriveConn>>) {
+        let mut g = self.drives.lock().expect("registry lock");
+        let healthy = conn.is_some();
+        g.insert(
+            rec.drive,
+            DriveState {
+                rec,
+                conn,
+                healthy,
+                detail: String::new(),
+            },
+        );
+    }
+
+    fn set_health(&self, d: DriveId, healthy: bool, detail: String, conn: Option<Arc<DriveConn>>) {
+        if let Some(s) = self.drives.lock().expect("registry lock").get_mut(&d) {
+            s.healthy = healthy;
+            s.detail = detail;
+            if conn.is_some() || !healthy {
+                s.conn = conn;
+            }
+        }
+    }
+
+    /// A connection to drive `d`, connecting when there is none.
+    pub async fn conn(&self, d: DriveId) -> Result<(Arc<DriveConn>, DriveRecord), MgrError> {
+        let (conn, rec) = {
+            let g = self.drives.lock().expect("registry lock");
+            let s = g.get(&d).ok_or_else(|| {
+                MgrError::new(
+                    MgrStatus::DriveUnreachable,
+                    format!("drive {:016x} is not registered", d.0),
+                )
+            })?;
+            (s.conn.clone(), s.rec.clone())
+        };
+        if let Some(c) = conn {
+            return Ok((c, rec));
+        }
+        match DriveConn::connect(&rec.addr).await {
+            Ok(c) => {
+                let c = Arc::new(c);
+                self.set_health(d, true, String::new(), Some(c.clone()));
+                Ok((c, rec))
+            }
+            Err(e) => {
+                self.set_health(d, false, e.to_string(), None);
+                Err(drive_err(d, e))
+            }
+        }
+    }
+
+    /// Forgets a connection that failed, so the next request reconnects.
+    pub fn drop_conn(&self, d: DriveId, why: &str) {
+        self.set_health(d, false, why.to_string(), None);
+    }
+
+    /// A healthy drive for a new file, round robin.
+    pub fn choose(&self) -> Result<DriveId, MgrError> {
+        let g = self.drives.lock().expect("registry lock");
+        let mut healthy: Vec<DriveId> = g
+            .iter()
+            .filter(|(_, s)| s.healthy || s.conn.is_none() && s.detail == "not yet contacted")
+            .map(|(d, _)| *d)
+            .collect();
+        if healthy.is_empty() {
+            healthy = g.keys().copied().collect();
+        }
+        if healthy.is_empty() {
+            return Err(MgrError::new(
+                MgrStatus::NoDrives,
+                "register a drive first (nasd up does)",
+            ));
+        }
+        healthy.sort();
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % healthy.len();
+        Ok(healthy[i])
+    }
+
+    /// Runs one object operation with the working key; on a lost connection, reconnects and
+    /// tries once more.
+    pub async fn with_working<T, F, Fut>(&self, d: DriveId, f: F) -> Result<T, MgrError>
+    where
+        F: Fn(Arc<DriveConn>, Auth, PartitionId) -> Fut,
+        Fut: std::future::Future<Output = Result<T, nasd_client::ClientError>>,
+    {
+        for attempt in 0..2 {
+            let (c, rec) = self.conn(d).await?;
+            let auth = Auth::Key {
+                kind: KeyType::Working,
+                key: rec.working_key.clone(),
+                suite: rec.suite,
+                drive: rec.drive,
+            };
+            match f(c, auth, rec.partition).await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.status().is_none() && attempt == 0 => {
+                    self.drop_conn(d, &e.to_string());
+                }
+                Err(e) => return Err(drive_err(d, e)),
+            }
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    /// Checks every drive with an inquiry (drive key) and records what it says.
+    pub async fn check_health(&self) {
+        for d in self.ids() {
+            let res = async {
+                let (c, rec) = self.conn(d).await?;
+                let auth = Auth::Key {
+                    kind: KeyType::Drive,
+                    key: rec.drive_key.clone(),
+                    suite: rec.suite,
+                    drive: rec.drive,
+                };
+                c.inquiry(
+                    &auth,
+                    Target {
+                        partition: rec.partition,
+                        object: ObjectId(0),
+                        protection: MANAGER_PROTECTION,
+                    },
+                )
+                .await
+                .map_err(|e| drive_err(d, e))
+            }
+            .await;
+            match res {
+                Ok(info) => {
+                    let detail =
+                        format!("{} of {} bytes used", info.used_bytes, info.capacity_bytes);
+                    self.set_health(d, true, detail, None);
+                }
+                Err(e) => self.drop_conn(d, &e.detail),
+            }
+        }
+    }
+}
+
+/// Registers a drive (seed 002 §2: the file manager owns the drive's partitions): checks the
+/// key file against the drive's handshake, creates [`FILES_PARTITION`] with the drive's whole
+/// capacity as quota, and sets fresh partition and working keys, wrapped.
+pub async fn register(
+    addr: &str,
+    key_file_text: &str,
+) -> Result<(DriveRecord, Arc<DriveConn>), MgrError> {
+    let kf = KeyFile::decode(key_file_text)
+        .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("drive key file: {e}")))?;
+    if kf.kind != KeyType::Drive {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!("expected a drive key file, got a {} key", kf.kind.name()),
+        ));
+    }
+    let conn = DriveConn::connect(addr)
+        .await
+        .map_err(|e| drive_err(kf.drive, e))?;
+    if conn.welcome().drive != kf.drive {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!(
+                "the drive at {addr} is {:016x}, the key file is for {:016x}",
+                conn.welcome().drive.0,
+                kf.drive.0
+            ),
+        ));
+    }
+    let drive_auth = Auth::from_key_file(&kf);
+    let t = Target {
+        partition: FILES_PARTITION,
+        object: ObjectId(0),
+        protection: MANAGER_PROTECTION,
+    };
+    let info = conn
+        .inquiry(&drive_auth, t)
+        .await
+        .map_err(|e| drive_err(kf.drive, e))?;
+    if !info.partitions.iter().any(|p| p.id == FILES_PARTITION) {
+        conn.create_partition(&drive_auth, t, info.capacity_bytes, Scheme::Tree)
+            .await
+            .map_err(|e| drive_err(kf.drive, e))?;
+    }
+    let (pk, wk) = (Key::generate(), Key::generate());
+    conn.set_key(&drive_auth, t, OpCode::SetPartitionKey, &pk)
+        .await
+        .map_err(|e| drive_err(kf.drive, e))?;
+    let part_auth = Auth::Key {
+        kind: KeyType::Partition,
+        key: pk.clone(),
+        suite: kf.suite,
+        drive: kf.drive,
+    };
+    conn.set_key(&part_auth, t, OpCode::SetWorkingKey, &wk)
+        .await
+        .map_err(|e| drive_err(kf.drive, e))?;
+    let rec = DriveRecord {
+        drive: kf.drive,
+        addr: addr.to_string(),
+        suite: kf.suite,
+        drive_key: kf.key.clone(),
+        partition: FILES_PARTITION,
+        partition_key: pk,
+        working_key: wk,
+        rotated_ms: now_ms(),
+    };
+    Ok((rec, Arc::new(conn)))
+}
+
+/// Sets a fresh working key on the drive (authorized by the partition key) and returns the
+/// updated record. The drive keeps the previous key valid, so capabilities minted before the
+/// rotation keep working until the next one (graceful rotation, DESIGN.md).
+pub async fn rotate(reg: &Registry, d: DriveId) -> Result<DriveRecord, MgrError> {
+    let (c, mut rec) = reg.conn(d).await?;
+    let wk = Key::generate();
+    let part_auth = Auth::Key {
+        kind: KeyType::Partition,
+        key: rec.partition_key.clone(),
+        suite: rec.suite,
+        drive: rec.drive,
+    };
+    let t = Target {
+        partition: rec.partition,
+        object: ObjectId(0),
+        protection: MANAGER_PROTECTION,
+    };
+    c.set_key(&part_auth, t, OpCode::SetWorkingKey, &wk)
+        .await
+        .map_err(|e| drive_err(d, e))?;
+    rec.working_key = wk;
+    rec.rotated_ms = now_ms();
+    reg.upsert(rec.clone(), Some(c));
+    Ok(rec)
+}

@@ -1,0 +1,901 @@
+//! The manager's policy: every request of the manager protocol, checked against POSIX-like
+//! modes for user, group and other, then carried out on the metadata store and, where a file's
+//! object is concerned, on its drive (seed 002 §3: NASD/NFS and NASD/AFS).
+//!
+//! A file is one object. Owner, group, mode and inode number are mirrored into the object's
+//! `fs_specific` attribute ([`FsAttr`]); size and data-modify time are the object's own
+//! attributes, read from the drive. Capabilities are minted here: read/getattr to readers,
+//! time-limited write capabilities to writers, whole-object regions, rights never wider than
+//! the mode allows. Revocation (chmod, chown, unlink, rename over a file) bumps the object's
+//! access_control_version with a `setattr`, or removes the object.
+
+use crate::drives::{self, Registry, MANAGER_PROTECTION};
+use crate::store::*;
+use crate::{now_ms, now_us, MgrError, MgrResult};
+use nasd_client::object::Target;
+use nasd_client::Capability;
+use nasd_proto::manager::*;
+use nasd_proto::{
+    AttrMask, Attributes, CapabilityArgs, ObjectId, Op, Protection, Region, ReplyBody, Rights,
+    FS_SPECIFIC_BYTES,
+};
+use std::sync::{Arc, Mutex};
+
+/// Policy knobs, with the defaults `nasd manager init` writes.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Policy {
+    pub read_cap_ttl_ms: u64,
+    pub write_cap_ttl_ms: u64,
+    pub session_ttl_ms: u64,
+    pub key_rotation_ms: u64,
+    pub health_check_ms: u64,
+    /// Minimum protection written into every capability (seed 002 Table 7).
+    pub cap_min_protection: String,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            read_cap_ttl_ms: 10 * 60_000,
+            write_cap_ttl_ms: 5 * 60_000,
+            session_ttl_ms: 12 * 3_600_000,
+            key_rotation_ms: 3_600_000,
+            health_check_ms: 2_000,
+            cap_min_protection: "integrity-data".into(),
+        }
+    }
+}
+
+/// Who is asking.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub name: String,
+    pub admin: bool,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// `fs_specific` layout, version 1 (seed 002 §3: file-system attributes the drive stores
+/// uninterpreted):
+/// ```text
+/// 0 u8 version (1)  1 u8 kind  2 u32 mode  6 u32 uid  10 u32 gid  14 u64 ino  22.. zero
+/// ```
+pub struct FsAttr;
+
+impl FsAttr {
+    pub fn encode(i: &Inode) -> [u8; FS_SPECIFIC_BYTES] {
+        let mut b = [0u8; FS_SPECIFIC_BYTES];
+        b[0] = 1;
+        b[1] = i.kind as u8;
+        b[2..6].copy_from_slice(&i.mode.to_le_bytes());
+        b[6..10].copy_from_slice(&i.uid.to_le_bytes());
+        b[10..14].copy_from_slice(&i.gid.to_le_bytes());
+        b[14..22].copy_from_slice(&i.ino.to_le_bytes());
+        b
+    }
+    /// (mode, uid, gid, ino) when `b` holds a version-1 record.
+    pub fn decode(b: &[u8; FS_SPECIFIC_BYTES]) -> Option<(u32, u32, u32, u64)> {
+        if b[0] != 1 {
+            return None;
+        }
+        Some((
+            u32::from_le_bytes(b[2..6].try_into().ok()?),
+            u32::from_le_bytes(b[6..10].try_into().ok()?),
+            u32::from_le_bytes(b[10..14].try_into().ok()?),
+            u64::from_le_bytes(b[14..22].try_into().ok()?),
+        ))
+    }
+}
+
+const R: u32 = 4;
+const W: u32 = 2;
+const X: u32 = 1;
+
+/// Whether `c` has all of `want` (r=4, w=2, x=1) on `i`. Admins pass every check.
+pub fn may(c: &Caller, i: &Inode, want: u32) -> bool {
+    if c.admin {
+        return true;
+    }
+    let bits = if i.uid == c.uid {
+        (i.mode >> 6) & 7
+    } else if c.groups.contains(&i.gid) {
+        (i.mode >> 3) & 7
+    } else {
+        i.mode & 7
+    };
+    bits & want == want
+}
+
+/// Splits an absolute path into checked names: no `..` (path traversal), no empty or
+/// over-long names, no NUL. `.` and repeated slashes are ignored.
+pub fn split_path(path: &str) -> MgrResult<Vec<&str>> {
+    if path.len() > PATH_BYTES_MAX {
+        return Err(MgrError::new(
+            MgrStatus::NameTooLong,
+            format!("path of {} bytes", path.len()),
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(MgrError::new(
+            MgrStatus::BadName,
+            format!("{path}: paths must be absolute"),
+        ));
+    }
+    let mut v = vec![];
+    for name in path.split('/') {
+        match name {
+            "" | "." => continue,
+            ".." => {
+                return Err(MgrError::new(
+                    MgrStatus::BadName,
+                    format!("{path}: `..` is not allowed (path traversal)"),
+                ))
+            }
+            n => {
+                check_name(n).map_err(|e| e.at(path))?;
+                v.push(n);
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// A name for a file, directory, user or group.
+pub fn check_name(n: &str) -> MgrResult<()> {
+    if n.len() > NAME_BYTES_MAX {
+        return Err(MgrError::new(
+            MgrStatus::NameTooLong,
+            format!("name of {} bytes (at most {NAME_BYTES_MAX})", n.len()),
+        ));
+    }
+    if n.is_empty() || n == "." || n == ".." || n.contains('/') || n.contains('\0') {
+        return Err(MgrError::new(
+            MgrStatus::BadName,
+            format!("invalid name {n:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn store_err(e: StoreError, path: &str) -> MgrError {
+    let status = match e {
+        StoreError::Exists => MgrStatus::Exists,
+        StoreError::NotFound => MgrStatus::NoSuchPath,
+        StoreError::NotEmpty => MgrStatus::NotEmpty,
+        StoreError::NotADirectory => MgrStatus::NotADirectory,
+        StoreError::IsADirectory => MgrStatus::IsADirectory,
+        StoreError::Db(d) => return MgrError::new(MgrStatus::Internal, d),
+    };
+    MgrError::new(status, path.to_string())
+}
+
+fn denied(path: &str, what: &str) -> MgrError {
+    MgrError::new(MgrStatus::PermissionDenied, format!("{path}: {what}"))
+}
+
+pub struct Manager {
+    pub store: Mutex<Box<dyn MetaStore>>,
+    pub drives: Registry,
+    pub policy: Policy,
+    min_protection: Protection,
+}
+
+/// The one capability kind a request asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Grant {
+    Read,
+    Write,
+}
+
+impl Manager {
+    pub fn new(store: Box<dyn MetaStore>, policy: Policy) -> MgrResult<Arc<Manager>> {
+        let records = store.drives().map_err(|e| store_err(e, "drives"))?;
+        let min_protection = Protection::parse(&policy.cap_min_protection).ok_or_else(|| {
+            MgrError::new(
+                MgrStatus::InvalidArgument,
+                "cap_min_protection is not a protection level",
+            )
+        })?;
+        Ok(Arc::new(Manager {
+            store: Mutex::new(store),
+            drives: Registry::load(records),
+            policy,
+            min_protection,
+        }))
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, Box<dyn MetaStore>> {
+        self.store.lock().expect("store lock")
+    }
+
+    /// Resolves `path`, checking search (x) permission on every directory on the way.
+    fn resolve(&self, c: &Caller, path: &str) -> MgrResult<Inode> {
+        let names = split_path(path)?;
+        let st = self.st();
+        let mut cur = st
+            .inode(ROOT_INO)
+            .map_err(|e| store_err(e, "/"))?
+            .ok_or_else(|| MgrError::new(MgrStatus::Internal, "no root directory"))?;
+        for n in names {
+            if cur.kind != FileKind::Dir {
+                return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
+            }
+            if !may(c, &cur, X) {
+                return Err(denied(path, "search permission on a directory on the path"));
+            }
+            let ino = st
+                .lookup(cur.ino, n)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+            cur = st
+                .inode(ino)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+        }
+        Ok(cur)
+    }
+
+    /// The parent directory of `path` (with write and search permission checked when
+    /// `modify`) and the last name.
+    fn parent<'p>(&self, c: &Caller, path: &'p str, modify: bool) -> MgrResult<(Inode, &'p str)> {
+        let names = split_path(path)?;
+        let Some((last, _)) = names.split_last() else {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: the root has no parent"),
+            ));
+        };
+        let last = *last;
+        let cut = path.trim_end_matches('/').len() - last.len();
+        let dir = self.resolve(c, &path[..cut.max(1)])?;
+        if dir.kind != FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
+        }
+        if modify && !may(c, &dir, W | X) {
+            return Err(denied(path, "write permission on the parent directory"));
+        }
+        Ok((dir, last))
+    }
+
+    fn names(&self, uid: u32, gid: u32) -> (String, String) {
+        let st = self.st();
+        let u = st
+            .user_by_uid(uid)
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .unwrap_or_else(|| uid.to_string());
+        let g = st
+            .group_by_gid(gid)
+            .ok()
+            .flatten()
+            .map(|g| g.name)
+            .unwrap_or_else(|| gid.to_string());
+        (u, g)
+    }
+
+    fn stat_of(&self, i: &Inode, attrs: Option<&Attributes>) -> FileStat {
+        let (owner, group) = self.names(i.uid, i.gid);
+        let (size, mtime_us) = match attrs {
+            Some(a) => (a.logical_size, effective_mtime(a)),
+            None => (0, i.mtime_us),
+        };
+        FileStat {
+            ino: i.ino,
+            kind: i.kind,
+            mode: i.mode,
+            uid: i.uid,
+            gid: i.gid,
+            owner,
+            group,
+            size,
+            mtime_us,
+            ctime_us: i.ctime_us,
+        }
+    }
+
+    async fn getattr(&self, o: ObjRef) -> MgrResult<Attributes> {
+        self.drives
+            .with_working(o.drive, |c, auth, partition| async move {
+                c.getattr(
+                    &auth,
+                    Target {
+                        partition,
+                        object: o.object,
+                        protection: MANAGER_PROTECTION,
+                    },
+                )
+                .await
+            })
+            .await
+    }
+
+    async fn setattr(&self, o: ObjRef, mask: AttrMask, attrs: Attributes) -> MgrResult<Attributes> {
+        self.drives
+            .with_working(o.drive, |c, auth, partition| {
+                let attrs = attrs.clone();
+                async move {
+                    c.setattr(
+                        &auth,
+                        Target {
+                            partition,
+                            object: o.object,
+                            protection: MANAGER_PROTECTION,
+                        },
+                        mask,
+                        attrs,
+                    )
+                    .await
+                }
+            })
+            .await
+    }
+
+    /// Removes a file's object; the namespace change is already committed, so a failure
+    /// leaves only an unreachable object (logged), never a visible half-file.
+    async fn remove_object(&self, o: ObjRef) {
+        let r = self
+            .drives
+            .with_working(o.drive, |c, auth, partition| async move {
+                c.remove(
+                    &auth,
+                    Target {
+                        partition,
+                        object: o.object,
+                        protection: MANAGER_PROTECTION,
+                    },
+                )
+                .await
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(drive = %o.drive, object = %o.object, "orphaned object not removed: {}", e.detail);
+        }
+    }
+
+    /// Revokes every capability of a file's object by bumping its access_control_version, and
+    /// mirrors the inode into `fs_specific`; stores the new version.
+    async fn revoke_and_mirror(&self, mut i: Inode) -> MgrResult<Inode> {
+        if let Some(o) = i.obj {
+            let attrs = Attributes {
+                access_control_version: i.acv + 1,
+                fs_specific: FsAttr::encode(&i),
+                ..Attributes::default()
+            };
+            let after = self
+                .setattr(
+                    o,
+                    AttrMask::ACCESS_CONTROL_VERSION.with(AttrMask::FS_SPECIFIC),
+                    attrs,
+                )
+                .await?;
+            i.acv = after.access_control_version;
+        }
+        self.st()
+            .update_inode(&i)
+            .map_err(|e| store_err(e, "inode"))?;
+        Ok(i)
+    }
+
+    fn mint(
+        &self,
+        c: &Caller,
+        path: &str,
+        i: &Inode,
+        grant: Grant,
+    ) -> MgrResult<(Layout, CapGrant)> {
+        let o = i
+            .obj
+            .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
+        let rec = self.drives.record(o.drive).ok_or_else(|| {
+            MgrError::new(
+                MgrStatus::DriveUnreachable,
+                format!("{path}: drive {:016x} is not registered", o.drive.0),
+            )
+        })?;
+        let (rights, ttl) = match grant {
+            Grant::Read => (
+                Rights::READ.union(Rights::GETATTR),
+                self.policy.read_cap_ttl_ms,
+            ),
+            Grant::Write => {
+                let mut r = Rights::WRITE
+                    .union(Rights::GETATTR)
+                    .union(Rights::FLUSH)
+                    .union(Rights::BLOCKSREQUIRED);
+                if may(c, i, R) {
+                    r = r.union(Rights::READ);
+                }
+                (r, self.policy.write_cap_ttl_ms)
+            }
+        };
+        let args = CapabilityArgs {
+            drive: o.drive,
+            partition: o.partition,
+            object: o.object,
+            region: Region::new(0, u64::MAX),
+            rights,
+            expiry_ms: now_ms() + ttl,
+            audit_id: nasd_crypto::random_u64(),
+            min_protection: self.min_protection,
+        };
+        // Pair assertion with the drive's check (STYLE.md): never wider than the policy.
+        debug_assert!(
+            !args.rights.contains(Rights::SETATTR) && !args.rights.contains(Rights::REMOVE)
+        );
+        let cap = Capability::mint(rec.suite, &rec.working_key, args, i.acv, false);
+        tracing::info!(audit_id = args.audit_id, user = %c.name, path, rights = %args.rights, "capability issued");
+        Ok((
+            Layout {
+                drive: o.drive,
+                addr: rec.addr,
+                suite: rec.suite,
+                partition: o.partition,
+                object: o.object,
+            },
+            CapGrant {
+                args,
+                key: *cap.key.expose(),
+            },
+        ))
+    }
+
+    pub async fn stat(&self, c: &Caller, path: &str) -> MgrResult<FileStat> {
+        let i = self.resolve(c, path)?;
+        let attrs = match i.obj {
+            Some(o) => Some(self.getattr(o).await.map_err(|e| e.at(path))?),
+            None => None,
+        };
+        Ok(self.stat_of(&i, attrs.as_ref()))
+    }
+
+    pub async fn readdir(&self, c: &Caller, path: &str) -> MgrResult<Vec<DirEntry>> {
+        let d = self.resolve(c, path)?;
+        if d.kind != FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
+        }
+        if !may(c, &d, R | X) {
+            return Err(denied(path, "read permission on the directory"));
+        }
+        let entries = self.st().readdir(d.ino).map_err(|e| store_err(e, path))?;
+        if entries.len() > LIST_ENTRIES_MAX {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: more than {LIST_ENTRIES_MAX} entries"),
+            ));
+        }
+        // Sizes come from the drives: ask for all of them at once (pipelined connections).
+        let mut set = tokio::task::JoinSet::new();
+        for (k, (_, i)) in entries.iter().enumerate() {
+            if let Some(o) = i.obj {
+                let (conn, rec) = match self.drives.conn(o.drive).await {
+                    Ok(x) => x,
+                    Err(_) => continue,
+                };
+                set.spawn(async move {
+                    let auth = nasd_client::Auth::Key {
+                        kind: nasd_proto::KeyType::Working,
+                        key: rec.working_key.clone(),
+                        suite: rec.suite,
+                        drive: rec.drive,
+                    };
+                    let t = Target {
+                        partition: o.partition,
+                        object: o.object,
+                        protection: MANAGER_PROTECTION,
+                    };
+                    (k, conn.getattr(&auth, t).await.ok())
+                });
+            }
+        }
+        let mut attrs: Vec<Option<Attributes>> = vec![None; entries.len()];
+        while let Some(r) = set.join_next().await {
+            if let Ok((k, a)) = r {
+                attrs[k] = a;
+            }
+        }
+        Ok(entries
+            .iter()
+            .zip(attrs.iter())
+            .map(|((name, i), a)| DirEntry {
+                name: name.clone(),
+                stat: self.stat_of(i, a.as_ref()),
+            })
+            .collect())
+    }
+
+    pub fn mkdir(&self, c: &Caller, path: &str, mode: u32) -> MgrResult<()> {
+        let (dir, name) = self.parent(c, path, true)?;
+        let now = now_us();
+        let i = Inode {
+            ino: 0,
+            kind: FileKind::Dir,
+            mode: mode & 0o7777,
+            uid: c.uid,
+            gid: c.gid,
+            parent: dir.ino,
+            ctime_us: now,
+            mtime_us: now,
+            obj: None,
+            acv: 0,
+            root: None,
+        };
+        self.st()
+            .link_new(dir.ino, name, &i)
+            .map_err(|e| store_err(e, path))?;
+        Ok(())
+    }
+
+    pub fn rmdir(&self, c: &Caller, path: &str) -> MgrResult<()> {
+        let (dir, name) = self.parent(c, path, true)?;
+        let mut st = self.st();
+        let ino = st.lookup(dir.ino, name).map_err(|e| store_err(e, path))?;
+        let i = ino
+            .and_then(|ino| st.inode(ino).ok().flatten())
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+        if i.kind != FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
+        }
+        st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?;
+        Ok(())
+    }
+
+    /// Creates a file (its object first, then its name, so a crash in between leaves at most
+    /// an unreachable object) and returns its layout with a write capability: one manager
+    /// round trip, then the client writes straight to the drive.
+    pub async fn create(
+        &self,
+        c: &Caller,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+    ) -> MgrResult<MgrReply> {
+        let (dir, name) = self.parent(c, path, true)?;
+        let existing = self
+            .st()
+            .lookup(dir.ino, name)
+            .map_err(|e| store_err(e, path))?;
+        if let Some(ino) = existing {
+            if exclusive {
+                return Err(MgrError::new(MgrStatus::Exists, path.to_string()));
+            }
+            let i = self
+                .st()
+                .inode(ino)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+            if i.kind == FileKind::Dir {
+                return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
+            }
+            if !may(c, &i, W) {
+                return Err(denied(path, "write permission on the file"));
+            }
+            let o = i.obj.expect("files have objects");
+            let attrs = Attributes {
+                logical_size: 0,
+                ..Attributes::default()
+            };
+            let a = self
+                .setattr(o, AttrMask::LOGICAL_SIZE, attrs)
+                .await
+                .map_err(|e| e.at(path))?;
+            let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+            return Ok(MgrReply::Opened {
+                stat: self.stat_of(&i, Some(&a)),
+                layout,
+                cap,
+            });
+        }
+        let d = self.drives.choose()?;
+        let now = now_us();
+        let mut i = Inode {
+            ino: 0,
+            kind: FileKind::File,
+            mode: mode & 0o7777,
+            uid: c.uid,
+            gid: c.gid,
+            parent: dir.ino,
+            ctime_us: now,
+            mtime_us: now,
+            obj: None,
+            acv: 0,
+            root: None,
+        };
+        let fs = FsAttr::encode(&i);
+        let (object, attrs) = self
+            .drives
+            .with_working(d, |conn, auth, partition| async move {
+                let op = Op::Create {
+                    scheme: None,
+                    mask: AttrMask::FS_SPECIFIC,
+                    attrs: Box::new(Attributes {
+                        fs_specific: fs,
+                        ..Attributes::default()
+                    }),
+                };
+                let t = Target {
+                    partition,
+                    object: ObjectId::ANY,
+                    protection: MANAGER_PROTECTION,
+                };
+                let r = conn.call(&auth, t, &op, &[]).await?;
+                match (&r.body, r.attributes()) {
+                    (ReplyBody::Object { object }, Some(a)) => Ok((*object, a)),
+                    _ => Err(nasd_client::ClientError::Usage(
+                        "create: unexpected reply".into(),
+                    )),
+                }
+            })
+            .await
+            .map_err(|e| e.at(path))?;
+        let partition = self
+            .drives
+            .record(d)
+            .map(|r| r.partition)
+            .unwrap_or(drives::FILES_PARTITION);
+        i.obj = Some(ObjRef {
+            drive: d,
+            partition,
+            object,
+        });
+        i.acv = attrs.access_control_version;
+        let linked = self.st().link_new(dir.ino, name, &i);
+        match linked {
+            Ok(ino) => i.ino = ino,
+            Err(e) => {
+                self.remove_object(i.obj.expect("set above")).await;
+                return Err(store_err(e, path));
+            }
+        }
+        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        Ok(MgrReply::Opened {
+            stat: self.stat_of(&i, Some(&attrs)),
+            layout,
+            cap,
+        })
+    }
+
+    /// GetCapability / GetWCapability of NASD/AFS.
+    pub async fn open(&self, c: &Caller, path: &str, write: bool) -> MgrResult<MgrReply> {
+        let i = self.resolve(c, path)?;
+        if i.kind == FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
+        }
+        let (want, grant) = if write {
+            (W, Grant::Write)
+        } else {
+            (R, Grant::Read)
+        };
+        if !may(c, &i, want) {
+            return Err(denied(
+                path,
+                if write {
+                    "write permission on the file"
+                } else {
+                    "read permission on the file"
+                },
+            ));
+        }
+        let a = self
+            .getattr(i.obj.expect("files have objects"))
+            .await
+            .map_err(|e| e.at(path))?;
+        let (layout, cap) = self.mint(c, path, &i, grant)?;
+        Ok(MgrReply::Opened {
+            stat: self.stat_of(&i, Some(&a)),
+            layout,
+            cap,
+        })
+    }
+
+    pub async fn unlink(&self, c: &Caller, path: &str) -> MgrResult<()> {
+        let (dir, name) = self.parent(c, path, true)?;
+        let i = {
+            let mut st = self.st();
+            let ino = st
+                .lookup(dir.ino, name)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+            let i = st.inode(ino).map_err(|e| store_err(e, path))?;
+            if i.as_ref().map(|i| i.kind) == Some(FileKind::Dir) {
+                return Err(MgrError::new(
+                    MgrStatus::IsADirectory,
+                    format!("{path} (use rmdir)"),
+                ));
+            }
+            st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?
+        };
+        if let Some(o) = i.obj {
+            self.remove_object(o).await;
+        }
+        Ok(())
+    }
+
+    pub async fn rename(&self, c: &Caller, from: &str, to: &str) -> MgrResult<()> {
+        let (fd, fname) = self.parent(c, from, true)?;
+        let (td, tname) = self.parent(c, to, true)?;
+        let src_ino = self
+            .st()
+            .lookup(fd.ino, fname)
+            .map_err(|e| store_err(e, from))?
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, from.to_string()))?;
+        // A directory may not move under itself.
+        let mut up = td.ino;
+        loop {
+            if up == src_ino {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!("{to}: cannot move a directory into itself"),
+                ));
+            }
+            if up == ROOT_INO {
+                break;
+            }
+            up = match self.st().inode(up).map_err(|e| store_err(e, to))? {
+                Some(i) => i.parent,
+                None => break,
+            };
+        }
+        let replaced = self
+            .st()
+            .rename(fd.ino, fname, td.ino, tname)
+            .map_err(|e| store_err(e, to))?;
+        if let Some(o) = replaced.and_then(|r| r.obj) {
+            self.remove_object(o).await;
+        }
+        Ok(())
+    }
+
+    pub async fn chmod(&self, c: &Caller, path: &str, mode: u32) -> MgrResult<()> {
+        let mut i = self.resolve(c, path)?;
+        if !c.admin && i.uid != c.uid {
+            return Err(denied(path, "only the owner may change the mode"));
+        }
+        i.mode = mode & 0o7777;
+        self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        Ok(())
+    }
+
+    pub async fn chown(&self, c: &Caller, path: &str, owner: &str, group: &str) -> MgrResult<()> {
+        let mut i = self.resolve(c, path)?;
+        if !owner.is_empty() {
+            let u = self
+                .st()
+                .user_by_name(owner)
+                .map_err(|e| store_err(e, owner))?
+                .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, owner.to_string()))?;
+            if !c.admin && u.uid != i.uid {
+                return Err(denied(path, "only an admin may give a file away"));
+            }
+            i.uid = u.uid;
+        }
+        if !group.is_empty() {
+            let g = self
+                .st()
+                .group_by_name(group)
+                .map_err(|e| store_err(e, group))?
+                .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
+            if !c.admin && (i.uid != c.uid || !c.groups.contains(&g.gid)) {
+                return Err(denied(
+                    path,
+                    "the owner may only choose a group they belong to",
+                ));
+            }
+            i.gid = g.gid;
+        }
+        self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        Ok(())
+    }
+
+    pub async fn truncate(&self, c: &Caller, path: &str, size: u64) -> MgrResult<()> {
+        let i = self.resolve(c, path)?;
+        let o = i
+            .obj
+            .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
+        if !may(c, &i, W) {
+            return Err(denied(path, "write permission on the file"));
+        }
+        let attrs = Attributes {
+            logical_size: size,
+            ..Attributes::default()
+        };
+        self.setattr(o, AttrMask::LOGICAL_SIZE, attrs)
+            .await
+            .map_err(|e| e.at(path))?;
+        Ok(())
+    }
+
+    pub async fn utimes(&self, c: &Caller, path: &str, mtime_us: u64) -> MgrResult<()> {
+        let mut i = self.resolve(c, path)?;
+        if !c.admin && i.uid != c.uid && !may(c, &i, W) {
+            return Err(denied(path, "only the owner or a writer may set times"));
+        }
+        match i.obj {
+            Some(o) => {
+                let attrs = Attributes {
+                    fs_data_modify_time_us: mtime_us,
+                    fs_attribute_modify_time_us: now_us(),
+                    ..Attributes::default()
+                };
+                let mask = AttrMask::FS_DATA_MODIFY_TIME.with(AttrMask::FS_ATTRIBUTE_MODIFY_TIME);
+                self.setattr(o, mask, attrs).await.map_err(|e| e.at(path))?;
+            }
+            None => {
+                i.mtime_us = mtime_us;
+                self.st().update_inode(&i).map_err(|e| store_err(e, path))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file's modify time: the time `utimes` set, unless data was written after that.
+pub fn effective_mtime(a: &Attributes) -> u64 {
+    if a.fs_attribute_modify_time_us != 0 && a.data_modify_time_us <= a.fs_attribute_modify_time_us
+    {
+        a.fs_data_modify_time_us
+    } else {
+        a.data_modify_time_us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(uid: u32, groups: Vec<u32>) -> Caller {
+        Caller {
+            uid,
+            name: "u".into(),
+            admin: false,
+            gid: groups[0],
+            groups,
+        }
+    }
+
+    #[test]
+    fn modes_pick_user_group_other() {
+        let mut i = crate::conformance::file(10, 16);
+        i.gid = 50;
+        i.mode = 0o640;
+        assert!(may(&caller(10, vec![1]), &i, R | W));
+        assert!(may(&caller(11, vec![50]), &i, R));
+        assert!(!may(&caller(11, vec![50]), &i, W));
+        assert!(!may(&caller(12, vec![1]), &i, R));
+        let admin = Caller {
+            admin: true,
+            ..caller(12, vec![1])
+        };
+        assert!(may(&admin, &i, R | W | X));
+    }
+
+    #[test]
+    fn paths_refuse_traversal_and_long_names() {
+        assert_eq!(split_path("/a//b/./c/").unwrap(), vec!["a", "b", "c"]);
+        assert!(split_path("/").unwrap().is_empty());
+        assert_eq!(
+            split_path("/a/../b").unwrap_err().status,
+            MgrStatus::BadName
+        );
+        assert_eq!(split_path("a/b").unwrap_err().status, MgrStatus::BadName);
+        let long = format!("/{}", "x".repeat(NAME_BYTES_MAX + 1));
+        assert_eq!(
+            split_path(&long).unwrap_err().status,
+            MgrStatus::NameTooLong
+        );
+        assert_eq!(split_path("/a\0b").unwrap_err().status, MgrStatus::BadName);
+    }
+
+    #[test]
+    fn fs_attr_round_trips() {
+        let mut i = crate::conformance::file(1000, 16);
+        i.ino = 77;
+        i.gid = 100;
+        assert_eq!(
+            FsAttr::decode(&FsAttr::encode(&i)),
+            Some((0o644, 1000, 100, 77))
+        );
+        assert_eq!(FsAttr::decode(&[0; FS_SPECIFIC_BYTES]), None);
+    }
+}

@@ -1,0 +1,118 @@
+//! `nasd manager init` and `run`: the manager's directory and its config file.
+//!
+//! ```text
+//! DIR/manager.json   {"version": 1, "listen": "127.0.0.1:7700", "policy": {...}}
+//! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files)
+//! DIR/tls/           the cluster CA and the server certificate (see [`crate::tls`])
+//! ```
+
+use crate::service::{Manager, Policy};
+use crate::sqlite::SqliteStore;
+use crate::store::MetaStore;
+use crate::{server, tls, users, MgrError, MgrResult};
+use nasd_proto::manager::MgrStatus;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+pub const CONFIG_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ManagerConfig {
+    pub version: u32,
+    pub listen: String,
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+fn err(what: String) -> MgrError {
+    MgrError::new(MgrStatus::Internal, what)
+}
+
+pub struct InitOptions {
+    pub dir: PathBuf,
+    pub listen: String,
+    pub admin_user: String,
+    pub admin_password: String,
+    /// Extra DNS names or addresses for the server certificate.
+    pub names: Vec<String>,
+    pub policy: Policy,
+}
+
+pub fn config_path(dir: &Path) -> PathBuf {
+    dir.join("manager.json")
+}
+
+pub fn load_config(dir: &Path) -> MgrResult<ManagerConfig> {
+    let p = config_path(dir);
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| err(format!("{}: {e} (run `nasd manager init`)", p.display())))?;
+    let c: ManagerConfig =
+        serde_json::from_str(&text).map_err(|e| err(format!("{}: {e}", p.display())))?;
+    if c.version != CONFIG_VERSION {
+        return Err(err(format!(
+            "{}: unsupported version {}",
+            p.display(),
+            c.version
+        )));
+    }
+    Ok(c)
+}
+
+/// Creates the manager's directory: store, admin user, CA and certificate, config.
+pub fn init(o: &InitOptions) -> MgrResult<()> {
+    if config_path(&o.dir).exists() {
+        return Err(MgrError::new(
+            MgrStatus::Exists,
+            format!("{} already holds a manager", o.dir.display()),
+        ));
+    }
+    std::fs::create_dir_all(&o.dir).map_err(|e| err(format!("{}: {e}", o.dir.display())))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&o.dir, std::fs::Permissions::from_mode(0o700));
+    }
+    let mut st = SqliteStore::open(&o.dir.join("meta.sqlite")).map_err(|e| err(e.to_string()))?;
+    users::add_user(&mut st, &o.admin_user, &o.admin_password, true)?;
+    if st
+        .group_by_name(users::USERS_GROUP)
+        .map_err(|e| err(e.to_string()))?
+        .is_none()
+    {
+        st.add_group(users::USERS_GROUP)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    tls::generate(&o.dir, &o.names)?;
+    let cfg = ManagerConfig {
+        version: CONFIG_VERSION,
+        listen: o.listen.clone(),
+        policy: o.policy.clone(),
+    };
+    let text = serde_json::to_string_pretty(&cfg).expect("plain struct");
+    std::fs::write(config_path(&o.dir), text + "\n").map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
+/// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`.
+/// `on_listen` is told the bound address.
+pub async fn run(
+    dir: &Path,
+    listen: Option<&str>,
+    on_listen: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl Future<Output = ()>,
+) -> MgrResult<()> {
+    let cfg = load_config(dir)?;
+    let st = SqliteStore::open(&dir.join("meta.sqlite")).map_err(|e| err(e.to_string()))?;
+    let m = Manager::new(Box::new(st), cfg.policy.clone())?;
+    let tls = tls::server_config(dir)?;
+    let addr = listen.unwrap_or(&cfg.listen);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| err(format!("listening on {addr}: {e}")))?;
+    on_listen(listener.local_addr().map_err(|e| err(e.to_string()))?);
+    let bg = server::start_background(m.clone());
+    server::serve(m, listener, tls, shutdown).await;
+    bg.abort();
+    Ok(())
+}

@@ -1,0 +1,694 @@
+//! The embedded metadata store: one SQLite database in WAL mode with `synchronous=FULL`, so a
+//! committed transaction survives power loss; every namespace change is one transaction.
+//!
+//! Schema version 1 (the `meta` row `schema` holds it):
+//! ```text
+//! meta(key TEXT PK, value BLOB)
+//! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT)
+//! groups(gid INTEGER PK, name TEXT UNIQUE)
+//! members(gid INT, uid INT, PK(gid, uid))
+//! inodes(ino INTEGER PK, kind INT, mode INT, uid INT, gid INT, parent INT, ctime_us INT,
+//!        mtime_us INT, drive INT NULL, part INT NULL, object INT NULL, acv INT, root BLOB NULL)
+//! dirents(parent INT, name TEXT, ino INT, PK(parent, name))
+//! drives(drive INT PK, addr TEXT, suite INT, drive_key BLOB, part INT, part_key BLOB,
+//!        working_key BLOB, rotated_ms INT)
+//! sessions(token_hash BLOB PK, uid INT, expires_ms INT)
+//! ```
+//! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
+
+use crate::store::*;
+use nasd_crypto::Key;
+use nasd_proto::manager::FileKind;
+use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::path::Path;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+pub struct SqliteStore {
+    db: Connection,
+}
+
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Db(e.to_string())
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS users(uid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    phc TEXT NOT NULL, admin INTEGER NOT NULL, gid INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS groups(gid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS members(gid INTEGER NOT NULL, uid INTEGER NOT NULL,
+    PRIMARY KEY(gid, uid));
+CREATE TABLE IF NOT EXISTS inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
+    mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
+    ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, drive INTEGER, part INTEGER,
+    object INTEGER, acv INTEGER NOT NULL, root BLOB);
+CREATE TABLE IF NOT EXISTS dirents(parent INTEGER NOT NULL, name TEXT NOT NULL,
+    ino INTEGER NOT NULL, PRIMARY KEY(parent, name));
+CREATE TABLE IF NOT EXISTS drives(drive INTEGER PRIMARY KEY, addr TEXT NOT NULL,
+    suite INTEGER NOT NULL, drive_key BLOB NOT NULL, part INTEGER NOT NULL,
+    part_key BLOB NOT NULL, working_key BLOB NOT NULL, rotated_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions(token_hash BLOB PRIMARY KEY, uid INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS inodes_drive ON inodes(drive);
+";
+
+const INODE_COLS: &str =
+    "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root";
+
+fn inode_of(r: &Row<'_>) -> rusqlite::Result<Inode> {
+    let kind: u8 = r.get(1)?;
+    let drive: Option<i64> = r.get(8)?;
+    let part: Option<i64> = r.get(9)?;
+    let object: Option<i64> = r.get(10)?;
+    let root: Option<Vec<u8>> = r.get(12)?;
+    Ok(Inode {
+        ino: r.get::<_, i64>(0)? as u64,
+        kind: FileKind::from_u8(kind).unwrap_or(FileKind::File),
+        mode: r.get(2)?,
+        uid: r.get(3)?,
+        gid: r.get(4)?,
+        parent: r.get::<_, i64>(5)? as u64,
+        ctime_us: r.get::<_, i64>(6)? as u64,
+        mtime_us: r.get::<_, i64>(7)? as u64,
+        obj: match (drive, part, object) {
+            (Some(d), Some(p), Some(o)) => Some(ObjRef {
+                drive: DriveId(d as u64),
+                partition: PartitionId(p as u16),
+                object: ObjectId(o as u64),
+            }),
+            _ => None,
+        },
+        acv: r.get::<_, i64>(11)? as u64,
+        root: root.and_then(|v| v.try_into().ok()),
+    })
+}
+
+fn key_of(v: Vec<u8>) -> rusqlite::Result<Key> {
+    Key::from_slice(&v).ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(0, "key".into(), rusqlite::types::Type::Blob)
+    })
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `path`.
+    pub fn open(path: &Path) -> StoreResult<SqliteStore> {
+        Self::setup(Connection::open(path).map_err(db)?)
+    }
+
+    /// A private in-memory database (tests).
+    pub fn in_memory() -> StoreResult<SqliteStore> {
+        Self::setup(Connection::open_in_memory().map_err(db)?)
+    }
+
+    fn setup(db_: Connection) -> StoreResult<SqliteStore> {
+        db_.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+        db_.pragma_update(None, "synchronous", "FULL").map_err(db)?;
+        db_.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
+        db_.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(db)?;
+        db_.execute_batch(SCHEMA).map_err(db)?;
+        let mut s = SqliteStore { db: db_ };
+        match s.get_meta("schema")? {
+            None => {
+                let tx = s.db.transaction().map_err(db)?;
+                tx.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
+                    params![SCHEMA_VERSION.to_le_bytes().to_vec()],
+                )
+                .map_err(db)?;
+                tx.execute(
+                    &format!("INSERT OR IGNORE INTO inodes({INODE_COLS}) VALUES (?1, ?2, ?3, 0, 0, ?1, ?4, ?4, NULL, NULL, NULL, 0, NULL)"),
+                    params![ROOT_INO as i64, FileKind::Dir as u8, 0o755u32, now_us() as i64],
+                )
+                .map_err(db)?;
+                tx.commit().map_err(db)?;
+            }
+            Some(v) if v == SCHEMA_VERSION.to_le_bytes() => {}
+            Some(v) => {
+                return Err(StoreError::Db(format!(
+                    "unsupported schema version {v:?} (this build reads {SCHEMA_VERSION})"
+                )))
+            }
+        }
+        Ok(s)
+    }
+
+    fn dir_inode(tx: &Connection, ino: u64) -> StoreResult<Inode> {
+        let i = tx
+            .query_row(
+                &format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"),
+                params![ino as i64],
+                inode_of,
+            )
+            .optional()
+            .map_err(db)?
+            .ok_or(StoreError::NotFound)?;
+        if i.kind != FileKind::Dir {
+            return Err(StoreError::NotADirectory);
+        }
+        Ok(i)
+    }
+
+    fn entry(tx: &Connection, parent: u64, name: &str) -> StoreResult<Option<Inode>> {
+        tx.query_row(
+            &format!(
+                "SELECT {} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 AND d.name = ?2",
+                INODE_COLS.split(", ").map(|c| format!("i.{c}")).collect::<Vec<_>>().join(", ")
+            ),
+            params![parent as i64, name],
+            inode_of,
+        )
+        .optional()
+        .map_err(db)
+    }
+
+    fn has_children(tx: &Connection, ino: u64) -> StoreResult<bool> {
+        tx.query_row(
+            "SELECT EXISTS(SELECT 1 FROM dirents WHERE parent = ?1)",
+            params![ino as i64],
+            |r| r.get::<_, bool>(0),
+        )
+        .map_err(db)
+    }
+
+    fn touch_dir(tx: &Connection, ino: u64) -> StoreResult<()> {
+        tx.execute(
+            "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
+            params![ino as i64, now_us() as i64],
+        )
+        .map_err(db)?;
+        Ok(())
+    }
+}
+
+fn user_of(r: &Row<'_>) -> rusqlite::Result<User> {
+    Ok(User {
+        uid: r.get(0)?,
+        name: r.get(1)?,
+        phc: r.get(2)?,
+        admin: r.get(3)?,
+        gid: r.get(4)?,
+    })
+}
+
+impl MetaStore for SqliteStore {
+    fn user_by_name(&self, name: &str) -> StoreResult<Option<User>> {
+        self.db
+            .query_row(
+                "SELECT uid, name, phc, admin, gid FROM users WHERE name = ?1",
+                params![name],
+                user_of,
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn user_by_uid(&self, uid: u32) -> StoreResult<Option<User>> {
+        self.db
+            .query_row(
+                "SELECT uid, name, phc, admin, gid FROM users WHERE uid = ?1",
+                params![uid],
+                user_of,
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn users(&self) -> StoreResult<Vec<User>> {
+        let mut st = self
+            .db
+            .prepare("SELECT uid, name, phc, admin, gid FROM users ORDER BY uid")
+            .map_err(db)?;
+        let rows = st.query_map([], user_of).map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn add_user(&mut self, name: &str, phc: &str, admin: bool, gid: u32) -> StoreResult<u32> {
+        let tx = self.db.transaction().map_err(db)?;
+        let exists: bool = tx
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM users WHERE name = ?1)",
+                params![name],
+                |r| r.get(0),
+            )
+            .map_err(db)?;
+        if exists {
+            return Err(StoreError::Exists);
+        }
+        // uids start at 1000 for ordinary users; the first user (the admin) gets 0.
+        let next: u32 = tx
+            .query_row("SELECT COALESCE(MAX(uid) + 1, 0) FROM users", [], |r| {
+                r.get(0)
+            })
+            .map_err(db)?;
+        let uid = if next == 0 { 0 } else { next.max(1000) };
+        tx.execute(
+            "INSERT INTO users(uid, name, phc, admin, gid) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![uid, name, phc, admin, gid],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(uid)
+    }
+
+    fn set_password(&mut self, uid: u32, phc: &str) -> StoreResult<()> {
+        let n = self
+            .db
+            .execute(
+                "UPDATE users SET phc = ?2 WHERE uid = ?1",
+                params![uid, phc],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    fn group_by_name(&self, name: &str) -> StoreResult<Option<Group>> {
+        self.db
+            .query_row(
+                "SELECT gid, name FROM groups WHERE name = ?1",
+                params![name],
+                |r| {
+                    Ok(Group {
+                        gid: r.get(0)?,
+                        name: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn group_by_gid(&self, gid: u32) -> StoreResult<Option<Group>> {
+        self.db
+            .query_row(
+                "SELECT gid, name FROM groups WHERE gid = ?1",
+                params![gid],
+                |r| {
+                    Ok(Group {
+                        gid: r.get(0)?,
+                        name: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn add_group(&mut self, name: &str) -> StoreResult<u32> {
+        let tx = self.db.transaction().map_err(db)?;
+        let exists: bool = tx
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM groups WHERE name = ?1)",
+                params![name],
+                |r| r.get(0),
+            )
+            .map_err(db)?;
+        if exists {
+            return Err(StoreError::Exists);
+        }
+        let next: u32 = tx
+            .query_row("SELECT COALESCE(MAX(gid) + 1, 0) FROM groups", [], |r| {
+                r.get(0)
+            })
+            .map_err(db)?;
+        let gid = if next == 0 { 0 } else { next.max(100) };
+        tx.execute(
+            "INSERT INTO groups(gid, name) VALUES (?1, ?2)",
+            params![gid, name],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(gid)
+    }
+
+    fn add_member(&mut self, gid: u32, uid: u32) -> StoreResult<()> {
+        self.db
+            .execute(
+                "INSERT OR IGNORE INTO members(gid, uid) VALUES (?1, ?2)",
+                params![gid, uid],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn groups_of(&self, uid: u32) -> StoreResult<Vec<u32>> {
+        let mut st = self
+            .db
+            .prepare(
+                "SELECT gid FROM members WHERE uid = ?1 UNION SELECT gid FROM users WHERE uid = ?1 ORDER BY 1",
+            )
+            .map_err(db)?;
+        let rows = st.query_map(params![uid], |r| r.get(0)).map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn inode(&self, ino: u64) -> StoreResult<Option<Inode>> {
+        self.db
+            .query_row(
+                &format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"),
+                params![ino as i64],
+                inode_of,
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>> {
+        self.db
+            .query_row(
+                "SELECT ino FROM dirents WHERE parent = ?1 AND name = ?2",
+                params![parent as i64, name],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|o| o.map(|i| i as u64))
+            .map_err(db)
+    }
+
+    fn readdir(&self, parent: u64) -> StoreResult<Vec<(String, Inode)>> {
+        Self::dir_inode(&self.db, parent)?;
+        let cols = INODE_COLS
+            .split(", ")
+            .map(|c| format!("i.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut st = self
+            .db
+            .prepare(&format!(
+                "SELECT d.name, {cols} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 ORDER BY d.name"
+            ))
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![parent as i64], |r| {
+                let name: String = r.get(0)?;
+                // Shift the row by one column for inode_of.
+                let kind: u8 = r.get(2)?;
+                let drive: Option<i64> = r.get(9)?;
+                let part: Option<i64> = r.get(10)?;
+                let object: Option<i64> = r.get(11)?;
+                let root: Option<Vec<u8>> = r.get(13)?;
+                Ok((
+                    name,
+                    Inode {
+                        ino: r.get::<_, i64>(1)? as u64,
+                        kind: FileKind::from_u8(kind).unwrap_or(FileKind::File),
+                        mode: r.get(3)?,
+                        uid: r.get(4)?,
+                        gid: r.get(5)?,
+                        parent: r.get::<_, i64>(6)? as u64,
+                        ctime_us: r.get::<_, i64>(7)? as u64,
+                        mtime_us: r.get::<_, i64>(8)? as u64,
+                        obj: match (drive, part, object) {
+                            (Some(d), Some(p), Some(o)) => Some(ObjRef {
+                                drive: DriveId(d as u64),
+                                partition: PartitionId(p as u16),
+                                object: ObjectId(o as u64),
+                            }),
+                            _ => None,
+                        },
+                        acv: r.get::<_, i64>(12)? as u64,
+                        root: root.and_then(|v| v.try_into().ok()),
+                    },
+                ))
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::dir_inode(&tx, parent)?;
+        if Self::entry(&tx, parent, name)?.is_some() {
+            return Err(StoreError::Exists);
+        }
+        let o = inode.obj;
+        tx.execute(
+            "INSERT INTO inodes(kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                inode.kind as u8,
+                inode.mode,
+                inode.uid,
+                inode.gid,
+                parent as i64,
+                inode.ctime_us as i64,
+                inode.mtime_us as i64,
+                o.map(|o| o.drive.0 as i64),
+                o.map(|o| o.partition.0 as i64),
+                o.map(|o| o.object.0 as i64),
+                inode.acv as i64,
+                inode.root.map(|r| r.to_vec()),
+            ],
+        )
+        .map_err(db)?;
+        let ino = tx.last_insert_rowid() as u64;
+        tx.execute(
+            "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
+            params![parent as i64, name, ino as i64],
+        )
+        .map_err(db)?;
+        Self::touch_dir(&tx, parent)?;
+        tx.commit().map_err(db)?;
+        Ok(ino)
+    }
+
+    fn unlink(&mut self, parent: u64, name: &str) -> StoreResult<Inode> {
+        let tx = self.db.transaction().map_err(db)?;
+        let i = Self::entry(&tx, parent, name)?.ok_or(StoreError::NotFound)?;
+        if i.kind == FileKind::Dir && Self::has_children(&tx, i.ino)? {
+            return Err(StoreError::NotEmpty);
+        }
+        tx.execute(
+            "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
+            params![parent as i64, name],
+        )
+        .map_err(db)?;
+        tx.execute("DELETE FROM inodes WHERE ino = ?1", params![i.ino as i64])
+            .map_err(db)?;
+        Self::touch_dir(&tx, parent)?;
+        tx.commit().map_err(db)?;
+        Ok(i)
+    }
+
+    fn rename(
+        &mut self,
+        from_parent: u64,
+        from_name: &str,
+        to_parent: u64,
+        to_name: &str,
+    ) -> StoreResult<Option<Inode>> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::dir_inode(&tx, to_parent)?;
+        let src = Self::entry(&tx, from_parent, from_name)?.ok_or(StoreError::NotFound)?;
+        if from_parent == to_parent && from_name == to_name {
+            return Ok(None);
+        }
+        let replaced = Self::entry(&tx, to_parent, to_name)?;
+        if let Some(t) = &replaced {
+            match (src.kind, t.kind) {
+                (FileKind::File, FileKind::Dir) => return Err(StoreError::IsADirectory),
+                (FileKind::Dir, FileKind::File) => return Err(StoreError::NotADirectory),
+                (FileKind::Dir, FileKind::Dir) if Self::has_children(&tx, t.ino)? => {
+                    return Err(StoreError::NotEmpty)
+                }
+                _ => {}
+            }
+            tx.execute(
+                "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
+                params![to_parent as i64, to_name],
+            )
+            .map_err(db)?;
+            tx.execute("DELETE FROM inodes WHERE ino = ?1", params![t.ino as i64])
+                .map_err(db)?;
+        }
+        tx.execute(
+            "UPDATE dirents SET parent = ?3, name = ?4 WHERE parent = ?1 AND name = ?2",
+            params![from_parent as i64, from_name, to_parent as i64, to_name],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "UPDATE inodes SET parent = ?2 WHERE ino = ?1",
+            params![src.ino as i64, to_parent as i64],
+        )
+        .map_err(db)?;
+        Self::touch_dir(&tx, from_parent)?;
+        Self::touch_dir(&tx, to_parent)?;
+        tx.commit().map_err(db)?;
+        Ok(replaced)
+    }
+
+    fn update_inode(&mut self, i: &Inode) -> StoreResult<()> {
+        let n = self
+            .db
+            .execute(
+                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7 WHERE ino = ?1",
+                params![
+                    i.ino as i64,
+                    i.mode,
+                    i.uid,
+                    i.gid,
+                    i.mtime_us as i64,
+                    i.acv as i64,
+                    i.root.map(|r| r.to_vec())
+                ],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64> {
+        self.db
+            .query_row(
+                "SELECT COUNT(*) FROM inodes WHERE drive = ?1",
+                params![drive.0 as i64],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+            .map_err(db)
+    }
+
+    fn drives(&self) -> StoreResult<Vec<DriveRecord>> {
+        let mut st = self
+            .db
+            .prepare("SELECT drive, addr, suite, drive_key, part, part_key, working_key, rotated_ms FROM drives ORDER BY drive")
+            .map_err(db)?;
+        let rows = st
+            .query_map([], |r| {
+                let suite: u8 = r.get(2)?;
+                Ok(DriveRecord {
+                    drive: DriveId(r.get::<_, i64>(0)? as u64),
+                    addr: r.get(1)?,
+                    suite: Suite::from_u8(suite).unwrap_or(Suite::Blake3),
+                    drive_key: key_of(r.get(3)?)?,
+                    partition: PartitionId(r.get::<_, i64>(4)? as u16),
+                    partition_key: key_of(r.get(5)?)?,
+                    working_key: key_of(r.get(6)?)?,
+                    rotated_ms: r.get::<_, i64>(7)? as u64,
+                })
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()> {
+        self.db
+            .execute(
+                "INSERT OR REPLACE INTO drives(drive, addr, suite, drive_key, part, part_key, working_key, rotated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    d.drive.0 as i64,
+                    d.addr,
+                    d.suite as u8,
+                    d.drive_key.expose().to_vec(),
+                    d.partition.0 as i64,
+                    d.partition_key.expose().to_vec(),
+                    d.working_key.expose().to_vec(),
+                    d.rotated_ms as i64
+                ],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()> {
+        self.db
+            .execute(
+                "INSERT OR REPLACE INTO sessions(token_hash, uid, expires_ms) VALUES (?1, ?2, ?3)",
+                params![s.token_hash.to_vec(), s.uid, s.expires_ms as i64],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn session(&self, token_hash: &[u8; 32]) -> StoreResult<Option<SessionRecord>> {
+        self.db
+            .query_row(
+                "SELECT uid, expires_ms FROM sessions WHERE token_hash = ?1",
+                params![token_hash.to_vec()],
+                |r| {
+                    Ok(SessionRecord {
+                        token_hash: *token_hash,
+                        uid: r.get(0)?,
+                        expires_ms: r.get::<_, i64>(1)? as u64,
+                    })
+                },
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn expire_sessions(&mut self, now_ms: u64) -> StoreResult<u64> {
+        self.db
+            .execute(
+                "DELETE FROM sessions WHERE expires_ms < ?1",
+                params![now_ms as i64],
+            )
+            .map(|n| n as u64)
+            .map_err(db)
+    }
+
+    fn get_meta(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.db
+            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(db)
+    }
+
+    fn put_meta(&mut self, key: &str, value: &[u8]) -> StoreResult<()> {
+        self.db
+            .execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conformance_in_memory() {
+        crate::conformance::run(|| SqliteStore::in_memory().unwrap());
+    }
+
+    #[test]
+    fn conformance_on_disk_and_reopen_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("meta.sqlite");
+        let n = std::sync::atomic::AtomicU32::new(0);
+        crate::conformance::run(|| {
+            let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            SqliteStore::open(&dir.path().join(format!("c{i}.sqlite"))).unwrap()
+        });
+        {
+            let mut s = SqliteStore::open(&p).unwrap();
+            s.add_group("g").unwrap();
+            s.add_user("u", "phc", false, 0).unwrap();
+            s.link_new(ROOT_INO, "d", &crate::conformance::dir(0))
+                .unwrap();
+        }
+        let s = SqliteStore::open(&p).unwrap();
+        assert!(s.user_by_name("u").unwrap().is_some());
+        assert!(s.lookup(ROOT_INO, "d").unwrap().is_some());
+    }
+}

@@ -1,0 +1,147 @@
+//! The manager's metadata behind one trait, so a second store (PostgreSQL, DESIGN.md) can sit
+//! beside the embedded SQLite one and pass the same conformance suite ([`crate::conformance`]).
+//!
+//! Every method that changes the namespace is one transaction: after a crash a store shows
+//! either all of a change or none of it. Per-file state is small and constant: kind, mode,
+//! owner, group, times, the object's location, its access_control_version, and room for a
+//! 32-byte trusted root (seed 003's constant trusted storage).
+
+use nasd_crypto::Key;
+use nasd_proto::manager::FileKind;
+use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
+
+/// The root directory's inode number.
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("already exists")]
+    Exists,
+    #[error("not found")]
+    NotFound,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("is a directory")]
+    IsADirectory,
+    #[error("metadata store: {0}")]
+    Db(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub name: String,
+    /// Argon2id PHC string.
+    pub phc: String,
+    pub admin: bool,
+    /// Primary group.
+    pub gid: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub gid: u32,
+    pub name: String,
+}
+
+/// Where a file's bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjRef {
+    pub drive: DriveId,
+    pub partition: PartitionId,
+    pub object: ObjectId,
+}
+
+/// One file or directory. Constant size: no per-block state at the manager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The directory holding this one (for directories: loop checks on rename).
+    pub parent: u64,
+    pub ctime_us: u64,
+    /// Directories only; a file's modify time comes from its object's attributes.
+    pub mtime_us: u64,
+    pub obj: Option<ObjRef>,
+    /// The object's current access_control_version (seed 002 §2.4); bumped to revoke.
+    pub acv: u64,
+    /// Trusted per-file root (seed 003), unused until end-to-end integrity lands.
+    pub root: Option<[u8; 32]>,
+}
+
+/// A registered drive and the keys the manager shares with its partition.
+#[derive(Clone, Debug)]
+pub struct DriveRecord {
+    pub drive: DriveId,
+    pub addr: String,
+    pub suite: Suite,
+    pub drive_key: Key,
+    pub partition: PartitionId,
+    pub partition_key: Key,
+    pub working_key: Key,
+    pub rotated_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// BLAKE3 of the token: a stolen database does not yield live tokens.
+    pub token_hash: [u8; 32],
+    pub uid: u32,
+    pub expires_ms: u64,
+}
+
+pub trait MetaStore: Send {
+    fn user_by_name(&self, name: &str) -> StoreResult<Option<User>>;
+    fn user_by_uid(&self, uid: u32) -> StoreResult<Option<User>>;
+    fn users(&self) -> StoreResult<Vec<User>>;
+    /// Adds a user; `Exists` if the name is taken. Returns the new uid.
+    fn add_user(&mut self, name: &str, phc: &str, admin: bool, gid: u32) -> StoreResult<u32>;
+    fn set_password(&mut self, uid: u32, phc: &str) -> StoreResult<()>;
+
+    fn group_by_name(&self, name: &str) -> StoreResult<Option<Group>>;
+    fn group_by_gid(&self, gid: u32) -> StoreResult<Option<Group>>;
+    /// Adds a group; `Exists` if the name is taken. Returns the new gid.
+    fn add_group(&mut self, name: &str) -> StoreResult<u32>;
+    fn add_member(&mut self, gid: u32, uid: u32) -> StoreResult<()>;
+    /// Every group `uid` belongs to, its primary group included.
+    fn groups_of(&self, uid: u32) -> StoreResult<Vec<u32>>;
+
+    fn inode(&self, ino: u64) -> StoreResult<Option<Inode>>;
+    fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>>;
+    fn readdir(&self, parent: u64) -> StoreResult<Vec<(String, Inode)>>;
+    /// Creates `inode` (its `ino` is ignored) under `parent` as `name`, in one transaction.
+    /// `Exists` if the name is taken, `NotFound`/`NotADirectory` for a bad parent.
+    fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64>;
+    /// Removes the entry and its inode; `NotEmpty` for a directory with entries.
+    fn unlink(&mut self, parent: u64, name: &str) -> StoreResult<Inode>;
+    /// Moves an entry; an existing target file is replaced (and returned), an existing target
+    /// directory only when empty and the source is a directory too.
+    fn rename(
+        &mut self,
+        from_parent: u64,
+        from_name: &str,
+        to_parent: u64,
+        to_name: &str,
+    ) -> StoreResult<Option<Inode>>;
+    fn update_inode(&mut self, inode: &Inode) -> StoreResult<()>;
+    fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64>;
+
+    fn drives(&self) -> StoreResult<Vec<DriveRecord>>;
+    /// Inserts or replaces a drive record.
+    fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()>;
+
+    fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()>;
+    fn session(&self, token_hash: &[u8; 32]) -> StoreResult<Option<SessionRecord>>;
+    /// Forgets sessions that expired before `now_ms`.
+    fn expire_sessions(&mut self, now_ms: u64) -> StoreResult<u64>;
+
+    fn get_meta(&self, key: &str) -> StoreResult<Option<Vec<u8>>>;
+    fn put_meta(&mut self, key: &str, value: &[u8]) -> StoreResult<()>;
+}

@@ -1,0 +1,77 @@
+//! The cluster CA and the manager's certificate. `nasd manager init` makes a CA (ECDSA P-256,
+//! rcgen) and signs a server certificate for `localhost`, `127.0.0.1`, `::1` and any extra
+//! names; clients trust only that CA (its DER file is named in their config). Sessions are
+//! TLS 1.3 only, with the ring provider.
+//!
+//! Files under `DIR/tls/` (DER; keys mode 0600): `ca.der`, `ca.key`, `server.der`, `server.key`.
+
+use crate::{MgrError, MgrResult};
+use nasd_proto::manager::MgrStatus;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::path::Path;
+use std::sync::Arc;
+
+fn err(what: &str, e: impl std::fmt::Display) -> MgrError {
+    MgrError::new(MgrStatus::Internal, format!("{what}: {e}"))
+}
+
+fn write_secret(path: &Path, bytes: &[u8]) -> MgrResult<()> {
+    nasd_client::auth::write_secret_file(path, bytes).map_err(|e| err("writing a key", e))
+}
+
+/// Creates the CA and the server certificate in `dir/tls/`.
+pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
+    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
+    let tls = dir.join("tls");
+    std::fs::create_dir_all(&tls).map_err(|e| err("creating tls dir", e))?;
+    let ca_key = KeyPair::generate().map_err(|e| err("CA key", e))?;
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA params", e))?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "nasd cluster CA");
+    ca.distinguished_name = dn;
+    let ca_cert = ca
+        .self_signed(&ca_key)
+        .map_err(|e| err("CA certificate", e))?;
+    let mut names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    names.extend(extra_names.iter().cloned());
+    let srv_key = KeyPair::generate().map_err(|e| err("server key", e))?;
+    let mut srv = CertificateParams::new(names).map_err(|e| err("server params", e))?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "nasd manager");
+    srv.distinguished_name = dn;
+    let srv_cert = srv
+        .signed_by(&srv_key, &ca_cert, &ca_key)
+        .map_err(|e| err("server certificate", e))?;
+    std::fs::write(tls.join("ca.der"), ca_cert.der()).map_err(|e| err("writing ca.der", e))?;
+    write_secret(&tls.join("ca.key"), &ca_key.serialize_der())?;
+    std::fs::write(tls.join("server.der"), srv_cert.der())
+        .map_err(|e| err("writing server.der", e))?;
+    write_secret(&tls.join("server.key"), &srv_key.serialize_der())?;
+    Ok(())
+}
+
+/// The server side of TLS 1.3 from the files in `dir/tls/`.
+pub fn server_config(dir: &Path) -> MgrResult<Arc<rustls::ServerConfig>> {
+    let tls = dir.join("tls");
+    let read = |n: &str| {
+        std::fs::read(tls.join(n))
+            .map_err(|e| err(&format!("reading {}", tls.join(n).display()), e))
+    };
+    let cert = CertificateDer::from(read("server.der")?);
+    let ca = CertificateDer::from(read("ca.der")?);
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(read("server.key")?));
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .map_err(|e| err("TLS versions", e))?
+    .with_no_client_auth()
+    .with_single_cert(vec![cert, ca], key)
+    .map_err(|e| err("server certificate", e))?;
+    Ok(Arc::new(cfg))
+}

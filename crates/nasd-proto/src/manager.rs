@@ -1,0 +1,1087 @@
+//! The file manager protocol: what a client says to `nasd manager` over TLS 1.3, and what the
+//! manager answers. Seed 002 §3 (NASD/NFS, NASD/AFS) is the model: the manager checks policy
+//! and returns a file's layout with a capability; data then goes straight to drives.
+//!
+//! ```text
+//! frame   := u32 body_len, body[body_len]                 body_len <= MANAGER_FRAME_BYTES_MAX
+//! body    := "NSDM", u16 version, u8 kind (1 request | 2 reply), u64 request_id, u8 tag, fields
+//! string  := u32 len, UTF-8 bytes                         len <= STRING_BYTES_MAX
+//! ```
+//! Every body carries the protocol version; a peer answers a body of another version with
+//! [`MgrStatus::Version`]. Requests are answered in order, one at a time per connection.
+//! Capability keys travel only inside the TLS session (DESIGN.md: they never cross a network in
+//! clear). Field layouts of each message are in `docs/manager.md`.
+//!
+//! Decoders are total: any malformed input is a [`DecodeError`], never a panic, and every
+//! length is checked against the bytes present before anything is allocated.
+
+use crate::capability::CapabilityArgs;
+use crate::codec::{Reader, Writer};
+use crate::types::{DriveId, ObjectId, PartitionId, Suite};
+use crate::DecodeError;
+use std::fmt;
+
+/// Version of the manager protocol. Its changelog:
+/// - 1: login with password or session token, namespace operations, capability issuance
+///   (open/create return layout + capability), users, groups, drive registry.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 1;
+/// Largest manager frame body either side accepts.
+pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
+/// Longest string field (paths, names, key files, details).
+pub const STRING_BYTES_MAX: usize = 8192;
+/// Longest name of one directory entry, user or group (POSIX NAME_MAX).
+pub const NAME_BYTES_MAX: usize = 255;
+/// Longest path.
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Most entries in one listing reply.
+pub const LIST_ENTRIES_MAX: usize = 16384;
+/// Bytes of a session token.
+pub const TOKEN_BYTES: usize = 32;
+const MAGIC: &[u8; 4] = b"NSDM";
+const KIND_REQUEST: u8 = 1;
+const KIND_REPLY: u8 = 2;
+
+const _: () = assert!(PATH_BYTES_MAX <= STRING_BYTES_MAX && NAME_BYTES_MAX < PATH_BYTES_MAX);
+const _: () = assert!(LIST_ENTRIES_MAX * 64 < MANAGER_FRAME_BYTES_MAX);
+
+/// How a user proves who they are.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    Password(String),
+    /// A session token from an earlier login.
+    Token([u8; TOKEN_BYTES]),
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::Password(_) => f.write_str("Password(..)"),
+            Credential::Token(_) => f.write_str("Token(..)"),
+        }
+    }
+}
+
+/// A request to the manager.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum MgrRequest {
+    /// Must be the first request of a connection.
+    Login {
+        user: String,
+        credential: Credential,
+    },
+    Stat {
+        path: String,
+    },
+    Readdir {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+    },
+    Rmdir {
+        path: String,
+    },
+    /// Creates a file and returns its layout with a write capability (NASD/AFS
+    /// GetWCapability folded into create so a small file costs one manager round trip).
+    Create {
+        path: String,
+        mode: u32,
+        exclusive: bool,
+    },
+    /// GetCapability (`write: false`) or GetWCapability (`write: true`).
+    Open {
+        path: String,
+        write: bool,
+    },
+    /// ReturnCapability: the client is done writing under `audit_id`.
+    ReturnCapability {
+        path: String,
+        audit_id: u64,
+    },
+    Unlink {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    /// Empty strings leave owner or group unchanged.
+    Chown {
+        path: String,
+        owner: String,
+        group: String,
+    },
+    Truncate {
+        path: String,
+        size: u64,
+    },
+    Utimes {
+        path: String,
+        mtime_us: u64,
+    },
+    UserAdd {
+        name: String,
+        password: String,
+        admin: bool,
+    },
+    UserPasswd {
+        name: String,
+        password: String,
+    },
+    UserList,
+    GroupAdd {
+        name: String,
+    },
+    GroupMember {
+        group: String,
+        user: String,
+    },
+    /// Registers a drive: the manager takes its drive key, creates a partition, and sets the
+    /// partition and working keys. Re-registering a known drive updates its address.
+    DriveAdd {
+        addr: String,
+        drive_key_file: String,
+    },
+    DriveList,
+}
+
+/// Stable status codes of manager replies.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(u16)]
+pub enum MgrStatus {
+    Malformed = 1,
+    Version = 2,
+    NotLoggedIn = 3,
+    UnknownUser = 4,
+    WrongPassword = 5,
+    SessionExpired = 6,
+    PermissionDenied = 7,
+    NoSuchPath = 8,
+    Exists = 9,
+    NotEmpty = 10,
+    NotADirectory = 11,
+    IsADirectory = 12,
+    NameTooLong = 13,
+    BadName = 14,
+    InvalidArgument = 15,
+    NoDrives = 16,
+    DriveUnreachable = 17,
+    DiskFull = 18,
+    Internal = 19,
+    UnknownGroup = 20,
+}
+
+impl MgrStatus {
+    pub const ALL: [MgrStatus; 20] = [
+        Self::Malformed,
+        Self::Version,
+        Self::NotLoggedIn,
+        Self::UnknownUser,
+        Self::WrongPassword,
+        Self::SessionExpired,
+        Self::PermissionDenied,
+        Self::NoSuchPath,
+        Self::Exists,
+        Self::NotEmpty,
+        Self::NotADirectory,
+        Self::IsADirectory,
+        Self::NameTooLong,
+        Self::BadName,
+        Self::InvalidArgument,
+        Self::NoDrives,
+        Self::DriveUnreachable,
+        Self::DiskFull,
+        Self::Internal,
+        Self::UnknownGroup,
+    ];
+    pub fn from_u16(v: u16) -> Option<MgrStatus> {
+        Self::ALL.into_iter().find(|s| *s as u16 == v)
+    }
+    pub fn text(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed request",
+            Self::Version => "manager protocol version not supported",
+            Self::NotLoggedIn => "not logged in",
+            Self::UnknownUser => "unknown user",
+            Self::WrongPassword => "wrong password",
+            Self::SessionExpired => "session expired; log in again",
+            Self::PermissionDenied => "permission denied",
+            Self::NoSuchPath => "no such file or directory",
+            Self::Exists => "file exists",
+            Self::NotEmpty => "directory not empty",
+            Self::NotADirectory => "not a directory",
+            Self::IsADirectory => "is a directory",
+            Self::NameTooLong => "name too long",
+            Self::BadName => "invalid name",
+            Self::InvalidArgument => "invalid argument",
+            Self::NoDrives => "no drive is registered and healthy",
+            Self::DriveUnreachable => "drive unreachable",
+            Self::DiskFull => "drive full",
+            Self::Internal => "internal manager error",
+            Self::UnknownGroup => "unknown group",
+        }
+    }
+}
+
+impl fmt::Display for MgrStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
+/// File or directory.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(u8)]
+pub enum FileKind {
+    File = 1,
+    Dir = 2,
+}
+
+impl FileKind {
+    pub fn from_u8(v: u8) -> Result<Self, DecodeError> {
+        match v {
+            1 => Ok(Self::File),
+            2 => Ok(Self::Dir),
+            _ => Err(DecodeError::BadValue("file kind")),
+        }
+    }
+}
+
+/// What `stat` shows. Size and modify time of a file come from its drive object's attributes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct FileStat {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits (0o7777 at most).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub owner: String,
+    pub group: String,
+    pub size: u64,
+    pub mtime_us: u64,
+    pub ctime_us: u64,
+}
+
+/// Where a file's bytes live: one object on one drive (striping later adds more extents).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Layout {
+    pub drive: DriveId,
+    pub addr: String,
+    pub suite: Suite,
+    pub partition: PartitionId,
+    pub object: ObjectId,
+}
+
+/// A capability as the manager hands it out: public args and the secret key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CapGrant {
+    pub args: CapabilityArgs,
+    pub key: [u8; 32],
+}
+
+impl fmt::Debug for CapGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CapGrant")
+            .field("args", &self.args)
+            .field("key", &"..")
+            .finish()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DirEntry {
+    pub name: String,
+    pub stat: FileStat,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: u32,
+    pub admin: bool,
+    pub groups: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DriveStatus {
+    pub drive: DriveId,
+    pub addr: String,
+    pub partition: PartitionId,
+    pub healthy: bool,
+    pub files: u64,
+    /// Milliseconds since the Unix epoch of the last working-key rotation.
+    pub key_rotated_ms: u64,
+    pub detail: String,
+}
+
+/// A reply from the manager.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum MgrReply {
+    Error {
+        status: MgrStatus,
+        detail: String,
+    },
+    Ok,
+    LoginOk {
+        uid: u32,
+        admin: bool,
+        token: [u8; TOKEN_BYTES],
+        expires_ms: u64,
+    },
+    Stat(FileStat),
+    Entries(Vec<DirEntry>),
+    Opened {
+        stat: FileStat,
+        layout: Layout,
+        cap: CapGrant,
+    },
+    Users(Vec<UserInfo>),
+    Drives(Vec<DriveStatus>),
+}
+
+fn put_str(w: &mut Writer, s: &str) {
+    debug_assert!(s.len() <= STRING_BYTES_MAX);
+    w.blob(s.as_bytes());
+}
+
+fn get_str(r: &mut Reader<'_>, what: &'static str) -> Result<String, DecodeError> {
+    let b = r.blob(STRING_BYTES_MAX, what)?;
+    String::from_utf8(b.to_vec()).map_err(|_| DecodeError::BadValue("string is not UTF-8"))
+}
+
+fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
+    match r.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeError::BadValue(what)),
+    }
+}
+
+fn put_header(w: &mut Writer, kind: u8, request_id: u64, tag: u8) {
+    w.bytes(MAGIC);
+    w.u16(MANAGER_PROTOCOL_VERSION);
+    w.u8(kind);
+    w.u64(request_id);
+    w.u8(tag);
+}
+
+/// Reads the common header; returns (request_id, tag). A body of another version is
+/// `DecodeError::Version` so the receiver can answer [`MgrStatus::Version`].
+fn get_header(r: &mut Reader<'_>, kind: u8) -> Result<(u64, u8), DecodeError> {
+    if &r.array::<4>("magic")? != MAGIC {
+        return Err(DecodeError::BadValue("manager magic"));
+    }
+    let v = r.u16("version")?;
+    if v != MANAGER_PROTOCOL_VERSION {
+        return Err(DecodeError::Version(v));
+    }
+    if r.u8("kind")? != kind {
+        return Err(DecodeError::BadValue("message kind"));
+    }
+    Ok((r.u64("request id")?, r.u8("tag")?))
+}
+
+/// The request id of a body, if it has one (to answer even a malformed request).
+pub fn request_id_of(body: &[u8]) -> Option<u64> {
+    body.get(7..15)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+impl MgrRequest {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Login { .. } => "login",
+            Self::Stat { .. } => "stat",
+            Self::Readdir { .. } => "readdir",
+            Self::Mkdir { .. } => "mkdir",
+            Self::Rmdir { .. } => "rmdir",
+            Self::Create { .. } => "create",
+            Self::Open { .. } => "open",
+            Self::ReturnCapability { .. } => "return-capability",
+            Self::Unlink { .. } => "unlink",
+            Self::Rename { .. } => "rename",
+            Self::Chmod { .. } => "chmod",
+            Self::Chown { .. } => "chown",
+            Self::Truncate { .. } => "truncate",
+            Self::Utimes { .. } => "utimes",
+            Self::UserAdd { .. } => "user add",
+            Self::UserPasswd { .. } => "user passwd",
+            Self::UserList => "user list",
+            Self::GroupAdd { .. } => "group add",
+            Self::GroupMember { .. } => "group member",
+            Self::DriveAdd { .. } => "drive add",
+            Self::DriveList => "drive list",
+        }
+    }
+
+    pub fn encode(&self, request_id: u64) -> Vec<u8> {
+        let mut w = Writer::with_capacity(64);
+        let tag = match self {
+            Self::Login { .. } => 1,
+            Self::Stat { .. } => 2,
+            Self::Readdir { .. } => 3,
+            Self::Mkdir { .. } => 4,
+            Self::Rmdir { .. } => 5,
+            Self::Create { .. } => 6,
+            Self::Open { .. } => 7,
+            Self::ReturnCapability { .. } => 8,
+            Self::Unlink { .. } => 9,
+            Self::Rename { .. } => 10,
+            Self::Chmod { .. } => 11,
+            Self::Chown { .. } => 12,
+            Self::Truncate { .. } => 13,
+            Self::Utimes { .. } => 14,
+            Self::UserAdd { .. } => 15,
+            Self::UserPasswd { .. } => 16,
+            Self::UserList => 17,
+            Self::GroupAdd { .. } => 18,
+            Self::GroupMember { .. } => 19,
+            Self::DriveAdd { .. } => 20,
+            Self::DriveList => 21,
+        };
+        put_header(&mut w, KIND_REQUEST, request_id, tag);
+        match self {
+            Self::Login { user, credential } => {
+                put_str(&mut w, user);
+                match credential {
+                    Credential::Password(p) => {
+                        w.u8(1);
+                        put_str(&mut w, p);
+                    }
+                    Credential::Token(t) => {
+                        w.u8(2);
+                        w.bytes(t);
+                    }
+                }
+            }
+            Self::Stat { path }
+            | Self::Readdir { path }
+            | Self::Rmdir { path }
+            | Self::Unlink { path } => put_str(&mut w, path),
+            Self::Mkdir { path, mode } | Self::Chmod { path, mode } => {
+                put_str(&mut w, path);
+                w.u32(*mode);
+            }
+            Self::Create {
+                path,
+                mode,
+                exclusive,
+            } => {
+                put_str(&mut w, path);
+                w.u32(*mode);
+                w.u8(*exclusive as u8);
+            }
+            Self::Open { path, write } => {
+                put_str(&mut w, path);
+                w.u8(*write as u8);
+            }
+            Self::ReturnCapability { path, audit_id } => {
+                put_str(&mut w, path);
+                w.u64(*audit_id);
+            }
+            Self::Rename { from, to } => {
+                put_str(&mut w, from);
+                put_str(&mut w, to);
+            }
+            Self::Chown { path, owner, group } => {
+                put_str(&mut w, path);
+                put_str(&mut w, owner);
+                put_str(&mut w, group);
+            }
+            Self::Truncate { path, size } => {
+                put_str(&mut w, path);
+                w.u64(*size);
+            }
+            Self::Utimes { path, mtime_us } => {
+                put_str(&mut w, path);
+                w.u64(*mtime_us);
+            }
+            Self::UserAdd {
+                name,
+                password,
+                admin,
+            } => {
+                put_str(&mut w, name);
+                put_str(&mut w, password);
+                w.u8(*admin as u8);
+            }
+            Self::UserPasswd { name, password } => {
+                put_str(&mut w, name);
+                put_str(&mut w, password);
+            }
+            Self::UserList | Self::DriveList => {}
+            Self::GroupAdd { name } => put_str(&mut w, name),
+            Self::GroupMember { group, user } => {
+                put_str(&mut w, group);
+                put_str(&mut w, user);
+            }
+            Self::DriveAdd {
+                addr,
+                drive_key_file,
+            } => {
+                put_str(&mut w, addr);
+                put_str(&mut w, drive_key_file);
+            }
+        }
+        w.into_vec()
+    }
+
+    /// Decodes a request body; returns its request id and the request.
+    pub fn decode(body: &[u8]) -> Result<(u64, MgrRequest), DecodeError> {
+        let mut r = Reader::new(body);
+        let (id, tag) = get_header(&mut r, KIND_REQUEST)?;
+        let r = &mut r;
+        let req = match tag {
+            1 => {
+                let user = get_str(r, "user")?;
+                let credential = match r.u8("credential kind")? {
+                    1 => Credential::Password(get_str(r, "password")?),
+                    2 => Credential::Token(r.array("token")?),
+                    _ => return Err(DecodeError::BadValue("credential kind")),
+                };
+                Self::Login { user, credential }
+            }
+            2 => Self::Stat {
+                path: get_str(r, "path")?,
+            },
+            3 => Self::Readdir {
+                path: get_str(r, "path")?,
+            },
+            4 => Self::Mkdir {
+                path: get_str(r, "path")?,
+                mode: r.u32("mode")?,
+            },
+            5 => Self::Rmdir {
+                path: get_str(r, "path")?,
+            },
+            6 => Self::Create {
+                path: get_str(r, "path")?,
+                mode: r.u32("mode")?,
+                exclusive: get_bool(r, "exclusive")?,
+            },
+            7 => Self::Open {
+                path: get_str(r, "path")?,
+                write: get_bool(r, "write")?,
+            },
+            8 => Self::ReturnCapability {
+                path: get_str(r, "path")?,
+                audit_id: r.u64("audit id")?,
+            },
+            9 => Self::Unlink {
+                path: get_str(r, "path")?,
+            },
+            10 => Self::Rename {
+                from: get_str(r, "from")?,
+                to: get_str(r, "to")?,
+            },
+            11 => Self::Chmod {
+                path: get_str(r, "path")?,
+                mode: r.u32("mode")?,
+            },
+            12 => Self::Chown {
+                path: get_str(r, "path")?,
+                owner: get_str(r, "owner")?,
+                group: get_str(r, "group")?,
+            },
+            13 => Self::Truncate {
+                path: get_str(r, "path")?,
+                size: r.u64("size")?,
+            },
+            14 => Self::Utimes {
+                path: get_str(r, "path")?,
+                mtime_us: r.u64("mtime")?,
+            },
+            15 => Self::UserAdd {
+                name: get_str(r, "name")?,
+                password: get_str(r, "password")?,
+                admin: get_bool(r, "admin")?,
+            },
+            16 => Self::UserPasswd {
+                name: get_str(r, "name")?,
+                password: get_str(r, "password")?,
+            },
+            17 => Self::UserList,
+            18 => Self::GroupAdd {
+                name: get_str(r, "name")?,
+            },
+            19 => Self::GroupMember {
+                group: get_str(r, "group")?,
+                user: get_str(r, "user")?,
+            },
+            20 => Self::DriveAdd {
+                addr: get_str(r, "addr")?,
+                drive_key_file: get_str(r, "drive key file")?,
+            },
+            21 => Self::DriveList,
+            _ => return Err(DecodeError::BadValue("request tag")),
+        };
+        r.finish("manager request")?;
+        Ok((id, req))
+    }
+}
+
+fn put_stat(w: &mut Writer, s: &FileStat) {
+    w.u64(s.ino);
+    w.u8(s.kind as u8);
+    w.u32(s.mode);
+    w.u32(s.uid);
+    w.u32(s.gid);
+    put_str(w, &s.owner);
+    put_str(w, &s.group);
+    w.u64(s.size);
+    w.u64(s.mtime_us);
+    w.u64(s.ctime_us);
+}
+
+fn get_stat(r: &mut Reader<'_>) -> Result<FileStat, DecodeError> {
+    Ok(FileStat {
+        ino: r.u64("ino")?,
+        kind: FileKind::from_u8(r.u8("kind")?)?,
+        mode: r.u32("mode")?,
+        uid: r.u32("uid")?,
+        gid: r.u32("gid")?,
+        owner: get_str(r, "owner")?,
+        group: get_str(r, "group")?,
+        size: r.u64("size")?,
+        mtime_us: r.u64("mtime")?,
+        ctime_us: r.u64("ctime")?,
+    })
+}
+
+/// A count that precedes a list, checked against the bytes left (each element takes at least
+/// `min_bytes`) before anything is allocated.
+fn get_count(
+    r: &mut Reader<'_>,
+    min_bytes: usize,
+    what: &'static str,
+) -> Result<usize, DecodeError> {
+    let n = r.u32(what)? as usize;
+    if n > LIST_ENTRIES_MAX {
+        return Err(DecodeError::TooLong(what));
+    }
+    if n.saturating_mul(min_bytes) > r.remaining() {
+        return Err(DecodeError::Truncated(what));
+    }
+    Ok(n)
+}
+
+impl MgrReply {
+    pub fn error(status: MgrStatus, detail: impl Into<String>) -> MgrReply {
+        let mut detail: String = detail.into();
+        if detail.len() > STRING_BYTES_MAX {
+            let mut cut = STRING_BYTES_MAX;
+            while !detail.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            detail.truncate(cut);
+        }
+        MgrReply::Error { status, detail }
+    }
+
+    pub fn encode(&self, request_id: u64) -> Vec<u8> {
+        let mut w = Writer::with_capacity(128);
+        let tag = match self {
+            Self::Error { .. } => 1,
+            Self::Ok => 2,
+            Self::LoginOk { .. } => 3,
+            Self::Stat(_) => 4,
+            Self::Entries(_) => 5,
+            Self::Opened { .. } => 6,
+            Self::Users(_) => 7,
+            Self::Drives(_) => 8,
+        };
+        put_header(&mut w, KIND_REPLY, request_id, tag);
+        match self {
+            Self::Error { status, detail } => {
+                w.u16(*status as u16);
+                put_str(&mut w, detail);
+            }
+            Self::Ok => {}
+            Self::LoginOk {
+                uid,
+                admin,
+                token,
+                expires_ms,
+            } => {
+                w.u32(*uid);
+                w.u8(*admin as u8);
+                w.bytes(token);
+                w.u64(*expires_ms);
+            }
+            Self::Stat(s) => put_stat(&mut w, s),
+            Self::Entries(es) => {
+                debug_assert!(es.len() <= LIST_ENTRIES_MAX);
+                w.u32(es.len() as u32);
+                for e in es {
+                    put_str(&mut w, &e.name);
+                    put_stat(&mut w, &e.stat);
+                }
+            }
+            Self::Opened { stat, layout, cap } => {
+                put_stat(&mut w, stat);
+                w.u64(layout.drive.0);
+                put_str(&mut w, &layout.addr);
+                w.u8(layout.suite as u8);
+                w.u16(layout.partition.0);
+                w.u64(layout.object.0);
+                cap.args.put(&mut w);
+                w.bytes(&cap.key);
+            }
+            Self::Users(us) => {
+                w.u32(us.len() as u32);
+                for u in us {
+                    put_str(&mut w, &u.name);
+                    w.u32(u.uid);
+                    w.u8(u.admin as u8);
+                    w.u32(u.groups.len() as u32);
+                    for g in &u.groups {
+                        put_str(&mut w, g);
+                    }
+                }
+            }
+            Self::Drives(ds) => {
+                w.u32(ds.len() as u32);
+                for d in ds {
+                    w.u64(d.drive.0);
+                    put_str(&mut w, &d.addr);
+                    w.u16(d.partition.0);
+                    w.u8(d.healthy as u8);
+                    w.u64(d.files);
+                    w.u64(d.key_rotated_ms);
+                    put_str(&mut w, &d.detail);
+                }
+            }
+        }
+        w.into_vec()
+    }
+
+    pub fn decode(body: &[u8]) -> Result<(u64, MgrReply), DecodeError> {
+        let mut r = Reader::new(body);
+        let (id, tag) = get_header(&mut r, KIND_REPLY)?;
+        let r = &mut r;
+        let reply = match tag {
+            1 => {
+                let code = r.u16("status")?;
+                Self::Error {
+                    status: MgrStatus::from_u16(code).ok_or(DecodeError::BadValue("status"))?,
+                    detail: get_str(r, "detail")?,
+                }
+            }
+            2 => Self::Ok,
+            3 => Self::LoginOk {
+                uid: r.u32("uid")?,
+                admin: get_bool(r, "admin")?,
+                token: r.array("token")?,
+                expires_ms: r.u64("expires")?,
+            },
+            4 => Self::Stat(get_stat(r)?),
+            5 => {
+                let n = get_count(r, 8 + 57, "entries")?;
+                let mut es = Vec::with_capacity(n);
+                for _ in 0..n {
+                    es.push(DirEntry {
+                        name: get_str(r, "name")?,
+                        stat: get_stat(r)?,
+                    });
+                }
+                Self::Entries(es)
+            }
+            6 => Self::Opened {
+                stat: get_stat(r)?,
+                layout: Layout {
+                    drive: DriveId(r.u64("drive")?),
+                    addr: get_str(r, "addr")?,
+                    suite: Suite::from_u8(r.u8("suite")?)?,
+                    partition: PartitionId(r.u16("partition")?),
+                    object: ObjectId(r.u64("object")?),
+                },
+                cap: CapGrant {
+                    args: CapabilityArgs::get(r)?,
+                    key: r.array("capability key")?,
+                },
+            },
+            7 => {
+                let n = get_count(r, 13, "users")?;
+                let mut us = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let name = get_str(r, "name")?;
+                    let uid = r.u32("uid")?;
+                    let admin = get_bool(r, "admin")?;
+                    let g = get_count(r, 4, "groups")?;
+                    let mut groups = Vec::with_capacity(g);
+                    for _ in 0..g {
+                        groups.push(get_str(r, "group")?);
+                    }
+                    us.push(UserInfo {
+                        name,
+                        uid,
+                        admin,
+                        groups,
+                    });
+                }
+                Self::Users(us)
+            }
+            8 => {
+                let n = get_count(r, 35, "drives")?;
+                let mut ds = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ds.push(DriveStatus {
+                        drive: DriveId(r.u64("drive")?),
+                        addr: get_str(r, "addr")?,
+                        partition: PartitionId(r.u16("partition")?),
+                        healthy: get_bool(r, "healthy")?,
+                        files: r.u64("files")?,
+                        key_rotated_ms: r.u64("rotated")?,
+                        detail: get_str(r, "detail")?,
+                    });
+                }
+                Self::Drives(ds)
+            }
+            _ => return Err(DecodeError::BadValue("reply tag")),
+        };
+        r.finish("manager reply")?;
+        Ok((id, reply))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Protection, Region, Rights};
+
+    fn stat() -> FileStat {
+        FileStat {
+            ino: 7,
+            kind: FileKind::File,
+            mode: 0o640,
+            uid: 1000,
+            gid: 100,
+            owner: "alice".into(),
+            group: "staff".into(),
+            size: 12345,
+            mtime_us: 1_700_000_000_000_000,
+            ctime_us: 1_600_000_000_000_000,
+        }
+    }
+
+    fn requests() -> Vec<MgrRequest> {
+        let p = || "/a/b".to_string();
+        vec![
+            MgrRequest::Login {
+                user: "alice".into(),
+                credential: Credential::Password("pw".into()),
+            },
+            MgrRequest::Login {
+                user: "alice".into(),
+                credential: Credential::Token([3; 32]),
+            },
+            MgrRequest::Stat { path: p() },
+            MgrRequest::Readdir { path: p() },
+            MgrRequest::Mkdir {
+                path: p(),
+                mode: 0o755,
+            },
+            MgrRequest::Rmdir { path: p() },
+            MgrRequest::Create {
+                path: p(),
+                mode: 0o644,
+                exclusive: true,
+            },
+            MgrRequest::Open {
+                path: p(),
+                write: true,
+            },
+            MgrRequest::ReturnCapability {
+                path: p(),
+                audit_id: 9,
+            },
+            MgrRequest::Unlink { path: p() },
+            MgrRequest::Rename {
+                from: p(),
+                to: "/c".into(),
+            },
+            MgrRequest::Chmod {
+                path: p(),
+                mode: 0o600,
+            },
+            MgrRequest::Chown {
+                path: p(),
+                owner: "bob".into(),
+                group: String::new(),
+            },
+            MgrRequest::Truncate { path: p(), size: 5 },
+            MgrRequest::Utimes {
+                path: p(),
+                mtime_us: 77,
+            },
+            MgrRequest::UserAdd {
+                name: "bob".into(),
+                password: "x".into(),
+                admin: false,
+            },
+            MgrRequest::UserPasswd {
+                name: "bob".into(),
+                password: "y".into(),
+            },
+            MgrRequest::UserList,
+            MgrRequest::GroupAdd {
+                name: "staff".into(),
+            },
+            MgrRequest::GroupMember {
+                group: "staff".into(),
+                user: "bob".into(),
+            },
+            MgrRequest::DriveAdd {
+                addr: "127.0.0.1:1".into(),
+                drive_key_file: "kind = drive".into(),
+            },
+            MgrRequest::DriveList,
+        ]
+    }
+
+    fn replies() -> Vec<MgrReply> {
+        vec![
+            MgrReply::error(MgrStatus::NoSuchPath, "/x"),
+            MgrReply::Ok,
+            MgrReply::LoginOk {
+                uid: 1,
+                admin: true,
+                token: [9; 32],
+                expires_ms: 5,
+            },
+            MgrReply::Stat(stat()),
+            MgrReply::Entries(vec![
+                DirEntry {
+                    name: "f".into(),
+                    stat: stat(),
+                },
+                DirEntry {
+                    name: "g".into(),
+                    stat: FileStat {
+                        kind: FileKind::Dir,
+                        ..stat()
+                    },
+                },
+            ]),
+            MgrReply::Opened {
+                stat: stat(),
+                layout: Layout {
+                    drive: DriveId(0xabc),
+                    addr: "127.0.0.1:9".into(),
+                    suite: Suite::Blake3,
+                    partition: PartitionId(1),
+                    object: ObjectId(16),
+                },
+                cap: CapGrant {
+                    args: CapabilityArgs {
+                        drive: DriveId(0xabc),
+                        partition: PartitionId(1),
+                        object: ObjectId(16),
+                        region: Region::new(0, u64::MAX),
+                        rights: Rights::READ.union(Rights::GETATTR),
+                        expiry_ms: 99,
+                        audit_id: 4,
+                        min_protection: Protection::INTEGRITY_DATA,
+                    },
+                    key: [5; 32],
+                },
+            },
+            MgrReply::Users(vec![UserInfo {
+                name: "a".into(),
+                uid: 1,
+                admin: false,
+                groups: vec!["g1".into(), "g2".into()],
+            }]),
+            MgrReply::Drives(vec![DriveStatus {
+                drive: DriveId(1),
+                addr: "x".into(),
+                partition: PartitionId(1),
+                healthy: true,
+                files: 3,
+                key_rotated_ms: 4,
+                detail: String::new(),
+            }]),
+        ]
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        for (i, q) in requests().into_iter().enumerate() {
+            let b = q.encode(i as u64);
+            assert_eq!(request_id_of(&b), Some(i as u64));
+            assert_eq!(MgrRequest::decode(&b).unwrap(), (i as u64, q));
+        }
+    }
+
+    #[test]
+    fn every_reply_round_trips() {
+        for (i, q) in replies().into_iter().enumerate() {
+            let b = q.encode(i as u64);
+            assert_eq!(MgrReply::decode(&b).unwrap(), (i as u64, q));
+        }
+    }
+
+    #[test]
+    fn every_status_round_trips() {
+        for s in MgrStatus::ALL {
+            assert_eq!(MgrStatus::from_u16(s as u16), Some(s));
+            assert!(!s.text().is_empty());
+        }
+        assert_eq!(MgrStatus::from_u16(999), None);
+    }
+
+    #[test]
+    fn truncations_and_garbage_are_errors_not_panics() {
+        for q in requests() {
+            let b = q.encode(1);
+            for n in 0..b.len() {
+                assert!(MgrRequest::decode(&b[..n]).is_err());
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(MgrRequest::decode(&long).is_err());
+        }
+        for q in replies() {
+            let b = q.encode(1);
+            for n in 0..b.len() {
+                assert!(MgrReply::decode(&b[..n]).is_err());
+            }
+        }
+        // A count that claims more entries than bytes present is refused before allocating.
+        let mut b = MgrReply::Entries(vec![]).encode(1);
+        let at = b.len() - 4;
+        b[at..].copy_from_slice(&(LIST_ENTRIES_MAX as u32).to_le_bytes());
+        assert!(MgrReply::decode(&b).is_err());
+    }
+
+    #[test]
+    fn other_versions_and_bad_utf8_are_refused() {
+        let mut b = MgrRequest::UserList.encode(1);
+        b[4] = 99;
+        assert_eq!(MgrRequest::decode(&b), Err(DecodeError::Version(99)));
+        let mut b = MgrRequest::Stat { path: "ab".into() }.encode(1);
+        let n = b.len();
+        b[n - 1] = 0xff;
+        assert!(MgrRequest::decode(&b).is_err());
+    }
+
+    #[test]
+    fn secrets_are_not_debug_printed() {
+        let c = Credential::Password("hunter2".into());
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_are_total(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = MgrRequest::decode(&bytes);
+            let _ = MgrReply::decode(&bytes);
+        }
+    }
+}
