@@ -57,6 +57,22 @@ pub struct MetricsSnapshot {
     pub refused: u64,
 }
 
+/// A reply as it goes on the wire: one frame whose body is `head` followed by `data`, kept
+/// apart so bulk data is written to the socket without being copied behind the header.
+pub struct ReplyBytes {
+    pub head: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
+impl ReplyBytes {
+    /// The frame body in one buffer (tests and tools).
+    pub fn into_body(self) -> Vec<u8> {
+        let mut v = self.head;
+        v.extend_from_slice(&self.data);
+        v
+    }
+}
+
 /// A running drive: store, writer thread, replay cache, audit trail, metrics.
 pub struct Drive {
     pub store: Arc<Store>,
@@ -86,7 +102,8 @@ struct Authed {
     key: Option<Key>,
     cap: Option<CapabilityArgs>,
     op: Op,
-    data: Vec<u8>,
+    /// Decrypted request data under privacy; otherwise the data is the request body's tail.
+    plain: Option<Vec<u8>>,
     write_pieces: Vec<Vec<pieces::PieceHash>>,
 }
 
@@ -198,14 +215,14 @@ impl Drive {
         }
     }
 
-    /// Handles one request body and returns the reply body. Never panics on bad input.
-    pub fn handle(&self, body: &[u8]) -> Vec<u8> {
+    /// Handles one request body and returns the reply. Never panics on bad input.
+    pub fn handle(&self, body: Vec<u8>) -> ReplyBytes {
         self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let request_id = body
             .get(1..9)
             .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
             .unwrap_or(0);
-        let (h, data_at) = match RequestHeader::decode(body) {
+        let (h, data_at) = match RequestHeader::decode(&body) {
             Ok(x) => x,
             Err(e) => {
                 self.metrics.refused.fetch_add(1, Ordering::Relaxed);
@@ -218,7 +235,7 @@ impl Drive {
         };
         let mut cost = Cost::default();
         let now = self.now_us();
-        let authed = self.authenticate(&h, body, &body[data_at..], now, &mut cost);
+        let authed = self.authenticate(&h, &body, &body[data_at..], now, &mut cost);
         let (status, audit_id, region) = match &authed {
             Ok(a) => (
                 Status::Ok,
@@ -232,8 +249,8 @@ impl Drive {
                 self.metrics.refused.fetch_add(1, Ordering::Relaxed);
                 self.unauthenticated(h.request_id, s, &d)
             }
-            Ok(a) => {
-                let out = self.execute(&h, &a, &mut cost);
+            Ok(mut a) => {
+                let out = self.execute(&h, &mut a, body, data_at, &mut cost);
                 let st = match &out {
                     Ok(_) => Status::Ok,
                     Err(r) => r.0,
@@ -266,10 +283,10 @@ impl Drive {
         });
     }
 
-    fn unauthenticated(&self, request_id: u64, status: Status, detail: &str) -> Vec<u8> {
+    fn unauthenticated(&self, request_id: u64, status: Status, detail: &str) -> ReplyBytes {
         let mut d = detail.as_bytes().to_vec();
         d.truncate(ERROR_DETAIL_BYTES_MAX);
-        ReplyHeader {
+        let head = ReplyHeader {
             request_id,
             status,
             protection: Protection::NONE,
@@ -277,7 +294,8 @@ impl Drive {
             args: d,
             digest: [0; 32],
         }
-        .encode()
+        .encode();
+        ReplyBytes { head, data: vec![] }
     }
 
     fn fresh_nonce(&self) -> Nonce {
@@ -461,7 +479,7 @@ impl Drive {
         let mut last = Refusal(Status::BadDigest, "digest does not verify".into());
         for key in keys {
             match self.verify_with(h, body, data, &key, suite, cap.as_ref(), cost) {
-                Ok((op, data, write_pieces)) => {
+                Ok((op, plain, write_pieces)) => {
                     // 7: regions inside the capability's region.
                     if let Some(c) = &cap {
                         for r in op_regions(&op) {
@@ -490,7 +508,7 @@ impl Drive {
                         key,
                         cap,
                         op,
-                        data,
+                        plain,
                         write_pieces,
                     });
                 }
@@ -510,7 +528,7 @@ impl Drive {
         suite: nasd_proto::Suite,
         cap: Option<&CapabilityArgs>,
         cost: &mut Cost,
-    ) -> Result<(Op, Vec<u8>, Vec<Vec<pieces::PieceHash>>), Refusal> {
+    ) -> Result<(Op, Option<Vec<u8>>, Vec<Vec<pieces::PieceHash>>), Refusal> {
         let bad = || {
             Refusal(
                 Status::BadDigest,
@@ -527,12 +545,13 @@ impl Drive {
         };
         let op = Op::decode_args(h.op, &args)
             .map_err(|e| Refusal(Status::Malformed, format!("malformed arguments: {e}")))?;
-        let data = match &pk {
+        let plain = match &pk {
             Some(pk) if h.protection.privacy_data() && !data.is_empty() => {
-                aead::open(pk, Field::RequestData.nonce(), b"", data).ok_or_else(bad)?
+                Some(aead::open(pk, Field::RequestData.nonce(), b"", data).ok_or_else(bad)?)
             }
-            _ => data.to_vec(),
+            _ => None,
         };
+        let data: &[u8] = plain.as_deref().unwrap_or(data);
         let _ = cap;
         let mut write_pieces = vec![];
         if let Op::Write { regions, form, .. } = &op {
@@ -574,7 +593,7 @@ impl Drive {
                 return Err(bad());
             }
         }
-        Ok((op, data, write_pieces))
+        Ok((op, plain, write_pieces))
     }
 
     /// Runs an authenticated operation; returns the reply body, its data and the data digest
@@ -582,7 +601,9 @@ impl Drive {
     fn execute(
         &self,
         h: &RequestHeader,
-        a: &Authed,
+        a: &mut Authed,
+        body: Vec<u8>,
+        data_at: usize,
         cost: &mut Cost,
     ) -> Result<(ReplyBody, Vec<u8>, Material), Refusal> {
         let p = h.partition;
@@ -663,13 +684,19 @@ impl Drive {
                 form,
                 write_back,
             } => {
+                // The data stays where it arrived: in the request body, or the decrypted copy.
+                let request_data = match a.plain.take() {
+                    Some(p) => (p, 0),
+                    None => (body, data_at),
+                };
                 let out = run(Job::Write {
                     p,
                     o,
                     regions: regions.clone(),
-                    data: a.data.clone(),
+                    data: request_data.0,
+                    data_at: request_data.1,
                     form: *form,
-                    pieces: a.write_pieces.clone(),
+                    pieces: std::mem::take(&mut a.write_pieces),
                     write_back: *write_back,
                 })?;
                 match out {
@@ -809,13 +836,13 @@ impl Drive {
         a: &Authed,
         out: Result<(ReplyBody, Vec<u8>, Material), Refusal>,
         cost: &mut Cost,
-    ) -> Vec<u8> {
+    ) -> ReplyBytes {
         let suite = self.store.suite();
         let Some(key) = &a.key else {
             // NO_PROTECTION (or privacy-capability alone): nothing to protect the reply with.
             return match out {
                 Ok((body, data, _)) => {
-                    let mut v = ReplyHeader {
+                    let v = ReplyHeader {
                         request_id: h.request_id,
                         status: Status::Ok,
                         protection: Protection::NONE,
@@ -824,8 +851,7 @@ impl Drive {
                         digest: [0; 32],
                     }
                     .encode();
-                    v.extend_from_slice(&data);
-                    v
+                    ReplyBytes { head: v, data }
                 }
                 Err(Refusal(s, d)) => self.unauthenticated(h.request_id, s, &d),
             };
@@ -870,8 +896,7 @@ impl Drive {
         let digest = mac.finalize(cost);
         let hlen = u32::from_le_bytes(v[9..13].try_into().unwrap()) as usize;
         v[13 + hlen - 32..13 + hlen].copy_from_slice(&digest);
-        v.extend_from_slice(&data);
-        v
+        ReplyBytes { head: v, data }
     }
 }
 

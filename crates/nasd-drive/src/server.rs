@@ -108,11 +108,14 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
         }
     }
     w.write_all(&frame(&drive.welcome().encode())).await?;
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(INFLIGHT_PER_CONNECTION_MAX);
+    let (tx, mut rx) = mpsc::channel::<crate::handler::ReplyBytes>(INFLIGHT_PER_CONNECTION_MAX);
     let writer = tokio::spawn(async move {
-        while let Some(body) = rx.recv().await {
-            let len = (body.len() as u32).to_le_bytes();
-            if w.write_all(&len).await.is_err() || w.write_all(&body).await.is_err() {
+        while let Some(r) = rx.recv().await {
+            let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
+            let mut head = Vec::with_capacity(4 + r.head.len());
+            head.extend_from_slice(&len);
+            head.extend_from_slice(&r.head);
+            if w.write_all(&head).await.is_err() || w.write_all(&r.data).await.is_err() {
                 break;
             }
         }
@@ -132,7 +135,7 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
         let d = drive.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
-            let reply = tokio::task::spawn_blocking(move || d.handle(&body)).await;
+            let reply = tokio::task::spawn_blocking(move || d.handle(body)).await;
             if let Ok(reply) = reply {
                 let _ = tx.send(reply).await;
             }

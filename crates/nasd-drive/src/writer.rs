@@ -74,7 +74,10 @@ pub enum Job {
         p: PartitionId,
         o: ObjectId,
         regions: Vec<Region>,
+        /// The buffer holding the data, from byte `data_at` on (the request body as received,
+        /// so the data is not copied on its way to the writer).
         data: Vec<u8>,
+        data_at: usize,
         /// Scheme whose write form `pieces` are in; reused as metadata when it is the object's.
         form: Scheme,
         pieces: Vec<Vec<PieceHash>>,
@@ -91,7 +94,7 @@ pub enum Job {
 impl Job {
     fn data_bytes(&self) -> usize {
         match self {
-            Job::Write { data, .. } => data.len(),
+            Job::Write { data, data_at, .. } => data.len() - data_at,
             _ => 0,
         }
     }
@@ -530,10 +533,11 @@ impl<'a> Tx<'a> {
                 o,
                 regions,
                 data,
+                data_at,
                 form,
                 pieces,
                 ..
-            } => self.write(*p, *o, regions, data, *form, pieces),
+            } => self.write(*p, *o, regions, &data[*data_at..], *form, pieces),
             Job::FastCopy { p, o } => self.fastcopy(*p, *o),
             Job::Flush => Ok(JobOut::Done),
         }

@@ -138,6 +138,7 @@ fn trial(seed: u64, scheme: Scheme, keep_per_mille: u64) {
             after[off as usize..off as usize + len].copy_from_slice(&data);
             Job::Write {
                 p: P,
+                data_at: 0,
                 o,
                 regions: vec![Region::new(off, len as u64)],
                 data,
@@ -177,6 +178,7 @@ fn trial(seed: u64, scheme: Scheme, keep_per_mille: u64) {
         &store,
         Job::Write {
             p: P,
+            data_at: 0,
             o,
             regions: vec![Region::new(0, 3)],
             data: vec![7, 7, 7],
@@ -249,6 +251,7 @@ fn disk_full_is_a_clean_error() {
     };
     let w = |off: u64, data: Vec<u8>| Job::Write {
         p: P,
+        data_at: 0,
         o,
         regions: vec![Region::new(off, data.len() as u64)],
         data,
