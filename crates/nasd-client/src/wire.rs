@@ -20,10 +20,10 @@ use nasd_crypto::primitives::attr_digest;
 use nasd_crypto::request::{privacy_key, reply_mac, request_mac, Field};
 use nasd_crypto::{ct_eq, Cost, Key};
 use nasd_proto::message::DIGEST_BYTES;
-use nasd_proto::ops::regions_total;
+use nasd_proto::ops::{regions_total, FLUSH_OBJECTS_MAX};
 use nasd_proto::{
     Attributes, CapField, Nonce, ObjectId, Op, OpCode, PartitionId, Protection, ReadReply, Region,
-    ReplyBody, ReplyHeader, RequestHeader, Scheme, Status, Suite, DATA_BYTES_MAX,
+    ReplyBody, ReplyHeader, RequestHeader, Scheme, Status, Suite, DATA_BYTES_MAX, REGIONS_MAX,
 };
 
 /// Longest error detail kept from a refusal (the drive bounds it too).
@@ -126,6 +126,25 @@ pub fn build_request(
         Auth::Capability(c) => CapField::Plain(c.args),
     };
 
+    // The encoder writes counts in fixed-width fields; refuse what the drive would refuse
+    // rather than send a count that wrapped.
+    match spec.op {
+        Op::Read { regions } | Op::Write { regions, .. } | Op::BlocksRequired { regions }
+            if regions.len() > REGIONS_MAX =>
+        {
+            return Err(usage(format!(
+                "{} regions exceed the {REGIONS_MAX}-region limit of one request",
+                regions.len()
+            )));
+        }
+        Op::Flush { objects } if objects.len() > FLUSH_OBJECTS_MAX => {
+            return Err(usage(format!(
+                "{} objects exceed the {FLUSH_OBJECTS_MAX}-object limit of one flush",
+                objects.len()
+            )));
+        }
+        _ => {}
+    }
     let (write_regions, form) = match spec.op {
         Op::Write { regions, form, .. } => (regions.as_slice(), *form),
         _ => (&[][..], Scheme::Tree),
