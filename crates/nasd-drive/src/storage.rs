@@ -22,6 +22,15 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes every earlier write and `set_len` durable.
     fn sync(&self) -> io::Result<()>;
+    /// A hint: allocate space up to `len` bytes now, so later writes inside it need no
+    /// allocation (and no file-size change) when they are synced. Writes past the end extend
+    /// the storage whether or not this was called.
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        if self.len()? < len {
+            self.set_len(len)?;
+        }
+        Ok(())
+    }
 }
 
 /// A real file.
@@ -57,6 +66,22 @@ impl Storage for FileStorage {
     }
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if self.len()? >= len {
+            return Ok(());
+        }
+        // SAFETY: a valid open descriptor; mode 0 allocates and extends the size.
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len as libc::off_t) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return self.file.set_len(len);
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 }
 
@@ -160,6 +185,9 @@ impl SimDisk {
 }
 
 impl Storage for SimDisk {
+    fn reserve(&self, _len: u64) -> io::Result<()> {
+        Ok(()) // nothing to allocate in memory; writes extend the image
+    }
     fn len(&self) -> io::Result<u64> {
         Ok(self.0.lock().current.len() as u64)
     }
@@ -233,6 +261,10 @@ impl Faulty {
 }
 
 impl Storage for Faulty {
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        self.check()?;
+        self.inner.reserve(len)
+    }
     fn len(&self) -> io::Result<u64> {
         self.check()?;
         self.inner.len()

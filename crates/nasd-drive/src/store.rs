@@ -52,6 +52,9 @@ pub const STORED_TREE_LEVEL_MIN: u32 = 7;
 pub const GROUP_COMMIT_JOBS_MAX: usize = 64;
 /// Data bytes the writer folds into one transaction at most.
 pub const GROUP_COMMIT_BYTES_MAX: usize = 64 << 20;
+/// The data file grows by this much at a time, allocated up front (`fallocate`), so syncing a
+/// write rarely has to journal a file-size change.
+pub const DATA_GROW_BYTES: u64 = 64 << 20;
 
 pub(crate) type R<T> = Result<T, DriveError>;
 
@@ -68,6 +71,8 @@ pub struct Cached {
 
 #[derive(Default)]
 pub(crate) struct Alloc {
+    /// Bytes of the data file already reserved (allocated on disk).
+    pub(crate) reserved_bytes: u64,
     pub(crate) free: BTreeSet<u64>,
     pub(crate) quarantine: Vec<(u64, Vec<u64>)>,
     readers: BTreeMap<u64, usize>,

@@ -264,6 +264,14 @@ impl<'a> Tx<'a> {
         if self.state.drive.next_phys >= self.capacity_blocks() {
             return Err(DriveError::DiskFull);
         }
+        let end = (self.state.drive.next_phys + 1) * BLOCK_BYTES;
+        let reserved = self.store.alloc.lock().reserved_bytes;
+        if end > reserved {
+            let want =
+                (end + crate::store::DATA_GROW_BYTES).min(self.capacity_blocks() * BLOCK_BYTES);
+            self.store.data.reserve(want)?;
+            self.store.alloc.lock().reserved_bytes = want;
+        }
         self.state.drive.next_phys += 1;
         Ok(self.state.drive.next_phys - 1)
     }
