@@ -64,7 +64,8 @@ pub enum ObjCmd {
         /// Input file (`-` for standard input).
         #[arg(long = "in", value_name = "FILE")]
         input: PathBuf,
-        /// Digest form of the data (default: the object's scheme if known, else tree).
+        /// Digest form of the data (default: the object's scheme, asked with a getattr when the
+        /// capability allows it, else tree).
         #[arg(long, value_parser = parse::scheme)]
         form: Option<Scheme>,
         /// Let the drive reply before the data is durable (`nasd obj flush` later).
@@ -304,6 +305,22 @@ impl Session {
             .context("--object is required with --key (a capability names its object)")
     }
 
+    /// The object's integrity scheme, when the capability (or key) may ask for it: a write
+    /// whose data digest is in the object's own form lets the drive keep the client's hashes.
+    async fn object_scheme(&self, object: ObjectId) -> Option<Scheme> {
+        if let Auth::Capability(c) = &self.auth {
+            if !c.args.rights.contains(Rights::GETATTR) {
+                return None;
+            }
+        }
+        let t = Target {
+            partition: self.partition,
+            object,
+            protection: self.protection,
+        };
+        self.conn.getattr(&self.auth, t).await.ok().map(|a| a.scheme)
+    }
+
     /// Sends `op` to `object`, saving the request's bytes first when asked.
     async fn call(&self, object: ObjectId, op: &Op, data: &[u8]) -> anyhow::Result<Reply> {
         let t = Target {
@@ -409,9 +426,13 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             };
             let s = Session::open(&access).await?;
             let object = s.object()?;
+            let form = match form {
+                Some(f) => f,
+                None => s.object_scheme(object).await.unwrap_or(Scheme::Tree),
+            };
             let op = Op::Write {
                 regions: vec![Region::new(offset, data.len() as u64)],
-                form: form.unwrap_or(Scheme::Tree),
+                form,
                 write_back,
             };
             let r = s.call(object, &op, &data).await?;
