@@ -183,6 +183,7 @@ impl Meter {
                 o: *id,
                 regions: vec![Region::new(offset, data.len() as u64)],
                 data: data.to_vec(),
+                data_at: 0,
                 form: ps,
                 pieces: vec![form],
                 write_back: false,
