@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 /// Most client connections served at once.
 pub const CONNECTIONS_MAX: usize = 1024;
@@ -70,6 +70,19 @@ pub async fn serve(
     Ok(())
 }
 
+/// Whether a request body asks for a mutation (its op code is header byte 12, body byte 25);
+/// anything unparseable is treated as a read and refused by the handler.
+fn mutates(body: &[u8]) -> bool {
+    use nasd_proto::OpCode;
+    match body.get(25).map(|&c| OpCode::from_u8(c)) {
+        Some(Ok(op)) => !matches!(
+            op,
+            OpCode::Read | OpCode::GetAttr | OpCode::BlocksRequired | OpCode::Inquiry
+        ),
+        _ => false,
+    }
+}
+
 async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
@@ -108,18 +121,8 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
         }
     }
     w.write_all(&frame(&drive.welcome().encode())).await?;
-    let (tx, mut rx) = mpsc::channel::<crate::handler::ReplyBytes>(INFLIGHT_PER_CONNECTION_MAX);
-    let writer = tokio::spawn(async move {
-        while let Some(r) = rx.recv().await {
-            let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
-            let mut head = Vec::with_capacity(4 + r.head.len());
-            head.extend_from_slice(&len);
-            head.extend_from_slice(&r.head);
-            if w.write_all(&head).await.is_err() || w.write_all(&r.data).await.is_err() {
-                break;
-            }
-        }
-    });
+    // Replies are written by whichever task finishes, under a lock, as they complete.
+    let w = Arc::new(tokio::sync::Mutex::new(w));
     let inflight = Arc::new(Semaphore::new(INFLIGHT_PER_CONNECTION_MAX));
     let result = loop {
         let permit = inflight
@@ -133,20 +136,66 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
             Err(e) => break Err(e),
         };
         let d = drive.clone();
-        let tx = tx.clone();
+        let w = w.clone();
         tokio::spawn(async move {
-            let reply = tokio::task::spawn_blocking(move || d.handle(body)).await;
-            if let Ok(reply) = reply {
-                let _ = tx.send(reply).await;
+            // Reads run on the runtime's worker: page-cache reads and snapshot lookups are short,
+            // and a hop to the blocking pool would cost more than the work. Mutations wait for
+            // the writer thread's commit, so they wait on the blocking pool.
+            let reply = if mutates(&body) {
+                tokio::task::spawn_blocking(move || d.handle(body))
+                    .await
+                    .ok()
+            } else {
+                Some(d.handle(body))
+            };
+            if let Some(r) = reply {
+                let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
+                let mut head = Vec::with_capacity(4 + r.head.len());
+                head.extend_from_slice(&len);
+                head.extend_from_slice(&r.head);
+                let mut w = w.lock().await;
+                if w.write_all(&head).await.is_ok() {
+                    let _ = w.write_all(&r.data).await;
+                }
             }
             drop(permit);
         });
     };
-    // Let in-flight requests answer before the writer stops.
+    // Let in-flight requests answer before the connection closes.
     let _ = inflight
         .acquire_many(INFLIGHT_PER_CONNECTION_MAX as u32)
         .await;
-    drop(tx);
-    let _ = writer.await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nasd_proto::{
+        CapField, KeyType, Nonce, ObjectId, OpCode, PartitionId, Protection, RequestHeader,
+    };
+
+    #[test]
+    fn mutates_reads_the_op_code_where_the_header_puts_it() {
+        for &op in OpCode::ALL {
+            let h = RequestHeader {
+                request_id: 1,
+                key_type: KeyType::Working,
+                protection: Protection::NONE,
+                partition: PartitionId(1),
+                object: ObjectId(2),
+                op,
+                nonce: Nonce::default(),
+                cap: CapField::None,
+                args: vec![],
+                digest: [0; 32],
+            };
+            let want = !matches!(
+                op,
+                OpCode::Read | OpCode::GetAttr | OpCode::BlocksRequired | OpCode::Inquiry
+            );
+            assert_eq!(mutates(&h.encode()), want, "{op:?}");
+        }
+        assert!(!mutates(&[1, 2, 3]));
+    }
 }
