@@ -165,7 +165,7 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
     let data = pseudo_random((max_size + ODD_OFFSET_BYTES) as usize, 0x9e3779b97f4a7c15);
 
     if !a.json {
-        println!(
+        outln!(
             "nasd bench drive ({}; suite {}; depth {}; {} runs of >= {} ms per cell; each cell: \
              MiB/s, ratio to none, bytes the drive hashed per request)",
             if a.quick { "quick" } else { "full" },
@@ -174,11 +174,11 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
             budget.runs,
             budget.run_time.as_millis()
         );
-        print!("{:<5} {:<11} {:>8} {:>6}", "op", "scheme", "size", "offset");
+        out!("{:<5} {:<11} {:>8} {:>6}", "op", "scheme", "size", "offset");
         for (name, _) in PROTECTIONS {
-            print!(" {name:>22}");
+            out!(" {name:>22}");
         }
-        println!();
+        outln!();
     }
     let started = Instant::now();
     for scheme in Scheme::ALL {
@@ -237,7 +237,7 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
         }
     }
     if !a.json {
-        println!("finished in {:.1} s", started.elapsed().as_secs_f64());
+        outln!("finished in {:.1} s", started.elapsed().as_secs_f64());
     }
     drop(conn);
     let _ = stop_tx.send(());
@@ -362,7 +362,7 @@ fn emit(row: &[Cell], json: bool) {
         .unwrap_or(f64::NAN);
     if json {
         for c in row {
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({
                     "op": if c.op == Dir::Write { "write" } else { "read" },
@@ -385,7 +385,7 @@ fn emit(row: &[Cell], json: bool) {
     } else {
         format!("{}K", c0.size >> 10)
     };
-    print!(
+    out!(
         "{:<5} {:<11} {:>8} {:>6}",
         if c0.op == Dir::Write { "write" } else { "read" },
         c0.scheme.name(),
@@ -393,14 +393,14 @@ fn emit(row: &[Cell], json: bool) {
         c0.offset
     );
     for c in row {
-        print!(
+        out!(
             " {:>8.1} {:>5.2}x {:>6}",
             c.mib_per_s,
             c.mib_per_s / none,
             human_bytes(c.hashed_per_op)
         );
     }
-    println!();
+    outln!();
 }
 
 /// Hashed bytes per op, short: `0`, `812`, `4.0K`, `1.0M`.

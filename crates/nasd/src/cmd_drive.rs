@@ -152,14 +152,14 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             }
             let r = nasd_drive::init(&opts)
                 .with_context(|| format!("initializing a drive in {}", data.display()))?;
-            println!("drive {:016x} initialized in {}", r.drive.0, data.display());
-            println!("master key file    {}", r.master_key_file.display());
-            println!("drive key file     {}", r.drive_key_file.display());
+            outln!("drive {:016x} initialized in {}", r.drive.0, data.display());
+            outln!("master key file    {}", r.master_key_file.display());
+            outln!("drive key file     {}", r.drive_key_file.display());
             if let Some(p) = r.partition_key_file {
-                println!("partition key file {}", p.display());
+                outln!("partition key file {}", p.display());
             }
             if let Some(p) = r.working_key_file {
-                println!("working key file   {}", p.display());
+                outln!("working key file   {}", p.display());
             }
             Ok(())
         }
@@ -176,23 +176,24 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
         DriveCmd::Info(a) => crate::runtime()?.block_on(async move {
             let (conn, auth, t) = admin_session(&a).await?;
             let d = conn.inquiry(&auth, t).await?;
-            println!("drive            {:016x}", d.drive.0);
-            println!("vendor           {}", d.vendor);
-            println!("suite            {}", d.suite.name());
-            println!(
+            outln!("drive            {:016x}", d.drive.0);
+            outln!("vendor           {}", d.vendor);
+            outln!("suite            {}", d.suite.name());
+            outln!(
                 "block/chunk      {} / {} bytes",
-                d.block_bytes, d.chunk_bytes
+                d.block_bytes,
+                d.chunk_bytes
             );
-            println!("capacity         {} bytes", d.capacity_bytes);
-            println!("used             {} bytes", d.used_bytes);
-            println!("min protection   {}", d.min_protection);
-            println!("nonce window     {} ms", d.nonce_window_ms);
-            println!(
+            outln!("capacity         {} bytes", d.capacity_bytes);
+            outln!("used             {} bytes", d.used_bytes);
+            outln!("min protection   {}", d.min_protection);
+            outln!("nonce window     {} ms", d.nonce_window_ms);
+            outln!(
                 "clock offset     {} us (drive minus this host)",
                 conn.welcome().clock_offset_us
             );
             for p in &d.partitions {
-                println!(
+                outln!(
                     "partition {:<5} quota {} used {} objects {} scheme {} min protection {}",
                     p.id.0,
                     p.quota_bytes,
@@ -214,7 +215,7 @@ async fn serve(data: &Path, listen: &str) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr()?;
-    println!("nasd drive listening on {addr}");
+    outln!("nasd drive listening on {addr}");
     use std::io::Write as _;
     std::io::stdout().flush().ok();
     tracing::info!(%addr, data = %data.display(), "drive serving");
@@ -296,7 +297,7 @@ async fn set_fresh_key(
         },
     )
     .with_context(|| format!("the new {} key is set on the drive but", kind.name()))?;
-    println!(
+    outln!(
         "{} key of partition {} written to {}",
         kind.name(),
         t.partition,
@@ -317,7 +318,7 @@ pub async fn run_partition(c: PartitionCmd) -> anyhow::Result<()> {
             let (conn, auth, t) = admin_session(&admin).await?;
             require_kind(&admin, &auth, &[KeyType::Drive])?;
             conn.create_partition(&auth, t, quota, scheme).await?;
-            println!(
+            outln!(
                 "created partition {} (quota {quota} bytes, scheme {scheme})",
                 t.partition
             );
@@ -342,13 +343,13 @@ pub async fn run_partition(c: PartitionCmd) -> anyhow::Result<()> {
             let (conn, auth, t) = admin_session(&admin).await?;
             require_kind(&admin, &auth, &[KeyType::Drive])?;
             conn.remove_partition(&auth, t, force).await?;
-            println!("removed partition {}", t.partition);
+            outln!("removed partition {}", t.partition);
         }
         PartitionCmd::Resize { admin, quota } => {
             let (conn, auth, t) = admin_session(&admin).await?;
             require_kind(&admin, &auth, &[KeyType::Drive])?;
             conn.resize_partition(&auth, t, quota).await?;
-            println!("partition {} quota now {quota} bytes", t.partition);
+            outln!("partition {} quota now {quota} bytes", t.partition);
         }
         PartitionCmd::Setkey { admin, out } => {
             let (conn, auth, t) = admin_session(&admin).await?;
@@ -371,9 +372,9 @@ pub async fn run_partition(c: PartitionCmd) -> anyhow::Result<()> {
             let (conn, auth, t) = admin_session(&admin).await?;
             conn.set_min_protection(&auth, t, drive_wide, min).await?;
             if drive_wide {
-                println!("drive minimum protection now {min}");
+                outln!("drive minimum protection now {min}");
             } else {
-                println!("partition {} minimum protection now {min}", t.partition);
+                outln!("partition {} minimum protection now {min}", t.partition);
             }
         }
     }

@@ -318,7 +318,11 @@ impl Session {
             object,
             protection: self.protection,
         };
-        self.conn.getattr(&self.auth, t).await.ok().map(|a| a.scheme)
+        self.conn
+            .getattr(&self.auth, t)
+            .await
+            .ok()
+            .map(|a| a.scheme)
     }
 
     /// Sends `op` to `object`, saving the request's bytes first when asked.
@@ -354,7 +358,7 @@ fn print_attrs(a: &Attributes, json: bool) {
         hex::encode(&a.fs_specific[..end])
     };
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "access_control_version": a.access_control_version,
@@ -375,23 +379,23 @@ fn print_attrs(a: &Attributes, json: bool) {
         );
         return;
     }
-    println!("access_control_version      {}", a.access_control_version);
-    println!("logical_size                {}", a.logical_size);
-    println!("scheme                      {}", a.scheme);
-    println!("blocks_used                 {}", a.blocks_used);
-    println!("blocks_allocated            {}", a.blocks_allocated);
-    println!("block_size                  {}", a.block_size);
-    println!("nearby_object               {}", a.nearby_object);
-    println!("copied_object               {}", a.copied_object);
-    println!("create_time_us              {}", a.create_time_us);
-    println!("data_modify_time_us         {}", a.data_modify_time_us);
-    println!("attribute_modify_time_us    {}", a.attribute_modify_time_us);
-    println!("fs_data_modify_time_us      {}", a.fs_data_modify_time_us);
-    println!(
+    outln!("access_control_version      {}", a.access_control_version);
+    outln!("logical_size                {}", a.logical_size);
+    outln!("scheme                      {}", a.scheme);
+    outln!("blocks_used                 {}", a.blocks_used);
+    outln!("blocks_allocated            {}", a.blocks_allocated);
+    outln!("block_size                  {}", a.block_size);
+    outln!("nearby_object               {}", a.nearby_object);
+    outln!("copied_object               {}", a.copied_object);
+    outln!("create_time_us              {}", a.create_time_us);
+    outln!("data_modify_time_us         {}", a.data_modify_time_us);
+    outln!("attribute_modify_time_us    {}", a.attribute_modify_time_us);
+    outln!("fs_data_modify_time_us      {}", a.fs_data_modify_time_us);
+    outln!(
         "fs_attribute_modify_time_us {}",
         a.fs_attribute_modify_time_us
     );
-    println!("fs_specific                 {fs}");
+    outln!("fs_specific                 {fs}");
 }
 
 pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
@@ -405,7 +409,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             };
             let r = s.call(s.object.unwrap_or(ObjectId::ANY), &op, &[]).await?;
             match r.body {
-                ReplyBody::Object { object } => println!("{object}"),
+                ReplyBody::Object { object } => outln!("{object}"),
                 _ => bail!("the drive's reply to create named no object"),
             }
         }
@@ -441,7 +445,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
                     bytes,
                     scheme,
                     logical_size,
-                } => println!(
+                } => outln!(
                     "wrote {bytes} bytes at offset {offset} to object {object} \
                      (scheme {scheme}, size now {logical_size})"
                 ),
@@ -548,13 +552,13 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             let s = Session::open(&access).await?;
             let object = s.object()?;
             s.call(object, &Op::Remove, &[]).await?;
-            println!("removed object {object}");
+            outln!("removed object {object}");
         }
         ObjCmd::Fastcopy { access } => {
             let s = Session::open(&access).await?;
             let r = s.call(s.object()?, &Op::FastCopy, &[]).await?;
             match r.body {
-                ReplyBody::Object { object } => println!("{object}"),
+                ReplyBody::Object { object } => outln!("{object}"),
                 _ => bail!("the drive's reply to fastcopy named no object"),
             }
         }
@@ -567,7 +571,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
                 objects.into_iter().map(ObjectId).collect()
             };
             s.call(object, &Op::Flush { objects }, &[]).await?;
-            println!("flushed");
+            outln!("flushed");
         }
         ObjCmd::Blocksrequired {
             access,
@@ -581,7 +585,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             let r = s.call(s.object()?, &op, &[]).await?;
             match r.body {
                 ReplyBody::BlocksRequired { estimated, maximum } => {
-                    println!("estimated {estimated} blocks, at most {maximum}")
+                    outln!("estimated {estimated} blocks, at most {maximum}")
                 }
                 _ => bail!("unexpected reply to blocksrequired"),
             }
@@ -592,7 +596,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             let h = nasd_client::replay(&drive, bytes).await?;
             let detail = String::from_utf8_lossy(&h.args).into_owned();
             if h.status == Status::Ok {
-                println!(
+                outln!(
                     "the drive ACCEPTED the replayed request (status ok, reply protection {})",
                     h.protection
                 );

@@ -8,6 +8,37 @@
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
 
+/// `print!` to stdout that ends the process quietly when stdout is a closed pipe
+/// (`nasd obj getattr ... | head -2`) instead of panicking, and with an error otherwise.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
+            $crate::stdout_failed(e);
+        }
+    }};
+}
+
+/// `println!` with [`out!`]'s handling of a closed stdout.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::stdout_failed(e);
+        }
+    }};
+}
+
+/// A failed write to stdout: a closed pipe ends the process with success (the reader has
+/// what it wanted), anything else is an error.
+fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("nasd: writing to stdout: {e}");
+    std::process::exit(1);
+}
+
 mod bench;
 mod cmd_drive;
 mod cmd_lab;
