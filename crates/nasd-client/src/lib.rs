@@ -16,8 +16,10 @@
 //! - [`error`] — [`ClientError`].
 
 pub mod auth;
+pub mod capcache;
 pub mod conn;
 pub mod error;
+pub mod files;
 pub mod object;
 pub mod session;
 pub mod wire;

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub enum BenchCmd {
     /// Drive read/write throughput per scheme and protection level.
     Drive(BenchDriveArgs),
+    /// put/get of large files and 4 KiB create+write through the client and manager.
+    Cluster(crate::cmd_fs::BenchClusterArgs),
 }
 
 #[derive(Args, Debug)]
@@ -100,7 +102,10 @@ struct Cell {
 }
 
 pub fn run(c: BenchCmd) -> anyhow::Result<()> {
-    let BenchCmd::Drive(a) = c;
+    let a = match c {
+        BenchCmd::Drive(a) => a,
+        BenchCmd::Cluster(a) => return crate::cmd_fs::bench_cluster(a),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

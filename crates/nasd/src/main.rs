@@ -6,6 +6,10 @@
 //! - [`cmd_obj`]: `nasd obj ...` and `nasd cap mint`.
 //! - [`bench`]: `nasd bench drive`.
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
+//! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
+//! - [`cmd_up`]: `nasd up|down`: a local cluster of processes.
+//! - [`cmd_fs`]: `nasd cp|ls|cat|stat|mkdir|rm|mv|chmod|chown|user|group|login`, `bench cluster`.
+//! - [`demo`]: `nasd demo`.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
 
 /// `print!` to stdout that ends the process quietly when stdout is a closed pipe
@@ -41,8 +45,12 @@ fn stdout_failed(e: std::io::Error) -> ! {
 
 mod bench;
 mod cmd_drive;
+mod cmd_fs;
 mod cmd_lab;
+mod cmd_manager;
 mod cmd_obj;
+mod cmd_up;
+mod demo;
 mod parse;
 
 use clap::{Parser, Subcommand};
@@ -77,6 +85,83 @@ enum Cmd {
     Bench(bench::BenchCmd),
     /// The seeds' experiments rerun on nasd's code.
     Lab(cmd_lab::LabArgs),
+    /// The file manager: init, run, register drives.
+    #[command(subcommand)]
+    Manager(cmd_manager::ManagerCmd),
+    /// Start a local cluster (manager + N drives, each its own process).
+    Up {
+        #[arg(long, value_name = "DIR")]
+        data: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 2)]
+        drives: usize,
+        /// Return once the cluster is up; stop it with `nasd down`.
+        #[arg(long)]
+        background: bool,
+    },
+    /// Stop a cluster started with `nasd up --background`.
+    Down {
+        #[arg(long, value_name = "DIR")]
+        data: Option<std::path::PathBuf>,
+    },
+    /// A self-contained tour: cluster, copy, verify, revocation, tamper detection, throughput.
+    Demo,
+    /// Copy files in or out (remote paths are nasd:/path).
+    Cp(cmd_fs::CpArgs),
+    /// List a directory.
+    Ls(cmd_fs::LsArgs),
+    /// Print files.
+    Cat {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Show a file's or directory's attributes.
+    Stat {
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make directories.
+    Mkdir {
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(short = 'p')]
+        parents: bool,
+        #[arg(long, default_value = "755")]
+        mode: String,
+    },
+    /// Remove files (and with -r directories).
+    Rm {
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(short = 'r')]
+        recursive: bool,
+    },
+    /// Rename or move.
+    Mv { from: String, to: String },
+    /// Change a mode (octal); revokes outstanding capabilities.
+    Chmod {
+        mode: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Change owner and/or group (OWNER, OWNER:GROUP or :GROUP); revokes capabilities.
+    Chown {
+        spec: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Users (admin).
+    #[command(subcommand)]
+    User(cmd_fs::UserCmd),
+    /// Groups (admin).
+    #[command(subcommand)]
+    Group(cmd_fs::GroupCmd),
+    /// Log in and keep a session token for later commands.
+    Login {
+        #[arg(long)]
+        user: Option<String>,
+    },
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -94,6 +179,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Key(c) => runtime()?.block_on(cmd_drive::run_key(c)),
         Cmd::Bench(c) => bench::run(c),
         Cmd::Lab(a) => cmd_lab::run(a),
+        Cmd::Manager(c) => cmd_manager::run(c),
+        Cmd::Up {
+            data,
+            drives,
+            background,
+        } => cmd_up::up(data, drives, background),
+        Cmd::Down { data } => cmd_up::down(data),
+        Cmd::Demo => demo::run(),
+        Cmd::Cp(a) => runtime()?.block_on(cmd_fs::cp(a)),
+        Cmd::Ls(a) => runtime()?.block_on(cmd_fs::ls(a)),
+        Cmd::Cat { paths } => runtime()?.block_on(cmd_fs::cat(paths)),
+        Cmd::Stat { paths, json } => runtime()?.block_on(cmd_fs::stat(paths, json)),
+        Cmd::Mkdir {
+            paths,
+            parents,
+            mode,
+        } => runtime()?.block_on(cmd_fs::mkdir(paths, parents, &mode)),
+        Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
+        Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
+        Cmd::Chmod { mode, paths } => runtime()?.block_on(cmd_fs::chmod(mode, paths)),
+        Cmd::Chown { spec, paths } => runtime()?.block_on(cmd_fs::chown(spec, paths)),
+        Cmd::User(c) => runtime()?.block_on(cmd_fs::user(c)),
+        Cmd::Group(c) => runtime()?.block_on(cmd_fs::group(c)),
+        Cmd::Login { user } => runtime()?.block_on(cmd_fs::login(user)),
     }
 }
 

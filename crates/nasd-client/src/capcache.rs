@@ -1,0 +1,164 @@
+//! The capability cache: the layout and capability the manager gave for each open path, kept
+//! until it expires. A capability is renewed from the manager once three quarters of its life
+//! have passed; while the manager cannot be reached, the cached one is used until its expiry,
+//! so the data path outlives a manager outage (DESIGN.md). A refused capability (revoked by an
+//! access_control_version bump, or expired) is dropped and fetched again once.
+
+use crate::auth::Capability;
+use nasd_proto::manager::{FileStat, Layout};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Most paths whose capabilities are kept; the cache is cleared when it is full.
+pub const CAPCACHE_ENTRIES_MAX: usize = 4096;
+
+/// What the manager said about a path when it granted a capability.
+#[derive(Clone, Debug)]
+pub struct OpenFile {
+    pub path: String,
+    pub stat: FileStat,
+    pub layout: Layout,
+    pub cap: Capability,
+    /// When the capability was received, in Unix milliseconds.
+    pub issued_ms: u64,
+}
+
+impl OpenFile {
+    pub fn writable(&self) -> bool {
+        self.cap.args.rights.contains(nasd_proto::Rights::WRITE)
+    }
+    pub fn readable(&self) -> bool {
+        self.cap.args.rights.contains(nasd_proto::Rights::READ)
+    }
+    /// Past three quarters of its lifetime.
+    pub fn needs_renewal(&self, now_ms: u64) -> bool {
+        let life = self.cap.args.expiry_ms.saturating_sub(self.issued_ms);
+        now_ms >= self.issued_ms + life / 4 * 3
+    }
+    /// Still accepted by the drive (a second of margin for clock skew and flight time).
+    pub fn usable(&self, now_ms: u64) -> bool {
+        now_ms + 1000 < self.cap.args.expiry_ms
+    }
+}
+
+#[derive(Default)]
+pub struct CapCache {
+    map: Mutex<HashMap<(String, bool), Arc<OpenFile>>>,
+}
+
+impl CapCache {
+    pub fn new() -> CapCache {
+        CapCache::default()
+    }
+
+    /// A cached grant for `path` that allows writing (`write`) or reading, and is fresh
+    /// (`fresh`: not due for renewal) or merely still usable.
+    pub fn get(&self, path: &str, write: bool, fresh: bool, now_ms: u64) -> Option<Arc<OpenFile>> {
+        let m = self.map.lock().expect("capcache lock");
+        let ok = |o: &Arc<OpenFile>| {
+            (if fresh {
+                !o.needs_renewal(now_ms)
+            } else {
+                o.usable(now_ms)
+            }) && if write { o.writable() } else { o.readable() }
+        };
+        let own = m.get(&(path.to_string(), write)).filter(|o| ok(o));
+        // A write grant that includes READ serves reads too.
+        let other = || m.get(&(path.to_string(), !write)).filter(|o| ok(o));
+        own.or_else(other).cloned()
+    }
+
+    pub fn put(&self, write: bool, o: OpenFile) -> Arc<OpenFile> {
+        let mut m = self.map.lock().expect("capcache lock");
+        if m.len() >= CAPCACHE_ENTRIES_MAX {
+            m.clear();
+        }
+        let o = Arc::new(o);
+        m.insert((o.path.clone(), write), o.clone());
+        o
+    }
+
+    /// Forgets every grant for `path` (after a refusal, unlink or rename).
+    pub fn invalidate(&self, path: &str) {
+        let mut m = self.map.lock().expect("capcache lock");
+        m.remove(&(path.to_string(), true));
+        m.remove(&(path.to_string(), false));
+    }
+
+    pub fn clear(&self) {
+        self.map.lock().expect("capcache lock").clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nasd_crypto::Key;
+    use nasd_proto::manager::FileKind;
+    use nasd_proto::*;
+
+    fn of(path: &str, rights: Rights, issued: u64, expiry: u64) -> OpenFile {
+        let args = CapabilityArgs {
+            drive: DriveId(1),
+            partition: PartitionId(1),
+            object: ObjectId(16),
+            region: Region::new(0, u64::MAX),
+            rights,
+            expiry_ms: expiry,
+            audit_id: 0,
+            min_protection: Protection::NONE,
+        };
+        OpenFile {
+            path: path.into(),
+            stat: FileStat {
+                ino: 1,
+                kind: FileKind::File,
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                owner: "a".into(),
+                group: "b".into(),
+                size: 0,
+                mtime_us: 0,
+                ctime_us: 0,
+            },
+            layout: manager::Layout {
+                drive: DriveId(1),
+                addr: "x".into(),
+                suite: Suite::Blake3,
+                partition: PartitionId(1),
+                object: ObjectId(16),
+            },
+            cap: crate::Capability::mint(Suite::Blake3, &Key::from_bytes([1; 32]), args, 0, false),
+            issued_ms: issued,
+        }
+    }
+
+    #[test]
+    fn renews_at_three_quarters_and_serves_until_expiry() {
+        let c = CapCache::new();
+        c.put(false, of("/a", Rights::READ, 1000, 5000));
+        assert!(c.get("/a", false, true, 3000).is_some());
+        assert!(c.get("/a", false, true, 4000).is_none());
+        assert!(c.get("/a", false, false, 3999).is_some());
+        assert!(c.get("/a", false, false, 4001).is_none());
+        assert!(
+            c.get("/a", true, false, 1000).is_none(),
+            "a read grant never serves a write"
+        );
+        c.invalidate("/a");
+        assert!(c.get("/a", false, false, 1000).is_none());
+    }
+
+    #[test]
+    fn a_write_grant_with_read_serves_reads() {
+        let c = CapCache::new();
+        c.put(
+            true,
+            of("/w", Rights::WRITE.union(Rights::READ), 0, 100_000),
+        );
+        assert!(c.get("/w", false, true, 10).is_some());
+        c.put(true, of("/v", Rights::WRITE, 0, 100_000));
+        assert!(c.get("/v", false, true, 10).is_none());
+    }
+}

@@ -1,0 +1,693 @@
+//! Files: the client side of seed 002 §3. Namespace operations go to the manager over the
+//! TLS session; bytes go straight to drives with the capabilities it grants, over a pool of
+//! pipelined [`DriveConn`]s, many requests in flight at once. Every reply is verified by the
+//! connection before a byte is returned.
+//!
+//! Manager round trips: a small file costs one (`create`, which returns the layout and a write
+//! capability) plus one drive write; a read costs one (`open`) plus one drive read; capabilities
+//! are cached ([`crate::capcache`]), so repeated access costs none. While the manager is down,
+//! cached capabilities keep the data path open until they expire.
+
+use crate::auth::{Auth, Capability};
+use crate::capcache::{CapCache, OpenFile};
+use crate::object::Target;
+use crate::session::{Session, SessionConfig, SessionError};
+use crate::{ClientError, DriveConn};
+use nasd_crypto::Key;
+use nasd_proto::manager::*;
+use nasd_proto::{Region, Status};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes per drive request of a streaming transfer.
+pub const CHUNK_BYTES: usize = 1 << 20;
+/// Requests a streaming transfer keeps in flight.
+pub const TRANSFER_IN_FLIGHT_MAX: usize = 16;
+/// Connections the pool keeps to each drive.
+pub const CONNS_PER_DRIVE: usize = 4;
+/// After the manager could not be reached, how long to use cached capabilities before trying
+/// it again.
+pub const MANAGER_RETRY_AFTER_MS: u64 = 2_000;
+
+const _: () = assert!(CHUNK_BYTES <= nasd_proto::DATA_BYTES_MAX);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// What went wrong, naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("nasd:{path}: {}", describe(.source))]
+    Manager { path: String, source: SessionError },
+    #[error("nasd:{path}: {source}")]
+    Drive { path: String, source: ClientError },
+    #[error("{path}: {source}")]
+    Local {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Usage(String),
+}
+
+fn describe(e: &SessionError) -> String {
+    match e {
+        SessionError::Refused { status, detail, .. } => {
+            // The manager's detail usually starts with the path; keep only what it adds.
+            let extra = detail.split_once(": ").map(|(_, r)| r).unwrap_or("");
+            if extra.is_empty() || detail.starts_with(status.text()) {
+                status.text().to_string()
+            } else {
+                format!("{} ({extra})", status.text())
+            }
+        }
+        e => e.to_string(),
+    }
+}
+
+impl FsError {
+    pub fn status(&self) -> Option<MgrStatus> {
+        match self {
+            FsError::Manager { source, .. } => source.status(),
+            _ => None,
+        }
+    }
+    pub fn drive_status(&self) -> Option<Status> {
+        match self {
+            FsError::Drive { source, .. } => source.status(),
+            _ => None,
+        }
+    }
+}
+
+fn local(path: &Path) -> impl Fn(std::io::Error) -> FsError + '_ {
+    move |source| FsError::Local {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// A connection to a nasd cluster as one user.
+pub struct Client {
+    cfg: SessionConfig,
+    session: tokio::sync::Mutex<Option<Session>>,
+    caps: CapCache,
+    pool: Mutex<HashMap<String, Vec<Arc<DriveConn>>>>,
+    next_conn: AtomicUsize,
+    manager_down_until_ms: AtomicU64,
+    /// Manager round trips so far (for benchmarks and tests).
+    pub manager_round_trips: AtomicU64,
+}
+
+impl Client {
+    /// Connects and logs in.
+    pub async fn connect(cfg: SessionConfig) -> Result<Arc<Client>, FsError> {
+        let s = Session::connect(&cfg)
+            .await
+            .map_err(|source| FsError::Manager {
+                path: "/".into(),
+                source,
+            })?;
+        Ok(Arc::new(Client {
+            cfg,
+            session: tokio::sync::Mutex::new(Some(s)),
+            caps: CapCache::new(),
+            pool: Mutex::new(HashMap::new()),
+            next_conn: AtomicUsize::new(0),
+            manager_down_until_ms: AtomicU64::new(0),
+            manager_round_trips: AtomicU64::new(1),
+        }))
+    }
+
+    /// The session token and its expiry (for `nasd login`).
+    pub async fn token(&self) -> Option<([u8; TOKEN_BYTES], u64)> {
+        self.session
+            .lock()
+            .await
+            .as_ref()
+            .map(|s| (s.token, s.expires_ms))
+    }
+
+    /// Sends a request to the manager; reconnects (and logs in again) once if the connection
+    /// was lost, e.g. because the manager restarted.
+    pub async fn request(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
+        let mut g = self.session.lock().await;
+        let mut last = None;
+        for _ in 0..2 {
+            if g.is_none() {
+                match Session::connect(&self.cfg).await {
+                    Ok(s) => *g = Some(s),
+                    Err(e) => {
+                        if e.is_unavailable() {
+                            self.manager_down_until_ms
+                                .store(now_ms() + MANAGER_RETRY_AFTER_MS, Ordering::Relaxed);
+                        }
+                        return Err(FsError::Manager {
+                            path: path.into(),
+                            source: e,
+                        });
+                    }
+                }
+            }
+            self.manager_round_trips.fetch_add(1, Ordering::Relaxed);
+            match g.as_mut().expect("connected above").request(&req).await {
+                Ok(r) => return Ok(r),
+                Err(e) if e.is_unavailable() => {
+                    *g = None;
+                    last = Some(e);
+                }
+                Err(e) => {
+                    return Err(FsError::Manager {
+                        path: path.into(),
+                        source: e,
+                    })
+                }
+            }
+        }
+        self.manager_down_until_ms
+            .store(now_ms() + MANAGER_RETRY_AFTER_MS, Ordering::Relaxed);
+        Err(FsError::Manager {
+            path: path.into(),
+            source: last.expect("set in the loop"),
+        })
+    }
+
+    async fn ok(&self, path: &str, req: MgrRequest) -> Result<(), FsError> {
+        self.request(path, req).await.map(|_| ())
+    }
+
+    fn opened(&self, path: &str, write: bool, r: MgrReply) -> Result<Arc<OpenFile>, FsError> {
+        match r {
+            MgrReply::Opened { stat, layout, cap } => {
+                let capability = Capability {
+                    args: cap.args,
+                    key: Key::from_bytes(cap.key),
+                    sealed: None,
+                    suite: layout.suite,
+                };
+                Ok(self.caps.put(
+                    write,
+                    OpenFile {
+                        path: path.into(),
+                        stat,
+                        layout,
+                        cap: capability,
+                        issued_ms: now_ms(),
+                    },
+                ))
+            }
+            other => Err(FsError::Usage(format!(
+                "{path}: unexpected manager reply {other:?}"
+            ))),
+        }
+    }
+
+    /// A grant for `path`: from the cache while fresh, else from the manager; while the
+    /// manager cannot be reached, a cached grant that has not expired.
+    pub async fn open(&self, path: &str, write: bool) -> Result<Arc<OpenFile>, FsError> {
+        let now = now_ms();
+        if let Some(o) = self.caps.get(path, write, true, now) {
+            return Ok(o);
+        }
+        let stale = self.caps.get(path, write, false, now);
+        if stale.is_some() && now < self.manager_down_until_ms.load(Ordering::Relaxed) {
+            return Ok(stale.expect("checked"));
+        }
+        match self
+            .request(
+                path,
+                MgrRequest::Open {
+                    path: path.into(),
+                    write,
+                },
+            )
+            .await
+        {
+            Ok(r) => self.opened(path, write, r),
+            Err(FsError::Manager { source, .. }) if source.is_unavailable() && stale.is_some() => {
+                tracing::info!("manager unreachable; using the cached capability for {path}");
+                Ok(stale.expect("checked"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates (or with `exclusive: false` truncates) a file; one manager round trip that
+    /// returns the layout and a write capability.
+    pub async fn create(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+    ) -> Result<Arc<OpenFile>, FsError> {
+        self.caps.invalidate(path);
+        let r = self
+            .request(
+                path,
+                MgrRequest::Create {
+                    path: path.into(),
+                    mode,
+                    exclusive,
+                },
+            )
+            .await?;
+        self.opened(path, true, r)
+    }
+
+    /// A pooled connection to the drive of `layout`.
+    async fn conn(&self, layout: &Layout) -> Result<Arc<DriveConn>, ClientError> {
+        let i = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        {
+            let pool = self.pool.lock().expect("pool lock");
+            if let Some(v) = pool.get(&layout.addr) {
+                if v.len() >= CONNS_PER_DRIVE {
+                    return Ok(v[i % v.len()].clone());
+                }
+            }
+        }
+        let c = Arc::new(DriveConn::connect(&layout.addr).await?);
+        let mut pool = self.pool.lock().expect("pool lock");
+        let v = pool.entry(layout.addr.clone()).or_default();
+        if v.len() < CONNS_PER_DRIVE {
+            v.push(c.clone());
+        }
+        Ok(c)
+    }
+
+    fn drop_conn(&self, addr: &str, c: &Arc<DriveConn>) {
+        if let Some(v) = self.pool.lock().expect("pool lock").get_mut(addr) {
+            v.retain(|x| !Arc::ptr_eq(x, c));
+        }
+    }
+
+    /// Runs a drive operation under the grant for `path`; on a refused capability (revoked or
+    /// expired) fetches a new one and tries once more; on a lost connection, reconnects once.
+    async fn with_cap<T, F, Fut>(&self, path: &str, write: bool, f: F) -> Result<T, FsError>
+    where
+        F: Fn(Arc<DriveConn>, Auth, Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let mut o = self.open(path, write).await?;
+        let mut refreshed = false;
+        let mut reconnected = false;
+        loop {
+            let c = self
+                .conn(&o.layout)
+                .await
+                .map_err(|source| FsError::Drive {
+                    path: path.into(),
+                    source,
+                })?;
+            let t = Target {
+                partition: o.layout.partition,
+                object: o.layout.object,
+                protection: o.cap.args.min_protection,
+            };
+            match f(c.clone(), Auth::Capability(o.cap.clone()), t).await {
+                Ok(v) => return Ok(v),
+                Err(e)
+                    if !refreshed
+                        && matches!(
+                            e.status(),
+                            Some(
+                                Status::BadDigest
+                                    | Status::CapabilityExpired
+                                    | Status::NoSuchObject
+                            )
+                        ) =>
+                {
+                    refreshed = true;
+                    self.caps.invalidate(path);
+                    o = self.open(path, write).await?;
+                }
+                Err(e @ (ClientError::ConnectionLost(_) | ClientError::Timeout { .. }))
+                    if !reconnected =>
+                {
+                    reconnected = true;
+                    tracing::debug!("drive connection lost ({e}); reconnecting");
+                    self.drop_conn(&o.layout.addr, &c);
+                }
+                Err(source) => {
+                    return Err(FsError::Drive {
+                        path: path.into(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Writes `data` at `offset` of an open file.
+    pub async fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        self.with_cap(path, true, |c, auth, t| async move {
+            c.write(&auth, t, offset, data).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
+    pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        self.with_cap(path, false, |c, auth, t| async move {
+            c.read(&auth, t, vec![Region::new(offset, len)])
+                .await
+                .map(|r| r.data)
+        })
+        .await
+    }
+
+    /// The file's size as its drive reports it now.
+    pub async fn size(&self, path: &str) -> Result<u64, FsError> {
+        self.with_cap(path, false, |c, auth, t| async move {
+            c.getattr(&auth, t).await.map(|a| a.logical_size)
+        })
+        .await
+    }
+
+    /// Creates or replaces `path` with `data`.
+    pub async fn put_bytes(
+        self: &Arc<Self>,
+        path: &str,
+        data: &[u8],
+        mode: u32,
+    ) -> Result<(), FsError> {
+        self.create(path, mode, false).await?;
+        let r = self.write_all(path, data).await;
+        self.cleanup_on_error(path, r).await
+    }
+
+    async fn write_all(self: &Arc<Self>, path: &str, data: &[u8]) -> Result<(), FsError> {
+        let mut set = tokio::task::JoinSet::new();
+        let data: Arc<[u8]> = Arc::from(data);
+        let me = self.shared();
+        for off in (0..data.len()).step_by(CHUNK_BYTES) {
+            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
+                set.join_next()
+                    .await
+                    .expect("non-empty")
+                    .map_err(|e| FsError::Usage(e.to_string()))??;
+            }
+            let (d, me, p) = (data.clone(), me.clone(), path.to_string());
+            set.spawn(async move {
+                let end = (off + CHUNK_BYTES).min(d.len());
+                me.write_at(&p, off as u64, &d[off..end]).await
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.map_err(|e| FsError::Usage(e.to_string()))??;
+        }
+        Ok(())
+    }
+
+    /// After a failed upload, removes the half-written file so no partial file stays visible
+    /// (best effort: the manager may be the reason it failed).
+    async fn cleanup_on_error<T>(&self, path: &str, r: Result<T, FsError>) -> Result<T, FsError> {
+        if r.is_err() {
+            self.caps.invalidate(path);
+            if let Err(e) = self
+                .ok(path, MgrRequest::Unlink { path: path.into() })
+                .await
+            {
+                tracing::warn!("could not remove the partial file {path}: {e}");
+            }
+        }
+        r
+    }
+
+    /// The whole file.
+    pub async fn get_bytes(self: &Arc<Self>, path: &str) -> Result<Vec<u8>, FsError> {
+        let o = self.open(path, false).await?;
+        let size = o.stat.size;
+        let mut out = vec![0u8; size as usize];
+        let mut set = tokio::task::JoinSet::new();
+        let me = self.shared();
+        for off in (0..size).step_by(CHUNK_BYTES) {
+            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
+                let (at, d): (u64, Vec<u8>) = set
+                    .join_next()
+                    .await
+                    .expect("non-empty")
+                    .map_err(|e| FsError::Usage(e.to_string()))??;
+                out[at as usize..at as usize + d.len()].copy_from_slice(&d);
+            }
+            let (me, p) = (me.clone(), path.to_string());
+            let len = (CHUNK_BYTES as u64).min(size - off);
+            set.spawn(async move { me.read_at(&p, off, len).await.map(|d| (off, d)) });
+        }
+        while let Some(r) = set.join_next().await {
+            let (at, d) = r.map_err(|e| FsError::Usage(e.to_string()))??;
+            out[at as usize..at as usize + d.len()].copy_from_slice(&d);
+        }
+        Ok(out)
+    }
+
+    /// Streams a local file to `remote` with parallel drive writes; `progress` is told the
+    /// bytes done so far.
+    pub async fn put_file(
+        self: &Arc<Self>,
+        local_path: &Path,
+        remote: &str,
+        mode: u32,
+        progress: Arc<dyn Fn(u64) + Send + Sync>,
+    ) -> Result<u64, FsError> {
+        use std::io::Read;
+        let mut f = std::fs::File::open(local_path).map_err(local(local_path))?;
+        let size = f.metadata().map_err(local(local_path))?.len();
+        self.create(remote, mode, false).await?;
+        let me = self.shared();
+        let done = Arc::new(AtomicU64::new(0));
+        let r: Result<u64, FsError> = async {
+            let mut set = tokio::task::JoinSet::new();
+            let mut off = 0u64;
+            loop {
+                let mut buf = vec![0u8; CHUNK_BYTES];
+                let mut n = 0;
+                while n < buf.len() {
+                    let k = f.read(&mut buf[n..]).map_err(local(local_path))?;
+                    if k == 0 {
+                        break;
+                    }
+                    n += k;
+                }
+                if n == 0 {
+                    break;
+                }
+                buf.truncate(n);
+                while set.len() >= TRANSFER_IN_FLIGHT_MAX {
+                    set.join_next()
+                        .await
+                        .expect("non-empty")
+                        .map_err(|e| FsError::Usage(e.to_string()))??;
+                }
+                let (me, p, done, progress) = (
+                    me.clone(),
+                    remote.to_string(),
+                    done.clone(),
+                    progress.clone(),
+                );
+                set.spawn(async move {
+                    me.write_at(&p, off, &buf).await?;
+                    progress(
+                        done.fetch_add(buf.len() as u64, Ordering::Relaxed) + buf.len() as u64,
+                    );
+                    Ok::<(), FsError>(())
+                });
+                off += n as u64;
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| FsError::Usage(e.to_string()))??;
+            }
+            if off != size {
+                tracing::info!("{}: size changed while copying", local_path.display());
+            }
+            Ok(off)
+        }
+        .await;
+        self.cleanup_on_error(remote, r).await
+    }
+
+    /// Streams `remote` into a local file with parallel drive reads.
+    pub async fn get_file(
+        self: &Arc<Self>,
+        remote: &str,
+        local_path: &Path,
+        progress: Arc<dyn Fn(u64) + Send + Sync>,
+    ) -> Result<u64, FsError> {
+        use std::os::unix::fs::FileExt;
+        let o = self.open(remote, false).await?;
+        if o.stat.kind == FileKind::Dir {
+            return Err(FsError::Manager {
+                path: remote.into(),
+                source: SessionError::Refused {
+                    op: "get",
+                    status: MgrStatus::IsADirectory,
+                    detail: String::new(),
+                },
+            });
+        }
+        let size = o.stat.size;
+        let f = Arc::new(std::fs::File::create(local_path).map_err(local(local_path))?);
+        f.set_len(size).map_err(local(local_path))?;
+        let me = self.shared();
+        let done = Arc::new(AtomicU64::new(0));
+        let mut set = tokio::task::JoinSet::new();
+        let lp = Arc::new(local_path.to_path_buf());
+        for off in (0..size).step_by(CHUNK_BYTES) {
+            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
+                set.join_next()
+                    .await
+                    .expect("non-empty")
+                    .map_err(|e| FsError::Usage(e.to_string()))??;
+            }
+            let len = (CHUNK_BYTES as u64).min(size - off);
+            let (me, p, f, done, progress, lp) = (
+                me.clone(),
+                remote.to_string(),
+                f.clone(),
+                done.clone(),
+                progress.clone(),
+                lp.clone(),
+            );
+            set.spawn(async move {
+                let d = me.read_at(&p, off, len).await?;
+                if d.len() as u64 != len {
+                    return Err(FsError::Usage(format!(
+                        "nasd:{p}: the file shrank while it was read"
+                    )));
+                }
+                f.write_all_at(&d, off).map_err(local(&lp))?;
+                progress(done.fetch_add(len, Ordering::Relaxed) + len);
+                Ok::<(), FsError>(())
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.map_err(|e| FsError::Usage(e.to_string()))??;
+        }
+        f.sync_all().map_err(local(local_path))?;
+        Ok(size)
+    }
+
+    /// A handle sharing this client's session, cache and pool (for spawned tasks).
+    fn shared(self: &Arc<Self>) -> Arc<Client> {
+        self.clone()
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<FileStat, FsError> {
+        match self
+            .request(path, MgrRequest::Stat { path: path.into() })
+            .await?
+        {
+            MgrReply::Stat(s) => Ok(s),
+            other => Err(FsError::Usage(format!(
+                "{path}: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    pub async fn list(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        match self
+            .request(path, MgrRequest::Readdir { path: path.into() })
+            .await?
+        {
+            MgrReply::Entries(e) => Ok(e),
+            other => Err(FsError::Usage(format!(
+                "{path}: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<(), FsError> {
+        self.ok(
+            path,
+            MgrRequest::Mkdir {
+                path: path.into(),
+                mode,
+            },
+        )
+        .await
+    }
+    pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
+        self.ok(path, MgrRequest::Rmdir { path: path.into() }).await
+    }
+    pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
+        self.caps.invalidate(path);
+        self.ok(path, MgrRequest::Unlink { path: path.into() })
+            .await
+    }
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        self.caps.invalidate(from);
+        self.caps.invalidate(to);
+        self.ok(
+            from,
+            MgrRequest::Rename {
+                from: from.into(),
+                to: to.into(),
+            },
+        )
+        .await
+    }
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), FsError> {
+        self.caps.invalidate(path);
+        self.ok(
+            path,
+            MgrRequest::Chmod {
+                path: path.into(),
+                mode,
+            },
+        )
+        .await
+    }
+    pub async fn chown(&self, path: &str, owner: &str, group: &str) -> Result<(), FsError> {
+        self.caps.invalidate(path);
+        self.ok(
+            path,
+            MgrRequest::Chown {
+                path: path.into(),
+                owner: owner.into(),
+                group: group.into(),
+            },
+        )
+        .await
+    }
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<(), FsError> {
+        self.ok(
+            path,
+            MgrRequest::Truncate {
+                path: path.into(),
+                size,
+            },
+        )
+        .await
+    }
+    pub async fn utimes(&self, path: &str, mtime_us: u64) -> Result<(), FsError> {
+        self.ok(
+            path,
+            MgrRequest::Utimes {
+                path: path.into(),
+                mtime_us,
+            },
+        )
+        .await
+    }
+    /// Tells the manager the writer is done with a capability (NASD/AFS ReturnCapability).
+    pub async fn return_capability(&self, path: &str) -> Result<(), FsError> {
+        let Some(o) = self.caps.get(path, true, false, now_ms()) else {
+            return Ok(());
+        };
+        self.caps.invalidate(path);
+        self.ok(
+            path,
+            MgrRequest::ReturnCapability {
+                path: path.into(),
+                audit_id: o.cap.args.audit_id,
+            },
+        )
+        .await
+    }
+}

@@ -1,0 +1,839 @@
+//! The user's commands: `cp`, `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`, `chmod`, `chown`,
+//! `user ...`, `group ...`, `login`, and `bench cluster`. They read the client config that
+//! `nasd up` writes (`$NASD_CONFIG`, else `DATA/client.json` with DATA from `$NASD_DATA`, else
+//! `~/.local/share/nasd`) and talk to the manager as the configured user.
+//!
+//! Credentials, first found wins: `$NASD_USER`/`$NASD_PASSWORD`; the session token saved by
+//! `nasd login` (`session-USER.token` beside the config); the config's password file.
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use nasd_client::files::{Client, FsError};
+use nasd_client::session::SessionConfig;
+use nasd_proto::manager::{Credential, DirEntry, FileKind, FileStat, MgrStatus};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub const CLIENT_CONFIG_VERSION: u32 = 1;
+/// Transfers at least this large show a progress bar.
+const PROGRESS_BYTES_MIN: u64 = 8 << 20;
+
+/// `client.json`.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ClientFile {
+    pub version: u32,
+    /// HOST:PORT of the manager.
+    pub manager: String,
+    /// The cluster CA certificate (DER).
+    pub ca: PathBuf,
+    pub user: String,
+    /// A file holding the user's password (written by `nasd up` for the admin, mode 0600).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+}
+
+/// The default data directory of `nasd up`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("NASD_DATA") {
+        return PathBuf::from(d);
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/nasd"),
+        None => PathBuf::from("nasd-data"),
+    }
+}
+
+pub fn config_path() -> PathBuf {
+    match std::env::var_os("NASD_CONFIG") {
+        Some(p) => PathBuf::from(p),
+        None => default_data_dir().join("client.json"),
+    }
+}
+
+pub fn load_config(path: &Path) -> anyhow::Result<ClientFile> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "no client config at {} (start a cluster with `nasd up`, or set NASD_CONFIG)",
+            path.display()
+        )
+    })?;
+    let c: ClientFile =
+        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    if c.version != CLIENT_CONFIG_VERSION {
+        bail!("{}: unsupported version {}", path.display(), c.version);
+    }
+    Ok(c)
+}
+
+fn token_path(config: &Path, user: &str) -> PathBuf {
+    config.with_file_name(format!("session-{user}.token"))
+}
+
+/// The session config for the configured (or `$NASD_USER`) user.
+pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
+    let c = load_config(config)?;
+    let ca_der = std::fs::read(&c.ca)
+        .with_context(|| format!("reading the cluster CA {}", c.ca.display()))?;
+    let user = std::env::var("NASD_USER").unwrap_or_else(|_| c.user.clone());
+    let credential = if let Ok(p) = std::env::var("NASD_PASSWORD") {
+        Credential::Password(p)
+    } else if let Some(t) = std::fs::read_to_string(token_path(config, &user))
+        .ok()
+        .and_then(|t| hex::decode(t.trim()).ok())
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+    {
+        Credential::Token(t)
+    } else if let (Some(pf), true) = (&c.password_file, user == c.user) {
+        let p = std::fs::read_to_string(pf)
+            .with_context(|| format!("reading the password file {}", pf.display()))?;
+        Credential::Password(p.trim_end_matches('\n').to_string())
+    } else {
+        bail!("no credentials for user {user}: run `nasd login --user {user}` or set NASD_PASSWORD")
+    };
+    Ok(SessionConfig {
+        manager: c.manager,
+        ca_der,
+        user,
+        credential,
+    })
+}
+
+pub async fn connect() -> anyhow::Result<Arc<Client>> {
+    let cfg = session_config(&config_path())?;
+    Ok(Client::connect(cfg).await?)
+}
+
+/// A remote path: `nasd:/x` or, where only remote paths make sense, `/x`.
+fn remote(p: &str) -> anyhow::Result<String> {
+    let r = p.strip_prefix("nasd:").unwrap_or(p);
+    if !r.starts_with('/') {
+        bail!("{p}: remote paths are absolute (nasd:/path)");
+    }
+    Ok(r.to_string())
+}
+
+fn parse_mode(s: &str) -> anyhow::Result<u32> {
+    let m = u32::from_str_radix(s, 8).with_context(|| format!("{s}: modes are octal, e.g. 640"))?;
+    if m > 0o7777 {
+        bail!("{s}: mode out of range");
+    }
+    Ok(m)
+}
+
+fn read_password(prompt: &str) -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var("NASD_NEW_PASSWORD") {
+        return Ok(p);
+    }
+    eprint!("{prompt}");
+    let mut s = String::new();
+    std::io::stdin().read_line(&mut s)?;
+    let p = s.trim_end_matches(['\n', '\r']).to_string();
+    if p.is_empty() {
+        bail!("no password given");
+    }
+    Ok(p)
+}
+
+#[derive(Args, Debug)]
+pub struct CpArgs {
+    /// Copy directories recursively.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Sources then the destination; remote paths are written nasd:/path.
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    #[arg(default_value = "/")]
+    pub path: String,
+    #[arg(long)]
+    pub json: bool,
+    /// Long listing: mode, owner, group, size, time.
+    #[arg(short = 'l')]
+    pub long: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCmd {
+    /// Add a user (admin only); the password is read from stdin or $NASD_NEW_PASSWORD.
+    Add {
+        name: String,
+        #[arg(long)]
+        admin: bool,
+    },
+    /// Change a password (your own, or anyone's as admin).
+    Passwd { name: String },
+    /// List users and their groups.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCmd {
+    /// Add a group (admin only).
+    Add { name: String },
+    /// Add USER to GROUP (admin only).
+    Member { group: String, user: String },
+}
+
+#[derive(Args, Debug)]
+pub struct BenchClusterArgs {
+    /// Smaller files and fewer of them; finishes in seconds.
+    #[arg(long)]
+    pub quick: bool,
+    /// JSON lines: op, size_bytes, mib_per_s, ops_per_s, manager_round_trips_per_op.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn time_str(us: u64) -> String {
+    let secs = (us / 1_000_000) as i64;
+    // UTC, YYYY-MM-DD HH:MM (civil-from-days, Howard Hinnant).
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+fn mode_str(s: &FileStat) -> String {
+    let mut out = String::from(if s.kind == FileKind::Dir { "d" } else { "-" });
+    for shift in [6, 3, 0] {
+        let b = (s.mode >> shift) & 7;
+        out.push(if b & 4 != 0 { 'r' } else { '-' });
+        out.push(if b & 2 != 0 { 'w' } else { '-' });
+        out.push(if b & 1 != 0 { 'x' } else { '-' });
+    }
+    out
+}
+
+fn stat_json(name: Option<&str>, s: &FileStat) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "ino": s.ino,
+        "kind": if s.kind == FileKind::Dir { "dir" } else { "file" },
+        "mode": format!("{:o}", s.mode),
+        "owner": s.owner,
+        "group": s.group,
+        "uid": s.uid,
+        "gid": s.gid,
+        "size": s.size,
+        "mtime_us": s.mtime_us,
+        "ctime_us": s.ctime_us,
+    });
+    if let Some(n) = name {
+        v["name"] = n.into();
+    }
+    v
+}
+
+fn progress_bar(total: u64, label: &str) -> Arc<dyn Fn(u64) + Send + Sync> {
+    use std::io::IsTerminal;
+    if total < PROGRESS_BYTES_MIN || !std::io::stderr().is_terminal() {
+        return Arc::new(|_| {});
+    }
+    let pb = indicatif::ProgressBar::new(total);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(label.to_string());
+    Arc::new(move |done| {
+        pb.set_position(done);
+        if done >= total {
+            pb.finish_and_clear();
+        }
+    })
+}
+
+/// Checks a local name for upload: UTF-8 (the namespace is UTF-8) and no traversal.
+fn upload_name(p: &Path) -> anyhow::Result<String> {
+    let name = p
+        .file_name()
+        .with_context(|| format!("{}: has no file name", p.display()))?;
+    let s = name.to_str().with_context(|| {
+        format!(
+            "{}: the name is not valid UTF-8 (nasd names are UTF-8)",
+            p.display()
+        )
+    })?;
+    if s == ".." || s == "." {
+        bail!("{}: refusing a `..` or `.` name", p.display());
+    }
+    Ok(s.to_string())
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Uploads a local file or (with `-r`) tree to `dst`; returns bytes copied.
+pub async fn upload(
+    c: &Arc<Client>,
+    src: &Path,
+    dst: &str,
+    recursive: bool,
+) -> anyhow::Result<u64> {
+    let md = std::fs::symlink_metadata(src).with_context(|| format!("{}", src.display()))?;
+    if md.is_dir() {
+        if !recursive {
+            bail!("{}: is a directory (use cp -r)", src.display());
+        }
+        match c.mkdir(dst, 0o755).await {
+            Ok(()) => {}
+            Err(e) if e.status() == Some(MgrStatus::Exists) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut total = 0;
+        let mut entries: Vec<_> = std::fs::read_dir(src)
+            .with_context(|| format!("{}", src.display()))?
+            .collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = upload_name(&e.path())?;
+            total += Box::pin(upload(c, &e.path(), &join(dst, &name), true)).await?;
+        }
+        Ok(total)
+    } else if md.is_file() {
+        let pb = progress_bar(md.len(), dst);
+        Ok(c.put_file(src, dst, 0o644, pb).await?)
+    } else {
+        eprintln!("nasd: skipping {} (not a regular file)", src.display());
+        Ok(0)
+    }
+}
+
+/// Downloads a remote file or (with `-r`) tree to `dst`; returns bytes copied.
+pub async fn download(
+    c: &Arc<Client>,
+    src: &str,
+    dst: &Path,
+    recursive: bool,
+) -> anyhow::Result<u64> {
+    let st = c.stat(src).await?;
+    if st.kind == FileKind::Dir {
+        if !recursive {
+            bail!("nasd:{src}: is a directory (use cp -r)");
+        }
+        std::fs::create_dir_all(dst).with_context(|| format!("{}", dst.display()))?;
+        let mut total = 0;
+        for e in c.list(src).await? {
+            // Names come from the manager, which refuses `/`, `..` and `.`; check anyway
+            // before touching the local file system.
+            if e.name.contains('/') || e.name == ".." || e.name == "." {
+                bail!("nasd:{src}: refusing the entry name {:?}", e.name);
+            }
+            total += Box::pin(download(c, &join(src, &e.name), &dst.join(&e.name), true)).await?;
+        }
+        Ok(total)
+    } else {
+        let pb = progress_bar(st.size, src);
+        Ok(c.get_file(src, dst, pb).await?)
+    }
+}
+
+pub async fn cp(a: CpArgs) -> anyhow::Result<()> {
+    let (dst, srcs) = a.paths.split_last().expect("clap requires two");
+    let c = connect().await?;
+    let t0 = Instant::now();
+    let mut total = 0;
+    let dst_remote = dst.starts_with("nasd:");
+    for s in srcs {
+        let src_remote = s.starts_with("nasd:");
+        match (src_remote, dst_remote) {
+            (false, true) => {
+                let d = remote(dst)?;
+                let src = Path::new(s);
+                // Into an existing directory: keep the source's name.
+                let target = match c.stat(&d).await {
+                    Ok(st) if st.kind == FileKind::Dir => join(&d, &upload_name(src)?),
+                    _ => d,
+                };
+                total += upload(&c, src, &target, a.recursive).await?;
+            }
+            (true, false) => {
+                let src = remote(s)?;
+                let d = PathBuf::from(dst);
+                let target = if d.is_dir() {
+                    let name = src.rsplit('/').find(|n| !n.is_empty()).unwrap_or("root");
+                    d.join(name)
+                } else {
+                    d
+                };
+                total += download(&c, &src, &target, a.recursive).await?;
+            }
+            (true, true) => {
+                let (src, d) = (remote(s)?, remote(dst)?);
+                let data = c.get_bytes(&src).await?;
+                c.put_bytes(&d, &data, 0o644).await?;
+                total += data.len() as u64;
+            }
+            (false, false) => bail!("{s} -> {dst}: one side must be a remote path (nasd:/path)"),
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    if total >= PROGRESS_BYTES_MIN {
+        eprintln!(
+            "copied {} bytes in {:.2} s ({:.1} MiB/s)",
+            total,
+            secs,
+            total as f64 / (1 << 20) as f64 / secs.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+fn print_entries(entries: &[DirEntry], long: bool) {
+    for e in entries {
+        let slash = if e.stat.kind == FileKind::Dir {
+            "/"
+        } else {
+            ""
+        };
+        if long {
+            println!(
+                "{} {:<8} {:<8} {:>12} {} {}{}",
+                mode_str(&e.stat),
+                e.stat.owner,
+                e.stat.group,
+                e.stat.size,
+                time_str(e.stat.mtime_us),
+                e.name,
+                slash
+            );
+        } else {
+            println!("{}{}", e.name, slash);
+        }
+    }
+}
+
+pub async fn ls(a: LsArgs) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let p = remote(&a.path)?;
+    let st = c.stat(&p).await?;
+    let entries = if st.kind == FileKind::Dir {
+        c.list(&p).await?
+    } else {
+        vec![DirEntry {
+            name: p.rsplit('/').next().unwrap_or("").to_string(),
+            stat: st,
+        }]
+    };
+    if a.json {
+        for e in &entries {
+            println!("{}", stat_json(Some(&e.name), &e.stat));
+        }
+    } else {
+        print_entries(&entries, a.long);
+    }
+    Ok(())
+}
+
+pub async fn cat(paths: Vec<String>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let c = connect().await?;
+    let mut out = std::io::stdout().lock();
+    for p in paths {
+        let p = remote(&p)?;
+        let data = c.get_bytes(&p).await?;
+        out.write_all(&data)?;
+    }
+    Ok(())
+}
+
+pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
+    let c = connect().await?;
+    for p in paths {
+        let p = remote(&p)?;
+        let s = c.stat(&p).await?;
+        if json {
+            println!("{}", stat_json(Some(&p), &s));
+        } else {
+            println!("  path  nasd:{p}");
+            println!(
+                "  kind  {}",
+                if s.kind == FileKind::Dir {
+                    "directory"
+                } else {
+                    "file"
+                }
+            );
+            println!("  size  {}", s.size);
+            println!("  mode  {:o} ({})", s.mode, mode_str(&s));
+            println!(
+                "  owner {} ({})  group {} ({})",
+                s.owner, s.uid, s.group, s.gid
+            );
+            println!("  ino   {}", s.ino);
+            println!("  mtime {} UTC", time_str(s.mtime_us));
+        }
+    }
+    Ok(())
+}
+
+pub async fn mkdir(paths: Vec<String>, parents: bool, mode: &str) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let mode = parse_mode(mode)?;
+    for p in paths {
+        let p = remote(&p)?;
+        if parents {
+            let mut cur = String::new();
+            for n in p.split('/').filter(|n| !n.is_empty()) {
+                cur = format!("{cur}/{n}");
+                match c.mkdir(&cur, mode).await {
+                    Ok(()) => {}
+                    Err(e) if e.status() == Some(MgrStatus::Exists) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        } else {
+            c.mkdir(&p, mode).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn rm_tree(c: &Arc<Client>, p: &str) -> Result<(), FsError> {
+    for e in c.list(p).await? {
+        let child = join(p, &e.name);
+        if e.stat.kind == FileKind::Dir {
+            Box::pin(rm_tree(c, &child)).await?;
+        } else {
+            c.unlink(&child).await?;
+        }
+    }
+    c.rmdir(p).await
+}
+
+pub async fn rm(paths: Vec<String>, recursive: bool) -> anyhow::Result<()> {
+    let c = connect().await?;
+    for p in paths {
+        let p = remote(&p)?;
+        match c.unlink(&p).await {
+            Err(e) if e.status() == Some(MgrStatus::IsADirectory) => {
+                if recursive {
+                    rm_tree(&c, &p).await?;
+                } else {
+                    c.rmdir(&p).await?;
+                }
+            }
+            r => r?,
+        }
+    }
+    Ok(())
+}
+
+pub async fn mv(from: String, to: String) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let (f, mut t) = (remote(&from)?, remote(&to)?);
+    if let Ok(st) = c.stat(&t).await {
+        if st.kind == FileKind::Dir {
+            t = join(&t, f.rsplit('/').find(|n| !n.is_empty()).unwrap_or(""));
+        }
+    }
+    c.rename(&f, &t).await?;
+    Ok(())
+}
+
+pub async fn chmod(mode: String, paths: Vec<String>) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let m = parse_mode(&mode)?;
+    for p in paths {
+        c.chmod(&remote(&p)?, m).await?;
+    }
+    Ok(())
+}
+
+pub async fn chown(spec: String, paths: Vec<String>) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let (owner, group) = spec.split_once(':').unwrap_or((&spec, ""));
+    for p in paths {
+        c.chown(&remote(&p)?, owner, group).await?;
+    }
+    Ok(())
+}
+
+pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
+    use nasd_proto::manager::{MgrReply, MgrRequest};
+    let c = connect().await?;
+    match cmd {
+        UserCmd::Add { name, admin } => {
+            let password = read_password(&format!("password for {name}: "))?;
+            c.request(
+                "/",
+                MgrRequest::UserAdd {
+                    name: name.clone(),
+                    password,
+                    admin,
+                },
+            )
+            .await?;
+            println!("user {name} added");
+        }
+        UserCmd::Passwd { name } => {
+            let password = read_password(&format!("new password for {name}: "))?;
+            c.request(
+                "/",
+                MgrRequest::UserPasswd {
+                    name: name.clone(),
+                    password,
+                },
+            )
+            .await?;
+            println!("password of {name} changed");
+        }
+        UserCmd::List { json } => {
+            if let MgrReply::Users(us) = c.request("/", MgrRequest::UserList).await? {
+                for u in us {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({"name": u.name, "uid": u.uid, "admin": u.admin, "groups": u.groups})
+                        );
+                    } else {
+                        println!(
+                            "{:<16} uid {:<6} {}groups {}",
+                            u.name,
+                            u.uid,
+                            if u.admin { "admin " } else { "" },
+                            u.groups.join(",")
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
+    use nasd_proto::manager::MgrRequest;
+    let c = connect().await?;
+    match cmd {
+        GroupCmd::Add { name } => {
+            c.request("/", MgrRequest::GroupAdd { name: name.clone() })
+                .await?;
+            println!("group {name} added");
+        }
+        GroupCmd::Member { group, user } => {
+            c.request(
+                "/",
+                MgrRequest::GroupMember {
+                    group: group.clone(),
+                    user: user.clone(),
+                },
+            )
+            .await?;
+            println!("{user} is now a member of {group}");
+        }
+    }
+    Ok(())
+}
+
+/// Logs in with a password and saves the session token (mode 0600) beside the config; later
+/// commands use it until it expires. Also makes USER the config's user.
+pub async fn login(user: Option<String>) -> anyhow::Result<()> {
+    let path = config_path();
+    let mut cfg = load_config(&path)?;
+    let user = user.unwrap_or_else(|| cfg.user.clone());
+    let password = match std::env::var("NASD_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => read_password(&format!("password for {user}: "))?,
+    };
+    let ca_der = std::fs::read(&cfg.ca).with_context(|| format!("{}", cfg.ca.display()))?;
+    let c = Client::connect(SessionConfig {
+        manager: cfg.manager.clone(),
+        ca_der,
+        user: user.clone(),
+        credential: Credential::Password(password),
+    })
+    .await?;
+    let (token, expires_ms) = c.token().await.context("no session")?;
+    nasd_client::auth::write_secret_file(&token_path(&path, &user), hex::encode(token).as_bytes())?;
+    if cfg.user != user {
+        cfg.user = user.clone();
+        std::fs::write(&path, serde_json::to_string_pretty(&cfg)? + "\n")?;
+    }
+    let left_h = expires_ms.saturating_sub(nasd_drive::now_us() / 1000) / 3_600_000;
+    println!("logged in as {user}; the session lasts {left_h} h");
+    Ok(())
+}
+
+fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// One benchmark figure.
+pub struct Figure {
+    pub op: &'static str,
+    pub size_bytes: u64,
+    pub count: u64,
+    pub secs: f64,
+    pub manager_round_trips: u64,
+}
+
+impl Figure {
+    pub fn mib_per_s(&self) -> f64 {
+        (self.size_bytes * self.count) as f64 / (1 << 20) as f64 / self.secs
+    }
+    pub fn ops_per_s(&self) -> f64 {
+        self.count as f64 / self.secs
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "op": self.op,
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "mib_per_s": (self.mib_per_s() * 10.0).round() / 10.0,
+            "ops_per_s": (self.ops_per_s() * 10.0).round() / 10.0,
+            "manager_round_trips_per_op": self.manager_round_trips as f64 / self.count as f64,
+        })
+    }
+}
+
+/// put/get of large files and create+write of 4 KiB files through the client library.
+pub async fn bench_cluster_with(c: &Arc<Client>, quick: bool) -> anyhow::Result<Vec<Figure>> {
+    use std::sync::atomic::Ordering;
+    let (big, big_n, small_n) = if quick {
+        (16 << 20, 2, 200)
+    } else {
+        (64 << 20, 4, 2000)
+    };
+    let dir = format!("/bench-{:x}", nasd_crypto::random_u64() & 0xffff_ffff);
+    c.mkdir(&dir, 0o755).await?;
+    let data = pseudo_random(big, 7);
+    let mut figs = vec![];
+    let rt = |c: &Arc<Client>| c.manager_round_trips.load(Ordering::Relaxed);
+    let (t0, r0) = (Instant::now(), rt(c));
+    for i in 0..big_n {
+        c.put_bytes(&format!("{dir}/big{i}"), &data, 0o644).await?;
+    }
+    figs.push(Figure {
+        op: "put",
+        size_bytes: big as u64,
+        count: big_n,
+        secs: t0.elapsed().as_secs_f64(),
+        manager_round_trips: rt(c) - r0,
+    });
+    let (t0, r0) = (Instant::now(), rt(c));
+    for i in 0..big_n {
+        let back = c.get_bytes(&format!("{dir}/big{i}")).await?;
+        if back != data {
+            bail!("bench: {dir}/big{i} read back differs");
+        }
+    }
+    figs.push(Figure {
+        op: "get",
+        size_bytes: big as u64,
+        count: big_n,
+        secs: t0.elapsed().as_secs_f64(),
+        manager_round_trips: rt(c) - r0,
+    });
+    let small = pseudo_random(4096, 9);
+    let (t0, r0) = (Instant::now(), rt(c));
+    for i in 0..small_n {
+        c.put_bytes(&format!("{dir}/s{i}"), &small, 0o644).await?;
+    }
+    figs.push(Figure {
+        op: "create+write",
+        size_bytes: 4096,
+        count: small_n,
+        secs: t0.elapsed().as_secs_f64(),
+        manager_round_trips: rt(c) - r0,
+    });
+    let (t0, r0) = (Instant::now(), rt(c));
+    for i in 0..small_n {
+        let back = c.get_bytes(&format!("{dir}/s{i}")).await?;
+        if back.len() != 4096 {
+            bail!("bench: short read");
+        }
+    }
+    figs.push(Figure {
+        op: "open+read",
+        size_bytes: 4096,
+        count: small_n,
+        secs: t0.elapsed().as_secs_f64(),
+        manager_round_trips: rt(c) - r0,
+    });
+    // Clean up.
+    for i in 0..big_n {
+        c.unlink(&format!("{dir}/big{i}")).await?;
+    }
+    for i in 0..small_n {
+        c.unlink(&format!("{dir}/s{i}")).await?;
+    }
+    c.rmdir(&dir).await?;
+    Ok(figs)
+}
+
+pub fn print_figures(figs: &[Figure], json: bool) {
+    for f in figs {
+        if json {
+            println!("{}", f.json());
+        } else {
+            println!(
+                "{:<14} {:>10} B x {:<5} {:>9.1} MiB/s {:>9.1} ops/s  {:.1} manager round trips/op",
+                f.op,
+                f.size_bytes,
+                f.count,
+                f.mib_per_s(),
+                f.ops_per_s(),
+                f.manager_round_trips as f64 / f.count as f64
+            );
+        }
+    }
+}
+
+/// `nasd bench cluster`: against the configured cluster, or a temporary one when none runs.
+pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
+    let rt = crate::runtime()?;
+    let cfg = config_path();
+    if cfg.exists() {
+        let figs = rt.block_on(async {
+            let c = connect().await?;
+            bench_cluster_with(&c, a.quick).await
+        })?;
+        print_figures(&figs, a.json);
+        return Ok(());
+    }
+    let tmp = tempfile::tempdir()?;
+    let cluster = crate::cmd_up::Cluster::start(tmp.path(), 1, !a.json)?;
+    let figs = rt.block_on(async {
+        let c = Client::connect(cluster.session_config()?).await?;
+        bench_cluster_with(&c, a.quick).await
+    })?;
+    print_figures(&figs, a.json);
+    drop(cluster);
+    Ok(())
+}

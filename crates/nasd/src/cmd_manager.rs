@@ -1,0 +1,138 @@
+//! `nasd manager init|run|drive-add|drives`: the file manager's commands.
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use nasd_manager::service::Policy;
+use nasd_manager::setup;
+use nasd_proto::manager::{MgrReply, MgrRequest};
+use std::path::PathBuf;
+
+#[derive(Subcommand, Debug)]
+pub enum ManagerCmd {
+    /// Create a manager in DIR: metadata store, admin user, cluster CA and certificate.
+    Init {
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        listen: String,
+        #[arg(long, default_value = "admin")]
+        admin: String,
+        /// File holding the admin's password (default: $NASD_NEW_PASSWORD, else read stdin).
+        #[arg(long, value_name = "FILE")]
+        admin_password_file: Option<PathBuf>,
+        /// Extra DNS name or address for the manager's certificate (repeatable).
+        #[arg(long = "name")]
+        names: Vec<String>,
+    },
+    /// Serve the manager in DIR until SIGTERM or ctrl-c.
+    Run {
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// HOST:PORT (default: the one given at init).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Register a drive with the manager of the client config (admin).
+    DriveAdd {
+        #[arg(long, value_name = "ADDR")]
+        addr: String,
+        /// The drive's drive-key file (`DIR/keys/drive.key` of `nasd drive init`).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+    },
+    /// Registered drives and their health.
+    Drives {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
+    match c {
+        ManagerCmd::Init { data, listen, admin, admin_password_file, names } => {
+            let admin_password = match admin_password_file {
+                Some(f) => std::fs::read_to_string(&f)
+                    .with_context(|| format!("{}", f.display()))?
+                    .trim_end_matches('\n')
+                    .to_string(),
+                None => match std::env::var("NASD_NEW_PASSWORD") {
+                    Ok(p) => p,
+                    Err(_) => {
+                        eprint!("password for {admin}: ");
+                        let mut s = String::new();
+                        std::io::stdin().read_line(&mut s)?;
+                        s.trim_end_matches(['\n', '\r']).to_string()
+                    }
+                },
+            };
+            setup::init(&setup::InitOptions {
+                dir: data.clone(),
+                listen,
+                admin_user: admin.clone(),
+                admin_password,
+                names,
+                policy: Policy::default(),
+            })?;
+            println!("manager initialized in {}", data.display());
+            println!("cluster CA         {}", data.join("tls/ca.der").display());
+            println!("admin user         {admin}");
+            Ok(())
+        }
+        ManagerCmd::Run { data, listen } => crate::runtime()?.block_on(async move {
+            setup::run(
+                &data,
+                listen.as_deref(),
+                |addr| {
+                    println!("nasd manager listening on {addr}");
+                    use std::io::Write as _;
+                    std::io::stdout().flush().ok();
+                },
+                shutdown_signal(),
+            )
+            .await?;
+            Ok(())
+        }),
+        ManagerCmd::DriveAdd { addr, key } => crate::runtime()?.block_on(async move {
+            let text = std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
+            let c = crate::cmd_fs::connect().await?;
+            c.request("/", MgrRequest::DriveAdd { addr: addr.clone(), drive_key_file: text }).await?;
+            println!("drive at {addr} registered");
+            Ok(())
+        }),
+        ManagerCmd::Drives { json } => crate::runtime()?.block_on(async move {
+            let c = crate::cmd_fs::connect().await?;
+            if let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList).await? {
+                for d in ds {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({"drive": format!("{:016x}", d.drive.0), "addr": d.addr,
+                                "partition": d.partition.0, "healthy": d.healthy, "files": d.files,
+                                "key_rotated_ms": d.key_rotated_ms, "detail": d.detail})
+                        );
+                    } else {
+                        println!(
+                            "{:016x} {:<22} {:<9} files {:<8} {}",
+                            d.drive.0,
+                            d.addr,
+                            if d.healthy { "healthy" } else { "DOWN" },
+                            d.files,
+                            d.detail
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }),
+    }
+}
