@@ -13,7 +13,7 @@
 //! - [`capability`]: capability keys and sealed capabilities.
 //! - [`request`]: request/reply digests, per-request privacy keys, key wrapping.
 //! - [`nonce`]: the bounded replay cache.
-//! - [`aead`]: AES-256-GCM.
+//! - [`aead`]: authenticated encryption (AES-256-GCM).
 //! - [`integrity`]: the schemes and the client-side verifier.
 
 pub mod aead;

@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 /// One durable byte array: a file, or a simulated one.
 pub trait Storage: Send + Sync + fmt::Debug + 'static {
-    fn len(&self) -> io::Result<u64>;
+    /// Current length in bytes.
+    fn size(&self) -> io::Result<u64>;
     /// Reads exactly `out.len()` bytes at `offset`; reading past the end is an error.
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()>;
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
@@ -26,7 +27,7 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// allocation (and no file-size change) when they are synced. Writes past the end extend
     /// the storage whether or not this was called.
     fn reserve(&self, len: u64) -> io::Result<()> {
-        if self.len()? < len {
+        if self.size()? < len {
             self.set_len(len)?;
         }
         Ok(())
@@ -52,7 +53,7 @@ impl FileStorage {
 }
 
 impl Storage for FileStorage {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
@@ -69,7 +70,7 @@ impl Storage for FileStorage {
     }
     fn reserve(&self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        if self.len()? >= len {
+        if self.size()? >= len {
             return Ok(());
         }
         // SAFETY: a valid open descriptor; mode 0 allocates and extends the size.
@@ -91,7 +92,7 @@ pub struct RedbBackend(pub Arc<dyn Storage>);
 
 impl redb::StorageBackend for RedbBackend {
     fn len(&self) -> Result<u64, io::Error> {
-        self.0.len()
+        self.0.size()
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         self.0.read(offset, out)
@@ -188,7 +189,7 @@ impl Storage for SimDisk {
     fn reserve(&self, _len: u64) -> io::Result<()> {
         Ok(()) // nothing to allocate in memory; writes extend the image
     }
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.0.lock().current.len() as u64)
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
@@ -265,9 +266,9 @@ impl Storage for Faulty {
         self.check()?;
         self.inner.reserve(len)
     }
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         self.check()?;
-        self.inner.len()
+        self.inner.size()
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
         self.check()?;
@@ -309,7 +310,7 @@ mod tests {
         let mut out = vec![0u8; 7];
         d.read(0, &mut out).unwrap();
         assert_eq!(&out, b"durable");
-        assert_eq!(d.len().unwrap(), 7);
+        assert_eq!(d.size().unwrap(), 7);
     }
 
     #[test]

@@ -39,8 +39,12 @@ pub(crate) const DRIVE: TableDefinition<&str, &[u8]> = TableDefinition::new("dri
 pub(crate) const PARTITIONS: TableDefinition<u16, &[u8]> = TableDefinition::new("partitions");
 pub(crate) const OBJECTS: TableDefinition<(u16, u64), &[u8]> = TableDefinition::new("objects");
 pub(crate) const BLOCKS: TableDefinition<(u16, u64, u64), &[u8]> = TableDefinition::new("blocks");
-pub(crate) const NODES: TableDefinition<(u16, u64, u8, u64), &[u8]> =
-    TableDefinition::new("tree_nodes");
+/// Key of a stored tree node: partition, object, level, index.
+pub type NodeKey = (u16, u64, u8, u64);
+/// The stored tree nodes, read-only.
+pub type NodesTable = redb::ReadOnlyTable<NodeKey, &'static [u8]>;
+
+pub(crate) const NODES: TableDefinition<NodeKey, &[u8]> = TableDefinition::new("tree_nodes");
 pub(crate) const FREE: TableDefinition<u64, ()> = TableDefinition::new("free_blocks");
 pub(crate) const REFS: TableDefinition<u64, &[u8]> = TableDefinition::new("shared_blocks");
 

@@ -1004,7 +1004,7 @@ impl<'a> Tx<'a> {
                 .map_err(db_err)?;
             self.put_entry(p, id, b, &e)?;
         }
-        let nodes: Vec<((u16, u64, u8, u64), Vec<u8>)> = {
+        let nodes: Vec<(crate::store::NodeKey, Vec<u8>)> = {
             let t = self.w.open_table(NODES).map_err(db_err)?;
             let r = t
                 .range((p.0, o.0, 0, 0)..=(p.0, o.0, u8::MAX, u64::MAX))
@@ -1076,11 +1076,8 @@ impl<'a> Tx<'a> {
                 }
                 let v = if level == base {
                     let blocks = self.w.open_table(BLOCKS).map_err(db_err)?;
-                    let mut src: NodeSource<
-                        '_,
-                        _,
-                        redb::ReadOnlyTable<(u16, u64, u8, u64), &[u8]>,
-                    > = NodeSource::new(suite, p, o, new, &blocks, None);
+                    let mut src: NodeSource<'_, _, crate::store::NodesTable> =
+                        NodeSource::new(suite, p, o, new, &blocks, None);
                     src.from_leaves(level, i)?
                 } else {
                     let t = self.w.open_table(NODES).map_err(db_err)?;

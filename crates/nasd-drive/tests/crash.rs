@@ -116,11 +116,13 @@ fn trial(seed: u64, scheme: Scheme, keep_per_mille: u64) {
     let mut in_flight: Option<Vec<u8>> = None;
     for step in 0..crash_at + 1 {
         let mut after = model.clone();
-        let job = if next() % 5 == 0 {
+        let job = if next().is_multiple_of(5) {
             let size = next() % 200_000;
             after.resize(size as usize, 0);
-            let mut a = Attributes::default();
-            a.logical_size = size;
+            let a = Attributes {
+                logical_size: size,
+                ..Default::default()
+            };
             Job::SetAttr {
                 p: P,
                 o,

@@ -81,8 +81,10 @@ async fn exercise(suite: Suite) {
             .collect();
         assert_eq!(r.data, want);
         // truncate to an odd size, then extend: the tail reads as zeros
-        let mut a = Attributes::default();
-        a.logical_size = 12_345;
+        let mut a = Attributes {
+            logical_size: 12_345,
+            ..Default::default()
+        };
         c.setattr(
             &auth,
             target(o, Protection::INTEGRITY_DATA),

@@ -365,8 +365,10 @@ async fn refused_requests_change_nothing() {
             .write(auth, target(o, Protection::INTEGRITY_DATA), 0, &[1u8; 9000])
             .await
             .is_err());
-        let mut a = Attributes::default();
-        a.logical_size = 1;
+        let a = Attributes {
+            logical_size: 1,
+            ..Default::default()
+        };
         assert!(c
             .setattr(
                 auth,
@@ -406,8 +408,10 @@ async fn revocation_by_access_control_version() {
     .await
     .unwrap();
     let admin = d.mint(d.cap_args(o, Rights::SETATTR.union(Rights::GETATTR)), 0);
-    let mut a = Attributes::default();
-    a.access_control_version = 1;
+    let a = Attributes {
+        access_control_version: 1,
+        ..Default::default()
+    };
     c.setattr(
         &admin,
         target(o, Protection::INTEGRITY_DATA),

@@ -35,7 +35,8 @@ pub const CHUNK_BYTES: u64 = 1024;
 pub const SUB_BLOCK_BYTES: u64 = 256;
 pub const CHUNKS_PER_BLOCK: u64 = BLOCK_BYTES / CHUNK_BYTES;
 pub const SUBS_PER_BLOCK: u64 = BLOCK_BYTES / SUB_BLOCK_BYTES;
-const _: () = assert!(BLOCK_BYTES % CHUNK_BYTES == 0 && BLOCK_BYTES % SUB_BLOCK_BYTES == 0);
+const _: () =
+    assert!(BLOCK_BYTES.is_multiple_of(CHUNK_BYTES) && BLOCK_BYTES.is_multiple_of(SUB_BLOCK_BYTES));
 
 /// Integrity metadata stored with one block.
 #[derive(Clone, PartialEq, Eq, Debug)]
