@@ -12,6 +12,7 @@
 //! - [`storage`]: the storage trait, real files, the crash simulator, fault injection.
 //! - [`records`]: versioned on-disk records.
 //! - [`store`]: the engine's read side, tree node access, block accounting.
+//! - [`tree_cache`]: tree nodes computed for reads, kept consistent with commits.
 //! - [`writer`]: the single writer thread, jobs, transactions, group commit.
 //! - [`handler`]: request decoding, every check of seed 002 §2.4, replies.
 //! - [`server`]: the TCP server (tokio), connection limits, graceful shutdown.
@@ -25,6 +26,7 @@ pub mod records;
 pub mod server;
 pub mod storage;
 pub mod store;
+pub mod tree_cache;
 pub mod writer;
 
 pub use handler::{Drive, Metrics};

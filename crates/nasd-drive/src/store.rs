@@ -103,6 +103,7 @@ pub struct Store {
     pub(crate) data: Arc<dyn Storage>,
     pub(crate) state: RwLock<Cached>,
     pub(crate) alloc: Mutex<Alloc>,
+    pub(crate) tree_cache: crate::tree_cache::TreeCache,
 }
 
 /// Keeps freed blocks from being reused while a read that may still map them is running.
@@ -216,12 +217,14 @@ impl Store {
         drop(r);
         Ok(Store {
             db,
-            data,
             state: RwLock::new(Cached { drive, partitions }),
             alloc: Mutex::new(Alloc {
                 free,
+                reserved_bytes: data.size()?,
                 ..Default::default()
             }),
+            data,
+            tree_cache: Default::default(),
         })
     }
 
@@ -307,6 +310,7 @@ impl Store {
     ) -> R<ReadOut> {
         let _g = self.reader();
         let suite = self.suite();
+        let version = self.tree_cache.version((p.0, o.0));
         let r = self.db.begin_read().map_err(db_err)?;
         let objects = r.open_table(OBJECTS).map_err(db_err)?;
         let rec = objects
@@ -441,7 +445,8 @@ impl Store {
                         size,
                         &blocks,
                         Some(r.open_table(NODES).map_err(db_err)?),
-                    );
+                    )
+                    .with_cache(&self.tree_cache, version);
                     let top = tree::top(suite, &mut src, n)?;
                     let mut proofs = vec![];
                     for reg in &out_regions {
@@ -453,6 +458,7 @@ impl Store {
                         let c1 = (reg.offset + reg.len).div_ceil(CHUNK_BYTES);
                         proofs.push(tree::prove(suite, &mut src, n, c0, c1)?);
                     }
+                    src.flush_cache();
                     trailer = integrity::verify::encode_tree_trailer(&top, &proofs);
                     Material::Bytes(tree::root_material(size, &top).to_vec())
                 }
@@ -664,7 +670,10 @@ impl Store {
             t.insert((p.0, o.0, block), e.encode().as_slice())
                 .map_err(db_err)?;
         }
-        w.commit().map_err(db_err)?;
+        self.tree_cache.begin_change(&[(p.0, o.0)]);
+        let r = w.commit().map_err(db_err);
+        self.tree_cache.end_change(&[(p.0, o.0)]);
+        r?;
         Ok(())
     }
 }
@@ -683,6 +692,8 @@ pub struct NodeSource<
     blocks: &'a B,
     nodes: Option<N>,
     leaves: HashMap<u64, Vec<Digest>>,
+    cache: Option<(&'a crate::tree_cache::TreeCache, u64)>,
+    fresh: Vec<((u32, u64), Digest)>,
 }
 
 impl<'a, B, N> NodeSource<'a, B, N>
@@ -706,6 +717,21 @@ where
             blocks,
             nodes,
             leaves: HashMap::new(),
+            cache: None,
+            fresh: vec![],
+        }
+    }
+
+    /// Uses and fills `cache` for nodes of a snapshot taken when the object was at `version`.
+    pub fn with_cache(mut self, cache: &'a crate::tree_cache::TreeCache, version: u64) -> Self {
+        self.cache = Some((cache, version));
+        self
+    }
+
+    /// Hands the nodes computed so far to the cache.
+    pub fn flush_cache(&mut self) {
+        if let Some((c, v)) = self.cache {
+            c.put((self.p, self.o), v, std::mem::take(&mut self.fresh));
         }
     }
 
@@ -743,6 +769,25 @@ where
         Ok(&self.leaves[&b])
     }
 
+    /// A complete node from the stored nodes (levels >= 7) or merged from leaves.
+    fn complete_uncached(&mut self, level: u32, index: u64) -> R<Digest> {
+        if level >= STORED_TREE_LEVEL_MIN {
+            if let Some(nodes) = &self.nodes {
+                return match nodes
+                    .get((self.p, self.o, level as u8, index))
+                    .map_err(db_err)?
+                {
+                    Some(v) => v
+                        .value()
+                        .try_into()
+                        .map_err(|_| DriveError::Corrupt("tree node length".into())),
+                    None => Ok(tree::zero(self.suite, level)),
+                };
+            }
+        }
+        self.from_leaves(level, index)
+    }
+
     /// A complete node computed from leaves, whatever its level.
     pub fn from_leaves(&mut self, level: u32, index: u64) -> R<Digest> {
         let lo = index << level;
@@ -773,20 +818,15 @@ where
 {
     type Error = DriveError;
     fn complete(&mut self, level: u32, index: u64) -> R<Digest> {
-        if level >= STORED_TREE_LEVEL_MIN {
-            if let Some(nodes) = &self.nodes {
-                return match nodes
-                    .get((self.p, self.o, level as u8, index))
-                    .map_err(db_err)?
-                {
-                    Some(v) => v
-                        .value()
-                        .try_into()
-                        .map_err(|_| DriveError::Corrupt("tree node length".into())),
-                    None => Ok(tree::zero(self.suite, level)),
-                };
+        if let Some((c, v)) = self.cache {
+            if let Some(d) = c.get((self.p, self.o), v, level, index) {
+                return Ok(d);
             }
         }
-        self.from_leaves(level, index)
+        let d = self.complete_uncached(level, index)?;
+        if self.cache.is_some() {
+            self.fresh.push(((level, index), d));
+        }
+        Ok(d)
     }
 }

@@ -157,6 +157,8 @@ pub(crate) struct Tx<'a> {
     freed: Vec<u64>,
     wrote_data: bool,
     now: u64,
+    /// Objects whose block map or tree changed: their cached tree nodes die at commit.
+    changed: BTreeSet<(u16, u64)>,
 }
 
 impl<'a> Tx<'a> {
@@ -170,6 +172,7 @@ impl<'a> Tx<'a> {
             freed: vec![],
             wrote_data: false,
             now: now_us(),
+            changed: BTreeSet::new(),
         })
     }
 
@@ -180,6 +183,7 @@ impl<'a> Tx<'a> {
             state,
             freed,
             wrote_data,
+            changed,
             ..
         } = self;
         {
@@ -209,7 +213,11 @@ impl<'a> Tx<'a> {
         } else {
             w.set_durability(redb::Durability::None).map_err(db_err)?;
         }
-        w.commit().map_err(db_err)?;
+        let changed: Vec<(u16, u64)> = changed.into_iter().collect();
+        store.tree_cache.begin_change(&changed);
+        let committed = w.commit().map_err(db_err);
+        store.tree_cache.end_change(&changed);
+        committed?;
         let mut a = store.alloc.lock();
         a.epoch += 1;
         let e = a.epoch;
@@ -337,6 +345,7 @@ impl<'a> Tx<'a> {
     }
 
     fn put_entry(&mut self, p: PartitionId, o: ObjectId, b: u64, e: &BlockEntry) -> R<()> {
+        self.changed.insert((p.0, o.0));
         self.w
             .open_table(BLOCKS)
             .map_err(db_err)?
@@ -585,6 +594,7 @@ impl<'a> Tx<'a> {
     }
 
     fn remove_object(&mut self, p: PartitionId, o: ObjectId) -> R<()> {
+        self.changed.insert((p.0, o.0));
         let mut cost = Cost::default();
         for (b, e) in self.object_blocks(p, o, 0)? {
             self.release(p, o, e.phys, None, &mut cost)?;
@@ -656,6 +666,7 @@ impl<'a> Tx<'a> {
         new: u64,
         cost: &mut Cost,
     ) -> R<()> {
+        self.changed.insert((p.0, o.0));
         let suite = self.state.drive.suite;
         let scheme = rec.attrs.scheme;
         let keep_blocks = new.div_ceil(BLOCK_BYTES);
@@ -820,6 +831,7 @@ impl<'a> Tx<'a> {
                 &reuse,
                 old.as_ref(),
                 old_len,
+                regions,
                 &mut cost,
             )?;
             let phys = self.alloc()?;
@@ -881,6 +893,7 @@ impl<'a> Tx<'a> {
         reuse: &HashMap<u64, Option<PieceHash>>,
         old: Option<&BlockEntry>,
         old_len: usize,
+        regions: &[Region],
         cost: &mut Cost,
     ) -> R<BlockMeta> {
         let bstart = b * BLOCK_BYTES;
@@ -896,17 +909,38 @@ impl<'a> Tx<'a> {
                 Some(d) => BlockMeta::Digest(d),
                 None => integrity::block_meta(suite, scheme, b, logical, cost),
             },
-            Scheme::Tree => BlockMeta::Leaves(
-                logical
-                    .chunks(CHUNK_BYTES as usize)
-                    .enumerate()
-                    .map(|(j, c)| {
-                        let i = b * CHUNKS_PER_BLOCK + j as u64;
-                        exact(i, i * CHUNK_BYTES, c.len() as u64)
-                            .unwrap_or_else(|| tree::leaf(suite, i, c, cost))
-                    })
-                    .collect(),
-            ),
+            Scheme::Tree => {
+                // A chunk no region touched, whose length did not change, keeps its old leaf:
+                // only touched chunks are rehashed (DESIGN.md: "rehash touched chunks").
+                let old_leaves = match old {
+                    Some(BlockEntry {
+                        meta: BlockMeta::Leaves(l),
+                        ..
+                    }) => l.as_slice(),
+                    _ => &[],
+                };
+                BlockMeta::Leaves(
+                    logical
+                        .chunks(CHUNK_BYTES as usize)
+                        .enumerate()
+                        .map(|(j, c)| {
+                            let i = b * CHUNKS_PER_BLOCK + j as u64;
+                            let (lo, hi) = (i * CHUNK_BYTES, i * CHUNK_BYTES + c.len() as u64);
+                            let old_chunk_len = old_len
+                                .saturating_sub(j * CHUNK_BYTES as usize)
+                                .min(CHUNK_BYTES as usize);
+                            let touched = regions
+                                .iter()
+                                .any(|r| r.len > 0 && r.offset < hi && lo < r.offset + r.len);
+                            match old_leaves.get(j) {
+                                Some(l) if !touched && old_chunk_len == c.len() => *l,
+                                _ => exact(i, lo, c.len() as u64)
+                                    .unwrap_or_else(|| tree::leaf(suite, i, c, cost)),
+                            }
+                        })
+                        .collect(),
+                )
+            }
             Scheme::Incremental => {
                 let sub = SUB_BLOCK_BYTES as usize;
                 let first = bstart / SUB_BLOCK_BYTES;
@@ -1041,6 +1075,7 @@ impl<'a> Tx<'a> {
         new: u64,
         dirty_blocks: &BTreeSet<u64>,
     ) -> R<()> {
+        self.changed.insert((p.0, o.0));
         let suite = self.state.drive.suite;
         let (n_old, n_new) = (tree::chunk_count(old), tree::chunk_count(new));
         let base = STORED_TREE_LEVEL_MIN;

@@ -303,3 +303,56 @@ async fn fastcopy_is_copy_on_write_and_accounting_is_honest() {
         .unwrap();
     assert!(r.data == data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reads_during_writes_always_verify() {
+    // Readers race a writer that rewrites the whole object with one of two patterns: every read
+    // verifies (no stale cached tree node, no reused block) and returns one whole pattern.
+    let d = TestDrive::start().await;
+    let c = d.conn().await;
+    let o = d.create(&c, Scheme::Tree).await;
+    let auth = d.mint(d.cap_args(o, Rights::ALL), 0);
+    let size = 300_000usize;
+    let pats = [bytes(1, size), bytes(2, size)];
+    c.write(&auth, target(o, Protection::INTEGRITY_DATA), 0, &pats[0])
+        .await
+        .unwrap();
+    let mut readers = vec![];
+    for r in 0..2u64 {
+        let addr = d.addr.clone();
+        let auth = auth.clone();
+        let pats = pats.clone();
+        readers.push(tokio::spawn(async move {
+            let c = nasd_client::DriveConn::connect(&addr).await.unwrap();
+            for i in 0..60u64 {
+                let off = (i * 7919 + r * 104_729) % (size as u64 - 5000);
+                let got = c
+                    .read(
+                        &auth,
+                        target(o, Protection::INTEGRITY_DATA),
+                        vec![Region::new(off, 5000)],
+                    )
+                    .await
+                    .unwrap();
+                let s = off as usize;
+                assert!(
+                    pats.iter().any(|p| got.data == p[s..s + 5000]),
+                    "read at {off} mixes versions"
+                );
+            }
+        }));
+    }
+    for i in 0..20 {
+        c.write(
+            &auth,
+            target(o, Protection::INTEGRITY_DATA),
+            0,
+            &pats[i % 2],
+        )
+        .await
+        .unwrap();
+    }
+    for r in readers {
+        r.await.unwrap();
+    }
+}
