@@ -17,11 +17,13 @@ use std::collections::HashMap;
 pub const TREE_CACHE_NODES_MAX: usize = 1 << 20;
 
 type ObjKey = (u16, u64);
+/// An object's cached nodes, keyed by (level, index), and the version they were computed at.
+type ObjNodes = (u64, HashMap<(u32, u64), Digest>);
 
 #[derive(Default)]
 struct Inner {
     versions: HashMap<ObjKey, u64>,
-    nodes: HashMap<ObjKey, (u64, HashMap<(u32, u64), Digest>)>,
+    nodes: HashMap<ObjKey, ObjNodes>,
     total: usize,
 }
 
@@ -41,7 +43,7 @@ impl TreeCache {
         let mut g = self.inner.lock();
         for k in keys {
             let v = g.versions.entry(*k).or_insert(0);
-            if *v % 2 == 0 {
+            if v.is_multiple_of(2) {
                 *v += 1;
             }
             if let Some((_, n)) = g.nodes.remove(k) {
@@ -55,14 +57,14 @@ impl TreeCache {
         let mut g = self.inner.lock();
         for k in keys {
             let v = g.versions.entry(*k).or_insert(0);
-            if *v % 2 == 1 {
+            if !v.is_multiple_of(2) {
                 *v += 1;
             }
         }
     }
 
     pub fn get(&self, k: ObjKey, version: u64, level: u32, index: u64) -> Option<Digest> {
-        if version % 2 == 1 {
+        if !version.is_multiple_of(2) {
             return None;
         }
         let g = self.inner.lock();
@@ -74,7 +76,7 @@ impl TreeCache {
 
     /// Adds nodes computed from a snapshot taken at `version`, if that is still current.
     pub fn put(&self, k: ObjKey, version: u64, fresh: Vec<((u32, u64), Digest)>) {
-        if version % 2 == 1 || fresh.is_empty() {
+        if !version.is_multiple_of(2) || fresh.is_empty() {
             return;
         }
         let mut g = self.inner.lock();
@@ -114,7 +116,7 @@ mod tests {
         c.begin_change(&[k]);
         assert_eq!(c.get(k, v0, 3, 0), None);
         let during = c.version(k);
-        assert_eq!(during % 2, 1);
+        assert!(!during.is_multiple_of(2));
         c.put(k, v0, vec![((3, 0), [2; 32])]);
         c.put(k, during, vec![((3, 0), [2; 32])]);
         c.end_change(&[k]);
