@@ -422,8 +422,8 @@ impl Client {
 
     /// The whole file.
     pub async fn get_bytes(self: &Arc<Self>, path: &str) -> Result<Vec<u8>, FsError> {
-        let o = self.open(path, false).await?;
-        let size = o.stat.size;
+        // The size from the drive, not the cached grant's stat (it may predate a write).
+        let size = self.size(path).await?;
         let mut out = vec![0u8; size as usize];
         let mut set = tokio::task::JoinSet::new();
         let me = self.shared();
@@ -531,7 +531,7 @@ impl Client {
                 },
             });
         }
-        let size = o.stat.size;
+        let size = self.size(remote).await?;
         let f = Arc::new(std::fs::File::create(local_path).map_err(local(local_path))?);
         f.set_len(size).map_err(local(local_path))?;
         let me = self.shared();

@@ -1,0 +1,407 @@
+//! Black-box tests of a whole cluster: `nasd up` runs as a real process (manager and drives
+//! each their own process), and the tests drive it through the CLI and the client library.
+
+use nasd_client::files::Client;
+use nasd_client::session::SessionConfig;
+use nasd_proto::manager::{Credential, MgrStatus};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const NASD: &str = env!("CARGO_BIN_EXE_nasd");
+
+/// A running `nasd up`; dropping it stops the whole cluster.
+struct Up {
+    dir: tempfile::TempDir,
+    child: Child,
+    extra: Vec<Child>,
+}
+
+impl Up {
+    fn start(drives: usize) -> Up {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(NASD)
+            .args(["up", "--drives", &drives.to_string(), "--data"])
+            .arg(dir.path().join("c"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let t0 = Instant::now();
+        let mut seen = String::new();
+        use std::io::Read;
+        let mut buf = [0u8; 256];
+        while !seen.contains("ctrl-c stops the cluster") {
+            let n = out.read(&mut buf).unwrap();
+            assert!(n > 0, "nasd up exited early: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "nasd up too slow: {seen}"
+            );
+        }
+        Up {
+            dir,
+            child,
+            extra: vec![],
+        }
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("c")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.data().join("client.json")
+    }
+
+    fn nasd(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new(NASD);
+        c.args(args)
+            .env("NASD_CONFIG", self.config())
+            .env_remove("NASD_USER")
+            .env_remove("NASD_PASSWORD");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.nasd(args, &[]);
+        assert!(
+            o.status.success(),
+            "nasd {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// Runs a command that must fail; returns its stderr.
+    fn fails(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let o = self.nasd(args, env);
+        assert!(!o.status.success(), "nasd {args:?} should have failed");
+        String::from_utf8(o.stderr).unwrap()
+    }
+
+    fn pid(&self, name: &str) -> u32 {
+        let t = std::fs::read_to_string(self.data().join("pids.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        v["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p[0] == name)
+            .map(|p| p[1].as_u64().unwrap() as u32)
+            .unwrap()
+    }
+
+    fn session(&self, user: &str, password: &str) -> SessionConfig {
+        let cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(self.config()).unwrap()).unwrap();
+        SessionConfig {
+            manager: cfg["manager"].as_str().unwrap().into(),
+            ca_der: std::fs::read(cfg["ca"].as_str().unwrap()).unwrap(),
+            user: user.into(),
+            credential: Credential::Password(password.into()),
+        }
+    }
+
+    fn admin_password(&self) -> String {
+        std::fs::read_to_string(self.data().join("admin.password")).unwrap()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        for c in &mut self.extra {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+fn tree_sums(root: &Path) -> Vec<(String, String)> {
+    let mut out = vec![];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+                out.push((
+                    rel,
+                    blake3::hash(&std::fs::read(&p).unwrap())
+                        .to_hex()
+                        .to_string(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn random_tree_round_trips_with_checksums_and_listings() {
+    let up = Up::start(2);
+    let seed = nasd_crypto::random_u64();
+    eprintln!("seed {seed}");
+    let src = up.dir.path().join("src");
+    for i in 0..25u64 {
+        let p = src.join(format!("d{}/e{}/f{i}", i % 3, i % 2));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let n = (seed.wrapping_add(i * 7919) % 300_000) as usize;
+        std::fs::write(&p, rand_bytes(n, seed ^ i)).unwrap();
+    }
+    up.ok(&["cp", "-r", src.to_str().unwrap(), "nasd:/tree"]);
+    let back = up.dir.path().join("back");
+    up.ok(&["cp", "-r", "nasd:/tree", back.to_str().unwrap()]);
+    assert_eq!(tree_sums(&src), tree_sums(&back));
+    let ls = up.ok(&["ls", "--json", "nasd:/tree/d0/e0"]);
+    let entries: Vec<serde_json::Value> = ls
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!entries.is_empty());
+    for e in &entries {
+        let local = std::fs::metadata(src.join("d0/e0").join(e["name"].as_str().unwrap())).unwrap();
+        assert_eq!(e["size"].as_u64().unwrap(), local.len());
+        assert_eq!(e["owner"], "admin");
+    }
+    let st: serde_json::Value =
+        serde_json::from_str(up.ok(&["stat", "--json", "nasd:/tree"]).trim()).unwrap();
+    assert_eq!(st["kind"], "dir");
+    // cat, mv, rm.
+    let one = &entries[0]["name"].as_str().unwrap().to_string();
+    let p = format!("nasd:/tree/d0/e0/{one}");
+    let cat = up.nasd(&["cat", &p], &[]);
+    assert_eq!(
+        cat.stdout,
+        std::fs::read(src.join("d0/e0").join(one)).unwrap()
+    );
+    up.ok(&["mv", &p, "nasd:/moved"]);
+    assert!(up.fails(&["cat", &p], &[]).contains("no such file"));
+    up.ok(&["rm", "nasd:/moved"]);
+    up.ok(&["rm", "-r", "nasd:/tree"]);
+    assert_eq!(up.ok(&["ls", "nasd:/"]).trim(), "");
+}
+
+#[test]
+fn bad_inputs_get_clear_errors_and_change_nothing() {
+    let up = Up::start(1);
+    up.ok(&["mkdir", "nasd:/d"]);
+    let f = up.dir.path().join("f.txt");
+    std::fs::write(&f, b"hello").unwrap();
+    up.ok(&["cp", f.to_str().unwrap(), "nasd:/d/f"]);
+    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+        (vec!["ls", "nasd:/nope"], vec![], "no such file"),
+        (vec!["mkdir", "nasd:/d"], vec![], "file exists"),
+        (vec!["rm", "nasd:/d"], vec![], "directory not empty"),
+        (vec!["cat", "nasd:/d/../d/f"], vec![], "path traversal"),
+        (
+            vec!["cp", "/definitely/not/here", "nasd:/x"],
+            vec![],
+            "/definitely/not/here",
+        ),
+        (
+            vec!["ls", "nasd:/"],
+            vec![("NASD_PASSWORD", "wrong-password")],
+            "wrong password",
+        ),
+        (
+            vec!["ls", "nasd:/"],
+            vec![("NASD_USER", "nobody"), ("NASD_PASSWORD", "x")],
+            "unknown user",
+        ),
+        (vec!["chmod", "999", "nasd:/d/f"], vec![], "octal"),
+        (vec!["cat", "nasd:/d"], vec![], "is a directory"),
+    ];
+    for (args, env, want) in &cases {
+        let err = up.fails(args, env);
+        assert!(
+            err.contains(want),
+            "nasd {args:?}: expected {want:?} in {err:?}"
+        );
+    }
+    let long = format!("nasd:/{}", "n".repeat(300));
+    assert!(up.fails(&["mkdir", &long], &[]).contains("name too long"));
+    // A non-UTF-8 local name is refused with a clear message, not mangled.
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let d = up.dir.path().join("bad");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(std::ffi::OsStr::from_bytes(b"x\xff")), b"1").unwrap();
+        let err = up.fails(&["cp", "-r", d.to_str().unwrap(), "nasd:/bad"], &[]);
+        assert!(err.contains("UTF-8"), "{err}");
+    }
+    // Nothing changed: the file is intact.
+    assert_eq!(up.nasd(&["cat", "nasd:/d/f"], &[]).stdout, b"hello");
+    // An expired or forged session token is refused with a clear error.
+    std::fs::write(up.data().join("session-admin.token"), "00".repeat(32)).unwrap();
+    assert!(up.fails(&["ls", "nasd:/"], &[]).contains("session expired"));
+    std::fs::remove_file(up.data().join("session-admin.token")).unwrap();
+    up.ok(&["ls", "nasd:/"]);
+}
+
+#[test]
+fn permissions_between_two_users_and_revocation_after_chmod() {
+    let up = Up::start(1);
+    let o = up.nasd(&["user", "add", "bob"], &[("NASD_NEW_PASSWORD", "bob-pw")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = up.dir.path().join("secret");
+    std::fs::write(&f, b"top secret").unwrap();
+    up.ok(&["cp", f.to_str().unwrap(), "nasd:/secret"]);
+    up.ok(&["chmod", "600", "nasd:/secret"]);
+    let bob = [("NASD_USER", "bob"), ("NASD_PASSWORD", "bob-pw")];
+    assert!(up
+        .fails(&["cat", "nasd:/secret"], &bob)
+        .contains("permission denied"));
+    // bob cannot write into the admin's root directory either.
+    assert!(up
+        .fails(&["cp", f.to_str().unwrap(), "nasd:/mine"], &bob)
+        .contains("permission denied"));
+    assert!(up
+        .fails(&["chmod", "777", "nasd:/secret"], &bob)
+        .contains("permission denied"));
+    up.ok(&["chmod", "644", "nasd:/secret"]);
+    assert_eq!(
+        up.nasd(&["cat", "nasd:/secret"], &bob).stdout,
+        b"top secret"
+    );
+
+    // Through the library: bob's capability dies with the chmod.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let admin = Client::connect(up.session("admin", up.admin_password().trim()))
+            .await
+            .unwrap();
+        let bob = Client::connect(up.session("bob", "bob-pw")).await.unwrap();
+        let g = bob.open("/secret", false).await.unwrap();
+        let conn = nasd_client::DriveConn::connect(&g.layout.addr)
+            .await
+            .unwrap();
+        let t = nasd_client::object::Target {
+            partition: g.layout.partition,
+            object: g.layout.object,
+            protection: g.cap.args.min_protection,
+        };
+        let auth = nasd_client::Auth::Capability(g.cap.clone());
+        let r = conn
+            .read(&auth, t, vec![nasd_proto::Region::new(0, 64)])
+            .await
+            .unwrap();
+        assert_eq!(r.data, b"top secret");
+        admin.chmod("/secret", 0o600).await.unwrap();
+        let e = conn
+            .read(&auth, t, vec![nasd_proto::Region::new(0, 64)])
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), Some(nasd_proto::Status::BadDigest), "{e}");
+        let e = bob.read_at("/secret", 0, 64).await.unwrap_err();
+        assert_eq!(e.status(), Some(MgrStatus::PermissionDenied), "{e}");
+        // Bob's write attempt never gets a capability.
+        let e = bob.open("/secret", true).await.unwrap_err();
+        assert_eq!(e.status(), Some(MgrStatus::PermissionDenied));
+    });
+}
+
+#[test]
+fn manager_killed_during_a_large_copy_then_restarted_with_namespace_intact() {
+    let mut up = Up::start(1);
+    up.ok(&["mkdir", "nasd:/keep"]);
+    let small = up.dir.path().join("small");
+    std::fs::write(&small, b"still here").unwrap();
+    up.ok(&["cp", small.to_str().unwrap(), "nasd:/keep/small"]);
+    let big = up.dir.path().join("big");
+    let data = rand_bytes(160 << 20, 5);
+    std::fs::write(&big, &data).unwrap();
+    let cp = Command::new(NASD)
+        .args(["cp", big.to_str().unwrap(), "nasd:/big"])
+        .env("NASD_CONFIG", up.config())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the manager once the copy has its layout and capability.
+    let t0 = Instant::now();
+    loop {
+        if up.nasd(&["stat", "nasd:/big"], &[]).status.success() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the copy never created its file"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mpid = up.pid("manager");
+    unsafe { libc::kill(mpid as i32, libc::SIGKILL) };
+    let out = cp.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "copy failed with the manager down: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !up.nasd(&["ls", "nasd:/"], &[]).status.success(),
+        "the manager should be down"
+    );
+    // Restart the manager on the same address; the namespace and the data are intact.
+    let cluster: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
+            .unwrap();
+    let m = Command::new(NASD)
+        .args(["manager", "run", "--data"])
+        .arg(cluster["manager"]["dir"].as_str().unwrap())
+        .args(["--listen", cluster["manager"]["addr"].as_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    up.extra.push(m);
+    let t0 = Instant::now();
+    while !up.nasd(&["ls", "nasd:/"], &[]).status.success() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the manager did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        up.nasd(&["cat", "nasd:/keep/small"], &[]).stdout,
+        b"still here"
+    );
+    let back = up.dir.path().join("big.back");
+    up.ok(&["cp", "nasd:/big", back.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "the large file read back differs"
+    );
+}
