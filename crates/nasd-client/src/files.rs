@@ -216,8 +216,10 @@ impl Client {
             return Ok(o);
         }
         let stale = self.caps.get(path, write, false, now);
-        if stale.is_some() && now < self.manager_down_until_ms.load(Ordering::Relaxed) {
-            return Ok(stale.expect("checked"));
+        if let Some(o) = &stale {
+            if now < self.manager_down_until_ms.load(Ordering::Relaxed) {
+                return Ok(o.clone());
+            }
         }
         match self
             .request(

@@ -220,7 +220,8 @@ fn bad_inputs_get_clear_errors_and_change_nothing() {
     let f = up.dir.path().join("f.txt");
     std::fs::write(&f, b"hello").unwrap();
     up.ok(&["cp", f.to_str().unwrap(), "nasd:/d/f"]);
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (vec!["ls", "nasd:/nope"], vec![], "no such file"),
         (vec!["mkdir", "nasd:/d"], vec![], "file exists"),
         (vec!["rm", "nasd:/d"], vec![], "directory not empty"),
