@@ -17,6 +17,7 @@ use nasd_client::object::Target;
 use nasd_client::{Auth, Capability, DriveConn};
 use nasd_proto::{
     CapabilityArgs, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
+    DATA_BYTES_MAX,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -41,6 +42,12 @@ pub struct BenchDriveArgs {
     /// Requests in flight at once (1: one request at a time, latency-bound).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     depth: u16,
+    /// Only these schemes (comma-separated; default all four).
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse::scheme)]
+    schemes: Vec<Scheme>,
+    /// Only these request sizes (comma-separated, e.g. 4K,1M; default by --quick).
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse::bytes)]
+    sizes: Vec<u64>,
     /// Digest suite of the benchmark drive.
     #[arg(long, value_parser = crate::parse::suite, default_value = "blake3")]
     suite: Suite,
@@ -125,7 +132,19 @@ fn pseudo_random(n: usize, mut x: u64) -> Vec<u8> {
 }
 
 async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
-    let sizes: &[u64] = if a.quick { &SIZES_QUICK } else { &SIZES_FULL };
+    let sizes: &[u64] = match (a.sizes.is_empty(), a.quick) {
+        (false, _) => &a.sizes,
+        (true, true) => &SIZES_QUICK,
+        (true, false) => &SIZES_FULL,
+    };
+    if sizes.iter().any(|&s| s == 0 || s > DATA_BYTES_MAX as u64) {
+        anyhow::bail!("--sizes must be between 1 and {DATA_BYTES_MAX} bytes");
+    }
+    let schemes: &[Scheme] = if a.schemes.is_empty() {
+        &Scheme::ALL
+    } else {
+        &a.schemes
+    };
     let budget = if a.quick { &BUDGET_QUICK } else { &BUDGET_FULL };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let partition = PartitionId(1);
@@ -186,7 +205,7 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
         outln!();
     }
     let started = Instant::now();
-    for scheme in Scheme::ALL {
+    for &scheme in schemes {
         let t0 = Target {
             partition,
             object: ObjectId::ANY,
