@@ -232,11 +232,13 @@ impl Client {
             .await
         {
             Ok(r) => self.opened(path, write, r),
-            Err(FsError::Manager { source, .. }) if source.is_unavailable() && stale.is_some() => {
-                tracing::info!("manager unreachable; using the cached capability for {path}");
-                Ok(stale.expect("checked"))
-            }
-            Err(e) => Err(e),
+            Err(e) => match (&e, stale) {
+                (FsError::Manager { source, .. }, Some(o)) if source.is_unavailable() => {
+                    tracing::info!("manager unreachable; using the cached capability for {path}");
+                    Ok(o)
+                }
+                _ => Err(e),
+            },
         }
     }
 

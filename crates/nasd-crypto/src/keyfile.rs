@@ -102,7 +102,7 @@ impl KeyFile {
         Ok(KeyFile {
             kind,
             drive: drive.ok_or(KeyFileError::Missing("drive"))?,
-            suite: suite.unwrap_or(Suite::Blake3),
+            suite: suite.ok_or(KeyFileError::Missing("suite"))?,
             partition,
             key: key.ok_or(KeyFileError::Missing("key"))?,
         })

@@ -183,9 +183,9 @@ pub struct RequestHeader {
 }
 
 impl RequestHeader {
-    /// Encodes a request body (`kind`, id, header) with `data_len` bytes of data to follow;
-    /// returns the body prefix and the offset of the digest within it, so the caller can fill
-    /// the digest after computing it over [`RequestHeader::mac_input_of`].
+    /// Encodes a request body (`kind`, id, header); data, if any, is appended by the caller.
+    /// The digest is the header's last 32 bytes, filled by the caller after computing it over
+    /// [`RequestHeader::mac_input_of`].
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(128 + self.args.len());
         w.u8(KIND_REQUEST);
@@ -206,6 +206,7 @@ impl RequestHeader {
                 c.put(&mut w);
             }
             CapField::Sealed(s) => {
+                debug_assert!(s.len() <= SEALED_CAPABILITY_BYTES_MAX);
                 w.u8(2);
                 w.u16(s.len() as u16);
                 w.bytes(s);
@@ -219,10 +220,17 @@ impl RequestHeader {
     }
 
     /// The bytes the request digest covers, given an encoded body: request id and every header
-    /// byte before the digest.
+    /// byte before the digest. Total: a body too short to hold a header gives an empty slice,
+    /// over which no digest verifies.
     pub fn mac_input_of(body: &[u8]) -> &[u8] {
-        let hlen = u32::from_le_bytes([body[9], body[10], body[11], body[12]]) as usize;
-        &body[1..13 + hlen - DIGEST_BYTES]
+        let Some(len) = body.get(9..13) else {
+            return &[];
+        };
+        let hlen = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        match (13 + hlen).checked_sub(DIGEST_BYTES) {
+            Some(end) if end >= 1 && 13 + hlen <= body.len() => &body[1..end],
+            _ => &[],
+        }
     }
 
     /// Decodes a request body; returns the header and the offset where data begins.

@@ -139,6 +139,7 @@ pub enum Op {
 }
 
 fn put_regions(w: &mut Writer, regions: &[Region]) {
+    debug_assert!(regions.len() <= REGIONS_MAX, "callers bound region lists");
     w.u16(regions.len() as u16);
     for r in regions {
         r.put(w);

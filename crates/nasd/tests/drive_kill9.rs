@@ -19,7 +19,11 @@ impl Drop for Proc {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn nasd() -> Command {
@@ -53,17 +57,37 @@ fn content(seed: u64, n: usize) -> Vec<u8> {
 async fn acknowledged_writes_survive_kill_9() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("drive");
-    let st = nasd().args(["drive", "init", "--data"]).arg(&dir).args(["--partition", "1"]).output().unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-    let pk = KeyFile::decode(&std::fs::read_to_string(dir.join("keys/partition-1.key")).unwrap()).unwrap();
-    let wk = KeyFile::decode(&std::fs::read_to_string(dir.join("keys/partition-1-working.key")).unwrap()).unwrap();
+    let st = nasd()
+        .args(["drive", "init", "--data"])
+        .arg(&dir)
+        .args(["--partition", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let pk = KeyFile::decode(&std::fs::read_to_string(dir.join("keys/partition-1.key")).unwrap())
+        .unwrap();
+    let wk = KeyFile::decode(
+        &std::fs::read_to_string(dir.join("keys/partition-1-working.key")).unwrap(),
+    )
+    .unwrap();
     let port = free_port();
 
     for round in 0..3u64 {
         let (mut proc_, c) = start(&dir, port).await;
-        let t = Target { partition: P, object: ObjectId(0), protection: Protection::INTEGRITY_DATA };
+        let t = Target {
+            partition: P,
+            object: ObjectId(0),
+            protection: Protection::INTEGRITY_DATA,
+        };
         let scheme = [Scheme::Tree, Scheme::Digest, Scheme::Incremental][round as usize];
-        let (o, _) = c.create(&Auth::from_key_file(&pk), t, Some(scheme)).await.unwrap();
+        let (o, _) = c
+            .create(&Auth::from_key_file(&pk), t, Some(scheme))
+            .await
+            .unwrap();
         let args = CapabilityArgs {
             drive: wk.drive,
             partition: P,
@@ -72,7 +96,7 @@ async fn acknowledged_writes_survive_kill_9() {
             rights: Rights::ALL,
             expiry_ms: u64::MAX,
             audit_id: round,
-            min_protection: Protection::NONE,
+            min_protection: Protection::INTEGRITY_DATA,
         };
         let auth = Auth::Capability(Capability::mint(wk.suite, &wk.key, args, 0, false));
         let t = Target { object: o, ..t };
@@ -87,7 +111,10 @@ async fn acknowledged_writes_survive_kill_9() {
         let mut acked = vec![];
         let mut in_flight = None;
         for i in 0..400u64 {
-            match c.write(&auth, t, i * slot, &content(i + round * 100, slot as usize)).await {
+            match c
+                .write(&auth, t, i * slot, &content(i + round * 100, slot as usize))
+                .await
+            {
                 Ok(_) => acked.push(i),
                 Err(_) => {
                     in_flight = Some(i);
@@ -102,12 +129,26 @@ async fn acknowledged_writes_survive_kill_9() {
         drop(c);
         let (_p2, c2) = start(&dir, port).await;
         for &i in &acked {
-            let r = c2.read(&auth, t, vec![Region::new(i * slot, slot)]).await.expect("acknowledged data reads back verified");
-            assert!(r.data == content(i + round * 100, slot as usize), "round {round}: acknowledged write {i} lost");
+            let r = c2
+                .read(&auth, t, vec![Region::new(i * slot, slot)])
+                .await
+                .expect("acknowledged data reads back verified");
+            assert!(
+                r.data == content(i + round * 100, slot as usize),
+                "round {round}: acknowledged write {i} lost"
+            );
         }
         if let Some(i) = in_flight {
-            let r = c2.read(&auth, t, vec![Region::new(i * slot, slot)]).await.unwrap();
-            assert!(r.data.is_empty() || r.data == content(i + round * 100, slot as usize) || r.data.iter().all(|&b| b == 0), "round {round}: torn write {i}");
+            let r = c2
+                .read(&auth, t, vec![Region::new(i * slot, slot)])
+                .await
+                .unwrap();
+            assert!(
+                r.data.is_empty()
+                    || r.data == content(i + round * 100, slot as usize)
+                    || r.data.iter().all(|&b| b == 0),
+                "round {round}: torn write {i}"
+            );
         }
     }
 }
