@@ -48,6 +48,8 @@ pub struct Metrics {
     /// Object data and attribute bytes the drive fed to a hash or MAC.
     pub data_bytes_hashed: AtomicU64,
     pub refused: AtomicU64,
+    /// CPU time spent handling requests (this thread's, so waits are excluded), nanoseconds.
+    pub handler_cpu_ns: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,6 +57,9 @@ pub struct MetricsSnapshot {
     pub requests: u64,
     pub data_bytes_hashed: u64,
     pub refused: u64,
+    /// CPU the drive spent on requests: request handling plus the writer thread's work.
+    /// Socket I/O is not included (it is the same at every protection level).
+    pub cpu_ns: u64,
 }
 
 /// A reply as it goes on the wire: one frame whose body is `head` followed by `data`, kept
@@ -167,6 +172,8 @@ impl Drive {
             requests: self.metrics.requests.load(Ordering::Relaxed),
             data_bytes_hashed: self.metrics.data_bytes_hashed.load(Ordering::Relaxed),
             refused: self.metrics.refused.load(Ordering::Relaxed),
+            cpu_ns: self.metrics.handler_cpu_ns.load(Ordering::Relaxed)
+                + self.store.writer_cpu_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -217,6 +224,14 @@ impl Drive {
 
     /// Handles one request body and returns the reply. Never panics on bad input.
     pub fn handle(&self, body: Vec<u8>) -> ReplyBytes {
+        let cpu0 = crate::thread_cpu_ns();
+        let r = self.handle_inner(body);
+        let ns = crate::thread_cpu_ns().saturating_sub(cpu0);
+        self.metrics.handler_cpu_ns.fetch_add(ns, Ordering::Relaxed);
+        r
+    }
+
+    fn handle_inner(&self, body: Vec<u8>) -> ReplyBytes {
         self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let request_id = body
             .get(1..9)

@@ -104,6 +104,8 @@ pub struct Store {
     pub(crate) state: RwLock<Cached>,
     pub(crate) alloc: Mutex<Alloc>,
     pub(crate) tree_cache: crate::tree_cache::TreeCache,
+    /// CPU time the writer thread spent on jobs, in nanoseconds.
+    pub(crate) writer_cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 /// Keeps freed blocks from being reused while a read that may still map them is running.
@@ -225,6 +227,7 @@ impl Store {
             }),
             data,
             tree_cache: Default::default(),
+            writer_cpu_ns: Default::default(),
         })
     }
 

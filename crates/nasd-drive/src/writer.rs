@@ -1281,8 +1281,17 @@ fn writer_loop(store: Arc<Store>, rx: mpsc::Receiver<(Job, Reply)>) {
                 Err(_) => break,
             }
         }
+        let cpu0 = crate::thread_cpu_ns();
         let jobs: Vec<&Job> = batch.iter().map(|(j, _)| j).collect();
-        match run_batch(&store, &jobs) {
+        let result = run_batch(&store, &jobs);
+        let spent = |cpu0: u64| {
+            let ns = crate::thread_cpu_ns().saturating_sub(cpu0);
+            store
+                .writer_cpu_ns
+                .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        };
+        spent(cpu0);
+        match result {
             Ok(outs) => {
                 for ((_, reply), out) in batch.into_iter().zip(outs) {
                     reply(out);
@@ -1293,7 +1302,9 @@ fn writer_loop(store: Arc<Store>, rx: mpsc::Receiver<(Job, Reply)>) {
             }
             Err(_) => {
                 for (job, reply) in batch {
+                    let cpu0 = crate::thread_cpu_ns();
                     let out = run_batch(&store, &[&job]).and_then(|mut v| v.pop().unwrap());
+                    spent(cpu0);
                     reply(out);
                 }
             }

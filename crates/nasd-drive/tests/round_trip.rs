@@ -356,3 +356,38 @@ async fn concurrent_reads_during_writes_always_verify() {
         r.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_metadata_stays_under_3_2_percent_of_data() {
+    let d = TestDrive::start().await;
+    let c = d.conn().await;
+    let o = d.create(&c, Scheme::Tree).await;
+    let auth = d.mint(d.cap_args(o, Rights::ALL), 0);
+    let size = (8 << 20) + 12_345;
+    for (i, part) in bytes(7, size).chunks(1 << 20).enumerate() {
+        c.write(
+            &auth,
+            target(o, Protection::INTEGRITY_DATA),
+            (i << 20) as u64,
+            part,
+        )
+        .await
+        .unwrap();
+    }
+    let meta = d.drive.store.metadata_bytes(P, o).unwrap();
+    let share = meta as f64 / size as f64;
+    eprintln!(
+        "tree metadata: {meta} bytes for {size} bytes of data = {:.3}%",
+        share * 100.0
+    );
+    assert!(
+        share <= 0.032,
+        "tree metadata is {:.3}% of data",
+        share * 100.0
+    );
+    assert!(
+        share >= 0.031,
+        "leaves are 32 B per KiB: {:.3}%",
+        share * 100.0
+    );
+}

@@ -7,9 +7,12 @@
 //! protection level followed by the reads. A cell is several time-boxed runs with `--depth`
 //! requests in flight (default one at a time), interleaved with the other protection levels'
 //! runs so background load falls on all alike; the reported throughput is the median run's.
-//! The drive's hashed bytes per request come from its metrics, read around each run. The
-//! client's own verification (hashing, decryption) is inside the measured time. A benchmark,
-//! not a test: it asserts nothing about speed.
+//! The drive's hashed bytes and CPU time per request come from its metrics, read around each
+//! run (`--json` fields `drive_hashed_bytes_per_op`, `drive_cpu_us_per_op`). The client's own
+//! verification (hashing, decryption) is inside the measured throughput, so with one request in
+//! flight on a 2-core machine the end-to-end ratio includes the client's hashing; the drive's
+//! CPU per request shows what the drive itself pays. A benchmark, not a test: it asserts
+//! nothing about speed.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -106,6 +109,8 @@ struct Cell {
     mib_per_s: f64,
     ops_per_s: f64,
     hashed_per_op: f64,
+    /// Drive CPU per request (handling plus the writer thread; socket I/O excluded), µs.
+    drive_cpu_us_per_op: f64,
 }
 
 pub fn run(c: BenchCmd) -> anyhow::Result<()> {
@@ -346,6 +351,7 @@ async fn measure_row(
     let mut rates = vec![Vec::with_capacity(budget.runs); n];
     let mut requests = vec![0u64; n];
     let mut hashed = vec![0u64; n];
+    let mut cpu = vec![0u64; n];
     for _ in 0..budget.runs {
         for (i, (_, s)) in specs.iter().enumerate() {
             let before = drive.metrics();
@@ -355,6 +361,7 @@ async fn measure_row(
             hashed[i] += after
                 .data_bytes_hashed
                 .saturating_sub(before.data_bytes_hashed);
+            cpu[i] += after.cpu_ns.saturating_sub(before.cpu_ns);
         }
     }
     Ok(specs
@@ -373,6 +380,7 @@ async fn measure_row(
                 mib_per_s: ops_per_s * s.size as f64 / (1u64 << 20) as f64,
                 ops_per_s,
                 hashed_per_op: hashed[i] as f64 / requests[i].max(1) as f64,
+                drive_cpu_us_per_op: cpu[i] as f64 / 1000.0 / requests[i].max(1) as f64,
             }
         })
         .collect())
@@ -397,6 +405,7 @@ fn emit(row: &[Cell], json: bool) {
                     "mib_per_s": (c.mib_per_s * 100.0).round() / 100.0,
                     "ops_per_s": (c.ops_per_s * 10.0).round() / 10.0,
                     "drive_hashed_bytes_per_op": c.hashed_per_op.round(),
+                    "drive_cpu_us_per_op": (c.drive_cpu_us_per_op * 100.0).round() / 100.0,
                     "ratio_vs_none": (c.mib_per_s / none * 1000.0).round() / 1000.0,
                 })
             );
