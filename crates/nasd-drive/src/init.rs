@@ -4,7 +4,7 @@
 //! capabilities at once. Key files go under `DIR/keys/` in the format of
 //! `nasd_crypto::keyfile`.
 
-use crate::records::{DriveRecord, PartitionRecord};
+use crate::records::DriveRecord;
 use crate::storage::FileStorage;
 use crate::store::Store;
 use crate::writer::{run_now, Job};
@@ -110,33 +110,20 @@ pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
                     ))
                 })?,
             };
-            write_key_file(
-                &master_key_file,
-                &KeyFile {
-                    kind: KeyType::Master,
-                    drive,
-                    suite,
-                    partition: None,
-                    key: k.clone(),
-                },
-            )?;
             k
         }
-        None => {
-            let k = Key::generate();
-            write_key_file(
-                &master_key_file,
-                &KeyFile {
-                    kind: KeyType::Master,
-                    drive,
-                    suite,
-                    partition: None,
-                    key: k.clone(),
-                },
-            )?;
-            k
-        }
+        None => Key::generate(),
     };
+    write_key_file(
+        &master_key_file,
+        &KeyFile {
+            kind: KeyType::Master,
+            drive,
+            suite,
+            partition: None,
+            key: master.clone(),
+        },
+    )?;
     let drive_key = Key::generate();
     let drive_key_file = keys.join("drive.key");
     write_key_file(
@@ -208,7 +195,6 @@ pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
         )?;
         report.partition_key_file = Some(pf);
         report.working_key_file = Some(wf);
-        let _ = PartitionRecord::new(0, Scheme::Tree);
     }
     Ok(report)
 }

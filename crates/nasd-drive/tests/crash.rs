@@ -73,7 +73,8 @@ fn read_verified(store: &Store, o: ObjectId) -> Vec<u8> {
     r.data
 }
 
-fn trial(seed: u64, scheme: Scheme, keep_per_mille: u64) {
+/// A fresh drive on two simulated disks behind fault injectors, with partition `P`.
+fn new_drive(scheme: Scheme) -> (Disks, Store, Arc<Faulty>, Arc<Faulty>) {
     let disks = Disks {
         meta: SimDisk::new(),
         data: SimDisk::new(),
@@ -98,6 +99,11 @@ fn trial(seed: u64, scheme: Scheme, keep_per_mille: u64) {
         },
     )
     .unwrap();
+    (disks, store, m, d)
+}
+
+fn trial(seed: u64, scheme: Scheme, keep_per_mille: u64) {
+    let (disks, store, m, d) = new_drive(scheme);
     let JobOut::Object(o, _) = run_now(
         &store,
         Job::Create {
@@ -215,30 +221,7 @@ fn acknowledged_writes_survive_power_loss_at_any_instant() {
 
 #[test]
 fn disk_full_is_a_clean_error() {
-    let disks = Disks {
-        meta: SimDisk::new(),
-        data: SimDisk::new(),
-    };
-    let (m, d) = disks.faulty();
-    let rec = DriveRecord {
-        drive: DriveId(1),
-        suite: Suite::Blake3,
-        master_key: Key::from_bytes([2; 32]),
-        drive_key: None,
-        min_protection: Protection::NONE,
-        capacity_bytes: 1 << 30,
-        next_phys: 0,
-    };
-    let store = Store::create(m.clone(), d.clone(), rec).unwrap();
-    run_now(
-        &store,
-        Job::CreatePartition {
-            p: P,
-            quota_bytes: 1 << 30,
-            scheme: Scheme::Tree,
-        },
-    )
-    .unwrap();
+    let (_disks, store, _m, d) = new_drive(Scheme::Tree);
     let JobOut::Object(o, _) = run_now(
         &store,
         Job::Create {
