@@ -441,15 +441,8 @@ impl Store {
                 }
                 Scheme::Tree => {
                     let n = tree::chunk_count(size);
-                    let mut src = NodeSource::new(
-                        suite,
-                        p,
-                        o,
-                        size,
-                        &blocks,
-                        Some(r.open_table(NODES).map_err(db_err)?),
-                    )
-                    .with_cache(&self.tree_cache, version);
+                    let mut src = NodeSource::new(suite, p, o, size, &blocks, Some(&r))
+                        .with_cache(&self.tree_cache, version);
                     let top = tree::top(suite, &mut src, n)?;
                     let mut proofs = vec![];
                     for reg in &out_regions {
@@ -683,26 +676,24 @@ impl Store {
 
 /// Complete tree nodes for one object: stored nodes at [`STORED_TREE_LEVEL_MIN`] and above
 /// (absent means an all-zero subtree), merged from block entries' leaves below it.
-pub struct NodeSource<
-    'a,
-    B: ReadableTable<(u16, u64, u64), &'static [u8]>,
-    N: ReadableTable<(u16, u64, u8, u64), &'static [u8]>,
-> {
+pub struct NodeSource<'a, B: ReadableTable<(u16, u64, u64), &'static [u8]>> {
     suite: Suite,
     p: u16,
     o: u64,
     size: u64,
     blocks: &'a B,
-    nodes: Option<N>,
+    /// Where stored nodes come from: opened on the first miss, so reads the cache answers
+    /// never open the table.
+    txn: Option<&'a redb::ReadTransaction>,
+    nodes: Option<NodesTable>,
     leaves: HashMap<u64, Vec<Digest>>,
     cache: Option<(&'a crate::tree_cache::TreeCache, u64)>,
     fresh: Vec<((u32, u64), Digest)>,
 }
 
-impl<'a, B, N> NodeSource<'a, B, N>
+impl<'a, B> NodeSource<'a, B>
 where
     B: ReadableTable<(u16, u64, u64), &'static [u8]>,
-    N: ReadableTable<(u16, u64, u8, u64), &'static [u8]>,
 {
     pub fn new(
         suite: Suite,
@@ -710,7 +701,7 @@ where
         o: ObjectId,
         size: u64,
         blocks: &'a B,
-        nodes: Option<N>,
+        txn: Option<&'a redb::ReadTransaction>,
     ) -> Self {
         Self {
             suite,
@@ -718,7 +709,8 @@ where
             o: o.0,
             size,
             blocks,
-            nodes,
+            txn,
+            nodes: None,
             leaves: HashMap::new(),
             cache: None,
             fresh: vec![],
@@ -775,6 +767,9 @@ where
     /// A complete node from the stored nodes (levels >= 7) or merged from leaves.
     fn complete_uncached(&mut self, level: u32, index: u64) -> R<Digest> {
         if level >= STORED_TREE_LEVEL_MIN {
+            if let (None, Some(txn)) = (&self.nodes, self.txn) {
+                self.nodes = Some(txn.open_table(NODES).map_err(db_err)?);
+            }
             if let Some(nodes) = &self.nodes {
                 return match nodes
                     .get((self.p, self.o, level as u8, index))
@@ -814,10 +809,9 @@ where
     }
 }
 
-impl<B, N> tree::CompleteNodes for NodeSource<'_, B, N>
+impl<B> tree::CompleteNodes for NodeSource<'_, B>
 where
     B: ReadableTable<(u16, u64, u64), &'static [u8]>,
-    N: ReadableTable<(u16, u64, u8, u64), &'static [u8]>,
 {
     type Error = DriveError;
     fn complete(&mut self, level: u32, index: u64) -> R<Digest> {

@@ -1111,8 +1111,7 @@ impl<'a> Tx<'a> {
                 }
                 let v = if level == base {
                     let blocks = self.w.open_table(BLOCKS).map_err(db_err)?;
-                    let mut src: NodeSource<'_, _, crate::store::NodesTable> =
-                        NodeSource::new(suite, p, o, new, &blocks, None);
+                    let mut src = NodeSource::new(suite, p, o, new, &blocks, None);
                     src.from_leaves(level, i)?
                 } else {
                     let t = self.w.open_table(NODES).map_err(db_err)?;
