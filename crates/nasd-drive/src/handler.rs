@@ -109,6 +109,8 @@ struct Authed {
     op: Op,
     /// Decrypted request data under privacy; otherwise the data is the request body's tail.
     plain: Option<Vec<u8>>,
+    /// A refusal found after the digest verified (region, replay): answered authenticated.
+    refused: Option<Refusal>,
     write_pieces: Vec<Vec<pieces::PieceHash>>,
 }
 
@@ -265,7 +267,13 @@ impl Drive {
                 self.unauthenticated(h.request_id, s, &d)
             }
             Ok(mut a) => {
-                let out = self.execute(&h, &mut a, body, data_at, &mut cost);
+                let out = match a.refused.take() {
+                    Some(r) => {
+                        self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                        Err(r)
+                    }
+                    None => self.execute(&h, &mut a, body, data_at, &mut cost),
+                };
                 let st = match &out {
                     Ok(_) => Status::Ok,
                     Err(r) => r.0,
@@ -495,25 +503,27 @@ impl Drive {
         for key in keys {
             match self.verify_with(h, body, data, &key, suite, cap.as_ref(), cost) {
                 Ok((op, plain, write_pieces)) => {
+                    // The request is authentic: refusals from here on are answered under its
+                    // key, with its protection (seed 002 §2.4), like any other reply.
+                    let mut refused = None;
                     // 7: regions inside the capability's region.
                     if let Some(c) = &cap {
-                        for r in op_regions(&op) {
-                            if !c.region.contains(r) {
-                                return refuse(
-                                    Status::RegionOutsideCapability,
-                                    format!(
-                                        "region {}+{} outside capability region {}+{}",
-                                        r.offset, r.len, c.region.offset, c.region.len
-                                    ),
-                                );
-                            }
+                        if let Some(r) = op_regions(&op).iter().find(|r| !c.region.contains(r)) {
+                            refused = Some(Refusal(
+                                Status::RegionOutsideCapability,
+                                format!(
+                                    "region {}+{} outside capability region {}+{}",
+                                    r.offset, r.len, c.region.offset, c.region.len
+                                ),
+                            ));
                         }
                     }
                     // 9: the nonce is new; recorded only now that the request is authentic.
-                    self.nonces
-                        .lock()
-                        .accept(now, &h.nonce)
-                        .map_err(nonce_refusal)?;
+                    if refused.is_none() {
+                        if let Err(e) = self.nonces.lock().accept(now, &h.nonce) {
+                            refused = Some(nonce_refusal(e));
+                        }
+                    }
                     let key = if h.protection.integrity_args() || h.protection.privacy_args() {
                         Some(key)
                     } else {
@@ -525,6 +535,7 @@ impl Drive {
                         op,
                         plain,
                         write_pieces,
+                        refused,
                     });
                 }
                 Err(r) => last = r,

@@ -271,6 +271,26 @@ async fn each_refusal_has_its_status_and_changes_nothing() {
     .await
     .unwrap();
 
+    // a refusal found after the digest verified is answered under the request's key
+    let e = c
+        .read(
+            &small,
+            target(o, Protection::INTEGRITY_DATA),
+            vec![Region::new(4000, 200)],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Refused {
+                authenticated: true,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
     // 8. digest: a forged capability key, a changed argument, a changed data byte
     let nasd_client::Auth::Capability(mut forged) = d.mint(d.cap_args(o, Rights::ALL), 0) else {
         unreachable!()
