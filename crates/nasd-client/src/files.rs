@@ -93,6 +93,42 @@ fn local(path: &Path) -> impl Fn(std::io::Error) -> FsError + '_ {
     }
 }
 
+fn open_file(path: &str, stat: FileStat, layout: Layout, cap: CapGrant) -> OpenFile {
+    OpenFile {
+        path: path.into(),
+        stat,
+        cap: Capability {
+            args: cap.args,
+            key: Key::from_bytes(cap.key),
+            sealed: None,
+            suite: layout.suite,
+        },
+        layout,
+        issued_ms: now_ms(),
+    }
+}
+
+/// Where an upload's bytes go: a new file, visible from its creation, or a staged object that
+/// replaces an existing file's content only when [`Client::finish_upload`] commits it, so a
+/// failed or interrupted overwrite leaves the old content in place.
+#[derive(Clone)]
+pub struct Upload {
+    path: String,
+    /// The staged object's grant. It is never renewed through `open`, which would return the
+    /// old object: a staged upload must finish within its write capability's lifetime.
+    staged: Option<Arc<OpenFile>>,
+}
+
+impl Upload {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+    /// Whether this upload replaces an existing file.
+    pub fn replaces(&self) -> bool {
+        self.staged.is_some()
+    }
+}
+
 /// A connection to a nasd cluster as one user.
 pub struct Client {
     cfg: SessionConfig,
@@ -185,22 +221,7 @@ impl Client {
     fn opened(&self, path: &str, write: bool, r: MgrReply) -> Result<Arc<OpenFile>, FsError> {
         match r {
             MgrReply::Opened { stat, layout, cap } => {
-                let capability = Capability {
-                    args: cap.args,
-                    key: Key::from_bytes(cap.key),
-                    sealed: None,
-                    suite: layout.suite,
-                };
-                Ok(self.caps.put(
-                    write,
-                    OpenFile {
-                        path: path.into(),
-                        stat,
-                        layout,
-                        cap: capability,
-                        issued_ms: now_ms(),
-                    },
-                ))
+                Ok(self.caps.put(write, open_file(path, stat, layout, cap)))
             }
             other => Err(FsError::Usage(format!(
                 "{path}: unexpected manager reply {other:?}"
@@ -242,14 +263,9 @@ impl Client {
         }
     }
 
-    /// Creates (or with `exclusive: false` truncates) a file; one manager round trip that
-    /// returns the layout and a write capability.
-    pub async fn create(
-        &self,
-        path: &str,
-        mode: u32,
-        exclusive: bool,
-    ) -> Result<Arc<OpenFile>, FsError> {
+    /// Creates a new file (`Exists` if the name is taken; [`Client::begin_upload`] replaces);
+    /// one manager round trip that returns the layout and a write capability.
+    pub async fn create(&self, path: &str, mode: u32) -> Result<Arc<OpenFile>, FsError> {
         self.caps.invalidate(path);
         let r = self
             .request(
@@ -257,11 +273,112 @@ impl Client {
                 MgrRequest::Create {
                     path: path.into(),
                     mode,
-                    exclusive,
+                    exclusive: true,
                 },
             )
             .await?;
         self.opened(path, true, r)
+    }
+
+    /// Starts writing `path`: creates it, or, when it exists, stages a fresh object for the new
+    /// content (one manager round trip either way).
+    pub async fn begin_upload(&self, path: &str, mode: u32) -> Result<Upload, FsError> {
+        self.caps.invalidate(path);
+        let r = self
+            .request(
+                path,
+                MgrRequest::Create {
+                    path: path.into(),
+                    mode,
+                    exclusive: false,
+                },
+            )
+            .await?;
+        let staged = match r {
+            MgrReply::Staged { stat, layout, cap } => {
+                Some(Arc::new(open_file(path, stat, layout, cap)))
+            }
+            r => {
+                self.opened(path, true, r)?;
+                None
+            }
+        };
+        Ok(Upload {
+            path: path.into(),
+            staged,
+        })
+    }
+
+    /// Writes `data` at `offset` of an upload.
+    pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        match &u.staged {
+            None => self.write_at(&u.path, offset, data).await,
+            Some(g) => self.write_granted(&u.path, g, offset, data).await,
+        }
+    }
+
+    /// Ends an upload whose writes were all acknowledged (so durable on the drive): a staged
+    /// replacement is committed, which swaps it into the name and removes the old object.
+    pub async fn finish_upload(&self, u: Upload) -> Result<(), FsError> {
+        let Some(g) = u.staged else {
+            return Ok(());
+        };
+        self.caps.invalidate(&u.path);
+        let r = self
+            .ok(
+                &u.path,
+                MgrRequest::Commit {
+                    path: u.path.clone(),
+                    drive: g.layout.drive,
+                    object: g.layout.object,
+                },
+            )
+            .await;
+        self.caps.invalidate(&u.path);
+        r
+    }
+
+    /// Writes under a fixed grant: reconnects once on a lost connection, never renews.
+    async fn write_granted(
+        &self,
+        path: &str,
+        g: &OpenFile,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), FsError> {
+        let mut reconnected = false;
+        loop {
+            let c = self
+                .conn(&g.layout)
+                .await
+                .map_err(|source| FsError::Drive {
+                    path: path.into(),
+                    source,
+                })?;
+            let t = Target {
+                partition: g.layout.partition,
+                object: g.layout.object,
+                protection: g.cap.args.min_protection,
+            };
+            match c
+                .write(&Auth::Capability(g.cap.clone()), t, offset, data)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(ClientError::ConnectionLost(_) | ClientError::Timeout { .. })
+                    if !reconnected =>
+                {
+                    reconnected = true;
+                    self.drop_conn(&g.layout.addr, &c);
+                }
+                Err(source) => {
+                    return Err(FsError::Drive {
+                        path: path.into(),
+                        source,
+                    })
+                }
+            }
+        }
     }
 
     /// A pooled connection to the drive of `layout`.
@@ -381,12 +498,14 @@ impl Client {
         data: &[u8],
         mode: u32,
     ) -> Result<(), FsError> {
-        self.create(path, mode, false).await?;
-        let r = self.write_all(path, data).await;
-        self.cleanup_on_error(path, r).await
+        let u = self.begin_upload(path, mode).await?;
+        let r = self.write_all(&u, data).await;
+        let r = self.cleanup_on_error(&u, r).await;
+        r?;
+        self.finish_upload(u).await
     }
 
-    async fn write_all(self: &Arc<Self>, path: &str, data: &[u8]) -> Result<(), FsError> {
+    async fn write_all(self: &Arc<Self>, u: &Upload, data: &[u8]) -> Result<(), FsError> {
         let mut set = tokio::task::JoinSet::new();
         let data: Arc<[u8]> = Arc::from(data);
         let me = self.shared();
@@ -397,10 +516,10 @@ impl Client {
                     .expect("non-empty")
                     .map_err(|e| FsError::Usage(e.to_string()))??;
             }
-            let (d, me, p) = (data.clone(), me.clone(), path.to_string());
+            let (d, me, u) = (data.clone(), me.clone(), u.clone());
             set.spawn(async move {
                 let end = (off + CHUNK_BYTES).min(d.len());
-                me.write_at(&p, off as u64, &d[off..end]).await
+                me.upload_write(&u, off as u64, &d[off..end]).await
             });
         }
         while let Some(r) = set.join_next().await {
@@ -409,10 +528,12 @@ impl Client {
         Ok(())
     }
 
-    /// After a failed upload, removes the half-written file so no partial file stays visible
-    /// (best effort: the manager may be the reason it failed).
-    async fn cleanup_on_error<T>(&self, path: &str, r: Result<T, FsError>) -> Result<T, FsError> {
-        if r.is_err() {
+    /// After a failed upload, removes the half-written new file so no partial file stays
+    /// visible (best effort: the manager may be the reason it failed). A failed replacement
+    /// needs nothing: its staged object was never visible, and the old content is untouched.
+    async fn cleanup_on_error<T>(&self, u: &Upload, r: Result<T, FsError>) -> Result<T, FsError> {
+        let path = u.path.as_str();
+        if r.is_err() && !u.replaces() {
             self.caps.invalidate(path);
             if let Err(e) = self
                 .ok(path, MgrRequest::Unlink { path: path.into() })
@@ -463,7 +584,7 @@ impl Client {
         use std::io::Read;
         let mut f = std::fs::File::open(local_path).map_err(local(local_path))?;
         let size = f.metadata().map_err(local(local_path))?.len();
-        self.create(remote, mode, false).await?;
+        let u = self.begin_upload(remote, mode).await?;
         let me = self.shared();
         let done = Arc::new(AtomicU64::new(0));
         let r: Result<u64, FsError> = async {
@@ -489,14 +610,10 @@ impl Client {
                         .expect("non-empty")
                         .map_err(|e| FsError::Usage(e.to_string()))??;
                 }
-                let (me, p, done, progress) = (
-                    me.clone(),
-                    remote.to_string(),
-                    done.clone(),
-                    progress.clone(),
-                );
+                let (me, u, done, progress) =
+                    (me.clone(), u.clone(), done.clone(), progress.clone());
                 set.spawn(async move {
-                    me.write_at(&p, off, &buf).await?;
+                    me.upload_write(&u, off, &buf).await?;
                     progress(
                         done.fetch_add(buf.len() as u64, Ordering::Relaxed) + buf.len() as u64,
                     );
@@ -513,7 +630,9 @@ impl Client {
             Ok(off)
         }
         .await;
-        self.cleanup_on_error(remote, r).await
+        let n = self.cleanup_on_error(&u, r).await?;
+        self.finish_upload(u).await?;
+        Ok(n)
     }
 
     /// Streams `remote` into a local file with parallel drive reads.

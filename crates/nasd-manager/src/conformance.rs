@@ -42,6 +42,61 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     namespace(&mut make());
     rename(&mut make());
     drives_sessions_meta(&mut make());
+    staged_commits(&mut make());
+}
+
+fn staged(object: u64, created_ms: u64) -> Staged {
+    Staged {
+        obj: file(0, object).obj.expect("files have objects"),
+        acv: 3,
+        uid: 5,
+        path: "/f".into(),
+        mode: 0o600,
+        created_ms,
+    }
+}
+
+/// An overwrite: the staged object replaces the file's in one step, keeping the inode; a
+/// staged object whose name vanished is linked fresh; nothing commits twice.
+fn staged_commits<S: MetaStore>(s: &mut S) {
+    let f = s.link_new(ROOT_INO, "f", &file(5, 16)).unwrap();
+    let a = staged(17, 10);
+    s.put_staged(&a).unwrap();
+    assert_eq!(s.staged(a.obj).unwrap(), Some(a.clone()));
+    assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(16)]);
+    let old = s.commit_staged(ROOT_INO, "f", a.obj, &file(5, 0)).unwrap();
+    assert_eq!(
+        old.and_then(|i| i.obj).map(|o| o.object),
+        Some(ObjectId(16))
+    );
+    let now = s.inode(f).unwrap().unwrap();
+    assert_eq!((now.obj, now.acv, now.mode), (Some(a.obj), 3, 0o644));
+    assert_eq!(s.staged(a.obj).unwrap(), None);
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "f", a.obj, &file(5, 0)),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(17)]);
+
+    let b = staged(18, 20);
+    s.put_staged(&b).unwrap();
+    assert_eq!(s.commit_staged(ROOT_INO, "g", b.obj, &file(5, 0)), Ok(None));
+    let g = s
+        .inode(s.lookup(ROOT_INO, "g").unwrap().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.obj, Some(b.obj));
+
+    s.link_new(ROOT_INO, "d", &dir(5)).unwrap();
+    let c = staged(19, 30);
+    s.put_staged(&c).unwrap();
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "d", c.obj, &file(5, 0)),
+        Err(StoreError::IsADirectory)
+    );
+    assert_eq!(s.expire_staged(30).unwrap(), vec![]);
+    assert_eq!(s.expire_staged(31).unwrap(), vec![c.clone()]);
+    assert_eq!(s.staged(c.obj).unwrap(), None);
 }
 
 fn users_and_groups<S: MetaStore>(s: &mut S) {

@@ -177,6 +177,14 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             exclusive,
         } => m.create(c, &path, mode, exclusive).await?,
         Q::Open { path, write } => m.open(c, &path, write).await?,
+        Q::Commit {
+            path,
+            drive,
+            object,
+        } => {
+            m.commit(c, &path, drive, object).await?;
+            MgrReply::Ok
+        }
         Q::ReturnCapability { path, audit_id } => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
             MgrReply::Ok

@@ -543,7 +543,8 @@ impl Manager {
 
     /// Creates a file (its object first, then its name, so a crash in between leaves at most
     /// an unreachable object) and returns its layout with a write capability: one manager
-    /// round trip, then the client writes straight to the drive.
+    /// round trip, then the client writes straight to the drive. On an existing file without
+    /// `exclusive`, stages a fresh object instead ([`Manager::stage`]).
     pub async fn create(
         &self,
         c: &Caller,
@@ -565,27 +566,7 @@ impl Manager {
                 .inode(ino)
                 .map_err(|e| store_err(e, path))?
                 .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
-            if i.kind == FileKind::Dir {
-                return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
-            }
-            if !may(c, &i, W) {
-                return Err(denied(path, "write permission on the file"));
-            }
-            let o = i.obj.expect("files have objects");
-            let attrs = Attributes {
-                logical_size: 0,
-                ..Attributes::default()
-            };
-            let a = self
-                .setattr(o, AttrMask::LOGICAL_SIZE, attrs)
-                .await
-                .map_err(|e| e.at(path))?;
-            let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
-            return Ok(MgrReply::Opened {
-                stat: self.stat_of(&i, Some(&a)),
-                layout,
-                cap,
-            });
+            return self.stage(c, path, i).await;
         }
         let d = self.drives.choose()?;
         let now = now_us();
@@ -602,7 +583,32 @@ impl Manager {
             acv: 0,
             root: None,
         };
-        let fs = FsAttr::encode(&i);
+        let (obj, attrs) = self.create_object(d, &i).await.map_err(|e| e.at(path))?;
+        i.obj = Some(obj);
+        i.acv = attrs.access_control_version;
+        let linked = self.st().link_new(dir.ino, name, &i);
+        match linked {
+            Ok(ino) => i.ino = ino,
+            Err(e) => {
+                self.remove_object(obj).await;
+                return Err(store_err(e, path));
+            }
+        }
+        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        Ok(MgrReply::Opened {
+            stat: self.stat_of(&i, Some(&attrs)),
+            layout,
+            cap,
+        })
+    }
+
+    /// Creates an object on drive `d` whose `fs_specific` mirrors `i`.
+    async fn create_object(
+        &self,
+        d: nasd_proto::DriveId,
+        i: &Inode,
+    ) -> MgrResult<(ObjRef, Attributes)> {
+        let fs = FsAttr::encode(i);
         let (object, attrs) = self
             .drives
             .with_working(d, |conn, auth, partition| async move {
@@ -627,33 +633,132 @@ impl Manager {
                     )),
                 }
             })
-            .await
-            .map_err(|e| e.at(path))?;
+            .await?;
         let partition = self
             .drives
             .record(d)
             .map(|r| r.partition)
             .unwrap_or(drives::FILES_PARTITION);
-        i.obj = Some(ObjRef {
-            drive: d,
-            partition,
-            object,
-        });
-        i.acv = attrs.access_control_version;
-        let linked = self.st().link_new(dir.ino, name, &i);
-        match linked {
-            Ok(ino) => i.ino = ino,
-            Err(e) => {
-                self.remove_object(i.obj.expect("set above")).await;
-                return Err(store_err(e, path));
-            }
+        Ok((
+            ObjRef {
+                drive: d,
+                partition,
+                object,
+            },
+            attrs,
+        ))
+    }
+
+    /// The first half of an overwrite: a fresh object for the new content, recorded as staged
+    /// (so a manager restart does not lose it) and returned with a write capability. The old
+    /// content stays in place and readable until [`Manager::commit`]; an overwrite that never
+    /// commits leaves only the staged object, which the orphan scrub reclaims.
+    async fn stage(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
+        if i.kind == FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
         }
-        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
-        Ok(MgrReply::Opened {
+        if !may(c, &i, W) {
+            return Err(denied(path, "write permission on the file"));
+        }
+        let d = self.drives.choose()?;
+        let (obj, attrs) = self.create_object(d, &i).await.map_err(|e| e.at(path))?;
+        let staged = Staged {
+            obj,
+            acv: attrs.access_control_version,
+            uid: c.uid,
+            path: path.to_string(),
+            mode: i.mode,
+            created_ms: now_ms(),
+        };
+        let put = self.st().put_staged(&staged);
+        if let Err(e) = put {
+            self.remove_object(obj).await;
+            return Err(store_err(e, path));
+        }
+        let next = Inode {
+            obj: Some(obj),
+            acv: staged.acv,
+            ..i.clone()
+        };
+        let (layout, cap) = self.mint(c, path, &next, Grant::Write)?;
+        Ok(MgrReply::Staged {
             stat: self.stat_of(&i, Some(&attrs)),
             layout,
             cap,
         })
+    }
+
+    /// The second half of an overwrite, sent once every write to the staged object was
+    /// acknowledged (the drive acknowledges only durable data): one store transaction points
+    /// the name at the new object, then the old object is removed, which revokes its
+    /// capabilities. Only the user who staged the object may commit it, and only at the path
+    /// it was staged for.
+    pub async fn commit(
+        &self,
+        c: &Caller,
+        path: &str,
+        drive: nasd_proto::DriveId,
+        object: ObjectId,
+    ) -> MgrResult<()> {
+        let (dir, name) = self.parent(c, path, false)?;
+        let partition = self
+            .drives
+            .record(drive)
+            .map(|r| r.partition)
+            .unwrap_or(drives::FILES_PARTITION);
+        let obj = ObjRef {
+            drive,
+            partition,
+            object,
+        };
+        let nothing = || {
+            MgrError::new(
+                MgrStatus::NoSuchPath,
+                format!("{path}: nothing staged for object {object} (expired or committed)"),
+            )
+        };
+        let s = self
+            .st()
+            .staged(obj)
+            .map_err(|e| store_err(e, path))?
+            .ok_or_else(nothing)?;
+        if s.uid != c.uid || s.path != path {
+            return Err(nothing());
+        }
+        let existing = self
+            .st()
+            .lookup(dir.ino, name)
+            .map_err(|e| store_err(e, path))?;
+        match existing.and_then(|ino| self.st().inode(ino).ok().flatten()) {
+            Some(i) if !may(c, &i, W) => return Err(denied(path, "write permission on the file")),
+            Some(_) => {}
+            None if !may(c, &dir, W | X) => {
+                return Err(denied(path, "write permission on the parent directory"))
+            }
+            None => {}
+        }
+        let now = now_us();
+        let fresh = Inode {
+            ino: 0,
+            kind: FileKind::File,
+            mode: s.mode,
+            uid: c.uid,
+            gid: c.gid,
+            parent: dir.ino,
+            ctime_us: now,
+            mtime_us: now,
+            obj: Some(obj),
+            acv: s.acv,
+            root: None,
+        };
+        let old = self
+            .st()
+            .commit_staged(dir.ino, name, obj, &fresh)
+            .map_err(|e| store_err(e, path))?;
+        if let Some(o) = old.and_then(|i| i.obj) {
+            self.remove_object(o).await;
+        }
+        Ok(())
     }
 
     /// GetCapability / GetWCapability of NASD/AFS.

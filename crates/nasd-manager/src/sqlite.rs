@@ -13,7 +13,11 @@
 //! drives(drive INT PK, addr TEXT, suite INT, drive_key BLOB, part INT, part_key BLOB,
 //!        working_key BLOB, rotated_ms INT)
 //! sessions(token_hash BLOB PK, uid INT, expires_ms INT)
+//! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
+//!        created_ms INT, PK(drive, object))
 //! ```
+//! `staged` was added within version 1 (`CREATE TABLE IF NOT EXISTS`): an older database gains
+//! the empty table when it is opened, and nothing else changes.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -59,7 +63,27 @@ CREATE TABLE IF NOT EXISTS drives(drive INTEGER PRIMARY KEY, addr TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS sessions(token_hash BLOB PRIMARY KEY, uid INTEGER NOT NULL,
     expires_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS inodes_drive ON inodes(drive);
+CREATE TABLE IF NOT EXISTS staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
+    object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
+    mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, PRIMARY KEY(drive, object));
 ";
+
+const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms";
+
+fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
+    Ok(Staged {
+        obj: ObjRef {
+            drive: DriveId(r.get::<_, i64>(0)? as u64),
+            partition: PartitionId(r.get::<_, i64>(1)? as u16),
+            object: ObjectId(r.get::<_, i64>(2)? as u64),
+        },
+        acv: r.get::<_, i64>(3)? as u64,
+        uid: r.get(4)?,
+        path: r.get(5)?,
+        mode: r.get(6)?,
+        created_ms: r.get::<_, i64>(7)? as u64,
+    })
+}
 
 const INODE_COLS: &str =
     "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root";
@@ -560,6 +584,142 @@ impl MetaStore for SqliteStore {
             )
             .map(|n| n as u64)
             .map_err(db)
+    }
+
+    fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>> {
+        let mut st = self
+            .db
+            .prepare("SELECT object FROM inodes WHERE drive = ?1 AND object IS NOT NULL")
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![drive.0 as i64], |r| {
+                Ok(ObjectId(r.get::<_, i64>(0)? as u64))
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn put_staged(&mut self, s: &Staged) -> StoreResult<()> {
+        self.db
+            .execute(
+                &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+                params![
+                    s.obj.drive.0 as i64,
+                    s.obj.partition.0 as i64,
+                    s.obj.object.0 as i64,
+                    s.acv as i64,
+                    s.uid,
+                    s.path,
+                    s.mode,
+                    s.created_ms as i64
+                ],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>> {
+        self.db
+            .query_row(
+                &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
+                params![obj.drive.0 as i64, obj.object.0 as i64],
+                staged_of,
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn commit_staged(
+        &mut self,
+        parent: u64,
+        name: &str,
+        obj: ObjRef,
+        fresh: &Inode,
+    ) -> StoreResult<Option<Inode>> {
+        let tx = self.db.transaction().map_err(db)?;
+        let s = tx
+            .query_row(
+                &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
+                params![obj.drive.0 as i64, obj.object.0 as i64],
+                staged_of,
+            )
+            .optional()
+            .map_err(db)?
+            .ok_or(StoreError::NotFound)?;
+        Self::dir_inode(&tx, parent)?;
+        let old = Self::entry(&tx, parent, name)?;
+        match &old {
+            Some(i) if i.kind == FileKind::Dir => return Err(StoreError::IsADirectory),
+            Some(i) => {
+                tx.execute(
+                    "UPDATE inodes SET drive = ?2, part = ?3, object = ?4, acv = ?5 WHERE ino = ?1",
+                    params![
+                        i.ino as i64,
+                        s.obj.drive.0 as i64,
+                        s.obj.partition.0 as i64,
+                        s.obj.object.0 as i64,
+                        s.acv as i64
+                    ],
+                )
+                .map_err(db)?;
+            }
+            None => {
+                tx.execute(
+                    "INSERT INTO inodes(kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, NULL)",
+                    params![
+                        FileKind::File as u8,
+                        fresh.mode,
+                        fresh.uid,
+                        fresh.gid,
+                        parent as i64,
+                        fresh.ctime_us as i64,
+                        fresh.mtime_us as i64,
+                        s.obj.drive.0 as i64,
+                        s.obj.partition.0 as i64,
+                        s.obj.object.0 as i64,
+                        s.acv as i64,
+                    ],
+                )
+                .map_err(db)?;
+                let ino = tx.last_insert_rowid();
+                tx.execute(
+                    "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
+                    params![parent as i64, name, ino],
+                )
+                .map_err(db)?;
+                Self::touch_dir(&tx, parent)?;
+            }
+        }
+        tx.execute(
+            "DELETE FROM staged WHERE drive = ?1 AND object = ?2",
+            params![obj.drive.0 as i64, obj.object.0 as i64],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(old)
+    }
+
+    fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>> {
+        let tx = self.db.transaction().map_err(db)?;
+        let old: Vec<Staged> = {
+            let mut st = tx
+                .prepare(&format!(
+                    "SELECT {STAGED_COLS} FROM staged WHERE created_ms < ?1"
+                ))
+                .map_err(db)?;
+            let rows = st
+                .query_map(params![before_ms as i64], staged_of)
+                .map_err(db)?;
+            rows.collect::<Result<_, _>>().map_err(db)?
+        };
+        tx.execute(
+            "DELETE FROM staged WHERE created_ms < ?1",
+            params![before_ms as i64],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(old)
     }
 
     fn drives(&self) -> StoreResult<Vec<DriveRecord>> {

@@ -89,6 +89,22 @@ pub struct DriveRecord {
     pub rotated_ms: u64,
 }
 
+/// A fresh object a writer is filling to replace a file's content (an overwrite). It becomes
+/// visible only when committed; until then no name points to it, and if it is never committed
+/// the orphan scrub reclaims it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Staged {
+    pub obj: ObjRef,
+    /// The object's access_control_version when it was created.
+    pub acv: u64,
+    /// Who may commit it, and where.
+    pub uid: u32,
+    pub path: String,
+    /// Mode for the file if the name is gone by commit time.
+    pub mode: u32,
+    pub created_ms: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionRecord {
     /// BLAKE3 of the token: a stolen database does not yield live tokens.
@@ -132,6 +148,24 @@ pub trait MetaStore: Send {
     ) -> StoreResult<Option<Inode>>;
     fn update_inode(&mut self, inode: &Inode) -> StoreResult<()>;
     fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64>;
+    /// Every object of `drive` that a file points to.
+    fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>>;
+
+    fn put_staged(&mut self, s: &Staged) -> StoreResult<()>;
+    fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>>;
+    /// In one transaction: points the file `parent`/`name` at the staged object (or, if the
+    /// name is gone, links `fresh` there with it) and forgets the staged record. Returns the
+    /// file as it was before, whose object the caller then removes. `NotFound` if nothing is
+    /// staged for `obj`, `IsADirectory` if the name is now a directory.
+    fn commit_staged(
+        &mut self,
+        parent: u64,
+        name: &str,
+        obj: ObjRef,
+        fresh: &Inode,
+    ) -> StoreResult<Option<Inode>>;
+    /// Forgets staged records created before `before_ms`; returns them.
+    fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>>;
 
     fn drives(&self) -> StoreResult<Vec<DriveRecord>>;
     /// Inserts or replaces a drive record.

@@ -24,7 +24,10 @@ use std::fmt;
 /// Version of the manager protocol. Its changelog:
 /// - 1: login with password or session token, namespace operations, capability issuance
 ///   (open/create return layout + capability), users, groups, drive registry.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 1;
+/// - 2: `Create` with `exclusive: false` on an existing file stages a fresh object
+///   ([`MgrReply::Staged`]) that [`MgrRequest::Commit`] swaps in, so an overwrite never
+///   truncates the old content first.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 2;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -84,6 +87,8 @@ pub enum MgrRequest {
     },
     /// Creates a file and returns its layout with a write capability (NASD/AFS
     /// GetWCapability folded into create so a small file costs one manager round trip).
+    /// With `exclusive: false` on an existing file, the reply is [`MgrReply::Staged`]: a fresh
+    /// object the client fills and then [`MgrRequest::Commit`]s in place of the old one.
     Create {
         path: String,
         mode: u32,
@@ -148,6 +153,13 @@ pub enum MgrRequest {
         drive_key_file: String,
     },
     DriveList,
+    /// Swaps a staged object (from [`MgrReply::Staged`]) into `path` in one transaction; the
+    /// old object is removed afterwards, which revokes its capabilities.
+    Commit {
+        path: String,
+        drive: DriveId,
+        object: ObjectId,
+    },
 }
 
 /// Stable status codes of manager replies.
@@ -343,6 +355,13 @@ pub enum MgrReply {
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
+    /// Like `Opened`, for a staged object not yet visible under `stat`'s path: the stat is the
+    /// existing file's, the layout and capability the new object's.
+    Staged {
+        stat: FileStat,
+        layout: Layout,
+        cap: CapGrant,
+    },
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -417,6 +436,7 @@ impl MgrRequest {
             Self::GroupMember { .. } => "group member",
             Self::DriveAdd { .. } => "drive add",
             Self::DriveList => "drive list",
+            Self::Commit { .. } => "commit",
         }
     }
 
@@ -444,6 +464,7 @@ impl MgrRequest {
             Self::GroupMember { .. } => 19,
             Self::DriveAdd { .. } => 20,
             Self::DriveList => 21,
+            Self::Commit { .. } => 22,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -527,6 +548,15 @@ impl MgrRequest {
             } => {
                 put_str(&mut w, addr);
                 put_str(&mut w, drive_key_file);
+            }
+            Self::Commit {
+                path,
+                drive,
+                object,
+            } => {
+                put_str(&mut w, path);
+                w.u64(drive.0);
+                w.u64(object.0);
             }
         }
         w.into_vec()
@@ -619,11 +649,33 @@ impl MgrRequest {
                 drive_key_file: get_str(r, "drive key file")?,
             },
             21 => Self::DriveList,
+            22 => Self::Commit {
+                path: get_str(r, "path")?,
+                drive: DriveId(r.u64("drive")?),
+                object: ObjectId(r.u64("object")?),
+            },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
         Ok((id, req))
     }
+}
+
+fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, CapGrant), DecodeError> {
+    Ok((
+        get_stat(r)?,
+        Layout {
+            drive: DriveId(r.u64("drive")?),
+            addr: get_str(r, "addr")?,
+            suite: Suite::from_u8(r.u8("suite")?)?,
+            partition: PartitionId(r.u16("partition")?),
+            object: ObjectId(r.u64("object")?),
+        },
+        CapGrant {
+            args: CapabilityArgs::get(r)?,
+            key: r.array("capability key")?,
+        },
+    ))
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -695,6 +747,7 @@ impl MgrReply {
             Self::Opened { .. } => 6,
             Self::Users(_) => 7,
             Self::Drives(_) => 8,
+            Self::Staged { .. } => 9,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -723,7 +776,7 @@ impl MgrReply {
                     put_stat(&mut w, &e.stat);
                 }
             }
-            Self::Opened { stat, layout, cap } => {
+            Self::Opened { stat, layout, cap } | Self::Staged { stat, layout, cap } => {
                 put_stat(&mut w, stat);
                 w.u64(layout.drive.0);
                 put_str(&mut w, &layout.addr);
@@ -792,20 +845,14 @@ impl MgrReply {
                 }
                 Self::Entries(es)
             }
-            6 => Self::Opened {
-                stat: get_stat(r)?,
-                layout: Layout {
-                    drive: DriveId(r.u64("drive")?),
-                    addr: get_str(r, "addr")?,
-                    suite: Suite::from_u8(r.u8("suite")?)?,
-                    partition: PartitionId(r.u16("partition")?),
-                    object: ObjectId(r.u64("object")?),
-                },
-                cap: CapGrant {
-                    args: CapabilityArgs::get(r)?,
-                    key: r.array("capability key")?,
-                },
-            },
+            6 => {
+                let (stat, layout, cap) = get_opened(r)?;
+                Self::Opened { stat, layout, cap }
+            }
+            9 => {
+                let (stat, layout, cap) = get_opened(r)?;
+                Self::Staged { stat, layout, cap }
+            }
             7 => {
                 let n = get_count(r, 13, "users")?;
                 let mut us = Vec::with_capacity(n);
@@ -942,10 +989,23 @@ mod tests {
                 drive_key_file: "kind = drive".into(),
             },
             MgrRequest::DriveList,
+            MgrRequest::Commit {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(17),
+            },
         ]
     }
 
     fn replies() -> Vec<MgrReply> {
+        let mut v = base_replies();
+        if let MgrReply::Opened { stat, layout, cap } = v[5].clone() {
+            v.push(MgrReply::Staged { stat, layout, cap });
+        }
+        v
+    }
+
+    fn base_replies() -> Vec<MgrReply> {
         vec![
             MgrReply::error(MgrStatus::NoSuchPath, "/x"),
             MgrReply::Ok,

@@ -406,3 +406,90 @@ fn manager_killed_during_a_large_copy_then_restarted_with_namespace_intact() {
         "the large file read back differs"
     );
 }
+
+/// Reads `path` through a fresh session, as another client would.
+fn read_as_admin(up: &Up, rt: &tokio::runtime::Runtime, path: &str) -> Vec<u8> {
+    rt.block_on(async {
+        let c = Client::connect(up.session("admin", up.admin_password().trim()))
+            .await
+            .unwrap();
+        c.get_bytes(path).await.unwrap()
+    })
+}
+
+#[test]
+fn interrupted_overwrites_leave_the_old_content_and_a_finished_one_revokes_it() {
+    let up = Up::start(1);
+    let old = rand_bytes(3 << 20, 11);
+    let new = rand_bytes(2 << 20, 12);
+    let f = up.dir.path().join("old");
+    std::fs::write(&f, &old).unwrap();
+    up.ok(&["cp", f.to_str().unwrap(), "nasd:/f"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+
+    // A client that stages a replacement, writes half of it and dies before committing.
+    rt.block_on(async {
+        let c = Client::connect(up.session("admin", up.admin_password().trim()))
+            .await
+            .unwrap();
+        let u = c.begin_upload("/f", 0o644).await.unwrap();
+        assert!(u.replaces());
+        c.upload_write(&u, 0, &new[..1 << 20]).await.unwrap();
+        drop(u);
+    });
+    assert!(read_as_admin(&up, &rt, "/f") == old, "old content lost");
+    let st: serde_json::Value =
+        serde_json::from_str(up.ok(&["stat", "--json", "nasd:/f"]).trim()).unwrap();
+    assert_eq!(st["size"].as_u64(), Some(old.len() as u64));
+
+    // A `nasd cp` over the file killed mid-transfer: the name shows the old content or the
+    // whole new one, never a prefix, an empty file or nothing.
+    let big = rand_bytes(96 << 20, 13);
+    let bigf = up.dir.path().join("big");
+    std::fs::write(&bigf, &big).unwrap();
+    let mut cp = Command::new(NASD)
+        .args(["cp", bigf.to_str().unwrap(), "nasd:/f"])
+        .env("NASD_CONFIG", up.config())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = cp.kill();
+    let _ = cp.wait();
+    let after = read_as_admin(&up, &rt, "/f");
+    assert!(
+        after == old || after == big,
+        "half-file visible: {} bytes",
+        after.len()
+    );
+
+    // A finished overwrite shows the new bytes and revokes the old object's capabilities.
+    rt.block_on(async {
+        let c = Client::connect(up.session("admin", up.admin_password().trim()))
+            .await
+            .unwrap();
+        let g = c.open("/f", false).await.unwrap();
+        c.put_bytes("/f", &new, 0o644).await.unwrap();
+        let conn = nasd_client::DriveConn::connect(&g.layout.addr)
+            .await
+            .unwrap();
+        let t = nasd_client::object::Target {
+            partition: g.layout.partition,
+            object: g.layout.object,
+            protection: g.cap.args.min_protection,
+        };
+        let e = conn
+            .read(
+                &nasd_client::Auth::Capability(g.cap.clone()),
+                t,
+                vec![nasd_proto::Region::new(0, 64)],
+            )
+            .await
+            .unwrap_err();
+        assert!(e.status().is_some(), "old capability still reads: {e}");
+    });
+    assert!(
+        read_as_admin(&up, &rt, "/f") == new,
+        "new content not visible"
+    );
+}
