@@ -12,12 +12,14 @@
 //!   revocation.
 //! - [`users`]: Argon2id passwords, logins, session tokens.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
+//! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.
 //! - [`server`]: the TLS listener and the request dispatcher.
 //! - [`setup`]: `nasd manager init` and the manager's config file.
 
 pub mod conformance;
 pub mod drives;
+pub mod scrub;
 pub mod server;
 pub mod service;
 pub mod setup;

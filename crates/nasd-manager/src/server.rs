@@ -6,7 +6,7 @@
 
 use crate::service::{Caller, Manager};
 use crate::store::DriveRecord;
-use crate::{drives, now_ms, users, MgrError};
+use crate::{drives, now_ms, scrub, users, MgrError};
 use nasd_client::session::{read_frame, write_frame};
 use nasd_proto::manager::*;
 use nasd_proto::DecodeError;
@@ -364,7 +364,8 @@ fn persist(m: &Manager, rec: &DriveRecord) {
 
 /// Rotates every drive's working key now (so a rotation interrupted by a crash before the
 /// previous run stored its key is healed: the drive keeps the key before as "previous"), then
-/// checks health and rotates on the policy's schedule.
+/// checks health and rotates on the policy's schedule, and scrubs orphaned objects at start
+/// and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
 pub fn start_background(m: Arc<Manager>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for d in m.drives.ids() {
@@ -378,9 +379,17 @@ pub fn start_background(m: Arc<Manager>) -> tokio::task::JoinHandle<()> {
         let mut rotation =
             tokio::time::interval(Duration::from_millis(m.policy.key_rotation_ms.max(1000)));
         rotation.tick().await;
+        // The first tick is immediate: a scrub at every start.
+        let mut orphans =
+            tokio::time::interval(Duration::from_millis(scrub::ORPHAN_SCRUB_INTERVAL_MS));
         loop {
             tokio::select! {
                 _ = health.tick() => m.drives.check_health().await,
+                _ = orphans.tick() => {
+                    if let Err(e) = scrub::reclaim_orphans(&m, scrub::ORPHAN_GRACE_MS).await {
+                        tracing::warn!("orphan scrub: {e}");
+                    }
+                }
                 _ = rotation.tick() => {
                     for d in m.drives.ids() {
                         match drives::rotate(&m.drives, d).await {

@@ -197,6 +197,16 @@ impl Manager {
                 "cap_min_protection is not a protection level",
             )
         })?;
+        if policy.write_cap_ttl_ms > crate::scrub::WRITE_CAP_TTL_MS_MAX {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!(
+                    "write_cap_ttl_ms {} exceeds {} (the orphan scrub's grace period must outlast every write capability)",
+                    policy.write_cap_ttl_ms,
+                    crate::scrub::WRITE_CAP_TTL_MS_MAX
+                ),
+            ));
+        }
         Ok(Arc::new(Manager {
             store: Mutex::new(store),
             drives: Registry::load(records),
@@ -295,6 +305,11 @@ impl Manager {
         }
     }
 
+    /// An object's attributes, read with the working key.
+    pub async fn object_attributes(&self, o: ObjRef) -> MgrResult<Attributes> {
+        self.getattr(o).await
+    }
+
     async fn getattr(&self, o: ObjRef) -> MgrResult<Attributes> {
         self.drives
             .with_working(o.drive, |c, auth, partition| async move {
@@ -334,7 +349,7 @@ impl Manager {
 
     /// Removes a file's object; the namespace change is already committed, so a failure
     /// leaves only an unreachable object (logged), never a visible half-file.
-    async fn remove_object(&self, o: ObjRef) {
+    pub(crate) async fn remove_object(&self, o: ObjRef) {
         let r = self
             .drives
             .with_working(o.drive, |c, auth, partition| async move {
