@@ -7,6 +7,11 @@ use super::{adhash, tree, CHUNK_BYTES, SUB_BLOCK_BYTES};
 use crate::primitives::{hash_data, Digest, Mac};
 use crate::Cost;
 use nasd_proto::{Scheme, Suite};
+use rayon::prelude::*;
+
+/// Writes at least this large hash their pieces on all cores: each piece's hash is independent,
+/// and a lone request otherwise leaves the other core idle while one hashes chunk by chunk.
+pub const PARALLEL_HASH_BYTES_MIN: usize = 256 << 10;
 
 /// The part of a byte range that falls inside one unit.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -75,24 +80,60 @@ pub fn write_form(
     data: &[u8],
     cost: &mut Cost,
 ) -> Vec<PieceHash> {
+    write_form_on(
+        suite,
+        scheme,
+        offset,
+        data,
+        cost,
+        data.len() >= PARALLEL_HASH_BYTES_MIN,
+    )
+}
+
+fn write_form_on(
+    suite: Suite,
+    scheme: Scheme,
+    offset: u64,
+    data: &[u8],
+    cost: &mut Cost,
+    parallel: bool,
+) -> Vec<PieceHash> {
     if scheme == Scheme::Mac {
         return vec![];
     }
     let unit = unit_bytes(scheme);
-    split(offset, data.len() as u64, unit)
-        .map(|p| {
-            let at = (p.offset - offset) as usize;
-            let bytes = &data[at..at + p.len as usize];
-            let value = match scheme {
-                Scheme::Digest => hash_data(suite, b"", bytes, cost),
-                Scheme::Incremental => adhash::sub_hash(suite, p.unit, bytes, cost),
-                Scheme::Tree if p.starts_unit(unit) => tree::leaf(suite, p.unit, bytes, cost),
-                Scheme::Tree => tree::partial(suite, p.unit, p.offset - p.unit * unit, bytes, cost),
-                Scheme::Mac => unreachable!(),
-            };
-            PieceHash { piece: p, value }
+    let one = |p: Piece, cost: &mut Cost| {
+        let at = (p.offset - offset) as usize;
+        let bytes = &data[at..at + p.len as usize];
+        let value = match scheme {
+            Scheme::Digest => hash_data(suite, b"", bytes, cost),
+            Scheme::Incremental => adhash::sub_hash(suite, p.unit, bytes, cost),
+            Scheme::Tree if p.starts_unit(unit) => tree::leaf(suite, p.unit, bytes, cost),
+            Scheme::Tree => tree::partial(suite, p.unit, p.offset - p.unit * unit, bytes, cost),
+            Scheme::Mac => unreachable!(),
+        };
+        PieceHash { piece: p, value }
+    };
+    if !parallel {
+        return split(offset, data.len() as u64, unit)
+            .map(|p| one(p, cost))
+            .collect();
+    }
+    let all: Vec<Piece> = split(offset, data.len() as u64, unit).collect();
+    let parts: Vec<(Vec<PieceHash>, Cost)> = all
+        .par_chunks(64)
+        .map(|ps| {
+            let mut c = Cost::default();
+            let v: Vec<PieceHash> = ps.iter().map(|&p| one(p, &mut c)).collect();
+            (v, c)
         })
-        .collect()
+        .collect();
+    let mut out = Vec::with_capacity(all.len());
+    for (v, c) in parts {
+        cost.add_all(&c);
+        out.extend(v);
+    }
+    out
 }
 
 /// Feeds a region's data digest `D` into a MAC, given its piece hashes (or, for `mac`, the data).
@@ -118,6 +159,26 @@ pub fn feed(mac: &mut Mac, scheme: Scheme, pieces: &[PieceHash], data: &[u8], co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_write_form_equals_the_sequential_one() {
+        let data: Vec<u8> = (0..(PARALLEL_HASH_BYTES_MIN as u32 * 3 + 777))
+            .map(|i| (i % 253) as u8)
+            .collect();
+        for suite in [Suite::Blake3, Suite::Sha256] {
+            for scheme in [Scheme::Digest, Scheme::Incremental, Scheme::Tree] {
+                let (mut c1, mut c2) = (Cost::default(), Cost::default());
+                let par = write_form_on(suite, scheme, 100, &data, &mut c1, true);
+                let seq = write_form_on(suite, scheme, 100, &data, &mut c2, false);
+                assert!(
+                    par == seq,
+                    "{suite:?} {scheme}: parallel and sequential pieces differ"
+                );
+                assert_eq!(c1, c2, "{suite:?} {scheme}: costs differ");
+                assert_eq!(c1.data_bytes, data.len() as u64);
+            }
+        }
+    }
 
     #[test]
     fn split_covers_exactly_once() {

@@ -248,7 +248,11 @@ pub fn verify_range(
                 cost.data(bytes.len(), bytes.len());
                 let mut h = blake3::Hasher::new();
                 h.set_input_offset(lo * CHUNK_BYTES);
-                h.update(bytes);
+                if bytes.len() >= super::pieces::PARALLEL_HASH_BYTES_MIN {
+                    h.update_rayon(bytes); // all cores: the client has nothing else to do
+                } else {
+                    h.update(bytes);
+                }
                 return h.finalize_non_root();
             }
             if hi - lo == 1 {
@@ -349,6 +353,34 @@ mod tests {
         h.set_input_offset(0);
         h.update(&data);
         assert_eq!(t, h.finalize_non_root());
+    }
+
+    #[test]
+    fn large_ranges_verify_on_all_cores_to_the_same_top() {
+        let data: Vec<u8> = (0..600 * 1024u32).map(|i| (i % 251) as u8 + 1).collect();
+        let l = leaves_of(Suite::Blake3, &data);
+        let n = l.len() as u64;
+        let mut src = LeafNodes {
+            suite: Suite::Blake3,
+            leaves: &l,
+        };
+        let t = top(Suite::Blake3, &mut src, n).unwrap();
+        let mut c = Cost::default();
+        assert_eq!(
+            verify_range(Suite::Blake3, n, 0, n, &data, &[], &mut c),
+            Ok(t)
+        );
+        let proof = prove(Suite::Blake3, &mut src, n, 32, 32 + 512).unwrap();
+        let got = verify_range(
+            Suite::Blake3,
+            n,
+            32,
+            544,
+            &data[32 * 1024..544 * 1024],
+            &proof,
+            &mut c,
+        );
+        assert_eq!(got, Ok(t));
     }
 
     #[test]
