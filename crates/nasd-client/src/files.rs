@@ -45,8 +45,14 @@ fn now_ms() -> u64 {
 pub enum FsError {
     #[error("nasd:{path}: {}", describe(.source))]
     Manager { path: String, source: SessionError },
-    #[error("nasd:{path}: {source}")]
-    Drive { path: String, source: ClientError },
+    /// A drive operation failed; `drive` is the drive's address. The error is not a
+    /// `source`, so a report prints it once.
+    #[error("nasd:{path}: {} on drive {drive}: {error}", drive_reason(.error))]
+    Drive {
+        path: String,
+        drive: String,
+        error: ClientError,
+    },
     #[error("{path}: {source}")]
     Local {
         path: String,
@@ -54,6 +60,28 @@ pub enum FsError {
     },
     #[error("{0}")]
     Usage(String),
+}
+
+/// What a drive failure means for the file, in words.
+fn drive_reason(e: &ClientError) -> &'static str {
+    match e {
+        ClientError::Connect { .. }
+        | ClientError::ConnectionLost(_)
+        | ClientError::Timeout { .. } => "drive unreachable",
+        e => match e.status() {
+            Some(Status::DiskFull | Status::QuotaExceeded) => "disk full",
+            _ => "drive error",
+        },
+    }
+}
+
+fn drive_err(path: &str, layout: &Layout) -> impl Fn(ClientError) -> FsError {
+    let (path, drive) = (path.to_string(), layout.addr.clone());
+    move |error| FsError::Drive {
+        path: path.clone(),
+        drive: drive.clone(),
+        error,
+    }
 }
 
 fn describe(e: &SessionError) -> String {
@@ -80,7 +108,7 @@ impl FsError {
     }
     pub fn drive_status(&self) -> Option<Status> {
         match self {
-            FsError::Drive { source, .. } => source.status(),
+            FsError::Drive { error, .. } => error.status(),
             _ => None,
         }
     }
@@ -351,10 +379,7 @@ impl Client {
             let c = self
                 .conn(&g.layout)
                 .await
-                .map_err(|source| FsError::Drive {
-                    path: path.into(),
-                    source,
-                })?;
+                .map_err(drive_err(path, &g.layout))?;
             let t = Target {
                 partition: g.layout.partition,
                 object: g.layout.object,
@@ -371,12 +396,7 @@ impl Client {
                     reconnected = true;
                     self.drop_conn(&g.layout.addr, &c);
                 }
-                Err(source) => {
-                    return Err(FsError::Drive {
-                        path: path.into(),
-                        source,
-                    })
-                }
+                Err(error) => return Err(drive_err(path, &g.layout)(error)),
             }
         }
     }
@@ -421,10 +441,7 @@ impl Client {
             let c = self
                 .conn(&o.layout)
                 .await
-                .map_err(|source| FsError::Drive {
-                    path: path.into(),
-                    source,
-                })?;
+                .map_err(drive_err(path, &o.layout))?;
             let t = Target {
                 partition: o.layout.partition,
                 object: o.layout.object,
@@ -454,12 +471,7 @@ impl Client {
                     tracing::debug!("drive connection lost ({e}); reconnecting");
                     self.drop_conn(&o.layout.addr, &c);
                 }
-                Err(source) => {
-                    return Err(FsError::Drive {
-                        path: path.into(),
-                        source,
-                    })
-                }
+                Err(error) => return Err(drive_err(path, &o.layout)(error)),
             }
         }
     }

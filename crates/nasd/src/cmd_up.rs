@@ -69,7 +69,25 @@ fn is_nasd(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn init(dir: &Path, drives: usize) -> anyhow::Result<ClusterFile> {
+/// What `nasd up` sets up the first time it runs in a directory.
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    pub drives: usize,
+    /// Capacity of each drive (default: the file system's free space).
+    pub drive_capacity_bytes: Option<u64>,
+}
+
+impl UpOptions {
+    pub fn drives(drives: usize) -> UpOptions {
+        UpOptions {
+            drives,
+            drive_capacity_bytes: None,
+        }
+    }
+}
+
+fn init(dir: &Path, o: &UpOptions) -> anyhow::Result<ClusterFile> {
+    let drives = o.drives;
     if drives == 0 || drives > DRIVES_MAX {
         bail!("--drives must be between 1 and {DRIVES_MAX}");
     }
@@ -77,7 +95,9 @@ fn init(dir: &Path, drives: usize) -> anyhow::Result<ClusterFile> {
     let mut nodes = vec![];
     for i in 0..drives {
         let d = dir.join(format!("drive-{i}"));
-        nasd_drive::init(&nasd_drive::InitOptions::new(&d))
+        let mut init = nasd_drive::InitOptions::new(&d);
+        init.capacity_bytes = o.drive_capacity_bytes;
+        nasd_drive::init(&init)
             .with_context(|| format!("initializing the drive in {}", d.display()))?;
         nodes.push(Node {
             name: format!("drive-{i}"),
@@ -189,6 +209,17 @@ impl Cluster {
         verbose: bool,
         detach: bool,
     ) -> anyhow::Result<Cluster> {
+        Self::start_with(dir, &UpOptions::drives(drives), verbose, detach)
+    }
+
+    /// Like [`Cluster::start_opts`], with every option of a first `nasd up`.
+    pub fn start_with(
+        dir: &Path,
+        opts: &UpOptions,
+        verbose: bool,
+        detach: bool,
+    ) -> anyhow::Result<Cluster> {
+        let drives = opts.drives;
         let dir = std::fs::canonicalize(dir).or_else(|_| {
             std::fs::create_dir_all(dir)?;
             std::fs::canonicalize(dir)
@@ -213,7 +244,7 @@ impl Cluster {
                         dir.display()
                     );
                 }
-                init(&dir, drives)?
+                init(&dir, opts)?
             }
         };
         let mut c = Cluster {
@@ -339,9 +370,9 @@ impl Drop for Cluster {
     }
 }
 
-pub fn up(data: Option<PathBuf>, drives: usize, background: bool) -> anyhow::Result<()> {
+pub fn up(data: Option<PathBuf>, opts: UpOptions, background: bool) -> anyhow::Result<()> {
     let dir = data.unwrap_or_else(crate::cmd_fs::default_data_dir);
-    let c = Cluster::start_opts(&dir, drives, true, background)?;
+    let c = Cluster::start_with(&dir, &opts, true, background)?;
     println!("nasd cluster up in {}", c.dir.display());
     println!("  manager  {}", c.info.manager.addr);
     for d in &c.info.drives {

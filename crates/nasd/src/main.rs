@@ -94,6 +94,10 @@ enum Cmd {
         data: Option<std::path::PathBuf>,
         #[arg(long, default_value_t = 2)]
         drives: usize,
+        /// Bytes each drive may hold, set when the cluster is first created (default: the
+        /// file system's free space).
+        #[arg(long, value_name = "BYTES")]
+        drive_capacity: Option<u64>,
         /// Return once the cluster is up; stop it with `nasd down`.
         #[arg(long)]
         background: bool,
@@ -183,8 +187,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Up {
             data,
             drives,
+            drive_capacity,
             background,
-        } => cmd_up::up(data, drives, background),
+        } => cmd_up::up(
+            data,
+            cmd_up::UpOptions {
+                drives,
+                drive_capacity_bytes: drive_capacity,
+            },
+            background,
+        ),
         Cmd::Down { data } => cmd_up::down(data),
         Cmd::Demo => demo::run(),
         Cmd::Cp(a) => runtime()?.block_on(cmd_fs::cp(a)),

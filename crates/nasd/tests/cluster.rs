@@ -19,10 +19,15 @@ struct Up {
 
 impl Up {
     fn start(drives: usize) -> Up {
+        Up::start_with(drives, &[])
+    }
+
+    fn start_with(drives: usize, extra: &[&str]) -> Up {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(NASD)
             .args(["up", "--drives", &drives.to_string(), "--data"])
             .arg(dir.path().join("c"))
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -492,4 +497,58 @@ fn interrupted_overwrites_leave_the_old_content_and_a_finished_one_revokes_it() 
         read_as_admin(&up, &rt, "/f") == new,
         "new content not visible"
     );
+}
+
+#[test]
+fn a_stopped_drive_gets_clear_errors_naming_path_and_drive() {
+    let up = Up::start(1);
+    let f = up.dir.path().join("f");
+    std::fs::write(&f, b"on the drive").unwrap();
+    up.ok(&["cp", f.to_str().unwrap(), "nasd:/f"]);
+    let cluster: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
+            .unwrap();
+    let addr = cluster["drives"][0]["addr"].as_str().unwrap().to_string();
+    let pid = up.pid("drive-0");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    for (args, path) in [
+        (vec!["cp", f.to_str().unwrap(), "nasd:/g"], "nasd:/g"),
+        (vec!["cp", f.to_str().unwrap(), "nasd:/f"], "nasd:/f"),
+        (vec!["cat", "nasd:/f"], "nasd:/f"),
+    ] {
+        let err = up.fails(&args, &[]);
+        assert!(err.contains(path), "{args:?}: {err}");
+        assert!(err.contains("unreachable"), "{args:?}: {err}");
+        assert!(err.contains(&addr), "{args:?} should name the drive: {err}");
+    }
+    // The namespace is as before: no new name, the old file still listed.
+    let ls = up.ok(&["ls", "nasd:/"]);
+    assert_eq!(
+        ls.split_whitespace().filter(|w| *w == "g").count(),
+        0,
+        "{ls}"
+    );
+    assert!(ls.contains('f'), "{ls}");
+}
+
+#[test]
+fn a_full_drive_fails_the_copy_with_disk_full_and_leaves_no_partial_file() {
+    let up = Up::start_with(1, &["--drive-capacity", &(8u64 << 20).to_string()]);
+    let small = up.dir.path().join("small");
+    std::fs::write(&small, b"fits").unwrap();
+    up.ok(&["cp", small.to_str().unwrap(), "nasd:/small"]);
+    let big = up.dir.path().join("big");
+    std::fs::write(&big, rand_bytes(32 << 20, 21)).unwrap();
+    let err = up.fails(&["cp", big.to_str().unwrap(), "nasd:/big"], &[]);
+    assert!(err.contains("nasd:/big"), "{err}");
+    assert!(err.contains("disk full"), "{err}");
+    let ls = up.ok(&["ls", "nasd:/"]);
+    assert!(!ls.contains("big"), "partial file visible: {ls}");
+    // Overwriting an existing file with too much data leaves its old content.
+    let err = up.fails(&["cp", big.to_str().unwrap(), "nasd:/small"], &[]);
+    assert!(err.contains("disk full"), "{err}");
+    assert_eq!(up.nasd(&["cat", "nasd:/small"], &[]).stdout, b"fits");
+    // Once the failed uploads' space is given back, the drive takes files again.
+    up.ok(&["cp", small.to_str().unwrap(), "nasd:/again"]);
 }
