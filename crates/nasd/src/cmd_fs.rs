@@ -122,18 +122,54 @@ fn parse_mode(s: &str) -> anyhow::Result<u32> {
     Ok(m)
 }
 
+/// A new password: `$NASD_NEW_PASSWORD` (scripts), else asked for on the terminal.
 fn read_password(prompt: &str) -> anyhow::Result<String> {
     if let Ok(p) = std::env::var("NASD_NEW_PASSWORD") {
         return Ok(p);
     }
+    prompt_secret(prompt)
+}
+
+/// Reads one line from stdin after printing `prompt` to stderr; when stdin is a terminal its
+/// echo is off while the line is typed, so the secret never shows on screen.
+fn prompt_secret(prompt: &str) -> anyhow::Result<String> {
     eprint!("{prompt}");
     let mut s = String::new();
-    std::io::stdin().read_line(&mut s)?;
+    let fd = libc::STDIN_FILENO;
+    // SAFETY: isatty only inspects the descriptor.
+    if unsafe { libc::isatty(fd) } == 1 {
+        with_echo_off(fd, || std::io::stdin().read_line(&mut s))??;
+        eprintln!();
+    } else {
+        std::io::stdin().read_line(&mut s)?;
+    }
     let p = s.trim_end_matches(['\n', '\r']).to_string();
     if p.is_empty() {
         bail!("no password given");
     }
     Ok(p)
+}
+
+/// Runs `f` with the terminal `fd`'s echo turned off (termios), restoring the previous
+/// settings afterwards, also when `f` fails.
+fn with_echo_off<T>(fd: i32, f: impl FnOnce() -> T) -> std::io::Result<T> {
+    // SAFETY: termios is plain data; tcgetattr fills it or fails without touching it.
+    let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: `saved` is a valid termios to write into.
+    if unsafe { libc::tcgetattr(fd, &mut saved) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut quiet = saved;
+    quiet.c_lflag &= !libc::ECHO;
+    quiet.c_lflag |= libc::ECHONL;
+    // SAFETY: `quiet` is a termios derived from the terminal's own settings.
+    if unsafe { libc::tcsetattr(fd, libc::TCSANOW, &quiet) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let out = f();
+    // SAFETY: restores the settings read above.
+    unsafe { libc::tcsetattr(fd, libc::TCSANOW, &saved) };
+    Ok(out)
 }
 
 #[derive(Args, Debug)]
@@ -575,6 +611,42 @@ pub async fn chown(spec: String, paths: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+pub async fn truncate(path: String, size: u64) -> anyhow::Result<()> {
+    let c = connect().await?;
+    c.truncate(&remote(&path)?, size).await?;
+    Ok(())
+}
+
+/// Microseconds since the Unix epoch of `seconds`, or of now.
+fn mtime_us(seconds: Option<f64>) -> anyhow::Result<u64> {
+    match seconds {
+        Some(s) if s.is_finite() && s >= 0.0 && s < (u64::MAX / 1_000_000) as f64 => {
+            Ok((s * 1e6).round() as u64)
+        }
+        Some(s) => bail!("--mtime {s}: not a time in seconds since the Unix epoch"),
+        None => Ok(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_micros() as u64),
+    }
+}
+
+pub async fn touch(paths: Vec<String>, mtime: Option<f64>, no_create: bool) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let t = mtime_us(mtime)?;
+    for p in paths {
+        let p = remote(&p)?;
+        if !no_create {
+            match c.create(&p, 0o644).await {
+                Ok(_) => {}
+                Err(e) if e.status() == Some(MgrStatus::Exists) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        c.utimes(&p, t).await?;
+    }
+    Ok(())
+}
+
 pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
     use nasd_proto::manager::{MgrReply, MgrRequest};
     let c = connect().await?;
@@ -660,7 +732,7 @@ pub async fn login(user: Option<String>) -> anyhow::Result<()> {
     let user = user.unwrap_or_else(|| cfg.user.clone());
     let password = match std::env::var("NASD_PASSWORD") {
         Ok(p) => p,
-        Err(_) => read_password(&format!("password for {user}: "))?,
+        Err(_) => prompt_secret(&format!("password for {user}: "))?,
     };
     let ca_der = std::fs::read(&cfg.ca).with_context(|| format!("{}", cfg.ca.display()))?;
     let c = Client::connect(SessionConfig {
@@ -836,4 +908,53 @@ pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
     print_figures(&figs, a.json);
     drop(cluster);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lflag(fd: i32) -> libc::tcflag_t {
+        // SAFETY: plain data filled by tcgetattr.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::tcgetattr(fd, &mut t) }, 0);
+        t.c_lflag
+    }
+
+    #[test]
+    fn echo_is_off_while_a_secret_is_read_and_restored_after() {
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two descriptors; the null pointers ask for defaults.
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+        assert_ne!(lflag(slave) & libc::ECHO, 0, "a new terminal echoes");
+        let during = with_echo_off(slave, || lflag(slave)).unwrap();
+        assert_eq!(during & libc::ECHO, 0, "echo still on while reading");
+        assert_ne!(lflag(slave) & libc::ECHO, 0, "echo not restored");
+        // Not a terminal: refused, nothing changed.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsRawFd;
+        assert!(with_echo_off(f.as_raw_fd(), || ()).is_err());
+        // SAFETY: closing the descriptors openpty gave us.
+        unsafe {
+            libc::close(master);
+            libc::close(slave);
+        }
+    }
+
+    #[test]
+    fn mtimes_parse_from_seconds() {
+        assert_eq!(mtime_us(Some(1.5)).unwrap(), 1_500_000);
+        assert!(mtime_us(Some(-1.0)).is_err());
+        assert!(mtime_us(Some(f64::NAN)).is_err());
+        assert!(mtime_us(None).unwrap() > 1_600_000_000_000_000);
+    }
 }

@@ -8,7 +8,8 @@
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
 //! - [`cmd_up`]: `nasd up|down`: a local cluster of processes.
-//! - [`cmd_fs`]: `nasd cp|ls|cat|stat|mkdir|rm|mv|chmod|chown|user|group|login`, `bench cluster`.
+//! - [`cmd_fs`]: `nasd cp|ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login`,
+//!   `bench cluster`.
 //! - [`demo`]: `nasd demo`.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
 
@@ -155,6 +156,25 @@ enum Cmd {
         #[arg(required = true)]
         paths: Vec<String>,
     },
+    /// Set a file's size: cut it short or extend it with zeros.
+    Truncate {
+        path: String,
+        /// New size in bytes (suffixes k, M, G accepted).
+        #[arg(value_parser = parse::bytes)]
+        size: u64,
+    },
+    /// Set modify times to now (or --mtime); creates missing files, like touch(1).
+    #[command(visible_alias = "utimes")]
+    Touch {
+        #[arg(required = true)]
+        paths: Vec<String>,
+        /// Modify time in seconds since the Unix epoch (fractions allowed).
+        #[arg(long, value_name = "SECONDS")]
+        mtime: Option<f64>,
+        /// Do not create missing files.
+        #[arg(short = 'c', long)]
+        no_create: bool,
+    },
     /// Users (admin).
     #[command(subcommand)]
     User(cmd_fs::UserCmd),
@@ -212,6 +232,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
         Cmd::Chmod { mode, paths } => runtime()?.block_on(cmd_fs::chmod(mode, paths)),
         Cmd::Chown { spec, paths } => runtime()?.block_on(cmd_fs::chown(spec, paths)),
+        Cmd::Truncate { path, size } => runtime()?.block_on(cmd_fs::truncate(path, size)),
+        Cmd::Touch {
+            paths,
+            mtime,
+            no_create,
+        } => runtime()?.block_on(cmd_fs::touch(paths, mtime, no_create)),
         Cmd::User(c) => runtime()?.block_on(cmd_fs::user(c)),
         Cmd::Group(c) => runtime()?.block_on(cmd_fs::group(c)),
         Cmd::Login { user } => runtime()?.block_on(cmd_fs::login(user)),

@@ -552,3 +552,37 @@ fn a_full_drive_fails_the_copy_with_disk_full_and_leaves_no_partial_file() {
     // Once the failed uploads' space is given back, the drive takes files again.
     up.ok(&["cp", small.to_str().unwrap(), "nasd:/again"]);
 }
+
+#[test]
+fn truncate_and_touch_from_the_command_line() {
+    let up = Up::start(1);
+    let f = up.dir.path().join("f");
+    std::fs::write(&f, b"0123456789").unwrap();
+    up.ok(&["cp", f.to_str().unwrap(), "nasd:/f"]);
+    up.ok(&["truncate", "nasd:/f", "4"]);
+    assert_eq!(up.nasd(&["cat", "nasd:/f"], &[]).stdout, b"0123");
+    up.ok(&["truncate", "nasd:/f", "6"]);
+    assert_eq!(up.nasd(&["cat", "nasd:/f"], &[]).stdout, b"0123\0\0");
+    assert!(up
+        .fails(&["truncate", "nasd:/nope", "1"], &[])
+        .contains("no such file"));
+
+    let stat = |p: &str| -> serde_json::Value {
+        serde_json::from_str(up.ok(&["stat", "--json", p]).trim()).unwrap()
+    };
+    up.ok(&["touch", "--mtime", "1000000000", "nasd:/f"]);
+    let st = stat("nasd:/f");
+    assert_eq!(st["size"].as_u64(), Some(6), "{st}");
+    let m = st["mtime_us"].as_u64();
+    assert_eq!(m, Some(1_000_000_000_000_000), "{st}");
+    // touch creates a missing file (empty), -c does not, utimes is the same command.
+    up.ok(&["touch", "nasd:/new"]);
+    assert_eq!(stat("nasd:/new")["size"].as_u64(), Some(0));
+    assert!(up
+        .fails(&["touch", "-c", "nasd:/absent"], &[])
+        .contains("no such file"));
+    up.ok(&["utimes", "--mtime", "2000000000", "nasd:/new"]);
+    let m = stat("nasd:/new");
+    let m = m["mtime_us"].as_u64();
+    assert_eq!(m, Some(2_000_000_000_000_000));
+}
