@@ -96,6 +96,18 @@ pub fn build_request(
     nonce: Nonce,
     spec: &RequestSpec<'_>,
 ) -> Result<BuiltRequest, ClientError> {
+    if let Op::Read { regions } | Op::Write { regions, .. } | Op::BlocksRequired { regions } =
+        spec.op
+    {
+        if let Some(r) = regions.iter().find(|r| !r.within_object_max()) {
+            return Err(usage(format!(
+                "region {}+{} ends past the protocol's {} byte object limit",
+                r.offset,
+                r.len,
+                nasd_proto::OBJECT_BYTES_MAX
+            )));
+        }
+    }
     let op_code = spec.op.code();
     let protection = spec.protection.normalized();
     if spec.auth.suite() != suite {

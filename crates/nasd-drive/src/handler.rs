@@ -571,6 +571,17 @@ impl Drive {
         };
         let op = Op::decode_args(h.op, &args)
             .map_err(|e| Refusal(Status::Malformed, format!("malformed arguments: {e}")))?;
+        if let Some(r) = op_regions(&op).iter().find(|r| !r.within_object_max()) {
+            return refuse(
+                Status::InvalidArgument,
+                format!(
+                    "region {}+{} ends past the {} byte object limit",
+                    r.offset,
+                    r.len,
+                    nasd_proto::OBJECT_BYTES_MAX
+                ),
+            );
+        }
         let plain = match &pk {
             Some(pk) if h.protection.privacy_data() && !data.is_empty() => {
                 Some(aead::open(pk, Field::RequestData.nonce(), b"", data).ok_or_else(bad)?)

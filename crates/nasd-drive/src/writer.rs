@@ -20,9 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-/// Largest object the drive accepts (2^50 bytes = 1 PiB): keeps every block and chunk index
-/// and every offset computation far from `u64` overflow.
-pub const OBJECT_BYTES_MAX: u64 = 1 << 50;
+pub use nasd_proto::OBJECT_BYTES_MAX;
 
 /// A mutation of the store.
 pub enum Job {

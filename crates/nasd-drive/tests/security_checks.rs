@@ -668,6 +668,39 @@ async fn hostile_frames_do_not_hurt_the_server() {
         nasd_proto::ReplyHeader::decode(&body).unwrap().0.status,
         Status::Malformed
     );
+    // a write whose region ends past the protocol's object limit is refused, not a panic
+    let all = f.d.mint(f.d.cap_args(f.o, Rights::ALL), 0);
+    let small = Op::Write {
+        regions: vec![Region::new(0, 4)],
+        form: Scheme::Tree,
+        write_back: false,
+    };
+    let spec = RequestSpec {
+        auth: &all,
+        protection: Protection::NONE,
+        partition: P,
+        object: f.o,
+        op: &small,
+        data: &[1, 2, 3, 4],
+    };
+    let req = build_request(c.welcome().suite, 9, c.nonce(), &spec).unwrap();
+    let (mut h, at) = nasd_proto::RequestHeader::decode(&req.frame[4..]).unwrap();
+    let huge = Op::Write {
+        regions: vec![Region::new(u64::MAX - 10, 4)],
+        form: Scheme::Incremental,
+        write_back: false,
+    };
+    h.args = huge.encode_args();
+    let mut body = h.encode();
+    body.extend_from_slice(&req.frame[4 + at..]);
+    let reply = c
+        .exchange(9, nasd_proto::frame(&body), "huge")
+        .await
+        .unwrap();
+    assert_eq!(
+        nasd_proto::ReplyHeader::decode(&reply).unwrap().0.status,
+        Status::InvalidArgument
+    );
     // and the drive still serves
     let a = f.d.mint(f.d.cap_args(f.o, Rights::READ), 0);
     c.read(

@@ -33,6 +33,7 @@ pub use ops::{DriveInfo, Op, OpCode, PartitionInfo, ReadReply, ReplyBody, REGION
 pub use status::Status;
 pub use types::{
     DriveId, KeyType, Nonce, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
+    OBJECT_BYTES_MAX,
 };
 
 /// Protocol version, sent in the handshake. Its changelog:

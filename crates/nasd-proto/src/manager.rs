@@ -26,7 +26,8 @@ use std::fmt;
 ///   (open/create return layout + capability), users, groups, drive registry.
 /// - 2: `Create` with `exclusive: false` on an existing file stages a fresh object
 ///   ([`MgrReply::Staged`]) that [`MgrRequest::Commit`] swaps in, so an overwrite never
-///   truncates the old content first.
+///   truncates the old content first. `DriveAdd` carries an optional master key file, with
+///   which the manager replaces the drive key so only it knows the new one.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 2;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
@@ -147,10 +148,14 @@ pub enum MgrRequest {
         user: String,
     },
     /// Registers a drive: the manager takes its drive key, creates a partition, and sets the
-    /// partition and working keys. Re-registering a known drive updates its address.
+    /// partition and working keys. With the drive's master key file (`master_key_file`
+    /// non-empty) it first replaces the drive key with one only it knows (SetDriveKey), so the
+    /// drive key file on the drive's disk stops working. Re-registering a known drive updates
+    /// its address.
     DriveAdd {
         addr: String,
         drive_key_file: String,
+        master_key_file: String,
     },
     DriveList,
     /// Swaps a staged object (from [`MgrReply::Staged`]) into `path` in one transaction; the
@@ -545,9 +550,11 @@ impl MgrRequest {
             Self::DriveAdd {
                 addr,
                 drive_key_file,
+                master_key_file,
             } => {
                 put_str(&mut w, addr);
                 put_str(&mut w, drive_key_file);
+                put_str(&mut w, master_key_file);
             }
             Self::Commit {
                 path,
@@ -647,6 +654,7 @@ impl MgrRequest {
             20 => Self::DriveAdd {
                 addr: get_str(r, "addr")?,
                 drive_key_file: get_str(r, "drive key file")?,
+                master_key_file: get_str(r, "master key file")?,
             },
             21 => Self::DriveList,
             22 => Self::Commit {
@@ -987,6 +995,7 @@ mod tests {
             MgrRequest::DriveAdd {
                 addr: "127.0.0.1:1".into(),
                 drive_key_file: "kind = drive".into(),
+                master_key_file: "kind = master".into(),
             },
             MgrRequest::DriveList,
             MgrRequest::Commit {

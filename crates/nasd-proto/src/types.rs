@@ -376,6 +376,11 @@ impl Suite {
     }
 }
 
+/// Largest object, and so the end of any region, the protocol allows (2^50 bytes = 1 PiB):
+/// every block, chunk and sub-block index and every offset computed from a region then stays
+/// far from `u64` overflow. Drives refuse larger regions; verifiers reject replies claiming them.
+pub const OBJECT_BYTES_MAX: u64 = 1 << 50;
+
 /// A byte range `[offset, offset + len)` of an object.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Region {
@@ -390,6 +395,10 @@ impl Region {
     /// Exclusive end, or `None` when it would overflow `u64`.
     pub fn end(&self) -> Option<u64> {
         self.offset.checked_add(self.len)
+    }
+    /// Whether the region ends within [`OBJECT_BYTES_MAX`].
+    pub fn within_object_max(&self) -> bool {
+        self.end().is_some_and(|e| e <= OBJECT_BYTES_MAX)
     }
     /// Whether `inner` lies wholly inside `self` (seed 002 §2.4: "proper subregion").
     pub fn contains(&self, inner: &Region) -> bool {

@@ -68,8 +68,12 @@ impl Sum {
 }
 
 /// `h(i, x)`: the hash of sub-block (or sub-block piece) `x` whose global sub-block index is `i`.
+///
+/// Callers keep `index` below `OBJECT_BYTES_MAX / 256` (regions are checked against the
+/// protocol's object limit first), so the BLAKE3 counter offset `index * 1024` cannot overflow.
 pub fn sub_hash(suite: Suite, index: u64, x: &[u8], cost: &mut Cost) -> Digest {
     debug_assert!(x.len() as u64 <= super::SUB_BLOCK_BYTES);
+    debug_assert!(index <= nasd_proto::OBJECT_BYTES_MAX / super::SUB_BLOCK_BYTES);
     match suite {
         Suite::Blake3 => {
             cost.data(x.len(), x.len());

@@ -80,6 +80,9 @@ pub fn feed_read(
     cost: &mut Cost,
 ) -> Result<(), VerifyError> {
     let slices = region_slices(&reply.regions, data)?;
+    if reply.logical_size > nasd_proto::OBJECT_BYTES_MAX {
+        return Err(VerifyError::Shape("object size past the protocol's limit"));
+    }
     for r in &reply.regions {
         if r.end().is_none_or(|e| e > reply.logical_size) {
             return Err(VerifyError::Shape("region past the object's end"));
@@ -137,9 +140,11 @@ mod tests {
             regs in prop::collection::vec((any::<u64>(), 0u64..5000), 0..4),
             scheme in prop::sample::select(Scheme::ALL.to_vec()),
             trailer in prop::collection::vec(any::<u8>(), 0..200),
-            data in prop::collection::vec(any::<u8>(), 0..6000),
+            fill in any::<u8>(),
         ) {
-            let regions = regs.into_iter().map(|(o, l)| Region::new(o.min(u64::MAX - l), l)).collect();
+            let regions: Vec<Region> = regs.into_iter().map(|(o, l)| Region::new(o.min(u64::MAX - l), l)).collect();
+            // data that tiles the regions, so the checks past the length check are reached
+            let data = vec![fill; regions.iter().map(|r| r.len as usize).sum()];
             let rr = ReadReply { logical_size: size, scheme, regions, trailer };
             for suite in [Suite::Blake3, Suite::Sha256] {
                 let mut mac = Mac::new(suite, &Key::from_bytes([0; 32]));
