@@ -237,21 +237,61 @@ impl Registry {
     }
 }
 
+fn key_file(text: &str, want: KeyType) -> Result<KeyFile, MgrError> {
+    let what = format!("{} key file", want.name());
+    let kf = KeyFile::decode(text)
+        .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("{what}: {e}")))?;
+    if kf.kind != want {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!("expected a {what}, got a {} key", kf.kind.name()),
+        ));
+    }
+    Ok(kf)
+}
+
+/// Replaces the drive key of `kf.drive` with a fresh one (SetDriveKey, authorized by the
+/// master key, the new key wrapped): afterwards the drive key file on the drive's disk no
+/// longer authorizes anything, and only the manager, which keeps the new key in its store,
+/// holds the drive key (seed 002: the file manager takes over the drive).
+async fn take_over_drive_key(
+    conn: &DriveConn,
+    kf: &mut KeyFile,
+    master_text: &str,
+) -> Result<(), MgrError> {
+    let mk = key_file(master_text, KeyType::Master)?;
+    if mk.drive != kf.drive {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!(
+                "the master key file is for drive {:016x}, the drive is {:016x}",
+                mk.drive.0, kf.drive.0
+            ),
+        ));
+    }
+    let t = Target {
+        partition: FILES_PARTITION,
+        object: ObjectId(0),
+        protection: MANAGER_PROTECTION,
+    };
+    let dk = Key::generate();
+    conn.set_key(&Auth::from_key_file(&mk), t, OpCode::SetDriveKey, &dk)
+        .await
+        .map_err(|e| drive_err(kf.drive, e))?;
+    kf.key = dk;
+    Ok(())
+}
+
 /// Registers a drive (seed 002 §2: the file manager owns the drive's partitions): checks the
-/// key file against the drive's handshake, creates [`FILES_PARTITION`] with the drive's whole
-/// capacity as quota, and sets fresh partition and working keys, wrapped.
+/// key file against the drive's handshake, replaces the drive key when given the master key
+/// file, creates [`FILES_PARTITION`] with the drive's whole capacity as quota, and sets fresh
+/// partition and working keys, wrapped.
 pub async fn register(
     addr: &str,
     key_file_text: &str,
+    master_key_file_text: Option<&str>,
 ) -> Result<(DriveRecord, Arc<DriveConn>), MgrError> {
-    let kf = KeyFile::decode(key_file_text)
-        .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("drive key file: {e}")))?;
-    if kf.kind != KeyType::Drive {
-        return Err(MgrError::new(
-            MgrStatus::InvalidArgument,
-            format!("expected a drive key file, got a {} key", kf.kind.name()),
-        ));
-    }
+    let mut kf = key_file(key_file_text, KeyType::Drive)?;
     let conn = DriveConn::connect(addr)
         .await
         .map_err(|e| drive_err(kf.drive, e))?;
@@ -264,6 +304,9 @@ pub async fn register(
                 kf.drive.0
             ),
         ));
+    }
+    if let Some(m) = master_key_file_text {
+        take_over_drive_key(&conn, &mut kf, m).await?;
     }
     let drive_auth = Auth::from_key_file(&kf);
     let t = Target {

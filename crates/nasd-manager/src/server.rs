@@ -304,9 +304,11 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
         Q::DriveAdd {
             addr,
             drive_key_file,
+            master_key_file,
         } => {
             admin_only(c, "registering a drive")?;
-            add_drive(m, &addr, &drive_key_file).await?;
+            let master = (!master_key_file.is_empty()).then_some(master_key_file.as_str());
+            add_drive(m, &addr, &drive_key_file, master).await?;
             MgrReply::Ok
         }
         Q::DriveList => {
@@ -329,8 +331,14 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
     })
 }
 
-/// Registers a new drive, or records a known drive's new address.
-pub async fn add_drive(m: &Arc<Manager>, addr: &str, key_file: &str) -> Result<(), MgrError> {
+/// Registers a new drive (taking over its drive key when given its master key file, see
+/// [`drives::register`]), or records a known drive's new address.
+pub async fn add_drive(
+    m: &Arc<Manager>,
+    addr: &str,
+    key_file: &str,
+    master_key_file: Option<&str>,
+) -> Result<(), MgrError> {
     let kf = nasd_crypto::keyfile::KeyFile::decode(key_file)
         .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("drive key file: {e}")))?;
     if let Some(mut rec) = m.drives.record(kf.drive) {
@@ -345,7 +353,7 @@ pub async fn add_drive(m: &Arc<Manager>, addr: &str, key_file: &str) -> Result<(
         }
         return Ok(());
     }
-    let (rec, conn) = drives::register(addr, key_file).await?;
+    let (rec, conn) = drives::register(addr, key_file, master_key_file).await?;
     m.store
         .lock()
         .expect("store lock")

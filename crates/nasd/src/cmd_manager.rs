@@ -39,6 +39,10 @@ pub enum ManagerCmd {
         /// The drive's drive-key file (`DIR/keys/drive.key` of `nasd drive init`).
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
+        /// The drive's master key file: the manager then replaces the drive key with one only
+        /// it knows, so the drive key file stops working.
+        #[arg(long, value_name = "FILE")]
+        master_key: Option<PathBuf>,
     },
     /// Registered drives and their health.
     Drives {
@@ -102,10 +106,14 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             .await?;
             Ok(())
         }),
-        ManagerCmd::DriveAdd { addr, key } => crate::runtime()?.block_on(async move {
+        ManagerCmd::DriveAdd { addr, key, master_key } => crate::runtime()?.block_on(async move {
             let text = std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
+            let master_key_file = match &master_key {
+                Some(p) => std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
+                None => String::new(),
+            };
             let c = crate::cmd_fs::connect().await?;
-            c.request("/", MgrRequest::DriveAdd { addr: addr.clone(), drive_key_file: text }).await?;
+            c.request("/", MgrRequest::DriveAdd { addr: addr.clone(), drive_key_file: text, master_key_file }).await?;
             println!("drive at {addr} registered");
             Ok(())
         }),

@@ -302,17 +302,22 @@ impl Cluster {
         Ok(())
     }
 
-    /// Registers every drive (a no-op for drives the manager knows at the same address).
+    /// Registers every drive (a no-op for drives the manager knows at the same address). The
+    /// manager is given each drive's master key too, so it replaces the drive key: the
+    /// `keys/drive.key` file left in the drive's directory no longer authorizes anything.
     async fn register_drives(&self) -> anyhow::Result<()> {
         let c = nasd_client::files::Client::connect(self.session_config()?).await?;
         for d in &self.info.drives {
             let key = std::fs::read_to_string(d.dir.join("keys/drive.key"))
                 .with_context(|| format!("{}: the drive key file", d.name))?;
+            let master = std::fs::read_to_string(d.dir.join("keys/master.key"))
+                .with_context(|| format!("{}: the master key file", d.name))?;
             c.request(
                 "/",
                 MgrRequest::DriveAdd {
                     addr: d.addr.clone(),
                     drive_key_file: key,
+                    master_key_file: master,
                 },
             )
             .await

@@ -586,3 +586,54 @@ fn truncate_and_touch_from_the_command_line() {
     let m = m["mtime_us"].as_u64();
     assert_eq!(m, Some(2_000_000_000_000_000));
 }
+
+#[test]
+fn the_manager_takes_over_the_drive_key_so_the_file_on_disk_is_useless() {
+    let up = Up::start(1);
+    let cluster: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
+            .unwrap();
+    let addr = cluster["drives"][0]["addr"].as_str().unwrap().to_string();
+    let key = up.data().join("drive-0/keys/drive.key");
+    let key = key.to_str().unwrap();
+    let stolen = up.dir.path().join("stolen.key");
+    let attempts: [Vec<&str>; 2] = [
+        vec![
+            "partition",
+            "setkey",
+            "--drive",
+            &addr,
+            "--key",
+            key,
+            "--partition",
+            "1",
+            "--out",
+            stolen.to_str().unwrap(),
+        ],
+        vec![
+            "partition",
+            "create",
+            "--drive",
+            &addr,
+            "--key",
+            key,
+            "--partition",
+            "2",
+            "--quota",
+            "1M",
+        ],
+    ];
+    for args in &attempts {
+        let err = up.fails(args, &[]);
+        assert!(err.contains("digest does not verify"), "{args:?}: {err}");
+    }
+    assert!(!stolen.exists());
+    // The manager, holding the new drive key, keeps working.
+    let f = up.dir.path().join("f");
+    std::fs::write(&f, b"still mine").unwrap();
+    up.ok(&["cp", f.to_str().unwrap(), "nasd:/f"]);
+    assert_eq!(up.nasd(&["cat", "nasd:/f"], &[]).stdout, b"still mine");
+    let drives = up.ok(&["manager", "drives", "--json"]);
+    let d: serde_json::Value = serde_json::from_str(drives.lines().next().unwrap()).unwrap();
+    assert_eq!(d["healthy"], true, "{d}");
+}

@@ -68,7 +68,7 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
         let store = nasd_manager::sqlite::SqliteStore::in_memory().unwrap();
         let m = Manager::new(Box::new(store), Policy::default()).unwrap();
         let key = std::fs::read_to_string(drive.dir.path().join("drive/keys/drive.key")).unwrap();
-        nasd_manager::server::add_drive(&m, &drive.addr, &key)
+        nasd_manager::server::add_drive(&m, &drive.addr, &key, None)
             .await
             .unwrap();
         let d = m.drives.ids()[0];
