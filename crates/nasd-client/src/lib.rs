@@ -14,6 +14,7 @@
 //! - [`conn`] — [`DriveConn`], one pipelined TCP connection to a drive.
 //! - [`object`] — typed helpers, one per operation of seed 002 Tables 1-3.
 //! - [`error`] — [`ClientError`].
+//! - [`userkey`] — Ed25519 user key files and login signatures.
 
 pub mod auth;
 pub mod capcache;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod files;
 pub mod object;
 pub mod session;
+pub mod userkey;
 pub mod wire;
 
 #[cfg(test)]

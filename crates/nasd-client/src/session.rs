@@ -1,6 +1,6 @@
 //! A TLS 1.3 session with the file manager: connect, trust only the cluster CA named in the
-//! client's config, log in (password or session token), then one request at a time. Requests
-//! and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
+//! client's config, log in (password, session token, or an Ed25519 signature over the manager's
+//! challenge), then one request at a time. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
 //! this TLS session.
 
 use nasd_proto::manager::*;
@@ -89,7 +89,10 @@ pub struct SessionConfig {
     /// DER of the cluster CA.
     pub ca_der: Vec<u8>,
     pub user: String,
+    /// Used unless `signing_key` is set.
     pub credential: Credential,
+    /// An Ed25519 secret seed ([`crate::userkey`]): log in by signing the manager's challenge.
+    pub signing_key: Option<nasd_crypto::Key>,
 }
 
 pub struct Session {
@@ -161,9 +164,27 @@ impl Session {
             token: [0; TOKEN_BYTES],
             expires_ms: 0,
         };
+        let credential = match &cfg.signing_key {
+            None => cfg.credential.clone(),
+            Some(k) => {
+                let ask = MgrRequest::Challenge {
+                    user: cfg.user.clone(),
+                };
+                match s.request(&ask).await? {
+                    MgrReply::Challenge(c) => {
+                        Credential::Signature(crate::userkey::sign_login(k, &cfg.user, &c))
+                    }
+                    other => {
+                        return Err(SessionError::Protocol(format!(
+                            "challenge answered with {other:?}"
+                        )))
+                    }
+                }
+            }
+        };
         let login = MgrRequest::Login {
             user: cfg.user.clone(),
-            credential: cfg.credential.clone(),
+            credential,
         };
         match s.request(&login).await? {
             MgrReply::LoginOk {

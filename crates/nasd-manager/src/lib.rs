@@ -10,7 +10,7 @@
 //!   [`conformance`]: the suite every store passes.
 //! - [`service`]: policy (POSIX-like modes), namespace operations, capability minting,
 //!   revocation.
-//! - [`users`]: Argon2id passwords, logins, session tokens.
+//! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.

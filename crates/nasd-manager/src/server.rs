@@ -70,6 +70,8 @@ async fn connection(
     mut s: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
 ) -> std::io::Result<()> {
     let mut session: Option<(Caller, u64)> = None;
+    // The challenge given to this connection for a key login: (user, challenge), used once.
+    let mut challenge: Option<(String, [u8; CHALLENGE_BYTES])> = None;
     loop {
         let body = match tokio::time::timeout(
             Duration::from_millis(IDLE_TIMEOUT_MS),
@@ -83,7 +85,7 @@ async fn connection(
             Ok(Err(e)) => return Err(e),
         };
         let (id, reply) = match MgrRequest::decode(&body) {
-            Ok((id, req)) => (id, dispatch(&mgr, &mut session, req).await),
+            Ok((id, req)) => (id, dispatch(&mgr, &mut session, &mut challenge, req).await),
             Err(DecodeError::Version(v)) => (
                 request_id_of(&body).unwrap_or(0),
                 MgrReply::error(
@@ -103,14 +105,24 @@ async fn connection(
 async fn dispatch(
     m: &Arc<Manager>,
     session: &mut Option<(Caller, u64)>,
+    challenge: &mut Option<(String, [u8; CHALLENGE_BYTES])>,
     req: MgrRequest,
 ) -> MgrReply {
     let name = req.name();
+    if let MgrRequest::Challenge { user } = req {
+        let mut c = [0u8; CHALLENGE_BYTES];
+        nasd_crypto::random_bytes(&mut c);
+        *challenge = Some((user, c));
+        return MgrReply::Challenge(c);
+    }
     if let MgrRequest::Login { user, credential } = req {
         let (m2, ttl) = (m.clone(), m.policy.session_ttl_ms);
-        let r =
-            tokio::task::spawn_blocking(move || users::login(&m2.store, &user, &credential, ttl))
-                .await;
+        // A challenge serves one login attempt, and only for the user it was asked for.
+        let ch = challenge.take().filter(|(u, _)| *u == user).map(|(_, c)| c);
+        let r = tokio::task::spawn_blocking(move || {
+            users::login(&m2.store, &user, &credential, ttl, ch.as_ref())
+        })
+        .await;
         return match r {
             Ok(Ok((c, token, expires_ms))) => {
                 let reply = MgrReply::LoginOk {
@@ -160,7 +172,7 @@ fn db(e: crate::store::StoreError) -> MgrError {
 async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
     use MgrRequest as Q;
     Ok(match req {
-        Q::Login { .. } => unreachable!("handled by dispatch"),
+        Q::Login { .. } | Q::Challenge { .. } => unreachable!("handled by dispatch"),
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),
         Q::Readdir { path } => MgrReply::Entries(m.readdir(c, &path).await?),
         Q::Mkdir { path, mode } => {
@@ -217,12 +229,16 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             name,
             password,
             admin,
+            public_key,
         } => {
             admin_only(c, "adding a user")?;
             let m2 = m.clone();
             tokio::task::spawn_blocking(move || {
                 let mut st = m2.store.lock().expect("store lock");
-                users::add_user(st.as_mut(), &name, &password, admin)
+                match public_key {
+                    Some(pk) => users::add_key_user(st.as_mut(), &name, &pk, admin),
+                    None => users::add_user(st.as_mut(), &name, &password, admin),
+                }
             })
             .await
             .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;

@@ -54,6 +54,27 @@ pub enum Credential {
     Password(String),
     /// A session token from an earlier login.
     Token([u8; TOKEN_BYTES]),
+    /// An Ed25519 signature of [`login_message`] over the challenge this connection received.
+    Signature([u8; SIGNATURE_BYTES]),
+}
+
+/// Bytes of an Ed25519 public key, and of a login challenge.
+pub const PUBLIC_KEY_BYTES: usize = 32;
+pub const CHALLENGE_BYTES: usize = 32;
+/// Bytes of an Ed25519 signature.
+pub const SIGNATURE_BYTES: usize = 64;
+/// Domain separation of login signatures, so they can never pass for anything else.
+pub const LOGIN_CONTEXT: &[u8] = b"nasd manager login v1\0";
+
+/// What a user signs to log in with a key: the context, the user name (length-prefixed) and the
+/// manager's challenge for this connection.
+pub fn login_message(user: &str, challenge: &[u8; CHALLENGE_BYTES]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(LOGIN_CONTEXT.len() + 4 + user.len() + CHALLENGE_BYTES);
+    m.extend_from_slice(LOGIN_CONTEXT);
+    m.extend_from_slice(&(user.len() as u32).to_le_bytes());
+    m.extend_from_slice(user.as_bytes());
+    m.extend_from_slice(challenge);
+    m
 }
 
 impl fmt::Debug for Credential {
@@ -61,6 +82,7 @@ impl fmt::Debug for Credential {
         match self {
             Credential::Password(_) => f.write_str("Password(..)"),
             Credential::Token(_) => f.write_str("Token(..)"),
+            Credential::Signature(_) => f.write_str("Signature(..)"),
         }
     }
 }
@@ -130,10 +152,12 @@ pub enum MgrRequest {
         path: String,
         mtime_us: u64,
     },
+    /// With `public_key`, the user logs in by key only (the password is ignored).
     UserAdd {
         name: String,
         password: String,
         admin: bool,
+        public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
     },
     UserPasswd {
         name: String,
@@ -164,6 +188,10 @@ pub enum MgrRequest {
         path: String,
         drive: DriveId,
         object: ObjectId,
+    },
+    /// Asks for a fresh challenge to sign for a key login as `user` (before `Login`).
+    Challenge {
+        user: String,
     },
 }
 
@@ -367,6 +395,7 @@ pub enum MgrReply {
         layout: Layout,
         cap: CapGrant,
     },
+    Challenge([u8; CHALLENGE_BYTES]),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -442,6 +471,7 @@ impl MgrRequest {
             Self::DriveAdd { .. } => "drive add",
             Self::DriveList => "drive list",
             Self::Commit { .. } => "commit",
+            Self::Challenge { .. } => "challenge",
         }
     }
 
@@ -470,6 +500,7 @@ impl MgrRequest {
             Self::DriveAdd { .. } => 20,
             Self::DriveList => 21,
             Self::Commit { .. } => 22,
+            Self::Challenge { .. } => 23,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -483,6 +514,10 @@ impl MgrRequest {
                     Credential::Token(t) => {
                         w.u8(2);
                         w.bytes(t);
+                    }
+                    Credential::Signature(sig) => {
+                        w.u8(3);
+                        w.bytes(sig);
                     }
                 }
             }
@@ -532,11 +567,20 @@ impl MgrRequest {
                 name,
                 password,
                 admin,
+                public_key,
             } => {
                 put_str(&mut w, name);
                 put_str(&mut w, password);
                 w.u8(*admin as u8);
+                match public_key {
+                    None => w.u8(0),
+                    Some(k) => {
+                        w.u8(1);
+                        w.bytes(k);
+                    }
+                }
             }
+            Self::Challenge { user } => put_str(&mut w, user),
             Self::UserPasswd { name, password } => {
                 put_str(&mut w, name);
                 put_str(&mut w, password);
@@ -580,6 +624,7 @@ impl MgrRequest {
                 let credential = match r.u8("credential kind")? {
                     1 => Credential::Password(get_str(r, "password")?),
                     2 => Credential::Token(r.array("token")?),
+                    3 => Credential::Signature(r.array("signature")?),
                     _ => return Err(DecodeError::BadValue("credential kind")),
                 };
                 Self::Login { user, credential }
@@ -638,6 +683,10 @@ impl MgrRequest {
                 name: get_str(r, "name")?,
                 password: get_str(r, "password")?,
                 admin: get_bool(r, "admin")?,
+                public_key: match get_bool(r, "has public key")? {
+                    false => None,
+                    true => Some(r.array("public key")?),
+                },
             },
             16 => Self::UserPasswd {
                 name: get_str(r, "name")?,
@@ -661,6 +710,9 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
+            },
+            23 => Self::Challenge {
+                user: get_str(r, "user")?,
             },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
@@ -756,6 +808,7 @@ impl MgrReply {
             Self::Users(_) => 7,
             Self::Drives(_) => 8,
             Self::Staged { .. } => 9,
+            Self::Challenge(_) => 10,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -794,6 +847,7 @@ impl MgrReply {
                 cap.args.put(&mut w);
                 w.bytes(&cap.key);
             }
+            Self::Challenge(c) => w.bytes(c),
             Self::Users(us) => {
                 w.u32(us.len() as u32);
                 for u in us {
@@ -861,6 +915,7 @@ impl MgrReply {
                 let (stat, layout, cap) = get_opened(r)?;
                 Self::Staged { stat, layout, cap }
             }
+            10 => Self::Challenge(r.array("challenge")?),
             7 => {
                 let n = get_count(r, 13, "users")?;
                 let mut us = Vec::with_capacity(n);
@@ -979,6 +1034,20 @@ mod tests {
                 name: "bob".into(),
                 password: "x".into(),
                 admin: false,
+                public_key: None,
+            },
+            MgrRequest::UserAdd {
+                name: "carol".into(),
+                password: String::new(),
+                admin: true,
+                public_key: Some([7; 32]),
+            },
+            MgrRequest::Login {
+                user: "carol".into(),
+                credential: Credential::Signature([8; 64]),
+            },
+            MgrRequest::Challenge {
+                user: "carol".into(),
             },
             MgrRequest::UserPasswd {
                 name: "bob".into(),
@@ -1011,6 +1080,7 @@ mod tests {
         if let MgrReply::Opened { stat, layout, cap } = v[5].clone() {
             v.push(MgrReply::Staged { stat, layout, cap });
         }
+        v.push(MgrReply::Challenge([6; 32]));
         v
     }
 

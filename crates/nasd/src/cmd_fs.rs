@@ -1,10 +1,11 @@
 //! The user's commands: `cp`, `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`, `chmod`, `chown`,
-//! `user ...`, `group ...`, `login`, and `bench cluster`. They read the client config that
+//! `truncate`, `touch`, `user ...`, `group ...`, `login`, and `bench cluster`. They read the client config that
 //! `nasd up` writes (`$NASD_CONFIG`, else `DATA/client.json` with DATA from `$NASD_DATA`, else
 //! `~/.local/share/nasd`) and talk to the manager as the configured user.
 //!
-//! Credentials, first found wins: `$NASD_USER`/`$NASD_PASSWORD`; the session token saved by
-//! `nasd login` (`session-USER.token` beside the config); the config's password file.
+//! Credentials, first found wins (for the user `$NASD_USER`, else the config's): `$NASD_KEY`
+//! (an Ed25519 secret key file); `$NASD_PASSWORD`; the session token saved by `nasd login`
+//! (`session-USER.token` beside the config); the config's password file.
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
@@ -77,7 +78,13 @@ pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
     let ca_der = std::fs::read(&c.ca)
         .with_context(|| format!("reading the cluster CA {}", c.ca.display()))?;
     let user = std::env::var("NASD_USER").unwrap_or_else(|_| c.user.clone());
-    let credential = if let Ok(p) = std::env::var("NASD_PASSWORD") {
+    let signing_key = match std::env::var_os("NASD_KEY") {
+        Some(p) => Some(nasd_client::userkey::read_secret(Path::new(&p))?),
+        None => None,
+    };
+    let credential = if signing_key.is_some() {
+        Credential::Password(String::new())
+    } else if let Ok(p) = std::env::var("NASD_PASSWORD") {
         Credential::Password(p)
     } else if let Some(t) = std::fs::read_to_string(token_path(config, &user))
         .ok()
@@ -97,6 +104,7 @@ pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
         ca_der,
         user,
         credential,
+        signing_key,
     })
 }
 
@@ -195,11 +203,21 @@ pub struct LsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum UserCmd {
-    /// Add a user (admin only); the password is read from stdin or $NASD_NEW_PASSWORD.
+    /// Add a user (admin only); the password is read from stdin or $NASD_NEW_PASSWORD, unless
+    /// the user logs in with a key (--public-key).
     Add {
         name: String,
         #[arg(long)]
         admin: bool,
+        /// An Ed25519 public key file (from `nasd user keygen`): the user logs in with the
+        /// matching secret key and has no password.
+        #[arg(long, value_name = "FILE")]
+        public_key: Option<PathBuf>,
+    },
+    /// Make an Ed25519 key pair: the secret key to FILE (mode 0600), the public key to FILE.pub.
+    Keygen {
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
     /// Change a password (your own, or anyone's as admin).
     Passwd { name: String },
@@ -649,16 +667,34 @@ pub async fn touch(paths: Vec<String>, mtime: Option<f64>, no_create: bool) -> a
 
 pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
     use nasd_proto::manager::{MgrReply, MgrRequest};
+    if let UserCmd::Keygen { out } = &cmd {
+        nasd_client::userkey::generate(out)?;
+        println!(
+            "secret key {} (keep it), public key {}",
+            out.display(),
+            nasd_client::userkey::public_path(out).display()
+        );
+        return Ok(());
+    }
     let c = connect().await?;
     match cmd {
-        UserCmd::Add { name, admin } => {
-            let password = read_password(&format!("password for {name}: "))?;
+        UserCmd::Keygen { .. } => unreachable!("handled above"),
+        UserCmd::Add {
+            name,
+            admin,
+            public_key,
+        } => {
+            let (password, public_key) = match public_key {
+                Some(p) => (String::new(), Some(nasd_client::userkey::read_public(&p)?)),
+                None => (read_password(&format!("password for {name}: "))?, None),
+            };
             c.request(
                 "/",
                 MgrRequest::UserAdd {
                     name: name.clone(),
                     password,
                     admin,
+                    public_key,
                 },
             )
             .await?;
@@ -724,22 +760,33 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs in with a password and saves the session token (mode 0600) beside the config; later
+/// Logs in with a password, or with `key` (an Ed25519 secret key file) by signing the
+/// manager's challenge, and saves the session token (mode 0600) beside the config; later
 /// commands use it until it expires. Also makes USER the config's user.
-pub async fn login(user: Option<String>) -> anyhow::Result<()> {
+pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result<()> {
     let path = config_path();
     let mut cfg = load_config(&path)?;
     let user = user.unwrap_or_else(|| cfg.user.clone());
-    let password = match std::env::var("NASD_PASSWORD") {
-        Ok(p) => p,
-        Err(_) => prompt_secret(&format!("password for {user}: "))?,
+    let (credential, signing_key) = match key {
+        Some(k) => (
+            Credential::Password(String::new()),
+            Some(nasd_client::userkey::read_secret(&k)?),
+        ),
+        None => match std::env::var("NASD_PASSWORD") {
+            Ok(p) => (Credential::Password(p), None),
+            Err(_) => (
+                Credential::Password(prompt_secret(&format!("password for {user}: "))?),
+                None,
+            ),
+        },
     };
     let ca_der = std::fs::read(&cfg.ca).with_context(|| format!("{}", cfg.ca.display()))?;
     let c = Client::connect(SessionConfig {
         manager: cfg.manager.clone(),
         ca_der,
         user: user.clone(),
-        credential: Credential::Password(password),
+        credential,
+        signing_key,
     })
     .await?;
     let (token, expires_ms) = c.token().await.context("no session")?;

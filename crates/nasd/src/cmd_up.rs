@@ -335,6 +335,7 @@ impl Cluster {
             ca_der: std::fs::read(&c.ca)?,
             user: c.user,
             credential: Credential::Password(password.trim().to_string()),
+            signing_key: None,
         })
     }
 

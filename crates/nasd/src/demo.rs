@@ -125,6 +125,7 @@ async fn tour(cluster: &Cluster, tmp: &Path) -> anyhow::Result<()> {
                 name: "alice".into(),
                 password: "alice-pw".into(),
                 admin: false,
+                public_key: None,
             },
         )
         .await?;

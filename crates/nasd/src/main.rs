@@ -185,6 +185,9 @@ enum Cmd {
     Login {
         #[arg(long)]
         user: Option<String>,
+        /// Log in with this Ed25519 secret key file instead of a password.
+        #[arg(long, value_name = "FILE")]
+        key: Option<std::path::PathBuf>,
     },
 }
 
@@ -240,7 +243,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => runtime()?.block_on(cmd_fs::touch(paths, mtime, no_create)),
         Cmd::User(c) => runtime()?.block_on(cmd_fs::user(c)),
         Cmd::Group(c) => runtime()?.block_on(cmd_fs::group(c)),
-        Cmd::Login { user } => runtime()?.block_on(cmd_fs::login(user)),
+        Cmd::Login { user, key } => runtime()?.block_on(cmd_fs::login(user, key)),
     }
 }
 

@@ -110,6 +110,7 @@ impl Up {
             ca_der: std::fs::read(cfg["ca"].as_str().unwrap()).unwrap(),
             user: user.into(),
             credential: Credential::Password(password.into()),
+            signing_key: None,
         }
     }
 
@@ -636,4 +637,50 @@ fn the_manager_takes_over_the_drive_key_so_the_file_on_disk_is_useless() {
     let drives = up.ok(&["manager", "drives", "--json"]);
     let d: serde_json::Value = serde_json::from_str(drives.lines().next().unwrap()).unwrap();
     assert_eq!(d["healthy"], true, "{d}");
+}
+
+#[test]
+fn a_user_with_an_ed25519_key_logs_in_by_signature_and_a_wrong_key_is_refused() {
+    let up = Up::start(1);
+    let key = up.dir.path().join("carol.key");
+    let other = up.dir.path().join("other.key");
+    up.ok(&["user", "keygen", "--out", key.to_str().unwrap()]);
+    up.ok(&["user", "keygen", "--out", other.to_str().unwrap()]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the secret key file must be private");
+    let public = format!("{}.pub", key.display());
+    up.ok(&["user", "add", "carol", "--public-key", &public]);
+
+    // By key: through the environment for one command, and `login --key` for a session.
+    let carol = [("NASD_USER", "carol"), ("NASD_KEY", key.to_str().unwrap())];
+    let o = up.nasd(&["ls", "nasd:/"], &carol);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = up.nasd(
+        &["login", "--user", "carol", "--key", key.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = up.nasd(&["ls", "nasd:/"], &[("NASD_USER", "carol")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A wrong key, and a password, are refused.
+    let err = up.fails(
+        &["login", "--user", "carol", "--key", other.to_str().unwrap()],
+        &[],
+    );
+    assert!(err.contains("signature does not verify"), "{err}");
+    let err = up.fails(
+        &["ls", "nasd:/"],
+        &[
+            ("NASD_USER", "carol"),
+            ("NASD_KEY", other.to_str().unwrap()),
+        ],
+    );
+    assert!(err.contains("wrong key"), "{err}");
+    let err = up.fails(
+        &["ls", "nasd:/"],
+        &[("NASD_USER", "carol"), ("NASD_PASSWORD", "anything")],
+    );
+    assert!(err.contains("wrong password"), "{err}");
 }
