@@ -43,8 +43,10 @@ fn now_ms() -> u64 {
 /// What went wrong, naming the path.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    #[error("nasd:{path}: {}", describe(.source))]
-    Manager { path: String, source: SessionError },
+    /// The manager refused or could not be reached. The error is not a `source`, so a report
+    /// prints it once.
+    #[error("nasd:{path}: {}", describe(.error))]
+    Manager { path: String, error: SessionError },
     /// A drive operation failed; `drive` is the drive's address. The error is not a
     /// `source`, so a report prints it once.
     #[error("nasd:{path}: {} on drive {drive}: {error}", drive_reason(.error))]
@@ -102,7 +104,7 @@ fn describe(e: &SessionError) -> String {
 impl FsError {
     pub fn status(&self) -> Option<MgrStatus> {
         match self {
-            FsError::Manager { source, .. } => source.status(),
+            FsError::Manager { error, .. } => error.status(),
             _ => None,
         }
     }
@@ -174,9 +176,9 @@ impl Client {
     pub async fn connect(cfg: SessionConfig) -> Result<Arc<Client>, FsError> {
         let s = Session::connect(&cfg)
             .await
-            .map_err(|source| FsError::Manager {
+            .map_err(|error| FsError::Manager {
                 path: "/".into(),
-                source,
+                error,
             })?;
         Ok(Arc::new(Client {
             cfg,
@@ -214,7 +216,7 @@ impl Client {
                         }
                         return Err(FsError::Manager {
                             path: path.into(),
-                            source: e,
+                            error: e,
                         });
                     }
                 }
@@ -229,7 +231,7 @@ impl Client {
                 Err(e) => {
                     return Err(FsError::Manager {
                         path: path.into(),
-                        source: e,
+                        error: e,
                     })
                 }
             }
@@ -238,7 +240,7 @@ impl Client {
             .store(now_ms() + MANAGER_RETRY_AFTER_MS, Ordering::Relaxed);
         Err(FsError::Manager {
             path: path.into(),
-            source: last.expect("set in the loop"),
+            error: last.expect("set in the loop"),
         })
     }
 
@@ -282,7 +284,7 @@ impl Client {
         {
             Ok(r) => self.opened(path, write, r),
             Err(e) => match (&e, stale) {
-                (FsError::Manager { source, .. }, Some(o)) if source.is_unavailable() => {
+                (FsError::Manager { error, .. }, Some(o)) if error.is_unavailable() => {
                     tracing::info!("manager unreachable; using the cached capability for {path}");
                     Ok(o)
                 }
@@ -659,7 +661,7 @@ impl Client {
         if o.stat.kind == FileKind::Dir {
             return Err(FsError::Manager {
                 path: remote.into(),
-                source: SessionError::Refused {
+                error: SessionError::Refused {
                     op: "get",
                     status: MgrStatus::IsADirectory,
                     detail: String::new(),
