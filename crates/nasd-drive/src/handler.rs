@@ -17,6 +17,9 @@
 //!    in constant time;
 //! 9. the nonce has not been seen (`NonceReplayed`).
 //!
+//! Requests authorized by a key of the hierarchy (not a capability) must carry at least
+//! INTEGRITY_ARGS whatever the minimums say, so the digest proves possession of the key.
+//!
 //! A request that fails any check changes nothing and gets its specific status. Replies to
 //! authenticated requests carry the request's protection, a fresh nonce and a MAC under the same
 //! key bound to the request's nonce; replies to requests that could not be authenticated carry
@@ -446,6 +449,17 @@ impl Drive {
                 cap = Some(args);
             }
             kt => {
+                // A key of the hierarchy authorizes only if the request proves it holds the key:
+                // without a digest, "authorized by the drive key" would mean nothing.
+                if !h.protection.integrity_args() {
+                    return refuse(
+                        Status::ProtectionTooWeak,
+                        format!(
+                            "a request authorized by the {} key needs at least integrity-args",
+                            kt.name()
+                        ),
+                    );
+                }
                 if !h.protection.meets(min) {
                     return refuse(
                         Status::ProtectionTooWeak,

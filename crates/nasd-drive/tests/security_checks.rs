@@ -746,3 +746,33 @@ async fn audit_trail_records_requests() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_authorized_requests_must_prove_the_key() {
+    // The test drive's minimum protection is none, yet a request "authorized by the drive key"
+    // without a digest proves nothing and is refused: nobody may remove a partition that way.
+    let f = fixture().await;
+    let c = &f.c;
+    let t = target(ObjectId(0), Protection::NONE);
+    let e = c
+        .remove_partition(&f.d.drive_auth(), t, true)
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(Status::ProtectionTooWeak), "{e}");
+    assert_eq!(
+        f.d.drive.drive_info().partitions.len(),
+        1,
+        "the partition is still there"
+    );
+    // with the digest it is the drive key's right
+    let other = nasd_proto::PartitionId(2);
+    let t2 = nasd_client::Target {
+        partition: other,
+        object: ObjectId(0),
+        protection: Protection::INTEGRITY_ARGS,
+    };
+    c.create_partition(&f.d.drive_auth(), t2, 1 << 20, Scheme::Tree)
+        .await
+        .unwrap();
+    assert_eq!(f.d.drive.drive_info().partitions.len(), 2);
+}
