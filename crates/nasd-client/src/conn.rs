@@ -8,8 +8,8 @@ use crate::object::Target;
 use crate::wire::{build_request, open_reply, reply_request_id, BuiltRequest, Reply, RequestSpec};
 use crate::ClientError;
 use nasd_proto::{
-    check_frame, frame, DriveId, FrameCheck, Hello, Nonce, ObjectId, Op, PartitionId, Scheme,
-    Suite, Welcome, FRAME_BYTES_MAX, PROTOCOL_VERSION,
+    frame, DriveId, Hello, Nonce, ObjectId, Op, PartitionId, Scheme, Suite, Welcome,
+    FRAME_BYTES_MAX, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,24 +81,12 @@ fn local_now_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// Reads one frame body; `Ok(None)` at a clean end of stream.
+/// Reads one frame body; `Ok(None)` at a clean end of stream (the shared frame reader of
+/// [`crate::session::read_frame`] with the drive protocol's limit).
 async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, String> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.to_string()),
-    }
-    let n = match check_frame(&len).map_err(|e| e.to_string())? {
-        FrameCheck::Incomplete(total) => total - 4,
-        FrameCheck::Complete(n) => n,
-    };
-    debug_assert!(n <= FRAME_BYTES_MAX);
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body)
+    crate::session::read_frame(r, FRAME_BYTES_MAX)
         .await
-        .map_err(|e| format!("reading a {n}-byte frame: {e}"))?;
-    Ok(Some(body))
+        .map_err(|e| e.to_string())
 }
 
 impl DriveConn {
