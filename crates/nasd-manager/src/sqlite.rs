@@ -258,23 +258,8 @@ impl MetaStore for SqliteStore {
 
     fn add_user(&mut self, name: &str, phc: &str, admin: bool, gid: u32) -> StoreResult<u32> {
         let tx = self.db.transaction().map_err(db)?;
-        let exists: bool = tx
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM users WHERE name = ?1)",
-                params![name],
-                |r| r.get(0),
-            )
-            .map_err(db)?;
-        if exists {
-            return Err(StoreError::Exists);
-        }
         // uids start at 1000 for ordinary users; the first user (the admin) gets 0.
-        let next: u32 = tx
-            .query_row("SELECT COALESCE(MAX(uid) + 1, 0) FROM users", [], |r| {
-                r.get(0)
-            })
-            .map_err(db)?;
-        let uid = if next == 0 { 0 } else { next.max(1000) };
+        let uid = new_named_id(&tx, "users", "uid", name, 1000)?;
         tx.execute(
             "INSERT INTO users(uid, name, phc, admin, gid) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![uid, name, phc, admin, gid],
@@ -332,22 +317,8 @@ impl MetaStore for SqliteStore {
 
     fn add_group(&mut self, name: &str) -> StoreResult<u32> {
         let tx = self.db.transaction().map_err(db)?;
-        let exists: bool = tx
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM groups WHERE name = ?1)",
-                params![name],
-                |r| r.get(0),
-            )
-            .map_err(db)?;
-        if exists {
-            return Err(StoreError::Exists);
-        }
-        let next: u32 = tx
-            .query_row("SELECT COALESCE(MAX(gid) + 1, 0) FROM groups", [], |r| {
-                r.get(0)
-            })
-            .map_err(db)?;
-        let gid = if next == 0 { 0 } else { next.max(100) };
+        // gids start at 100; the first group gets 0.
+        let gid = new_named_id(&tx, "groups", "gid", name, 100)?;
         tx.execute(
             "INSERT INTO groups(gid, name) VALUES (?1, ?2)",
             params![gid, name],
@@ -820,6 +791,36 @@ impl MetaStore for SqliteStore {
             .map_err(db)?;
         Ok(())
     }
+}
+
+/// The id for a new row named `name` in `table` (users or groups): `Exists` if the name is
+/// taken; otherwise 0 for the first row, then one past the largest id but at least `floor`.
+/// `table` and `id_col` are this module's own constants, never caller text.
+fn new_named_id(
+    tx: &rusqlite::Transaction<'_>,
+    table: &'static str,
+    id_col: &'static str,
+    name: &str,
+    floor: u32,
+) -> StoreResult<u32> {
+    let taken: bool = tx
+        .query_row(
+            &format!("SELECT EXISTS(SELECT 1 FROM {table} WHERE name = ?1)"),
+            params![name],
+            |r| r.get(0),
+        )
+        .map_err(db)?;
+    if taken {
+        return Err(StoreError::Exists);
+    }
+    let next: u32 = tx
+        .query_row(
+            &format!("SELECT COALESCE(MAX({id_col}) + 1, 0) FROM {table}"),
+            [],
+            |r| r.get(0),
+        )
+        .map_err(db)?;
+    Ok(if next == 0 { 0 } else { next.max(floor) })
 }
 
 #[cfg(test)]
