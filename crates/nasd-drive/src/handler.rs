@@ -340,10 +340,13 @@ impl Drive {
         now: u64,
         cost: &mut Cost,
     ) -> Result<Authed, Refusal> {
-        let state = self.store.cached();
-        let suite = state.drive.suite;
-        let part = state.partitions.get(&h.partition.0);
-        let mut min = state.drive.min_protection;
+        // Only the drive's record and the request's partition: no copy of every partition.
+        let (drive_rec, part_rec) = self
+            .store
+            .with_state(|c| (c.drive.clone(), c.partitions.get(&h.partition.0).cloned()));
+        let part = part_rec.as_ref();
+        let suite = drive_rec.suite;
+        let mut min = drive_rec.min_protection;
         if let Some(p) = part {
             min = min.union(p.min_protection);
         }
@@ -405,12 +408,12 @@ impl Drive {
                         format!("capability expired at {}", fmt_time_ms(args.expiry_ms)),
                     );
                 }
-                if args.drive != state.drive.drive {
+                if args.drive != drive_rec.drive {
                     return refuse(
                         Status::WrongDrive,
                         format!(
                             "capability is for drive {:016x}, this is {:016x}",
-                            args.drive.0, state.drive.drive.0
+                            args.drive.0, drive_rec.drive.0
                         ),
                     );
                 }
@@ -491,8 +494,8 @@ impl Drive {
                     );
                 }
                 match kt {
-                    KeyType::Master => keys.push(state.drive.master_key.clone()),
-                    KeyType::Drive => keys.extend(state.drive.drive_key.clone()),
+                    KeyType::Master => keys.push(drive_rec.master_key.clone()),
+                    KeyType::Drive => keys.extend(drive_rec.drive_key.clone()),
                     KeyType::Partition => {
                         keys.extend(part.ok_or_else(no_partition)?.partition_key.clone())
                     }
