@@ -22,6 +22,7 @@ use nasd_proto::{
     CapabilityArgs, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
     DATA_BYTES_MAX,
 };
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -43,7 +44,7 @@ pub struct BenchDriveArgs {
     #[arg(long)]
     json: bool,
     /// Requests in flight at once (1: one request at a time, latency-bound).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     depth: u16,
     /// Only these schemes (comma-separated; default all four).
     #[arg(long, value_delimiter = ',', value_parser = crate::parse::scheme)]
@@ -54,6 +55,10 @@ pub struct BenchDriveArgs {
     /// Digest suite of the benchmark drive.
     #[arg(long, value_parser = crate::parse::suite, default_value = "blake3")]
     suite: Suite,
+    /// Run the drive and the client on the same cores (one runtime over all of them) instead
+    /// of giving each its own core.
+    #[arg(long)]
+    shared_cores: bool,
 }
 
 /// Offset used for unaligned requests: odd, inside a block and a chunk.
@@ -118,10 +123,101 @@ pub fn run(c: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Drive(a) => a,
         BenchCmd::Cluster(a) => return crate::cmd_fs::bench_cluster(a),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let cpus = allowed_cpus();
+    if a.shared_cores || cpus.len() < 2 {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let h = rt.handle().clone();
+        return rt.block_on(bench_drive(a, h, false));
+    }
+    // Start rayon's pool (large write forms hash on it) before pinning, so it stays on all cores.
+    rayon_warm();
+    let (drive_cpu, client_cpu) = (cpus[0], cpus[1]);
+    let drive_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("bench-drive")
+        .enable_all()
+        .on_thread_start(move || pin_to(drive_cpu))
+        .build()?;
+    pin_to(client_cpu);
+    let client_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(bench_drive(a))
+    let h = drive_rt.handle().clone();
+    client_rt.block_on(bench_drive(a, h, true))
+}
+
+/// Names of the threads that belong to the drive when it has its own core: its runtime's
+/// workers and blocking pool, its writer and its audit thread.
+const DRIVE_THREADS: [&str; 3] = ["bench-drive", "nasd-writer", "nasd-audit"];
+
+/// CPU time each drive thread has used so far, in ns, by thread id (the first field of
+/// `/proc/self/task/TID/schedstat`: time on a CPU, kernel work for its sockets included).
+fn drive_thread_cpu() -> HashMap<u32, u64> {
+    let mut out = HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if !DRIVE_THREADS.iter().any(|n| comm.trim_end().starts_with(n)) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        let tid = t.file_name().to_string_lossy().parse::<u32>();
+        let ns = stat.split_whitespace().next().map(str::parse::<u64>);
+        if let (Ok(tid), Some(Ok(ns))) = (tid, ns) {
+            out.insert(tid, ns);
+        }
+    }
+    out
+}
+
+/// CPU the drive's threads used between two samples; a thread that started in between counts
+/// from zero, one that ended is lost (the pool's idle threads end after seconds, runs last ms).
+fn cpu_between(before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> u64 {
+    after
+        .iter()
+        .map(|(tid, &ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and sched_getaffinity writes at most
+    // size_of::<cpu_set_t>() bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Pins the calling thread (and threads it spawns later) to `cpu`; best effort.
+fn pin_to(cpu: usize) {
+    // SAFETY: as in `allowed_cpus`; CPU_SET stays inside the set for cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn rayon_warm() {
+    let mut cost = nasd_crypto::Cost::default();
+    let data = vec![1u8; 1 << 20];
+    let _ = nasd_crypto::integrity::pieces::write_form(
+        Suite::Blake3,
+        Scheme::Tree,
+        0,
+        &data,
+        &mut cost,
+    );
 }
 
 fn pseudo_random(n: usize, mut x: u64) -> Vec<u8> {
@@ -136,7 +232,16 @@ fn pseudo_random(n: usize, mut x: u64) -> Vec<u8> {
     v
 }
 
-async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
+async fn bench_drive(
+    a: BenchDriveArgs,
+    drive_rt: tokio::runtime::Handle,
+    own_core: bool,
+) -> anyhow::Result<()> {
+    let layout = if own_core {
+        "drive and client on a core each"
+    } else {
+        "drive and client sharing all cores"
+    };
     let sizes: &[u64] = match (a.sizes.is_empty(), a.quick) {
         (false, _) => &a.sizes,
         (true, true) => &SIZES_QUICK,
@@ -158,11 +263,21 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
     opts.suite = a.suite;
     opts.min_protection = Protection::NONE;
     let report = nasd_drive::init(&opts).context("initializing the benchmark drive")?;
-    let drive = nasd_drive::Drive::open(dir.path()).context("opening the benchmark drive")?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    // Opened on a drive-runtime thread, so the drive's own threads share its core.
+    let path = dir.path().to_path_buf();
+    let drive = drive_rt
+        .spawn_blocking(move || nasd_drive::Drive::open(&path))
+        .await?
+        .context("opening the benchmark drive")?;
+    let listener = {
+        let _guard = drive_rt.enter();
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        std_listener.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(std_listener)?
+    };
     let addr = listener.local_addr()?.to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(nasd_drive::serve(drive.clone(), listener, async move {
+    let server = drive_rt.spawn(nasd_drive::serve(drive.clone(), listener, async move {
         let _ = stop_rx.await;
     }));
     let conn = Arc::new(DriveConn::connect(&addr).await?);
@@ -195,8 +310,9 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
 
     if !a.json {
         outln!(
-            "nasd bench drive ({}; suite {}; depth {}; {} runs of >= {} ms per cell; each cell: \
-             MiB/s, ratio to none, bytes the drive hashed per request)",
+            "nasd bench drive ({}; {layout}; suite {}; depth {}; {} runs of >= {} ms per cell; each cell: \
+             MiB/s, its ratio to none, the drive-bound ratio to none, bytes the drive hashed \
+             per request)",
             if a.quick { "quick" } else { "full" },
             a.suite.name(),
             a.depth,
@@ -205,7 +321,7 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
         );
         out!("{:<5} {:<11} {:>8} {:>6}", "op", "scheme", "size", "offset");
         for (name, _) in PROTECTIONS {
-            out!(" {name:>22}");
+            out!(" {name:>29}");
         }
         outln!();
     }
@@ -252,14 +368,15 @@ async fn bench_drive(a: BenchDriveArgs) -> anyhow::Result<()> {
                             (name, spec)
                         })
                         .collect();
-                    let row = measure_row(&conn, &drive, &specs, a.depth as usize, budget)
-                        .await
-                        .with_context(|| {
-                            format!(
-                                "{} {scheme} {size} bytes at offset {offset}",
-                                if dir == Dir::Write { "write" } else { "read" }
-                            )
-                        })?;
+                    let row =
+                        measure_row(&conn, &drive, own_core, &specs, a.depth as usize, budget)
+                            .await
+                            .with_context(|| {
+                                format!(
+                                    "{} {scheme} {size} bytes at offset {offset}",
+                                    if dir == Dir::Write { "write" } else { "read" }
+                                )
+                            })?;
                     emit(&row, a.json);
                 }
             }
@@ -340,6 +457,7 @@ async fn run_once(
 async fn measure_row(
     conn: &Arc<DriveConn>,
     drive: &nasd_drive::Drive,
+    own_core: bool,
     specs: &[(&'static str, Spec)],
     depth: usize,
     budget: &Budget,
@@ -355,13 +473,19 @@ async fn measure_row(
     for _ in 0..budget.runs {
         for (i, (_, s)) in specs.iter().enumerate() {
             let before = drive.metrics();
+            let threads_before = drive_thread_cpu();
             rates[i].push(run_once(conn, s, depth, budget).await?);
+            let threads_after = drive_thread_cpu();
             let after = drive.metrics();
             requests[i] += after.requests.saturating_sub(before.requests);
             hashed[i] += after
                 .data_bytes_hashed
                 .saturating_sub(before.data_bytes_hashed);
-            cpu[i] += after.cpu_ns.saturating_sub(before.cpu_ns);
+            cpu[i] += if own_core {
+                cpu_between(&threads_before, &threads_after)
+            } else {
+                after.cpu_ns.saturating_sub(before.cpu_ns)
+            };
         }
     }
     Ok(specs
@@ -392,6 +516,13 @@ fn emit(row: &[Cell], json: bool) {
         .find(|c| c.protection == "none")
         .map(|c| c.mib_per_s)
         .unwrap_or(f64::NAN);
+    let none_cpu = row
+        .iter()
+        .find(|c| c.protection == "none")
+        .map(|c| c.drive_cpu_us_per_op)
+        .unwrap_or(f64::NAN);
+    // What the drive could serve if it were the bottleneck: one core's worth of its CPU time.
+    let drive_bound = |c: &Cell| c.size as f64 / c.drive_cpu_us_per_op / 1.048576;
     if json {
         for c in row {
             outln!(
@@ -407,6 +538,9 @@ fn emit(row: &[Cell], json: bool) {
                     "drive_hashed_bytes_per_op": c.hashed_per_op.round(),
                     "drive_cpu_us_per_op": (c.drive_cpu_us_per_op * 100.0).round() / 100.0,
                     "ratio_vs_none": (c.mib_per_s / none * 1000.0).round() / 1000.0,
+                    "drive_bound_mib_per_s": (drive_bound(c) * 100.0).round() / 100.0,
+                    "drive_bound_ratio_vs_none":
+                        (none_cpu / c.drive_cpu_us_per_op * 1000.0).round() / 1000.0,
                 })
             );
         }
@@ -427,9 +561,10 @@ fn emit(row: &[Cell], json: bool) {
     );
     for c in row {
         out!(
-            " {:>8.1} {:>5.2}x {:>6}",
+            " {:>8.1} {:>5.2}x {:>5.2}x {:>6}",
             c.mib_per_s,
             c.mib_per_s / none,
+            none_cpu / c.drive_cpu_us_per_op,
             human_bytes(c.hashed_per_op)
         );
     }

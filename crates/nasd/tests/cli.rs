@@ -466,3 +466,56 @@ fn key_rotation_and_partition_commands() {
     assert!(info.contains("partition 2"), "{info}");
     let _ = Path::new(&drive_key);
 }
+
+/// `nasd bench drive --json` prints one object per cell with the fields issue 2 names, in both
+/// layouts; `tree` reads hash nothing on the drive, `mac` reads hash every byte, and the drive's
+/// own CPU per request is measured (non-zero) so the drive-bound ratio means something.
+#[test]
+fn bench_drive_json_has_the_named_fields_in_both_layouts() {
+    for layout in [&[][..], &["--shared-cores", "--depth", "1"][..]] {
+        let mut args = vec![
+            "bench",
+            "drive",
+            "--quick",
+            "--json",
+            "--schemes",
+            "tree,mac",
+            "--sizes",
+            "4K",
+        ];
+        args.extend_from_slice(layout);
+        let out = ok(&args);
+        let cells: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect();
+        // 2 schemes x 2 offsets x 2 ops x 5 protection levels
+        assert_eq!(cells.len(), 40, "{layout:?}");
+        for c in &cells {
+            for f in [
+                "op",
+                "scheme",
+                "protection",
+                "size_bytes",
+                "offset_bytes",
+                "mib_per_s",
+                "ops_per_s",
+                "drive_hashed_bytes_per_op",
+                "drive_cpu_us_per_op",
+                "drive_bound_ratio_vs_none",
+            ] {
+                assert!(c.get(f).is_some(), "{f} missing in {c}");
+            }
+            assert!(c["mib_per_s"].as_f64().unwrap() > 0.0, "{c}");
+            assert!(c["drive_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{c}");
+            let read = c["op"] == "read";
+            let hashed = c["drive_hashed_bytes_per_op"].as_f64().unwrap();
+            if read && c["scheme"] == "tree" {
+                assert_eq!(hashed, 0.0, "{c}");
+            }
+            if read && c["scheme"] == "mac" && c["protection"] == "integrity-data" {
+                assert_eq!(hashed, 4096.0, "{c}");
+            }
+        }
+    }
+}
