@@ -262,7 +262,7 @@ impl DriveConn {
     pub async fn submit(&self, req: BuiltRequest) -> Result<Reply, ClientError> {
         let op = req.pending.op.name();
         let body = self.exchange(req.pending.request_id, req.frame, op).await?;
-        open_reply(&req.pending, &body)
+        open_reply(&req.pending, body)
     }
 
     /// Sends raw frame bytes whose request id is `request_id` and returns the raw reply body.

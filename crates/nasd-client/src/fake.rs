@@ -129,11 +129,24 @@ impl FakeDrive {
                 return Self::unauthenticated(h.request_id, Status::BadDigest);
             }
         }
-        let out = self.execute(&cap, h.object, &op, &data);
+        let mut out = self.execute(&cap, h.object, &op, &data);
+        // As the drive: a read's integrity trailer only under integrity-data.
+        if !h.protection.integrity_data() {
+            if let Ok(ReplyBody::Read(mut rr)) = ReplyBody::decode(h.op, &out.body) {
+                rr.trailer.clear();
+                out.body = ReplyBody::Read(rr).encode();
+            }
+        }
         let protection = if self.downgrade_replies && out.status == Status::Ok {
             Protection::NONE
         } else {
             h.protection
+        };
+        let trailer_bytes = match ReplyBody::decode(h.op, &out.body) {
+            Ok(ReplyBody::Read(rr)) if out.status == Status::Ok && !protection.privacy_args() => {
+                rr.trailer.len()
+            }
+            _ => 0,
         };
         let mut args = out.body;
         if protection.privacy_args() {
@@ -152,7 +165,8 @@ impl FakeDrive {
         }
         .encode();
         if protection.integrity_args() {
-            let mut mac = reply_mac(suite, &key, &h.nonce, ReplyHeader::mac_input_of(&reply));
+            let input = ReplyHeader::mac_input_without_trailer(&reply, trailer_bytes).unwrap();
+            let mut mac = reply_mac(suite, &key, &h.nonce, input);
             // D of a read only under INTEGRITY_DATA; attribute digests always.
             if out.status == Status::Ok && (protection.integrity_data() || h.op != OpCode::Read) {
                 mac.update(&out.tail);

@@ -33,8 +33,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             format!("frame of {n} bytes refused"),
         ));
     }
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body).await?;
+    // Read into spare capacity: no zeroing of a buffer about to be overwritten.
+    let mut body = Vec::with_capacity(n);
+    r.take(n as u64).read_to_end(&mut body).await?;
+    if body.len() != n {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(Some(body))
 }
 

@@ -266,9 +266,12 @@ pub fn reply_request_id(body: &[u8]) -> Option<u64> {
 
 /// Verifies a reply body against the request it answers. Returns the verified reply, or the
 /// drive's refusal, or an integrity error; data that did not verify is dropped here.
-pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientError> {
+///
+/// Takes the body by value: the data is decrypted, verified and cut where it lies, so a large
+/// read costs no copy beyond moving the asked bytes to the front of the buffer.
+pub fn open_reply(req: &PendingRequest, body: Vec<u8>) -> Result<Reply, ClientError> {
     let op = req.op;
-    let (h, data_at) = ReplyHeader::decode(body).map_err(|e| ClientError::malformed(op, e))?;
+    let (h, data_at) = ReplyHeader::decode(&body).map_err(|e| ClientError::malformed(op, e))?;
     if h.request_id != req.request_id {
         return Err(ClientError::integrity(
             op,
@@ -280,14 +283,6 @@ pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientErro
     }
     let authenticated = h.protection.integrity_args();
     let mut cost = Cost::default();
-    let mut mac = authenticated.then(|| {
-        reply_mac(
-            req.suite,
-            &req.key,
-            &req.nonce,
-            ReplyHeader::mac_input_of(body),
-        )
-    });
     let privacy = (h.protection.privacy_args() || h.protection.privacy_data())
         .then(|| privacy_key(req.suite, &req.key, &req.nonce));
 
@@ -298,13 +293,44 @@ pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientErro
     } else {
         h.args
     };
-    let mut data = body[data_at..].to_vec();
-    if h.protection.privacy_data() && !data.is_empty() {
-        let pk = privacy.as_ref().expect("derived above");
-        let n = aead::open_in_place(pk, Field::ReplyData.nonce(), b"", &mut data)
-            .ok_or_else(|| ClientError::integrity(op, "reply data does not decrypt"))?;
-        data.truncate(n);
+    let body_decoded = match h.status {
+        Status::Ok => {
+            Some(ReplyBody::decode(op, &args).map_err(|e| ClientError::malformed(op, e))?)
+        }
+        _ => None,
+    };
+    // A read's trailer in clear args is outside the MAC (protocol §11.4); it is only accepted
+    // where the client checks it against the MAC-covered top: `tree` under integrity-data.
+    let mut trailer_bytes = 0;
+    if let Some(ReplyBody::Read(rr)) = &body_decoded {
+        let checked = rr.scheme == Scheme::Tree && h.protection.integrity_data();
+        if !rr.trailer.is_empty() && !checked {
+            return Err(ClientError::integrity(
+                op,
+                format!("{} unexpected trailer bytes", rr.trailer.len()),
+            ));
+        }
+        if !h.protection.privacy_args() {
+            trailer_bytes = rr.trailer.len();
+        }
     }
+    let mut mac = match authenticated {
+        false => None,
+        true => {
+            let input = ReplyHeader::mac_input_without_trailer(&body, trailer_bytes)
+                .ok_or_else(|| ClientError::integrity(op, "trailer longer than the header"))?;
+            Some(reply_mac(req.suite, &req.key, &req.nonce, input))
+        }
+    };
+    // The reply's data is `buf[data_at..]`; it stays in the frame's buffer.
+    let mut buf = body;
+    if h.protection.privacy_data() && buf.len() > data_at {
+        let pk = privacy.as_ref().expect("derived above");
+        let n = aead::open_in_place(pk, Field::ReplyData.nonce(), b"", &mut buf[data_at..])
+            .ok_or_else(|| ClientError::integrity(op, "reply data does not decrypt"))?;
+        buf.truncate(data_at + n);
+    }
+    let data = &buf[data_at..];
 
     let check_mac = |mac: Option<nasd_crypto::Mac>, cost: &mut Cost| -> Result<(), ClientError> {
         if let Some(mac) = mac {
@@ -338,15 +364,15 @@ pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientErro
             ),
         ));
     }
-    let body_decoded = ReplyBody::decode(op, &args).map_err(|e| ClientError::malformed(op, e))?;
+    let body_decoded = body_decoded.expect("decoded above for a successful reply");
     match &body_decoded {
         ReplyBody::Read(rr) => {
             if h.protection.integrity_data() {
                 let m = mac.as_mut().expect("integrity-data implies integrity-args");
-                feed_read(m, req.suite, rr, &data, &mut cost)
+                feed_read(m, req.suite, rr, data, &mut cost)
                     .map_err(|e| ClientError::integrity(op, e.to_string()))?;
             } else {
-                region_slices(&rr.regions, &data)
+                region_slices(&rr.regions, data)
                     .map_err(|e| ClientError::integrity(op, e.to_string()))?;
             }
         }
@@ -362,7 +388,7 @@ pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientErro
                 ));
             }
             if let Some(m) = mac.as_mut() {
-                m.update(&attr_digest(req.suite, &data, &mut cost));
+                m.update(&attr_digest(req.suite, data, &mut cost));
             }
         }
         _ => {
@@ -378,11 +404,15 @@ pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientErro
 
     // Verified. Attribute bytes must also decode; reads are cut to what was asked for.
     if matches!(body_decoded, ReplyBody::Object { .. } | ReplyBody::Attrs) {
-        Attributes::decode(&data).map_err(|e| ClientError::malformed(op, e))?;
+        Attributes::decode(data).map_err(|e| ClientError::malformed(op, e))?;
     }
-    if let ReplyBody::Read(rr) = &body_decoded {
-        data = cut_read(op, &req.read_regions, rr, &data)?;
-    }
+    let data = match &body_decoded {
+        ReplyBody::Read(rr) => cut_read(op, &req.read_regions, rr, buf, data_at)?,
+        _ => {
+            buf.drain(..data_at);
+            buf
+        }
+    };
     Ok(Reply {
         protection: h.protection,
         authenticated,
@@ -392,13 +422,15 @@ pub fn open_reply(req: &PendingRequest, body: &[u8]) -> Result<Reply, ClientErro
     })
 }
 
-/// Cuts the requested regions out of the (verified) returned ones. Region `i` of the reply
-/// answers region `i` of the request and must cover it, clamped at the object's end.
+/// Cuts the requested regions out of the (verified) returned ones, which are `buf[at..]`,
+/// moving the asked bytes to the front of `buf`. Region `i` of the reply answers region `i` of
+/// the request and must cover it, clamped at the object's end.
 fn cut_read(
     op: OpCode,
     asked: &[Region],
     rr: &ReadReply,
-    data: &[u8],
+    mut buf: Vec<u8>,
+    at: usize,
 ) -> Result<Vec<u8>, ClientError> {
     if rr.regions.len() != asked.len() {
         return Err(ClientError::integrity(
@@ -410,10 +442,14 @@ fn cut_read(
             ),
         ));
     }
-    let slices =
-        region_slices(&rr.regions, data).map_err(|e| ClientError::integrity(op, e.to_string()))?;
-    let mut out = Vec::with_capacity(data.len());
-    for ((want, got), bytes) in asked.iter().zip(&rr.regions).zip(slices) {
+    // Where each returned region starts in `buf` (region_slices has checked that they tile).
+    region_slices(&rr.regions, &buf[at..])
+        .map_err(|e| ClientError::integrity(op, e.to_string()))?;
+    let mut src = at;
+    let mut out = 0usize;
+    for (want, got) in asked.iter().zip(&rr.regions) {
+        let here = src;
+        src += got.len as usize;
         let want_end = want.end().unwrap_or(u64::MAX).min(rr.logical_size);
         if want.offset >= want_end {
             continue;
@@ -431,11 +467,14 @@ fn cut_read(
                 ),
             ));
         }
-        let a = (want.offset - got.offset) as usize;
-        let b = (want_end - got.offset) as usize;
-        out.extend_from_slice(&bytes[a..b]);
+        let a = here + (want.offset - got.offset) as usize;
+        let b = here + (want_end - got.offset) as usize;
+        // `out <= a` always: the output is never longer than what it was cut from.
+        buf.copy_within(a..b, out);
+        out += b - a;
     }
-    Ok(out)
+    buf.truncate(out);
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -910,8 +910,15 @@ impl Drive {
                 Err(Refusal(s, d)) => self.unauthenticated(h.request_id, s, &d),
             };
         };
+        // A read's trailer ends the args; in the clear it is left out of the MAC (protocol §11.4).
+        let mut trailer_bytes = 0;
         let (status, mut args, mut data, material) = match out {
-            Ok((body, data, m)) => (Status::Ok, body.encode(), data, m),
+            Ok((body, data, m)) => {
+                if let (ReplyBody::Read(rr), false) = (&body, h.protection.privacy_args()) {
+                    trailer_bytes = rr.trailer.len();
+                }
+                (Status::Ok, body.encode(), data, m)
+            }
             Err(Refusal(s, d)) => {
                 let mut d = d.into_bytes();
                 d.truncate(ERROR_DETAIL_BYTES_MAX);
@@ -941,7 +948,9 @@ impl Drive {
             digest: [0; 32],
         };
         let mut v = header.encode();
-        let mut mac = reply_mac(suite, key, &h.nonce, ReplyHeader::mac_input_of(&v));
+        let mac_input = ReplyHeader::mac_input_without_trailer(&v, trailer_bytes)
+            .expect("the trailer is inside the header just encoded");
+        let mut mac = reply_mac(suite, key, &h.nonce, mac_input);
         match &material {
             Material::None => {}
             Material::Data => mac.update_data(mac_data.as_deref().unwrap_or(&data), cost),

@@ -441,19 +441,51 @@ impl Store {
                 }
                 Scheme::Tree => {
                     let n = tree::chunk_count(size);
+                    let key = (p.0, o.0);
                     let mut src = NodeSource::new(suite, p, o, size, &blocks, Some(&r))
                         .with_cache(&self.tree_cache, version);
-                    let top = tree::top(suite, &mut src, n)?;
-                    let mut proofs = vec![];
+                    // A range read before at this version is one cache lookup; otherwise the
+                    // proof is built from cached or stored nodes and its answer cached.
+                    let mut top = None;
+                    let mut proofs: Vec<Arc<[Digest]>> = Vec::with_capacity(out_regions.len());
                     for reg in &out_regions {
                         if reg.len == 0 {
-                            proofs.push(vec![]);
+                            proofs.push(Arc::new([]));
                             continue;
                         }
                         let c0 = reg.offset / CHUNK_BYTES;
                         let c1 = (reg.offset + reg.len).div_ceil(CHUNK_BYTES);
-                        proofs.push(tree::prove(suite, &mut src, n, c0, c1)?);
+                        let (t, cached) = self.tree_cache.answer(key, version, n, c0, c1);
+                        top = top.or(t);
+                        let proof = match cached {
+                            Some(pf) => pf,
+                            None => {
+                                let pf: Arc<[Digest]> =
+                                    tree::prove(suite, &mut src, n, c0, c1)?.into();
+                                let t = match top {
+                                    Some(t) => t,
+                                    None => *top.insert(tree::top(suite, &mut src, n)?),
+                                };
+                                self.tree_cache.put_answer(
+                                    key,
+                                    version,
+                                    n,
+                                    t,
+                                    Some(((c0, c1), pf.clone())),
+                                );
+                                pf
+                            }
+                        };
+                        proofs.push(proof);
                     }
+                    let top = match top {
+                        Some(t) => t,
+                        None => {
+                            let t = tree::top(suite, &mut src, n)?;
+                            self.tree_cache.put_answer(key, version, n, t, None);
+                            t
+                        }
+                    };
                     src.flush_cache();
                     trailer = integrity::verify::encode_tree_trailer(&top, &proofs);
                     Material::Bytes(tree::root_material(size, &top).to_vec())

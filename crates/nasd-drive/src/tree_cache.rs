@@ -1,5 +1,7 @@
 //! A cache of `tree` nodes the drive computed for reads, so repeated reads of an object cost
-//! neither the merges of nodes below the stored levels nor database lookups.
+//! neither the merges of nodes below the stored levels nor database lookups; and of whole read
+//! answers — the object's top and the proof of a chunk range — so a read of a range read before
+//! (a hot file, a client rereading a block) takes one lookup instead of one per proof node.
 //!
 //! Consistency uses a per-object version in the manner of a seqlock: the writer makes an
 //! object's version odd just before it commits a change to the object's tree and even again
@@ -12,6 +14,7 @@ use nasd_crypto::Digest;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 /// A multiply-rotate hasher for the cache's small integer keys: the keys are chosen by the
 /// drive's own object and node numbering, not by clients' text, so SipHash's flooding
@@ -48,9 +51,31 @@ type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// when full it is emptied and refills with what reads use.
 pub const TREE_CACHE_NODES_MAX: usize = 1 << 20;
 
+/// Most cached range answers per object; beyond it the object's answers are dropped and
+/// refill with what reads use (each counts its proof's nodes against the node limit too).
+pub const RANGES_PER_OBJECT_MAX: usize = 256;
+
 type ObjKey = (u16, u64);
-/// An object's cached nodes, keyed by (level, index), and the version they were computed at.
-type ObjNodes = (u64, FastMap<(u32, u64), Digest>);
+/// A chunk range `[c0, c1)` and its proof.
+pub type RangeProof = ((u64, u64), Arc<[Digest]>);
+
+/// What is cached for one object, all computed from snapshots at `version`.
+#[derive(Default)]
+struct ObjNodes {
+    version: u64,
+    /// Complete nodes by (level, index).
+    nodes: FastMap<(u32, u64), Digest>,
+    /// The top of the object's `n` chunks, by `n`.
+    top: Option<(u64, Digest)>,
+    /// Proofs by chunk range `[c0, c1)`.
+    ranges: FastMap<(u64, u64), Arc<[Digest]>>,
+}
+
+impl ObjNodes {
+    fn weight(&self) -> usize {
+        self.nodes.len() + self.ranges.values().map(|p| p.len() + 1).sum::<usize>()
+    }
+}
 
 #[derive(Default)]
 struct Inner {
@@ -78,8 +103,8 @@ impl TreeCache {
             if v.is_multiple_of(2) {
                 *v += 1;
             }
-            if let Some((_, n)) = g.nodes.remove(k) {
-                g.total -= n.len();
+            if let Some(n) = g.nodes.remove(k) {
+                g.total -= n.weight();
             }
         }
     }
@@ -96,40 +121,115 @@ impl TreeCache {
     }
 
     pub fn get(&self, k: ObjKey, version: u64, level: u32, index: u64) -> Option<Digest> {
+        self.current(k, version, |o| o.nodes.get(&(level, index)).copied())
+    }
+
+    /// The cached top of the object's `n` chunks and proof of chunks `[c0, c1)`, as far as
+    /// they are cached for `version`.
+    pub fn answer(
+        &self,
+        k: ObjKey,
+        version: u64,
+        n: u64,
+        c0: u64,
+        c1: u64,
+    ) -> (Option<Digest>, Option<Arc<[Digest]>>) {
+        self.current(k, version, |o| {
+            let top = o.top.filter(|t| t.0 == n).map(|t| t.1);
+            Some((top, o.ranges.get(&(c0, c1)).cloned()))
+        })
+        .unwrap_or((None, None))
+    }
+
+    /// Runs `f` on the object's cached entries when they were computed at `version`, still the
+    /// object's current one.
+    fn current<T>(
+        &self,
+        k: ObjKey,
+        version: u64,
+        f: impl FnOnce(&ObjNodes) -> Option<T>,
+    ) -> Option<T> {
         if !version.is_multiple_of(2) {
             return None;
         }
         let g = self.inner.lock();
         match g.nodes.get(&k) {
-            Some((v, n)) if *v == version => n.get(&(level, index)).copied(),
+            Some(o) if o.version == version => f(o),
             _ => None,
         }
     }
 
     /// Adds nodes computed from a snapshot taken at `version`, if that is still current.
     pub fn put(&self, k: ObjKey, version: u64, fresh: Vec<((u32, u64), Digest)>) {
-        if !version.is_multiple_of(2) || fresh.is_empty() {
+        if fresh.is_empty() {
+            return;
+        }
+        self.update(k, version, fresh.len(), |o| {
+            let mut added = 0;
+            for (key, d) in fresh {
+                added += o.nodes.insert(key, d).is_none() as usize;
+            }
+            added as isize
+        });
+    }
+
+    /// Adds a read's answer — the top of `n` chunks and, if given, the proof of `[c0, c1)` —
+    /// computed from a snapshot taken at `version`, if that is still current.
+    pub fn put_answer(
+        &self,
+        k: ObjKey,
+        version: u64,
+        n: u64,
+        top: Digest,
+        range: Option<RangeProof>,
+    ) {
+        let weight = range.as_ref().map_or(0, |r| r.1.len() + 1);
+        self.update(k, version, weight, |o| {
+            o.top = Some((n, top));
+            let Some((key, proof)) = range else { return 0 };
+            let mut delta = 0isize;
+            if o.ranges.len() >= RANGES_PER_OBJECT_MAX && !o.ranges.contains_key(&key) {
+                delta -= o
+                    .ranges
+                    .values()
+                    .map(|p| p.len() as isize + 1)
+                    .sum::<isize>();
+                o.ranges.clear();
+            }
+            let w = proof.len() as isize + 1;
+            if let Some(old) = o.ranges.insert(key, proof) {
+                delta -= old.len() as isize + 1;
+            }
+            delta + w
+        });
+    }
+
+    /// Applies `f` to the object's entries if `version` is current, making room for about
+    /// `weight` more nodes first; `f` returns the change in node count it made.
+    fn update(
+        &self,
+        k: ObjKey,
+        version: u64,
+        weight: usize,
+        f: impl FnOnce(&mut ObjNodes) -> isize,
+    ) {
+        if !version.is_multiple_of(2) {
             return;
         }
         let mut g = self.inner.lock();
         if g.versions.get(&k).copied().unwrap_or(0) != version {
             return;
         }
-        if g.total + fresh.len() > TREE_CACHE_NODES_MAX {
+        if g.total + weight > TREE_CACHE_NODES_MAX {
             g.nodes.clear();
             g.total = 0;
         }
-        let mut added = 0;
-        let e = g
-            .nodes
-            .entry(k)
-            .or_insert_with(|| (version, FastMap::default()));
-        for (key, d) in fresh {
-            if e.1.insert(key, d).is_none() {
-                added += 1;
-            }
-        }
-        g.total += added;
+        let e = g.nodes.entry(k).or_insert_with(|| ObjNodes {
+            version,
+            ..Default::default()
+        });
+        let delta = f(e);
+        g.total = (g.total as isize + delta).max(0) as usize;
     }
 }
 
@@ -161,5 +261,35 @@ mod tests {
         c.put(k, v1, vec![((3, 0), [3; 32])]);
         assert_eq!(c.get(k, v1, 3, 0), Some([3; 32]));
         assert_eq!(c.get(k, v0, 3, 0), None);
+    }
+    #[test]
+    fn answers_follow_the_version_and_stay_bounded() {
+        let c = TreeCache::default();
+        let k = (1, 16);
+        let v0 = c.version(k);
+        let proof: Arc<[Digest]> = vec![[7; 32], [8; 32]].into();
+        c.put_answer(k, v0, 10, [1; 32], Some(((0, 4), proof.clone())));
+        assert_eq!(
+            c.answer(k, v0, 10, 0, 4),
+            (Some([1; 32]), Some(proof.clone()))
+        );
+        // another object size (n) or range is not answered by it
+        assert_eq!(c.answer(k, v0, 11, 0, 4).0, None);
+        assert_eq!(c.answer(k, v0, 10, 0, 5).1, None);
+        // a change hides every answer, and answers from before it are refused
+        c.begin_change(&[k]);
+        c.end_change(&[k]);
+        let v1 = c.version(k);
+        assert_eq!(c.answer(k, v1, 10, 0, 4), (None, None));
+        c.put_answer(k, v0, 10, [1; 32], Some(((0, 4), proof.clone())));
+        assert_eq!(c.answer(k, v1, 10, 0, 4), (None, None));
+        // ranges per object are bounded, and the node count follows what is kept
+        for i in 0..(RANGES_PER_OBJECT_MAX as u64 + 10) {
+            c.put_answer(k, v1, 10, [2; 32], Some(((i, i + 1), proof.clone())));
+        }
+        let g = c.inner.lock();
+        let o = &g.nodes[&k];
+        assert!(o.ranges.len() <= RANGES_PER_OBJECT_MAX);
+        assert_eq!(g.total, o.weight());
     }
 }

@@ -331,6 +331,17 @@ impl ReplyHeader {
         RequestHeader::mac_input_of(body)
     }
 
+    /// What the reply MAC covers: [`Self::mac_input_of`] without its last `trailer_bytes`
+    /// bytes. A successful read reply whose args travel in the clear ends its args (and so its
+    /// MAC input) with the read's integrity trailer, which the MAC leaves out: the client checks
+    /// the trailer by recomputing the MAC-covered `tree` top from it and the data
+    /// (`docs/protocol.md` §11.4). Every other reply passes 0. `None` if the trailer would be
+    /// longer than the input.
+    pub fn mac_input_without_trailer(body: &[u8], trailer_bytes: usize) -> Option<&[u8]> {
+        let m = Self::mac_input_of(body);
+        Some(&m[..m.len().checked_sub(trailer_bytes)?])
+    }
+
     pub fn decode(body: &[u8]) -> Result<(ReplyHeader, usize), DecodeError> {
         let mut r = Reader::new(body);
         if r.u8("kind")? != KIND_REPLY {

@@ -66,7 +66,7 @@ fn round_trip(
     };
     let built = build_request(fake.suite, id, nonce(id), &spec)?;
     let reply = fake.handle(&built.frame[4..]);
-    open_reply(&built.pending, &reply)
+    open_reply(&built.pending, reply.clone())
 }
 
 #[test]
@@ -195,6 +195,30 @@ fn every_protection_and_scheme_round_trips() {
                     assert_eq!(r.data, want, "{scheme} {p} {off}+{len}");
                     assert_eq!(r.authenticated, p.integrity_args());
                 }
+                // Scatter-gather: each region is cut out of its widened answer, in order, and
+                // moved to the front of the reply's buffer without overlapping the next.
+                let asked = [(1u64, 4096u64), (8000, 5000), (3, 2), (9500, 1), (0, 1024)];
+                id += 1;
+                let r = round_trip(
+                    &mut fake,
+                    &auth,
+                    p,
+                    obj,
+                    Op::Read {
+                        regions: asked.iter().map(|&(o, l)| Region::new(o, l)).collect(),
+                    },
+                    &[],
+                    id,
+                )
+                .unwrap();
+                let want: Vec<u8> = asked
+                    .iter()
+                    .flat_map(|&(o, l)| {
+                        let end = (o + l).min(9000) as usize;
+                        data[(o as usize).min(end)..end].to_vec()
+                    })
+                    .collect();
+                assert_eq!(r.data, want, "{scheme} {p} scatter-gather");
                 id += 1;
                 let g = round_trip(&mut fake, &auth, p, obj, Op::GetAttr, &[], id).unwrap();
                 assert_eq!(g.attributes().unwrap().logical_size, 9000);
@@ -210,14 +234,15 @@ fn any_flipped_reply_bit_is_refused_and_no_data_escapes() {
         for p in [Protection::INTEGRITY_DATA, Protection::PRIVACY_DATA] {
             let obj = fake.create(scheme);
             let auth = cap(&fake, obj, Region::new(0, 1 << 20), false);
-            let data: Vec<u8> = (0..3000u32).map(|i| (i % 200) as u8 + 3).collect();
+            // 20 chunks, so a `tree` read of chunks 4..7 carries proof nodes outside the MAC input.
+            let data: Vec<u8> = (0..20_000u32).map(|i| (i % 200) as u8 + 3).collect();
             round_trip(
                 &mut fake,
                 &auth,
                 p,
                 obj,
                 Op::Write {
-                    regions: vec![Region::new(0, 3000)],
+                    regions: vec![Region::new(0, 20_000)],
                     form: scheme,
                     write_back: false,
                 },
@@ -226,7 +251,7 @@ fn any_flipped_reply_bit_is_refused_and_no_data_escapes() {
             )
             .unwrap();
             let op = Op::Read {
-                regions: vec![Region::new(100, 2000)],
+                regions: vec![Region::new(5000, 2000)],
             };
             let spec = RequestSpec {
                 auth: &auth,
@@ -239,15 +264,15 @@ fn any_flipped_reply_bit_is_refused_and_no_data_escapes() {
             let built = build_request(fake.suite, 2, nonce(2), &spec).unwrap();
             let reply = fake.handle(&built.frame[4..]);
             assert_eq!(
-                open_reply(&built.pending, &reply).unwrap().data,
-                &data[100..2100]
+                open_reply(&built.pending, reply.clone()).unwrap().data,
+                &data[5000..7000]
             );
             // Every bit after the request id (flipping the id is caught as a mismatch too).
             let step = if reply.len() > 600 { 7 } else { 1 };
             for bit in (8..reply.len() * 8).step_by(step) {
                 let mut bad = reply.clone();
                 bad[bit / 8] ^= 1 << (bit % 8);
-                match open_reply(&built.pending, &bad) {
+                match open_reply(&built.pending, bad.clone()) {
                     Ok(r) => panic!("{scheme} {p}: bit {bit} accepted, {} bytes", r.data.len()),
                     Err(ClientError::Refused { authenticated, .. }) => {
                         assert!(!authenticated, "bit {bit}")
@@ -324,7 +349,7 @@ fn stripped_reply_protection_is_an_integrity_error() {
     let built = build_request(fake.suite, 3, nonce(3), &spec).unwrap();
     fake.downgrade_replies = true;
     let reply = fake.handle(&built.frame[4..]);
-    let e = open_reply(&built.pending, &reply).unwrap_err();
+    let e = open_reply(&built.pending, reply.clone()).unwrap_err();
     assert!(matches!(e, ClientError::Integrity { .. }), "{e}");
 }
 

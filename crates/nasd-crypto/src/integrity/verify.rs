@@ -19,10 +19,11 @@ pub enum VerifyError {
 }
 
 /// Encodes a `tree` read trailer: the top, then per region a `u16` count and its proof nodes.
-pub fn encode_tree_trailer(top: &Digest, proofs: &[Vec<Digest>]) -> Vec<u8> {
+pub fn encode_tree_trailer<P: AsRef<[Digest]>>(top: &Digest, proofs: &[P]) -> Vec<u8> {
     let mut w = Writer::new();
     w.bytes(top);
     for p in proofs {
+        let p = p.as_ref();
         w.u16(p.len() as u16);
         for d in p {
             w.bytes(d);
