@@ -60,13 +60,18 @@ impl NonceCache {
             }
             self.seen.pop_first();
         }
-        if self.seen.contains(&(n.time_us, n.random)) {
+        let k = (n.time_us, n.random);
+        if self.seen.len() >= self.max {
+            return Err(if self.seen.contains(&k) {
+                NonceError::Replayed
+            } else {
+                NonceError::Full
+            });
+        }
+        // One descent of the tree: insert reports a nonce already present.
+        if !self.seen.insert(k) {
             return Err(NonceError::Replayed);
         }
-        if self.seen.len() >= self.max {
-            return Err(NonceError::Full);
-        }
-        self.seen.insert((n.time_us, n.random));
         Ok(())
     }
 
@@ -114,6 +119,8 @@ mod tests {
             c.accept(t, &n(t, r)).unwrap();
         }
         assert_eq!(c.accept(t, &n(t, 9)), Err(NonceError::Full));
+        // a full set still names a replay as a replay
+        assert_eq!(c.accept(t, &n(t, 0)), Err(NonceError::Replayed));
         // 2 ms later the old ones are out of the window and forgotten; a replay of one of them
         // is refused by the window, not by memory.
         let later = t + 2_000;

@@ -91,7 +91,7 @@ struct Budget {
 const BUDGET_FULL: Budget = Budget {
     run_time: Duration::from_millis(200),
     run_ops_min: 3,
-    runs: 3,
+    runs: 5,
 };
 const BUDGET_QUICK: Budget = Budget {
     run_time: Duration::from_millis(50),
