@@ -2,17 +2,26 @@
 //! measures reads and writes for every integrity scheme and protection level, at offset 0 and
 //! at an odd offset, for request sizes from 1 KiB to 4 MiB (issue 2's performance section).
 //!
+//! Layout: a drive and its clients are separate machines, so by default the drive runs on its
+//! own runtime with its threads pinned to one CPU and the client on another CPU, with `--depth`
+//! requests in flight (default 8: enough that the drive always has the next request queued;
+//! fewer leave it idle between requests, and on this project's 2-CPU VM an idle CPU costs tens
+//! of microseconds to wake). `--shared-cores --depth 1` runs both on one runtime over all CPUs,
+//! one request at a time: the latency-bound view, where the client's verification of a reply
+//! sits on the critical path.
+//!
 //! Method: one object per scheme, preallocated with non-zero data larger than the largest
 //! request plus the odd offset, then for each (scheme, size, offset) the writes at every
-//! protection level followed by the reads. A cell is several time-boxed runs with `--depth`
-//! requests in flight (default one at a time), interleaved with the other protection levels'
-//! runs so background load falls on all alike; the reported throughput is the median run's.
-//! The drive's hashed bytes and CPU time per request come from its metrics, read around each
-//! run (`--json` fields `drive_hashed_bytes_per_op`, `drive_cpu_us_per_op`). The client's own
-//! verification (hashing, decryption) is inside the measured throughput, so with one request in
-//! flight on a 2-core machine the end-to-end ratio includes the client's hashing; the drive's
-//! CPU per request shows what the drive itself pays. A benchmark, not a test: it asserts
-//! nothing about speed.
+//! protection level followed by the reads. A cell is several time-boxed runs, interleaved with
+//! the other protection levels' runs so background load falls on all alike; the reported
+//! throughput is the median run's. Per request the bench also reports the bytes of object data
+//! and attributes the drive hashed (`drive_hashed_bytes_per_op`, from the drive's metrics) and
+//! the drive's CPU time (`drive_cpu_us_per_op`): with its own CPU, the time its threads spent
+//! running (`/proc/self/task/*/schedstat`, kernel socket work included), which gives the
+//! *drive-bound* ratio — what the drive itself pays for a protection level, as the seeds measure
+//! it; with shared CPUs, the handler and writer time the drive meters itself. The client's CPU
+//! per request (`client_cpu_us_per_op`, own-CPU layout) shows which side limits a cell. A
+//! benchmark, not a test: it asserts nothing about speed.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -44,7 +53,7 @@ pub struct BenchDriveArgs {
     #[arg(long)]
     json: bool,
     /// Requests in flight at once (1: one request at a time, latency-bound).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     depth: u16,
     /// Only these schemes (comma-separated; default all four).
     #[arg(long, value_delimiter = ',', value_parser = crate::parse::scheme)]
@@ -116,6 +125,8 @@ struct Cell {
     hashed_per_op: f64,
     /// Drive CPU per request (handling plus the writer thread; socket I/O excluded), µs.
     drive_cpu_us_per_op: f64,
+    /// Client CPU per request (its thread, socket work included), µs; own-core layout only.
+    client_cpu_us_per_op: Option<f64>,
 }
 
 pub fn run(c: BenchCmd) -> anyhow::Result<()> {
@@ -172,6 +183,15 @@ fn drive_thread_cpu() -> HashMap<u32, u64> {
         }
     }
     out
+}
+
+/// CPU time of the calling thread so far, ns (in the own-core layout the client's whole
+/// runtime runs on this thread).
+fn this_thread_cpu() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// CPU the drive's threads used between two samples; a thread that started in between counts
@@ -470,11 +490,14 @@ async fn measure_row(
     let mut requests = vec![0u64; n];
     let mut hashed = vec![0u64; n];
     let mut cpu = vec![0u64; n];
+    let mut client_cpu = vec![0u64; n];
     for _ in 0..budget.runs {
         for (i, (_, s)) in specs.iter().enumerate() {
             let before = drive.metrics();
             let threads_before = drive_thread_cpu();
+            let client_before = this_thread_cpu();
             rates[i].push(run_once(conn, s, depth, budget).await?);
+            client_cpu[i] += this_thread_cpu().saturating_sub(client_before);
             let threads_after = drive_thread_cpu();
             let after = drive.metrics();
             requests[i] += after.requests.saturating_sub(before.requests);
@@ -505,6 +528,8 @@ async fn measure_row(
                 ops_per_s,
                 hashed_per_op: hashed[i] as f64 / requests[i].max(1) as f64,
                 drive_cpu_us_per_op: cpu[i] as f64 / 1000.0 / requests[i].max(1) as f64,
+                client_cpu_us_per_op: own_core
+                    .then(|| client_cpu[i] as f64 / 1000.0 / requests[i].max(1) as f64),
             }
         })
         .collect())
@@ -537,6 +562,8 @@ fn emit(row: &[Cell], json: bool) {
                     "ops_per_s": (c.ops_per_s * 10.0).round() / 10.0,
                     "drive_hashed_bytes_per_op": c.hashed_per_op.round(),
                     "drive_cpu_us_per_op": (c.drive_cpu_us_per_op * 100.0).round() / 100.0,
+                    "client_cpu_us_per_op":
+                        c.client_cpu_us_per_op.map(|u| (u * 100.0).round() / 100.0),
                     "ratio_vs_none": (c.mib_per_s / none * 1000.0).round() / 1000.0,
                     "drive_bound_mib_per_s": (drive_bound(c) * 100.0).round() / 100.0,
                     "drive_bound_ratio_vs_none":
