@@ -4,9 +4,11 @@
 //!
 //! Layout: a drive and its clients are separate machines, so by default the drive runs on its
 //! own runtime with its threads pinned to one CPU and the client on another CPU, with `--depth`
-//! requests in flight (default 8: enough that the drive always has the next request queued;
-//! fewer leave it idle between requests, and on this project's 2-CPU VM an idle CPU costs tens
-//! of microseconds to wake). `--shared-cores --depth 1` runs both on one runtime over all CPUs,
+//! requests in flight (default 4: one request at a time leaves each side idle while the other
+//! works, and on this project's 2-CPU VM an idle CPU costs tens of microseconds to wake; with 8
+//! or more, Linux's default `bbr` congestion control paces loopback sends of 64 KiB and up and
+//! halves throughput at every protection level, which the header line names).
+//! `--shared-cores --depth 1` runs both on one runtime over all CPUs,
 //! one request at a time: the latency-bound view, where the client's verification of a reply
 //! sits on the critical path.
 //!
@@ -53,7 +55,7 @@ pub struct BenchDriveArgs {
     #[arg(long)]
     json: bool,
     /// Requests in flight at once (1: one request at a time, latency-bound).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     depth: u16,
     /// Only these schemes (comma-separated; default all four).
     #[arg(long, value_delimiter = ',', value_parser = crate::parse::scheme)]
@@ -183,6 +185,13 @@ fn drive_thread_cpu() -> HashMap<u32, u64> {
         }
     }
     out
+}
+
+/// The system's TCP congestion control (it paces loopback traffic too), for the header line.
+fn congestion_control() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// CPU time of the calling thread so far, ns (in the own-core layout the client's whole
@@ -330,12 +339,13 @@ async fn bench_drive(
 
     if !a.json {
         outln!(
-            "nasd bench drive ({}; {layout}; suite {}; depth {}; {} runs of >= {} ms per cell; each cell: \
+            "nasd bench drive ({}; {layout}; suite {}; depth {}; tcp {}; {} runs of >= {} ms per cell; each cell: \
              MiB/s, its ratio to none, the drive-bound ratio to none, bytes the drive hashed \
              per request)",
             if a.quick { "quick" } else { "full" },
             a.suite.name(),
             a.depth,
+            congestion_control(),
             budget.runs,
             budget.run_time.as_millis()
         );
