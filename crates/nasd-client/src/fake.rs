@@ -130,24 +130,24 @@ impl FakeDrive {
             }
         }
         let mut out = self.execute(&cap, h.object, &op, &data);
-        // As the drive: a read's integrity trailer only under integrity-data.
-        if !h.protection.integrity_data() {
-            if let Ok(ReplyBody::Read(mut rr)) = ReplyBody::decode(h.op, &out.body) {
-                rr.trailer.clear();
-                out.body = ReplyBody::Read(rr).encode();
-            }
-        }
         let protection = if self.downgrade_replies && out.status == Status::Ok {
             Protection::NONE
         } else {
             h.protection
         };
-        let trailer_bytes = match ReplyBody::decode(h.op, &out.body) {
-            Ok(ReplyBody::Read(rr)) if out.status == Status::Ok && !protection.privacy_args() => {
-                rr.trailer.len()
+        let mut trailer_bytes = 0;
+        if out.status == Status::Ok {
+            if let Ok(mut body) = ReplyBody::decode(h.op, &out.body) {
+                // As the drive: a read's integrity trailer only under integrity-data.
+                if let ReplyBody::Read(rr) = &mut body {
+                    if !h.protection.integrity_data() {
+                        rr.trailer.clear();
+                        out.body = body.encode();
+                    }
+                }
+                trailer_bytes = body.unmacced_tail_bytes(protection);
             }
-            _ => 0,
-        };
+        }
         let mut args = out.body;
         if protection.privacy_args() {
             args = aead::seal(&pk, Field::ReplyArgs.nonce(), b"", &args);

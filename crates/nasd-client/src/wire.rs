@@ -299,9 +299,9 @@ pub fn open_reply(req: &PendingRequest, body: Vec<u8>) -> Result<Reply, ClientEr
         }
         _ => None,
     };
-    // A read's trailer in clear args is outside the MAC (protocol §11.4); it is only accepted
-    // where the client checks it against the MAC-covered top: `tree` under integrity-data.
-    let mut trailer_bytes = 0;
+    // A read's trailer is outside the MAC when its args are in the clear (protocol §10.4), so
+    // it is only accepted where the client checks it against the MAC-covered top: `tree` under
+    // integrity-data.
     if let Some(ReplyBody::Read(rr)) = &body_decoded {
         let checked = rr.scheme == Scheme::Tree && h.protection.integrity_data();
         if !rr.trailer.is_empty() && !checked {
@@ -310,10 +310,10 @@ pub fn open_reply(req: &PendingRequest, body: Vec<u8>) -> Result<Reply, ClientEr
                 format!("{} unexpected trailer bytes", rr.trailer.len()),
             ));
         }
-        if !h.protection.privacy_args() {
-            trailer_bytes = rr.trailer.len();
-        }
     }
+    let trailer_bytes = body_decoded
+        .as_ref()
+        .map_or(0, |b| b.unmacced_tail_bytes(h.protection));
     let mut mac = match authenticated {
         false => None,
         true => {

@@ -910,13 +910,10 @@ impl Drive {
                 Err(Refusal(s, d)) => self.unauthenticated(h.request_id, s, &d),
             };
         };
-        // A read's trailer ends the args; in the clear it is left out of the MAC (protocol §11.4).
         let mut trailer_bytes = 0;
         let (status, mut args, mut data, material) = match out {
             Ok((body, data, m)) => {
-                if let (ReplyBody::Read(rr), false) = (&body, h.protection.privacy_args()) {
-                    trailer_bytes = rr.trailer.len();
-                }
+                trailer_bytes = body.unmacced_tail_bytes(h.protection);
                 (Status::Ok, body.encode(), data, m)
             }
             Err(Refusal(s, d)) => {

@@ -445,8 +445,9 @@ impl Store {
                     let mut src = NodeSource::new(suite, p, o, size, &blocks, Some(&r))
                         .with_cache(&self.tree_cache, version);
                     // A range read before at this version is one cache lookup; otherwise the
-                    // proof is built from cached or stored nodes and its answer cached.
+                    // proof is built from cached or stored nodes, and the answer is cached.
                     let mut top = None;
+                    let mut fresh = vec![];
                     let mut proofs: Vec<Arc<[Digest]>> = Vec::with_capacity(out_regions.len());
                     for reg in &out_regions {
                         if reg.len == 0 {
@@ -457,35 +458,24 @@ impl Store {
                         let c1 = (reg.offset + reg.len).div_ceil(CHUNK_BYTES);
                         let (t, cached) = self.tree_cache.answer(key, version, n, c0, c1);
                         top = top.or(t);
-                        let proof = match cached {
+                        proofs.push(match cached {
                             Some(pf) => pf,
                             None => {
                                 let pf: Arc<[Digest]> =
                                     tree::prove(suite, &mut src, n, c0, c1)?.into();
-                                let t = match top {
-                                    Some(t) => t,
-                                    None => *top.insert(tree::top(suite, &mut src, n)?),
-                                };
-                                self.tree_cache.put_answer(
-                                    key,
-                                    version,
-                                    n,
-                                    t,
-                                    Some(((c0, c1), pf.clone())),
-                                );
+                                fresh.push(((c0, c1), pf.clone()));
                                 pf
                             }
-                        };
-                        proofs.push(proof);
+                        });
                     }
+                    let cached_top = top.is_some();
                     let top = match top {
                         Some(t) => t,
-                        None => {
-                            let t = tree::top(suite, &mut src, n)?;
-                            self.tree_cache.put_answer(key, version, n, t, None);
-                            t
-                        }
+                        None => tree::top(suite, &mut src, n)?,
                     };
+                    if !cached_top || !fresh.is_empty() {
+                        self.tree_cache.put_answer(key, version, n, top, fresh);
+                    }
                     src.flush_cache();
                     trailer = integrity::verify::encode_tree_trailer(&top, &proofs);
                     Material::Bytes(tree::root_material(size, &top).to_vec())

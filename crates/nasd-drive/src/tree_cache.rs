@@ -71,9 +71,17 @@ struct ObjNodes {
     ranges: FastMap<(u64, u64), Arc<[Digest]>>,
 }
 
+/// Cache slots a cached proof takes: its nodes and one for the range.
+fn proof_weight(p: &[Digest]) -> usize {
+    p.len() + 1
+}
+
 impl ObjNodes {
     fn weight(&self) -> usize {
-        self.nodes.len() + self.ranges.values().map(|p| p.len() + 1).sum::<usize>()
+        self.nodes.len() + self.ranges_weight()
+    }
+    fn ranges_weight(&self) -> usize {
+        self.ranges.values().map(|p| proof_weight(p)).sum()
     }
 }
 
@@ -173,34 +181,27 @@ impl TreeCache {
         });
     }
 
-    /// Adds a read's answer — the top of `n` chunks and, if given, the proof of `[c0, c1)` —
-    /// computed from a snapshot taken at `version`, if that is still current.
+    /// Adds a read's answer — the top of `n` chunks and the proofs of chunk ranges — computed
+    /// from a snapshot taken at `version`, if that is still current.
     pub fn put_answer(
         &self,
         k: ObjKey,
         version: u64,
         n: u64,
         top: Digest,
-        range: Option<RangeProof>,
+        ranges: Vec<RangeProof>,
     ) {
-        let weight = range.as_ref().map_or(0, |r| r.1.len() + 1);
+        let weight = ranges.iter().map(|r| proof_weight(&r.1)).sum();
         self.update(k, version, weight, |o| {
             o.top = Some((n, top));
-            let Some((key, proof)) = range else { return 0 };
-            let mut delta = 0isize;
-            if o.ranges.len() >= RANGES_PER_OBJECT_MAX && !o.ranges.contains_key(&key) {
-                delta -= o
-                    .ranges
-                    .values()
-                    .map(|p| p.len() as isize + 1)
-                    .sum::<isize>();
-                o.ranges.clear();
+            let before = o.ranges_weight() as isize;
+            for (key, proof) in ranges {
+                if o.ranges.len() >= RANGES_PER_OBJECT_MAX && !o.ranges.contains_key(&key) {
+                    o.ranges.clear();
+                }
+                o.ranges.insert(key, proof);
             }
-            let w = proof.len() as isize + 1;
-            if let Some(old) = o.ranges.insert(key, proof) {
-                delta -= old.len() as isize + 1;
-            }
-            delta + w
+            o.ranges_weight() as isize - before
         });
     }
 
@@ -268,7 +269,7 @@ mod tests {
         let k = (1, 16);
         let v0 = c.version(k);
         let proof: Arc<[Digest]> = vec![[7; 32], [8; 32]].into();
-        c.put_answer(k, v0, 10, [1; 32], Some(((0, 4), proof.clone())));
+        c.put_answer(k, v0, 10, [1; 32], vec![((0, 4), proof.clone())]);
         assert_eq!(
             c.answer(k, v0, 10, 0, 4),
             (Some([1; 32]), Some(proof.clone()))
@@ -281,11 +282,11 @@ mod tests {
         c.end_change(&[k]);
         let v1 = c.version(k);
         assert_eq!(c.answer(k, v1, 10, 0, 4), (None, None));
-        c.put_answer(k, v0, 10, [1; 32], Some(((0, 4), proof.clone())));
+        c.put_answer(k, v0, 10, [1; 32], vec![((0, 4), proof.clone())]);
         assert_eq!(c.answer(k, v1, 10, 0, 4), (None, None));
         // ranges per object are bounded, and the node count follows what is kept
         for i in 0..(RANGES_PER_OBJECT_MAX as u64 + 10) {
-            c.put_answer(k, v1, 10, [2; 32], Some(((i, i + 1), proof.clone())));
+            c.put_answer(k, v1, 10, [2; 32], vec![((i, i + 1), proof.clone())]);
         }
         let g = c.inner.lock();
         let o = &g.nodes[&k];

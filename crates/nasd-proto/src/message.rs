@@ -332,11 +332,9 @@ impl ReplyHeader {
     }
 
     /// What the reply MAC covers: [`Self::mac_input_of`] without its last `trailer_bytes`
-    /// bytes. A successful read reply whose args travel in the clear ends its args (and so its
-    /// MAC input) with the read's integrity trailer, which the MAC leaves out: the client checks
-    /// the trailer by recomputing the MAC-covered `tree` top from it and the data
-    /// (`docs/protocol.md` §11.4). Every other reply passes 0. `None` if the trailer would be
-    /// longer than the input.
+    /// bytes, as [`crate::ReplyBody::unmacced_tail_bytes`] counts them (a read's trailer in clear
+    /// args; the client checks it by recomputing the MAC-covered `tree` top, `docs/protocol.md`
+    /// §10.4). `None` if the trailer would be longer than the input.
     pub fn mac_input_without_trailer(body: &[u8], trailer_bytes: usize) -> Option<&[u8]> {
         let m = Self::mac_input_of(body);
         Some(&m[..m.len().checked_sub(trailer_bytes)?])

@@ -459,6 +459,16 @@ pub enum ReplyBody {
 }
 
 impl ReplyBody {
+    /// How many bytes at the end of this successful reply's args the reply MAC leaves out
+    /// (`docs/protocol.md` §10.4): a read's integrity trailer when the args travel in the clear
+    /// under `protection`; 0 otherwise. Drive and client both take the rule from here.
+    pub fn unmacced_tail_bytes(&self, protection: Protection) -> usize {
+        match self {
+            ReplyBody::Read(rr) if !protection.privacy_args() => rr.trailer.len(),
+            _ => 0,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
@@ -525,4 +535,28 @@ pub fn regions_total(regions: &[Region]) -> Option<u64> {
     regions
         .iter()
         .try_fold(0u64, |acc, r| acc.checked_add(r.len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_clear_read_trailer_is_outside_the_reply_mac() {
+        let read = ReplyBody::Read(ReadReply {
+            logical_size: 10,
+            scheme: Scheme::Tree,
+            regions: vec![Region::new(0, 10)],
+            trailer: vec![7; 34],
+        });
+        assert_eq!(read.unmacced_tail_bytes(Protection::INTEGRITY_DATA), 34);
+        // the encoded args end with the trailer, so cutting that many bytes cuts only it
+        assert!(read.encode().ends_with(&[7; 34]));
+        assert_eq!(read.unmacced_tail_bytes(Protection::PRIVACY_ARGS), 0);
+        assert_eq!(read.unmacced_tail_bytes(Protection::PRIVACY_DATA), 0);
+        assert_eq!(
+            ReplyBody::Attrs.unmacced_tail_bytes(Protection::INTEGRITY_DATA),
+            0
+        );
+    }
 }

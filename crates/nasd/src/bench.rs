@@ -177,10 +177,8 @@ fn drive_thread_cpu() -> HashMap<u32, u64> {
         if !DRIVE_THREADS.iter().any(|n| comm.trim_end().starts_with(n)) {
             continue;
         }
-        let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
         let tid = t.file_name().to_string_lossy().parse::<u32>();
-        let ns = stat.split_whitespace().next().map(str::parse::<u64>);
-        if let (Ok(tid), Some(Ok(ns))) = (tid, ns) {
+        if let (Ok(tid), Some(ns)) = (tid, schedstat_ns(&t.path().join("schedstat"))) {
             out.insert(tid, ns);
         }
     }
@@ -197,10 +195,17 @@ fn congestion_control() -> String {
 /// CPU time of the calling thread so far, ns (in the own-core layout the client's whole
 /// runtime runs on this thread).
 fn this_thread_cpu() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
+    schedstat_ns(std::path::Path::new("/proc/thread-self/schedstat")).unwrap_or(0)
+}
+
+/// The first field of a `schedstat` file: nanoseconds the task has spent on a CPU.
+fn schedstat_ns(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
         .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// CPU the drive's threads used between two samples; a thread that started in between counts
@@ -237,6 +242,8 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// Starts rayon's global pool from the calling (not yet pinned) thread by hashing one large
+/// write form, the work that uses it.
 fn rayon_warm() {
     let mut cost = nasd_crypto::Cost::default();
     let data = vec![1u8; 1 << 20];
@@ -503,21 +510,21 @@ async fn measure_row(
     let mut client_cpu = vec![0u64; n];
     for _ in 0..budget.runs {
         for (i, (_, s)) in specs.iter().enumerate() {
+            // Per-thread CPU is only meaningful (and only read) when the drive has its own core.
             let before = drive.metrics();
-            let threads_before = drive_thread_cpu();
+            let threads_before = own_core.then(drive_thread_cpu);
             let client_before = this_thread_cpu();
             rates[i].push(run_once(conn, s, depth, budget).await?);
             client_cpu[i] += this_thread_cpu().saturating_sub(client_before);
-            let threads_after = drive_thread_cpu();
+            let threads_after = own_core.then(drive_thread_cpu);
             let after = drive.metrics();
             requests[i] += after.requests.saturating_sub(before.requests);
             hashed[i] += after
                 .data_bytes_hashed
                 .saturating_sub(before.data_bytes_hashed);
-            cpu[i] += if own_core {
-                cpu_between(&threads_before, &threads_after)
-            } else {
-                after.cpu_ns.saturating_sub(before.cpu_ns)
+            cpu[i] += match (&threads_before, &threads_after) {
+                (Some(b), Some(a)) => cpu_between(b, a),
+                _ => after.cpu_ns.saturating_sub(before.cpu_ns),
             };
         }
     }
@@ -546,16 +553,12 @@ async fn measure_row(
 }
 
 fn emit(row: &[Cell], json: bool) {
-    let none = row
+    let (none, none_cpu) = row
         .iter()
         .find(|c| c.protection == "none")
-        .map(|c| c.mib_per_s)
-        .unwrap_or(f64::NAN);
-    let none_cpu = row
-        .iter()
-        .find(|c| c.protection == "none")
-        .map(|c| c.drive_cpu_us_per_op)
-        .unwrap_or(f64::NAN);
+        .map_or((f64::NAN, f64::NAN), |c| {
+            (c.mib_per_s, c.drive_cpu_us_per_op)
+        });
     // What the drive could serve if it were the bottleneck: one core's worth of its CPU time.
     let drive_bound = |c: &Cell| c.size as f64 / c.drive_cpu_us_per_op / 1.048576;
     if json {
