@@ -41,7 +41,7 @@ use nasd_proto::{
 };
 use parking_lot::Mutex;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Request and hashing counters (the bench's `drive_hashed_bytes_per_op`).
@@ -51,8 +51,10 @@ pub struct Metrics {
     /// Object data and attribute bytes the drive fed to a hash or MAC.
     pub data_bytes_hashed: AtomicU64,
     pub refused: AtomicU64,
-    /// CPU time spent handling requests (this thread's, so waits are excluded), nanoseconds.
+    /// CPU time spent handling requests (this thread's, so waits are excluded), nanoseconds;
+    /// counted only while [`Drive::meter_cpu`] is on (two clock syscalls per request).
     pub handler_cpu_ns: AtomicU64,
+    meter_cpu: AtomicBool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,8 +62,8 @@ pub struct MetricsSnapshot {
     pub requests: u64,
     pub data_bytes_hashed: u64,
     pub refused: u64,
-    /// CPU the drive spent on requests: request handling plus the writer thread's work.
-    /// Socket I/O is not included (it is the same at every protection level).
+    /// CPU the drive spent on requests: request handling (while [`Drive::meter_cpu`] is on)
+    /// plus the writer thread's work. Socket I/O is not included.
     pub cpu_ns: u64,
 }
 
@@ -90,6 +92,9 @@ pub struct Drive {
     metrics: Metrics,
     /// The clock, behind a seam so tests can move it.
     clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Reply nonces: a random start drawn at open, then one step per reply, so every reply's
+    /// nonce is unique for the drive's life without a system call per reply.
+    reply_nonces: AtomicU64,
 }
 
 /// A refusal or failure with its status and a human detail for the reply.
@@ -158,6 +163,7 @@ impl Drive {
             audit: Audit::open(audit)?,
             metrics: Metrics::default(),
             clock: Box::new(now_us),
+            reply_nonces: AtomicU64::new(nasd_crypto::random_u64()),
         }))
     }
 
@@ -227,8 +233,17 @@ impl Drive {
         }
     }
 
+    /// Turns on metering of the CPU time spent in [`Self::handle`] (`MetricsSnapshot::cpu_ns`),
+    /// for benchmarks that share CPUs with the drive and cannot read its threads' time.
+    pub fn meter_cpu(&self, on: bool) {
+        self.metrics.meter_cpu.store(on, Ordering::Relaxed);
+    }
+
     /// Handles one request body and returns the reply. Never panics on bad input.
     pub fn handle(&self, body: Vec<u8>) -> ReplyBytes {
+        if !self.metrics.meter_cpu.load(Ordering::Relaxed) {
+            return self.handle_inner(body);
+        }
         let cpu0 = crate::thread_cpu_ns();
         let r = self.handle_inner(body);
         let ns = crate::thread_cpu_ns().saturating_sub(cpu0);
@@ -327,7 +342,7 @@ impl Drive {
     fn fresh_nonce(&self) -> Nonce {
         Nonce {
             time_us: self.now_us(),
-            random: nasd_crypto::random_u64(),
+            random: self.reply_nonces.fetch_add(1, Ordering::Relaxed),
         }
     }
 

@@ -470,7 +470,12 @@ impl ReplyBody {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::new();
+        let mut w = match self {
+            ReplyBody::Read(rr) => {
+                Writer::with_capacity(17 + 16 * rr.regions.len() + 4 + rr.trailer.len())
+            }
+            _ => Writer::new(),
+        };
         match self {
             ReplyBody::Empty => {}
             ReplyBody::Object { object } => w.u64(object.0),

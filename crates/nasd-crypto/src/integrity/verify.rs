@@ -20,7 +20,8 @@ pub enum VerifyError {
 
 /// Encodes a `tree` read trailer: the top, then per region a `u16` count and its proof nodes.
 pub fn encode_tree_trailer<P: AsRef<[Digest]>>(top: &Digest, proofs: &[P]) -> Vec<u8> {
-    let mut w = Writer::new();
+    let digests: usize = proofs.iter().map(|p| p.as_ref().len()).sum();
+    let mut w = Writer::with_capacity(32 + 2 * proofs.len() + 32 * digests);
     w.bytes(top);
     for p in proofs {
         let p = p.as_ref();
