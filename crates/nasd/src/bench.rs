@@ -15,8 +15,10 @@
 //! Method: one object per scheme, preallocated with non-zero data larger than the largest
 //! request plus the odd offset, then for each (scheme, size, offset) the writes at every
 //! protection level followed by the reads. A cell is several time-boxed runs, interleaved with
-//! the other protection levels' runs so background load falls on all alike; the reported
-//! throughput is the median run's. Per request the bench also reports the bytes of object data
+//! the other protection levels' runs (in alternating order) so background load falls on all
+//! alike; the reported throughput is the median run's, and a ratio to `none` is the median of
+//! the ratios within each round, which cancels most of the drift between rounds on a shared
+//! machine. `--ops` and `--protections` narrow a run (`none` is always measured). Per request the bench also reports the bytes of object data
 //! and attributes the drive hashed (`drive_hashed_bytes_per_op`, from the drive's metrics) and
 //! the drive's CPU time (`drive_cpu_us_per_op`): with its own CPU, the time its threads spent
 //! running (`/proc/self/task/*/schedstat`, kernel socket work included), which gives the
@@ -63,6 +65,13 @@ pub struct BenchDriveArgs {
     /// Only these request sizes (comma-separated, e.g. 4K,1M; default by --quick).
     #[arg(long, value_delimiter = ',', value_parser = crate::parse::bytes)]
     sizes: Vec<u64>,
+    /// Only these operations (read, write; comma-separated; default both).
+    #[arg(long, value_delimiter = ',', value_parser = ["read", "write"])]
+    ops: Vec<String>,
+    /// Only these protection levels besides `none`, which every ratio is taken against and is
+    /// always measured (comma-separated; default all five).
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse::protection)]
+    protections: Vec<Protection>,
     /// Digest suite of the benchmark drive.
     #[arg(long, value_parser = crate::parse::suite, default_value = "blake3")]
     suite: Suite,
@@ -100,9 +109,9 @@ struct Budget {
 }
 
 const BUDGET_FULL: Budget = Budget {
-    run_time: Duration::from_millis(200),
+    run_time: Duration::from_millis(100),
     run_ops_min: 3,
-    runs: 5,
+    runs: 11,
 };
 const BUDGET_QUICK: Budget = Budget {
     run_time: Duration::from_millis(50),
@@ -124,6 +133,10 @@ struct Cell {
     offset: u64,
     mib_per_s: f64,
     ops_per_s: f64,
+    /// Median over rounds of this level's throughput over `none`'s in the same round.
+    ratio: f64,
+    /// The same for `none`'s drive CPU per request over this level's.
+    drive_bound_ratio: f64,
     hashed_per_op: f64,
     /// Drive CPU per request (handling plus the writer thread; socket I/O excluded), µs.
     drive_cpu_us_per_op: f64,
@@ -305,6 +318,9 @@ async fn bench_drive(
         .spawn_blocking(move || nasd_drive::Drive::open(&path))
         .await?
         .context("opening the benchmark drive")?;
+    // Sharing CPUs, the drive's threads cannot be told apart from the client's by their CPU
+    // time, so the drive meters its handler itself.
+    drive.meter_cpu(!own_core);
     let listener = {
         let _guard = drive_rt.enter();
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -357,8 +373,10 @@ async fn bench_drive(
             budget.run_time.as_millis()
         );
         out!("{:<5} {:<11} {:>8} {:>6}", "op", "scheme", "size", "offset");
-        for (name, _) in PROTECTIONS {
-            out!(" {name:>29}");
+        for (name, p) in PROTECTIONS {
+            if name == "none" || a.protections.is_empty() || a.protections.contains(&p) {
+                out!(" {name:>29}");
+            }
         }
         outln!();
     }
@@ -386,8 +404,15 @@ async fn bench_drive(
             for offset in [0, ODD_OFFSET_BYTES] {
                 let payload = Arc::new(data[offset as usize..(offset + size) as usize].to_vec());
                 for dir in [Dir::Write, Dir::Read] {
+                    let name = if dir == Dir::Write { "write" } else { "read" };
+                    if !a.ops.is_empty() && !a.ops.iter().any(|o| o == name) {
+                        continue;
+                    }
                     let specs: Vec<_> = PROTECTIONS
                         .iter()
+                        .filter(|&&(name, p)| {
+                            name == "none" || a.protections.is_empty() || a.protections.contains(&p)
+                        })
                         .map(|&(name, protection)| {
                             let spec = Spec {
                                 auth: cap.clone(),
@@ -488,9 +513,12 @@ async fn run_once(
     Ok(count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Measures one (op, scheme, size, offset) at every protection level. Runs of the levels are
-/// interleaved so background load drifts over all of them alike; each level's figure is the
-/// median of its runs, and its hashed bytes per request are summed over its runs.
+/// Measures one (op, scheme, size, offset) at every protection level, `none` first in
+/// `specs`. A round runs every level once, in forward order on even rounds and backward on odd
+/// ones, so neither drift nor going first favours a level. Throughput is the median over
+/// rounds; each ratio to `none` is the median of the ratios taken within one round (a pair
+/// measured moments apart shares the machine's state, so background load mostly cancels);
+/// hashed bytes and CPU per request are totals over all rounds.
 async fn measure_row(
     conn: &Arc<DriveConn>,
     drive: &nasd_drive::Drive,
@@ -503,13 +531,20 @@ async fn measure_row(
         one(conn, s).await?; // warm up
     }
     let n = specs.len();
+    // Per level, per round: operations per second, requests, drive CPU ns.
     let mut rates = vec![Vec::with_capacity(budget.runs); n];
-    let mut requests = vec![0u64; n];
+    let mut round_requests = vec![Vec::with_capacity(budget.runs); n];
+    let mut round_cpu = vec![Vec::with_capacity(budget.runs); n];
     let mut hashed = vec![0u64; n];
-    let mut cpu = vec![0u64; n];
     let mut client_cpu = vec![0u64; n];
-    for _ in 0..budget.runs {
-        for (i, (_, s)) in specs.iter().enumerate() {
+    for round in 0..budget.runs {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for i in order {
+            let s = &specs[i].1;
             // Per-thread CPU is only meaningful (and only read) when the drive has its own core.
             let before = drive.metrics();
             let threads_before = own_core.then(drive_thread_cpu);
@@ -518,23 +553,24 @@ async fn measure_row(
             client_cpu[i] += this_thread_cpu().saturating_sub(client_before);
             let threads_after = own_core.then(drive_thread_cpu);
             let after = drive.metrics();
-            requests[i] += after.requests.saturating_sub(before.requests);
+            round_requests[i].push(after.requests.saturating_sub(before.requests));
             hashed[i] += after
                 .data_bytes_hashed
                 .saturating_sub(before.data_bytes_hashed);
-            cpu[i] += match (&threads_before, &threads_after) {
+            round_cpu[i].push(match (&threads_before, &threads_after) {
                 (Some(b), Some(a)) => cpu_between(b, a),
                 _ => after.cpu_ns.saturating_sub(before.cpu_ns),
-            };
+            });
         }
     }
+    let cpu_per_op =
+        |i: usize, r: usize| round_cpu[i][r] as f64 / round_requests[i][r].max(1) as f64;
     Ok(specs
         .iter()
         .enumerate()
         .map(|(i, (name, s))| {
-            let r = &mut rates[i];
-            r.sort_by(|a, b| a.total_cmp(b));
-            let ops_per_s = r[r.len() / 2];
+            let requests = round_requests[i].iter().sum::<u64>().max(1) as f64;
+            let ops_per_s = median((0..budget.runs).map(|r| rates[i][r]).collect());
             Cell {
                 op: s.dir,
                 scheme: s.scheme,
@@ -543,22 +579,30 @@ async fn measure_row(
                 offset: s.offset,
                 mib_per_s: ops_per_s * s.size as f64 / (1u64 << 20) as f64,
                 ops_per_s,
-                hashed_per_op: hashed[i] as f64 / requests[i].max(1) as f64,
-                drive_cpu_us_per_op: cpu[i] as f64 / 1000.0 / requests[i].max(1) as f64,
-                client_cpu_us_per_op: own_core
-                    .then(|| client_cpu[i] as f64 / 1000.0 / requests[i].max(1) as f64),
+                ratio: median(
+                    (0..budget.runs)
+                        .map(|r| rates[i][r] / rates[0][r])
+                        .collect(),
+                ),
+                drive_bound_ratio: median(
+                    (0..budget.runs)
+                        .map(|r| cpu_per_op(0, r) / cpu_per_op(i, r))
+                        .collect(),
+                ),
+                hashed_per_op: hashed[i] as f64 / requests,
+                drive_cpu_us_per_op: round_cpu[i].iter().sum::<u64>() as f64 / 1000.0 / requests,
+                client_cpu_us_per_op: own_core.then(|| client_cpu[i] as f64 / 1000.0 / requests),
             }
         })
         .collect())
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 fn emit(row: &[Cell], json: bool) {
-    let (none, none_cpu) = row
-        .iter()
-        .find(|c| c.protection == "none")
-        .map_or((f64::NAN, f64::NAN), |c| {
-            (c.mib_per_s, c.drive_cpu_us_per_op)
-        });
     // What the drive could serve if it were the bottleneck: one core's worth of its CPU time.
     let drive_bound = |c: &Cell| c.size as f64 / c.drive_cpu_us_per_op / 1.048576;
     if json {
@@ -577,10 +621,9 @@ fn emit(row: &[Cell], json: bool) {
                     "drive_cpu_us_per_op": (c.drive_cpu_us_per_op * 100.0).round() / 100.0,
                     "client_cpu_us_per_op":
                         c.client_cpu_us_per_op.map(|u| (u * 100.0).round() / 100.0),
-                    "ratio_vs_none": (c.mib_per_s / none * 1000.0).round() / 1000.0,
+                    "ratio_vs_none": (c.ratio * 1000.0).round() / 1000.0,
                     "drive_bound_mib_per_s": (drive_bound(c) * 100.0).round() / 100.0,
-                    "drive_bound_ratio_vs_none":
-                        (none_cpu / c.drive_cpu_us_per_op * 1000.0).round() / 1000.0,
+                    "drive_bound_ratio_vs_none": (c.drive_bound_ratio * 1000.0).round() / 1000.0,
                 })
             );
         }
@@ -603,8 +646,8 @@ fn emit(row: &[Cell], json: bool) {
         out!(
             " {:>8.1} {:>5.2}x {:>5.2}x {:>6}",
             c.mib_per_s,
-            c.mib_per_s / none,
-            none_cpu / c.drive_cpu_us_per_op,
+            c.ratio,
+            c.drive_bound_ratio,
             human_bytes(c.hashed_per_op)
         );
     }

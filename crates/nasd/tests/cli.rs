@@ -518,4 +518,31 @@ fn bench_drive_json_has_the_named_fields_in_both_layouts() {
             }
         }
     }
+    // Filters keep `none`, which every ratio is taken against.
+    let out = ok(&[
+        "bench",
+        "drive",
+        "--quick",
+        "--json",
+        "--schemes",
+        "tree",
+        "--sizes",
+        "4K",
+        "--ops",
+        "read",
+        "--protections",
+        "integrity-data",
+    ]);
+    let cells: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(cells.len(), 4, "{out}");
+    for c in &cells {
+        assert_eq!(c["op"], "read", "{c}");
+        assert!(["none", "integrity-data"].contains(&c["protection"].as_str().unwrap()));
+        if c["protection"] == "none" {
+            assert_eq!(c["ratio_vs_none"], 1.0, "{c}");
+        }
+    }
 }
