@@ -82,9 +82,11 @@ fn local_now_us() -> u64 {
 }
 
 /// Reads one frame body; `Ok(None)` at a clean end of stream (the shared frame reader of
-/// [`crate::session::read_frame`] with the drive protocol's limit).
-async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, String> {
-    crate::session::read_frame(r, FRAME_BYTES_MAX)
+/// [`crate::session::read_frame_buffered`] with the drive protocol's limit).
+async fn read_frame<R: AsyncReadExt + Unpin>(
+    r: &mut BufReader<R>,
+) -> Result<Option<Vec<u8>>, String> {
+    crate::session::read_frame_buffered(r, FRAME_BYTES_MAX)
         .await
         .map_err(|e| e.to_string())
 }
@@ -362,7 +364,8 @@ mod tests {
     /// batch in reverse order, so the client must route replies by request id.
     async fn serve(listener: TcpListener, mut fake: FakeDrive, batch: usize) {
         let (s, _) = listener.accept().await.unwrap();
-        let (mut rd, mut wr) = s.into_split();
+        let (rd, mut wr) = s.into_split();
+        let mut rd = BufReader::new(rd);
         let hello = read_frame(&mut rd).await.unwrap().unwrap();
         Hello::decode(&hello).unwrap();
         let w = Welcome {
@@ -448,7 +451,8 @@ mod tests {
         let drive = fake.drive;
         tokio::spawn(async move {
             let (s, _) = listener.accept().await.unwrap();
-            let (mut rd, mut wr) = s.into_split();
+            let (rd, mut wr) = s.into_split();
+            let mut rd = BufReader::new(rd);
             read_frame(&mut rd).await.unwrap();
             let w = Welcome {
                 version: PROTOCOL_VERSION,

@@ -12,7 +12,7 @@ use nasd_proto::{frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -29,6 +29,9 @@ pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
 /// also runs the receiver's TCP path and can wake the client twice. Larger data is written
 /// where it lies, after the header.
 pub const REPLY_COPY_BYTES_MAX: usize = 16 << 10;
+/// Request bodies with at least this many bytes still to come are read from the socket
+/// straight into the body rather than through the connection's buffer.
+pub const DIRECT_READ_BYTES_MIN: usize = 32 << 10;
 
 /// Serves `drive` on `listener` until `shutdown` completes.
 pub async fn serve(
@@ -88,7 +91,11 @@ fn mutates(body: &[u8]) -> bool {
     }
 }
 
-async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+/// Reads one frame body; `Ok(None)` at a clean end of stream. Frames over `FRAME_BYTES_MAX`
+/// are refused before anything is allocated for them.
+async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -102,8 +109,24 @@ async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> std::io::Result<Optio
             format!("frame of {n} bytes refused"),
         ));
     }
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body).await?;
+    // What the buffer holds comes from it; a large remainder is read from the socket straight
+    // into the body's spare capacity (one copy, not two through the buffer, and no zeroing).
+    // The spare capacity is exactly the rest of the frame, so no read takes the next frame.
+    let mut body = Vec::with_capacity(n);
+    let held = r.buffer();
+    let k = held.len().min(n);
+    body.extend_from_slice(&held[..k]);
+    r.consume(k);
+    while body.len() < n {
+        let got = if n - body.len() >= DIRECT_READ_BYTES_MIN {
+            r.get_mut().read_buf(&mut body).await?
+        } else {
+            r.read_buf(&mut body).await?
+        };
+        if got == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
     Ok(Some(body))
 }
 
