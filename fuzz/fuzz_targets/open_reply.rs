@@ -3,7 +3,7 @@
 //! fixed (a `tree`-sized read under each protection level); the reply body is the input.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use nasd_client::wire::{open_reply, PendingRequest};
+use nasd_client::wire::{open_reply, PendingRequest, ReplyFrame};
 use nasd_crypto::Key;
 use nasd_proto::{Nonce, OpCode, Protection, Region, Suite};
 
@@ -28,5 +28,5 @@ fuzz_target!(|b: &[u8]| {
         key: Key::from_bytes([9; 32]),
         read_regions: vec![Region::new(3, 5000), Region::new(0, 1)],
     };
-    let _ = open_reply(&req, body.to_vec());
+    let _ = open_reply(&req, ReplyFrame::from_body(body.to_vec()));
 });

@@ -5,11 +5,14 @@
 
 use crate::auth::Auth;
 use crate::object::Target;
-use crate::wire::{build_request, open_reply, reply_request_id, BuiltRequest, Reply, RequestSpec};
+use crate::session::read_into;
+use crate::wire::{
+    build_request, open_reply, reply_request_id, BuiltRequest, Reply, ReplyFrame, RequestSpec,
+};
 use crate::ClientError;
 use nasd_proto::{
-    frame, DriveId, Hello, Nonce, ObjectId, Op, PartitionId, Scheme, Suite, Welcome,
-    FRAME_BYTES_MAX, PROTOCOL_VERSION,
+    frame, DriveId, Hello, Nonce, ObjectId, Op, PartitionId, ReplyHeader, Scheme, Suite, Welcome,
+    FRAME_BYTES_MAX, PROTOCOL_VERSION, REPLY_PREFIX_BYTES,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +35,7 @@ const READ_BUFFER_BYTES: usize = 256 << 10;
 
 const _: () = assert!(IN_FLIGHT_REQUESTS_MAX > 0 && REQUEST_TIMEOUT_MS >= CONNECT_TIMEOUT_MS);
 
-type ReplySlot = oneshot::Sender<Result<Vec<u8>, String>>;
+type ReplySlot = oneshot::Sender<Result<ReplyFrame, String>>;
 
 /// Replies still owed, by request id. Shared by callers (insert, remove on timeout) and the
 /// reader task (take on reply, drain on loss); held only for a map operation.
@@ -79,6 +82,30 @@ fn local_now_us() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
+}
+
+/// Reads one reply frame, its head and its data into buffers of their own; `Ok(None)` at a
+/// clean end of stream. A body too short for the header length it names is read whole into the
+/// head, for [`open_reply`] to refuse.
+async fn read_reply<R: AsyncReadExt + Unpin>(
+    r: &mut BufReader<R>,
+) -> Result<Option<ReplyFrame>, String> {
+    let read = async {
+        let Some(n) = crate::session::read_frame_len(r, FRAME_BYTES_MAX).await? else {
+            return Ok(None);
+        };
+        let mut head = vec![];
+        read_into(r, &mut head, n.min(REPLY_PREFIX_BYTES)).await?;
+        let data_at = ReplyHeader::data_at(&head)
+            .filter(|&at| at <= n)
+            .unwrap_or(n);
+        let rest = data_at - head.len();
+        read_into(r, &mut head, rest).await?;
+        let mut data = vec![];
+        read_into(r, &mut data, n - data_at).await?;
+        Ok::<_, std::io::Error>(Some(ReplyFrame { head, data }))
+    };
+    read.await.map_err(|e| e.to_string())
 }
 
 /// Reads one frame body; `Ok(None)` at a clean end of stream (the shared frame reader of
@@ -140,9 +167,9 @@ impl DriveConn {
         let p = pending.clone();
         let reader = tokio::spawn(async move {
             let why = loop {
-                match read_frame(&mut rd).await {
+                match read_reply(&mut rd).await {
                     Ok(Some(body)) => {
-                        let Some(id) = reply_request_id(&body) else {
+                        let Some(id) = reply_request_id(&body.head) else {
                             break "a reply too short to name its request".to_string();
                         };
                         let slot = p.lock().expect("pending lock").slots.remove(&id);
@@ -263,18 +290,32 @@ impl DriveConn {
     /// Sends a prepared request and returns its verified reply.
     pub async fn submit(&self, req: BuiltRequest) -> Result<Reply, ClientError> {
         let op = req.pending.op.name();
-        let body = self.exchange(req.pending.request_id, req.frame, op).await?;
-        open_reply(&req.pending, body)
+        let reply = self
+            .exchange_frame(req.pending.request_id, req.frame, op)
+            .await?;
+        open_reply(&req.pending, reply)
     }
 
     /// Sends raw frame bytes whose request id is `request_id` and returns the raw reply body.
-    /// Used by `submit` and by replay, which resends saved bytes unchanged.
+    /// Replay uses it to resend saved bytes unchanged.
     pub async fn exchange(
         &self,
         request_id: u64,
         frame_bytes: Vec<u8>,
         op: &'static str,
     ) -> Result<Vec<u8>, ClientError> {
+        Ok(self
+            .exchange_frame(request_id, frame_bytes, op)
+            .await?
+            .into_body())
+    }
+
+    async fn exchange_frame(
+        &self,
+        request_id: u64,
+        frame_bytes: Vec<u8>,
+        op: &'static str,
+    ) -> Result<ReplyFrame, ClientError> {
         let _slot = self
             .slots
             .acquire()
@@ -387,6 +428,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A reply's head and data land in buffers of their own, split where its header says; a
+    /// body shorter than the header it names is read whole into the head (and refused later),
+    /// and the frame behind it is read intact.
+    #[tokio::test]
+    async fn replies_split_into_head_and_data() {
+        use tokio::io::AsyncWriteExt as _;
+        let head = nasd_proto::ReplyHeader {
+            request_id: 5,
+            status: nasd_proto::Status::Ok,
+            protection: nasd_proto::Protection::NONE,
+            nonce: Nonce::default(),
+            args: vec![1, 2, 3],
+            digest: [0; 32],
+        }
+        .encode();
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let mut good = head.clone();
+        good.extend_from_slice(&data);
+        let mut short = head.clone();
+        short.truncate(20);
+        let (mut tx, rx) = tokio::io::duplex(4096);
+        let wire = [frame(&good), frame(&short), frame(&good)].concat();
+        tokio::spawn(async move { tx.write_all(&wire).await.unwrap() });
+        let mut r = BufReader::new(rx);
+        let f = read_reply(&mut r).await.unwrap().unwrap();
+        assert!(f.head == head && f.data == data);
+        let f = read_reply(&mut r).await.unwrap().unwrap();
+        assert!(f.head == short && f.data.is_empty());
+        let f = read_reply(&mut r).await.unwrap().unwrap();
+        assert!(f.head == head && f.data == data);
+        assert!(read_reply(&mut r).await.unwrap().is_none());
     }
 
     #[tokio::test]

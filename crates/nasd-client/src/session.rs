@@ -37,9 +37,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 /// the buffer, where one system call also picks up the frames behind them.
 pub const DIRECT_READ_BYTES_MIN: usize = 32 << 10;
 
-/// [`read_frame`] from a buffered reader: what the buffer holds is taken from it, and a large
-/// remainder (at least [`DIRECT_READ_BYTES_MIN`]) is read from the socket into the body's
-/// spare capacity, never past the frame's end.
+/// [`read_frame`] from a buffered reader, through [`read_into`].
 pub async fn read_frame_buffered<R: AsyncRead + Unpin>(
     r: &mut BufReader<R>,
     max: usize,
@@ -47,28 +45,42 @@ pub async fn read_frame_buffered<R: AsyncRead + Unpin>(
     let Some(n) = read_frame_len(r, max).await? else {
         return Ok(None);
     };
-    let mut body = Vec::with_capacity(n);
+    let mut body = vec![];
+    read_into(r, &mut body, n).await?;
+    Ok(Some(body))
+}
+
+/// Appends exactly `n` bytes from `r` to `out`: what the buffer holds is taken from it, and a
+/// remainder of at least [`DIRECT_READ_BYTES_MIN`] is read from the socket into `out`'s spare
+/// capacity (no zeroing, one copy). Every read is bounded by what is left of the `n`, so none
+/// takes bytes that follow them.
+pub async fn read_into<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    out: &mut Vec<u8>,
+    n: usize,
+) -> std::io::Result<()> {
+    out.reserve_exact(n);
+    let end = out.len() + n;
     let held = r.buffer();
     let k = held.len().min(n);
-    body.extend_from_slice(&held[..k]);
+    out.extend_from_slice(&held[..k]);
     r.consume(k);
-    while body.len() < n {
-        // `Vec`'s spare capacity is exactly what is left of the frame, so neither read can take
-        // bytes of the next frame.
-        let got = if n - body.len() >= DIRECT_READ_BYTES_MIN {
-            r.get_mut().read_buf(&mut body).await?
+    while out.len() < end {
+        let rest = end - out.len();
+        let got = if rest >= DIRECT_READ_BYTES_MIN {
+            r.get_mut().take(rest as u64).read_buf(out).await?
         } else {
-            r.read_buf(&mut body).await?
+            (&mut *r).take(rest as u64).read_buf(out).await?
         };
         if got == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
     }
-    Ok(Some(body))
+    Ok(())
 }
 
 /// A frame's length prefix; `Ok(None)` at a clean end of stream, an error over `max` or at 0.
-async fn read_frame_len<R: AsyncRead + Unpin>(
+pub(crate) async fn read_frame_len<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> std::io::Result<Option<usize>> {

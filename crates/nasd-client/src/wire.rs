@@ -264,14 +264,52 @@ pub fn reply_request_id(body: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(body.get(1..9)?.try_into().ok()?))
 }
 
-/// Verifies a reply body against the request it answers. Returns the verified reply, or the
+/// A reply body as two buffers: `head`, everything before the data (prefix and header), and
+/// `data`, the bytes behind it. The connection reads each into its own buffer, so a verified
+/// read hands out its data without moving it.
+pub struct ReplyFrame {
+    pub head: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
+impl ReplyFrame {
+    /// Splits a whole reply body where its header says the data starts; a body too short for
+    /// that stays whole in `head`, for [`open_reply`] to refuse.
+    pub fn from_body(mut body: Vec<u8>) -> ReplyFrame {
+        let at = ReplyHeader::data_at(&body)
+            .filter(|&at| at <= body.len())
+            .unwrap_or(body.len());
+        let data = body.split_off(at);
+        ReplyFrame { head: body, data }
+    }
+
+    /// The whole reply body in one buffer.
+    pub fn into_body(self) -> Vec<u8> {
+        let mut v = self.head;
+        v.extend_from_slice(&self.data);
+        v
+    }
+}
+
+/// Verifies a reply against the request it answers. Returns the verified reply, or the
 /// drive's refusal, or an integrity error; data that did not verify is dropped here.
 ///
-/// Takes the body by value: the data is decrypted, verified and cut where it lies, so a large
-/// read costs no copy beyond moving the asked bytes to the front of the buffer.
-pub fn open_reply(req: &PendingRequest, body: Vec<u8>) -> Result<Reply, ClientError> {
+/// Takes the frame by value: the data is decrypted, verified and cut where it lies, so a read
+/// costs no copy when it returns what was asked, and one move of the asked bytes when the
+/// drive widened it.
+pub fn open_reply(req: &PendingRequest, frame: ReplyFrame) -> Result<Reply, ClientError> {
     let op = req.op;
+    let ReplyFrame {
+        head: body,
+        data: mut buf,
+    } = frame;
     let (h, data_at) = ReplyHeader::decode(&body).map_err(|e| ClientError::malformed(op, e))?;
+    if data_at != body.len() {
+        return Err(ClientError::malformed(
+            op,
+            nasd_proto::DecodeError::BadValue("reply header length"),
+        ));
+    }
     if h.request_id != req.request_id {
         return Err(ClientError::integrity(
             op,
@@ -322,15 +360,14 @@ pub fn open_reply(req: &PendingRequest, body: Vec<u8>) -> Result<Reply, ClientEr
             Some(reply_mac(req.suite, &req.key, &req.nonce, input))
         }
     };
-    // The reply's data is `buf[data_at..]`; it stays in the frame's buffer.
-    let mut buf = body;
-    if h.protection.privacy_data() && buf.len() > data_at {
+    // The reply's data stays in its own buffer.
+    if h.protection.privacy_data() && !buf.is_empty() {
         let pk = privacy.as_ref().expect("derived above");
-        let n = aead::open_in_place(pk, Field::ReplyData.nonce(), b"", &mut buf[data_at..])
+        let n = aead::open_in_place(pk, Field::ReplyData.nonce(), b"", &mut buf)
             .ok_or_else(|| ClientError::integrity(op, "reply data does not decrypt"))?;
-        buf.truncate(data_at + n);
+        buf.truncate(n);
     }
-    let data = &buf[data_at..];
+    let data = &buf[..];
 
     let check_mac = |mac: Option<nasd_crypto::Mac>, cost: &mut Cost| -> Result<(), ClientError> {
         if let Some(mac) = mac {
@@ -407,11 +444,8 @@ pub fn open_reply(req: &PendingRequest, body: Vec<u8>) -> Result<Reply, ClientEr
         Attributes::decode(data).map_err(|e| ClientError::malformed(op, e))?;
     }
     let data = match &body_decoded {
-        ReplyBody::Read(rr) => cut_read(op, &req.read_regions, rr, buf, data_at)?,
-        _ => {
-            buf.drain(..data_at);
-            buf
-        }
+        ReplyBody::Read(rr) => cut_read(op, &req.read_regions, rr, buf)?,
+        _ => buf,
     };
     Ok(Reply {
         protection: h.protection,
@@ -430,7 +464,6 @@ fn cut_read(
     asked: &[Region],
     rr: &ReadReply,
     mut buf: Vec<u8>,
-    at: usize,
 ) -> Result<Vec<u8>, ClientError> {
     if rr.regions.len() != asked.len() {
         return Err(ClientError::integrity(
@@ -443,9 +476,8 @@ fn cut_read(
         ));
     }
     // Where each returned region starts in `buf` (region_slices has checked that they tile).
-    region_slices(&rr.regions, &buf[at..])
-        .map_err(|e| ClientError::integrity(op, e.to_string()))?;
-    let mut src = at;
+    region_slices(&rr.regions, &buf).map_err(|e| ClientError::integrity(op, e.to_string()))?;
+    let mut src = 0usize;
     let mut out = 0usize;
     for (want, got) in asked.iter().zip(&rr.regions) {
         let here = src;
@@ -470,7 +502,9 @@ fn cut_read(
         let a = here + (want.offset - got.offset) as usize;
         let b = here + (want_end - got.offset) as usize;
         // `out <= a` always: the output is never longer than what it was cut from.
-        buf.copy_within(a..b, out);
+        if a != out {
+            buf.copy_within(a..b, out);
+        }
         out += b - a;
     }
     buf.truncate(out);

@@ -111,17 +111,18 @@ async fn read_frame<R: AsyncRead + Unpin>(
     }
     // What the buffer holds comes from it; a large remainder is read from the socket straight
     // into the body's spare capacity (one copy, not two through the buffer, and no zeroing).
-    // The spare capacity is exactly the rest of the frame, so no read takes the next frame.
+    // Every read is bounded by the rest of the frame, so none takes the next frame's bytes.
     let mut body = Vec::with_capacity(n);
     let held = r.buffer();
     let k = held.len().min(n);
     body.extend_from_slice(&held[..k]);
     r.consume(k);
     while body.len() < n {
-        let got = if n - body.len() >= DIRECT_READ_BYTES_MIN {
-            r.get_mut().read_buf(&mut body).await?
+        let rest = (n - body.len()) as u64;
+        let got = if rest >= DIRECT_READ_BYTES_MIN as u64 {
+            r.get_mut().take(rest).read_buf(&mut body).await?
         } else {
-            r.read_buf(&mut body).await?
+            (&mut *r).take(rest).read_buf(&mut body).await?
         };
         if got == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());

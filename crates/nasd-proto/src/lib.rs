@@ -27,7 +27,7 @@ pub use attr::{AttrMask, Attributes, FS_SPECIFIC_BYTES};
 pub use capability::CapabilityArgs;
 pub use message::{
     check_frame, frame, CapField, FrameCheck, Hello, ReplyHeader, RequestHeader, Welcome,
-    DATA_BYTES_MAX, DIGEST_BYTES, FRAME_BYTES_MAX,
+    DATA_BYTES_MAX, DIGEST_BYTES, FRAME_BYTES_MAX, REPLY_PREFIX_BYTES,
 };
 pub use ops::{DriveInfo, Op, OpCode, PartitionInfo, ReadReply, ReplyBody, REGIONS_MAX};
 pub use status::Status;

@@ -308,7 +308,18 @@ pub struct ReplyHeader {
     pub digest: [u8; DIGEST_BYTES],
 }
 
+/// Bytes of a reply body before its header: kind, request id, header length.
+pub const REPLY_PREFIX_BYTES: usize = 13;
+
 impl ReplyHeader {
+    /// Where a reply body's data starts (`REPLY_PREFIX_BYTES` + header length), read from its
+    /// first [`REPLY_PREFIX_BYTES`]; `None` if `prefix` is shorter. Not checked against
+    /// anything: [`Self::decode`] does that.
+    pub fn data_at(prefix: &[u8]) -> Option<usize> {
+        let len = prefix.get(9..REPLY_PREFIX_BYTES)?;
+        Some(REPLY_PREFIX_BYTES + u32::from_le_bytes(len.try_into().ok()?) as usize)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(80 + self.args.len());
         w.u8(KIND_REPLY);

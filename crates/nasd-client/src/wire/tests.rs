@@ -65,7 +65,10 @@ fn round_trip(
         data,
     };
     let built = build_request(fake.suite, id, nonce(id), &spec)?;
-    open_reply(&built.pending, fake.handle(&built.frame[4..]))
+    open_reply(
+        &built.pending,
+        ReplyFrame::from_body(fake.handle(&built.frame[4..])),
+    )
 }
 
 #[test]
@@ -245,7 +248,9 @@ fn any_flipped_reply_bit_is_refused_and_no_data_escapes() {
             let built = build_request(fake.suite, 2, nonce(2), &spec).unwrap();
             let reply = fake.handle(&built.frame[4..]);
             assert_eq!(
-                open_reply(&built.pending, reply.clone()).unwrap().data,
+                open_reply(&built.pending, ReplyFrame::from_body(reply.clone()))
+                    .unwrap()
+                    .data,
                 &data[5000..7000]
             );
             // Every bit after the request id (flipping the id is caught as a mismatch too).
@@ -253,7 +258,7 @@ fn any_flipped_reply_bit_is_refused_and_no_data_escapes() {
             for bit in (8..reply.len() * 8).step_by(step) {
                 let mut bad = reply.clone();
                 bad[bit / 8] ^= 1 << (bit % 8);
-                match open_reply(&built.pending, bad.clone()) {
+                match open_reply(&built.pending, ReplyFrame::from_body(bad.clone())) {
                     Ok(r) => panic!("{scheme} {p}: bit {bit} accepted, {} bytes", r.data.len()),
                     Err(ClientError::Refused { authenticated, .. }) => {
                         assert!(!authenticated, "bit {bit}")
@@ -330,7 +335,7 @@ fn stripped_reply_protection_is_an_integrity_error() {
     let built = build_request(fake.suite, 3, nonce(3), &spec).unwrap();
     fake.downgrade_replies = true;
     let reply = fake.handle(&built.frame[4..]);
-    let e = open_reply(&built.pending, reply.clone()).unwrap_err();
+    let e = open_reply(&built.pending, ReplyFrame::from_body(reply.clone())).unwrap_err();
     assert!(matches!(e, ClientError::Integrity { .. }), "{e}");
 }
 
