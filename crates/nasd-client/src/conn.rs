@@ -11,7 +11,7 @@ use crate::wire::{
 };
 use crate::ClientError;
 use nasd_proto::{
-    frame, DriveId, Hello, Nonce, ObjectId, Op, PartitionId, ReplyHeader, Scheme, Suite, Welcome,
+    frame, DriveId, Hello, Nonce, ObjectId, Op, PartitionId, Scheme, Suite, Welcome,
     FRAME_BYTES_MAX, PROTOCOL_VERSION, REPLY_PREFIX_BYTES,
 };
 use std::collections::HashMap;
@@ -89,23 +89,18 @@ fn local_now_us() -> u64 {
 /// head, for [`open_reply`] to refuse.
 async fn read_reply<R: AsyncReadExt + Unpin>(
     r: &mut BufReader<R>,
-) -> Result<Option<ReplyFrame>, String> {
-    let read = async {
-        let Some(n) = crate::session::read_frame_len(r, FRAME_BYTES_MAX).await? else {
-            return Ok(None);
-        };
-        let mut head = vec![];
-        read_into(r, &mut head, n.min(REPLY_PREFIX_BYTES)).await?;
-        let data_at = ReplyHeader::data_at(&head)
-            .filter(|&at| at <= n)
-            .unwrap_or(n);
-        let rest = data_at - head.len();
-        read_into(r, &mut head, rest).await?;
-        let mut data = vec![];
-        read_into(r, &mut data, n - data_at).await?;
-        Ok::<_, std::io::Error>(Some(ReplyFrame { head, data }))
+) -> std::io::Result<Option<ReplyFrame>> {
+    let Some(n) = crate::session::read_frame_len(r, FRAME_BYTES_MAX).await? else {
+        return Ok(None);
     };
-    read.await.map_err(|e| e.to_string())
+    let mut head = vec![];
+    read_into(r, &mut head, n.min(REPLY_PREFIX_BYTES)).await?;
+    let data_at = ReplyFrame::data_at(&head, n);
+    let rest = data_at - head.len();
+    read_into(r, &mut head, rest).await?;
+    let mut data = vec![];
+    read_into(r, &mut data, n - data_at).await?;
+    Ok(Some(ReplyFrame { head, data }))
 }
 
 /// Reads one frame body; `Ok(None)` at a clean end of stream (the shared frame reader of
@@ -182,7 +177,7 @@ impl DriveConn {
                         }
                     }
                     Ok(None) => break "the drive closed the connection".to_string(),
-                    Err(e) => break e,
+                    Err(e) => break e.to_string(),
                 }
             };
             let mut g = p.lock().expect("pending lock");

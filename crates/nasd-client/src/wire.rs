@@ -273,14 +273,19 @@ pub struct ReplyFrame {
 }
 
 impl ReplyFrame {
-    /// Splits a whole reply body where its header says the data starts; a body too short for
-    /// that stays whole in `head`, for [`open_reply`] to refuse.
+    /// Splits a whole reply body where its header says the data starts.
     pub fn from_body(mut body: Vec<u8>) -> ReplyFrame {
-        let at = ReplyHeader::data_at(&body)
-            .filter(|&at| at <= body.len())
-            .unwrap_or(body.len());
-        let data = body.split_off(at);
+        let data = body.split_off(Self::data_at(&body, body.len()));
         ReplyFrame { head: body, data }
+    }
+
+    /// Where the data of a reply body of `n` bytes starts, from the body's first bytes; `n`
+    /// when they are too few or name a header longer than the body, so such a body stays
+    /// whole in `head` for [`open_reply`] to refuse.
+    pub fn data_at(prefix: &[u8], n: usize) -> usize {
+        ReplyHeader::data_at(prefix)
+            .filter(|&at| at <= n)
+            .unwrap_or(n)
     }
 
     /// The whole reply body in one buffer.

@@ -18,7 +18,8 @@
 //! the other protection levels' runs (in alternating order) so background load falls on all
 //! alike; the reported throughput is the median run's, and a ratio to `none` is the median of
 //! the ratios within each round, which cancels most of the drift between rounds on a shared
-//! machine. `--ops` and `--protections` narrow a run (`none` is always measured). Per request the bench also reports the bytes of object data
+//! machine. `--ops` and `--protections` narrow a run (`none` is always measured). Per request
+//! the bench also reports the bytes of object data
 //! and attributes the drive hashed (`drive_hashed_bytes_per_op`, from the drive's metrics) and
 //! the drive's CPU time (`drive_cpu_us_per_op`): with its own CPU, the time its threads spent
 //! running (`/proc/self/task/*/schedstat`, kernel socket work included), which gives the
@@ -79,6 +80,20 @@ pub struct BenchDriveArgs {
     /// of giving each its own core.
     #[arg(long)]
     shared_cores: bool,
+}
+
+impl BenchDriveArgs {
+    /// Whether the run measures a protection level: `none` always (every ratio is against it),
+    /// the others unless `--protections` leaves them out.
+    fn measures(&self, name: &str, p: Protection) -> bool {
+        name == "none" || self.protections.is_empty() || self.protections.contains(&p)
+    }
+
+    /// Whether the run measures reads or writes, by `--ops`.
+    fn measures_op(&self, dir: Dir) -> bool {
+        let name = if dir == Dir::Write { "write" } else { "read" };
+        self.ops.is_empty() || self.ops.iter().any(|o| o == name)
+    }
 }
 
 /// Offset used for unaligned requests: odd, inside a block and a chunk.
@@ -374,7 +389,7 @@ async fn bench_drive(
         );
         out!("{:<5} {:<11} {:>8} {:>6}", "op", "scheme", "size", "offset");
         for (name, p) in PROTECTIONS {
-            if name == "none" || a.protections.is_empty() || a.protections.contains(&p) {
+            if a.measures(name, p) {
                 out!(" {name:>29}");
             }
         }
@@ -404,15 +419,12 @@ async fn bench_drive(
             for offset in [0, ODD_OFFSET_BYTES] {
                 let payload = Arc::new(data[offset as usize..(offset + size) as usize].to_vec());
                 for dir in [Dir::Write, Dir::Read] {
-                    let name = if dir == Dir::Write { "write" } else { "read" };
-                    if !a.ops.is_empty() && !a.ops.iter().any(|o| o == name) {
+                    if !a.measures_op(dir) {
                         continue;
                     }
                     let specs: Vec<_> = PROTECTIONS
                         .iter()
-                        .filter(|&&(name, p)| {
-                            name == "none" || a.protections.is_empty() || a.protections.contains(&p)
-                        })
+                        .filter(|&&(name, p)| a.measures(name, p))
                         .map(|&(name, protection)| {
                             let spec = Spec {
                                 auth: cap.clone(),

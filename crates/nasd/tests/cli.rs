@@ -467,6 +467,13 @@ fn key_rotation_and_partition_commands() {
     let _ = Path::new(&drive_key);
 }
 
+/// The JSON objects of `--json` output, one per line.
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
 /// `nasd bench drive --json` prints one object per cell with the fields issue 2 names, in both
 /// layouts; `tree` reads hash nothing on the drive, `mac` reads hash every byte, and the drive's
 /// own CPU per request is measured (non-zero) so the drive-bound ratio means something.
@@ -485,10 +492,7 @@ fn bench_drive_json_has_the_named_fields_in_both_layouts() {
         ];
         args.extend_from_slice(layout);
         let out = ok(&args);
-        let cells: Vec<serde_json::Value> = out
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-            .collect();
+        let cells = json_lines(&out);
         // 2 schemes x 2 offsets x 2 ops x 5 protection levels
         assert_eq!(cells.len(), 40, "{layout:?}");
         for c in &cells {
@@ -533,10 +537,7 @@ fn bench_drive_json_has_the_named_fields_in_both_layouts() {
         "--protections",
         "integrity-data",
     ]);
-    let cells: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let cells = json_lines(&out);
     assert_eq!(cells.len(), 4, "{out}");
     for c in &cells {
         assert_eq!(c["op"], "read", "{c}");
