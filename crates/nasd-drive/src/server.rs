@@ -10,9 +10,10 @@ use crate::writer::Job;
 use crate::DriveError;
 use nasd_proto::{frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use std::future::Future;
+use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -24,11 +25,6 @@ pub const INFLIGHT_PER_CONNECTION_MAX: usize = 64;
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// Longest wait for in-flight requests at shutdown.
 pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
-/// Replies with at most this much data go out in one write, their data copied behind the
-/// header: a copy of a few KiB costs far less than a second system call, which on loopback
-/// also runs the receiver's TCP path and can wake the client twice. Larger data is written
-/// where it lies, after the header.
-pub const REPLY_COPY_BYTES_MAX: usize = 16 << 10;
 /// Request bodies with at least this many bytes still to come are read from the socket
 /// straight into the body rather than through the connection's buffer.
 pub const DIRECT_READ_BYTES_MIN: usize = 32 << 10;
@@ -131,6 +127,46 @@ async fn read_frame<R: AsyncRead + Unpin>(
     Ok(Some(body))
 }
 
+/// Writes `parts` back to back, with one vectored write (`writev`) whenever the socket takes
+/// them whole. A reply's length, header and data leave in one system call wherever its data lies
+/// and however large it is: on loopback each `send` also runs the receiver's TCP path and can
+/// wake the client, so a reply must not cost a second one.
+async fn write_all_slices<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    parts: &[&[u8]],
+) -> std::io::Result<()> {
+    const SLICES_MAX: usize = 4;
+    let (mut part, mut at) = (0, 0);
+    while part < parts.len() {
+        if at == parts[part].len() {
+            (part, at) = (part + 1, 0);
+            continue;
+        }
+        let mut slices = [IoSlice::new(&[]); SLICES_MAX];
+        let rest = std::iter::once(&parts[part][at..]).chain(parts[part + 1..].iter().copied());
+        let mut n = 0;
+        for (slot, p) in slices.iter_mut().zip(rest) {
+            *slot = IoSlice::new(p);
+            n += 1;
+        }
+        let mut wrote = w.write_vectored(&slices[..n]).await?;
+        if wrote == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        // Step past what went out: whole parts, then into the first one not finished.
+        while wrote > 0 {
+            let left = parts[part].len() - at;
+            if wrote < left {
+                at += wrote;
+                break;
+            }
+            wrote -= left;
+            (part, at) = (part + 1, 0);
+        }
+    }
+    Ok(())
+}
+
 async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::with_capacity(256 << 10, r);
@@ -179,19 +215,8 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
             };
             if let Some(r) = reply {
                 let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
-                let copied = if r.data.len() <= REPLY_COPY_BYTES_MAX {
-                    r.data.len()
-                } else {
-                    0
-                };
-                let mut head = Vec::with_capacity(4 + r.head.len() + copied);
-                head.extend_from_slice(&len);
-                head.extend_from_slice(&r.head);
-                head.extend_from_slice(&r.data[..copied]);
                 let mut w = w.lock().await;
-                if w.write_all(&head).await.is_ok() && copied < r.data.len() {
-                    let _ = w.write_all(&r.data).await;
-                }
+                let _ = write_all_slices(&mut *w, &[&len, &r.head, &r.data]).await;
             }
             drop(permit);
         });
@@ -232,5 +257,82 @@ mod tests {
             assert_eq!(mutates(&h.encode()), want, "{op:?}");
         }
         assert!(!mutates(&[1, 2, 3]));
+    }
+
+    /// A socket that takes at most `take` bytes per call, as a full send buffer does.
+    struct Trickle {
+        take: usize,
+        got: Vec<u8>,
+        calls: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+        }
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.calls += 1;
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(self.take - n);
+                self.got.extend_from_slice(&b[..k]);
+                n += k;
+            }
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_leaves_whole_and_in_order_however_the_socket_cuts_it() {
+        let len = 1234u32.to_le_bytes();
+        let head: Vec<u8> = (0..97).map(|i| i as u8).collect();
+        let data: Vec<u8> = (0..1000).map(|i| (i * 7 + 1) as u8).collect();
+        for parts in [
+            vec![&len[..], &head[..], &data[..]],
+            vec![&len[..], &head[..], &[][..]],
+            vec![&[][..], &head[..], &[][..], &data[..]],
+        ] {
+            let want = parts.concat();
+            for take in [1, 3, 4, 5, 96, 101, 102, 1000, 1101, 1 << 20] {
+                let mut t = Trickle {
+                    take,
+                    got: vec![],
+                    calls: 0,
+                };
+                write_all_slices(&mut t, &parts).await.unwrap();
+                assert!(t.got == want, "take {take}");
+                assert_eq!(t.calls, want.len().div_ceil(take), "take {take}");
+            }
+        }
+        let mut stuck = Trickle {
+            take: 0,
+            got: vec![],
+            calls: 0,
+        };
+        let e = write_all_slices(&mut stuck, &[&len]).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WriteZero);
     }
 }

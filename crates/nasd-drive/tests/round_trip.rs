@@ -392,16 +392,17 @@ async fn tree_metadata_stays_under_3_2_percent_of_data() {
     );
 }
 
-/// Replies up to the server's copy limit go out as one write with their data copied behind the
-/// header, larger ones as header then data: reads on both sides of the limit, at every
-/// protection level, arrive whole and verify.
+/// The client reads a reply whose data has at least `DIRECT_READ_BYTES_MIN` still to come
+/// straight from the socket, smaller ones through its buffer; the drive writes length, header
+/// and data with one vectored write. Reads on both sides of that limit, at every protection
+/// level, arrive whole and verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_on_both_sides_of_the_reply_copy_limit_arrive_whole() {
+async fn reads_on_both_sides_of_the_direct_read_limit_arrive_whole() {
     let d = TestDrive::start().await;
     let c = d.conn().await;
     let o = d.create(&c, Scheme::Tree).await;
     let auth = d.mint(d.cap_args(o, Rights::ALL), 0);
-    let limit = nasd_drive::server::REPLY_COPY_BYTES_MAX as u64;
+    let limit = nasd_client::session::DIRECT_READ_BYTES_MIN as u64;
     let data = bytes(9, 3 * limit as usize);
     c.write(&auth, target(o, Protection::INTEGRITY_DATA), 0, &data)
         .await
