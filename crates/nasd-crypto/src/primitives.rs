@@ -5,6 +5,7 @@
 use crate::key::Key;
 use crate::Cost;
 use hmac::{KeyInit, Mac as _};
+use zeroize::Zeroize;
 use nasd_proto::Suite;
 use sha2::Digest as _;
 
@@ -58,7 +59,8 @@ pub fn hash_data(suite: Suite, domain: &[u8], data: &[u8], cost: &mut Cost) -> D
 
 /// A MAC being computed: keyed BLAKE3 or HMAC-SHA-256. The BLAKE3 state lives inline: a drive
 /// computes three MACs per request, and a 2 KiB heap block each cost more than the hashing of a
-/// header.
+/// header. The state holds the key (BLAKE3's key words, HMAC's padded key blocks), so it is
+/// zeroized when dropped, finalized or not (HMAC-SHA-256 by its crates' `zeroize` features).
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)]
 pub enum Mac {
@@ -97,18 +99,27 @@ impl Mac {
         cost.data_bytes += b.len() as u64;
         self.update(b);
     }
-    pub fn finalize(self, cost: &mut Cost) -> Digest {
-        match self {
+    pub fn finalize(mut self, cost: &mut Cost) -> Digest {
+        match &mut self {
             Mac::Blake3(h, n) => {
-                cost.finish_call(n);
+                cost.finish_call(*n);
                 *h.finalize().as_bytes()
             }
             Mac::Sha256(h, n) => {
                 // HMAC adds the inner key block and the two outer blocks (seed 000 §3.4).
-                cost.finish_call(n + 64);
+                cost.finish_call(*n + 64);
                 cost.blocks64 += 2;
-                h.finalize().into_bytes().into()
+                // `finalize` consumes: a copy goes, and both copies zeroize as they drop.
+                (**h).clone().finalize().into_bytes().into()
             }
+        }
+    }
+}
+
+impl Drop for Mac {
+    fn drop(&mut self) {
+        if let Mac::Blake3(h, _) = self {
+            h.zeroize();
         }
     }
 }
