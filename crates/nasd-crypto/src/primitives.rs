@@ -5,9 +5,9 @@
 use crate::key::Key;
 use crate::Cost;
 use hmac::{KeyInit, Mac as _};
-use zeroize::Zeroize;
 use nasd_proto::Suite;
 use sha2::Digest as _;
+use zeroize::Zeroize;
 
 /// A digest or MAC value; 32 bytes in both suites.
 pub type Digest = [u8; 32];

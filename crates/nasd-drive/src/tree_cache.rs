@@ -8,7 +8,9 @@
 //! just after. A reader notes the version before it opens its snapshot and uses or fills the
 //! cache only when that version is even and still current, so nodes computed from one snapshot
 //! are never served to a reader of another. A reader that meets an odd version simply computes
-//! without the cache.
+//! without the cache. The cache remembers the versions of at most [`VERSIONS_MAX`] objects; an
+//! object it does not remember has the version `floor`, which moves past every version handed
+//! out whenever remembered ones are forgotten, so no reader's note survives the forgetting.
 
 use nasd_crypto::Digest;
 use parking_lot::Mutex;
@@ -55,6 +57,10 @@ pub const TREE_CACHE_NODES_MAX: usize = 1 << 20;
 /// refill with what reads use (each counts its proof's nodes against the node limit too).
 pub const RANGES_PER_OBJECT_MAX: usize = 256;
 
+/// Most objects whose version the cache remembers (about 40 bytes each, some 10 MiB); beyond
+/// it the versions of stable objects are forgotten, with their cached entries.
+pub const VERSIONS_MAX: usize = 1 << 18;
+
 type ObjKey = (u16, u64);
 /// A chunk range `[c0, c1)` and its proof.
 pub type RangeProof = ((u64, u64), Arc<[Digest]>);
@@ -88,8 +94,39 @@ impl ObjNodes {
 #[derive(Default)]
 struct Inner {
     versions: FastMap<ObjKey, u64>,
+    /// The version of an object not in `versions`; even.
+    floor: u64,
+    /// The highest version handed out.
+    high: u64,
     nodes: FastMap<ObjKey, ObjNodes>,
     total: usize,
+}
+
+impl Inner {
+    fn version(&self, k: &ObjKey) -> u64 {
+        self.versions.get(k).copied().unwrap_or(self.floor)
+    }
+
+    /// Sets the object's version to the next odd (`odd`) or even number, if it is not one.
+    fn bump(&mut self, k: ObjKey, odd: bool) {
+        let floor = self.floor;
+        let v = self.versions.entry(k).or_insert(floor);
+        if v.is_multiple_of(2) == odd {
+            *v += 1;
+        }
+        self.high = self.high.max(*v);
+    }
+
+    /// Forgets every stable object's version and cached entries. Objects being changed keep
+    /// theirs (their writer will end the change); every other object now reads as a `floor`
+    /// above any version a reader may have noted.
+    fn forget(&mut self) {
+        self.floor = (self.high | 1) + 1;
+        self.high = self.floor;
+        self.versions.retain(|_, v| !v.is_multiple_of(2));
+        self.nodes.clear();
+        self.total = 0;
+    }
 }
 
 #[derive(Default)]
@@ -100,17 +137,14 @@ pub struct TreeCache {
 impl TreeCache {
     /// The object's version; odd while a change to it is being committed.
     pub fn version(&self, k: ObjKey) -> u64 {
-        self.inner.lock().versions.get(&k).copied().unwrap_or(0)
+        self.inner.lock().version(&k)
     }
 
     /// Marks objects as changing (odd versions) and drops their cached nodes.
     pub fn begin_change(&self, keys: &[ObjKey]) {
         let mut g = self.inner.lock();
         for k in keys {
-            let v = g.versions.entry(*k).or_insert(0);
-            if v.is_multiple_of(2) {
-                *v += 1;
-            }
+            g.bump(*k, true);
             if let Some(n) = g.nodes.remove(k) {
                 g.total -= n.weight();
             }
@@ -121,10 +155,10 @@ impl TreeCache {
     pub fn end_change(&self, keys: &[ObjKey]) {
         let mut g = self.inner.lock();
         for k in keys {
-            let v = g.versions.entry(*k).or_insert(0);
-            if !v.is_multiple_of(2) {
-                *v += 1;
-            }
+            g.bump(*k, false);
+        }
+        if g.versions.len() > VERSIONS_MAX {
+            g.forget();
         }
     }
 
@@ -218,7 +252,7 @@ impl TreeCache {
             return;
         }
         let mut g = self.inner.lock();
-        if g.versions.get(&k).copied().unwrap_or(0) != version {
+        if g.version(&k) != version {
             return;
         }
         if g.total + weight > TREE_CACHE_NODES_MAX {
@@ -292,5 +326,44 @@ mod tests {
         let o = &g.nodes[&k];
         assert!(o.ranges.len() <= RANGES_PER_OBJECT_MAX);
         assert_eq!(g.total, o.weight());
+    }
+
+    #[test]
+    fn forgotten_versions_refuse_every_earlier_reader() {
+        let c = TreeCache::default();
+        let (hot, cold) = ((1, 1), (1, 2));
+        c.begin_change(&[hot]);
+        c.end_change(&[hot]);
+        // readers note versions: one of a remembered object, one of an object never changed
+        let (v_hot, v_cold) = (c.version(hot), c.version(cold));
+        c.put(hot, v_hot, vec![((0, 0), [1; 32])]);
+        assert_eq!(c.get(hot, v_hot, 0, 0), Some([1; 32]));
+        // a writer in the middle of a change when the forgetting happens
+        let busy = (2, 7);
+        c.begin_change(&[busy]);
+        for i in 0..=VERSIONS_MAX as u64 {
+            c.begin_change(&[(3, i)]);
+            c.end_change(&[(3, i)]);
+        }
+        {
+            let g = c.inner.lock();
+            assert!(g.versions.len() <= VERSIONS_MAX, "{}", g.versions.len());
+        }
+        // nothing a reader noted before is current any more, for either object
+        assert_ne!(c.version(hot), v_hot);
+        assert_ne!(c.version(cold), v_cold);
+        assert_eq!(c.get(hot, v_hot, 0, 0), None);
+        c.put(cold, v_cold, vec![((0, 0), [2; 32])]);
+        assert_eq!(c.get(cold, c.version(cold), 0, 0), None);
+        // the change in progress stays odd and ends even, above what readers saw before it
+        let during = c.version(busy);
+        assert!(!during.is_multiple_of(2));
+        c.end_change(&[busy]);
+        let after = c.version(busy);
+        assert!(after.is_multiple_of(2) && after > during);
+        // and the cache works again with fresh notes
+        let v = c.version(cold);
+        c.put(cold, v, vec![((0, 0), [3; 32])]);
+        assert_eq!(c.get(cold, v, 0, 0), Some([3; 32]));
     }
 }
