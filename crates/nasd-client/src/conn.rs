@@ -5,11 +5,11 @@
 
 use crate::auth::Auth;
 use crate::object::Target;
-use crate::session::read_into;
 use crate::wire::{
     build_request, open_reply, reply_request_id, BuiltRequest, Reply, ReplyFrame, RequestSpec,
 };
 use crate::ClientError;
+use nasd_proto::io::{read_frame_buffered, read_frame_len, read_into};
 use nasd_proto::{
     frame, DriveId, Hello, Nonce, ObjectId, Op, PartitionId, Scheme, Suite, Welcome,
     FRAME_BYTES_MAX, PROTOCOL_VERSION, REPLY_PREFIX_BYTES,
@@ -90,7 +90,7 @@ fn local_now_us() -> u64 {
 async fn read_reply<R: AsyncReadExt + Unpin>(
     r: &mut BufReader<R>,
 ) -> std::io::Result<Option<ReplyFrame>> {
-    let Some(n) = crate::session::read_frame_len(r, FRAME_BYTES_MAX).await? else {
+    let Some(n) = read_frame_len(r, FRAME_BYTES_MAX).await? else {
         return Ok(None);
     };
     let mut head = vec![];
@@ -104,11 +104,11 @@ async fn read_reply<R: AsyncReadExt + Unpin>(
 }
 
 /// Reads one frame body; `Ok(None)` at a clean end of stream (the shared frame reader of
-/// [`crate::session::read_frame_buffered`] with the drive protocol's limit).
+/// [`read_frame_buffered`] with the drive protocol's limit).
 async fn read_frame<R: AsyncReadExt + Unpin>(
     r: &mut BufReader<R>,
 ) -> Result<Option<Vec<u8>>, String> {
-    crate::session::read_frame_buffered(r, FRAME_BYTES_MAX)
+    read_frame_buffered(r, FRAME_BYTES_MAX)
         .await
         .map_err(|e| e.to_string())
 }

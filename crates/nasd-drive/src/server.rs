@@ -8,12 +8,13 @@
 use crate::handler::Drive;
 use crate::writer::Job;
 use crate::DriveError;
+use nasd_proto::io::read_frame_buffered;
 use nasd_proto::{frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use std::future::Future;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -25,9 +26,6 @@ pub const INFLIGHT_PER_CONNECTION_MAX: usize = 64;
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// Longest wait for in-flight requests at shutdown.
 pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
-/// Request bodies with at least this many bytes still to come are read from the socket
-/// straight into the body rather than through the connection's buffer.
-pub const DIRECT_READ_BYTES_MIN: usize = 32 << 10;
 
 /// Serves `drive` on `listener` until `shutdown` completes.
 pub async fn serve(
@@ -87,46 +85,6 @@ fn mutates(body: &[u8]) -> bool {
     }
 }
 
-/// Reads one frame body; `Ok(None)` at a clean end of stream. Frames over `FRAME_BYTES_MAX`
-/// are refused before anything is allocated for them.
-async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut BufReader<R>,
-) -> std::io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let n = u32::from_le_bytes(len) as usize;
-    if n == 0 || n > FRAME_BYTES_MAX {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("frame of {n} bytes refused"),
-        ));
-    }
-    // What the buffer holds comes from it; a large remainder is read from the socket straight
-    // into the body's spare capacity (one copy, not two through the buffer, and no zeroing).
-    // Every read is bounded by the rest of the frame, so none takes the next frame's bytes.
-    let mut body = Vec::with_capacity(n);
-    let held = r.buffer();
-    let k = held.len().min(n);
-    body.extend_from_slice(&held[..k]);
-    r.consume(k);
-    while body.len() < n {
-        let rest = (n - body.len()) as u64;
-        let got = if rest >= DIRECT_READ_BYTES_MIN as u64 {
-            r.get_mut().take(rest).read_buf(&mut body).await?
-        } else {
-            (&mut *r).take(rest).read_buf(&mut body).await?
-        };
-        if got == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-    }
-    Ok(Some(body))
-}
-
 /// Writes `parts` back to back, with one vectored write (`writev`) whenever the socket takes
 /// them whole. A reply's length, header and data leave in one system call wherever its data lies
 /// and however large it is: on loopback each `send` also runs the receiver's TCP path and can
@@ -172,7 +130,7 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
     let mut r = BufReader::with_capacity(256 << 10, r);
     let hello = tokio::time::timeout(
         Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-        read_frame(&mut r),
+        read_frame_buffered(&mut r, FRAME_BYTES_MAX),
     )
     .await
     .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no hello"))??;
@@ -195,7 +153,7 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
             .acquire_owned()
             .await
             .expect("never closed");
-        let body = match read_frame(&mut r).await {
+        let body = match read_frame_buffered(&mut r, FRAME_BYTES_MAX).await {
             Ok(Some(b)) => b,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),

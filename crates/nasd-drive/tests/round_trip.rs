@@ -402,7 +402,7 @@ async fn reads_on_both_sides_of_the_direct_read_limit_arrive_whole() {
     let c = d.conn().await;
     let o = d.create(&c, Scheme::Tree).await;
     let auth = d.mint(d.cap_args(o, Rights::ALL), 0);
-    let limit = nasd_client::session::DIRECT_READ_BYTES_MIN as u64;
+    let limit = nasd_proto::io::DIRECT_READ_BYTES_MIN as u64;
     let data = bytes(9, 3 * limit as usize);
     c.write(&auth, target(o, Protection::INTEGRITY_DATA), 0, &data)
         .await

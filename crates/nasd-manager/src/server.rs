@@ -7,7 +7,7 @@
 use crate::service::{Caller, Manager};
 use crate::store::DriveRecord;
 use crate::{drives, now_ms, scrub, users, MgrError};
-use nasd_client::session::{read_frame, write_frame};
+use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
 use nasd_proto::DecodeError;
 use std::future::Future;

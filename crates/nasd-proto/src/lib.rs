@@ -1,9 +1,9 @@
 //! The nasd wire protocol: every message between clients, file managers and drives.
 //!
-//! No I/O and no async runtime here: message types, their byte layouts (documented in
-//! `docs/protocol.md` and repeated next to the code), length-prefixed framing with a named
-//! maximum, and total decoders that return [`DecodeError`] on any malformed input and never
-//! panic. Each message round-trips in a property test; `fuzz/` holds a `cargo fuzz` target.
+//! Message types, their byte layouts (documented in `docs/protocol.md` and repeated next to
+//! the code), length-prefixed framing with a named maximum, and total decoders that return
+//! [`DecodeError`] on any malformed input and never panic. No I/O, except reading and writing
+//! frames on a tokio stream in `io`, with the `tokio` feature. Each message round-trips in a property test; `fuzz/` holds a `cargo fuzz` target.
 //!
 //! # Layout
 //! - [`codec`]: little-endian reader/writer primitives, checked before they allocate.
@@ -13,10 +13,13 @@
 //! - [`ops`]: operation arguments (Tables 1-3) and reply bodies.
 //! - [`message`]: frames, handshake, request and reply envelopes.
 //! - [`status`]: stable status codes.
+//! - `io` (feature `tokio`): frames on an async stream.
 
 pub mod attr;
 pub mod capability;
 pub mod codec;
+#[cfg(feature = "tokio")]
+pub mod io;
 pub mod manager;
 pub mod message;
 pub mod ops;
