@@ -14,7 +14,8 @@
 //!
 //! Method: one object per scheme, preallocated with non-zero data larger than the largest
 //! request plus the odd offset, then for each (scheme, size, offset) the writes at every
-//! protection level followed by the reads. A cell is several time-boxed runs, interleaved with
+//! protection level followed by the reads. Every write carries content of its own (a number
+//! stamped every 256 bytes), as a workload's writes do. A cell is several time-boxed runs, interleaved with
 //! the other protection levels' runs (in alternating order) so background load falls on all
 //! alike; the reported throughput is the median run's, and a ratio to `none` is the median of
 //! the ratios within each round, which cancels most of the drift between rounds on a shared
@@ -37,7 +38,7 @@ use nasd_proto::{
     DATA_BYTES_MAX,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -477,11 +478,40 @@ struct Spec {
     payload: Arc<Vec<u8>>,
 }
 
+/// Bytes between the stamps that make each write's content new.
+const STAMP_EVERY_BYTES: usize = 256;
+
+/// Numbers the bench's writes, so that no two carry the same content.
+static WRITE_STAMP: AtomicU64 = AtomicU64::new(1);
+
+/// `payload` with a write's unique number stamped every [`STAMP_EVERY_BYTES`] (the size of an
+/// `incremental` sub-block, the finest unit any scheme hashes), so every whole sub-block, chunk
+/// and block a write covers differs from what the previous write left there. Rewriting the same
+/// bytes would let the drive skip unchanged sub-blocks at `none` (seed 000 §3.3.1's in-place
+/// update) while integrity-data must still hash them all for the request's MAC: a measurement
+/// of a case no workload has.
+fn stamped(payload: &[u8]) -> Vec<u8> {
+    let stamp = WRITE_STAMP.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+    let mut v = payload.to_vec();
+    for at in (0..v.len()).step_by(STAMP_EVERY_BYTES) {
+        let n = (v.len() - at).min(stamp.len());
+        v[at..at + n].copy_from_slice(&stamp[..n]);
+    }
+    v
+}
+
 async fn one(conn: &DriveConn, s: &Spec) -> Result<(), nasd_client::ClientError> {
     let region = vec![Region::new(s.offset, s.size)];
     match s.dir {
         Dir::Write => conn
-            .write_regions(&s.auth, s.target, region, s.scheme, false, &s.payload)
+            .write_regions(
+                &s.auth,
+                s.target,
+                region,
+                s.scheme,
+                false,
+                &stamped(&s.payload),
+            )
             .await
             .map(|_| ()),
         Dir::Read => {
@@ -674,5 +704,26 @@ fn human_bytes(b: f64) -> String {
         format!("{:.1}K", b / 1024.0)
     } else {
         format!("{:.1}M", b / (1024.0 * 1024.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_write_changes_every_sub_block() {
+        for len in [1usize, 7, 8, 255, 256, 257, 4097, 65536] {
+            let payload = pseudo_random(len, 7);
+            let (a, b) = (stamped(&payload), stamped(&payload));
+            assert_eq!((a.len(), b.len()), (len, len));
+            for (i, (x, y)) in a
+                .chunks(STAMP_EVERY_BYTES)
+                .zip(b.chunks(STAMP_EVERY_BYTES))
+                .enumerate()
+            {
+                assert_ne!(x, y, "window {i} of {len} bytes");
+            }
+        }
     }
 }
