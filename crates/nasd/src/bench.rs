@@ -26,7 +26,9 @@
 //! running (`/proc/self/task/*/schedstat`, kernel socket work included), which gives the
 //! *drive-bound* ratio — what the drive itself pays for a protection level, as the seeds measure
 //! it; with shared CPUs, the handler and writer time the drive meters itself. The client's CPU
-//! per request (`client_cpu_us_per_op`, own-CPU layout) shows which side limits a cell. A
+//! per request (`client_cpu_us_per_op`, own-CPU layout) shows which side limits a cell. Writes
+//! of `PARALLEL_HASH_BYTES_MIN` and more hash their write form on rayon's pool, over both CPUs
+//! and outside the drive's threads, so their drive CPU leaves that hashing out. A
 //! benchmark, not a test: it asserts nothing about speed.
 
 use anyhow::Context as _;
