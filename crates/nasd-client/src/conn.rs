@@ -56,6 +56,8 @@ pub struct DriveInfoBrief {
     pub nonce_window_ms: u64,
     /// Drive clock minus local clock at the handshake, in microseconds.
     pub clock_offset_us: i64,
+    /// The drive refuses nonces older than this (see [`Welcome::nonce_floor_us`]).
+    pub nonce_floor_us: u64,
 }
 
 pub struct DriveConn {
@@ -155,6 +157,7 @@ impl DriveConn {
             chunk_bytes: w.chunk_bytes,
             nonce_window_ms: w.nonce_window_ms,
             clock_offset_us: w.clock_us as i64 - local_now_us() as i64,
+            nonce_floor_us: w.nonce_floor_us,
         };
 
         let pending = Arc::new(Mutex::new(Pending::default()));
@@ -223,10 +226,11 @@ impl DriveConn {
     }
 
     /// A fresh nonce stamped with the drive's clock (local time corrected by the offset seen
-    /// at the handshake) and 64 random bits.
+    /// at the handshake, and never below the drive's replay floor) and 64 random bits.
     pub fn nonce(&self) -> Nonce {
+        let now = local_now_us().saturating_add_signed(self.welcome.clock_offset_us);
         Nonce {
-            time_us: local_now_us().saturating_add_signed(self.welcome.clock_offset_us),
+            time_us: now.max(self.welcome.nonce_floor_us),
             random: nasd_crypto::random_u64(),
         }
     }
@@ -412,6 +416,7 @@ mod tests {
             chunk_bytes: 1024,
             clock_us: local_now_us() + 5_000_000,
             nonce_window_ms: 30_000,
+            nonce_floor_us: 0,
         };
         wr.write_all(&frame(&w.encode())).await.unwrap();
         let mut queue = vec![];
@@ -531,6 +536,7 @@ mod tests {
                 chunk_bytes: 1024,
                 clock_us: local_now_us(),
                 nonce_window_ms: 30_000,
+                nonce_floor_us: 0,
             };
             wr.write_all(&frame(&w.encode())).await.unwrap();
             read_frame(&mut rd).await.unwrap();

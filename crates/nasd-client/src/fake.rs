@@ -110,7 +110,7 @@ impl FakeDrive {
         };
         let mut cost = Cost::default();
         if h.protection.integrity_args() {
-            let mut mac = request_mac(suite, &key, RequestHeader::mac_input_of(body));
+            let mut mac = request_mac(suite, &key, self.drive, RequestHeader::mac_input_of(body));
             if let (true, Op::Write { regions, form, .. }) = (h.protection.integrity_data(), &op) {
                 let mut at = 0;
                 for r in regions {

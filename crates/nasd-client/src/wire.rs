@@ -9,7 +9,8 @@
 //! Reply: decode, recompute the reply MAC bound to the request's nonce, decrypt, feed the data
 //! digest (reads) or the attribute digest (replies carrying attributes), compare in constant
 //! time; only then hand out data. For reads, cut the requested bytes out of the regions the
-//! drive returned (clamped at the end of the object, widened to chunks for `tree`).
+//! drive returned (clamped at the end of the object, widened to chunks for `tree` as far as the
+//! capability's region reaches).
 
 use crate::auth::Auth;
 use crate::ClientError;
@@ -51,6 +52,9 @@ pub struct PendingRequest {
     pub key: Key,
     /// The regions a read asked for, to cut its answer.
     pub read_regions: Vec<Region>,
+    /// The region the request's capability allows (everything for a key): a `tree` read may
+    /// come back cut short of its chunks only at its edges.
+    pub read_limit: Region,
 }
 
 /// A request ready to send: its frame (length prefix included) and what verifies its reply.
@@ -213,7 +217,12 @@ pub fn build_request(
     let mut cost = Cost::default();
     if protection.integrity_args() {
         let body = &frame[4..];
-        let mut mac = request_mac(suite, &key, RequestHeader::mac_input_of(body));
+        let mut mac = request_mac(
+            suite,
+            &key,
+            spec.auth.drive(),
+            RequestHeader::mac_input_of(body),
+        );
         if protection.integrity_data() && op_code == OpCode::Write {
             let mut at = 0usize;
             for r in write_regions {
@@ -254,6 +263,10 @@ pub fn build_request(
             suite,
             key,
             read_regions,
+            read_limit: match spec.auth {
+                Auth::Capability(c) => c.args.region,
+                Auth::Key { .. } => Region::WHOLE,
+            },
         },
         cost,
     })
@@ -411,7 +424,7 @@ pub fn open_reply(req: &PendingRequest, frame: ReplyFrame) -> Result<Reply, Clie
         ReplyBody::Read(rr) => {
             if h.protection.integrity_data() {
                 let m = mac.as_mut().expect("integrity-data implies integrity-args");
-                feed_read(m, req.suite, rr, data, &mut cost)
+                feed_read(m, req.suite, rr, data, req.read_limit, &mut cost)
                     .map_err(|e| ClientError::integrity(op, e.to_string()))?;
             } else {
                 region_slices(&rr.regions, data)

@@ -1,22 +1,26 @@
 //! Request and reply digests (seed 002 Fig 1), privacy keys and key wrapping.
 //!
 //! ```text
-//! request digest = MAC(key, "nasd-req-v1" || request_id || header-before-digest [|| D])
+//! request digest = MAC(key, "nasd-req-v2" || drive_id || request_id || header-before-digest [|| D])
 //! reply digest   = MAC(key, "nasd-rep-v1" || request nonce || request_id || header-before-digest [|| D])
 //! ```
 //! `key` is the capability key or the named key of the hierarchy; `D` is the data digest in the
 //! object's integrity scheme (see [`crate::integrity`]), present only under INTEGRITY_DATA. The
-//! reply is bound to the request's nonce, so a recorded reply cannot answer a later request.
+//! reply is bound to the request's nonce, so a recorded reply cannot answer a later request;
+//! the request is bound to the drive it is sent to, so it cannot be replayed onto another drive
+//! that holds the same key (a master key shared by several drives, say).
 
 use crate::aead;
 use crate::key::Key;
 use crate::primitives::{derive, Mac};
-use nasd_proto::{Nonce, OpCode, PartitionId, Suite};
+use nasd_proto::{DriveId, Nonce, OpCode, PartitionId, Suite};
 
-/// Starts the MAC of a request over its header bytes; the caller adds `D` and finalizes.
-pub fn request_mac(suite: Suite, key: &Key, mac_input: &[u8]) -> Mac {
+/// Starts the MAC of a request to `drive` over its header bytes; the caller adds `D` and
+/// finalizes.
+pub fn request_mac(suite: Suite, key: &Key, drive: DriveId, mac_input: &[u8]) -> Mac {
     let mut m = Mac::new(suite, key);
-    m.update(b"nasd-req-v1");
+    m.update(b"nasd-req-v2");
+    m.update(&drive.0.to_le_bytes());
     m.update(mac_input);
     m
 }

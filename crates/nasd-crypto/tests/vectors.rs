@@ -31,7 +31,7 @@ fn compute() -> BTreeMap<String, String> {
         v.insert(format!("{s}/capability_args"), hex::encode(args.encode()));
         let ck = capability::capability_key(suite, &wk, &args, 7);
         v.insert(format!("{s}/capability_key(acv=7)"), ck.to_hex());
-        let mut m = request_mac(suite, &ck, b"header bytes");
+        let mut m = request_mac(suite, &ck, args.drive, b"header bytes");
         m.update(b"D");
         v.insert(format!("{s}/request_mac"), hex::encode(m.finalize(&mut c)));
         let n = Nonce {

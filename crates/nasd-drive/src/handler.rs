@@ -15,7 +15,8 @@
 //! 8. the digest verifies under the capability key recomputed from the current, then the
 //!    previous, working key and the object's `access_control_version` (`BadDigest`), compared
 //!    in constant time;
-//! 9. the nonce has not been seen (`NonceReplayed`).
+//! 9. the nonce is covered by the durable replay floor (`IoError` if that cannot be made
+//!    durable) and has not been seen by this request's principal (`NonceReplayed`).
 //!
 //! Requests authorized by a key of the hierarchy (not a capability) must carry at least
 //! INTEGRITY_ARGS whatever the minimums say, so the digest proves possession of the key.
@@ -26,6 +27,7 @@
 //! no protection (a client must treat them as unauthenticated).
 
 use crate::audit::{Audit, AuditRecord};
+use crate::replay_floor::ReplayFloor;
 use crate::store::{Material, Store};
 use crate::writer::{Job, JobOut, Writer};
 use crate::{now_us, DriveError};
@@ -35,9 +37,9 @@ use nasd_crypto::request::{privacy_key, reply_mac, request_mac, unwrap_key, Fiel
 use nasd_crypto::{aead, capability, ct_eq, Cost, Key};
 use nasd_proto::ops::ERROR_DETAIL_BYTES_MAX;
 use nasd_proto::{
-    CapField, CapabilityArgs, DriveInfo, KeyType, Nonce, ObjectId, Op, OpCode, PartitionId,
-    PartitionInfo, Protection, ReadReply, Region, ReplyBody, ReplyHeader, RequestHeader, Rights,
-    Scheme, Status,
+    CapField, CapabilityArgs, DriveId, DriveInfo, KeyType, Nonce, ObjectId, Op, OpCode,
+    PartitionId, PartitionInfo, Protection, ReadReply, Region, ReplyBody, ReplyHeader,
+    RequestHeader, Rights, Scheme, Status,
 };
 use parking_lot::Mutex;
 use std::path::Path;
@@ -83,11 +85,16 @@ impl ReplyBytes {
     }
 }
 
-/// A running drive: store, writer thread, replay cache, audit trail, metrics.
+/// The replay floor's file in a drive's data directory.
+pub const NONCE_FLOOR_FILE: &str = "nonce.floor";
+
+/// A running drive: store, writer thread, replay cache and its durable floor, audit trail,
+/// metrics.
 pub struct Drive {
     pub store: Arc<Store>,
     writer: Writer,
     nonces: Mutex<NonceCache>,
+    floor: ReplayFloor,
     audit: Audit,
     metrics: Metrics,
     /// The clock, behind a seam so tests can move it.
@@ -142,7 +149,7 @@ fn fmt_time_ms(ms: u64) -> String {
 }
 
 impl Drive {
-    /// Opens the drive in `data_dir` (`meta.redb`, `data.blk`, `audit.log`).
+    /// Opens the drive in `data_dir` (`meta.redb`, `data.blk`, `nonce.floor`, `audit.log`).
     pub fn open(data_dir: &Path) -> Result<Arc<Drive>, DriveError> {
         let meta = Arc::new(crate::storage::FileStorage::open(
             &data_dir.join("meta.redb"),
@@ -151,15 +158,40 @@ impl Drive {
             &data_dir.join("data.blk"),
         )?);
         let store = Arc::new(Store::open(meta, data)?);
-        Self::with_store(store, Some(&data_dir.join("audit.log")))
+        let floor_path = data_dir.join(NONCE_FLOOR_FILE);
+        // A drive without a floor file (made before it existed; `init` makes one) may have
+        // accepted nonces up to a window ahead of now: start above all of them.
+        let fresh = if floor_path.exists() {
+            0
+        } else {
+            now_us() + NONCE_WINDOW_MS * 1000
+        };
+        let floor = Arc::new(crate::storage::FileStorage::open(&floor_path)?);
+        Self::with_parts(store, floor, fresh, Some(&data_dir.join("audit.log")))
     }
 
-    /// A drive over an already opened store (tests use simulated storage).
+    /// A drive over an already opened store with a fresh in-memory replay floor (tests use
+    /// simulated storage).
     pub fn with_store(store: Arc<Store>, audit: Option<&Path>) -> Result<Arc<Drive>, DriveError> {
+        Self::with_parts(store, Arc::new(crate::storage::SimDisk::new()), 0, audit)
+    }
+
+    /// A drive over an opened store and the storage of its replay floor; `fresh_floor_us` is
+    /// the floor when that storage is empty (see [`ReplayFloor::open`]).
+    pub fn with_parts(
+        store: Arc<Store>,
+        floor: Arc<dyn crate::storage::Storage>,
+        fresh_floor_us: u64,
+        audit: Option<&Path>,
+    ) -> Result<Arc<Drive>, DriveError> {
+        let (floor, floor_us) = ReplayFloor::open(floor, fresh_floor_us)?;
+        let mut nonces = NonceCache::new(NONCE_WINDOW_MS, NONCE_CACHE_ENTRIES_MAX);
+        nonces.set_floor(floor_us);
         Ok(Arc::new(Drive {
             writer: Writer::start(store.clone()),
             store,
-            nonces: Mutex::new(NonceCache::new(NONCE_WINDOW_MS, NONCE_CACHE_ENTRIES_MAX)),
+            nonces: Mutex::new(nonces),
+            floor,
             audit: Audit::open(audit)?,
             metrics: Metrics::default(),
             clock: Box::new(now_us),
@@ -202,6 +234,7 @@ impl Drive {
             chunk_bytes: CHUNK_BYTES as u32,
             clock_us: self.now_us(),
             nonce_window_ms: NONCE_WINDOW_MS,
+            nonce_floor_us: self.nonces.lock().floor_us(),
         }
     }
 
@@ -533,7 +566,7 @@ impl Drive {
         // Arguments (decrypted under privacy), data, and the digest, tried under each key.
         let mut last = Refusal(Status::BadDigest, "digest does not verify".into());
         for key in keys {
-            match self.verify_with(h, body, data, &key, suite, cap.as_ref(), cost) {
+            match self.verify_with(h, body, data, &key, suite, drive_rec.drive, cost) {
                 Ok((op, plain, write_pieces)) => {
                     // The request is authentic: refusals from here on are answered under its
                     // key, with its protection (seed 002 §2.4), like any other reply.
@@ -550,9 +583,20 @@ impl Drive {
                             ));
                         }
                     }
-                    // 9: the nonce is new; recorded only now that the request is authentic.
+                    // 9: the nonce is new; recorded only now that the request is authentic, and
+                    // only once the durable floor covers it, so no restart can forget it.
                     if refused.is_none() {
-                        if let Err(e) = self.nonces.lock().accept(now, &h.nonce) {
+                        let principal = match &cap {
+                            Some(c) => Principal::Capability(*c),
+                            None => Principal::Key(h.key_type as u8, h.partition.0),
+                        };
+                        if let Err(e) = self.floor.cover(h.nonce.time_us, now) {
+                            refused = Some(Refusal(
+                                Status::IoError,
+                                format!("the replay floor cannot be made durable: {e}"),
+                            ));
+                        } else if let Err(e) = self.nonces.lock().accept(now, &principal, &h.nonce)
+                        {
                             refused = Some(nonce_refusal(e));
                         }
                     }
@@ -584,7 +628,7 @@ impl Drive {
         data: &[u8],
         key: &Key,
         suite: nasd_proto::Suite,
-        cap: Option<&CapabilityArgs>,
+        drive: DriveId,
         cost: &mut Cost,
     ) -> Result<(Op, Option<Vec<u8>>, Vec<Vec<pieces::PieceHash>>), Refusal> {
         let bad = || {
@@ -621,7 +665,6 @@ impl Drive {
             _ => None,
         };
         let data: &[u8] = plain.as_deref().unwrap_or(data);
-        let _ = cap;
         let mut write_pieces = vec![];
         if let Op::Write { regions, form, .. } = &op {
             let total = nasd_proto::ops::regions_total(regions).ok_or_else(|| {
@@ -646,7 +689,7 @@ impl Drive {
             }
         }
         if h.protection.integrity_args() {
-            let mut mac = request_mac(suite, key, RequestHeader::mac_input_of(body));
+            let mut mac = request_mac(suite, key, drive, RequestHeader::mac_input_of(body));
             if h.protection.integrity_data() {
                 if let Op::Write { regions, form, .. } = &op {
                     let mut at = 0usize;
@@ -739,7 +782,9 @@ impl Drive {
                 ))
             }
             Op::Read { regions } => {
-                let r = self.store.read(p, o, regions, integrity, cost)?;
+                // No byte outside the capability's region leaves the drive.
+                let limit = a.cap.map_or(Region::WHOLE, |c| c.region);
+                let r = self.store.read(p, o, regions, limit, integrity, cost)?;
                 let rr = ReadReply {
                     logical_size: r.logical_size,
                     scheme: r.scheme,
@@ -975,6 +1020,15 @@ impl Drive {
     }
 }
 
+/// Who a request's nonce is booked to in the replay cache: what its digest proved it holds.
+/// Principals share the cache fairly (`nasd_crypto::nonce`).
+#[derive(Hash)]
+enum Principal {
+    Capability(CapabilityArgs),
+    /// A key of the hierarchy: its type and the partition named.
+    Key(u8, u16),
+}
+
 fn nonce_refusal(e: NonceError) -> Refusal {
     match e {
         NonceError::OutsideWindow { nonce_us, now_us } => Refusal(
@@ -990,9 +1044,13 @@ fn nonce_refusal(e: NonceError) -> Refusal {
             Status::NonceReplayed,
             "nonce already seen: replayed request".into(),
         ),
-        NonceError::Full => Refusal(
-            Status::NonceCacheFull,
-            "replay cache full; retry shortly".into(),
+        NonceError::BelowFloor { nonce_us, floor_us } => Refusal(
+            Status::NonceReplayed,
+            format!(
+                "nonce time {nonce_us} µs is below the drive's replay floor {floor_us} µs: \
+                 the drive may have accepted it before (a restart, or a replay cache full \
+                 of this key's requests); send a fresh request"
+            ),
         ),
     }
 }

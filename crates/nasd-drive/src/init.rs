@@ -152,6 +152,13 @@ pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
     let meta = Arc::new(FileStorage::open(&dir.join("meta.redb"))?);
     let data = Arc::new(FileStorage::open(&dir.join("data.blk"))?);
     let store = Arc::new(Store::create(meta, data, rec)?);
+    // A new drive has accepted no nonce: its replay floor starts at 0.
+    crate::replay_floor::ReplayFloor::open(
+        Arc::new(FileStorage::open(
+            &dir.join(crate::handler::NONCE_FLOOR_FILE),
+        )?),
+        0,
+    )?;
     let mut report = InitReport {
         drive,
         master_key_file,

@@ -11,6 +11,7 @@
 //! # Layout
 //! - [`storage`]: the storage trait, real files, the crash simulator, fault injection.
 //! - [`records`]: versioned on-disk records.
+//! - [`replay_floor`]: the durable bound that keeps replays refused across restarts.
 //! - [`store`]: the engine's read side, tree node access, block accounting.
 //! - [`tree_cache`]: tree nodes computed for reads, kept consistent with commits.
 //! - [`writer`]: the single writer thread, jobs, transactions, group commit.
@@ -23,6 +24,7 @@ pub mod audit;
 pub mod handler;
 pub mod init;
 pub mod records;
+pub mod replay_floor;
 pub mod server;
 pub mod storage;
 pub mod store;

@@ -28,7 +28,7 @@ use nasd_crypto::integrity::{
     self, adhash, pieces, tree, BlockMeta, BLOCK_BYTES, CHUNKS_PER_BLOCK, CHUNK_BYTES,
     SUB_BLOCK_BYTES,
 };
-use nasd_crypto::{Cost, Digest};
+use nasd_crypto::{ct_eq, Cost, Digest};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Region, Scheme, Suite};
 use parking_lot::{Mutex, RwLock};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -302,12 +302,16 @@ impl Store {
     }
 
     /// Reads regions of an object; with `integrity`, also the scheme's data digest material and
-    /// (for `tree`) the proof trailer. `cost` counts what the drive hashed.
+    /// (for `tree`) the proof trailer. `limit` is the region the request's capability allows:
+    /// no byte outside it is returned, so a `tree` range is widened to its chunks only as far as
+    /// `limit` reaches, and a chunk it cuts is proved by hashing the piece returned (after
+    /// checking the whole stored chunk against its leaf). `cost` counts what the drive hashed.
     pub fn read(
         &self,
         p: PartitionId,
         o: ObjectId,
         regions: &[Region],
+        limit: Region,
         integrity: bool,
         cost: &mut Cost,
     ) -> R<ReadOut> {
@@ -335,8 +339,10 @@ impl Store {
             let mut a = reg.offset.min(size);
             let mut b = reg.end().unwrap_or(u64::MAX).min(size);
             if integrity && scheme == Scheme::Tree && a < b {
-                a = a / CHUNK_BYTES * CHUNK_BYTES;
-                b = (b.div_ceil(CHUNK_BYTES) * CHUNK_BYTES).min(size);
+                a = (a / CHUNK_BYTES * CHUNK_BYTES).max(limit.offset.min(a));
+                b = (b.div_ceil(CHUNK_BYTES) * CHUNK_BYTES)
+                    .min(size)
+                    .min(limit.end().unwrap_or(u64::MAX).max(b));
             }
             out_regions.push(Region::new(a, b - a));
         }
@@ -449,13 +455,28 @@ impl Store {
                     let mut top = None;
                     let mut fresh = vec![];
                     let mut proofs: Vec<Arc<[Digest]>> = Vec::with_capacity(out_regions.len());
+                    let mut cut_pieces = vec![];
+                    let mut at = 0usize;
                     for reg in &out_regions {
                         if reg.len == 0 {
                             proofs.push(Arc::new([]));
                             continue;
                         }
-                        let c0 = reg.offset / CHUNK_BYTES;
-                        let c1 = (reg.offset + reg.len).div_ceil(CHUNK_BYTES);
+                        let parts = tree::range_parts(reg.offset, reg.len, size);
+                        for pc in parts.cut.iter().flatten() {
+                            let a = at + (pc.offset - reg.offset) as usize;
+                            let piece = &data[a..a + pc.len as usize];
+                            let stored = tree::CompleteNodes::complete(&mut src, 0, pc.chunk)?;
+                            cut_pieces.push(
+                                self.cut_piece(suite, size, pc, piece, stored, &mut entry, cost)?,
+                            );
+                        }
+                        at += reg.len as usize;
+                        let (c0, c1) = parts.whole;
+                        if c0 == c1 {
+                            proofs.push(Arc::new([]));
+                            continue;
+                        }
                         let (t, cached) = self.tree_cache.answer(key, version, n, c0, c1);
                         top = top.or(t);
                         proofs.push(match cached {
@@ -478,7 +499,9 @@ impl Store {
                     }
                     src.flush_cache();
                     trailer = integrity::verify::encode_tree_trailer(&top, &proofs);
-                    Material::Bytes(tree::root_material(size, &top).to_vec())
+                    let mut m = tree::root_material(size, &top).to_vec();
+                    m.extend(cut_pieces.iter().flatten());
+                    Material::Bytes(m)
                 }
             }
         };
@@ -490,6 +513,45 @@ impl Store {
             material,
             trailer,
         })
+    }
+
+    /// The proof of a piece of a chunk that a read must cut at its capability's edge: the whole
+    /// stored chunk is read and checked against its `stored` leaf (so the drive never vouches
+    /// for bytes the disk corrupted), then the piece returned is hashed in its write form.
+    #[allow(clippy::too_many_arguments)]
+    fn cut_piece(
+        &self,
+        suite: Suite,
+        size: u64,
+        pc: &tree::ChunkPiece,
+        piece: &[u8],
+        stored: Digest,
+        entry: &mut impl FnMut(u64) -> R<Option<BlockEntry>>,
+        cost: &mut Cost,
+    ) -> R<Digest> {
+        let start = pc.chunk * CHUNK_BYTES;
+        let len = (start + CHUNK_BYTES).min(size) - start;
+        let mut chunk = vec![0u8; len as usize];
+        let block = start / BLOCK_BYTES;
+        if let Some(e) = entry(block)? {
+            let b = self.load_checked(&e)?;
+            let within = (start - block * BLOCK_BYTES) as usize;
+            chunk.copy_from_slice(&b[within..within + len as usize]);
+        }
+        if !ct_eq(&tree::leaf(suite, pc.chunk, &chunk, cost), &stored) {
+            return Err(DriveError::Corrupt(format!(
+                "chunk {} does not match its stored leaf",
+                pc.chunk
+            )));
+        }
+        let within = pc.within() as usize;
+        if chunk[within..within + piece.len()] != *piece {
+            return Err(DriveError::Corrupt(format!(
+                "chunk {} changed between two reads of it",
+                pc.chunk
+            )));
+        }
+        Ok(tree::partial(suite, pc.chunk, pc.within(), piece, cost))
     }
 
     /// The AdHash value of the part `pc` of a block that a read returns: the stored sum when the

@@ -144,3 +144,40 @@ async fn a_write_over_a_corrupt_block_does_not_launder_it() {
         .unwrap();
     assert_eq!(r.data, fresh);
 }
+
+/// A capability that cuts a `tree` chunk gets the chunk's piece proved by the drive's own hash
+/// (it must not send the rest of the chunk), so the drive checks the whole stored chunk against
+/// its leaf first: a flipped byte in the part of the chunk the capability does not cover still
+/// fails the read, and the drive never vouches for corrupt bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_chunk_is_checked_whole_before_the_drive_vouches_for_its_piece() {
+    let d = TestDrive::start().await;
+    let c = d.conn().await;
+    let o = d.create(&c, Scheme::Tree).await;
+    let all = d.mint(d.cap_args(o, Rights::ALL), 0);
+    let data = bytes(7, 16 * 1024);
+    c.write(&all, target(o, Protection::INTEGRITY_DATA), 0, &data)
+        .await
+        .unwrap();
+    let mut narrow = d.cap_args(o, Rights::READ);
+    narrow.region = Region::new(2048 + 100, 50); // inside chunk 2
+    let narrow = d.mint(narrow, 0);
+    let t = target(o, Protection::INTEGRITY_DATA);
+    let piece = || vec![Region::new(2148, 50)];
+    assert_eq!(
+        c.read(&narrow, t, piece()).await.unwrap().data,
+        data[2148..2198]
+    );
+    flip(&d, o, 0, 2048 + 900); // chunk 2, outside the capability's bytes
+    let e = c
+        .read(&narrow, t, piece())
+        .await
+        .expect_err("corrupt chunk vouched for");
+    assert_eq!(e.status(), Some(Status::Corrupt), "{e}");
+    // The whole-chunk capability sees the corruption through the tree, as before.
+    let e = c
+        .read(&all, t, piece())
+        .await
+        .expect_err("corrupt chunk returned");
+    assert!(is_integrity_failure(&e), "{e}");
+}

@@ -48,7 +48,14 @@ fn read_verified(store: &Store, o: ObjectId) -> Vec<u8> {
     let size = store.object(P, o).unwrap().attrs.logical_size;
     let mut cost = Cost::default();
     let r = store
-        .read(P, o, &[Region::new(0, size)], true, &mut cost)
+        .read(
+            P,
+            o,
+            &[Region::new(0, size)],
+            Region::WHOLE,
+            true,
+            &mut cost,
+        )
         .unwrap();
     let key = Key::from_bytes([1; 32]);
     let mut drive = Mac::new(store.suite(), &key);
@@ -64,7 +71,15 @@ fn read_verified(store: &Store, o: ObjectId) -> Vec<u8> {
         regions: r.regions.clone(),
         trailer: r.trailer.clone(),
     };
-    feed_read(&mut client, store.suite(), &rr, &r.data, &mut cost).expect("proof verifies");
+    feed_read(
+        &mut client,
+        store.suite(),
+        &rr,
+        &r.data,
+        Region::WHOLE,
+        &mut cost,
+    )
+    .expect("proof verifies");
     assert_eq!(
         drive.finalize(&mut cost),
         client.finalize(&mut cost),

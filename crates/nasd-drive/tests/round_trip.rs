@@ -446,6 +446,8 @@ async fn reply_nonces_never_repeat() {
     for _restart in 0..2 {
         let mut drive = nasd_drive::Drive::open(&dir.path().join("drive")).unwrap();
         drive.set_clock(move || frozen);
+        // A restarted drive refuses nonces below its replay floor: stamp at or above it.
+        let stamp = frozen.max(drive.welcome().nonce_floor_us);
         for i in 0..100u64 {
             let spec = RequestSpec {
                 auth: &auth,
@@ -456,7 +458,7 @@ async fn reply_nonces_never_repeat() {
                 data: &[],
             };
             let nonce = nasd_proto::Nonce {
-                time_us: frozen,
+                time_us: stamp,
                 random: nasd_crypto::random_u64(),
             };
             let req = build_request(suite, i + 1, nonce, &spec).unwrap();

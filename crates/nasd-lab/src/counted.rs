@@ -253,6 +253,7 @@ impl Meter {
                         PARTITION,
                         id,
                         &[Region::new(offset, len)],
+                        Region::WHOLE,
                         true,
                         &mut drive_cost,
                     )
@@ -276,8 +277,15 @@ impl Meter {
                             trailer: out.trailer.clone(),
                         };
                         let mut mac = Mac::new(suite, &self.key);
-                        verify::feed_read(&mut mac, suite, &reply, &out.data, &mut c)
-                            .map_err(|e| fail(e.to_string()))?;
+                        verify::feed_read(
+                            &mut mac,
+                            suite,
+                            &reply,
+                            &out.data,
+                            Region::WHOLE,
+                            &mut c,
+                        )
+                        .map_err(|e| fail(e.to_string()))?;
                         mac.finalize(&mut c);
                     }
                 }

@@ -42,7 +42,13 @@ pub use types::{
 /// Protocol version, sent in the handshake. Its changelog:
 /// - 1: first version: handshake, request/reply envelopes, seed 002 Tables 1-3 operations,
 ///   four integrity schemes, two digest suites.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// - 2: hardening. The welcome carries `nonce_floor_us` (the drive refuses older nonces, so a
+///   request recorded before a drive restart cannot be replayed after it); the request MAC
+///   covers the drive's id (`nasd-req-v2`), so a key-authorized request cannot be replayed onto
+///   another drive that shares the key; a `tree` read whose capability does not cover the
+///   chunk-widened range returns only bytes inside the capability, its cut edge chunks proved by
+///   drive-hashed pieces in the reply MAC (protocol §10.4, §11.4).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Why bytes could not be decoded. Never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,7 +5,7 @@
 //! body    := u8 kind, ...
 //! hello   (kind 1) := "NASD", u16 version                   client -> drive, first frame
 //! welcome (kind 2) := "NASD", u16 version, u64 drive_id, u8 suite, u32 block_bytes,
-//!                     u32 chunk_bytes, u64 clock_us, u64 nonce_window_ms
+//!                     u32 chunk_bytes, u64 clock_us, u64 nonce_window_ms, u64 nonce_floor_us
 //! request (kind 3) := u64 request_id, u32 header_len, header[header_len], data
 //! reply   (kind 4) := u64 request_id, u32 header_len, header[header_len], data
 //! ```
@@ -119,6 +119,9 @@ pub struct Welcome {
     /// The drive's clock, so a client can correct its nonces for skew.
     pub clock_us: u64,
     pub nonce_window_ms: u64,
+    /// The drive refuses every nonce whose time is below this (it may have accepted such
+    /// nonces before it last started), so a client stamps its nonces at or above it.
+    pub nonce_floor_us: u64,
 }
 
 impl Welcome {
@@ -133,26 +136,31 @@ impl Welcome {
         w.u32(self.chunk_bytes);
         w.u64(self.clock_us);
         w.u64(self.nonce_window_ms);
+        w.u64(self.nonce_floor_us);
         w.into_vec()
     }
+    /// Decodes a welcome; one of another version is `DecodeError::Version` whatever follows
+    /// the version, so a client can say which version the drive speaks.
     pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(b);
         if r.u8("kind")? != KIND_WELCOME || &r.array::<4>("magic")? != MAGIC {
             return Err(DecodeError::BadValue("welcome magic"));
         }
+        let version = r.u16("version")?;
+        if version != PROTOCOL_VERSION {
+            return Err(DecodeError::Version(version));
+        }
         let w = Welcome {
-            version: r.u16("version")?,
+            version,
             drive: crate::DriveId(r.u64("drive")?),
             suite: Suite::from_u8(r.u8("suite")?)?,
             block_bytes: r.u32("block bytes")?,
             chunk_bytes: r.u32("chunk bytes")?,
             clock_us: r.u64("clock")?,
             nonce_window_ms: r.u64("window")?,
+            nonce_floor_us: r.u64("nonce floor")?,
         };
         r.finish("welcome")?;
-        if w.version != PROTOCOL_VERSION {
-            return Err(DecodeError::Version(w.version));
-        }
         Ok(w)
     }
 }

@@ -389,7 +389,14 @@ pub struct Region {
 }
 
 impl Region {
-    pub fn new(offset: u64, len: u64) -> Self {
+    /// Every byte an object can have: what a key of the hierarchy, or a whole-object
+    /// capability, allows.
+    pub const WHOLE: Region = Region {
+        offset: 0,
+        len: u64::MAX,
+    };
+
+    pub const fn new(offset: u64, len: u64) -> Self {
         Self { offset, len }
     }
     /// Exclusive end, or `None` when it would overflow `u64`.

@@ -104,7 +104,12 @@ fn request_decodes_and_its_mac_verifies() {
             assert_eq!(&body[data_at..], &data[..]);
             // Recompute the digest independently: header MAC then each region's D.
             let mut c = Cost::default();
-            let mut mac = request_mac(suite, auth.key(), RequestHeader::mac_input_of(body));
+            let mut mac = request_mac(
+                suite,
+                auth.key(),
+                auth.drive(),
+                RequestHeader::mac_input_of(body),
+            );
             let (a, b) = data.split_at(1000);
             for (off, bytes) in [(3u64, a), (4096, b)] {
                 let p = write_form(suite, form, off, bytes, &mut c);

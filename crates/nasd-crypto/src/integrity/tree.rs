@@ -15,6 +15,12 @@
 //! A drive answers a read with the chunk-aligned range and the sibling nodes on the paths from
 //! the range to the top ([`prove`]); it hashes no object data. The client recomputes the top from
 //! the data and the proof ([`verify_range`]).
+//!
+//! A drive never sends bytes outside the capability's region, so when the region does not cover
+//! the widened range the returned range is cut at the region's edge: [`range_parts`] splits it
+//! into chunks held whole (proved through the tree as above) and at most two cut edge chunks,
+//! whose pieces the drive hashes ([`partial`], after checking the whole stored chunk against its
+//! leaf) into the MAC-covered material, as HierMAC does for partial blocks.
 
 use super::CHUNK_BYTES;
 use crate::primitives::{hash_data, Digest, Hasher};
@@ -121,6 +127,69 @@ pub fn root_material(size: u64, top: &Digest) -> [u8; 40] {
 /// Chunks in an object of `size` bytes.
 pub fn chunk_count(size: u64) -> u64 {
     size.div_ceil(CHUNK_BYTES)
+}
+
+/// A piece of one chunk: the part of a cut edge chunk that a read returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPiece {
+    pub chunk: u64,
+    /// Byte offset in the object.
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl ChunkPiece {
+    /// Offset of the piece inside its chunk.
+    pub fn within(&self) -> u64 {
+        self.offset - self.chunk * CHUNK_BYTES
+    }
+}
+
+/// How a returned range `[offset, offset + len)` of an object of `size` bytes splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeParts {
+    /// Chunks held whole, `[lo, hi)`; empty when `lo == hi`.
+    pub whole: (u64, u64),
+    /// The cut head chunk's piece, then the cut tail chunk's (a range inside one chunk that is
+    /// cut is one head piece).
+    pub cut: [Option<ChunkPiece>; 2],
+}
+
+/// Splits a non-empty returned range that lies inside the object into whole and cut chunks.
+/// A chunk is whole when the range holds all of its bytes (the last chunk ends at `size`).
+pub fn range_parts(offset: u64, len: u64, size: u64) -> RangeParts {
+    debug_assert!(len > 0 && offset + len <= size);
+    let end = offset + len;
+    let c0 = offset / CHUNK_BYTES;
+    let c1 = end.div_ceil(CHUNK_BYTES);
+    let chunk_end = |c: u64| ((c + 1) * CHUNK_BYTES).min(size);
+    let piece = |chunk: u64, a: u64, b: u64| ChunkPiece {
+        chunk,
+        offset: a,
+        len: b - a,
+    };
+    let head_cut = offset != c0 * CHUNK_BYTES;
+    let tail_cut = end != chunk_end(c1 - 1);
+    if c1 - c0 == 1 {
+        return if head_cut || tail_cut {
+            RangeParts {
+                whole: (c1, c1),
+                cut: [Some(piece(c0, offset, end)), None],
+            }
+        } else {
+            RangeParts {
+                whole: (c0, c1),
+                cut: [None, None],
+            }
+        };
+    }
+    RangeParts {
+        whole: (c0 + head_cut as u64, c1 - tail_cut as u64),
+        cut: [
+            head_cut.then(|| piece(c0, offset, chunk_end(c0))),
+            tail_cut.then(|| piece(c1 - 1, (c1 - 1) * CHUNK_BYTES, end)),
+        ],
+    }
 }
 
 /// Where `node(lo, hi)` splits.
@@ -379,6 +448,53 @@ mod tests {
             &mut c,
         );
         assert_eq!(got, Ok(t));
+    }
+
+    /// `range_parts` against a byte-by-byte oracle: every byte of the range is in exactly one
+    /// part, whole chunks are exactly the chunks the range holds completely, and cut pieces
+    /// lie inside one chunk each.
+    #[test]
+    fn range_parts_cover_every_byte_once() {
+        let c = CHUNK_BYTES;
+        for size in [1u64, c - 1, c, c + 1, 3 * c, 3 * c + 7] {
+            // Every position near a chunk boundary, and the object's end.
+            let mut at: Vec<u64> = (0..=4u64)
+                .flat_map(|k| [k * c, k * c + 1, (k * c).saturating_sub(1), k * c + 5])
+                .chain([size, size - 1])
+                .filter(|&x| x <= size)
+                .collect();
+            at.sort();
+            at.dedup();
+            for &offset in at.iter().filter(|&&x| x < size) {
+                for &end in at.iter().filter(|&&x| x > offset) {
+                    let p = range_parts(offset, end - offset, size);
+                    let mut seen = vec![0u8; size as usize];
+                    for ch in p.whole.0..p.whole.1 {
+                        let (a, b) = (ch * c, ((ch + 1) * c).min(size));
+                        assert!(
+                            offset <= a && b <= end,
+                            "whole chunk {ch} outside the range"
+                        );
+                        seen[a as usize..b as usize]
+                            .iter_mut()
+                            .for_each(|x| *x += 1);
+                    }
+                    for pc in p.cut.iter().flatten() {
+                        assert_eq!(pc.offset / c, pc.chunk);
+                        assert_eq!((pc.offset + pc.len - 1) / c, pc.chunk);
+                        let whole = pc.within() == 0
+                            && pc.offset + pc.len == ((pc.chunk + 1) * c).min(size);
+                        assert!(!whole, "a whole chunk reported cut");
+                        let (a, b) = (pc.offset as usize, (pc.offset + pc.len) as usize);
+                        seen[a..b].iter_mut().for_each(|x| *x += 1);
+                    }
+                    for (i, &k) in seen.iter().enumerate() {
+                        let inside = (offset..end).contains(&(i as u64));
+                        assert_eq!(k, inside as u8, "byte {i} of {offset}..{end} in {size}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

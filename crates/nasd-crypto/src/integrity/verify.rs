@@ -73,12 +73,16 @@ pub fn region_slices<'a>(regions: &[Region], data: &'a [u8]) -> Result<Vec<&'a [
         .collect())
 }
 
-/// Feeds the read reply's data digest into `mac`, verifying `tree` proofs on the way.
+/// Feeds the read reply's data digest into `mac`, verifying `tree` proofs on the way. `limit`
+/// is the region the request's capability allows (everything for a key of the hierarchy): a
+/// `tree` range may be cut short of its chunks only at `limit`'s edges, where the drive must
+/// not send the rest of the chunk.
 pub fn feed_read(
     mac: &mut Mac,
     suite: Suite,
     reply: &ReadReply,
     data: &[u8],
+    limit: Region,
     cost: &mut Cost,
 ) -> Result<(), VerifyError> {
     let slices = region_slices(&reply.regions, data)?;
@@ -97,32 +101,66 @@ pub fn feed_read(
                 pieces::feed(mac, reply.scheme, &p, s, cost);
             }
         }
-        Scheme::Tree => {
-            let (top, proofs) = decode_tree_trailer(&reply.trailer, reply.regions.len())?;
-            let n = tree::chunk_count(reply.logical_size);
-            for ((r, s), proof) in reply.regions.iter().zip(slices).zip(&proofs) {
-                if r.len == 0 {
-                    if !proof.is_empty() {
-                        return Err(VerifyError::Shape("proof for an empty region"));
-                    }
-                    continue;
-                }
-                if r.offset % CHUNK_BYTES != 0 {
-                    return Err(VerifyError::Shape("tree region not chunk-aligned"));
-                }
-                let c0 = r.offset / CHUNK_BYTES;
-                let c1 = (r.offset + r.len).div_ceil(CHUNK_BYTES);
-                if r.offset + r.len != c1.saturating_mul(CHUNK_BYTES).min(reply.logical_size) {
-                    return Err(VerifyError::Shape("tree region does not end on a chunk"));
-                }
-                let got = tree::verify_range(suite, n, c0, c1, s, proof, cost)
-                    .map_err(|_| VerifyError::Proof)?;
-                if !crate::ct_eq(&got, &top) {
-                    return Err(VerifyError::Proof);
-                }
+        Scheme::Tree => feed_tree_read(mac, suite, reply, &slices, limit, cost)?,
+    }
+    Ok(())
+}
+
+/// The `tree` part of [`feed_read`]: per region, the whole chunks' top recomputed from the data
+/// and the proof must be the trailer's top; the MAC then covers `size || top` and, per region,
+/// `partial(piece)` of each cut edge chunk (protocol §11.4).
+fn feed_tree_read(
+    mac: &mut Mac,
+    suite: Suite,
+    reply: &ReadReply,
+    slices: &[&[u8]],
+    limit: Region,
+    cost: &mut Cost,
+) -> Result<(), VerifyError> {
+    let (top, proofs) = decode_tree_trailer(&reply.trailer, reply.regions.len())?;
+    let size = reply.logical_size;
+    let n = tree::chunk_count(size);
+    let mut pieces = vec![];
+    for ((r, s), proof) in reply.regions.iter().zip(slices).zip(&proofs) {
+        if r.len == 0 {
+            if !proof.is_empty() {
+                return Err(VerifyError::Shape("proof for an empty region"));
             }
-            mac.update(&tree::root_material(reply.logical_size, &top));
+            continue;
         }
+        // A drive cuts a range short of its chunks only where the capability ends.
+        let end = r.offset + r.len;
+        let head_cut = r.offset % CHUNK_BYTES != 0;
+        let tail_cut = end
+            != end
+                .div_ceil(CHUNK_BYTES)
+                .saturating_mul(CHUNK_BYTES)
+                .min(size);
+        if (head_cut && r.offset != limit.offset) || (tail_cut && Some(end) != limit.end()) {
+            return Err(VerifyError::Shape("tree region cut inside the capability"));
+        }
+        let parts = tree::range_parts(r.offset, r.len, size);
+        let (lo, hi) = parts.whole;
+        if lo < hi {
+            let a = (lo * CHUNK_BYTES - r.offset) as usize;
+            let b = ((hi * CHUNK_BYTES).min(size) - r.offset) as usize;
+            let got = tree::verify_range(suite, n, lo, hi, &s[a..b], proof, cost)
+                .map_err(|_| VerifyError::Proof)?;
+            if !crate::ct_eq(&got, &top) {
+                return Err(VerifyError::Proof);
+            }
+        } else if !proof.is_empty() {
+            return Err(VerifyError::Shape("proof for a region with no whole chunk"));
+        }
+        for p in parts.cut.iter().flatten() {
+            let a = (p.offset - r.offset) as usize;
+            let bytes = &s[a..a + p.len as usize];
+            pieces.push(tree::partial(suite, p.chunk, p.within(), bytes, cost));
+        }
+    }
+    mac.update(&tree::root_material(size, &top));
+    for p in &pieces {
+        mac.update(p);
     }
     Ok(())
 }
@@ -150,7 +188,7 @@ mod tests {
             let rr = ReadReply { logical_size: size, scheme, regions, trailer };
             for suite in [Suite::Blake3, Suite::Sha256] {
                 let mut mac = Mac::new(suite, &Key::from_bytes([0; 32]));
-                let _ = feed_read(&mut mac, suite, &rr, &data, &mut Cost::default());
+                let _ = feed_read(&mut mac, suite, &rr, &data, Region::WHOLE, &mut Cost::default());
             }
         }
     }
@@ -186,7 +224,7 @@ mod tests {
                 let key = Key::from_bytes([3; 32]);
                 let digest = |d: &[u8]| -> Option<Digest> {
                     let mut m = Mac::new(suite, &key);
-                    feed_read(&mut m, suite, &rr, d, &mut Cost::default()).ok()?;
+                    feed_read(&mut m, suite, &rr, d, Region::WHOLE, &mut Cost::default()).ok()?;
                     Some(m.finalize(&mut Cost::default()))
                 };
                 let honest = digest(&data).expect("honest reply verifies");
@@ -195,6 +233,76 @@ mod tests {
                     bad[bit / 8] ^= 1 << (bit % 8);
                     assert_ne!(digest(&bad), Some(honest), "{suite:?} {scheme} bit {bit}");
                 }
+            }
+        }
+    }
+
+    /// A reply cut at the capability's edge verifies, every bit of its bytes (cut pieces and
+    /// whole chunks alike) is covered by the MAC, and a cut anywhere else is refused.
+    #[test]
+    fn cut_tree_ranges_verify_only_at_the_capability_edge() {
+        let suite = Suite::Blake3;
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8 + 1).collect();
+        let size = data.len() as u64;
+        let mut c = Cost::default();
+        let leaves: Vec<Digest> = data
+            .chunks(CHUNK_BYTES as usize)
+            .enumerate()
+            .map(|(i, ch)| tree::leaf(suite, i as u64, ch, &mut c))
+            .collect();
+        let mut src = tree::LeafNodes {
+            suite,
+            leaves: &leaves,
+        };
+        let n = leaves.len() as u64;
+        let top = tree::top(suite, &mut src, n).unwrap();
+        let key = Key::from_bytes([9; 32]);
+        for (off, len) in [
+            (100u64, 50u64),
+            (100, 3000),
+            (0, 100),
+            (1024, 3976),
+            (2000, 3000),
+        ] {
+            let parts = tree::range_parts(off, len, size);
+            let (lo, hi) = parts.whole;
+            let proof = if lo < hi {
+                tree::prove(suite, &mut src, n, lo, hi).unwrap()
+            } else {
+                vec![]
+            };
+            let rr = ReadReply {
+                logical_size: size,
+                scheme: Scheme::Tree,
+                regions: vec![Region::new(off, len)],
+                trailer: encode_tree_trailer(&top, &[proof]),
+            };
+            let digest = |d: &[u8], limit: Region| -> Result<Digest, VerifyError> {
+                let mut m = Mac::new(suite, &key);
+                feed_read(&mut m, suite, &rr, d, limit, &mut Cost::default())?;
+                Ok(m.finalize(&mut Cost::default()))
+            };
+            // What the drive MACs: size || top || each cut piece's partial hash.
+            let mut drive = Mac::new(suite, &key);
+            drive.update(&tree::root_material(size, &top));
+            for p in parts.cut.iter().flatten() {
+                let b = &data[p.offset as usize..(p.offset + p.len) as usize];
+                drive.update(&tree::partial(suite, p.chunk, p.within(), b, &mut c));
+            }
+            let want = drive.finalize(&mut c);
+            let bytes = &data[off as usize..(off + len) as usize];
+            let cap = Region::new(off, len);
+            assert_eq!(digest(bytes, cap), Ok(want), "{off}+{len}");
+            for bit in (0..bytes.len() * 8).step_by(13) {
+                let mut bad = bytes.to_vec();
+                bad[bit / 8] ^= 1 << (bit % 8);
+                assert_ne!(digest(&bad, cap), Ok(want), "{off}+{len} bit {bit}");
+            }
+            if parts.cut != [None, None] {
+                assert_eq!(
+                    digest(bytes, Region::WHOLE),
+                    Err(VerifyError::Shape("tree region cut inside the capability"))
+                );
             }
         }
     }

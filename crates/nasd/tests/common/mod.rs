@@ -2,6 +2,8 @@
 //! (manager and drives each their own process), driven through the CLI and the client library.
 #![allow(dead_code)]
 
+pub mod drive;
+
 use nasd_client::session::SessionConfig;
 use nasd_proto::manager::Credential;
 use std::path::{Path, PathBuf};
