@@ -74,6 +74,9 @@ pub struct MetricsSnapshot {
 pub struct ReplyBytes {
     pub head: Vec<u8>,
     pub data: Vec<u8>,
+    /// The request passed the checks of seed 002 §2.4 (whatever its execution came to): its
+    /// sender holds a key or capability of this drive's.
+    pub authenticated: bool,
 }
 
 impl ReplyBytes {
@@ -84,6 +87,11 @@ impl ReplyBytes {
         v
     }
 }
+
+/// Most bytes of any reply but a read's: attributes, error details, and an inquiry's
+/// `DriveInfo` with `PARTITIONS_MAX` partitions (28 bytes each) fit.
+pub const SMALL_REPLY_BYTES_MAX: usize = 128 << 10;
+const _: () = assert!(SMALL_REPLY_BYTES_MAX > 64 + nasd_proto::ops::PARTITIONS_MAX * 28 + 4096);
 
 /// The replay floor's file in a drive's data directory.
 pub const NONCE_FLOOR_FILE: &str = "nonce.floor";
@@ -272,6 +280,32 @@ impl Drive {
         self.metrics.meter_cpu.store(on, Ordering::Relaxed);
     }
 
+    /// The most bytes the reply to the request `body` can hold, which a connection reserves
+    /// before it runs the request: a read's data (clamped, widened by at most two chunks per
+    /// region) and proofs, or [`SMALL_REPLY_BYTES_MAX`] for anything else. Reads whose
+    /// arguments are sealed (privacy) cannot be looked into and count as the largest frame.
+    pub fn reply_bytes_bound(body: &[u8]) -> usize {
+        let Ok((h, _)) = RequestHeader::decode(body) else {
+            return SMALL_REPLY_BYTES_MAX;
+        };
+        if h.op != OpCode::Read {
+            return SMALL_REPLY_BYTES_MAX;
+        }
+        if h.protection.privacy_args() {
+            return nasd_proto::FRAME_BYTES_MAX;
+        }
+        let Ok(Op::Read { regions }) = Op::decode_args(h.op, &h.args) else {
+            return SMALL_REPLY_BYTES_MAX;
+        };
+        let data = nasd_proto::ops::regions_total(&regions)
+            .unwrap_or(u64::MAX)
+            .min(nasd_proto::DATA_BYTES_MAX as u64) as usize;
+        const PER_REGION_BYTES: usize = 2 * CHUNK_BYTES as usize // widening
+            + 2 + 32 * 2 * nasd_crypto::integrity::tree::LEVELS_MAX; // proof
+        (data + regions.len() * PER_REGION_BYTES + SMALL_REPLY_BYTES_MAX)
+            .min(nasd_proto::FRAME_BYTES_MAX)
+    }
+
     /// Handles one request body and returns the reply. Never panics on bad input.
     pub fn handle(&self, body: Vec<u8>) -> ReplyBytes {
         if !self.metrics.meter_cpu.load(Ordering::Relaxed) {
@@ -329,7 +363,8 @@ impl Drive {
                     Ok(_) => Status::Ok,
                     Err(r) => r.0,
                 };
-                let reply = self.reply(&h, &a, out, &mut cost);
+                let mut reply = self.reply(&h, &a, out, &mut cost);
+                reply.authenticated = true;
                 self.audit(now, audit_id, &h, region, st);
                 self.metrics
                     .data_bytes_hashed
@@ -369,7 +404,11 @@ impl Drive {
             digest: [0; 32],
         }
         .encode();
-        ReplyBytes { head, data: vec![] }
+        ReplyBytes {
+            head,
+            data: vec![],
+            authenticated: false,
+        }
     }
 
     fn fresh_nonce(&self) -> Nonce {
@@ -965,7 +1004,11 @@ impl Drive {
                         digest: [0; 32],
                     }
                     .encode();
-                    ReplyBytes { head: v, data }
+                    ReplyBytes {
+                        head: v,
+                        data,
+                        authenticated: false,
+                    }
                 }
                 Err(Refusal(s, d)) => self.unauthenticated(h.request_id, s, &d),
             };
@@ -1016,7 +1059,11 @@ impl Drive {
         let digest = mac.finalize(cost);
         let hlen = u32::from_le_bytes(v[9..13].try_into().unwrap()) as usize;
         v[13 + hlen - 32..13 + hlen].copy_from_slice(&digest);
-        ReplyBytes { head: v, data }
+        ReplyBytes {
+            head: v,
+            data,
+            authenticated: false,
+        }
     }
 }
 

@@ -16,11 +16,13 @@
 //! - [`tree_cache`]: tree nodes computed for reads, kept consistent with commits.
 //! - [`writer`]: the single writer thread, jobs, transactions, group commit.
 //! - [`handler`]: request decoding, every check of seed 002 §2.4, replies.
-//! - [`server`]: the TCP server (tokio), connection limits, graceful shutdown.
+//! - [`server`]: the TCP server (tokio), time and memory limits, graceful shutdown.
+//! - [`conns`]: the connection table: limits in all and per source, unproved peers give way.
 //! - [`audit`]: the append-only audit trail.
 //! - [`init`]: creating a drive and its key files.
 
 pub mod audit;
+pub mod conns;
 pub mod handler;
 pub mod init;
 pub mod records;

@@ -1,31 +1,76 @@
 //! The drive's TCP server: the version handshake, then length-prefixed request frames,
 //! pipelined — a connection may have up to [`INFLIGHT_PER_CONNECTION_MAX`] requests in
-//! progress, answered as they complete and matched by request id. Connections are capped at
-//! [`CONNECTIONS_MAX`]; frames over `FRAME_BYTES_MAX` close the connection before anything is
-//! allocated for them. On shutdown the server stops accepting, lets in-flight requests finish
-//! (up to [`SHUTDOWN_GRACE_MS`]) and makes every write durable.
+//! progress, answered as they complete and matched by request id. Frames over
+//! `FRAME_BYTES_MAX` close the connection before anything is allocated for them. On shutdown
+//! the server stops accepting, lets in-flight requests finish (up to [`SHUTDOWN_GRACE_MS`])
+//! and makes every write durable.
+//!
+//! What a peer can hold is bounded (issue: unauthenticated and authenticated peers pinned the
+//! drive's connections and memory):
+//! - connections: [`crate::conns`] (limits in all and per source; unproved peers give way);
+//! - time: a connection must say hello and send a request that passes the checks of seed 002
+//!   §2.4 within [`PROVE_DEADLINE_MS`]; a proved one is closed after [`IDLE_TIMEOUT_MS`] with
+//!   nothing in flight; a frame must arrive within [`FRAME_RECEIVE_TIMEOUT_MS`] of its first
+//!   byte; a reply must leave within [`REPLY_WRITE_TIMEOUT_MS`], else the peer is not reading
+//!   and the connection is closed;
+//! - memory: an unproved connection's frame body grows only as its bytes arrive (a proved
+//!   one's is allocated at once, the fast path); each connection reserves, before it reads a
+//!   request's body and again before it runs it, the body's bytes and the most its reply can
+//!   hold, out of [`CONNECTION_BUFFER_BYTES_MAX`], released once the reply is written — so a
+//!   peer that pipelines large reads and never reads the replies stops being read from, and
+//!   holds no more than that.
 
-use crate::handler::Drive;
+use crate::conns::{Conns, Slot};
+use crate::handler::{Drive, ReplyBytes};
 use crate::writer::Job;
 use crate::DriveError;
-use nasd_proto::io::read_frame_buffered;
+use nasd_proto::io::{read_frame_len, read_into};
 use nasd_proto::{frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use std::future::Future;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
-/// Most client connections served at once.
-pub const CONNECTIONS_MAX: usize = 1024;
+pub use crate::conns::{CONNECTIONS_MAX, CONNECTIONS_PER_SOURCE_MAX};
+
 /// Most requests in progress on one connection; further frames wait to be read.
 pub const INFLIGHT_PER_CONNECTION_MAX: usize = 64;
-/// Time a client has to send its hello.
-pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Time from accepting a connection to its first request that passes the checks.
+pub const PROVE_DEADLINE_MS: u64 = 10_000;
+/// A proved connection with nothing in flight and no new frame for this long is closed; a
+/// client reconnects when it needs the drive again.
+pub const IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Time for a whole frame to arrive once its first byte has (18 MiB at 0.6 MB/s).
+pub const FRAME_RECEIVE_TIMEOUT_MS: u64 = 30_000;
+/// Time for a reply to leave, waiting behind earlier replies included (18 MiB at 0.3 MB/s).
+pub const REPLY_WRITE_TIMEOUT_MS: u64 = 60_000;
+/// Most bytes of request bodies and (bounds of) replies one connection holds at once.
+pub const CONNECTION_BUFFER_BYTES_MAX: usize = 64 << 20;
 /// Longest wait for in-flight requests at shutdown.
 pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
+/// The socket read buffer of a connection: small frames are read many at a time through it;
+/// large bodies bypass it.
+pub const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Longest hello (it is 7 bytes).
+const HELLO_BYTES_MAX: usize = 64;
+/// How often a connection waiting for a frame looks at its deadlines.
+const WAIT_STEP_MS: u64 = 1_000;
+/// First allocation for an unproved connection's frame body; it doubles as bytes arrive.
+const UNPROVED_BODY_STEP_BYTES: usize = 64 << 10;
+
+/// The budget is counted in KiB so a whole one fits a semaphore's `u32` acquisitions.
+const BUDGET_UNIT_BYTES: usize = 1024;
+const _: () = assert!(CONNECTION_BUFFER_BYTES_MAX >= 2 * FRAME_BYTES_MAX);
+const _: () = assert!(CONNECTION_BUFFER_BYTES_MAX / BUDGET_UNIT_BYTES <= u32::MAX as usize);
+
+fn units(bytes: usize) -> u32 {
+    bytes.div_ceil(BUDGET_UNIT_BYTES) as u32
+}
 
 /// Serves `drive` on `listener` until `shutdown` completes.
 pub async fn serve(
@@ -33,7 +78,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DriveError> {
-    let conns = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let conns = Conns::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -47,27 +92,30 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let Ok(permit) = conns.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "connection refused: {CONNECTIONS_MAX} connections open");
+                let Some(slot) = conns.admit(peer.ip()) else {
+                    tracing::warn!(%peer, "connection refused: every place is held by proved connections");
                     continue;
                 };
+                let slot = Arc::new(slot);
                 let d = drive.clone();
-                tokio::spawn(async move {
-                    let _ = stream.set_nodelay(true);
-                    if let Err(e) = connection(d, stream).await {
-                        tracing::debug!(%peer, "connection closed: {e}");
+                let task = tokio::spawn({
+                    let slot = slot.clone();
+                    async move {
+                        let _ = stream.set_nodelay(true);
+                        if let Err(e) = connection(d, stream, slot).await {
+                            tracing::debug!(%peer, "connection closed: {e}");
+                        }
                     }
-                    drop(permit);
                 });
+                slot.set_task(task.abort_handle());
             }
         }
     }
     tracing::info!("shutting down: waiting for in-flight requests");
-    let _ = tokio::time::timeout(
-        Duration::from_millis(SHUTDOWN_GRACE_MS),
-        conns.acquire_many(CONNECTIONS_MAX as u32),
-    )
-    .await;
+    let t0 = Instant::now();
+    while !conns.is_empty() && t0.elapsed() < Duration::from_millis(SHUTDOWN_GRACE_MS) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     drive.writer().run(Job::Flush).await?;
     Ok(())
 }
@@ -125,15 +173,24 @@ async fn write_all_slices<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()> {
+fn timed_out(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string())
+}
+
+async fn connection(drive: Arc<Drive>, stream: TcpStream, slot: Arc<Slot>) -> std::io::Result<()> {
+    let prove_by = Instant::now() + Duration::from_millis(PROVE_DEADLINE_MS);
     let (r, mut w) = stream.into_split();
-    let mut r = BufReader::with_capacity(256 << 10, r);
-    let hello = tokio::time::timeout(
-        Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
-        read_frame_buffered(&mut r, FRAME_BYTES_MAX),
-    )
+    let mut r = BufReader::with_capacity(READ_BUFFER_BYTES, r);
+    let hello = tokio::time::timeout_at(prove_by, async {
+        let n = read_frame_len(&mut r, HELLO_BYTES_MAX).await?;
+        let mut b = vec![];
+        if let Some(n) = n {
+            read_into(&mut r, &mut b, n).await?;
+        }
+        Ok::<_, std::io::Error>(n.map(|_| b))
+    })
     .await
-    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no hello"))??;
+    .map_err(|_| timed_out("no hello"))??;
     let Some(hello) = hello else { return Ok(()) };
     match Hello::decode(&hello) {
         Ok(h) if h.version == PROTOCOL_VERSION => {}
@@ -144,23 +201,35 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
         }
     }
     w.write_all(&frame(&drive.welcome().encode())).await?;
-    // Replies are written by whichever task finishes, under a lock, as they complete.
-    let w = Arc::new(tokio::sync::Mutex::new(w));
+    // Replies are written by whichever task finishes, under a lock, as they complete; the
+    // writer is taken away (closing the socket) when one cannot be written in time.
+    let w = Arc::new(tokio::sync::Mutex::new(Some(w)));
     let inflight = Arc::new(Semaphore::new(INFLIGHT_PER_CONNECTION_MAX));
+    let budget = Arc::new(Semaphore::new(units(CONNECTION_BUFFER_BYTES_MAX) as usize));
     let result = loop {
         let permit = inflight
             .clone()
             .acquire_owned()
             .await
             .expect("never closed");
-        let body = match read_frame_buffered(&mut r, FRAME_BYTES_MAX).await {
-            Ok(Some(b)) => b,
-            Ok(None) => break Ok(()),
+        match await_frame(&mut r, &slot, prove_by, &inflight).await {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+        let (body, held) = match receive(&mut r, &slot, &budget).await {
+            Ok(x) => x,
             Err(e) => break Err(e),
         };
-        let d = drive.clone();
-        let w = w.clone();
+        let reply_bound = units(Drive::reply_bytes_bound(&body.0));
+        let reply_budget = budget
+            .clone()
+            .acquire_many_owned(reply_bound)
+            .await
+            .expect("never closed");
+        let (d, w, slot) = (drive.clone(), w.clone(), slot.clone());
         tokio::spawn(async move {
+            let (body, body_budget) = body;
             // Reads run on the runtime's worker: page-cache reads and snapshot lookups are short,
             // and a hop to the blocking pool would cost more than the work. Mutations wait for
             // the writer thread's commit, so they wait on the blocking pool.
@@ -171,12 +240,15 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
             } else {
                 Some(d.handle(body))
             };
+            slot.release(held);
+            drop(body_budget);
             if let Some(r) = reply {
-                let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
-                let mut w = w.lock().await;
-                let _ = write_all_slices(&mut *w, &[&len, &r.head, &r.data]).await;
+                if r.authenticated {
+                    slot.prove();
+                }
+                send(&w, &slot, &r).await;
             }
-            drop(permit);
+            drop((reply_budget, permit));
         });
     };
     // Let in-flight requests answer before the connection closes.
@@ -184,6 +256,100 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream) -> std::io::Result<()>
         .acquire_many(INFLIGHT_PER_CONNECTION_MAX as u32)
         .await;
     result
+}
+
+/// Waits, without consuming anything, for the first byte of the next frame: `Ok(false)` at a
+/// clean end of stream, an error when a deadline passes with nothing in flight (an unproved
+/// connection's [`PROVE_DEADLINE_MS`], a proved one's [`IDLE_TIMEOUT_MS`]).
+async fn await_frame(
+    r: &mut BufReader<OwnedReadHalf>,
+    slot: &Slot,
+    prove_by: Instant,
+    inflight: &Semaphore,
+) -> std::io::Result<bool> {
+    if !r.buffer().is_empty() {
+        return Ok(true); // pipelined frames: no timer needed
+    }
+    let idle_since = Instant::now();
+    loop {
+        let step = Duration::from_millis(WAIT_STEP_MS);
+        // `fill_buf` is cancel-safe: a timeout loses no byte.
+        match tokio::time::timeout(step, r.fill_buf()).await {
+            Ok(Ok(b)) => return Ok(!b.is_empty()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {}
+        }
+        // The caller holds one permit, for the frame awaited here.
+        if inflight.available_permits() + 1 < INFLIGHT_PER_CONNECTION_MAX {
+            continue; // a request in flight may yet prove the connection, or answer
+        }
+        if !slot.proved() && Instant::now() >= prove_by {
+            return Err(timed_out("no request passed the checks in time"));
+        }
+        if slot.proved() && idle_since.elapsed() >= Duration::from_millis(IDLE_TIMEOUT_MS) {
+            return Err(timed_out("idle"));
+        }
+    }
+}
+
+/// Reads one frame within [`FRAME_RECEIVE_TIMEOUT_MS`], its body's bytes reserved from the
+/// connection's `budget` first; returns the body with its reservation, and the bytes booked to
+/// the unproved-connection bound (to release once the request ran).
+async fn receive(
+    r: &mut BufReader<OwnedReadHalf>,
+    slot: &Slot,
+    budget: &Arc<Semaphore>,
+) -> std::io::Result<((Vec<u8>, OwnedSemaphorePermit), usize)> {
+    let timeout = Duration::from_millis(FRAME_RECEIVE_TIMEOUT_MS);
+    let n = tokio::time::timeout(timeout, read_frame_len(r, FRAME_BYTES_MAX))
+        .await
+        .map_err(|_| timed_out("frame length"))??
+        .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+    let reserved = budget
+        .clone()
+        .acquire_many_owned(units(n))
+        .await
+        .expect("never closed");
+    let mut body = vec![];
+    let mut held = 0;
+    tokio::time::timeout(timeout, async {
+        if slot.proved() {
+            return read_into(r, &mut body, n).await;
+        }
+        // Unproved: memory follows the bytes that arrived, and counts toward the bound on
+        // what all unproved connections hold.
+        while body.len() < n {
+            let step = (n - body.len()).min(body.len().max(UNPROVED_BODY_STEP_BYTES));
+            held += step;
+            if !slot.hold(step) {
+                return Err(std::io::Error::other("closed to make room"));
+            }
+            read_into(r, &mut body, step).await?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|_| timed_out("frame body"))
+    .flatten()
+    .inspect_err(|_| slot.release(held))?;
+    Ok(((body, reserved), held))
+}
+
+/// Writes a reply within [`REPLY_WRITE_TIMEOUT_MS`]; on failure closes the connection (its
+/// writer is taken away, and its reading stops).
+async fn send(w: &tokio::sync::Mutex<Option<OwnedWriteHalf>>, slot: &Slot, r: &ReplyBytes) {
+    let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
+    let wrote = tokio::time::timeout(Duration::from_millis(REPLY_WRITE_TIMEOUT_MS), async {
+        match w.lock().await.as_mut() {
+            Some(w) => write_all_slices(w, &[&len, &r.head, &r.data]).await,
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    })
+    .await;
+    if !matches!(wrote, Ok(Ok(()))) {
+        w.lock().await.take();
+        slot.close();
+    }
 }
 
 #[cfg(test)]

@@ -252,3 +252,176 @@ async fn a_byte_range_capability_receives_only_its_bytes() {
         assert_eq!(r.data, &content[off as usize..(off + len) as usize]);
     }
 }
+
+/// Resident memory of a process, bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+/// A connection from loopback address `127.0.0.{source}` that says hello and reads the welcome.
+async fn hello_from(addr: &str, source: u8) -> std::io::Result<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sock = tokio::net::TcpSocket::new_v4()?;
+    sock.bind(format!("127.0.0.{source}:0").parse().unwrap())?;
+    let mut s = sock.connect(addr.parse().unwrap()).await?;
+    let hello = nasd_proto::Hello {
+        version: nasd_proto::PROTOCOL_VERSION,
+    };
+    s.write_all(&nasd_proto::frame(&hello.encode())).await?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let mut w = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut w).await?;
+    Ok(s)
+}
+
+/// Reads the whole object through a fresh connection, as an honest client would.
+async fn honest_read(d: &TestDrive, cap: &str, len: u64) -> Vec<u8> {
+    use nasd_client::{Auth, Capability, DriveConn, Target};
+    let auth = Auth::Capability(Capability::load(std::path::Path::new(cap)).unwrap());
+    let t = Target {
+        partition: nasd_proto::PartitionId(1),
+        object: nasd_proto::ObjectId(auth_object(&auth)),
+        protection: nasd_proto::Protection::INTEGRITY_DATA,
+    };
+    let conn = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        DriveConn::connect(&d.addr),
+    )
+    .await
+    .expect("an honest client is let in at once")
+    .unwrap();
+    conn.read(&auth, t, vec![nasd_proto::Region::new(0, len)])
+        .await
+        .unwrap()
+        .data
+}
+
+fn auth_object(a: &nasd_client::Auth) -> u64 {
+    match a {
+        nasd_client::Auth::Capability(c) => c.args.object.0,
+        _ => unreachable!(),
+    }
+}
+
+/// Peers that connect and say hello but never send a request that passes the checks cannot
+/// lock honest clients out: more of them than the drive has places, from several source
+/// addresses, and an honest client is still served at once; and they are closed once the time
+/// to prove themselves has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_only_peers_cannot_lock_clients_out() {
+    use tokio::io::AsyncReadExt;
+    let d = TestDrive::start();
+    let id = d.create();
+    let cap = d.mint("cap.json", &id, &[]);
+    let mut idle = vec![];
+    for i in 0..1100usize {
+        // 127.0.0.2 .. 127.0.0.10: more than one source's share, more than all places.
+        let source = 2 + (i % 9) as u8;
+        if let Ok(s) = hello_from(&d.addr, source).await {
+            idle.push(s);
+        }
+    }
+    assert!(idle.len() >= 1024, "only {} connections opened", idle.len());
+    assert_eq!(honest_read(&d, &cap, 10).await, b"");
+    // Past the deadline to prove themselves, the drive closes them: reads see end of stream.
+    tokio::time::sleep(std::time::Duration::from_millis(
+        nasd_drive::server::PROVE_DEADLINE_MS + 2_500,
+    ))
+    .await;
+    let mut closed = 0;
+    for s in idle.iter_mut() {
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(std::time::Duration::from_millis(50), s.read(&mut b)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => closed += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(closed, idle.len(), "unproved connections left open");
+}
+
+/// Half-sent frames from unproved peers hold memory only as their bytes arrive, and all of
+/// them together at most the drive's bound: 60 peers each sending half of a 16 MiB write cost
+/// the drive well under the 480 MiB they sent, and an honest client is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_frames_are_bounded() {
+    use tokio::io::AsyncWriteExt;
+    let d = TestDrive::start();
+    let id = d.create();
+    let cap = d.mint("cap.json", &id, &[]);
+    let before = rss_bytes(d.child.id());
+    let half = vec![0x5au8; 8 << 20];
+    let mut peers = vec![];
+    for i in 0..60u8 {
+        let mut s = hello_from(&d.addr, 2 + i % 8).await.unwrap();
+        let _ = s.write_all(&(16u32 << 20).to_le_bytes()).await;
+        let _ = s.write_all(&half).await;
+        peers.push(s);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let grew = rss_bytes(d.child.id()).saturating_sub(before);
+    let bound = nasd_drive::conns::UNPROVED_BUFFER_BYTES_MAX as u64 + (64 << 20);
+    assert!(grew < bound, "the drive grew {} MiB", grew >> 20);
+    assert_eq!(honest_read(&d, &cap, 10).await, b"");
+}
+
+/// A capability holder that pipelines large reads and never reads the replies is no longer
+/// read from once its connection holds its buffer bound: the drive's memory stays bounded (it
+/// pinned about 1 GiB per connection), and other clients are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_reads_nobody_reads_hold_a_bounded_buffer() {
+    use nasd_client::{Auth, Capability, DriveConn, Target};
+    use nasd_proto::{ObjectId, Op, PartitionId, Protection, Region};
+    use tokio::io::AsyncWriteExt;
+    let d = TestDrive::start();
+    let id = d.create();
+    let cap = d.mint("cap.json", &id, &[]);
+    let content = vec![7u8; 16 << 20];
+    let input = d.path("big.bin");
+    std::fs::write(&input, &content).unwrap();
+    ok(&[
+        "obj",
+        "write",
+        "--drive",
+        &d.addr,
+        "--cap",
+        &cap,
+        "--offset",
+        "0",
+        "--in",
+        input.to_str().unwrap(),
+    ]);
+    let auth = Auth::Capability(Capability::load(std::path::Path::new(&cap)).unwrap());
+    let t = Target {
+        partition: PartitionId(1),
+        object: ObjectId(id.parse().unwrap()),
+        protection: Protection::INTEGRITY_DATA,
+    };
+    // Requests built by a real connection, sent down a raw one that never reads.
+    let builder = DriveConn::connect(&d.addr).await.unwrap();
+    let before = rss_bytes(d.child.id());
+    let mut raw = hello_from(&d.addr, 1).await.unwrap();
+    for _ in 0..64 {
+        let op = Op::Read {
+            regions: vec![Region::new(0, 16 << 20)],
+        };
+        let req = builder
+            .prepare(builder.nonce(), &auth, t, &op, &[])
+            .unwrap();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), raw.write_all(&req.frame))
+            .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let grew = rss_bytes(d.child.id()).saturating_sub(before);
+    let bound = nasd_drive::server::CONNECTION_BUFFER_BYTES_MAX as u64 + (64 << 20);
+    assert!(grew < bound, "the drive grew {} MiB", grew >> 20);
+    let got = honest_read(&d, &cap, 1 << 20).await;
+    assert_eq!(got.len(), 1 << 20);
+    drop(raw);
+}
