@@ -14,6 +14,7 @@
 //! - [`request`]: request/reply digests, per-request privacy keys, key wrapping.
 //! - [`nonce`]: the bounded replay cache.
 //! - [`aead`]: authenticated encryption (AES-256-GCM).
+//! - [`seal`]: a drive's keys at rest under a passphrase (Argon2id, AES-256-GCM-SIV).
 //! - [`integrity`]: the schemes and the client-side verifier.
 
 pub mod aead;
@@ -24,6 +25,7 @@ pub mod keyfile;
 pub mod nonce;
 pub mod primitives;
 pub mod request;
+pub mod seal;
 
 pub use key::{Key, KEY_BYTES};
 pub use primitives::{ct_eq, Digest, Mac};

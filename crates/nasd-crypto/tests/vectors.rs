@@ -93,7 +93,20 @@ fn compute() -> BTreeMap<String, String> {
         );
         let proof = tree::prove(suite, &mut src, leaves.len() as u64, 3, 7).unwrap();
         v.insert(format!("{s}/tree/proof(3..7)"), hex::encode(proof.concat()));
+        v.insert(
+            format!("{s}/tree/partial(2, 100, 50 bytes)"),
+            hex::encode(tree::partial(suite, 2, 100, &data[2148..2198], &mut c)),
+        );
     }
+    let seal = nasd_crypto::seal::KeySeal::create_with_salt(b"passphrase", [7; 16], 8, 1).unwrap();
+    v.insert(
+        "seal/header(salt 07.., m 8 KiB, t 1)".into(),
+        hex::encode(seal.header().encode()),
+    );
+    v.insert(
+        "seal/sealed_key(slot master, key 11..)".into(),
+        hex::encode(seal.seal("master", &Key::from_bytes([0x11; 32]))),
+    );
     v
 }
 

@@ -69,6 +69,8 @@ pub enum DriveError {
     Corrupt(String),
     #[error("drive not initialized (run `nasd drive init`)")]
     NotInitialized,
+    #[error("the drive's keys are sealed: give its passphrase ($NASD_DRIVE_PASSPHRASE or --passphrase-file)")]
+    Sealed,
     #[error("no such partition {0}")]
     NoSuchPartition(PartitionId),
     #[error("no such object {1} in partition {0}")]
@@ -96,7 +98,9 @@ impl DriveError {
     pub fn status(&self) -> Status {
         match self {
             DriveError::Io(e) if e.raw_os_error() == Some(libc::ENOSPC) => Status::DiskFull,
-            DriveError::Io(_) | DriveError::Db(_) | DriveError::Config(_) => Status::IoError,
+            DriveError::Io(_) | DriveError::Db(_) | DriveError::Config(_) | DriveError::Sealed => {
+                Status::IoError
+            }
             DriveError::Corrupt(_) => Status::Corrupt,
             DriveError::NotInitialized => Status::NotInitialized,
             DriveError::NoSuchPartition(_) => Status::NoSuchPartition,

@@ -7,44 +7,87 @@
 //! PartitionRecord v1: u8 ver, u64 quota_bytes, u64 used_blocks, u64 objects, u8 default_scheme,
 //!                     u8 min_protection, u64 next_object, 3 x (u8 present, 32B key)
 //!                     [partition, current working, previous working]
+//! v2 of both:         the same, each key field 48 bytes: the key sealed under the drive's
+//!                     passphrase for its slot (`nasd_crypto::seal`); an absent key is 48 zeros
 //! ObjectRecord    v1: u8 ver, 357B attributes, 32B attribute digest
 //! BlockEntry      v1: u8 ver, u64 phys, u32 crc32c of the 8 KiB physical block, BlockMeta
 //! ```
 //! Decoders are total: a record that does not parse is reported as corruption, never a panic.
 
 use nasd_crypto::integrity::BlockMeta;
+use nasd_crypto::seal::{KeySeal, SEALED_KEY_BYTES};
 use nasd_crypto::{Digest, Key};
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::{Attributes, DecodeError, DriveId, Protection, Scheme, Suite};
 
 const V1: u8 = 1;
+/// Records whose keys are sealed under the drive's passphrase.
+const V2_SEALED: u8 = 2;
 
-fn put_key(w: &mut Writer, k: &Option<Key>) {
-    match k {
-        Some(k) => {
+/// Where a record's keys go: in the clear (v1), or sealed for their slot (v2).
+fn put_key(w: &mut Writer, k: &Option<Key>, seal: Option<&KeySeal>, slot: &str) {
+    match (k, seal) {
+        (Some(k), None) => {
             w.u8(1);
             w.bytes(k.expose());
         }
-        None => {
+        (Some(k), Some(s)) => {
+            w.u8(1);
+            w.bytes(&s.seal(slot, k));
+        }
+        (None, None) => {
             w.u8(0);
             w.bytes(&[0; 32]);
+        }
+        (None, Some(_)) => {
+            w.u8(0);
+            w.bytes(&[0; SEALED_KEY_BYTES]);
         }
     }
 }
 
-fn get_key(r: &mut Reader<'_>) -> Result<Option<Key>, DecodeError> {
+fn get_key(
+    r: &mut Reader<'_>,
+    seal: Option<&KeySeal>,
+    slot: &str,
+) -> Result<Option<Key>, DecodeError> {
     let present = r.u8("key present")?;
-    let b: [u8; 32] = r.array("key")?;
+    let key = match seal {
+        None => Key::from_bytes(r.array::<32>("key")?),
+        Some(s) => {
+            let b = r.array::<SEALED_KEY_BYTES>("sealed key")?;
+            if present != 1 {
+                Key::from_bytes([0; 32])
+            } else {
+                s.open(slot, &b)
+                    .ok_or(DecodeError::BadValue("sealed key does not open"))?
+            }
+        }
+    };
     match present {
         0 => Ok(None),
-        1 => Ok(Some(Key::from_bytes(b))),
+        1 => Ok(Some(key)),
         _ => Err(DecodeError::BadValue("key present")),
     }
 }
 
-fn check_version(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    if r.u8("record version")? != V1 {
-        return Err(DecodeError::BadValue("record version"));
+fn version_for(seal: Option<&KeySeal>) -> u8 {
+    if seal.is_some() {
+        V2_SEALED
+    } else {
+        V1
+    }
+}
+
+/// Reads the version byte: v1 (clear keys) only without a seal, v2 (sealed) only with one.
+fn check_version(r: &mut Reader<'_>, seal: Option<&KeySeal>) -> Result<(), DecodeError> {
+    let v = r.u8("record version")?;
+    if v != version_for(seal) {
+        return Err(DecodeError::BadValue(if v == V2_SEALED {
+            "the record's keys are sealed: the drive needs its passphrase"
+        } else {
+            "record version"
+        }));
     }
     Ok(())
 }
@@ -62,26 +105,35 @@ pub struct DriveRecord {
 }
 
 impl DriveRecord {
-    pub fn encode(&self) -> Vec<u8> {
+    /// Encodes the record, its keys sealed when `seal` is given.
+    pub fn encode(&self, seal: Option<&KeySeal>) -> Vec<u8> {
         let mut w = Writer::new();
-        w.u8(V1);
+        w.u8(version_for(seal));
         w.u64(self.drive.0);
         w.u8(self.suite as u8);
-        w.bytes(self.master_key.expose());
-        put_key(&mut w, &self.drive_key);
+        match seal {
+            None => w.bytes(self.master_key.expose()),
+            Some(s) => w.bytes(&s.seal("master", &self.master_key)),
+        }
+        put_key(&mut w, &self.drive_key, seal, "drive");
         w.u8(self.min_protection.bits());
         w.u64(self.capacity_bytes);
         w.u64(self.next_phys);
         w.into_vec()
     }
-    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+    pub fn decode(b: &[u8], seal: Option<&KeySeal>) -> Result<Self, DecodeError> {
         let mut r = Reader::new(b);
-        check_version(&mut r)?;
+        check_version(&mut r, seal)?;
         let d = DriveRecord {
             drive: DriveId(r.u64("drive")?),
             suite: Suite::from_u8(r.u8("suite")?)?,
-            master_key: Key::from_bytes(r.array("master")?),
-            drive_key: get_key(&mut r)?,
+            master_key: match seal {
+                None => Key::from_bytes(r.array("master")?),
+                Some(s) => s
+                    .open("master", &r.array("sealed master")?)
+                    .ok_or(DecodeError::BadValue("sealed key does not open"))?,
+            },
+            drive_key: get_key(&mut r, seal, "drive")?,
             min_protection: Protection::from_bits(r.u8("min protection")?)?,
             capacity_bytes: r.u64("capacity")?,
             next_phys: r.u64("next phys")?,
@@ -118,23 +170,30 @@ impl PartitionRecord {
             working_previous: None,
         }
     }
-    pub fn encode(&self) -> Vec<u8> {
+    /// Encodes the record of partition `id`, its keys sealed when `seal` is given.
+    pub fn encode(&self, id: u16, seal: Option<&KeySeal>) -> Vec<u8> {
         let mut w = Writer::new();
-        w.u8(V1);
+        w.u8(version_for(seal));
         w.u64(self.quota_bytes);
         w.u64(self.used_blocks);
         w.u64(self.objects);
         w.u8(self.default_scheme as u8);
         w.u8(self.min_protection.bits());
         w.u64(self.next_object);
-        put_key(&mut w, &self.partition_key);
-        put_key(&mut w, &self.working_current);
-        put_key(&mut w, &self.working_previous);
+        let [ps, wc, wp] = Self::slots(id);
+        put_key(&mut w, &self.partition_key, seal, &ps);
+        put_key(&mut w, &self.working_current, seal, &wc);
+        put_key(&mut w, &self.working_previous, seal, &wp);
         w.into_vec()
     }
-    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+    /// The seal slots of partition `id`'s keys.
+    fn slots(id: u16) -> [String; 3] {
+        ["partition", "working-current", "working-previous"].map(|k| format!("partition {id}/{k}"))
+    }
+    pub fn decode(b: &[u8], id: u16, seal: Option<&KeySeal>) -> Result<Self, DecodeError> {
         let mut r = Reader::new(b);
-        check_version(&mut r)?;
+        check_version(&mut r, seal)?;
+        let [ps, wc, wp] = Self::slots(id);
         let p = PartitionRecord {
             quota_bytes: r.u64("quota")?,
             used_blocks: r.u64("used")?,
@@ -142,9 +201,9 @@ impl PartitionRecord {
             default_scheme: Scheme::from_u8(r.u8("scheme")?)?,
             min_protection: Protection::from_bits(r.u8("min protection")?)?,
             next_object: r.u64("next object")?,
-            partition_key: get_key(&mut r)?,
-            working_current: get_key(&mut r)?,
-            working_previous: get_key(&mut r)?,
+            partition_key: get_key(&mut r, seal, &ps)?,
+            working_current: get_key(&mut r, seal, &wc)?,
+            working_previous: get_key(&mut r, seal, &wp)?,
         };
         r.finish("partition record")?;
         Ok(p)

@@ -28,6 +28,7 @@ use nasd_crypto::integrity::{
     self, adhash, pieces, tree, BlockMeta, BLOCK_BYTES, CHUNKS_PER_BLOCK, CHUNK_BYTES,
     SUB_BLOCK_BYTES,
 };
+use nasd_crypto::seal::{KeySeal, SealHeader};
 use nasd_crypto::{ct_eq, Cost, Digest};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Region, Scheme, Suite};
 use parking_lot::{Mutex, RwLock};
@@ -106,7 +107,12 @@ pub struct Store {
     pub(crate) tree_cache: crate::tree_cache::TreeCache,
     /// CPU time the writer thread spent on jobs, in nanoseconds.
     pub(crate) writer_cpu_ns: std::sync::atomic::AtomicU64,
+    /// With sealed keys (`nasd drive init --seal-keys`), what seals and opens them.
+    pub(crate) seal: Option<KeySeal>,
 }
+
+/// The key in the `drive` table under which a sealed drive keeps its [`SealHeader`].
+const SEAL_ENTRY: &str = "seal";
 
 /// Keeps freed blocks from being reused while a read that may still map them is running.
 pub struct ReaderGuard<'a> {
@@ -157,6 +163,16 @@ fn zero_digest(suite: Suite, len: u64, cost: &mut Cost) -> Digest {
 impl Store {
     /// Creates a new, empty drive on `meta` and `data` (seed 002 Table 3 `initialize`).
     pub fn create(meta: Arc<dyn Storage>, data: Arc<dyn Storage>, drive: DriveRecord) -> R<Store> {
+        Self::create_with(meta, data, drive, None)
+    }
+
+    /// [`Store::create`], the key hierarchy sealed under `seal` when given.
+    pub fn create_with(
+        meta: Arc<dyn Storage>,
+        data: Arc<dyn Storage>,
+        drive: DriveRecord,
+        seal: Option<KeySeal>,
+    ) -> R<Store> {
         meta.set_len(0)?;
         data.set_len(0)?;
         let db = Database::builder()
@@ -165,8 +181,12 @@ impl Store {
         let w = db.begin_write().map_err(db_err)?;
         {
             let mut t = w.open_table(DRIVE).map_err(db_err)?;
-            t.insert("drive", drive.encode().as_slice())
+            t.insert("drive", drive.encode(seal.as_ref()).as_slice())
                 .map_err(db_err)?;
+            if let Some(s) = &seal {
+                t.insert(SEAL_ENTRY, s.header().encode().as_slice())
+                    .map_err(db_err)?;
+            }
             w.open_table(PARTITIONS).map_err(db_err)?;
             w.open_table(OBJECTS).map_err(db_err)?;
             w.open_table(BLOCKS).map_err(db_err)?;
@@ -176,18 +196,72 @@ impl Store {
         }
         w.commit().map_err(db_err)?;
         data.sync()?;
-        Self::from_db(db, data)
+        Self::from_db(db, data, seal)
     }
 
     /// Opens an existing drive (after a clean stop or a crash: redb recovers its last commit).
     pub fn open(meta: Arc<dyn Storage>, data: Arc<dyn Storage>) -> R<Store> {
+        Self::open_with(meta, data, None)
+    }
+
+    /// [`Store::open`] with the passphrase a drive with sealed keys needs.
+    pub fn open_with(
+        meta: Arc<dyn Storage>,
+        data: Arc<dyn Storage>,
+        passphrase: Option<&[u8]>,
+    ) -> R<Store> {
         let db = Database::builder()
             .create_with_backend(RedbBackend(meta))
             .map_err(db_err)?;
-        Self::from_db(db, data)
+        let seal = Self::unlock(&db, passphrase)?;
+        Self::from_db(db, data, seal)
     }
 
-    fn from_db(db: Database, data: Arc<dyn Storage>) -> R<Store> {
+    /// The drive's seal, unlocked with `passphrase`, if its keys are sealed.
+    fn unlock(db: &Database, passphrase: Option<&[u8]>) -> R<Option<KeySeal>> {
+        let r = db.begin_read().map_err(db_err)?;
+        let t = r
+            .open_table(DRIVE)
+            .map_err(|_| DriveError::NotInitialized)?;
+        let Some(v) = t.get(SEAL_ENTRY).map_err(db_err)? else {
+            return Ok(None);
+        };
+        let header =
+            SealHeader::decode(v.value()).map_err(|e| DriveError::Corrupt(e.to_string()))?;
+        let p = passphrase.ok_or(DriveError::Sealed)?;
+        KeySeal::unlock(p, &header)
+            .map(Some)
+            .map_err(|e| DriveError::Config(e.to_string()))
+    }
+
+    /// Seals the drive's keys under `seal`, or changes the passphrase they are sealed under:
+    /// one transaction writes the new header and every key record resealed. Offline (the drive
+    /// must not be running); `passphrase` opens the current seal, if any.
+    pub fn seal_keys(
+        meta: Arc<dyn Storage>,
+        data: Arc<dyn Storage>,
+        passphrase: Option<&[u8]>,
+        seal: KeySeal,
+    ) -> R<()> {
+        let store = Self::open_with(meta, data, passphrase)?;
+        let state = store.state.read().clone();
+        let w = store.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = w.open_table(DRIVE).map_err(db_err)?;
+            t.insert("drive", state.drive.encode(Some(&seal)).as_slice())
+                .map_err(db_err)?;
+            t.insert(SEAL_ENTRY, seal.header().encode().as_slice())
+                .map_err(db_err)?;
+            let mut pt = w.open_table(PARTITIONS).map_err(db_err)?;
+            for (k, v) in &state.partitions {
+                pt.insert(*k, v.encode(*k, Some(&seal)).as_slice())
+                    .map_err(db_err)?;
+            }
+        }
+        w.commit().map_err(db_err)
+    }
+
+    fn from_db(db: Database, data: Arc<dyn Storage>, seal: Option<KeySeal>) -> R<Store> {
         let r = db.begin_read().map_err(db_err)?;
         let drive = {
             let t = r
@@ -197,7 +271,7 @@ impl Store {
                 .get("drive")
                 .map_err(db_err)?
                 .ok_or(DriveError::NotInitialized)?;
-            DriveRecord::decode(v.value())
+            DriveRecord::decode(v.value(), seal.as_ref())
                 .map_err(|e| DriveError::Corrupt(format!("drive record: {e}")))?
         };
         let mut partitions = BTreeMap::new();
@@ -208,7 +282,7 @@ impl Store {
             .map_err(db_err)?
         {
             let (k, v) = e.map_err(db_err)?;
-            let p = PartitionRecord::decode(v.value())
+            let p = PartitionRecord::decode(v.value(), k.value(), seal.as_ref())
                 .map_err(|e| DriveError::Corrupt(format!("partition record: {e}")))?;
             partitions.insert(k.value(), p);
         }
@@ -228,6 +302,7 @@ impl Store {
             data,
             tree_cache: Default::default(),
             writer_cpu_ns: Default::default(),
+            seal,
         })
     }
 

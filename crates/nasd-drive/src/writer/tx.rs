@@ -54,7 +54,7 @@ impl<'a> Tx<'a> {
         } = self;
         {
             let mut d = w.open_table(DRIVE).map_err(db_err)?;
-            d.insert("drive", state.drive.encode().as_slice())
+            d.insert("drive", state.drive.encode(store.seal.as_ref()).as_slice())
                 .map_err(db_err)?;
             let mut pt = w.open_table(PARTITIONS).map_err(db_err)?;
             let existing: Vec<u16> = pt
@@ -69,7 +69,8 @@ impl<'a> Tx<'a> {
                 }
             }
             for (k, v) in &state.partitions {
-                pt.insert(*k, v.encode().as_slice()).map_err(db_err)?;
+                pt.insert(*k, v.encode(*k, store.seal.as_ref()).as_slice())
+                    .map_err(db_err)?;
             }
         }
         if durable {
