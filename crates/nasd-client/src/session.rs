@@ -1,6 +1,7 @@
 //! A TLS 1.3 session with the file manager: connect, trust only the cluster CA named in the
 //! client's config, log in (password, session token, or an Ed25519 signature over the manager's
-//! challenge), then one request at a time. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
+//! challenge), then one request at a time; [`Session::logout`] ends the session on the
+//! manager. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
 //! this TLS session.
 
 use nasd_proto::io::{read_frame, write_frame};
@@ -210,6 +211,17 @@ impl Session {
             }
             other => Err(SessionError::Protocol(format!(
                 "login answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// Ends this session on the manager (its token then logs in nowhere) and closes the
+    /// connection.
+    pub async fn logout(mut self) -> Result<(), SessionError> {
+        match self.request(&MgrRequest::Logout).await? {
+            MgrReply::Ok => Ok(()),
+            other => Err(SessionError::Protocol(format!(
+                "logout answered with {other:?}"
             ))),
         }
     }
