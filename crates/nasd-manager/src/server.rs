@@ -8,7 +8,7 @@
 //! password checks running at once ([`PASSWORD_CHECKS_CONCURRENT_MAX`]); failed logins back off
 //! per source and per user ([`crate::backoff`]). A logged-in connection is closed when idle
 //! ([`IDLE_TIMEOUT_MS`]), when its session expires, and on its next request after a logout or a
-//! credential change ended its session ([`Shared::session_epoch`]).
+//! credential change ended its session (the server's session epoch, see `Shared`).
 //!
 //! Background tasks check drive health and rotate working keys on the policy's schedule (and
 //! once at start, see [`start_background`]).
@@ -60,7 +60,9 @@ struct Shared {
     mgr: Arc<Manager>,
     conns: Mutex<ConnTable<AbortHandle>>,
     logins: Mutex<LoginBackoff>,
-    password_checks: Semaphore,
+    /// Held by a password check until its Argon2id work is done, also when the connection
+    /// that asked is closed meanwhile (the blocking work cannot be cancelled).
+    password_checks: Arc<Semaphore>,
     /// Moves after every logout and credential change. A logged-in connection remembers the
     /// value it last saw; when it has moved, the connection checks that its session is still in
     /// the store before serving the next request. Nothing moves it on the hot path, so a
@@ -82,7 +84,7 @@ pub async fn serve(
         mgr,
         conns: Mutex::new(ConnTable::default()),
         logins: Mutex::new(LoginBackoff::default()),
-        password_checks: Semaphore::new(PASSWORD_CHECKS_CONCURRENT_MAX),
+        password_checks: Arc::new(Semaphore::new(PASSWORD_CHECKS_CONCURRENT_MAX)),
         session_epoch: AtomicU64::new(0),
     });
     tokio::pin!(shutdown);
@@ -329,10 +331,11 @@ async fn login(
             }
         }
     };
-    let _permit = match credential {
+    let permit = match credential {
         Credential::Password(_) => Some(
             sh.password_checks
-                .acquire()
+                .clone()
+                .acquire_owned()
                 .await
                 .expect("the semaphore is never closed"),
         ),
@@ -340,7 +343,9 @@ async fn login(
     };
     let (mgr, ttl) = (sh.mgr.clone(), sh.mgr.policy.session_ttl_ms);
     let checked = tokio::task::spawn_blocking(move || {
-        users::login(&mgr.store, &user, &credential, ttl, ch.as_ref())
+        let r = users::login(&mgr.store, &user, &credential, ttl, ch.as_ref());
+        drop(permit);
+        r
     })
     .await;
     let ok = match checked {
