@@ -1,10 +1,12 @@
 //! A TLS 1.3 session with the file manager: connect, trust only the cluster CA named in the
 //! client's config, log in (password, session token, or an Ed25519 signature over the manager's
-//! challenge), then one request at a time. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
+//! challenge), then one request at a time; [`Session::logout`] ends the session on the
+//! manager. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
 //! this TLS session.
 
 use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -62,7 +64,7 @@ pub struct SessionConfig {
 }
 
 pub struct Session {
-    stream: tokio_rustls::client::TlsStream<TcpStream>,
+    stream: ManagerStream,
     next_id: u64,
     pub user: String,
     pub uid: u32,
@@ -86,41 +88,83 @@ fn tls_config(ca_der: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
     Ok(Arc::new(cfg))
 }
 
+/// The TLS stream of a manager session.
+pub type ManagerStream = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// Connects to the manager at `addr` and completes the TLS 1.3 handshake, trusting only the
+/// cluster CA `ca_der`. With `source`, the connection leaves from that local address (a
+/// multi-homed client; tests that play several hosts on loopback). Nothing is sent inside.
+pub async fn tls_stream(
+    addr: &str,
+    ca_der: &[u8],
+    source: Option<IpAddr>,
+) -> Result<ManagerStream, SessionError> {
+    let tls_err = |detail: String| SessionError::Tls {
+        addr: addr.to_string(),
+        detail,
+    };
+    let connect_err = |detail: String| SessionError::Connect {
+        addr: addr.to_string(),
+        detail,
+    };
+    let tls = tls_config(ca_der).map_err(tls_err)?;
+    let deadline = Duration::from_millis(MANAGER_CONNECT_TIMEOUT_MS);
+    let tcp = tokio::time::timeout(deadline, tcp_connect(addr, source))
+        .await
+        .map_err(|_| connect_err("timed out".into()))?
+        .map_err(|e| connect_err(e.to_string()))?;
+    tcp.set_nodelay(true).ok();
+    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let name = rustls::pki_types::ServerName::try_from(host).map_err(|e| tls_err(e.to_string()))?;
+    tokio::time::timeout(
+        deadline,
+        tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| tls_err("handshake timed out".into()))?
+    .map_err(|e| tls_err(e.to_string()))
+}
+
+/// A TCP connection to `addr`, from `source` when given.
+async fn tcp_connect(addr: &str, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect(addr).await;
+    };
+    let mut last = std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!("{addr} resolves to no address of {source}'s family"),
+    );
+    for peer in tokio::net::lookup_host(addr).await? {
+        let socket = match peer {
+            SocketAddr::V4(_) if source.is_ipv4() => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) if source.is_ipv6() => tokio::net::TcpSocket::new_v6()?,
+            _ => continue,
+        };
+        socket.bind(SocketAddr::new(source, 0))?;
+        match socket.connect(peer).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 impl Session {
     /// Connects, verifies the manager's certificate against the cluster CA, and logs in.
     pub async fn connect(cfg: &SessionConfig) -> Result<Session, SessionError> {
-        let addr = cfg.manager.clone();
-        let tls_err = |detail: String| SessionError::Tls {
-            addr: addr.clone(),
-            detail,
-        };
-        let tls = tls_config(&cfg.ca_der).map_err(tls_err)?;
-        let deadline = Duration::from_millis(MANAGER_CONNECT_TIMEOUT_MS);
-        let tcp = tokio::time::timeout(deadline, TcpStream::connect(&addr))
-            .await
-            .map_err(|_| SessionError::Connect {
-                addr: addr.clone(),
-                detail: "timed out".into(),
-            })?
-            .map_err(|e| SessionError::Connect {
-                addr: addr.clone(),
-                detail: e.to_string(),
-            })?;
-        tcp.set_nodelay(true).ok();
-        let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(&addr);
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let name =
-            rustls::pki_types::ServerName::try_from(host).map_err(|e| tls_err(e.to_string()))?;
-        let stream = tokio::time::timeout(
-            deadline,
-            tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
-        )
-        .await
-        .map_err(|_| tls_err("handshake timed out".into()))?
-        .map_err(|e| tls_err(e.to_string()))?;
+        Session::connect_from(cfg, None).await
+    }
+
+    /// [`Session::connect`] from the local address `source` (see [`tls_stream`]).
+    pub async fn connect_from(
+        cfg: &SessionConfig,
+        source: Option<IpAddr>,
+    ) -> Result<Session, SessionError> {
+        let stream = tls_stream(&cfg.manager, &cfg.ca_der, source).await?;
         let mut s = Session {
             stream,
             next_id: 1,
@@ -167,6 +211,17 @@ impl Session {
             }
             other => Err(SessionError::Protocol(format!(
                 "login answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// Ends this session on the manager (its token then logs in nowhere) and closes the
+    /// connection.
+    pub async fn logout(mut self) -> Result<(), SessionError> {
+        match self.request(&MgrRequest::Logout).await? {
+            MgrReply::Ok => Ok(()),
+            other => Err(SessionError::Protocol(format!(
+                "logout answered with {other:?}"
             ))),
         }
     }

@@ -115,9 +115,22 @@ fn users_and_groups<S: MetaStore>(s: &mut S) {
     );
     assert_eq!(s.user_by_uid(admin).unwrap().unwrap().name, "admin");
     assert!(s.user_by_name("nobody").unwrap().is_none());
-    s.set_password(alice, "phc-c").unwrap();
+    // A new credential ends every session of its user, and only theirs.
+    let session = |token: u8, uid: u32| SessionRecord {
+        token_hash: [token; 32],
+        uid,
+        expires_ms: u64::MAX / 2,
+    };
+    for (token, uid) in [(1, alice), (2, alice), (3, admin)] {
+        s.put_session(&session(token, uid)).unwrap();
+    }
+    s.set_credential(alice, "phc-c").unwrap();
     assert_eq!(s.user_by_uid(alice).unwrap().unwrap().phc, "phc-c");
-    assert_eq!(s.set_password(99_999, "x"), Err(StoreError::NotFound));
+    assert_eq!(s.session(&[1; 32]).unwrap(), None);
+    assert_eq!(s.session(&[2; 32]).unwrap(), None);
+    assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
+    assert_eq!(s.set_credential(99_999, "x"), Err(StoreError::NotFound));
+    assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
     assert_eq!(s.groups_of(alice).unwrap(), vec![g1]);
     s.add_member(g0, alice).unwrap();
     s.add_member(g0, alice).unwrap();
@@ -235,8 +248,18 @@ fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
         expires_ms: 100,
     };
     s.put_session(&sess).unwrap();
-    assert_eq!(s.session(&[9; 32]).unwrap(), Some(sess));
+    assert_eq!(s.session(&[9; 32]).unwrap(), Some(sess.clone()));
     assert_eq!(s.session(&[8; 32]).unwrap(), None);
+    // A logout forgets one session.
+    let other = SessionRecord {
+        token_hash: [7; 32],
+        ..sess.clone()
+    };
+    s.put_session(&other).unwrap();
+    assert!(s.delete_session(&[7; 32]).unwrap());
+    assert!(!s.delete_session(&[7; 32]).unwrap());
+    assert_eq!(s.session(&[7; 32]).unwrap(), None);
+    assert_eq!(s.session(&[9; 32]).unwrap(), Some(sess.clone()));
     assert_eq!(s.expire_sessions(50).unwrap(), 0);
     assert_eq!(s.expire_sessions(150).unwrap(), 1);
     assert_eq!(s.session(&[9; 32]).unwrap(), None);

@@ -10,15 +10,21 @@
 //!   [`conformance`]: the suite every store passes.
 //! - [`service`]: policy (POSIX-like modes), namespace operations, capability minting,
 //!   revocation.
-//! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens.
+//! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
+//!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.
-//! - [`server`]: the TLS listener and the request dispatcher.
-//! - [`setup`]: `nasd manager init` and the manager's config file.
+//! - [`server`]: the TLS listener and the request dispatcher; [`conns`]: the connection table
+//!   that bounds what peers which have not logged in can hold.
+//! - [`setup`]: `nasd manager init` and the manager's config file; [`private`]: its files are
+//!   private to its user, checked at start.
 
+pub mod backoff;
 pub mod conformance;
+pub mod conns;
 pub mod drives;
+pub mod private;
 pub mod scrub;
 pub mod server;
 pub mod service;

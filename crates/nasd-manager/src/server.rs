@@ -1,9 +1,20 @@
 //! The manager's TLS 1.3 listener and request dispatcher. One task per connection reads a
-//! request, answers it, and reads the next; the first request must be a login. Connections are
-//! capped ([`CONNECTIONS_MAX`]), idle ones closed ([`IDLE_TIMEOUT_MS`]), and the TLS handshake
-//! bounded ([`HANDSHAKE_TIMEOUT_MS`]). Background tasks check drive health and rotate working
-//! keys on the policy's schedule (and once at start, see [`start_background`]).
+//! request, answers it, and reads the next; the first request must be a login.
+//!
+//! What a peer that has not logged in can hold is bounded ([`crate::conns`]): connections per
+//! source and in all ([`CONNECTIONS_MAX`], the oldest unauthenticated one evicted when full),
+//! the time from accept to a successful login, TLS handshake included
+//! ([`LOGIN_DEADLINE_MS`]), the size of its frames ([`PRELOGIN_FRAME_BYTES_MAX`]), and the
+//! password checks running at once ([`PASSWORD_CHECKS_CONCURRENT_MAX`]); failed logins back off
+//! per source and per user ([`crate::backoff`]). A logged-in connection is closed when idle
+//! ([`IDLE_TIMEOUT_MS`]), when its session expires, and on its next request after a logout or a
+//! credential change ended its session (the server's session epoch, see `Shared`).
+//!
+//! Background tasks check drive health and rotate working keys on the policy's schedule (and
+//! once at start, see [`start_background`]).
 
+use crate::backoff::LoginBackoff;
+use crate::conns::{ConnId, ConnTable};
 use crate::service::{Caller, Manager};
 use crate::store::DriveRecord;
 use crate::{drives, now_ms, scrub, users, MgrError};
@@ -11,14 +22,53 @@ use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
 use nasd_proto::DecodeError;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
-pub const CONNECTIONS_MAX: usize = 256;
+pub use crate::conns::{CONNECTIONS_MAX, PRELOGIN_PER_SOURCE_MAX};
+
+/// A logged-in connection without a request for this long is closed.
 pub const IDLE_TIMEOUT_MS: u64 = 15 * 60_000;
-pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// From accept to a successful login, TLS handshake included; a connection that has not
+/// logged in by then is closed. A client connects, shakes hands and logs in within one or two
+/// round trips and one password check; 10 s leaves a wide margin for a slow network and a
+/// queue of password checks, and bounds how long an unauthenticated slot can be held.
+pub const LOGIN_DEADLINE_MS: u64 = 10_000;
+/// Largest frame body accepted before login: a `Login` with the longest user name and password
+/// fits (16 404 bytes). Frame buffers are allocated at their declared size, so before
+/// authentication they stay small.
+pub const PRELOGIN_FRAME_BYTES_MAX: usize = 17 << 10;
+/// Password checks (Argon2id: 19 MiB of memory and tens of milliseconds of CPU each) running
+/// at once; more wait their turn (within the login deadline), so a crowd of login attempts
+/// costs bounded memory.
+pub const PASSWORD_CHECKS_CONCURRENT_MAX: usize = 4;
+
+// Header (magic, version, kind, request id, tag), user, credential kind, password.
+const LOGIN_FRAME_BYTES_MAX: usize = 16 + (4 + STRING_BYTES_MAX) + 1 + (4 + STRING_BYTES_MAX);
+const _: () = assert!(PRELOGIN_FRAME_BYTES_MAX >= LOGIN_FRAME_BYTES_MAX);
+const _: () = assert!(PRELOGIN_FRAME_BYTES_MAX <= MANAGER_FRAME_BYTES_MAX);
+
+/// State the listener and every connection share.
+struct Shared {
+    mgr: Arc<Manager>,
+    conns: Mutex<ConnTable<AbortHandle>>,
+    logins: Mutex<LoginBackoff>,
+    /// Held by a password check until its Argon2id work is done, also when the connection
+    /// that asked is closed meanwhile (the blocking work cannot be cancelled).
+    password_checks: Arc<Semaphore>,
+    /// Moves after every logout and credential change. A logged-in connection remembers the
+    /// value it last saw; when it has moved, the connection checks that its session is still in
+    /// the store before serving the next request. Nothing moves it on the hot path, so a
+    /// request costs one atomic load.
+    session_epoch: AtomicU64,
+}
 
 /// Serves until `shutdown` completes.
 pub async fn serve(
@@ -27,131 +77,396 @@ pub async fn serve(
     tls: Arc<rustls::ServerConfig>,
     shutdown: impl Future<Output = ()>,
 ) {
+    // The dummy verifiers are made before the first login, which must not pay for them.
+    let _ = tokio::task::spawn_blocking(users::warm_up).await;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let conns = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let sh = Arc::new(Shared {
+        mgr,
+        conns: Mutex::new(ConnTable::default()),
+        logins: Mutex::new(LoginBackoff::default()),
+        password_checks: Arc::new(Semaphore::new(PASSWORD_CHECKS_CONCURRENT_MAX)),
+        session_epoch: AtomicU64::new(0),
+    });
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => {
-                let (tcp, peer) = match accepted {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let Ok(permit) = conns.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "refused: {CONNECTIONS_MAX} connections open");
-                    continue;
-                };
-                let (m, acc) = (mgr.clone(), acceptor.clone());
-                tokio::spawn(async move {
-                    let _ = tcp.set_nodelay(true);
-                    match tokio::time::timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS), acc.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            if let Err(e) = connection(m, stream).await {
-                                tracing::debug!(%peer, "connection closed: {e}");
-                            }
-                        }
-                        Ok(Err(e)) => tracing::info!(%peer, "TLS handshake failed: {e}"),
-                        Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
-                    }
-                    drop(permit);
-                });
-            }
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => admit(&sh, &acceptor, tcp, peer),
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
         }
     }
 }
 
+/// Takes a connection into the table (closing the one it evicts) and starts its task, or
+/// drops it when the table refuses it.
+fn admit(sh: &Arc<Shared>, acceptor: &tokio_rustls::TlsAcceptor, tcp: TcpStream, peer: SocketAddr) {
+    let accepted = Instant::now();
+    let admitted = sh.conns.lock().expect("conns lock").admit(peer.ip());
+    let (id, evicted) = match admitted {
+        Ok(x) => x,
+        Err(why) => {
+            tracing::debug!(%peer, "connection refused: {why}");
+            return;
+        }
+    };
+    if let Some(e) = evicted {
+        tracing::debug!(%peer, evicted_source = %e.source, "table full: closed the oldest connection not logged in");
+        if let Some(closer) = e.closer {
+            closer.abort();
+        }
+    }
+    let task = tokio::spawn(connection_task(
+        sh.clone(),
+        acceptor.clone(),
+        tcp,
+        peer,
+        id,
+        accepted,
+    ));
+    // Only this loop admits (and so evicts); the task may already have ended and forgotten
+    // its id, in which case this does nothing.
+    sh.conns
+        .lock()
+        .expect("conns lock")
+        .set_closer(id, task.abort_handle());
+}
+
+/// Removes a connection from the table however its task ends (returned, failed, aborted).
+struct Seat {
+    sh: Arc<Shared>,
+    id: ConnId,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.sh.conns.lock().expect("conns lock").forget(self.id);
+    }
+}
+
+async fn connection_task(
+    sh: Arc<Shared>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    id: ConnId,
+    accepted: Instant,
+) {
+    let _seat = Seat { sh: sh.clone(), id };
+    let _ = tcp.set_nodelay(true);
+    let login_deadline = accepted + Duration::from_millis(LOGIN_DEADLINE_MS);
+    match tokio::time::timeout_at(login_deadline, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => {
+            let conn = Conn {
+                id,
+                peer,
+                login_deadline,
+                session: None,
+                challenge: None,
+            };
+            if let Err(e) = connection(&sh, conn, stream).await {
+                tracing::debug!(%peer, "connection closed: {e}");
+            }
+        }
+        Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake not done by the login deadline"),
+    }
+}
+
+/// A logged-in connection's session.
+struct Live {
+    caller: Caller,
+    expires_ms: u64,
+    token_hash: [u8; 32],
+    /// The [`Shared::session_epoch`] at which the session was last known to be live.
+    epoch: u64,
+}
+
+/// One connection's state.
+struct Conn {
+    id: ConnId,
+    peer: SocketAddr,
+    login_deadline: Instant,
+    session: Option<Live>,
+    /// The challenge given to this connection for a key login: (user, challenge), used once.
+    challenge: Option<(String, [u8; CHALLENGE_BYTES])>,
+}
+
+/// Whether the connection stays open after a reply.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum After {
+    Continue,
+    Close,
+}
+
 async fn connection(
-    mgr: Arc<Manager>,
-    mut s: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    sh: &Arc<Shared>,
+    mut conn: Conn,
+    mut s: tokio_rustls::server::TlsStream<TcpStream>,
 ) -> std::io::Result<()> {
-    let mut session: Option<(Caller, u64)> = None;
-    // The challenge given to this connection for a key login: (user, challenge), used once.
-    let mut challenge: Option<(String, [u8; CHALLENGE_BYTES])> = None;
     loop {
-        let body = match tokio::time::timeout(
-            Duration::from_millis(IDLE_TIMEOUT_MS),
-            read_frame(&mut s, MANAGER_FRAME_BYTES_MAX),
-        )
-        .await
-        {
+        // Before login, everything runs against the login deadline and frames stay small.
+        let (until, frame_max) = match conn.session {
+            Some(_) => (
+                Instant::now() + Duration::from_millis(IDLE_TIMEOUT_MS),
+                MANAGER_FRAME_BYTES_MAX,
+            ),
+            None => (conn.login_deadline, PRELOGIN_FRAME_BYTES_MAX),
+        };
+        let body = match tokio::time::timeout_at(until, read_frame(&mut s, frame_max)).await {
             Err(_) => return Ok(()),
             Ok(Ok(Some(b))) => b,
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => return Err(e),
         };
-        let (id, reply) = match MgrRequest::decode(&body) {
-            Ok((id, req)) => (id, dispatch(&mgr, &mut session, &mut challenge, req).await),
+        let (id, (reply, after)) = match MgrRequest::decode(&body) {
+            Ok((id, req)) => (id, dispatch(sh, &mut conn, req).await),
             Err(DecodeError::Version(v)) => (
                 request_id_of(&body).unwrap_or(0),
-                MgrReply::error(
-                    MgrStatus::Version,
-                    format!("client speaks {v}, manager {MANAGER_PROTOCOL_VERSION}"),
+                (
+                    MgrReply::error(
+                        MgrStatus::Version,
+                        format!("client speaks {v}, manager {MANAGER_PROTOCOL_VERSION}"),
+                    ),
+                    After::Continue,
                 ),
             ),
             Err(e) => (
                 request_id_of(&body).unwrap_or(0),
-                MgrReply::error(MgrStatus::Malformed, e.to_string()),
+                (
+                    MgrReply::error(MgrStatus::Malformed, e.to_string()),
+                    After::Continue,
+                ),
             ),
         };
-        write_frame(&mut s, &reply.encode(id)).await?;
+        let encoded = reply.encode(id);
+        let write = write_frame(&mut s, &encoded);
+        match conn.session {
+            Some(_) => write.await?,
+            None => tokio::time::timeout_at(conn.login_deadline, write)
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??,
+        }
+        if after == After::Close {
+            let _ = s.shutdown().await;
+            return Ok(());
+        }
     }
 }
 
-async fn dispatch(
-    m: &Arc<Manager>,
-    session: &mut Option<(Caller, u64)>,
-    challenge: &mut Option<(String, [u8; CHALLENGE_BYTES])>,
-    req: MgrRequest,
-) -> MgrReply {
+async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrReply, After) {
     let name = req.name();
-    if let MgrRequest::Challenge { user } = req {
-        let mut c = [0u8; CHALLENGE_BYTES];
-        nasd_crypto::random_bytes(&mut c);
-        *challenge = Some((user, c));
-        return MgrReply::Challenge(c);
-    }
-    if let MgrRequest::Login { user, credential } = req {
-        let (m2, ttl) = (m.clone(), m.policy.session_ttl_ms);
-        // A challenge serves one login attempt, and only for the user it was asked for.
-        let ch = challenge.take().filter(|(u, _)| *u == user).map(|(_, c)| c);
-        let r = tokio::task::spawn_blocking(move || {
-            users::login(&m2.store, &user, &credential, ttl, ch.as_ref())
-        })
-        .await;
-        return match r {
-            Ok(Ok((c, token, expires_ms))) => {
-                let reply = MgrReply::LoginOk {
-                    uid: c.uid,
-                    admin: c.admin,
-                    token,
-                    expires_ms,
-                };
-                *session = Some((c, expires_ms));
-                reply
-            }
-            Ok(Err(e)) => e.reply(),
-            Err(e) => MgrReply::error(MgrStatus::Internal, e.to_string()),
-        };
-    }
-    let Some((c, expires_ms)) = session.as_ref() else {
-        return MgrReply::error(MgrStatus::NotLoggedIn, format!("{name} before login"));
+    let req = match req {
+        MgrRequest::Challenge { user } => return (challenge(conn, user), After::Continue),
+        MgrRequest::Login { user, credential } => return login(sh, conn, user, credential).await,
+        req => req,
     };
-    if *expires_ms <= now_ms() {
-        return MgrReply::error(
-            MgrStatus::SessionExpired,
-            format!("the session of {} expired", c.name),
-        );
+    let Some(live) = conn.session.as_mut() else {
+        let e = MgrReply::error(MgrStatus::NotLoggedIn, format!("{name} before login"));
+        return (e, After::Continue);
+    };
+    if let Err(e) = still_live(sh, live) {
+        // The session is over: answer why, and close (the client logs in anew).
+        conn.session = None;
+        return (e.reply(), After::Close);
     }
-    let r = handle(m, c, req).await;
+    let live = conn.session.as_ref().expect("still live");
+    let c = &live.caller;
+    let r = match req {
+        MgrRequest::Logout => return logout(sh, conn),
+        MgrRequest::UserPasswd {
+            name,
+            password,
+            public_key,
+        } => user_passwd(sh, c, name, password, public_key).await,
+        req => handle(&sh.mgr, c, req).await,
+    };
     if let Err(e) = &r {
         tracing::debug!(user = %c.name, op = name, "refused: {e}");
     }
-    r.unwrap_or_else(|e| e.reply())
+    (r.unwrap_or_else(|e| e.reply()), After::Continue)
+}
+
+/// Gives this connection a fresh challenge for a key login as `user`. Answered alike for every
+/// name, known or not.
+fn challenge(conn: &mut Conn, user: String) -> MgrReply {
+    let mut c = [0u8; CHALLENGE_BYTES];
+    nasd_crypto::random_bytes(&mut c);
+    conn.challenge = Some((user, c));
+    MgrReply::Challenge(c)
+}
+
+/// A login: the backoff first (a refused attempt checks nothing), then the credential, with
+/// at most [`PASSWORD_CHECKS_CONCURRENT_MAX`] password checks at once.
+async fn login(
+    sh: &Arc<Shared>,
+    conn: &mut Conn,
+    user: String,
+    credential: Credential,
+) -> (MgrReply, After) {
+    // A challenge serves one login attempt, and only for the user it was asked for.
+    let ch = conn
+        .challenge
+        .take()
+        .filter(|(u, _)| *u == user)
+        .map(|(_, c)| c);
+    let attempt = match credential {
+        Credential::Token(_) => None,
+        Credential::Password(_) | Credential::Signature(_) => {
+            let begun =
+                sh.logins
+                    .lock()
+                    .expect("logins lock")
+                    .begin(&user, conn.peer.ip(), now_ms());
+            match begun {
+                Ok(a) => Some(a),
+                Err(r) => {
+                    tracing::info!(peer = %conn.peer, "login refused: backing off");
+                    return (too_many_attempts(r), After::Continue);
+                }
+            }
+        }
+    };
+    let permit = match credential {
+        Credential::Password(_) => Some(
+            sh.password_checks
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed"),
+        ),
+        _ => None,
+    };
+    let (mgr, ttl) = (sh.mgr.clone(), sh.mgr.policy.session_ttl_ms);
+    let checked = tokio::task::spawn_blocking(move || {
+        let r = users::login(&mgr.store, &user, &credential, ttl, ch.as_ref());
+        drop(permit);
+        r
+    })
+    .await;
+    let ok = match checked {
+        Ok(Ok(ok)) => ok,
+        Ok(Err(e)) => {
+            tracing::info!(peer = %conn.peer, "login refused: {}", e.detail);
+            return (e.reply(), After::Continue);
+        }
+        Err(e) => {
+            return (
+                MgrReply::error(MgrStatus::Internal, e.to_string()),
+                After::Close,
+            )
+        }
+    };
+    if let Some(a) = attempt {
+        sh.logins.lock().expect("logins lock").succeeded(a);
+    }
+    if !sh.conns.lock().expect("conns lock").logged_in(conn.id) {
+        // Evicted while the credential was checked; the task is being aborted.
+        return (
+            MgrReply::error(MgrStatus::NotLoggedIn, "connection closed"),
+            After::Close,
+        );
+    }
+    let reply = MgrReply::LoginOk {
+        uid: ok.caller.uid,
+        admin: ok.caller.admin,
+        token: ok.token,
+        expires_ms: ok.expires_ms,
+    };
+    conn.session = Some(Live {
+        caller: ok.caller,
+        expires_ms: ok.expires_ms,
+        token_hash: users::token_hash(&ok.token),
+        epoch: sh.session_epoch.load(Ordering::Acquire),
+    });
+    (reply, After::Continue)
+}
+
+fn too_many_attempts(r: crate::backoff::Refused) -> MgrReply {
+    let who = if r.source {
+        "from this address"
+    } else {
+        "for this user from this address"
+    };
+    MgrReply::error(
+        MgrStatus::TooManyAttempts,
+        format!(
+            "login: {who}; retry in {} s",
+            r.retry_after_ms.div_ceil(1000)
+        ),
+    )
+}
+
+/// Checks that a connection's session is still live: not expired, and, if any session ended
+/// since it last looked, still in the store.
+fn still_live(sh: &Shared, live: &mut Live) -> Result<(), MgrError> {
+    if live.expires_ms <= now_ms() {
+        return Err(MgrError::new(
+            MgrStatus::SessionExpired,
+            format!("{}: the session expired", live.caller.name),
+        ));
+    }
+    // Read before the store, so an end that lands during the check is seen next time.
+    let epoch = sh.session_epoch.load(Ordering::Acquire);
+    if epoch != live.epoch {
+        let st = sh.mgr.store.lock().expect("store lock");
+        if !users::session_live(st.as_ref(), &live.token_hash, live.caller.uid)? {
+            return Err(MgrError::new(
+                MgrStatus::SessionExpired,
+                format!(
+                    "{}: the session was ended by a logout or a credential change",
+                    live.caller.name
+                ),
+            ));
+        }
+        live.epoch = epoch;
+    }
+    Ok(())
+}
+
+/// Ends this connection's session in the store, tells every live connection to check its own,
+/// and closes this one.
+fn logout(sh: &Shared, conn: &mut Conn) -> (MgrReply, After) {
+    let live = conn.session.take().expect("logged in");
+    let ended = users::logout(
+        sh.mgr.store.lock().expect("store lock").as_mut(),
+        &live.token_hash,
+    );
+    sh.session_epoch.fetch_add(1, Ordering::AcqRel);
+    match ended {
+        Ok(_) => {
+            tracing::info!(user = %live.caller.name, "logged out");
+            (MgrReply::Ok, After::Close)
+        }
+        Err(e) => (e.reply(), After::Close),
+    }
+}
+
+/// `user passwd`: a new password or key; every session of the user ends, live connections
+/// included (their next request finds the session gone).
+async fn user_passwd(
+    sh: &Shared,
+    c: &Caller,
+    name: String,
+    password: String,
+    public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
+) -> Result<MgrReply, MgrError> {
+    let (mgr, by) = (sh.mgr.clone(), c.clone());
+    tokio::task::spawn_blocking(move || {
+        let new = match &public_key {
+            Some(pk) => users::NewCredential::PublicKey(pk),
+            None => users::NewCredential::Password(&password),
+        };
+        users::set_credential(&mgr.store, &by, &name, new)
+    })
+    .await
+    .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
+    sh.session_epoch.fetch_add(1, Ordering::AcqRel);
+    Ok(MgrReply::Ok)
 }
 
 fn admin_only(c: &Caller, what: &str) -> Result<(), MgrError> {
@@ -172,7 +487,9 @@ fn db(e: crate::store::StoreError) -> MgrError {
 async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
     use MgrRequest as Q;
     Ok(match req {
-        Q::Login { .. } | Q::Challenge { .. } => unreachable!("handled by dispatch"),
+        Q::Login { .. } | Q::Challenge { .. } | Q::Logout | Q::UserPasswd { .. } => {
+            unreachable!("handled by dispatch")
+        }
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),
         Q::Readdir { path } => MgrReply::Entries(m.readdir(c, &path).await?),
         Q::Mkdir { path, mode } => {
@@ -244,28 +561,6 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
             MgrReply::Ok
         }
-        Q::UserPasswd { name, password } => {
-            let m2 = m.clone();
-            let c2 = c.clone();
-            tokio::task::spawn_blocking(move || {
-                let phc = users::hash_password(&password)?;
-                let mut st = m2.store.lock().expect("store lock");
-                let u = st
-                    .user_by_name(&name)
-                    .map_err(db)?
-                    .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, name.clone()))?;
-                if !c2.admin && u.uid != c2.uid {
-                    return Err(MgrError::new(
-                        MgrStatus::PermissionDenied,
-                        format!("changing the password of {name}"),
-                    ));
-                }
-                st.set_password(u.uid, &phc).map_err(db)
-            })
-            .await
-            .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
-            MgrReply::Ok
-        }
         Q::UserList => {
             let st = m.store.lock().expect("store lock");
             let mut out = vec![];
@@ -290,7 +585,7 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
         }
         Q::GroupAdd { name } => {
             admin_only(c, "adding a group")?;
-            crate::service::check_name(&name)?;
+            users::check_account_name(&name)?;
             m.store
                 .lock()
                 .expect("store lock")

@@ -8,6 +8,13 @@
 //! time-limited write capabilities to writers, whole-object regions, rights never wider than
 //! the mode allows. Revocation (chmod, chown, unlink, rename over a file) bumps the object's
 //! access_control_version with a `setattr`, or removes the object.
+//!
+//! In a sticky directory (mode bit 0o1000) only an entry's owner, the directory's owner or an
+//! admin may remove or rename the entry, or replace it by a rename ([`sticky_allows`]). A name
+//! that comes into being (mkdir, create, the target of a rename) may not hold control
+//! characters ([`check_new_name`]): they let one user forge what another sees in a listing.
+//! Names stored before that rule stay reachable: lookups accept them, and they can be stat'ed,
+//! read, renamed to a clean name and removed.
 
 use crate::drives::{self, Registry, MANAGER_PROTECTION};
 use crate::store::*;
@@ -91,6 +98,25 @@ impl FsAttr {
 const R: u32 = 4;
 const W: u32 = 2;
 const X: u32 = 1;
+/// The sticky bit of a directory's mode (S_ISVTX).
+pub const STICKY: u32 = 0o1000;
+
+/// Whether `c` may remove or rename `entry` out of `dir`, as far as the sticky bit goes (write
+/// permission on `dir` is checked apart).
+pub fn sticky_allows(c: &Caller, dir: &Inode, entry: &Inode) -> bool {
+    dir.mode & STICKY == 0 || c.admin || c.uid == entry.uid || c.uid == dir.uid
+}
+
+fn check_sticky(c: &Caller, dir: &Inode, entry: &Inode, path: &str) -> MgrResult<()> {
+    if sticky_allows(c, dir, entry) {
+        return Ok(());
+    }
+    Err(denied(
+        path,
+        "the directory is sticky: only the entry's owner, the directory's owner or an admin \
+         may remove, rename or replace it",
+    ))
+}
 
 /// Whether `c` has all of `want` (r=4, w=2, x=1) on `i`. Admins pass every check.
 pub fn may(c: &Caller, i: &Inode, want: u32) -> bool {
@@ -141,7 +167,26 @@ pub fn split_path(path: &str) -> MgrResult<Vec<&str>> {
     Ok(v)
 }
 
-/// A name for a file, directory, user or group.
+/// A name that is about to be created: [`check_name`], and no control character — C0
+/// (U+0000..U+001F: newline, CR, ESC, ...), DEL (U+007F) or C1 (U+0080..U+009F), which is
+/// exactly Unicode's `Cc` category, `char::is_control`. The detail shows the name escaped.
+pub fn check_new_name(path: &str, n: &str) -> MgrResult<()> {
+    check_name(n)?;
+    match n.chars().find(|ch| ch.is_control()) {
+        None => Ok(()),
+        Some(ch) => Err(MgrError::new(
+            MgrStatus::BadName,
+            format!(
+                "\"{}\": a name may not contain a control character (U+{:04X})",
+                path.escape_debug(),
+                ch as u32
+            ),
+        )),
+    }
+}
+
+/// A name of an existing file or directory, as lookups accept it (also names stored before
+/// [`check_new_name`]'s rule).
 pub fn check_name(n: &str) -> MgrResult<()> {
     if n.len() > NAME_BYTES_MAX {
         return Err(MgrError::new(
@@ -264,6 +309,18 @@ impl Manager {
         }
         if modify && !may(c, &dir, W | X) {
             return Err(denied(path, "write permission on the parent directory"));
+        }
+        // A name about to be made must be clean; an existing one (from before the rule) may
+        // still be changed or removed. The lookup runs only for names that fail the rule.
+        if modify && check_new_name(path, last).is_err() {
+            let exists = self
+                .st()
+                .lookup(dir.ino, last)
+                .map_err(|e| store_err(e, path))?
+                .is_some();
+            if !exists {
+                check_new_name(path, last)?;
+            }
         }
         Ok((dir, last))
     }
@@ -552,6 +609,7 @@ impl Manager {
         if i.kind != FileKind::Dir {
             return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
         }
+        check_sticky(c, &dir, &i, path)?;
         st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?;
         Ok(())
     }
@@ -817,13 +875,17 @@ impl Manager {
                 .lookup(dir.ino, name)
                 .map_err(|e| store_err(e, path))?
                 .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
-            let i = st.inode(ino).map_err(|e| store_err(e, path))?;
-            if i.as_ref().map(|i| i.kind) == Some(FileKind::Dir) {
+            let i = st
+                .inode(ino)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+            if i.kind == FileKind::Dir {
                 return Err(MgrError::new(
                     MgrStatus::IsADirectory,
                     format!("{path} (use rmdir)"),
                 ));
             }
+            check_sticky(c, &dir, &i, path)?;
             st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?
         };
         if let Some(o) = i.obj {
@@ -835,11 +897,20 @@ impl Manager {
     pub async fn rename(&self, c: &Caller, from: &str, to: &str) -> MgrResult<()> {
         let (fd, fname) = self.parent(c, from, true)?;
         let (td, tname) = self.parent(c, to, true)?;
-        let src_ino = self
-            .st()
-            .lookup(fd.ino, fname)
-            .map_err(|e| store_err(e, from))?
+        let entry = |dir: &Inode, name: &str, path: &str| -> MgrResult<Option<Inode>> {
+            let st = self.st();
+            match st.lookup(dir.ino, name).map_err(|e| store_err(e, path))? {
+                Some(ino) => st.inode(ino).map_err(|e| store_err(e, path)),
+                None => Ok(None),
+            }
+        };
+        let src = entry(&fd, fname, from)?
             .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, from.to_string()))?;
+        check_sticky(c, &fd, &src, from)?;
+        if let Some(target) = entry(&td, tname, to)? {
+            check_sticky(c, &td, &target, to)?;
+        }
+        let src_ino = src.ino;
         // A directory may not move under itself.
         let mut up = td.ino;
         loop {
@@ -1005,6 +1076,111 @@ mod tests {
             MgrStatus::NameTooLong
         );
         assert_eq!(split_path("/a\0b").unwrap_err().status, MgrStatus::BadName);
+    }
+
+    fn manager() -> Arc<Manager> {
+        let st = crate::sqlite::SqliteStore::in_memory().unwrap();
+        Manager::new(Box::new(st), Policy::default()).unwrap()
+    }
+
+    fn admin() -> Caller {
+        Caller {
+            admin: true,
+            ..caller(0, vec![0])
+        }
+    }
+
+    #[test]
+    fn new_names_may_not_hold_control_characters() {
+        for bad in [
+            "a\nb",
+            "a\rb",
+            "x\u{1b}[31m",
+            "t\tb",
+            "d\u{7f}",
+            "c1\u{85}",
+            "c\u{9f}",
+        ] {
+            let e = check_new_name(&format!("/{bad}"), bad).unwrap_err();
+            assert_eq!(e.status, MgrStatus::BadName, "{bad:?}");
+            assert!(e.detail.contains("control character"), "{}", e.detail);
+            assert!(
+                !e.detail.chars().any(|c| c.is_control()),
+                "escaped: {:?}",
+                e.detail
+            );
+        }
+        for ok in ["plain", "caf\u{e9}", "\u{a0}nbsp", "\u{200b}zw", "日本"] {
+            check_new_name(ok, ok).unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn names_stored_before_the_rule_stay_usable_but_none_is_made() {
+        let m = manager();
+        let a = admin();
+        for bad in ["/a\nb", "/x\u{1b}[2J", "/d\u{7f}", "/c\u{85}"] {
+            assert_eq!(
+                m.mkdir(&a, bad, 0o755).unwrap_err().status,
+                MgrStatus::BadName
+            );
+        }
+        m.st()
+            .link_new(ROOT_INO, "old\nname", &crate::conformance::dir(0))
+            .unwrap();
+        let names: Vec<_> = m.readdir(&a, "/").await.unwrap();
+        assert_eq!(names[0].name, "old\nname");
+        m.stat(&a, "/old\nname").await.unwrap();
+        m.mkdir(&a, "/old\nname/inside", 0o755).unwrap();
+        m.rmdir(&a, "/old\nname/inside").unwrap();
+        m.rename(&a, "/old\nname", "/clean").await.unwrap();
+        let back = m.rename(&a, "/clean", "/old\nname").await.unwrap_err();
+        assert_eq!(back.status, MgrStatus::BadName);
+        m.st()
+            .link_new(ROOT_INO, "gone\r", &crate::conformance::dir(0))
+            .unwrap();
+        m.rmdir(&a, "/gone\r").unwrap();
+        m.rmdir(&a, "/clean").unwrap();
+    }
+
+    #[test]
+    fn the_sticky_bit_leaves_removal_to_the_owners_and_admins() {
+        let mut dir = crate::conformance::dir(10);
+        dir.mode = 0o1777;
+        let entry = crate::conformance::dir(11);
+        assert!(
+            sticky_allows(&caller(11, vec![1]), &dir, &entry),
+            "entry owner"
+        );
+        assert!(
+            sticky_allows(&caller(10, vec![1]), &dir, &entry),
+            "dir owner"
+        );
+        assert!(sticky_allows(&admin(), &dir, &entry));
+        assert!(!sticky_allows(&caller(12, vec![1]), &dir, &entry));
+        dir.mode = 0o777;
+        assert!(sticky_allows(&caller(12, vec![1]), &dir, &entry));
+    }
+
+    #[tokio::test]
+    async fn in_a_sticky_directory_others_may_not_remove_rename_or_replace() {
+        let m = manager();
+        let (alice, bob) = (caller(1000, vec![100]), caller(1001, vec![100]));
+        m.mkdir(&admin(), "/tmp", 0o1777).unwrap();
+        m.mkdir(&alice, "/tmp/a", 0o755).unwrap();
+        m.mkdir(&bob, "/tmp/b", 0o755).unwrap();
+        let denied = |r: MgrResult<()>| {
+            let e = r.unwrap_err();
+            assert_eq!(e.status, MgrStatus::PermissionDenied);
+            assert!(e.detail.contains("sticky"), "{}", e.detail);
+        };
+        denied(m.rmdir(&bob, "/tmp/a"));
+        denied(m.rename(&bob, "/tmp/a", "/tmp/mine").await);
+        denied(m.rename(&bob, "/tmp/b", "/tmp/a").await);
+        m.rename(&bob, "/tmp/b", "/tmp/b2").await.unwrap();
+        m.rmdir(&bob, "/tmp/b2").unwrap();
+        m.rename(&alice, "/tmp/a", "/tmp/a2").await.unwrap();
+        m.rmdir(&admin(), "/tmp/a2").unwrap();
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files)
 //! DIR/tls/           the cluster CA and the server certificate (see [`crate::tls`])
 //! ```
+//!
+//! All of it is private to the manager's user (directories 0700, files 0600, whatever the
+//! umask), and `run` refuses to start while any of it is not ([`crate::private`]).
 
 use crate::service::{Manager, Policy};
 use crate::sqlite::SqliteStore;
 use crate::store::MetaStore;
-use crate::{server, tls, users, MgrError, MgrResult};
+use crate::{private, server, tls, users, MgrError, MgrResult};
 use nasd_proto::manager::MgrStatus;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -67,13 +70,8 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
             format!("{} already holds a manager", o.dir.display()),
         ));
     }
-    std::fs::create_dir_all(&o.dir).map_err(|e| err(format!("{}: {e}", o.dir.display())))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&o.dir, std::fs::Permissions::from_mode(0o700));
-    }
-    let mut st = SqliteStore::open(&o.dir.join("meta.sqlite")).map_err(|e| err(e.to_string()))?;
+    private::create_dir(&o.dir).map_err(|e| err(e.to_string()))?;
+    let mut st = open_store(&o.dir)?;
     users::add_user(&mut st, &o.admin_user, &o.admin_password, true)?;
     if st
         .group_by_name(users::USERS_GROUP)
@@ -90,8 +88,17 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
         policy: o.policy.clone(),
     };
     let text = serde_json::to_string_pretty(&cfg).expect("plain struct");
-    std::fs::write(config_path(&o.dir), text + "\n").map_err(|e| err(e.to_string()))?;
+    private::write_file(&config_path(&o.dir), (text + "\n").as_bytes())
+        .map_err(|e| err(e.to_string()))?;
     Ok(())
+}
+
+/// Opens the store in `dir`, its file created private first (SQLite gives the `-wal` and
+/// `-shm` files the database file's mode).
+fn open_store(dir: &Path) -> MgrResult<SqliteStore> {
+    let path = dir.join("meta.sqlite");
+    private::create_file(&path).map_err(|e| err(e.to_string()))?;
+    SqliteStore::open(&path).map_err(|e| err(format!("{}: {e}", path.display())))
 }
 
 /// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`.
@@ -103,7 +110,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
-    let st = SqliteStore::open(&dir.join("meta.sqlite")).map_err(|e| err(e.to_string()))?;
+    private::check_tree(dir).map_err(|e| err(e.to_string()))?;
+    let st = open_store(dir)?;
     let m = Manager::new(Box::new(st), cfg.policy.clone())?;
     let tls = tls::server_config(dir)?;
     let addr = listen.unwrap_or(&cfg.listen);

@@ -269,9 +269,9 @@ impl MetaStore for SqliteStore {
         Ok(uid)
     }
 
-    fn set_password(&mut self, uid: u32, phc: &str) -> StoreResult<()> {
-        let n = self
-            .db
+    fn set_credential(&mut self, uid: u32, phc: &str) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let n = tx
             .execute(
                 "UPDATE users SET phc = ?2 WHERE uid = ?1",
                 params![uid, phc],
@@ -280,7 +280,9 @@ impl MetaStore for SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        Ok(())
+        tx.execute("DELETE FROM sessions WHERE uid = ?1", params![uid])
+            .map_err(db)?;
+        tx.commit().map_err(db)
     }
 
     fn group_by_name(&self, name: &str) -> StoreResult<Option<Group>> {
@@ -760,6 +762,16 @@ impl MetaStore for SqliteStore {
                 },
             )
             .optional()
+            .map_err(db)
+    }
+
+    fn delete_session(&mut self, token_hash: &[u8; 32]) -> StoreResult<bool> {
+        self.db
+            .execute(
+                "DELETE FROM sessions WHERE token_hash = ?1",
+                params![token_hash.to_vec()],
+            )
+            .map(|n| n > 0)
             .map_err(db)
     }
 

@@ -119,7 +119,10 @@ pub trait MetaStore: Send {
     fn users(&self) -> StoreResult<Vec<User>>;
     /// Adds a user; `Exists` if the name is taken. Returns the new uid.
     fn add_user(&mut self, name: &str, phc: &str, admin: bool, gid: u32) -> StoreResult<u32>;
-    fn set_password(&mut self, uid: u32, phc: &str) -> StoreResult<()>;
+    /// Replaces a user's credential verifier (an Argon2id PHC string or an Ed25519 key) and, in
+    /// the same transaction, forgets every session of the user: a session never outlives the
+    /// credential it was opened with. `NotFound` for an unknown uid.
+    fn set_credential(&mut self, uid: u32, phc: &str) -> StoreResult<()>;
 
     fn group_by_name(&self, name: &str) -> StoreResult<Option<Group>>;
     fn group_by_gid(&self, gid: u32) -> StoreResult<Option<Group>>;
@@ -173,6 +176,8 @@ pub trait MetaStore: Send {
 
     fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()>;
     fn session(&self, token_hash: &[u8; 32]) -> StoreResult<Option<SessionRecord>>;
+    /// Forgets one session (a logout); whether it existed.
+    fn delete_session(&mut self, token_hash: &[u8; 32]) -> StoreResult<bool>;
     /// Forgets sessions that expired before `now_ms`.
     fn expire_sessions(&mut self, now_ms: u64) -> StoreResult<u64>;
 

@@ -3,9 +3,10 @@
 //! names; clients trust only that CA (its DER file is named in their config). Sessions are
 //! TLS 1.3 only, with the ring provider.
 //!
-//! Files under `DIR/tls/` (DER; keys mode 0600): `ca.der`, `ca.key`, `server.der`, `server.key`.
+//! Files under `DIR/tls/` (DER; the directory 0700, every file 0600 like all of the manager's
+//! files, [`crate::private`]): `ca.der`, `ca.key`, `server.der`, `server.key`.
 
-use crate::{MgrError, MgrResult};
+use crate::{private, MgrError, MgrResult};
 use nasd_proto::manager::MgrStatus;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::path::Path;
@@ -15,15 +16,15 @@ fn err(what: &str, e: impl std::fmt::Display) -> MgrError {
     MgrError::new(MgrStatus::Internal, format!("{what}: {e}"))
 }
 
-fn write_secret(path: &Path, bytes: &[u8]) -> MgrResult<()> {
-    nasd_client::auth::write_secret_file(path, bytes).map_err(|e| err("writing a key", e))
+fn write_private(path: &Path, bytes: &[u8]) -> MgrResult<()> {
+    private::write_file(path, bytes).map_err(|e| err("writing", e))
 }
 
 /// Creates the CA and the server certificate in `dir/tls/`.
 pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
     use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
     let tls = dir.join("tls");
-    std::fs::create_dir_all(&tls).map_err(|e| err("creating tls dir", e))?;
+    private::create_dir(&tls).map_err(|e| err("creating the tls directory", e))?;
     let ca_key = KeyPair::generate().map_err(|e| err("CA key", e))?;
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA params", e))?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -47,11 +48,10 @@ pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
     let srv_cert = srv
         .signed_by(&srv_key, &ca_cert, &ca_key)
         .map_err(|e| err("server certificate", e))?;
-    std::fs::write(tls.join("ca.der"), ca_cert.der()).map_err(|e| err("writing ca.der", e))?;
-    write_secret(&tls.join("ca.key"), &ca_key.serialize_der())?;
-    std::fs::write(tls.join("server.der"), srv_cert.der())
-        .map_err(|e| err("writing server.der", e))?;
-    write_secret(&tls.join("server.key"), &srv_key.serialize_der())?;
+    write_private(&tls.join("ca.der"), ca_cert.der())?;
+    write_private(&tls.join("ca.key"), &ca_key.serialize_der())?;
+    write_private(&tls.join("server.der"), srv_cert.der())?;
+    write_private(&tls.join("server.key"), &srv_key.serialize_der())?;
     Ok(())
 }
 

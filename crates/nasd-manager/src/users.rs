@@ -3,10 +3,18 @@
 //! user logs in by signing [`login_message`] over a fresh challenge the manager gave this
 //! connection (so a signature is good for one login only). A successful login returns a random
 //! session token whose BLAKE3 hash the store keeps, so later commands (`nasd login` once, then
-//! `nasd ls`) authenticate without the credential until it expires.
+//! `nasd ls`) authenticate without the credential until it expires, the user logs out
+//! ([`logout`]), or their credential changes ([`set_credential`] ends every session).
+//!
+//! A failed login answers the same whatever failed — an unknown user, a user without a
+//! credential of that kind, or a wrong one — and costs the same: a password is always checked
+//! against an Argon2id hash ([`dummy_phc`] when there is no real one) and a signature always
+//! against an Ed25519 key. Only the credential kind, which the client chose, shapes the answer
+//! ([`PASSWORD_REFUSED`], [`SIGNATURE_REFUSED`], [`TOKEN_REFUSED`]). How often one may fail is
+//! [`crate::backoff`]'s business.
 
-use crate::service::{check_name, Caller};
-use crate::store::{MetaStore, SessionRecord};
+use crate::service::Caller;
+use crate::store::{MetaStore, SessionRecord, StoreError};
 use crate::{now_ms, MgrError, MgrResult};
 use argon2::password_hash::{
     rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
@@ -15,6 +23,7 @@ use argon2::Argon2;
 use nasd_proto::manager::{
     login_message, Credential, MgrStatus, CHALLENGE_BYTES, PUBLIC_KEY_BYTES, TOKEN_BYTES,
 };
+use std::sync::{Mutex, OnceLock};
 
 /// How a public-key user's verifier starts in the store's credential column.
 pub const ED25519_PREFIX: &str = "$ed25519$";
@@ -27,6 +36,44 @@ pub const PASSWORD_BYTES_MAX: usize = 1024;
 pub const USERS_GROUP: &str = "users";
 /// The admin's primary group.
 pub const ADMIN_GROUP: &str = "admin";
+/// Longest user or group name (the classic `useradd` limit).
+pub const ACCOUNT_NAME_BYTES_MAX: usize = 32;
+
+/// The detail of every refused password login. (Details start with what they concern and
+/// `: `, as clients show the rest.)
+pub const PASSWORD_REFUSED: &str = "login: unknown user or wrong password";
+/// The detail of every refused key login.
+pub const SIGNATURE_REFUSED: &str =
+    "login: unknown user or wrong key (the signature does not verify)";
+/// The detail of every refused token login (unknown, expired, logged out, or ended by a
+/// credential change: a token is never half-valid, so which one does not matter).
+pub const TOKEN_REFUSED: &str =
+    "login: no live session for this token (expired, logged out, or ended by a credential change)";
+
+/// A user or group name: `[a-z_][a-z0-9_.-]*`, at most [`ACCOUNT_NAME_BYTES_MAX`] bytes. Plain
+/// ASCII leaves no look-alikes (Cyrillic `а` for `a`, upper case for lower), no spaces, no
+/// control characters, nothing a shell or `ls -l` shows differently, and no leading `-` or
+/// digit (an option, a uid). Checked where names are made (`user add`, `group add`, `manager
+/// init`); names stored before the rule stay usable.
+pub fn check_account_name(name: &str) -> MgrResult<()> {
+    let b = name.as_bytes();
+    let first_ok = matches!(b.first(), Some(b'a'..=b'z' | b'_'));
+    let rest_ok = b
+        .iter()
+        .skip(1)
+        .all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'));
+    if first_ok && rest_ok && b.len() <= ACCOUNT_NAME_BYTES_MAX {
+        return Ok(());
+    }
+    Err(MgrError::new(
+        MgrStatus::BadName,
+        format!(
+            "{}: user and group names are 1 to {ACCOUNT_NAME_BYTES_MAX} characters of \
+             a-z 0-9 _ . -, starting with a letter or _",
+            name.escape_debug()
+        ),
+    ))
+}
 
 pub fn hash_password(password: &str) -> MgrResult<String> {
     if password.len() < PASSWORD_BYTES_MIN || password.len() > PASSWORD_BYTES_MAX {
@@ -40,6 +87,37 @@ pub fn hash_password(password: &str) -> MgrResult<String> {
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(|e| MgrError::new(MgrStatus::Internal, format!("argon2: {e}")))
+}
+
+/// An Argon2id hash of a random password, made with the parameters of [`hash_password`]: what
+/// a password is checked against when the user is unknown or has a key instead, so that
+/// failure costs what a wrong password costs. Made once, on first use ([`warm_up`]).
+pub fn dummy_phc() -> &'static str {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    DUMMY.get_or_init(|| {
+        let mut pw = [0u8; 32];
+        nasd_crypto::random_bytes(&mut pw);
+        hash_password(&hex::encode(pw)).expect("a 64-byte password hashes")
+    })
+}
+
+/// A valid Ed25519 public key nobody holds the secret of: what a signature is checked against
+/// when the user is unknown or has a password instead.
+fn dummy_public_key() -> &'static [u8; PUBLIC_KEY_BYTES] {
+    static DUMMY: OnceLock<[u8; PUBLIC_KEY_BYTES]> = OnceLock::new();
+    DUMMY.get_or_init(|| {
+        let mut seed = [0u8; 32];
+        nasd_crypto::random_bytes(&mut seed);
+        ed25519_dalek::SigningKey::from_bytes(&seed)
+            .verifying_key()
+            .to_bytes()
+    })
+}
+
+/// Makes the dummy verifiers before the first login, so that login does not pay for them.
+pub fn warm_up() {
+    dummy_phc();
+    dummy_public_key();
 }
 
 fn verify_password(phc: &str, password: &str) -> bool {
@@ -59,21 +137,22 @@ pub fn key_verifier(pk: &[u8; PUBLIC_KEY_BYTES]) -> MgrResult<String> {
     Ok(format!("{ED25519_PREFIX}{}", hex::encode(pk)))
 }
 
-/// Whether `sig` signs the login of `user` over `challenge` with the key in `verifier`.
+/// The public key in a key user's verifier; `None` for a password user.
+fn public_key_of(verifier: &str) -> Option<[u8; PUBLIC_KEY_BYTES]> {
+    verifier
+        .strip_prefix(ED25519_PREFIX)
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| <[u8; PUBLIC_KEY_BYTES]>::try_from(b).ok())
+}
+
+/// Whether `sig` signs the login of `user` over `challenge` with `pk`.
 fn verify_signature(
-    verifier: &str,
+    pk: &[u8; PUBLIC_KEY_BYTES],
     user: &str,
     challenge: &[u8; CHALLENGE_BYTES],
     sig: &[u8; 64],
 ) -> bool {
-    let Some(pk) = verifier
-        .strip_prefix(ED25519_PREFIX)
-        .and_then(|h| hex::decode(h).ok())
-        .and_then(|b| <[u8; PUBLIC_KEY_BYTES]>::try_from(b).ok())
-    else {
-        return false;
-    };
-    let Ok(vk) = ed25519_dalek::VerifyingKey::from_bytes(&pk) else {
+    let Ok(vk) = ed25519_dalek::VerifyingKey::from_bytes(pk) else {
         return false;
     };
     let sig = ed25519_dalek::Signature::from_bytes(sig);
@@ -85,7 +164,7 @@ pub fn token_hash(token: &[u8; TOKEN_BYTES]) -> [u8; 32] {
     *blake3::hash(token).as_bytes()
 }
 
-fn db(e: crate::store::StoreError) -> MgrError {
+fn db(e: StoreError) -> MgrError {
     MgrError::new(MgrStatus::Internal, e.to_string())
 }
 
@@ -104,32 +183,43 @@ pub fn caller_of(st: &dyn MetaStore, uid: u32) -> MgrResult<Caller> {
     })
 }
 
-/// Checks a credential; returns the caller, a (new or the presented) token and its expiry.
-/// `challenge` is the one this connection was given (a signature needs it). The password check
-/// runs without the store lock held (Argon2 is slow on purpose).
+/// A successful login.
+#[derive(Debug)]
+pub struct LoggedIn {
+    pub caller: Caller,
+    /// A fresh token, or the one presented.
+    pub token: [u8; TOKEN_BYTES],
+    pub expires_ms: u64,
+}
+
+/// The answer to every failed password or key login for `cred`'s kind.
+pub fn refused(cred: &Credential) -> MgrError {
+    match cred {
+        Credential::Password(_) => MgrError::new(MgrStatus::WrongPassword, PASSWORD_REFUSED),
+        Credential::Signature(_) => MgrError::new(MgrStatus::WrongPassword, SIGNATURE_REFUSED),
+        Credential::Token(_) => MgrError::new(MgrStatus::SessionExpired, TOKEN_REFUSED),
+    }
+}
+
+/// Checks a credential and opens (or, for a token, resumes) a session. `challenge` is the one
+/// this connection was given (a signature needs it). Every failure is [`refused`], after the
+/// same work whether or not the user exists. The password check runs without the store lock
+/// held (Argon2 is slow on purpose).
 pub fn login(
-    store: &std::sync::Mutex<Box<dyn MetaStore>>,
+    store: &Mutex<Box<dyn MetaStore>>,
     user: &str,
     cred: &Credential,
     session_ttl_ms: u64,
     challenge: Option<&[u8; CHALLENGE_BYTES]>,
-) -> MgrResult<(Caller, [u8; TOKEN_BYTES], u64)> {
-    let u = store
+) -> MgrResult<LoggedIn> {
+    let known = store
         .lock()
         .expect("store lock")
         .user_by_name(user)
-        .map_err(db)?
-        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.to_string()))?;
-    match cred {
-        Credential::Password(p) => {
-            if !verify_password(&u.phc, p) {
-                return Err(MgrError::new(
-                    MgrStatus::WrongPassword,
-                    format!("for user {user}"),
-                ));
-            }
-            new_session(store, u.uid, session_ttl_ms)
-        }
+        .map_err(db)?;
+    let verifier = known.as_ref().map(|u| u.phc.as_str()).unwrap_or("");
+    let ok = match cred {
+        Credential::Password(p) => password_matches(verifier, p),
         Credential::Signature(sig) => {
             let Some(ch) = challenge else {
                 return Err(MgrError::new(
@@ -137,55 +227,141 @@ pub fn login(
                     "a key login needs a challenge first",
                 ));
             };
-            if !verify_signature(&u.phc, user, ch, sig) {
-                return Err(MgrError::new(
-                    MgrStatus::WrongPassword,
-                    format!("for user {user}: the signature does not verify (wrong key)"),
-                ));
-            }
-            new_session(store, u.uid, session_ttl_ms)
+            signature_matches(verifier, user, ch, sig)
         }
-        Credential::Token(t) => {
-            let st = store.lock().expect("store lock");
-            let s = st
-                .session(&token_hash(t))
-                .map_err(db)?
-                .filter(|s| s.uid == u.uid)
-                .ok_or_else(|| {
-                    MgrError::new(
-                        MgrStatus::SessionExpired,
-                        format!("no live session for {user}"),
-                    )
-                })?;
-            if s.expires_ms <= now_ms() {
-                return Err(MgrError::new(
-                    MgrStatus::SessionExpired,
-                    format!("the session of {user} expired"),
-                ));
-            }
-            Ok((caller_of(st.as_ref(), u.uid)?, *t, s.expires_ms))
+        Credential::Token(t) => return resume_session(store, known.map(|u| u.uid), t),
+    };
+    match known {
+        Some(u) if ok => {
+            new_session(store, u.uid, &u.phc, session_ttl_ms)?.ok_or_else(|| refused(cred))
         }
+        _ => Err(refused(cred)),
     }
 }
 
-/// Starts a session for `uid`: a fresh random token, its hash stored.
+/// Whether `password` matches `verifier`; a verifier that is not a password hash (none, or
+/// a key) is replaced by [`dummy_phc`], so every answer costs one Argon2id verification.
+fn password_matches(verifier: &str, password: &str) -> bool {
+    let real = PasswordHash::new(verifier)
+        .is_ok_and(|h| h.algorithm == argon2::Algorithm::Argon2id.ident());
+    let matched = verify_password(if real { verifier } else { dummy_phc() }, password);
+    real && matched
+}
+
+/// Whether `sig` signs the login with the key in `verifier`; without a key (no user, or a
+/// password user) the signature is checked against [`dummy_public_key`] all the same.
+fn signature_matches(
+    verifier: &str,
+    user: &str,
+    challenge: &[u8; CHALLENGE_BYTES],
+    sig: &[u8; 64],
+) -> bool {
+    let pk = public_key_of(verifier);
+    let matched = verify_signature(
+        pk.as_ref().unwrap_or(dummy_public_key()),
+        user,
+        challenge,
+        sig,
+    );
+    pk.is_some() && matched
+}
+
+/// A token login: the session must exist, belong to `uid` and not have expired.
+fn resume_session(
+    store: &Mutex<Box<dyn MetaStore>>,
+    uid: Option<u32>,
+    token: &[u8; TOKEN_BYTES],
+) -> MgrResult<LoggedIn> {
+    let st = store.lock().expect("store lock");
+    let s = st.session(&token_hash(token)).map_err(db)?;
+    match (s, uid) {
+        (Some(s), Some(uid)) if s.uid == uid && s.expires_ms > now_ms() => Ok(LoggedIn {
+            caller: caller_of(st.as_ref(), uid)?,
+            token: *token,
+            expires_ms: s.expires_ms,
+        }),
+        _ => Err(refused(&Credential::Token(*token))),
+    }
+}
+
+/// Starts a session for `uid`: a fresh random token, its hash stored. `None` when the user's
+/// credential is no longer `verified` (changed while it was being checked): a session must
+/// never outlive the credential it was opened with, and [`set_credential`] has already ended
+/// the sessions it could see.
 fn new_session(
-    store: &std::sync::Mutex<Box<dyn MetaStore>>,
+    store: &Mutex<Box<dyn MetaStore>>,
     uid: u32,
+    verified: &str,
     session_ttl_ms: u64,
-) -> MgrResult<(Caller, [u8; TOKEN_BYTES], u64)> {
+) -> MgrResult<Option<LoggedIn>> {
     let mut token = [0u8; TOKEN_BYTES];
     nasd_crypto::random_bytes(&mut token);
-    let expires_ms = now_ms() + session_ttl_ms;
+    let now = now_ms();
+    let expires_ms = now + session_ttl_ms;
     let mut st = store.lock().expect("store lock");
-    st.expire_sessions(now_ms()).map_err(db)?;
+    let current = st.user_by_uid(uid).map_err(db)?;
+    if current.map(|u| u.phc).as_deref() != Some(verified) {
+        return Ok(None);
+    }
+    st.expire_sessions(now).map_err(db)?;
     st.put_session(&SessionRecord {
         token_hash: token_hash(&token),
         uid,
         expires_ms,
     })
     .map_err(db)?;
-    Ok((caller_of(st.as_ref(), uid)?, token, expires_ms))
+    Ok(Some(LoggedIn {
+        caller: caller_of(st.as_ref(), uid)?,
+        token,
+        expires_ms,
+    }))
+}
+
+/// Ends the session of `token_hash` (a logout); whether it was live.
+pub fn logout(st: &mut dyn MetaStore, token_hash: &[u8; 32]) -> MgrResult<bool> {
+    st.delete_session(token_hash).map_err(db)
+}
+
+/// Whether the session of `token_hash` is still live for `uid` (checked again on a live
+/// connection after any logout or credential change).
+pub fn session_live(st: &dyn MetaStore, token_hash: &[u8; 32], uid: u32) -> MgrResult<bool> {
+    Ok(st
+        .session(token_hash)
+        .map_err(db)?
+        .is_some_and(|s| s.uid == uid && s.expires_ms > now_ms()))
+}
+
+/// The new credential of a `user passwd`: a password, or a public key.
+pub enum NewCredential<'a> {
+    Password(&'a str),
+    PublicKey(&'a [u8; PUBLIC_KEY_BYTES]),
+}
+
+/// Sets `name`'s credential on behalf of `by` (the user themself, or an admin) and ends every
+/// session of the user, in one store transaction. The Argon2id hash is made before the store
+/// lock is taken.
+pub fn set_credential(
+    store: &Mutex<Box<dyn MetaStore>>,
+    by: &Caller,
+    name: &str,
+    new: NewCredential<'_>,
+) -> MgrResult<()> {
+    let verifier = match new {
+        NewCredential::Password(p) => hash_password(p)?,
+        NewCredential::PublicKey(pk) => key_verifier(pk)?,
+    };
+    let mut st = store.lock().expect("store lock");
+    let u = st
+        .user_by_name(name)
+        .map_err(db)?
+        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, name.to_string()))?;
+    if !by.admin && u.uid != by.uid {
+        return Err(MgrError::new(
+            MgrStatus::PermissionDenied,
+            format!("changing the credential of {name}"),
+        ));
+    }
+    st.set_credential(u.uid, &verifier).map_err(db)
 }
 
 /// Adds a user with `users` (or, for admins, `admin`) as primary group.
@@ -204,16 +380,14 @@ pub fn add_key_user(
 }
 
 fn add_user_with(st: &mut dyn MetaStore, name: &str, phc: &str, admin: bool) -> MgrResult<u32> {
-    check_name(name)?;
+    check_account_name(name)?;
     let gname = if admin { ADMIN_GROUP } else { USERS_GROUP };
     let gid = match st.group_by_name(gname).map_err(db)? {
         Some(g) => g.gid,
         None => st.add_group(gname).map_err(db)?,
     };
     st.add_user(name, phc, admin, gid).map_err(|e| match e {
-        crate::store::StoreError::Exists => {
-            MgrError::new(MgrStatus::Exists, format!("user {name}"))
-        }
+        StoreError::Exists => MgrError::new(MgrStatus::Exists, format!("user {name}")),
         e => db(e),
     })
 }
@@ -222,66 +396,104 @@ fn add_user_with(st: &mut dyn MetaStore, name: &str, phc: &str, admin: bool) -> 
 mod tests {
     use super::*;
     use crate::sqlite::SqliteStore;
-    use std::sync::Mutex;
+    use ed25519_dalek::{Signer, SigningKey};
+
+    fn store() -> Mutex<Box<dyn MetaStore>> {
+        Mutex::new(Box::new(SqliteStore::in_memory().unwrap()))
+    }
+
+    fn pw(p: &str) -> Credential {
+        Credential::Password(p.into())
+    }
+
+    fn sign(k: &SigningKey, user: &str, ch: &[u8; 32]) -> Credential {
+        Credential::Signature(k.sign(&login_message(user, ch)).to_bytes())
+    }
 
     #[test]
     fn login_by_password_then_token() {
-        let mut s: Box<dyn MetaStore> = Box::new(SqliteStore::in_memory().unwrap());
-        add_user(s.as_mut(), "alice", "secret", false).unwrap();
-        let m = Mutex::new(s);
-        let wrong = login(
-            &m,
-            "alice",
-            &Credential::Password("nope".into()),
-            1000,
-            None,
-        )
-        .unwrap_err();
+        let m = store();
+        add_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
+        let wrong = login(&m, "alice", &pw("nope"), 1000, None).unwrap_err();
         assert_eq!(wrong.status, MgrStatus::WrongPassword);
-        let unknown = login(
-            &m,
-            "bob",
-            &Credential::Password("secret".into()),
-            1000,
-            None,
-        )
-        .unwrap_err();
-        assert_eq!(unknown.status, MgrStatus::UnknownUser);
-        let (c, tok, _) = login(
-            &m,
-            "alice",
-            &Credential::Password("secret".into()),
-            60_000,
-            None,
-        )
-        .unwrap();
-        assert_eq!(c.name, "alice");
-        assert!(!c.admin);
-        let (c2, _, _) = login(&m, "alice", &Credential::Token(tok), 60_000, None).unwrap();
-        assert_eq!(c2.uid, c.uid);
+        let ok = login(&m, "alice", &pw("secret"), 60_000, None).unwrap();
+        assert_eq!(ok.caller.name, "alice");
+        assert!(!ok.caller.admin);
+        let again = login(&m, "alice", &Credential::Token(ok.token), 60_000, None).unwrap();
+        assert_eq!(again.caller.uid, ok.caller.uid);
+        assert_eq!(again.expires_ms, ok.expires_ms);
         let bad = login(&m, "alice", &Credential::Token([0; 32]), 60_000, None).unwrap_err();
         assert_eq!(bad.status, MgrStatus::SessionExpired);
-        // An expired session is refused.
-        let (_, old, _) =
-            login(&m, "alice", &Credential::Password("secret".into()), 0, None).unwrap();
-        let exp = login(&m, "alice", &Credential::Token(old), 60_000, None).unwrap_err();
-        assert_eq!(exp.status, MgrStatus::SessionExpired);
+        // A token is good only for its own user, and an expired one for nobody.
+        add_user(m.lock().unwrap().as_mut(), "bob", "secret2", false).unwrap();
+        let theirs = login(&m, "bob", &Credential::Token(ok.token), 60_000, None).unwrap_err();
+        assert_eq!(theirs, bad);
+        let old = login(&m, "alice", &pw("secret"), 0, None).unwrap();
+        let exp = login(&m, "alice", &Credential::Token(old.token), 60_000, None).unwrap_err();
+        assert_eq!(exp, bad);
+        let nobody = login(&m, "zed", &Credential::Token(ok.token), 60_000, None).unwrap_err();
+        assert_eq!(nobody, bad);
+    }
+
+    #[test]
+    fn every_failed_login_gets_one_answer_per_credential_kind() {
+        let m = store();
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let other = SigningKey::from_bytes(&[8; 32]);
+        {
+            let mut st = m.lock().unwrap();
+            add_user(st.as_mut(), "alice", "secret", false).unwrap();
+            add_key_user(st.as_mut(), "carol", &key.verifying_key().to_bytes(), false).unwrap();
+        }
+        let refused_pw = refused(&pw("x"));
+        for (user, p) in [("alice", "nope"), ("nobody", "secret"), ("carol", "secret")] {
+            assert_eq!(login(&m, user, &pw(p), 1000, None).unwrap_err(), refused_pw);
+        }
+        let ch = [3u8; CHALLENGE_BYTES];
+        let refused_sig = refused(&Credential::Signature([0; 64]));
+        assert_ne!(refused_sig.detail, refused_pw.detail);
+        for (user, k) in [("carol", &other), ("alice", &key), ("nobody", &key)] {
+            let e = login(&m, user, &sign(k, user, &ch), 1000, Some(&ch)).unwrap_err();
+            assert_eq!(e, refused_sig, "{user}");
+        }
+        // The answer names neither the user nor whether they exist.
+        for e in [&refused_pw, &refused_sig] {
+            assert!(!e.detail.contains("alice") && !e.detail.contains("nobody"));
+        }
+    }
+
+    #[test]
+    fn a_password_for_nobody_costs_an_argon2id_check_with_the_real_parameters() {
+        let real = hash_password("some password").unwrap();
+        let real = PasswordHash::new(&real).unwrap();
+        let dummy = PasswordHash::new(dummy_phc()).unwrap();
+        assert_eq!(dummy.algorithm, real.algorithm);
+        assert_eq!(dummy.algorithm, argon2::Algorithm::Argon2id.ident());
+        assert_eq!(dummy.version, real.version);
+        assert_eq!(
+            argon2::Params::try_from(&dummy).unwrap(),
+            argon2::Params::try_from(&real).unwrap()
+        );
+        // A key user's verifier is never taken for a password hash.
+        let kv = key_verifier(&SigningKey::from_bytes(&[1; 32]).verifying_key().to_bytes());
+        assert!(!password_matches(&kv.unwrap(), ""));
     }
 
     #[test]
     fn login_by_signing_the_challenge_and_a_wrong_key_is_refused() {
-        use ed25519_dalek::{Signer, SigningKey};
         let key = SigningKey::from_bytes(&[7; 32]);
         let other = SigningKey::from_bytes(&[8; 32]);
-        let mut s: Box<dyn MetaStore> = Box::new(SqliteStore::in_memory().unwrap());
-        add_key_user(s.as_mut(), "carol", &key.verifying_key().to_bytes(), false).unwrap();
-        let m = Mutex::new(s);
+        let m = store();
+        add_key_user(
+            m.lock().unwrap().as_mut(),
+            "carol",
+            &key.verifying_key().to_bytes(),
+            false,
+        )
+        .unwrap();
         let ch = [3u8; CHALLENGE_BYTES];
-        let sign = |k: &SigningKey, user: &str, ch: &[u8; 32]| {
-            Credential::Signature(k.sign(&login_message(user, ch)).to_bytes())
-        };
-        let (c, _, _) = login(&m, "carol", &sign(&key, "carol", &ch), 60_000, Some(&ch)).unwrap();
-        assert_eq!(c.name, "carol");
+        let ok = login(&m, "carol", &sign(&key, "carol", &ch), 60_000, Some(&ch)).unwrap();
+        assert_eq!(ok.caller.name, "carol");
         let wrong = login(&m, "carol", &sign(&other, "carol", &ch), 60_000, Some(&ch));
         assert_eq!(wrong.unwrap_err().status, MgrStatus::WrongPassword);
         // A signature over another challenge (a replay) or without one is refused.
@@ -289,14 +501,89 @@ mod tests {
         let replay = login(&m, "carol", &old, 60_000, Some(&ch));
         assert_eq!(replay.unwrap_err().status, MgrStatus::WrongPassword);
         assert!(login(&m, "carol", &sign(&key, "carol", &ch), 60_000, None).is_err());
-        // No password opens a key user's account; a password user has no key.
-        let pw = login(
-            &m,
-            "carol",
-            &Credential::Password(String::new()),
-            60_000,
-            None,
-        );
-        assert_eq!(pw.unwrap_err().status, MgrStatus::WrongPassword);
+        // No password opens a key user's account.
+        let e = login(&m, "carol", &pw(""), 60_000, None).unwrap_err();
+        assert_eq!(e.status, MgrStatus::WrongPassword);
+    }
+
+    fn admin() -> Caller {
+        Caller {
+            uid: 0,
+            name: "admin".into(),
+            admin: true,
+            gid: 0,
+            groups: vec![0],
+        }
+    }
+
+    #[test]
+    fn a_new_password_or_key_ends_every_session_and_logout_ends_one() {
+        let m = store();
+        add_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
+        let a = login(&m, "alice", &pw("secret"), 60_000, None).unwrap();
+        let b = login(&m, "alice", &pw("secret"), 60_000, None).unwrap();
+        let live = |t: &[u8; 32]| {
+            session_live(m.lock().unwrap().as_ref(), &token_hash(t), a.caller.uid).unwrap()
+        };
+        assert!(live(&a.token) && live(&b.token));
+        // Logout ends one session.
+        assert!(logout(m.lock().unwrap().as_mut(), &token_hash(&a.token)).unwrap());
+        assert!(!live(&a.token) && live(&b.token));
+        let e = login(&m, "alice", &Credential::Token(a.token), 60_000, None).unwrap_err();
+        assert_eq!(e.status, MgrStatus::SessionExpired);
+        // A password change ends them all; only the new password logs in.
+        set_credential(&m, &a.caller, "alice", NewCredential::Password("other")).unwrap();
+        assert!(!live(&b.token));
+        assert!(login(&m, "alice", &pw("secret"), 60_000, None).is_err());
+        let c = login(&m, "alice", &pw("other"), 60_000, None).unwrap();
+        // So does a key change, made by an admin.
+        let key = SigningKey::from_bytes(&[5; 32]);
+        let pk = key.verifying_key().to_bytes();
+        set_credential(&m, &admin(), "alice", NewCredential::PublicKey(&pk)).unwrap();
+        assert!(!live(&c.token));
+        let ch = [1u8; 32];
+        login(&m, "alice", &sign(&key, "alice", &ch), 60_000, Some(&ch)).unwrap();
+        // Nobody changes another user's credential but an admin.
+        add_user(m.lock().unwrap().as_mut(), "bob", "secret", false).unwrap();
+        let e = set_credential(&m, &c.caller, "bob", NewCredential::Password("mine!"));
+        assert_eq!(e.unwrap_err().status, MgrStatus::PermissionDenied);
+    }
+
+    #[test]
+    fn a_session_is_not_opened_on_a_credential_that_changed_while_it_was_checked() {
+        let m = store();
+        add_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
+        let verified = m.lock().unwrap().user_by_name("alice").unwrap().unwrap();
+        set_credential(&m, &admin(), "alice", NewCredential::Password("changed")).unwrap();
+        let s = new_session(&m, verified.uid, &verified.phc, 60_000).unwrap();
+        assert!(s.is_none());
+    }
+
+    #[test]
+    fn account_names_are_a_safe_ascii_set() {
+        for ok in ["alice", "_svc", "bob.smith", "web-1", "a", &"x".repeat(32)] {
+            check_account_name(ok).unwrap();
+        }
+        for bad in [
+            "",
+            "Alice",
+            "bad name",
+            "a\nb",
+            "tab\t",
+            "\u{430}dmin",
+            "-rf",
+            "1abc",
+            "a/b",
+            "caf\u{e9}",
+            "x\u{1b}[31m",
+            &"x".repeat(33),
+        ] {
+            let e = check_account_name(bad).unwrap_err();
+            assert_eq!(e.status, MgrStatus::BadName, "{bad:?}");
+            assert!(!e.detail.contains('\n') && !e.detail.contains('\u{1b}'));
+        }
+        let mut st = SqliteStore::in_memory().unwrap();
+        let e = add_user(&mut st, "Bad Name", "secret", false).unwrap_err();
+        assert_eq!(e.status, MgrStatus::BadName);
     }
 }

@@ -28,7 +28,12 @@ use std::fmt;
 ///   ([`MgrReply::Staged`]) that [`MgrRequest::Commit`] swaps in, so an overwrite never
 ///   truncates the old content first. `DriveAdd` carries an optional master key file, with
 ///   which the manager replaces the drive key so only it knows the new one.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 2;
+/// - 3: [`MgrRequest::Logout`] ends the connection's session on the manager.
+///   [`MgrRequest::UserPasswd`] carries an optional Ed25519 public key (a key change); either
+///   change ends every session of the user. A failed login answers
+///   [`MgrStatus::WrongPassword`] with one detail per credential kind, whether or not the user
+///   exists; [`MgrStatus::TooManyAttempts`] refuses a login while its source or user backs off.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 3;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -159,9 +164,12 @@ pub enum MgrRequest {
         admin: bool,
         public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
     },
+    /// Sets a user's password or, with `public_key`, makes them a key user with that key (the
+    /// password is then ignored). Ends every session of the user, live connections included.
     UserPasswd {
         name: String,
         password: String,
+        public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
     },
     UserList,
     GroupAdd {
@@ -193,6 +201,9 @@ pub enum MgrRequest {
     Challenge {
         user: String,
     },
+    /// Ends the session this connection logged in with: the manager forgets its token, so it
+    /// logs in nowhere again, and the connection is logged out.
+    Logout,
 }
 
 /// Stable status codes of manager replies.
@@ -219,10 +230,11 @@ pub enum MgrStatus {
     DiskFull = 18,
     Internal = 19,
     UnknownGroup = 20,
+    TooManyAttempts = 21,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 20] = [
+    pub const ALL: [MgrStatus; 21] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -243,6 +255,7 @@ impl MgrStatus {
         Self::DiskFull,
         Self::Internal,
         Self::UnknownGroup,
+        Self::TooManyAttempts,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -253,7 +266,7 @@ impl MgrStatus {
             Self::Version => "manager protocol version not supported",
             Self::NotLoggedIn => "not logged in",
             Self::UnknownUser => "unknown user",
-            Self::WrongPassword => "wrong password",
+            Self::WrongPassword => "credential refused",
             Self::SessionExpired => "session expired; log in again",
             Self::PermissionDenied => "permission denied",
             Self::NoSuchPath => "no such file or directory",
@@ -269,6 +282,7 @@ impl MgrStatus {
             Self::DiskFull => "drive full",
             Self::Internal => "internal manager error",
             Self::UnknownGroup => "unknown group",
+            Self::TooManyAttempts => "too many failed logins",
         }
     }
 }
@@ -416,6 +430,24 @@ fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError>
     }
 }
 
+/// `u8 has_key (0 | 1)`, then the 32-byte key when 1.
+fn put_public_key(w: &mut Writer, k: &Option<[u8; PUBLIC_KEY_BYTES]>) {
+    match k {
+        None => w.u8(0),
+        Some(k) => {
+            w.u8(1);
+            w.bytes(k);
+        }
+    }
+}
+
+fn get_public_key(r: &mut Reader<'_>) -> Result<Option<[u8; PUBLIC_KEY_BYTES]>, DecodeError> {
+    Ok(match get_bool(r, "has public key")? {
+        false => None,
+        true => Some(r.array("public key")?),
+    })
+}
+
 fn put_header(w: &mut Writer, kind: u8, request_id: u64, tag: u8) {
     w.bytes(MAGIC);
     w.u16(MANAGER_PROTOCOL_VERSION);
@@ -472,6 +504,7 @@ impl MgrRequest {
             Self::DriveList => "drive list",
             Self::Commit { .. } => "commit",
             Self::Challenge { .. } => "challenge",
+            Self::Logout => "logout",
         }
     }
 
@@ -501,6 +534,7 @@ impl MgrRequest {
             Self::DriveList => 21,
             Self::Commit { .. } => 22,
             Self::Challenge { .. } => 23,
+            Self::Logout => 24,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -572,20 +606,19 @@ impl MgrRequest {
                 put_str(&mut w, name);
                 put_str(&mut w, password);
                 w.u8(*admin as u8);
-                match public_key {
-                    None => w.u8(0),
-                    Some(k) => {
-                        w.u8(1);
-                        w.bytes(k);
-                    }
-                }
+                put_public_key(&mut w, public_key);
             }
             Self::Challenge { user } => put_str(&mut w, user),
-            Self::UserPasswd { name, password } => {
+            Self::UserPasswd {
+                name,
+                password,
+                public_key,
+            } => {
                 put_str(&mut w, name);
                 put_str(&mut w, password);
+                put_public_key(&mut w, public_key);
             }
-            Self::UserList | Self::DriveList => {}
+            Self::UserList | Self::DriveList | Self::Logout => {}
             Self::GroupAdd { name } => put_str(&mut w, name),
             Self::GroupMember { group, user } => {
                 put_str(&mut w, group);
@@ -683,14 +716,12 @@ impl MgrRequest {
                 name: get_str(r, "name")?,
                 password: get_str(r, "password")?,
                 admin: get_bool(r, "admin")?,
-                public_key: match get_bool(r, "has public key")? {
-                    false => None,
-                    true => Some(r.array("public key")?),
-                },
+                public_key: get_public_key(r)?,
             },
             16 => Self::UserPasswd {
                 name: get_str(r, "name")?,
                 password: get_str(r, "password")?,
+                public_key: get_public_key(r)?,
             },
             17 => Self::UserList,
             18 => Self::GroupAdd {
@@ -714,6 +745,7 @@ impl MgrRequest {
             23 => Self::Challenge {
                 user: get_str(r, "user")?,
             },
+            24 => Self::Logout,
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
@@ -1052,7 +1084,14 @@ mod tests {
             MgrRequest::UserPasswd {
                 name: "bob".into(),
                 password: "y".into(),
+                public_key: None,
             },
+            MgrRequest::UserPasswd {
+                name: "carol".into(),
+                password: String::new(),
+                public_key: Some([9; 32]),
+            },
+            MgrRequest::Logout,
             MgrRequest::UserList,
             MgrRequest::GroupAdd {
                 name: "staff".into(),

@@ -1,5 +1,5 @@
 //! The user's commands: `cp`, `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`, `chmod`, `chown`,
-//! `truncate`, `touch`, `user ...`, `group ...`, `login`, and `bench cluster`. They read the client config that
+//! `truncate`, `touch`, `user ...`, `group ...`, `login`, `logout`, and `bench cluster`. They read the client config that
 //! `nasd up` writes (`$NASD_CONFIG`, else `DATA/client.json` with DATA from `$NASD_DATA`, else
 //! `~/.local/share/nasd`) and talk to the manager as the configured user.
 //!
@@ -72,6 +72,14 @@ fn token_path(config: &Path, user: &str) -> PathBuf {
     config.with_file_name(format!("session-{user}.token"))
 }
 
+/// The session token saved by `nasd login` for `user`, if there is a readable one.
+fn saved_token(config: &Path, user: &str) -> Option<[u8; 32]> {
+    std::fs::read_to_string(token_path(config, user))
+        .ok()
+        .and_then(|t| hex::decode(t.trim()).ok())
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+}
+
 /// The session config for the configured (or `$NASD_USER`) user.
 pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
     let c = load_config(config)?;
@@ -86,11 +94,7 @@ pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
         Credential::Password(String::new())
     } else if let Ok(p) = std::env::var("NASD_PASSWORD") {
         Credential::Password(p)
-    } else if let Some(t) = std::fs::read_to_string(token_path(config, &user))
-        .ok()
-        .and_then(|t| hex::decode(t.trim()).ok())
-        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-    {
+    } else if let Some(t) = saved_token(config, &user) {
         Credential::Token(t)
     } else if let (Some(pf), true) = (&c.password_file, user == c.user) {
         let p = std::fs::read_to_string(pf)
@@ -219,8 +223,14 @@ pub enum UserCmd {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-    /// Change a password (your own, or anyone's as admin).
-    Passwd { name: String },
+    /// Change a password (your own, or anyone's as admin), or with --public-key make the user
+    /// log in with that key instead. Ends every session of the user.
+    Passwd {
+        name: String,
+        /// An Ed25519 public key file (from `nasd user keygen`): the user's new credential.
+        #[arg(long, value_name = "FILE")]
+        public_key: Option<PathBuf>,
+    },
     /// List users and their groups.
     List {
         #[arg(long)]
@@ -700,17 +710,26 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             .await?;
             println!("user {name} added");
         }
-        UserCmd::Passwd { name } => {
-            let password = read_password(&format!("new password for {name}: "))?;
+        UserCmd::Passwd { name, public_key } => {
+            let (password, public_key) = match public_key {
+                Some(p) => (String::new(), Some(nasd_client::userkey::read_public(&p)?)),
+                None => (read_password(&format!("new password for {name}: "))?, None),
+            };
+            let what = if public_key.is_some() {
+                "key"
+            } else {
+                "password"
+            };
             c.request(
                 "/",
                 MgrRequest::UserPasswd {
                     name: name.clone(),
                     password,
+                    public_key,
                 },
             )
             .await?;
-            println!("password of {name} changed");
+            println!("{what} of {name} changed; every session of {name} has ended");
         }
         UserCmd::List { json } => {
             if let MgrReply::Users(us) = c.request("/", MgrRequest::UserList).await? {
@@ -762,7 +781,9 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
 
 /// Logs in with a password, or with `key` (an Ed25519 secret key file) by signing the
 /// manager's challenge, and saves the session token (mode 0600) beside the config; later
-/// commands use it until it expires. Also makes USER the config's user.
+/// commands use it until it expires (the manager's `session_ttl_ms`, 12 h by default), until
+/// `nasd logout`, or until the user's password or key changes. Also makes USER the config's
+/// user.
 pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result<()> {
     let path = config_path();
     let mut cfg = load_config(&path)?;
@@ -797,6 +818,45 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
     }
     let left_h = expires_ms.saturating_sub(nasd_drive::now_us() / 1000) / 3_600_000;
     println!("logged in as {user}; the session lasts {left_h} h");
+    Ok(())
+}
+
+/// Ends the session `nasd login` saved for USER (default: `$NASD_USER`, else the config's
+/// user) on the manager, so its token logs in nowhere again, and deletes the token file. The
+/// file goes even when the manager cannot be reached, but then the command fails and says that
+/// the session lives on the manager until it expires.
+pub async fn logout(user: Option<String>) -> anyhow::Result<()> {
+    let path = config_path();
+    let cfg = load_config(&path)?;
+    let user = user
+        .or_else(|| std::env::var("NASD_USER").ok())
+        .unwrap_or_else(|| cfg.user.clone());
+    let Some(token) = saved_token(&path, &user) else {
+        bail!(
+            "no saved session for {user} ({} is missing or unreadable)",
+            token_path(&path, &user).display()
+        );
+    };
+    let ca_der = std::fs::read(&cfg.ca).with_context(|| format!("{}", cfg.ca.display()))?;
+    let session = nasd_client::session::Session::connect(&SessionConfig {
+        manager: cfg.manager.clone(),
+        ca_der,
+        user: user.clone(),
+        credential: Credential::Token(token),
+        signing_key: None,
+    })
+    .await;
+    let ended = match session {
+        Ok(s) => s.logout().await,
+        Err(e) if e.status() == Some(MgrStatus::SessionExpired) => Ok(()),
+        Err(e) => Err(e),
+    };
+    let tp = token_path(&path, &user);
+    std::fs::remove_file(&tp).with_context(|| format!("removing {}", tp.display()))?;
+    if let Err(e) = ended {
+        bail!("{e}; the token file is deleted, but the session stays valid on the manager until it expires");
+    }
+    println!("logged out {user}");
     Ok(())
 }
 

@@ -8,7 +8,7 @@
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
 //! - [`cmd_up`]: `nasd up|down`: a local cluster of processes.
-//! - [`cmd_fs`]: `nasd cp|ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login`,
+//! - [`cmd_fs`]: `nasd cp|ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login|logout`,
 //!   `bench cluster`.
 //! - [`demo`]: `nasd demo`.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
@@ -181,13 +181,20 @@ enum Cmd {
     /// Groups (admin).
     #[command(subcommand)]
     Group(cmd_fs::GroupCmd),
-    /// Log in and keep a session token for later commands.
+    /// Log in and keep a session token for later commands. The session lasts the manager's
+    /// session_ttl_ms (12 h by default), until `nasd logout`, or until the password or key of
+    /// the user changes.
     Login {
         #[arg(long)]
         user: Option<String>,
         /// Log in with this Ed25519 secret key file instead of a password.
         #[arg(long, value_name = "FILE")]
         key: Option<std::path::PathBuf>,
+    },
+    /// End the session `nasd login` saved (on the manager too) and delete its token file.
+    Logout {
+        #[arg(long)]
+        user: Option<String>,
     },
 }
 
@@ -244,6 +251,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::User(c) => runtime()?.block_on(cmd_fs::user(c)),
         Cmd::Group(c) => runtime()?.block_on(cmd_fs::group(c)),
         Cmd::Login { user, key } => runtime()?.block_on(cmd_fs::login(user, key)),
+        Cmd::Logout { user } => runtime()?.block_on(cmd_fs::logout(user)),
     }
 }
 
