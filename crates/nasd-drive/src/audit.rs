@@ -12,6 +12,7 @@ use nasd_proto::Status;
 use parking_lot::{Condvar, Mutex};
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,7 +65,11 @@ impl Audit {
                 dropped: AtomicU64::new(0),
             });
         };
-        let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(nasd_private::PRIVATE_FILE_MODE)
+            .open(path)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()

@@ -159,13 +159,35 @@ fn fmt_time_ms(ms: u64) -> String {
 impl Drive {
     /// Opens the drive in `data_dir` (`meta.redb`, `data.blk`, `nonce.floor`, `audit.log`).
     pub fn open(data_dir: &Path) -> Result<Arc<Drive>, DriveError> {
-        let meta = Arc::new(crate::storage::FileStorage::open(
-            &data_dir.join("meta.redb"),
-        )?);
-        let data = Arc::new(crate::storage::FileStorage::open(
-            &data_dir.join("data.blk"),
-        )?);
-        let store = Arc::new(Store::open(meta, data)?);
+        Self::open_with(data_dir, None)
+    }
+
+    /// [`Drive::open`] with the passphrase a drive with sealed keys needs. Refuses a data
+    /// directory that anyone but its owner may access (it holds the keys and every object),
+    /// and names a missing data file instead of making an empty one.
+    pub fn open_with(data_dir: &Path, passphrase: Option<&[u8]>) -> Result<Arc<Drive>, DriveError> {
+        nasd_private::check_tree(data_dir).map_err(|e| DriveError::Config(e.to_string()))?;
+        let existing = |name: &str| {
+            let path = data_dir.join(name);
+            crate::storage::FileStorage::open_existing(&path).map_err(|e| {
+                DriveError::Config(match e.kind() {
+                    std::io::ErrorKind::NotFound if name == "meta.redb" => format!(
+                        "{} is missing: {} is not a drive (run `nasd drive init`)",
+                        path.display(),
+                        data_dir.display()
+                    ),
+                    std::io::ErrorKind::NotFound => format!(
+                        "{} is missing: the drive's data file is gone, so its objects are \
+                         lost; restore it from a backup, or make a new drive",
+                        path.display()
+                    ),
+                    _ => format!("{}: {e}", path.display()),
+                })
+            })
+        };
+        let meta = Arc::new(existing("meta.redb")?);
+        let data = Arc::new(existing("data.blk")?);
+        let store = Arc::new(Store::open_with(meta, data, passphrase)?);
         let floor_path = data_dir.join(NONCE_FLOOR_FILE);
         // A drive without a floor file (made before it existed; `init` makes one) may have
         // accepted nonces up to a window ahead of now: start above all of them.

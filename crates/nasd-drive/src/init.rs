@@ -10,6 +10,7 @@ use crate::store::Store;
 use crate::writer::{run_now, Job};
 use crate::DriveError;
 use nasd_crypto::keyfile::KeyFile;
+use nasd_crypto::seal::KeySeal;
 use nasd_crypto::Key;
 use nasd_proto::{DriveId, KeyType, PartitionId, Protection, Scheme, Suite};
 use std::io::Write;
@@ -30,6 +31,9 @@ pub struct InitOptions {
     pub min_protection: Protection,
     /// Default scheme of the first partition.
     pub scheme: Scheme,
+    /// Seal the key hierarchy in the metadata under this passphrase (seed 002 §2.4's protected
+    /// key storage); the drive then needs it to start.
+    pub seal_passphrase: Option<Vec<u8>>,
 }
 
 impl InitOptions {
@@ -43,6 +47,7 @@ impl InitOptions {
             quota_bytes: None,
             min_protection: Protection::INTEGRITY_ARGS,
             scheme: Scheme::Tree,
+            seal_passphrase: None,
         }
     }
 }
@@ -84,16 +89,16 @@ fn free_space(dir: &Path) -> Option<u64> {
 
 pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
     let dir = &opts.data_dir;
-    std::fs::create_dir_all(dir)?;
     if dir.join("meta.redb").exists() {
         return Err(DriveError::Config(format!(
             "{} already holds a drive",
             dir.display()
         )));
     }
+    let private = |e: nasd_private::PrivacyError| DriveError::Config(e.to_string());
+    nasd_private::create_dir(dir).map_err(private)?;
     let keys = dir.join("keys");
-    std::fs::create_dir_all(&keys)?;
-    std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    nasd_private::create_dir(&keys).map_err(private)?;
     let drive = DriveId(nasd_crypto::random_u64());
     let suite = opts.suite;
     let master_key_file = keys.join("master.key");
@@ -151,7 +156,11 @@ pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
     };
     let meta = Arc::new(FileStorage::open(&dir.join("meta.redb"))?);
     let data = Arc::new(FileStorage::open(&dir.join("data.blk"))?);
-    let store = Arc::new(Store::create(meta, data, rec)?);
+    let seal = match &opts.seal_passphrase {
+        Some(p) => Some(KeySeal::create(p).map_err(|e| DriveError::Config(e.to_string()))?),
+        None => None,
+    };
+    let store = Arc::new(Store::create_with(meta, data, rec, seal)?);
     // A new drive has accepted no nonce: its replay floor starts at 0.
     crate::replay_floor::ReplayFloor::open(
         Arc::new(FileStorage::open(
@@ -204,4 +213,26 @@ pub fn init(opts: &InitOptions) -> Result<InitReport, DriveError> {
         report.working_key_file = Some(wf);
     }
     Ok(report)
+}
+
+/// Whether the drive in `data_dir` keeps its keys sealed.
+pub fn is_sealed(data_dir: &Path) -> Result<bool, DriveError> {
+    Store::is_sealed(Arc::new(FileStorage::open_existing(
+        &data_dir.join("meta.redb"),
+    )?))
+}
+
+/// Seals the keys of the (stopped) drive in `data_dir` under `new_passphrase`, or changes the
+/// passphrase of a sealed one (`passphrase` opens it). Keys the drive held in clear before may
+/// still lie in pages its database has freed: rotate them afterwards (docs/storage.md).
+pub fn seal_keys(
+    data_dir: &Path,
+    passphrase: Option<&[u8]>,
+    new_passphrase: &[u8],
+) -> Result<(), DriveError> {
+    nasd_private::check_tree(data_dir).map_err(|e| DriveError::Config(e.to_string()))?;
+    let meta = Arc::new(FileStorage::open_existing(&data_dir.join("meta.redb"))?);
+    let data = Arc::new(FileStorage::open_existing(&data_dir.join("data.blk"))?);
+    let seal = KeySeal::create(new_passphrase).map_err(|e| DriveError::Config(e.to_string()))?;
+    Store::seal_keys(meta, data, passphrase, seal)
 }

@@ -34,7 +34,7 @@ pub mod tree_cache;
 pub mod writer;
 
 pub use handler::{Drive, Metrics};
-pub use init::{init, InitOptions, InitReport};
+pub use init::{init, is_sealed, seal_keys, InitOptions, InitReport};
 pub use server::serve;
 
 use nasd_proto::{ObjectId, PartitionId, Status};

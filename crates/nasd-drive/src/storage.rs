@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,13 +41,22 @@ pub struct FileStorage {
 }
 
 impl FileStorage {
+    /// Opens `path`, creating it private to its owner (mode 0600, whatever the umask) if it
+    /// does not exist.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(nasd_private::PRIVATE_FILE_MODE)
             .open(path)?;
+        Ok(Self { file })
+    }
+
+    /// Opens `path`, which must exist.
+    pub fn open_existing(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(Self { file })
     }
 }

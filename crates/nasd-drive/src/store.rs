@@ -217,6 +217,18 @@ impl Store {
         Self::from_db(db, data, seal)
     }
 
+    /// Whether the drive on `meta` keeps its keys sealed (it then needs its passphrase).
+    pub fn is_sealed(meta: Arc<dyn Storage>) -> R<bool> {
+        let db = Database::builder()
+            .create_with_backend(RedbBackend(meta))
+            .map_err(db_err)?;
+        let r = db.begin_read().map_err(db_err)?;
+        let t = r
+            .open_table(DRIVE)
+            .map_err(|_| DriveError::NotInitialized)?;
+        Ok(t.get(SEAL_ENTRY).map_err(db_err)?.is_some())
+    }
+
     /// The drive's seal, unlocked with `passphrase`, if its keys are sealed.
     fn unlock(db: &Database, passphrase: Option<&[u8]>) -> R<Option<KeySeal>> {
         let r = db.begin_read().map_err(db_err)?;

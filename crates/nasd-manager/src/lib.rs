@@ -17,14 +17,13 @@
 //! - [`tls`]: the cluster CA and the server certificate.
 //! - [`server`]: the TLS listener and the request dispatcher; [`conns`]: the connection table
 //!   that bounds what peers which have not logged in can hold.
-//! - [`setup`]: `nasd manager init` and the manager's config file; [`private`]: its files are
+//! - [`setup`]: `nasd manager init` and the manager's config file; its files are
 //!   private to its user, checked at start.
 
 pub mod backoff;
 pub mod conformance;
 pub mod conns;
 pub mod drives;
-pub mod private;
 pub mod scrub;
 pub mod server;
 pub mod service;

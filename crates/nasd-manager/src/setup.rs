@@ -12,7 +12,7 @@
 use crate::service::{Manager, Policy};
 use crate::sqlite::SqliteStore;
 use crate::store::MetaStore;
-use crate::{private, server, tls, users, MgrError, MgrResult};
+use crate::{server, tls, users, MgrError, MgrResult};
 use nasd_proto::manager::MgrStatus;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -70,7 +70,7 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
             format!("{} already holds a manager", o.dir.display()),
         ));
     }
-    private::create_dir(&o.dir).map_err(|e| err(e.to_string()))?;
+    nasd_private::create_dir(&o.dir).map_err(|e| err(e.to_string()))?;
     let mut st = open_store(&o.dir)?;
     users::add_user(&mut st, &o.admin_user, &o.admin_password, true)?;
     if st
@@ -88,7 +88,7 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
         policy: o.policy.clone(),
     };
     let text = serde_json::to_string_pretty(&cfg).expect("plain struct");
-    private::write_file(&config_path(&o.dir), (text + "\n").as_bytes())
+    nasd_private::write_file(&config_path(&o.dir), (text + "\n").as_bytes())
         .map_err(|e| err(e.to_string()))?;
     Ok(())
 }
@@ -97,7 +97,7 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
 /// `-shm` files the database file's mode).
 fn open_store(dir: &Path) -> MgrResult<SqliteStore> {
     let path = dir.join("meta.sqlite");
-    private::create_file(&path).map_err(|e| err(e.to_string()))?;
+    nasd_private::create_file(&path).map_err(|e| err(e.to_string()))?;
     SqliteStore::open(&path).map_err(|e| err(format!("{}: {e}", path.display())))
 }
 
@@ -110,7 +110,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
-    private::check_tree(dir).map_err(|e| err(e.to_string()))?;
+    nasd_private::check_tree(dir).map_err(|e| err(e.to_string()))?;
     let st = open_store(dir)?;
     let m = Manager::new(Box::new(st), cfg.policy.clone())?;
     let tls = tls::server_config(dir)?;

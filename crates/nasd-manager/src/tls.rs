@@ -4,9 +4,9 @@
 //! TLS 1.3 only, with the ring provider.
 //!
 //! Files under `DIR/tls/` (DER; the directory 0700, every file 0600 like all of the manager's
-//! files, [`crate::private`]): `ca.der`, `ca.key`, `server.der`, `server.key`.
+//! files, `nasd_private`): `ca.der`, `ca.key`, `server.der`, `server.key`.
 
-use crate::{private, MgrError, MgrResult};
+use crate::{MgrError, MgrResult};
 use nasd_proto::manager::MgrStatus;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::path::Path;
@@ -17,14 +17,14 @@ fn err(what: &str, e: impl std::fmt::Display) -> MgrError {
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> MgrResult<()> {
-    private::write_file(path, bytes).map_err(|e| err("writing", e))
+    nasd_private::write_file(path, bytes).map_err(|e| err("writing", e))
 }
 
 /// Creates the CA and the server certificate in `dir/tls/`.
 pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
     use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
     let tls = dir.join("tls");
-    private::create_dir(&tls).map_err(|e| err("creating the tls directory", e))?;
+    nasd_private::create_dir(&tls).map_err(|e| err("creating the tls directory", e))?;
     let ca_key = KeyPair::generate().map_err(|e| err("CA key", e))?;
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA params", e))?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -11,6 +11,7 @@ use nasd_crypto::keyfile::KeyFile;
 use nasd_crypto::Key;
 use nasd_proto::{KeyType, ObjectId, OpCode, PartitionId, Protection, Scheme, Suite};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Subcommand, Debug)]
 pub enum DriveCmd {
@@ -38,6 +39,12 @@ pub enum DriveCmd {
         /// Default integrity scheme of the --partition's objects.
         #[arg(long, value_parser = parse::scheme, default_value = "tree")]
         scheme: Scheme,
+        /// Seal the key hierarchy in the drive's metadata under a passphrase ($NASD_DRIVE_PASSPHRASE,
+        /// --passphrase-file, or asked); the drive then needs it to start.
+        #[arg(long)]
+        seal_keys: bool,
+        #[command(flatten)]
+        passphrase: PassphraseArgs,
     },
     /// Serve the drive in DIR on ADDR until SIGTERM or ctrl-c.
     Run {
@@ -46,9 +53,49 @@ pub enum DriveCmd {
         /// HOST:PORT; port 0 picks a free one (printed on stdout).
         #[arg(long, value_name = "ADDR")]
         listen: String,
+        /// For a drive with sealed keys.
+        #[command(flatten)]
+        passphrase: PassphraseArgs,
+    },
+    /// Seal the keys of a stopped drive under a passphrase, or change the passphrase of a sealed
+    /// one (the new one from $NASD_DRIVE_NEW_PASSPHRASE, --new-passphrase-file, or asked).
+    Seal {
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// The current passphrase, for a drive already sealed.
+        #[command(flatten)]
+        passphrase: PassphraseArgs,
+        #[arg(long, value_name = "FILE")]
+        new_passphrase_file: Option<PathBuf>,
     },
     /// Ask a drive what it is (inquiry, seed 002 Table 3).
     Info(AdminArgs),
+}
+
+/// Where a sealed drive's passphrase comes from: $NASD_DRIVE_PASSPHRASE, this file (which
+/// must be private to its owner), or a prompt.
+#[derive(Args, Debug, Clone)]
+pub struct PassphraseArgs {
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
+}
+
+/// The passphrase from `env`, `file`, or asked on the terminal with `prompt`.
+fn passphrase(env: &str, file: Option<&Path>, prompt: &str) -> anyhow::Result<Vec<u8>> {
+    if let Ok(p) = std::env::var(env) {
+        return Ok(p.into_bytes());
+    }
+    if let Some(f) = file {
+        nasd_private::check_tree(f)?;
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("reading the passphrase file {}", f.display()))?;
+        let p = text.trim_end_matches(['\n', '\r']);
+        if p.is_empty() {
+            bail!("{} holds no passphrase", f.display());
+        }
+        return Ok(p.as_bytes().to_vec());
+    }
+    Ok(crate::cmd_fs::prompt_secret(prompt)?.into_bytes())
 }
 
 /// A drive and a key file of the hierarchy.
@@ -139,8 +186,17 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             quota,
             min_protection,
             scheme,
+            seal_keys,
+            passphrase: pf,
         } => {
             let mut opts = nasd_drive::InitOptions::new(data.clone());
+            if seal_keys {
+                opts.seal_passphrase = Some(passphrase(
+                    "NASD_DRIVE_PASSPHRASE",
+                    pf.passphrase_file.as_deref(),
+                    "passphrase for the drive's keys: ",
+                )?);
+            }
             opts.master_key_file = master_key;
             opts.partition = partition.map(PartitionId);
             opts.suite = suite;
@@ -163,7 +219,36 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        DriveCmd::Run { data, listen } => {
+        DriveCmd::Seal {
+            data,
+            passphrase: pf,
+            new_passphrase_file,
+        } => {
+            let sealed = nasd_drive::is_sealed(&data)
+                .with_context(|| format!("opening the drive in {}", data.display()))?;
+            let old = match sealed {
+                true => Some(passphrase(
+                    "NASD_DRIVE_PASSPHRASE",
+                    pf.passphrase_file.as_deref(),
+                    "current passphrase: ",
+                )?),
+                false => None,
+            };
+            let new = passphrase(
+                "NASD_DRIVE_NEW_PASSPHRASE",
+                new_passphrase_file.as_deref(),
+                "new passphrase: ",
+            )?;
+            nasd_drive::seal_keys(&data, old.as_deref(), &new)
+                .with_context(|| format!("sealing the keys of the drive in {}", data.display()))?;
+            outln!("the keys of the drive in {} are sealed", data.display());
+            Ok(())
+        }
+        DriveCmd::Run {
+            data,
+            listen,
+            passphrase: pf,
+        } => {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .with_env_filter(
@@ -171,7 +256,19 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
-            crate::runtime()?.block_on(serve(&data, &listen))
+            let drive = match nasd_drive::Drive::open(&data) {
+                Err(nasd_drive::DriveError::Sealed) => {
+                    let p = passphrase(
+                        "NASD_DRIVE_PASSPHRASE",
+                        pf.passphrase_file.as_deref(),
+                        "passphrase for the drive's keys: ",
+                    )?;
+                    nasd_drive::Drive::open_with(&data, Some(&p))
+                }
+                r => r,
+            }
+            .with_context(|| format!("opening the drive in {}", data.display()))?;
+            crate::runtime()?.block_on(serve(drive, &data, &listen))
         }
         DriveCmd::Info(a) => crate::runtime()?.block_on(async move {
             let (conn, auth, t) = admin_session(&a).await?;
@@ -208,9 +305,7 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(data: &Path, listen: &str) -> anyhow::Result<()> {
-    let drive = nasd_drive::Drive::open(data)
-        .with_context(|| format!("opening the drive in {}", data.display()))?;
+async fn serve(drive: Arc<nasd_drive::Drive>, data: &Path, listen: &str) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;

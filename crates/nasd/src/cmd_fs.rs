@@ -144,7 +144,7 @@ fn read_password(prompt: &str) -> anyhow::Result<String> {
 
 /// Reads one line from stdin after printing `prompt` to stderr; when stdin is a terminal its
 /// echo is off while the line is typed, so the secret never shows on screen.
-fn prompt_secret(prompt: &str) -> anyhow::Result<String> {
+pub(crate) fn prompt_secret(prompt: &str) -> anyhow::Result<String> {
     eprint!("{prompt}");
     let mut s = String::new();
     let fd = libc::STDIN_FILENO;

@@ -425,3 +425,168 @@ async fn pipelined_reads_nobody_reads_hold_a_bounded_buffer() {
     assert_eq!(got.len(), 1 << 20);
     drop(raw);
 }
+
+/// Runs `nasd args` under umask 000, as a careless shell would have it.
+fn nasd_umask_000(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg("umask 000 && exec \"$0\" \"$@\"")
+        .arg(NASD)
+        .args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Every path under `dir` with a mode that lets the group or others in.
+fn loose_paths(dir: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::metadata(&p).unwrap();
+        if m.permissions().mode() & 0o077 != 0 {
+            out.push(format!(
+                "{} {:o}",
+                p.display(),
+                m.permissions().mode() & 0o777
+            ));
+        }
+        if m.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    out
+}
+
+/// A drive's keys, data and audit trail are private to its owner whatever the umask; another
+/// local user cannot read them; a loosened file stops the drive from starting, naming it.
+#[test]
+fn drive_files_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // The drive lives where other users may look (a home directory is often 0755).
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = tmp.path().join("drive");
+    let d = data.to_str().unwrap();
+    let o = nasd_umask_000(&["drive", "init", "--data", d, "--partition", "1"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut run = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 000 && exec \"$0\" \"$@\"")
+        .arg(NASD)
+        .args(["drive", "run", "--data", d, "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(run.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("listening"), "{line}");
+    assert!(data.join("audit.log").exists() && data.join("nonce.floor").exists());
+    assert_eq!(loose_paths(&data), Vec::<String>::new());
+    // Another local user (when these tests run as root, `nobody`) can read none of it.
+    if unsafe { libc::geteuid() } == 0 {
+        for f in ["meta.redb", "data.blk", "audit.log", "keys/master.key"] {
+            let o = std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+                .arg(data.join(f))
+                .output()
+                .unwrap();
+            assert!(!o.status.success(), "user nobody read {f}");
+        }
+    }
+    run.kill().unwrap();
+    run.wait().unwrap();
+    std::fs::set_permissions(
+        data.join("meta.redb"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let (_, err) = fails(&["drive", "run", "--data", d, "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("meta.redb is mode 0644"), "{err}");
+}
+
+/// A drive made with sealed keys keeps none of them in clear on its disk, needs its passphrase
+/// to start, refuses a wrong one, and serves once given the right one; a missing data file is
+/// named as such instead of being recreated empty.
+#[test]
+fn sealed_keys_need_the_passphrase_and_a_missing_data_file_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("drive");
+    let d = data.to_str().unwrap();
+    let pass = [("NASD_DRIVE_PASSPHRASE", "tr0ub4dor&3")];
+    let o = nasd_umask_000(
+        &[
+            "drive",
+            "init",
+            "--data",
+            d,
+            "--partition",
+            "1",
+            "--seal-keys",
+        ],
+        &pass,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let master = std::fs::read_to_string(data.join("keys/master.key")).unwrap();
+    let hex = master
+        .lines()
+        .find_map(|l| l.strip_prefix("key = "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let raw: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let meta = std::fs::read(data.join("meta.redb")).unwrap();
+    assert!(
+        !meta.windows(32).any(|w| w == raw),
+        "the master key lies in clear"
+    );
+    let run = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(NASD);
+        c.args(["drive", "run", "--data", d, "--listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.spawn().unwrap()
+    };
+    let out = run(&[]).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no password given"),
+        "{err}"
+    );
+    let out = run(&[("NASD_DRIVE_PASSPHRASE", "wrong")])
+        .wait_with_output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("wrong passphrase"), "{err}");
+    let mut good = run(&pass);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(good.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("listening"), "{line}");
+    good.kill().unwrap();
+    good.wait().unwrap();
+    std::fs::remove_file(data.join("data.blk")).unwrap();
+    let out = run(&pass).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("data.blk is missing"), "{err}");
+    assert!(
+        !data.join("data.blk").exists(),
+        "an empty data file was made"
+    );
+}

@@ -1,11 +1,12 @@
-//! The manager's files are private to the user who runs it. Its directory holds the metadata
-//! store (users' password hashes, session hashes, every drive's keys in the `drives` table),
-//! the cluster CA's and the server's private keys and its config: anyone who reads them can
-//! mint capabilities or impersonate the manager. So every directory the manager creates is
-//! made mode [`PRIVATE_DIR_MODE`] and every file [`PRIVATE_FILE_MODE`], whatever the umask
-//! (the mode is given at creation, and set again in case the file already existed), and
-//! `nasd manager run` refuses to start while anything under its directory is accessible to the
-//! group or to others ([`check_tree`]), naming the path and its mode.
+//! nasd's local files are private to the user who runs it. A drive's directory holds its key
+//! hierarchy (in `meta.redb` and `keys/`), every object's data and its audit trail; a manager's
+//! holds users' password hashes, session hashes, every drive's keys, the cluster CA's and the
+//! server's private keys; a cluster's holds the admin's password: anyone who reads them can
+//! mint capabilities, read or forge data, or impersonate a party. So every directory nasd
+//! creates is made mode [`PRIVATE_DIR_MODE`] and every file [`PRIVATE_FILE_MODE`], whatever the
+//! umask (the mode is given at creation, and set again in case the file already existed), and
+//! the drive and the manager refuse to start while anything under their directory is accessible
+//! to the group or to others ([`check_tree`]), naming the path and its mode.
 //!
 //! SQLite creates the database's `-wal` and `-shm` files with the database file's own mode,
 //! so creating `meta.sqlite` private ([`create_file`]) before SQLite opens it makes them
@@ -15,20 +16,20 @@ use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Mode of every directory the manager creates.
+/// Mode of every directory nasd creates.
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
-/// Mode of every file the manager creates.
+/// Mode of every file nasd creates.
 pub const PRIVATE_FILE_MODE: u32 = 0o600;
 /// The permission bits that must be clear: anything for the group or for others.
 const SHARED_BITS: u32 = 0o077;
-/// Deepest directory level [`check_tree`] descends to (the manager's tree is two deep).
+/// Deepest directory level [`check_tree`] descends to (nasd's trees are at most three deep).
 const CHECK_DEPTH_MAX: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrivacyError {
     #[error(
-        "{} is mode {mode:04o}: the group or others may access it, and it holds the manager's \
-         keys or metadata; refusing to start (run `chmod {} {}` if it is yours)",
+        "{} is mode {mode:04o}: the group or others may access it, and it holds keys, data or \
+         metadata; refusing to start (run `chmod {} {}` if it is yours)",
         path.display(),
         if *dir { "700" } else { "600" },
         path.display()
