@@ -93,6 +93,16 @@ impl Conns {
         })
     }
 
+    /// Closes every connection (shutdown): their tasks stop reading; requests already handed
+    /// on run to their end.
+    pub fn close_all(&self) {
+        let mut g = self.0.lock();
+        let ids: Vec<u64> = g.entries.keys().copied().collect();
+        for id in ids {
+            g.remove(id);
+        }
+    }
+
     /// Connections open now.
     pub fn len(&self) -> usize {
         self.0.lock().entries.len()

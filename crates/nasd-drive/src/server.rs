@@ -79,6 +79,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DriveError> {
     let conns = Conns::default();
+    // One clone per request being run: shutdown waits for the count to fall back to one.
+    let running = Arc::new(());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -97,12 +99,12 @@ pub async fn serve(
                     continue;
                 };
                 let slot = Arc::new(slot);
-                let d = drive.clone();
+                let (d, running) = (drive.clone(), running.clone());
                 let task = tokio::spawn({
                     let slot = slot.clone();
                     async move {
                         let _ = stream.set_nodelay(true);
-                        if let Err(e) = connection(d, stream, slot).await {
+                        if let Err(e) = connection(d, stream, slot, running).await {
                             tracing::debug!(%peer, "connection closed: {e}");
                         }
                     }
@@ -112,8 +114,10 @@ pub async fn serve(
         }
     }
     tracing::info!("shutting down: waiting for in-flight requests");
+    conns.close_all();
     let t0 = Instant::now();
-    while !conns.is_empty() && t0.elapsed() < Duration::from_millis(SHUTDOWN_GRACE_MS) {
+    while Arc::strong_count(&running) > 1 && t0.elapsed() < Duration::from_millis(SHUTDOWN_GRACE_MS)
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     drive.writer().run(Job::Flush).await?;
@@ -177,7 +181,12 @@ fn timed_out(what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string())
 }
 
-async fn connection(drive: Arc<Drive>, stream: TcpStream, slot: Arc<Slot>) -> std::io::Result<()> {
+async fn connection(
+    drive: Arc<Drive>,
+    stream: TcpStream,
+    slot: Arc<Slot>,
+    running: Arc<()>,
+) -> std::io::Result<()> {
     let prove_by = Instant::now() + Duration::from_millis(PROVE_DEADLINE_MS);
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::with_capacity(READ_BUFFER_BYTES, r);
@@ -227,7 +236,7 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream, slot: Arc<Slot>) -> st
             .acquire_many_owned(reply_bound)
             .await
             .expect("never closed");
-        let (d, w, slot) = (drive.clone(), w.clone(), slot.clone());
+        let (d, w, slot, running) = (drive.clone(), w.clone(), slot.clone(), running.clone());
         tokio::spawn(async move {
             let (body, body_budget) = body;
             // Reads run on the runtime's worker: page-cache reads and snapshot lookups are short,
@@ -248,7 +257,7 @@ async fn connection(drive: Arc<Drive>, stream: TcpStream, slot: Arc<Slot>) -> st
                 }
                 send(&w, &slot, &r).await;
             }
-            drop((reply_budget, permit));
+            drop((reply_budget, permit, running));
         });
     };
     // Let in-flight requests answer before the connection closes.
