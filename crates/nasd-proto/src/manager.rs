@@ -28,7 +28,11 @@ use std::fmt;
 ///   ([`MgrReply::Staged`]) that [`MgrRequest::Commit`] swaps in, so an overwrite never
 ///   truncates the old content first. `DriveAdd` carries an optional master key file, with
 ///   which the manager replaces the drive key so only it knows the new one.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 2;
+/// - 3: `Create` with `exclusive: false` stages a new file too, so a file's name appears only
+///   once all of its bytes are on the drives; [`MgrReply::Staged`] says whether the upload
+///   `replaces` an existing file. [`MgrRequest::Abort`] drops a staged upload and its object at
+///   once.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 3;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -108,10 +112,11 @@ pub enum MgrRequest {
     Rmdir {
         path: String,
     },
-    /// Creates a file and returns its layout with a write capability (NASD/AFS
-    /// GetWCapability folded into create so a small file costs one manager round trip).
-    /// With `exclusive: false` on an existing file, the reply is [`MgrReply::Staged`]: a fresh
-    /// object the client fills and then [`MgrRequest::Commit`]s in place of the old one.
+    /// With `exclusive: true`, creates an empty file and returns its layout with a write
+    /// capability (NASD/AFS GetWCapability folded into create); `Exists` if the name is taken.
+    /// With `exclusive: false`, the reply is [`MgrReply::Staged`]: a fresh object, invisible
+    /// under any name, that the client fills and then [`MgrRequest::Commit`]s as the file's
+    /// content (replacing an existing file's, or linking a new name).
     Create {
         path: String,
         mode: u32,
@@ -185,6 +190,13 @@ pub enum MgrRequest {
     /// Swaps a staged object (from [`MgrReply::Staged`]) into `path` in one transaction; the
     /// old object is removed afterwards, which revokes its capabilities.
     Commit {
+        path: String,
+        drive: DriveId,
+        object: ObjectId,
+    },
+    /// Gives up a staged upload: the manager forgets it and removes its object now, so its
+    /// space comes back without waiting for the orphan scrub.
+    Abort {
         path: String,
         drive: DriveId,
         object: ObjectId,
@@ -388,12 +400,14 @@ pub enum MgrReply {
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
-    /// Like `Opened`, for a staged object not yet visible under `stat`'s path: the stat is the
-    /// existing file's, the layout and capability the new object's.
+    /// Like `Opened`, for a staged object not yet visible under `stat`'s path: the layout and
+    /// capability are the new object's; the stat is the existing file's when the upload
+    /// `replaces` one, else the new file's as it will be linked.
     Staged {
         stat: FileStat,
         layout: Layout,
         cap: CapGrant,
+        replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
 }
@@ -472,6 +486,7 @@ impl MgrRequest {
             Self::DriveList => "drive list",
             Self::Commit { .. } => "commit",
             Self::Challenge { .. } => "challenge",
+            Self::Abort { .. } => "abort",
         }
     }
 
@@ -501,6 +516,7 @@ impl MgrRequest {
             Self::DriveList => 21,
             Self::Commit { .. } => 22,
             Self::Challenge { .. } => 23,
+            Self::Abort { .. } => 24,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -601,6 +617,11 @@ impl MgrRequest {
                 put_str(&mut w, master_key_file);
             }
             Self::Commit {
+                path,
+                drive,
+                object,
+            }
+            | Self::Abort {
                 path,
                 drive,
                 object,
@@ -714,6 +735,11 @@ impl MgrRequest {
             23 => Self::Challenge {
                 user: get_str(r, "user")?,
             },
+            24 => Self::Abort {
+                path: get_str(r, "path")?,
+                drive: DriveId(r.u64("drive")?),
+                object: ObjectId(r.u64("object")?),
+            },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
@@ -736,6 +762,17 @@ fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, CapGrant), Decode
             key: r.array("capability key")?,
         },
     ))
+}
+
+fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, cap: &CapGrant) {
+    put_stat(w, stat);
+    w.u64(layout.drive.0);
+    put_str(w, &layout.addr);
+    w.u8(layout.suite as u8);
+    w.u16(layout.partition.0);
+    w.u64(layout.object.0);
+    cap.args.put(w);
+    w.bytes(&cap.key);
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -837,15 +874,15 @@ impl MgrReply {
                     put_stat(&mut w, &e.stat);
                 }
             }
-            Self::Opened { stat, layout, cap } | Self::Staged { stat, layout, cap } => {
-                put_stat(&mut w, stat);
-                w.u64(layout.drive.0);
-                put_str(&mut w, &layout.addr);
-                w.u8(layout.suite as u8);
-                w.u16(layout.partition.0);
-                w.u64(layout.object.0);
-                cap.args.put(&mut w);
-                w.bytes(&cap.key);
+            Self::Opened { stat, layout, cap } => put_opened(&mut w, stat, layout, cap),
+            Self::Staged {
+                stat,
+                layout,
+                cap,
+                replaces,
+            } => {
+                put_opened(&mut w, stat, layout, cap);
+                w.u8(*replaces as u8);
             }
             Self::Challenge(c) => w.bytes(c),
             Self::Users(us) => {
@@ -913,7 +950,12 @@ impl MgrReply {
             }
             9 => {
                 let (stat, layout, cap) = get_opened(r)?;
-                Self::Staged { stat, layout, cap }
+                Self::Staged {
+                    stat,
+                    layout,
+                    cap,
+                    replaces: get_bool(r, "replaces")?,
+                }
             }
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
@@ -1072,13 +1114,25 @@ mod tests {
                 drive: DriveId(3),
                 object: ObjectId(17),
             },
+            MgrRequest::Abort {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(18),
+            },
         ]
     }
 
     fn replies() -> Vec<MgrReply> {
         let mut v = base_replies();
         if let MgrReply::Opened { stat, layout, cap } = v[5].clone() {
-            v.push(MgrReply::Staged { stat, layout, cap });
+            for replaces in [false, true] {
+                v.push(MgrReply::Staged {
+                    stat: stat.clone(),
+                    layout: layout.clone(),
+                    cap: cap.clone(),
+                    replaces,
+                });
+            }
         }
         v.push(MgrReply::Challenge([6; 32]));
         v
