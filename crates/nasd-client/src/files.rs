@@ -18,7 +18,6 @@ use nasd_crypto::Key;
 use nasd_proto::manager::*;
 use nasd_proto::{Region, Status};
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -189,13 +188,6 @@ impl FsError {
             FsError::Drive { error, .. } => error.status(),
             _ => None,
         }
-    }
-}
-
-fn local(path: &Path) -> impl Fn(std::io::Error) -> FsError + '_ {
-    move |source| FsError::Local {
-        path: path.display().to_string(),
-        source,
     }
 }
 
@@ -713,130 +705,6 @@ impl Client {
             out[at as usize..at as usize + d.len()].copy_from_slice(&d);
         }
         Ok(out)
-    }
-
-    /// Streams a local file to `remote` with parallel drive writes; `progress` is told the
-    /// bytes done so far.
-    pub async fn put_file(
-        self: &Arc<Self>,
-        local_path: &Path,
-        remote: &str,
-        mode: u32,
-        progress: Arc<dyn Fn(u64) + Send + Sync>,
-    ) -> Result<u64, FsError> {
-        use std::io::Read;
-        let mut f = std::fs::File::open(local_path).map_err(local(local_path))?;
-        let size = f.metadata().map_err(local(local_path))?.len();
-        let u = self.begin_upload(remote, mode).await?;
-        let me = self.shared();
-        let done = Arc::new(AtomicU64::new(0));
-        let r: Result<u64, FsError> = async {
-            let mut set = tokio::task::JoinSet::new();
-            let mut off = 0u64;
-            loop {
-                let mut buf = vec![0u8; CHUNK_BYTES];
-                let mut n = 0;
-                while n < buf.len() {
-                    let k = f.read(&mut buf[n..]).map_err(local(local_path))?;
-                    if k == 0 {
-                        break;
-                    }
-                    n += k;
-                }
-                if n == 0 {
-                    break;
-                }
-                buf.truncate(n);
-                while set.len() >= TRANSFER_IN_FLIGHT_MAX {
-                    set.join_next()
-                        .await
-                        .expect("non-empty")
-                        .map_err(|e| FsError::Usage(e.to_string()))??;
-                }
-                let (me, u, done, progress) =
-                    (me.clone(), u.clone(), done.clone(), progress.clone());
-                set.spawn(async move {
-                    me.upload_write(&u, off, &buf).await?;
-                    progress(
-                        done.fetch_add(buf.len() as u64, Ordering::Relaxed) + buf.len() as u64,
-                    );
-                    Ok::<(), FsError>(())
-                });
-                off += n as u64;
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| FsError::Usage(e.to_string()))??;
-            }
-            if off != size {
-                tracing::info!("{}: size changed while copying", local_path.display());
-            }
-            Ok(off)
-        }
-        .await;
-        let n = self.cleanup_on_error(&u, r).await?;
-        self.finish_upload(u).await?;
-        Ok(n)
-    }
-
-    /// Streams `remote` into a local file with parallel drive reads.
-    pub async fn get_file(
-        self: &Arc<Self>,
-        remote: &str,
-        local_path: &Path,
-        progress: Arc<dyn Fn(u64) + Send + Sync>,
-    ) -> Result<u64, FsError> {
-        use std::os::unix::fs::FileExt;
-        let o = self.open(remote, false).await?;
-        if o.stat.kind == FileKind::Dir {
-            return Err(FsError::Manager {
-                path: remote.into(),
-                error: SessionError::Refused {
-                    op: "get",
-                    status: MgrStatus::IsADirectory,
-                    detail: String::new(),
-                },
-            });
-        }
-        let size = self.size(remote).await?;
-        let f = Arc::new(std::fs::File::create(local_path).map_err(local(local_path))?);
-        f.set_len(size).map_err(local(local_path))?;
-        let me = self.shared();
-        let done = Arc::new(AtomicU64::new(0));
-        let mut set = tokio::task::JoinSet::new();
-        let lp = Arc::new(local_path.to_path_buf());
-        for off in (0..size).step_by(CHUNK_BYTES) {
-            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
-                set.join_next()
-                    .await
-                    .expect("non-empty")
-                    .map_err(|e| FsError::Usage(e.to_string()))??;
-            }
-            let len = (CHUNK_BYTES as u64).min(size - off);
-            let (me, p, f, done, progress, lp) = (
-                me.clone(),
-                remote.to_string(),
-                f.clone(),
-                done.clone(),
-                progress.clone(),
-                lp.clone(),
-            );
-            set.spawn(async move {
-                let d = me.read_at(&p, off, len).await?;
-                if d.len() as u64 != len {
-                    return Err(FsError::Usage(format!(
-                        "nasd:{p}: the file shrank while it was read"
-                    )));
-                }
-                f.write_all_at(&d, off).map_err(local(&lp))?;
-                progress(done.fetch_add(len, Ordering::Relaxed) + len);
-                Ok::<(), FsError>(())
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            r.map_err(|e| FsError::Usage(e.to_string()))??;
-        }
-        f.sync_all().map_err(local(local_path))?;
-        Ok(size)
     }
 
     /// A handle sharing this client's session, cache and pool (for spawned tasks).
