@@ -565,7 +565,6 @@ fn pids(dir: &Path) -> Vec<(String, u32)> {
 }
 
 #[test]
-#[ignore = "not fixed yet"]
 fn nasd_up_restarts_only_what_is_down_and_keeps_its_files_private() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("c");
@@ -765,6 +764,30 @@ fn obj_read_without_len_reads_to_the_end_and_out_dash_is_stdout() {
     );
     assert!(out == data[1000..], "read {} bytes", out.len());
     assert!(!dash.exists(), "a file named - was written");
+    // To a file: the whole object, and nothing beside it.
+    let file = cwd.join("object.out");
+    run_ok(&[
+        "obj",
+        "read",
+        "--drive",
+        &d.addr,
+        "--cap",
+        &cap,
+        "--out",
+        s(&file),
+    ]);
+    assert!(std::fs::read(&file).unwrap() == data);
+    let strays = std::fs::read_dir(cwd)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".nasd-")
+        })
+        .count();
+    assert_eq!(strays, 0);
 }
 
 #[test]
