@@ -203,17 +203,18 @@ pub fn write_sparse(f: &File, offset: u64, data: &[u8], block: u64) -> io::Resul
 }
 
 /// A temporary file beside a download's target, removed when dropped unless renamed into
-/// place by [`TempFile::persist`].
-struct TempFile {
+/// place by [`PartialFile::persist`]: whoever writes a file this way never leaves a partial
+/// or unverified file under the target's name.
+pub struct PartialFile {
     path: PathBuf,
     file: File,
     persisted: bool,
 }
 
-impl TempFile {
+impl PartialFile {
     /// Creates `.NAME.nasd-RANDOM` in `target`'s directory, mode [`PARTIAL_MODE`], never
     /// following or replacing an existing file.
-    fn beside(target: &Path) -> io::Result<TempFile> {
+    pub fn beside(target: &Path) -> io::Result<PartialFile> {
         let dir = target.parent().unwrap_or(Path::new("."));
         let name = target
             .file_name()
@@ -230,7 +231,7 @@ impl TempFile {
                 .open(&tmp)
             {
                 Ok(file) => {
-                    return Ok(TempFile {
+                    return Ok(PartialFile {
                         path: tmp,
                         file,
                         persisted: false,
@@ -243,9 +244,14 @@ impl TempFile {
         Err(last.expect("at least one attempt"))
     }
 
+    /// The open temporary file, to write the content into.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Makes the complete file durable with its final mode and time, renames it over
     /// `target`, and makes the rename durable.
-    fn persist(mut self, target: &Path, finish: LocalFinish) -> io::Result<()> {
+    pub fn persist(mut self, target: &Path, finish: LocalFinish) -> io::Result<()> {
         self.file.sync_all()?;
         self.file
             .set_permissions(std::fs::Permissions::from_mode(finish.mode & 0o7777))?;
@@ -261,7 +267,7 @@ impl TempFile {
     }
 }
 
-impl Drop for TempFile {
+impl Drop for PartialFile {
     fn drop(&mut self) {
         if !self.persisted {
             let _ = std::fs::remove_file(&self.path);
@@ -377,7 +383,7 @@ impl Client {
     ) -> Result<u64, FsError> {
         let size = self.size(remote).await?;
         let target = download_target(local_path);
-        let tmp = TempFile::beside(&target).map_err(local(&target))?;
+        let tmp = PartialFile::beside(&target).map_err(local(&target))?;
         tmp.file.set_len(size).map_err(local(&target))?;
         let block = tmp
             .file
@@ -617,7 +623,7 @@ mod tests {
         let target = dir.path().join("t");
         std::fs::write(&target, b"old").unwrap();
         {
-            let tmp = TempFile::beside(&target).unwrap();
+            let tmp = PartialFile::beside(&target).unwrap();
             assert_eq!(
                 tmp.file.metadata().unwrap().permissions().mode() & 0o777,
                 PARTIAL_MODE
@@ -626,7 +632,7 @@ mod tests {
         }
         assert_eq!(std::fs::read(&target).unwrap(), b"old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        let tmp = TempFile::beside(&target).unwrap();
+        let tmp = PartialFile::beside(&target).unwrap();
         tmp.file.write_all_at(b"new", 0).unwrap();
         tmp.persist(
             &target,

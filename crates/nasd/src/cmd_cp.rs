@@ -56,7 +56,7 @@ struct CopyOpts {
 
 /// The process's umask, read without changing it: from `/proc/self/status` (Linux 4.7+), else
 /// by setting and restoring it, which is safe here because `cp` has created no file yet.
-fn umask() -> u32 {
+pub(crate) fn umask() -> u32 {
     let from_proc = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|t| {

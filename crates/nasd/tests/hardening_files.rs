@@ -694,7 +694,6 @@ impl TestDrive {
 }
 
 #[test]
-#[ignore = "not fixed yet"]
 fn obj_read_without_len_reads_to_the_end_and_out_dash_is_stdout() {
     let d = TestDrive::start();
     let pk = d.key("partition", "working");
