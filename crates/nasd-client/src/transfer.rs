@@ -9,6 +9,9 @@
 //!   partial), fsync it and rename it over the target only when every byte verified; on any
 //!   failure the temporary file goes and an existing target is untouched. All-zero blocks are
 //!   left unwritten after `set_len`, so they stay holes (as GNU `cp --sparse=auto` does).
+//!   Unlike an in-place write, the replaced file is a new inode: owned by the caller, and no
+//!   longer sharing hard links. A target the caller may not write is refused, as it would be
+//!   in place.
 //! - Remote-to-remote copies ([`Client::copy`]) read and write chunk by chunk, skipping
 //!   all-zero chunks.
 //!
@@ -286,6 +289,23 @@ fn download_target(local_path: &Path) -> PathBuf {
     }
 }
 
+/// Refuses an existing `target` the caller may not write: renaming over it needs only the
+/// directory's permission, but replacing a read-only file must stay refused, as it is for a
+/// write in place.
+fn refuse_unwritable(target: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if std::fs::symlink_metadata(target).is_err() {
+        return Ok(());
+    }
+    let c = std::ffi::CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    // SAFETY: access reads the NUL-terminated path and touches nothing.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Records the end of each piece written, so the upload knows whether its data reached the
 /// file's size.
 #[derive(Default)]
@@ -383,6 +403,7 @@ impl Client {
     ) -> Result<u64, FsError> {
         let size = self.size(remote).await?;
         let target = download_target(local_path);
+        refuse_unwritable(&target).map_err(local(&target))?;
         let tmp = PartialFile::beside(&target).map_err(local(&target))?;
         tmp.file.set_len(size).map_err(local(&target))?;
         let block = tmp
@@ -615,6 +636,22 @@ mod tests {
         std::fs::write(&p, b"").unwrap();
         let f = File::open(&p).unwrap();
         assert_eq!(DataRanges::new(&f, 0).count(), 0);
+    }
+
+    #[test]
+    fn a_read_only_target_is_refused_and_a_missing_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ro");
+        assert!(refuse_unwritable(&p).is_ok());
+        std::fs::write(&p, b"keep").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
+        // SAFETY: geteuid only reads the process's credentials.
+        if unsafe { libc::geteuid() } == 0 {
+            eprintln!("skipped: root may write any file");
+            return;
+        }
+        let e = refuse_unwritable(&p).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
     }
 
     #[test]

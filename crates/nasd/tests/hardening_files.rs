@@ -326,6 +326,9 @@ fn a_new_file_is_invisible_until_all_of_it_is_on_the_drive_and_the_last_commit_w
         assert!(!u2.replaces());
         c.upload_write(&u2, 0, b"second!").await.unwrap();
         assert!(c.stat("/n").await.is_err());
+        c.finish_upload(u2.clone()).await.unwrap();
+        assert_eq!(c.get_bytes("/n").await.unwrap(), b"second!");
+        // A commit repeated (its reply lost) succeeds and changes nothing.
         c.finish_upload(u2).await.unwrap();
         assert_eq!(c.get_bytes("/n").await.unwrap(), b"second!");
         c.finish_upload(u1).await.unwrap();
@@ -656,10 +659,22 @@ fn run_ok_in(cwd: &Path, args: &[&str]) -> Vec<u8> {
 }
 
 impl TestDrive {
+    /// With partition 1 and its keys (for `nasd obj`).
     fn start() -> TestDrive {
+        TestDrive::start_with(&["--partition", "1"])
+    }
+
+    /// As `nasd up` makes them: no partition until a manager registers the drive.
+    fn start_bare() -> TestDrive {
+        TestDrive::start_with(&[])
+    }
+
+    fn start_with(init_args: &[&str]) -> TestDrive {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("drive");
-        run_ok(&["drive", "init", "--data", s(&data), "--partition", "1"]);
+        let mut args = vec!["drive", "init", "--data", s(&data)];
+        args.extend(init_args);
+        run_ok(&args);
         let mut child = Command::new(NASD)
             .args([
                 "drive",
@@ -859,4 +874,58 @@ fn overwriting_a_file_needs_write_permission_on_the_file_not_on_its_directory() 
         up.nasd(&["cat", "nasd:/shared/closed"], &[]).stdout,
         b"admin's"
     );
+}
+
+#[test]
+fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
+    use nasd_manager::scrub::{partition_contents, reclaim_orphans};
+    use nasd_manager::service::{Caller, Manager, Policy};
+    use nasd_proto::manager::MgrReply;
+    let drive = TestDrive::start_bare();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = nasd_manager::sqlite::SqliteStore::in_memory().unwrap();
+        let m = Manager::new(Box::new(store), Policy::default()).unwrap();
+        let key = std::fs::read_to_string(drive.dir.path().join("drive/keys/drive.key")).unwrap();
+        nasd_manager::server::add_drive(&m, &drive.addr, &key, None)
+            .await
+            .unwrap();
+        let d = m.drives.ids()[0];
+        let a = Caller {
+            uid: 0,
+            name: "admin".into(),
+            admin: true,
+            gid: 0,
+            groups: vec![0],
+        };
+        let staged = |r: MgrReply| match r {
+            MgrReply::Staged {
+                layout, replaces, ..
+            } => {
+                assert!(!replaces);
+                layout.object
+            }
+            r => panic!("a new file was not staged: {r:?}"),
+        };
+        let obj = staged(m.create(&a, "/new", 0o644, false).await.unwrap());
+        let e = m.stat(&a, "/new").await.unwrap_err();
+        assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
+        assert!(m.readdir(&a, "/").await.unwrap().is_empty());
+        assert!(partition_contents(&m, d).await.unwrap().contains(&obj));
+
+        // A clean failure aborts: the object goes at once.
+        let obj2 = staged(m.create(&a, "/new2", 0o644, false).await.unwrap());
+        m.abort(&a, "/new2", d, obj2).await.unwrap();
+        assert!(!partition_contents(&m, d).await.unwrap().contains(&obj2));
+
+        // The crashed client never commits or aborts: once past the (here short) grace
+        // period, the scrub forgets the upload and removes its object; it can no longer commit.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let r = reclaim_orphans(&m, 5).await.unwrap();
+        assert_eq!((r.expired_staged, r.removed), (1, 1), "{r:?}");
+        assert!(!partition_contents(&m, d).await.unwrap().contains(&obj));
+        let e = m.commit(&a, "/new", d, obj).await.unwrap_err();
+        assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
+        assert!(m.readdir(&a, "/").await.unwrap().is_empty());
+    });
 }
