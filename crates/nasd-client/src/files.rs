@@ -451,10 +451,15 @@ impl Client {
             }
         };
         self.caps.invalidate(&u.path);
-        if let Err(e) = &r {
-            if e.status().is_some() {
-                self.abort_upload(&u).await;
+        match &r {
+            // The staged object is now the file's, and the upload's capability for it is what
+            // a write open would return: keep it, so reading the file back costs no manager
+            // round trip.
+            Ok(()) => {
+                self.caps.put(true, (*u.grant).clone());
             }
+            Err(e) if e.status().is_some() => self.abort_upload(&u).await,
+            Err(_) => {}
         }
         r
     }

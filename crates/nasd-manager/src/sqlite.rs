@@ -1,5 +1,8 @@
 //! The embedded metadata store: one SQLite database in WAL mode with `synchronous=FULL`, so a
-//! committed transaction survives power loss; every namespace change is one transaction.
+//! committed transaction survives power loss; every namespace change is one transaction. The
+//! records of an upload in flight (inode reservations, staged uploads, aborts) are committed
+//! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
+//! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
 //! Schema version 2 (the `meta` row `schema` holds it):
 //! ```text
@@ -287,6 +290,126 @@ impl SqliteStore {
         tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         Self::touch_dir(tx, parent)
+    }
+
+    /// Runs `f` with commits that reach the WAL but are not fsynced (`synchronous=NORMAL`),
+    /// for records whose loss in a power failure is harmless: an inode reservation, a staged
+    /// upload, an abort. Losing them makes an upload in flight fail at its commit, with
+    /// nothing visible, and leaves an object the orphan scrub reclaims. A process crash loses
+    /// nothing, and the next durable commit makes them durable too (the WAL is synced in
+    /// order). Commits that make a name visible stay durable before the reply.
+    fn relaxed<T>(&mut self, f: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
+        self.db
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(db)?;
+        let r = f(self);
+        let restored = self
+            .db
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(db);
+        let v = r?;
+        restored?;
+        Ok(v)
+    }
+
+    fn reserve_inode_now(&mut self, parent: u64, inode: &Inode) -> StoreResult<u64> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::dir_inode(&tx, parent)?;
+        // Above every inode there is and every file number handed out before: a file's number
+        // is never reused, so neither a staged overwrite nor an object's fs_specific record can
+        // ever name a later file. (SQLite alone would reuse the largest number once freed.)
+        let high: Option<Vec<u8>> = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![FILE_INO_HIGH],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        let high = high
+            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+            .map_or(0, u64::from_le_bytes);
+        let max: i64 = tx
+            .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
+            .map_err(db)?;
+        let ino = high.max(max as u64) + 1;
+        tx.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+            params![FILE_INO_HIGH, ino.to_le_bytes().to_vec()],
+        )
+        .map_err(db)?;
+        let o = inode.obj;
+        tx.execute(
+            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
+             VALUES (?13, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                inode.kind as u8,
+                inode.mode,
+                inode.uid,
+                inode.gid,
+                parent as i64,
+                inode.ctime_us as i64,
+                inode.mtime_us as i64,
+                o.map(|o| o.drive.0 as i64),
+                o.map(|o| o.partition.0 as i64),
+                o.map(|o| o.object.0 as i64),
+                inode.acv as i64,
+                inode.root.map(|r| r.to_vec()),
+                ino as i64,
+            ],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "INSERT INTO reserved(ino, created_ms) VALUES (?1, ?2)",
+            params![ino as i64, (inode.ctime_us / 1000) as i64],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(ino)
+    }
+
+    fn put_staged_now(&mut self, s: &Staged) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        tx.execute(
+            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+            params![
+                s.obj.drive.0 as i64,
+                s.obj.partition.0 as i64,
+                s.obj.object.0 as i64,
+                s.acv as i64,
+                s.uid,
+                s.path,
+                s.mode,
+                s.created_ms as i64,
+                s.ino as i64,
+                s.new_file as i64,
+            ],
+        )
+        .map_err(db)?;
+        if s.new_file {
+            if !Self::is_reserved(&tx, s.ino)? {
+                return Err(StoreError::NotFound);
+            }
+            Self::set_object(&tx, s.ino, s.obj, s.acv)?;
+        }
+        tx.commit().map_err(db)
+    }
+
+    fn abort_staged_now(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
+        let tx = self.db.transaction().map_err(db)?;
+        let Some(s) = Self::staged_in(&tx, obj)? else {
+            return Ok(None);
+        };
+        tx.execute(
+            "DELETE FROM staged WHERE drive = ?1 AND object = ?2",
+            params![obj.drive.0 as i64, obj.object.0 as i64],
+        )
+        .map_err(db)?;
+        if s.new_file {
+            Self::drop_reserved(&tx, s.ino)?;
+        }
+        tx.commit().map_err(db)?;
+        Ok(Some(s))
     }
 
     fn dir_inode(tx: &Connection, ino: u64) -> StoreResult<Inode> {
@@ -694,65 +817,15 @@ impl MetaStore for SqliteStore {
     }
 
     fn reserve_inode(&mut self, parent: u64, inode: &Inode) -> StoreResult<u64> {
-        let tx = self.db.transaction().map_err(db)?;
-        Self::dir_inode(&tx, parent)?;
-        // Above every inode there is and every file number handed out before: a file's number
-        // is never reused, so neither a staged overwrite nor an object's fs_specific record can
-        // ever name a later file. (SQLite alone would reuse the largest number once freed.)
-        let high: Option<Vec<u8>> = tx
-            .query_row(
-                "SELECT value FROM meta WHERE key = ?1",
-                params![FILE_INO_HIGH],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db)?;
-        let high = high
-            .and_then(|v| <[u8; 8]>::try_from(v).ok())
-            .map_or(0, u64::from_le_bytes);
-        let max: i64 = tx
-            .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
-            .map_err(db)?;
-        let ino = high.max(max as u64) + 1;
-        tx.execute(
-            "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-            params![FILE_INO_HIGH, ino.to_le_bytes().to_vec()],
-        )
-        .map_err(db)?;
-        let o = inode.obj;
-        tx.execute(
-            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
-             VALUES (?13, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                inode.kind as u8,
-                inode.mode,
-                inode.uid,
-                inode.gid,
-                parent as i64,
-                inode.ctime_us as i64,
-                inode.mtime_us as i64,
-                o.map(|o| o.drive.0 as i64),
-                o.map(|o| o.partition.0 as i64),
-                o.map(|o| o.object.0 as i64),
-                inode.acv as i64,
-                inode.root.map(|r| r.to_vec()),
-                ino as i64,
-            ],
-        )
-        .map_err(db)?;
-        tx.execute(
-            "INSERT INTO reserved(ino, created_ms) VALUES (?1, ?2)",
-            params![ino as i64, (inode.ctime_us / 1000) as i64],
-        )
-        .map_err(db)?;
-        tx.commit().map_err(db)?;
-        Ok(ino)
+        self.relaxed(|s| s.reserve_inode_now(parent, inode))
     }
 
     fn forget_reserved(&mut self, ino: u64) -> StoreResult<()> {
-        let tx = self.db.transaction().map_err(db)?;
-        Self::drop_reserved(&tx, ino)?;
-        tx.commit().map_err(db)
+        self.relaxed(|s| {
+            let tx = s.db.transaction().map_err(db)?;
+            Self::drop_reserved(&tx, ino)?;
+            tx.commit().map_err(db)
+        })
     }
 
     fn link_reserved(
@@ -774,30 +847,7 @@ impl MetaStore for SqliteStore {
     }
 
     fn put_staged(&mut self, s: &Staged) -> StoreResult<()> {
-        let tx = self.db.transaction().map_err(db)?;
-        tx.execute(
-            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
-            params![
-                s.obj.drive.0 as i64,
-                s.obj.partition.0 as i64,
-                s.obj.object.0 as i64,
-                s.acv as i64,
-                s.uid,
-                s.path,
-                s.mode,
-                s.created_ms as i64,
-                s.ino as i64,
-                s.new_file as i64,
-            ],
-        )
-        .map_err(db)?;
-        if s.new_file {
-            if !Self::is_reserved(&tx, s.ino)? {
-                return Err(StoreError::NotFound);
-            }
-            Self::set_object(&tx, s.ino, s.obj, s.acv)?;
-        }
-        tx.commit().map_err(db)
+        self.relaxed(|st| st.put_staged_now(s))
     }
 
     fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>> {
@@ -854,20 +904,7 @@ impl MetaStore for SqliteStore {
     }
 
     fn abort_staged(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
-        let tx = self.db.transaction().map_err(db)?;
-        let Some(s) = Self::staged_in(&tx, obj)? else {
-            return Ok(None);
-        };
-        tx.execute(
-            "DELETE FROM staged WHERE drive = ?1 AND object = ?2",
-            params![obj.drive.0 as i64, obj.object.0 as i64],
-        )
-        .map_err(db)?;
-        if s.new_file {
-            Self::drop_reserved(&tx, s.ino)?;
-        }
-        tx.commit().map_err(db)?;
-        Ok(Some(s))
+        self.relaxed(|s| s.abort_staged_now(obj))
     }
 
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>> {

@@ -2,7 +2,11 @@
 //! beside the embedded SQLite one and pass the same conformance suite ([`crate::conformance`]).
 //!
 //! Every method that changes the namespace is one transaction: after a crash a store shows
-//! either all of a change or none of it. Per-file state is small and constant: kind, mode,
+//! either all of a change or none of it. Changes are durable when the method returns, except
+//! the records of an upload in flight — [`MetaStore::reserve_inode`],
+//! [`MetaStore::forget_reserved`], [`MetaStore::put_staged`], [`MetaStore::abort_staged`] —
+//! which a power failure (not a process crash) may lose until the next durable change: losing
+//! them fails that upload's commit and leaves nothing visible. Per-file state is small and constant: kind, mode,
 //! owner, group, times, the object's location, its access_control_version, and room for a
 //! 32-byte trusted root (seed 003's constant trusted storage).
 

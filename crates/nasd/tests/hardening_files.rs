@@ -327,7 +327,14 @@ fn a_new_file_is_invisible_until_all_of_it_is_on_the_drive_and_the_last_commit_w
         c.upload_write(&u2, 0, b"second!").await.unwrap();
         assert!(c.stat("/n").await.is_err());
         c.finish_upload(u2.clone()).await.unwrap();
+        // The upload's capability serves the read back: no manager round trip.
+        let rt = || {
+            c.manager_round_trips
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = rt();
         assert_eq!(c.get_bytes("/n").await.unwrap(), b"second!");
+        assert_eq!(rt(), before);
         // A commit repeated (its reply lost) succeeds and changes nothing.
         c.finish_upload(u2).await.unwrap();
         assert_eq!(c.get_bytes("/n").await.unwrap(), b"second!");
