@@ -3,10 +3,12 @@
 //! pipelined [`DriveConn`]s, many requests in flight at once. Every reply is verified by the
 //! connection before a byte is returned.
 //!
-//! Manager round trips: a small file costs one (`create`, which returns the layout and a write
-//! capability) plus one drive write; a read costs one (`open`) plus one drive read; capabilities
-//! are cached ([`crate::capcache`]), so repeated access costs none. While the manager is down,
-//! cached capabilities keep the data path open until they expire.
+//! Manager round trips: writing a file costs two (`create`, which stages a fresh object and
+//! returns its layout and a write capability, then `commit`) plus one drive write per chunk; a
+//! read costs one (`open`) plus one drive read; capabilities are cached ([`crate::capcache`]),
+//! the upload's one included, so repeated access costs none. While the manager is down, cached
+//! capabilities keep the data path open until they expire. Streaming transfers of whole files
+//! are in [`crate::transfer`].
 
 use crate::auth::{Auth, Capability};
 use crate::capcache::{CapCache, OpenFile};
