@@ -215,10 +215,13 @@ fn open_file(path: &str, stat: FileStat, layout: Layout, cap: CapGrant) -> OpenF
 #[derive(Clone)]
 pub struct Upload {
     path: String,
-    /// The staged object's grant. It is never renewed through `open`, which would return the
-    /// visible file's object: a staged upload must finish within its write capability's
-    /// lifetime.
-    grant: Arc<OpenFile>,
+    /// Where the staged object lives (fixed for the upload's life).
+    layout: Layout,
+    /// The staged object's current grant, shared by the upload's parallel writes. It is
+    /// renewed with `Renew` once due (never through `open`, which would return the visible
+    /// file's object), one renewal at a time.
+    grant: Arc<tokio::sync::Mutex<Arc<OpenFile>>>,
+    stat: FileStat,
     replaces: bool,
 }
 
@@ -233,7 +236,7 @@ impl Upload {
     /// The file as the manager described it when the upload began: the existing file's
     /// attributes for an overwrite, the new file's otherwise.
     pub fn stat(&self) -> &FileStat {
-        &self.grant.stat
+        &self.stat
     }
 }
 
@@ -411,7 +414,11 @@ impl Client {
                 replaces,
             } => Ok(Upload {
                 path: path.into(),
-                grant: Arc::new(open_file(path, stat, layout, cap)),
+                layout: layout.clone(),
+                stat: stat.clone(),
+                grant: Arc::new(tokio::sync::Mutex::new(Arc::new(open_file(
+                    path, stat, layout, cap,
+                )))),
                 replaces,
             }),
             other => Err(FsError::Usage(format!(
@@ -421,9 +428,60 @@ impl Client {
         }
     }
 
-    /// Writes `data` at `offset` of an upload.
+    /// Writes `data` at `offset` of an upload, renewing its capability when it is due (or when
+    /// the drive refused it as expired).
     pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        self.write_granted(&u.path, &u.grant, offset, data).await
+        let g = self.upload_grant(u, None).await?;
+        match self.write_granted(&u.path, &g, offset, data).await {
+            Err(e) if e.drive_status() == Some(Status::CapabilityExpired) => {
+                let g = self.upload_grant(u, Some(&g)).await?;
+                self.write_granted(&u.path, &g, offset, data).await
+            }
+            r => r,
+        }
+    }
+
+    /// The upload's grant, renewed first when it is past three quarters of its life, or when
+    /// `expired` (the grant the drive just refused) is still the current one. While the
+    /// manager cannot be reached, a grant that has not expired is used as it is.
+    async fn upload_grant(
+        &self,
+        u: &Upload,
+        expired: Option<&Arc<OpenFile>>,
+    ) -> Result<Arc<OpenFile>, FsError> {
+        let mut g = u.grant.lock().await;
+        let now = now_ms();
+        let due = match expired {
+            Some(old) => Arc::ptr_eq(old, &g),
+            None => g.needs_renewal(now),
+        };
+        if !due {
+            return Ok(g.clone());
+        }
+        let renew = MgrRequest::Renew {
+            path: u.path.clone(),
+            drive: u.layout.drive,
+            object: u.layout.object,
+        };
+        match self.request(&u.path, renew).await {
+            Ok(MgrReply::Staged { layout, cap, .. }) => {
+                *g = Arc::new(open_file(&u.path, u.stat.clone(), layout, cap));
+                Ok(g.clone())
+            }
+            Ok(other) => Err(FsError::Usage(format!(
+                "{}: unexpected manager reply {other:?}",
+                shown(&u.path)
+            ))),
+            Err(FsError::Manager { error, .. })
+                if error.is_unavailable() && expired.is_none() && g.usable(now) =>
+            {
+                tracing::info!(
+                    "manager unreachable ({error}); writing under the current capability"
+                );
+                Ok(g.clone())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Ends an upload whose writes were all acknowledged (so durable on the drive): the
@@ -435,8 +493,8 @@ impl Client {
         self.caps.invalidate(&u.path);
         let commit = MgrRequest::Commit {
             path: u.path.clone(),
-            drive: u.grant.layout.drive,
-            object: u.grant.layout.object,
+            drive: u.layout.drive,
+            object: u.layout.object,
         };
         let deadline = now_ms() + COMMIT_RETRY_MS;
         let mut wait_ms = COMMIT_RETRY_FIRST_MS;
@@ -458,7 +516,8 @@ impl Client {
             // a write open would return: keep it, so reading the file back costs no manager
             // round trip.
             Ok(()) => {
-                self.caps.put(true, (*u.grant).clone());
+                let g = u.grant.lock().await.clone();
+                self.caps.put(true, (*g).clone());
             }
             Err(e) if e.status().is_some() => self.abort_upload(&u).await,
             Err(_) => {}
@@ -472,8 +531,8 @@ impl Client {
     pub async fn abort_upload(&self, u: &Upload) {
         let abort = MgrRequest::Abort {
             path: u.path.clone(),
-            drive: u.grant.layout.drive,
-            object: u.grant.layout.object,
+            drive: u.layout.drive,
+            object: u.layout.object,
         };
         if let Err(e) = self.ok(&u.path, abort).await {
             tracing::warn!("could not abort the upload to {}: {e}", shown(&u.path));

@@ -216,7 +216,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert_eq!(s.inode(r4).unwrap().unwrap().obj, Some(o4));
 
     // Expiry: an old staged new file and an old reservation without a record both go; a
-    // young one stays.
+    // young one stays, and so does an old one whose upload was renewed.
     let r5 = s
         .reserve_inode(
             ROOT_INO,
@@ -228,6 +228,14 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .unwrap();
     let e = new(24, 14, r5);
     s.put_staged(&e).unwrap();
+    let r9 = s.reserve_inode(ROOT_INO, &fresh(14)).unwrap();
+    let renewed = new(25, 14, r9);
+    s.put_staged(&renewed).unwrap();
+    s.touch_staged(renewed.obj, 40).unwrap();
+    assert_eq!(
+        s.touch_staged(file(5, 99).obj.unwrap(), 40),
+        Err(StoreError::NotFound)
+    );
     let r6 = s
         .reserve_inode(
             ROOT_INO,
@@ -248,6 +256,11 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .unwrap();
     assert_eq!(s.expire_staged(16).unwrap(), vec![e]);
     assert_eq!(s.inode(r5).unwrap(), None);
+    assert_eq!(
+        s.staged(renewed.obj).unwrap().map(|r| r.created_ms),
+        Some(40)
+    );
+    assert!(s.inode(r9).unwrap().is_some());
     assert_eq!(s.inode(r6).unwrap(), None);
     assert!(s.inode(r7).unwrap().is_some());
     assert_eq!(s.lookup(ROOT_INO, "x").unwrap(), Some(r4));

@@ -205,6 +205,11 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             m.abort(c, &path, drive, object).await?;
             MgrReply::Ok
         }
+        Q::Renew {
+            path,
+            drive,
+            object,
+        } => m.renew(c, &path, drive, object).await?,
         Q::ReturnCapability { path, audit_id } => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
             MgrReply::Ok

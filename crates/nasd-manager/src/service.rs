@@ -936,6 +936,63 @@ impl Manager {
         Ok(())
     }
 
+    /// A fresh write capability for a staged upload still running, under the checks that
+    /// would let the caller start it now (a writer whose permission was taken away gets no
+    /// new capability); its record is moved to now, so it does not expire while the upload
+    /// runs. The capability comes in a `Staged` reply, as from `create`.
+    pub async fn renew(
+        &self,
+        c: &Caller,
+        path: &str,
+        drive: nasd_proto::DriveId,
+        object: ObjectId,
+    ) -> MgrResult<MgrReply> {
+        let s = self.staged_for(c, path, drive, object)?.ok_or_else(|| {
+            MgrError::new(
+                MgrStatus::NoSuchPath,
+                format!(
+                    "{path}: nothing staged for object {object} (expired, aborted or committed)"
+                ),
+            )
+        })?;
+        let (dir, name) = self.parent(c, path, false)?;
+        let current = self.entry(&dir, name, path)?;
+        let i = if s.new_file {
+            self.may_link(c, path, &dir, current.as_ref())?;
+            self.st()
+                .inode(s.ino)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?
+        } else {
+            match current {
+                Some(i) if i.ino == s.ino && may(c, &i, W) => Inode {
+                    obj: Some(s.obj),
+                    acv: s.acv,
+                    ..i
+                },
+                Some(i) if i.ino == s.ino => {
+                    return Err(denied(path, "write permission on the file"))
+                }
+                _ => {
+                    return Err(MgrError::new(
+                        MgrStatus::NoSuchPath,
+                        format!("{path}: the file was removed or replaced while the upload ran"),
+                    ))
+                }
+            }
+        };
+        self.st()
+            .touch_staged(s.obj, now_ms())
+            .map_err(|e| store_err(e, path))?;
+        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        Ok(MgrReply::Staged {
+            stat: self.stat_of(&i, None),
+            layout,
+            cap,
+            replaces: !s.new_file,
+        })
+    }
+
     /// Gives up a staged upload: forgets it and removes its object now, so its space comes
     /// back without waiting for the orphan scrub. Aborting what is no longer staged succeeds.
     pub async fn abort(

@@ -907,6 +907,21 @@ impl MetaStore for SqliteStore {
         self.relaxed(|s| s.abort_staged_now(obj))
     }
 
+    fn touch_staged(&mut self, obj: ObjRef, created_ms: u64) -> StoreResult<()> {
+        self.relaxed(|s| {
+            let n =
+                s.db.execute(
+                    "UPDATE staged SET created_ms = ?3 WHERE drive = ?1 AND object = ?2",
+                    params![obj.drive.0 as i64, obj.object.0 as i64, created_ms as i64],
+                )
+                .map_err(db)?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(())
+        })
+    }
+
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>> {
         let tx = self.db.transaction().map_err(db)?;
         let old: Vec<Staged> = {

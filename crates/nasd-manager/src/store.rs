@@ -4,7 +4,8 @@
 //! Every method that changes the namespace is one transaction: after a crash a store shows
 //! either all of a change or none of it. Changes are durable when the method returns, except
 //! the records of an upload in flight — [`MetaStore::reserve_inode`],
-//! [`MetaStore::forget_reserved`], [`MetaStore::put_staged`], [`MetaStore::abort_staged`] —
+//! [`MetaStore::forget_reserved`], [`MetaStore::put_staged`], [`MetaStore::abort_staged`],
+//! [`MetaStore::touch_staged`] —
 //! which a power failure (not a process crash) may lose until the next durable change: losing
 //! them fails that upload's commit and leaves nothing visible. Per-file state is small and constant: kind, mode,
 //! owner, group, times, the object's location, its access_control_version, and room for a
@@ -201,6 +202,9 @@ pub trait MetaStore: Send {
     /// Forgets the staged record of `obj` and, for a new file, its reserved inode; returns
     /// the record (`None` if nothing was staged).
     fn abort_staged(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>>;
+    /// Moves the staged record of `obj` to `created_ms`, so a running upload whose capability
+    /// was renewed does not expire; `NotFound` if nothing is staged.
+    fn touch_staged(&mut self, obj: ObjRef, created_ms: u64) -> StoreResult<()>;
     /// Forgets staged records created before `before_ms` (with their reserved inodes) and
     /// reservations older than that which never got an object (a crash between reserving and
     /// staging); returns the records.

@@ -31,7 +31,7 @@ use std::fmt;
 /// - 3: `Create` with `exclusive: false` stages a new file too, so a file's name appears only
 ///   once all of its bytes are on the drives; [`MgrReply::Staged`] says whether the upload
 ///   `replaces` an existing file. [`MgrRequest::Abort`] drops a staged upload and its object at
-///   once.
+///   once; [`MgrRequest::Renew`] gives a long upload a fresh write capability.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 3;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
@@ -197,6 +197,13 @@ pub enum MgrRequest {
     /// Gives up a staged upload: the manager forgets it and removes its object now, so its
     /// space comes back without waiting for the orphan scrub.
     Abort {
+        path: String,
+        drive: DriveId,
+        object: ObjectId,
+    },
+    /// Asks for a fresh write capability for a staged upload that is still running (answered
+    /// with [`MgrReply::Staged`]); the upload's record is kept from expiring meanwhile.
+    Renew {
         path: String,
         drive: DriveId,
         object: ObjectId,
@@ -487,6 +494,7 @@ impl MgrRequest {
             Self::Commit { .. } => "commit",
             Self::Challenge { .. } => "challenge",
             Self::Abort { .. } => "abort",
+            Self::Renew { .. } => "renew",
         }
     }
 
@@ -517,6 +525,7 @@ impl MgrRequest {
             Self::Commit { .. } => 22,
             Self::Challenge { .. } => 23,
             Self::Abort { .. } => 24,
+            Self::Renew { .. } => 25,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -622,6 +631,11 @@ impl MgrRequest {
                 object,
             }
             | Self::Abort {
+                path,
+                drive,
+                object,
+            }
+            | Self::Renew {
                 path,
                 drive,
                 object,
@@ -736,6 +750,11 @@ impl MgrRequest {
                 user: get_str(r, "user")?,
             },
             24 => Self::Abort {
+                path: get_str(r, "path")?,
+                drive: DriveId(r.u64("drive")?),
+                object: ObjectId(r.u64("object")?),
+            },
+            25 => Self::Renew {
                 path: get_str(r, "path")?,
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
@@ -1118,6 +1137,11 @@ mod tests {
                 path: p(),
                 drive: DriveId(3),
                 object: ObjectId(18),
+            },
+            MgrRequest::Renew {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(19),
             },
         ]
     }

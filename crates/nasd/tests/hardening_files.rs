@@ -110,6 +110,15 @@ fn process_gone(pid: u32) -> bool {
 /// Stops the cluster's manager, lets `edit` change its SQLite database, and starts a manager
 /// on the same address and data again.
 fn with_manager_stopped(up: &mut Up, edit: impl FnOnce(&rusqlite::Connection)) {
+    with_manager_dir_stopped(up, |mdir| {
+        let db = rusqlite::Connection::open(mdir.join("meta.sqlite")).unwrap();
+        edit(&db);
+    })
+}
+
+/// Stops the cluster's manager, lets `edit` change its directory, and starts a manager on the
+/// same address and data again.
+fn with_manager_dir_stopped(up: &mut Up, edit: impl FnOnce(&Path)) {
     let pid = up.pid("manager");
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let t0 = Instant::now();
@@ -121,10 +130,7 @@ fn with_manager_stopped(up: &mut Up, edit: impl FnOnce(&rusqlite::Connection)) {
         serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
             .unwrap();
     let mdir = PathBuf::from(cluster["manager"]["dir"].as_str().unwrap());
-    {
-        let db = rusqlite::Connection::open(mdir.join("meta.sqlite")).unwrap();
-        edit(&db);
-    }
+    edit(&mdir);
     let log = up.dir.path().join("manager-restarted.log");
     let m = Command::new(NASD)
         .args(["manager", "run", "--data", s(&mdir)])
@@ -365,6 +371,37 @@ fn a_new_file_is_invisible_until_all_of_it_is_on_the_drive_and_the_last_commit_w
     } else {
         assert!(String::from_utf8_lossy(&o.stderr).contains("no such file"));
     }
+}
+
+#[test]
+fn an_upload_that_outlives_its_write_capability_renews_it() {
+    let mut up = Up::start(1);
+    let ttl_ms = 3_000u64;
+    with_manager_dir_stopped(&mut up, |mdir| {
+        let p = mdir.join("manager.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        v["policy"]["write_cap_ttl_ms"] = ttl_ms.into();
+        std::fs::write(&p, v.to_string()).unwrap();
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = admin_client(&up, &rt);
+    rt.block_on(async {
+        rt_put(&c, "/old", b"old").await;
+        for path in ["/new", "/old"] {
+            let u = c.begin_upload(path, 0o644).await.unwrap();
+            c.upload_write(&u, 0, b"first half, ").await.unwrap();
+            // The first capability expires meanwhile.
+            tokio::time::sleep(Duration::from_millis(ttl_ms + 500)).await;
+            c.upload_write(&u, 12, b"second half").await.unwrap();
+            c.finish_upload(u).await.unwrap();
+            assert_eq!(c.get_bytes(path).await.unwrap(), b"first half, second half");
+        }
+    });
+}
+
+async fn rt_put(c: &std::sync::Arc<Client>, path: &str, data: &[u8]) {
+    c.put_bytes(path, data, 0o644).await.unwrap();
 }
 
 #[test]
