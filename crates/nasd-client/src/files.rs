@@ -3,13 +3,16 @@
 //! pipelined [`DriveConn`]s, many requests in flight at once. Every reply is verified by the
 //! connection before a byte is returned.
 //!
-//! Manager round trips: a small file costs one (`create`, which returns the layout and a write
-//! capability) plus one drive write; a read costs one (`open`) plus one drive read; capabilities
-//! are cached ([`crate::capcache`]), so repeated access costs none. While the manager is down,
-//! cached capabilities keep the data path open until they expire.
+//! Manager round trips: writing a file costs two (`create`, which stages a fresh object and
+//! returns its layout and a write capability, then `commit`) plus one drive write per chunk; a
+//! read costs one (`open`) plus one drive read; capabilities are cached ([`crate::capcache`]),
+//! the upload's one included, so repeated access costs none. While the manager is down, cached
+//! capabilities keep the data path open until they expire. Streaming transfers of whole files
+//! are in [`crate::transfer`].
 
 use crate::auth::{Auth, Capability};
 use crate::capcache::{CapCache, OpenFile};
+use crate::escape::shown;
 use crate::object::Target;
 use crate::session::{Session, SessionConfig, SessionError};
 use crate::{ClientError, DriveConn};
@@ -17,7 +20,6 @@ use nasd_crypto::Key;
 use nasd_proto::manager::*;
 use nasd_proto::{Region, Status};
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +32,14 @@ pub const CONNS_PER_DRIVE: usize = 4;
 /// After the manager could not be reached, how long to use cached capabilities before trying
 /// it again.
 pub const MANAGER_RETRY_AFTER_MS: u64 = 2_000;
+/// How long a finished upload keeps trying to commit while the manager cannot be reached:
+/// its bytes are durable on the drive and the manager keeps the staged record across a
+/// restart, so waiting out a manager restart saves the transfer. Far below the orphan
+/// scrub's grace period, after which the staged record expires.
+pub const COMMIT_RETRY_MS: u64 = 60_000;
+/// First pause between commit attempts; it doubles up to [`COMMIT_RETRY_EACH_MS_MAX`].
+pub const COMMIT_RETRY_FIRST_MS: u64 = 100;
+pub const COMMIT_RETRY_EACH_MS_MAX: u64 = 2_000;
 
 const _: () = assert!(CHUNK_BYTES <= nasd_proto::DATA_BYTES_MAX);
 
@@ -40,28 +50,85 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// What went wrong, naming the path.
+/// What went wrong, naming the path. Paths and the manager's details are printed through
+/// [`shown`]: they may hold names other users chose.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// The manager refused or could not be reached. The error is not a `source`, so a report
     /// prints it once.
-    #[error("nasd:{path}: {}", describe(.error))]
+    #[error("nasd:{}: {}", shown(.path), describe(.path, .error))]
     Manager { path: String, error: SessionError },
     /// A drive operation failed; `drive` is the drive's address. The error is not a
     /// `source`, so a report prints it once.
-    #[error("nasd:{path}: {} on drive {drive}: {error}", drive_reason(.error))]
+    #[error("nasd:{}: {} on drive {drive}: {}", shown(.path), drive_reason(.error), shown(&.error.to_string()))]
     Drive {
         path: String,
         drive: String,
         error: ClientError,
     },
-    #[error("{path}: {source}")]
+    /// The object the drive holds under the file's layout is not the file the manager named:
+    /// its `fs_specific` record names another inode (a pointer in the manager's database was
+    /// changed), or none. Nothing was read.
+    #[error("nasd:{}: the object on drive {drive} belongs to {found}, not to inode {expected}; refusing to read it", shown(.path))]
+    WrongObject {
+        path: String,
+        drive: String,
+        expected: u64,
+        found: ObjectOwner,
+    },
+    #[error("{}: {source}", shown(.path))]
     Local {
         path: String,
         source: std::io::Error,
     },
     #[error("{0}")]
     Usage(String),
+}
+
+/// Whose object a drive holds, as its `fs_specific` record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectOwner {
+    Inode(u64),
+    /// No version-1 record: not an object the manager made for a file.
+    Unknown,
+}
+
+impl std::fmt::Display for ObjectOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectOwner::Inode(i) => write!(f, "inode {i}"),
+            ObjectOwner::Unknown => f.write_str("no file (no file record)"),
+        }
+    }
+}
+
+/// The inode number in a version-1 `fs_specific` record, the layout the manager writes
+/// (`nasd_manager::service::FsAttr`, docs/manager.md):
+/// ```text
+/// 0 u8 version (1)  1 u8 kind  2 u32 mode  6 u32 uid  10 u32 gid  14 u64 ino  22.. zero
+/// ```
+pub fn fs_specific_ino(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> Option<u64> {
+    if b[0] != FS_RECORD_VERSION {
+        return None;
+    }
+    Some(u64::from_le_bytes(
+        b[FS_INO_AT..FS_INO_AT + 8].try_into().expect("8 bytes"),
+    ))
+}
+
+/// Version byte of the manager's `fs_specific` record, and where its inode number lies.
+const FS_RECORD_VERSION: u8 = 1;
+const FS_INO_AT: usize = 14;
+
+/// Checks that a drive object's `fs_specific` names inode `expected`. A record with inode 0
+/// was written by a manager before protocol 3 (new files were mirrored before they had a
+/// number) and is let through: a chmod, chown or overwrite rewrites it.
+fn check_owner(fs: &[u8; nasd_proto::FS_SPECIFIC_BYTES], expected: u64) -> Result<(), ObjectOwner> {
+    match fs_specific_ino(fs) {
+        Some(i) if i == expected || i == 0 => Ok(()),
+        Some(i) => Err(ObjectOwner::Inode(i)),
+        None => Err(ObjectOwner::Unknown),
+    }
 }
 
 /// What a drive failure means for the file, in words.
@@ -86,18 +153,28 @@ fn drive_err(path: &str, layout: &Layout) -> impl Fn(ClientError) -> FsError {
     }
 }
 
-fn describe(e: &SessionError) -> String {
+/// The manager's error for `path` in words: its status, then whatever its detail adds. The
+/// detail often repeats the path the message already names; only that repetition is dropped,
+/// never the rest of the detail.
+fn describe(path: &str, e: &SessionError) -> String {
     match e {
         SessionError::Refused { status, detail, .. } => {
-            // The manager's detail usually starts with the path; keep only what it adds.
-            let extra = detail.split_once(": ").map(|(_, r)| r).unwrap_or("");
-            if extra.is_empty() || detail.starts_with(status.text()) {
+            let extra = match detail.strip_prefix(path) {
+                Some(r) if r.is_empty() || r.starts_with([':', ' ']) => {
+                    let r = r.trim_start_matches(':').trim();
+                    r.strip_prefix('(')
+                        .and_then(|r| r.strip_suffix(')'))
+                        .unwrap_or(r)
+                }
+                _ => detail.as_str(),
+            };
+            if extra.is_empty() || extra == status.text() {
                 status.text().to_string()
             } else {
-                format!("{} ({extra})", status.text())
+                format!("{} ({})", status.text(), shown(extra))
             }
         }
-        e => e.to_string(),
+        e => shown(&e.to_string()).into_owned(),
     }
 }
 
@@ -116,13 +193,6 @@ impl FsError {
     }
 }
 
-fn local(path: &Path) -> impl Fn(std::io::Error) -> FsError + '_ {
-    move |source| FsError::Local {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
 fn open_file(path: &str, stat: FileStat, layout: Layout, cap: CapGrant) -> OpenFile {
     OpenFile {
         path: path.into(),
@@ -138,15 +208,21 @@ fn open_file(path: &str, stat: FileStat, layout: Layout, cap: CapGrant) -> OpenF
     }
 }
 
-/// Where an upload's bytes go: a new file, visible from its creation, or a staged object that
-/// replaces an existing file's content only when [`Client::finish_upload`] commits it, so a
-/// failed or interrupted overwrite leaves the old content in place.
+/// Where an upload's bytes go: a staged object that no name shows until
+/// [`Client::finish_upload`] commits it — as the new content of an existing file, or as a new
+/// file — so a failed or interrupted upload never leaves a partial file visible, and an
+/// overwritten file keeps its old content until the new one is complete.
 #[derive(Clone)]
 pub struct Upload {
     path: String,
-    /// The staged object's grant. It is never renewed through `open`, which would return the
-    /// old object: a staged upload must finish within its write capability's lifetime.
-    staged: Option<Arc<OpenFile>>,
+    /// Where the staged object lives (fixed for the upload's life).
+    layout: Layout,
+    /// The staged object's current grant, shared by the upload's parallel writes. It is
+    /// renewed with `Renew` once due (never through `open`, which would return the visible
+    /// file's object), one renewal at a time.
+    grant: Arc<tokio::sync::Mutex<Arc<OpenFile>>>,
+    stat: FileStat,
+    replaces: bool,
 }
 
 impl Upload {
@@ -155,7 +231,12 @@ impl Upload {
     }
     /// Whether this upload replaces an existing file.
     pub fn replaces(&self) -> bool {
-        self.staged.is_some()
+        self.replaces
+    }
+    /// The file as the manager described it when the upload began: the existing file's
+    /// attributes for an overwrite, the new file's otherwise.
+    pub fn stat(&self) -> &FileStat {
+        &self.stat
     }
 }
 
@@ -310,8 +391,9 @@ impl Client {
         self.opened(path, true, r)
     }
 
-    /// Starts writing `path`: creates it, or, when it exists, stages a fresh object for the new
-    /// content (one manager round trip either way).
+    /// Starts writing `path`: the manager stages a fresh object for the content, whether the
+    /// file exists or not (one manager round trip). `mode` is a new file's mode; an existing
+    /// file keeps its own.
     pub async fn begin_upload(&self, path: &str, mode: u32) -> Result<Upload, FsError> {
         self.caps.invalidate(path);
         let r = self
@@ -324,48 +406,137 @@ impl Client {
                 },
             )
             .await?;
-        let staged = match r {
-            MgrReply::Staged { stat, layout, cap } => {
-                Some(Arc::new(open_file(path, stat, layout, cap)))
-            }
-            r => {
-                self.opened(path, true, r)?;
-                None
-            }
-        };
-        Ok(Upload {
-            path: path.into(),
-            staged,
-        })
-    }
-
-    /// Writes `data` at `offset` of an upload.
-    pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        match &u.staged {
-            None => self.write_at(&u.path, offset, data).await,
-            Some(g) => self.write_granted(&u.path, g, offset, data).await,
+        match r {
+            MgrReply::Staged {
+                stat,
+                layout,
+                cap,
+                replaces,
+            } => Ok(Upload {
+                path: path.into(),
+                layout: layout.clone(),
+                stat: stat.clone(),
+                grant: Arc::new(tokio::sync::Mutex::new(Arc::new(open_file(
+                    path, stat, layout, cap,
+                )))),
+                replaces,
+            }),
+            other => Err(FsError::Usage(format!(
+                "{}: unexpected manager reply {other:?}",
+                shown(path)
+            ))),
         }
     }
 
-    /// Ends an upload whose writes were all acknowledged (so durable on the drive): a staged
-    /// replacement is committed, which swaps it into the name and removes the old object.
+    /// Writes `data` at `offset` of an upload, renewing its capability when it is due (or when
+    /// the drive refused it as expired).
+    pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let g = self.upload_grant(u, None).await?;
+        match self.write_granted(&u.path, &g, offset, data).await {
+            Err(e) if e.drive_status() == Some(Status::CapabilityExpired) => {
+                let g = self.upload_grant(u, Some(&g)).await?;
+                self.write_granted(&u.path, &g, offset, data).await
+            }
+            r => r,
+        }
+    }
+
+    /// The upload's grant, renewed first when it is past three quarters of its life, or when
+    /// `expired` (the grant the drive just refused) is still the current one. While the
+    /// manager cannot be reached, a grant that has not expired is used as it is.
+    async fn upload_grant(
+        &self,
+        u: &Upload,
+        expired: Option<&Arc<OpenFile>>,
+    ) -> Result<Arc<OpenFile>, FsError> {
+        let mut g = u.grant.lock().await;
+        let now = now_ms();
+        let due = match expired {
+            Some(old) => Arc::ptr_eq(old, &g),
+            None => g.needs_renewal(now),
+        };
+        if !due {
+            return Ok(g.clone());
+        }
+        let renew = MgrRequest::Renew {
+            path: u.path.clone(),
+            drive: u.layout.drive,
+            object: u.layout.object,
+        };
+        match self.request(&u.path, renew).await {
+            Ok(MgrReply::Staged { layout, cap, .. }) => {
+                *g = Arc::new(open_file(&u.path, u.stat.clone(), layout, cap));
+                Ok(g.clone())
+            }
+            Ok(other) => Err(FsError::Usage(format!(
+                "{}: unexpected manager reply {other:?}",
+                shown(&u.path)
+            ))),
+            Err(FsError::Manager { error, .. })
+                if error.is_unavailable() && expired.is_none() && g.usable(now) =>
+            {
+                tracing::info!(
+                    "manager unreachable ({error}); writing under the current capability"
+                );
+                Ok(g.clone())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends an upload whose writes were all acknowledged (so durable on the drive): the
+    /// manager commits the staged object under the name and removes the object it replaces.
+    /// While the manager cannot be reached the commit is retried for up to
+    /// [`COMMIT_RETRY_MS`] (the data is safe on the drive; a restarting manager still knows
+    /// the staged upload). A refused commit aborts the upload, so its space comes back.
     pub async fn finish_upload(&self, u: Upload) -> Result<(), FsError> {
-        let Some(g) = u.staged else {
-            return Ok(());
+        self.caps.invalidate(&u.path);
+        let commit = MgrRequest::Commit {
+            path: u.path.clone(),
+            drive: u.layout.drive,
+            object: u.layout.object,
+        };
+        let deadline = now_ms() + COMMIT_RETRY_MS;
+        let mut wait_ms = COMMIT_RETRY_FIRST_MS;
+        let r = loop {
+            match self.ok(&u.path, commit.clone()).await {
+                Err(FsError::Manager { error, .. })
+                    if error.is_unavailable() && now_ms() + wait_ms < deadline =>
+                {
+                    tracing::info!("manager unreachable ({error}); retrying the commit");
+                    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+                    wait_ms = (wait_ms * 2).min(COMMIT_RETRY_EACH_MS_MAX);
+                }
+                r => break r,
+            }
         };
         self.caps.invalidate(&u.path);
-        let r = self
-            .ok(
-                &u.path,
-                MgrRequest::Commit {
-                    path: u.path.clone(),
-                    drive: g.layout.drive,
-                    object: g.layout.object,
-                },
-            )
-            .await;
-        self.caps.invalidate(&u.path);
+        match &r {
+            // The staged object is now the file's, and the upload's capability for it is what
+            // a write open would return: keep it, so reading the file back costs no manager
+            // round trip.
+            Ok(()) => {
+                let g = u.grant.lock().await.clone();
+                self.caps.put(true, (*g).clone());
+            }
+            Err(e) if e.status().is_some() => self.abort_upload(&u).await,
+            Err(_) => {}
+        }
         r
+    }
+
+    /// Gives up an upload: the manager forgets the staged object and removes it now, so its
+    /// space comes back at once. Best effort (the manager may be why the upload failed): an
+    /// upload that is never aborted expires and the orphan scrub reclaims its object.
+    pub async fn abort_upload(&self, u: &Upload) {
+        let abort = MgrRequest::Abort {
+            path: u.path.clone(),
+            drive: u.layout.drive,
+            object: u.layout.object,
+        };
+        if let Err(e) = self.ok(&u.path, abort).await {
+            tracing::warn!("could not abort the upload to {}: {e}", shown(&u.path));
+        }
     }
 
     /// Writes under a fixed grant: reconnects once on a lost connection, never renews.
@@ -436,6 +607,20 @@ impl Client {
         F: Fn(Arc<DriveConn>, Auth, Target) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
+        self.with_grant(path, write, f).await.map(|(v, _)| v)
+    }
+
+    /// [`Client::with_cap`], also returning the grant the operation ran under.
+    async fn with_grant<T, F, Fut>(
+        &self,
+        path: &str,
+        write: bool,
+        f: F,
+    ) -> Result<(T, Arc<OpenFile>), FsError>
+    where
+        F: Fn(Arc<DriveConn>, Auth, Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
         let mut o = self.open(path, write).await?;
         let mut refreshed = false;
         let mut reconnected = false;
@@ -450,7 +635,7 @@ impl Client {
                 protection: o.cap.args.min_protection,
             };
             match f(c.clone(), Auth::Capability(o.cap.clone()), t).await {
-                Ok(v) => return Ok(v),
+                Ok(v) => return Ok((v, o)),
                 Err(e)
                     if !refreshed
                         && matches!(
@@ -497,12 +682,22 @@ impl Client {
         .await
     }
 
-    /// The file's size as its drive reports it now.
+    /// The file's size as its drive reports it now. The same getattr proves the object is
+    /// the file's: its `fs_specific` record, which only the manager writes, must name the
+    /// inode the manager's stat names ([`FsError::WrongObject`] otherwise).
     pub async fn size(&self, path: &str) -> Result<u64, FsError> {
-        self.with_cap(path, false, |c, auth, t| async move {
-            c.getattr(&auth, t).await.map(|a| a.logical_size)
-        })
-        .await
+        let (a, o) = self
+            .with_grant(path, false, |c, auth, t| async move {
+                c.getattr(&auth, t).await
+            })
+            .await?;
+        check_owner(&a.fs_specific, o.stat.ino).map_err(|found| FsError::WrongObject {
+            path: path.into(),
+            drive: o.layout.addr.clone(),
+            expected: o.stat.ino,
+            found,
+        })?;
+        Ok(a.logical_size)
     }
 
     /// Creates or replaces `path` with `data`.
@@ -542,19 +737,11 @@ impl Client {
         Ok(())
     }
 
-    /// After a failed upload, removes the half-written new file so no partial file stays
-    /// visible (best effort: the manager may be the reason it failed). A failed replacement
-    /// needs nothing: its staged object was never visible, and the old content is untouched.
+    /// After a failed upload, aborts it so its staged object goes now. Nothing else needs
+    /// undoing: the staged object was never visible, and an overwritten file keeps its content.
     async fn cleanup_on_error<T>(&self, u: &Upload, r: Result<T, FsError>) -> Result<T, FsError> {
-        let path = u.path.as_str();
-        if r.is_err() && !u.replaces() {
-            self.caps.invalidate(path);
-            if let Err(e) = self
-                .ok(path, MgrRequest::Unlink { path: path.into() })
-                .await
-            {
-                tracing::warn!("could not remove the partial file {path}: {e}");
-            }
+        if r.is_err() {
+            self.abort_upload(u).await;
         }
         r
     }
@@ -584,130 +771,6 @@ impl Client {
             out[at as usize..at as usize + d.len()].copy_from_slice(&d);
         }
         Ok(out)
-    }
-
-    /// Streams a local file to `remote` with parallel drive writes; `progress` is told the
-    /// bytes done so far.
-    pub async fn put_file(
-        self: &Arc<Self>,
-        local_path: &Path,
-        remote: &str,
-        mode: u32,
-        progress: Arc<dyn Fn(u64) + Send + Sync>,
-    ) -> Result<u64, FsError> {
-        use std::io::Read;
-        let mut f = std::fs::File::open(local_path).map_err(local(local_path))?;
-        let size = f.metadata().map_err(local(local_path))?.len();
-        let u = self.begin_upload(remote, mode).await?;
-        let me = self.shared();
-        let done = Arc::new(AtomicU64::new(0));
-        let r: Result<u64, FsError> = async {
-            let mut set = tokio::task::JoinSet::new();
-            let mut off = 0u64;
-            loop {
-                let mut buf = vec![0u8; CHUNK_BYTES];
-                let mut n = 0;
-                while n < buf.len() {
-                    let k = f.read(&mut buf[n..]).map_err(local(local_path))?;
-                    if k == 0 {
-                        break;
-                    }
-                    n += k;
-                }
-                if n == 0 {
-                    break;
-                }
-                buf.truncate(n);
-                while set.len() >= TRANSFER_IN_FLIGHT_MAX {
-                    set.join_next()
-                        .await
-                        .expect("non-empty")
-                        .map_err(|e| FsError::Usage(e.to_string()))??;
-                }
-                let (me, u, done, progress) =
-                    (me.clone(), u.clone(), done.clone(), progress.clone());
-                set.spawn(async move {
-                    me.upload_write(&u, off, &buf).await?;
-                    progress(
-                        done.fetch_add(buf.len() as u64, Ordering::Relaxed) + buf.len() as u64,
-                    );
-                    Ok::<(), FsError>(())
-                });
-                off += n as u64;
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| FsError::Usage(e.to_string()))??;
-            }
-            if off != size {
-                tracing::info!("{}: size changed while copying", local_path.display());
-            }
-            Ok(off)
-        }
-        .await;
-        let n = self.cleanup_on_error(&u, r).await?;
-        self.finish_upload(u).await?;
-        Ok(n)
-    }
-
-    /// Streams `remote` into a local file with parallel drive reads.
-    pub async fn get_file(
-        self: &Arc<Self>,
-        remote: &str,
-        local_path: &Path,
-        progress: Arc<dyn Fn(u64) + Send + Sync>,
-    ) -> Result<u64, FsError> {
-        use std::os::unix::fs::FileExt;
-        let o = self.open(remote, false).await?;
-        if o.stat.kind == FileKind::Dir {
-            return Err(FsError::Manager {
-                path: remote.into(),
-                error: SessionError::Refused {
-                    op: "get",
-                    status: MgrStatus::IsADirectory,
-                    detail: String::new(),
-                },
-            });
-        }
-        let size = self.size(remote).await?;
-        let f = Arc::new(std::fs::File::create(local_path).map_err(local(local_path))?);
-        f.set_len(size).map_err(local(local_path))?;
-        let me = self.shared();
-        let done = Arc::new(AtomicU64::new(0));
-        let mut set = tokio::task::JoinSet::new();
-        let lp = Arc::new(local_path.to_path_buf());
-        for off in (0..size).step_by(CHUNK_BYTES) {
-            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
-                set.join_next()
-                    .await
-                    .expect("non-empty")
-                    .map_err(|e| FsError::Usage(e.to_string()))??;
-            }
-            let len = (CHUNK_BYTES as u64).min(size - off);
-            let (me, p, f, done, progress, lp) = (
-                me.clone(),
-                remote.to_string(),
-                f.clone(),
-                done.clone(),
-                progress.clone(),
-                lp.clone(),
-            );
-            set.spawn(async move {
-                let d = me.read_at(&p, off, len).await?;
-                if d.len() as u64 != len {
-                    return Err(FsError::Usage(format!(
-                        "nasd:{p}: the file shrank while it was read"
-                    )));
-                }
-                f.write_all_at(&d, off).map_err(local(&lp))?;
-                progress(done.fetch_add(len, Ordering::Relaxed) + len);
-                Ok::<(), FsError>(())
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            r.map_err(|e| FsError::Usage(e.to_string()))??;
-        }
-        f.sync_all().map_err(local(local_path))?;
-        Ok(size)
     }
 
     /// A handle sharing this client's session, cache and pool (for spawned tasks).

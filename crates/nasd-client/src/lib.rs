@@ -15,14 +15,21 @@
 //! - [`object`] — typed helpers, one per operation of seed 002 Tables 1-3.
 //! - [`error`] — [`ClientError`].
 //! - [`userkey`] — Ed25519 user key files and login signatures.
+//! - [`files`] — files through the manager: uploads, reads, namespace operations;
+//!   [`capcache`] keeps their capabilities; [`session`] is the manager connection.
+//! - [`transfer`] — streaming copies to, from and within the cluster (holes kept, downloads
+//!   replaced only when complete).
+//! - [`escape`] — printing untrusted names safely.
 
 pub mod auth;
 pub mod capcache;
 pub mod conn;
 pub mod error;
+pub mod escape;
 pub mod files;
 pub mod object;
 pub mod session;
+pub mod transfer;
 pub mod userkey;
 pub mod wire;
 

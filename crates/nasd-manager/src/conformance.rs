@@ -43,9 +43,10 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     rename(&mut make());
     drives_sessions_meta(&mut make());
     staged_commits(&mut make());
+    staged_new_files(&mut make());
 }
 
-fn staged(object: u64, created_ms: u64) -> Staged {
+fn staged(object: u64, created_ms: u64, ino: u64) -> Staged {
     Staged {
         obj: file(0, object).obj.expect("files have objects"),
         acv: 3,
@@ -53,18 +54,27 @@ fn staged(object: u64, created_ms: u64) -> Staged {
         path: "/f".into(),
         mode: 0o600,
         created_ms,
+        ino,
+        new_file: false,
     }
 }
 
-/// An overwrite: the staged object replaces the file's in one step, keeping the inode; a
-/// staged object whose name vanished is linked fresh; nothing commits twice.
+/// An overwrite: the staged object replaces the file's in one step, keeping the inode; an
+/// overwrite whose file vanished or was replaced commits nothing; nothing commits twice.
 fn staged_commits<S: MetaStore>(s: &mut S) {
-    let f = s.link_new(ROOT_INO, "f", &file(5, 16)).unwrap();
-    let a = staged(17, 10);
+    let f = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    s.link_reserved(ROOT_INO, "f", f, file(5, 16).obj.unwrap(), 0)
+        .unwrap();
+    let a = staged(17, 10, f);
     s.put_staged(&a).unwrap();
     assert_eq!(s.staged(a.obj).unwrap(), Some(a.clone()));
     assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(16)]);
-    let old = s.commit_staged(ROOT_INO, "f", a.obj, &file(5, 0)).unwrap();
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "f", a.obj, None),
+        Err(StoreError::Exists),
+        "the caller checked an empty name: nothing commits"
+    );
+    let old = s.commit_staged(ROOT_INO, "f", a.obj, Some(f)).unwrap();
     assert_eq!(
         old.and_then(|i| i.obj).map(|o| o.object),
         Some(ObjectId(16))
@@ -73,30 +83,192 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     assert_eq!((now.obj, now.acv, now.mode), (Some(a.obj), 3, 0o644));
     assert_eq!(s.staged(a.obj).unwrap(), None);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.obj, &file(5, 0)),
+        s.commit_staged(ROOT_INO, "f", a.obj, Some(f)),
         Err(StoreError::NotFound)
     );
     assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(17)]);
 
-    let b = staged(18, 20);
+    // The file was replaced by another one of the same name: the overwrite does not land in
+    // it (files get numbers never used before, so the new one's differs).
+    let b = staged(18, 20, f);
     s.put_staged(&b).unwrap();
-    assert_eq!(s.commit_staged(ROOT_INO, "g", b.obj, &file(5, 0)), Ok(None));
-    let g = s
-        .inode(s.lookup(ROOT_INO, "g").unwrap().unwrap())
-        .unwrap()
+    s.unlink(ROOT_INO, "f").unwrap();
+    let f2 = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    s.link_reserved(ROOT_INO, "f", f2, file(5, 40).obj.unwrap(), 0)
         .unwrap();
-    assert_eq!(g.obj, Some(b.obj));
+    assert!(f2 > f);
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "f", b.obj, Some(f2)),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        s.inode(f2).unwrap().unwrap().obj.map(|o| o.object),
+        Some(ObjectId(40))
+    );
 
     s.link_new(ROOT_INO, "d", &dir(5)).unwrap();
-    let c = staged(19, 30);
+    let d = s.lookup(ROOT_INO, "d").unwrap().unwrap();
+    let c = staged(19, 30, d);
     s.put_staged(&c).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "d", c.obj, &file(5, 0)),
+        s.commit_staged(ROOT_INO, "d", c.obj, Some(d)),
         Err(StoreError::IsADirectory)
     );
-    assert_eq!(s.expire_staged(30).unwrap(), vec![]);
-    assert_eq!(s.expire_staged(31).unwrap(), vec![c.clone()]);
+    assert_eq!(s.expire_staged(20).unwrap(), vec![]);
+    assert_eq!(s.expire_staged(31).unwrap(), vec![b.clone(), c.clone()]);
     assert_eq!(s.staged(c.obj).unwrap(), None);
+    assert_eq!(s.abort_staged(c.obj), Ok(None));
+}
+
+/// A new file: its inode is reserved (invisible), takes the staged object, and is linked only
+/// by its commit, replacing whatever file took the name meanwhile; aborts and expiry drop the
+/// reservation; a reservation that never got an object is swept once old.
+fn staged_new_files<S: MetaStore>(s: &mut S) {
+    let fresh = |created_ms: u64| Inode {
+        ctime_us: created_ms * 1000,
+        ..file(5, 0)
+    };
+    let new = |object: u64, created_ms: u64, ino: u64| Staged {
+        path: "/n".into(),
+        new_file: true,
+        ..staged(object, created_ms, ino)
+    };
+    let r1 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(10)
+            },
+        )
+        .unwrap();
+    assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), None);
+    assert!(s.readdir(ROOT_INO).unwrap().is_empty());
+    let a = new(20, 10, r1);
+    s.put_staged(&a).unwrap();
+    assert_eq!(s.inode(r1).unwrap().unwrap().obj, Some(a.obj));
+    assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(20)]);
+    assert!(
+        s.readdir(ROOT_INO).unwrap().is_empty(),
+        "visible before commit"
+    );
+
+    // A second upload of the same name commits first; the first one then replaces it.
+    let r2 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(11)
+            },
+        )
+        .unwrap();
+    assert_ne!(r1, r2);
+    let b = new(21, 11, r2);
+    s.put_staged(&b).unwrap();
+    assert_eq!(s.commit_staged(ROOT_INO, "n", b.obj, None), Ok(None));
+    assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r2));
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "n", a.obj, None),
+        Err(StoreError::Exists),
+        "the caller checked an empty name"
+    );
+    let old = s.commit_staged(ROOT_INO, "n", a.obj, Some(r2)).unwrap();
+    assert_eq!(old.map(|i| i.ino), Some(r2));
+    assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));
+    assert_eq!(s.inode(r2).unwrap(), None);
+    assert_eq!(s.readdir(ROOT_INO).unwrap().len(), 1);
+
+    // Abort: the record and the reservation go; a linked file is never touched.
+    let r3 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(12)
+            },
+        )
+        .unwrap();
+    let c = new(22, 12, r3);
+    s.put_staged(&c).unwrap();
+    assert_eq!(s.abort_staged(c.obj), Ok(Some(c.clone())));
+    assert_eq!(s.inode(r3).unwrap(), None);
+    s.forget_reserved(r1).unwrap();
+    assert!(s.inode(r1).unwrap().is_some(), "forgot a linked file");
+
+    // Exclusive create: link the reservation, refused when the name is taken.
+    let r4 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(13)
+            },
+        )
+        .unwrap();
+    let o4 = file(5, 23).obj.unwrap();
+    assert_eq!(
+        s.link_reserved(ROOT_INO, "n", r4, o4, 1),
+        Err(StoreError::Exists)
+    );
+    s.link_reserved(ROOT_INO, "x", r4, o4, 1).unwrap();
+    assert_eq!(s.lookup(ROOT_INO, "x").unwrap(), Some(r4));
+    assert_eq!(s.inode(r4).unwrap().unwrap().obj, Some(o4));
+
+    // Expiry: an old staged new file and an old reservation without a record both go; a
+    // young one stays, and so does an old one whose upload was renewed.
+    let r5 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(14)
+            },
+        )
+        .unwrap();
+    let e = new(24, 14, r5);
+    s.put_staged(&e).unwrap();
+    let r9 = s.reserve_inode(ROOT_INO, &fresh(14)).unwrap();
+    let renewed = new(25, 14, r9);
+    s.put_staged(&renewed).unwrap();
+    s.touch_staged(renewed.obj, 40).unwrap();
+    assert_eq!(
+        s.touch_staged(file(5, 99).obj.unwrap(), 40),
+        Err(StoreError::NotFound)
+    );
+    let r6 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(15)
+            },
+        )
+        .unwrap();
+    let r7 = s
+        .reserve_inode(
+            ROOT_INO,
+            &Inode {
+                obj: None,
+                ..fresh(50)
+            },
+        )
+        .unwrap();
+    assert_eq!(s.expire_staged(16).unwrap(), vec![e]);
+    assert_eq!(s.inode(r5).unwrap(), None);
+    assert_eq!(
+        s.staged(renewed.obj).unwrap().map(|r| r.created_ms),
+        Some(40)
+    );
+    assert!(s.inode(r9).unwrap().is_some());
+    assert_eq!(s.inode(r6).unwrap(), None);
+    assert!(s.inode(r7).unwrap().is_some());
+    assert_eq!(s.lookup(ROOT_INO, "x").unwrap(), Some(r4));
+
+    // The largest file number, once freed, is not handed out again.
+    s.forget_reserved(r7).unwrap();
+    let r8 = s.reserve_inode(ROOT_INO, &fresh(60)).unwrap();
+    assert!(r8 > r7, "{r8} reuses a number");
 }
 
 fn users_and_groups<S: MetaStore>(s: &mut S) {

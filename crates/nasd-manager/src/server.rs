@@ -514,6 +514,19 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             m.commit(c, &path, drive, object).await?;
             MgrReply::Ok
         }
+        Q::Abort {
+            path,
+            drive,
+            object,
+        } => {
+            m.abort(c, &path, drive, object).await?;
+            MgrReply::Ok
+        }
+        Q::Renew {
+            path,
+            drive,
+            object,
+        } => m.renew(c, &path, drive, object).await?,
         Q::ReturnCapability { path, audit_id } => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
             MgrReply::Ok

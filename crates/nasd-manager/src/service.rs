@@ -614,10 +614,18 @@ impl Manager {
         Ok(())
     }
 
-    /// Creates a file (its object first, then its name, so a crash in between leaves at most
-    /// an unreachable object) and returns its layout with a write capability: one manager
-    /// round trip, then the client writes straight to the drive. On an existing file without
-    /// `exclusive`, stages a fresh object instead ([`Manager::stage`]).
+    /// Starts writing a file at `path`. Searching the directory needs its search permission;
+    /// what else is needed depends on the name (POSIX):
+    /// - an existing file is overwritten — never with `exclusive` (`Exists`) — which needs
+    ///   write permission on the file, not on its directory ([`Manager::stage_overwrite`]);
+    /// - a new name needs write permission on the directory. Its inode is reserved first (no
+    ///   name shows it), so the object's `fs_specific` carries the inode number the file will
+    ///   have; then the object is created. With `exclusive`, the name is linked at once and the
+    ///   reply is `Opened` (an empty file: nothing partial can show); without, the upload is
+    ///   staged and the name appears only at [`Manager::commit`].
+    ///
+    /// A crash at any step leaves at most an unreachable object and a reservation, which the
+    /// orphan scrub reclaims.
     pub async fn create(
         &self,
         c: &Caller,
@@ -625,7 +633,10 @@ impl Manager {
         mode: u32,
         exclusive: bool,
     ) -> MgrResult<MgrReply> {
-        let (dir, name) = self.parent(c, path, true)?;
+        let (dir, name) = self.parent(c, path, false)?;
+        if !may(c, &dir, X) {
+            return Err(denied(path, "search permission on the parent directory"));
+        }
         let existing = self
             .st()
             .lookup(dir.ino, name)
@@ -639,9 +650,36 @@ impl Manager {
                 .inode(ino)
                 .map_err(|e| store_err(e, path))?
                 .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
-            return self.stage(c, path, i).await;
+            return self.stage_overwrite(c, path, i).await;
         }
+        if !may(c, &dir, W | X) {
+            return Err(denied(path, "write permission on the parent directory"));
+        }
+        // The name is about to be made: it must be clean.
+        check_new_name(path, name)?;
         let d = self.drives.choose()?;
+        let i = self.reserve_inode(c, &dir, mode).map_err(|e| e.at(path))?;
+        let (obj, attrs) = match self.create_object(d, &i).await {
+            Ok(x) => x,
+            Err(e) => {
+                self.forget_reservation(i.ino);
+                return Err(e.at(path));
+            }
+        };
+        let i = Inode {
+            obj: Some(obj),
+            acv: attrs.access_control_version,
+            ..i
+        };
+        if exclusive {
+            self.link_new_file(c, path, dir.ino, name, i, &attrs).await
+        } else {
+            self.stage_new_file(c, path, i, &attrs).await
+        }
+    }
+
+    /// A new file's inode, stored without a name; its number is the file's from now on.
+    fn reserve_inode(&self, c: &Caller, dir: &Inode, mode: u32) -> MgrResult<Inode> {
         let now = now_us();
         let mut i = Inode {
             ino: 0,
@@ -656,22 +694,84 @@ impl Manager {
             acv: 0,
             root: None,
         };
-        let (obj, attrs) = self.create_object(d, &i).await.map_err(|e| e.at(path))?;
-        i.obj = Some(obj);
-        i.acv = attrs.access_control_version;
-        let linked = self.st().link_new(dir.ino, name, &i);
-        match linked {
-            Ok(ino) => i.ino = ino,
-            Err(e) => {
-                self.remove_object(obj).await;
-                return Err(store_err(e, path));
-            }
+        i.ino = self
+            .st()
+            .reserve_inode(dir.ino, &i)
+            .map_err(|e| store_err(e, "inode"))?;
+        Ok(i)
+    }
+
+    /// Drops a reservation whose file will never exist (logged: the scrub sweeps it too).
+    fn forget_reservation(&self, ino: u64) {
+        if let Err(e) = self.st().forget_reserved(ino) {
+            tracing::warn!(ino, "reserved inode not dropped: {e}");
+        }
+    }
+
+    /// Undoes a create whose name could not be linked or staged: the object goes, then the
+    /// reservation.
+    async fn undo_create(&self, i: &Inode) {
+        if let Some(o) = i.obj {
+            self.remove_object(o).await;
+        }
+        self.forget_reservation(i.ino);
+    }
+
+    /// Exclusive create: links the reserved inode (holding its empty object) as `name`.
+    async fn link_new_file(
+        &self,
+        c: &Caller,
+        path: &str,
+        dir: u64,
+        name: &str,
+        i: Inode,
+        attrs: &Attributes,
+    ) -> MgrResult<MgrReply> {
+        let obj = i.obj.expect("created above");
+        let linked = self.st().link_reserved(dir, name, i.ino, obj, i.acv);
+        if let Err(e) = linked {
+            self.undo_create(&i).await;
+            return Err(store_err(e, path));
         }
         let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
         Ok(MgrReply::Opened {
-            stat: self.stat_of(&i, Some(&attrs)),
+            stat: self.stat_of(&i, Some(attrs)),
             layout,
             cap,
+        })
+    }
+
+    /// Non-exclusive create of a new name: records the upload as staged (so a manager restart
+    /// does not lose it) and returns a write capability for its object. The name appears only
+    /// when [`Manager::commit`] links it.
+    async fn stage_new_file(
+        &self,
+        c: &Caller,
+        path: &str,
+        i: Inode,
+        attrs: &Attributes,
+    ) -> MgrResult<MgrReply> {
+        let staged = Staged {
+            obj: i.obj.expect("created above"),
+            acv: i.acv,
+            uid: c.uid,
+            path: path.to_string(),
+            mode: i.mode,
+            created_ms: now_ms(),
+            ino: i.ino,
+            new_file: true,
+        };
+        let put = self.st().put_staged(&staged);
+        if let Err(e) = put {
+            self.undo_create(&i).await;
+            return Err(store_err(e, path));
+        }
+        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        Ok(MgrReply::Staged {
+            stat: self.stat_of(&i, Some(attrs)),
+            layout,
+            cap,
+            replaces: false,
         })
     }
 
@@ -723,10 +823,12 @@ impl Manager {
     }
 
     /// The first half of an overwrite: a fresh object for the new content, recorded as staged
-    /// (so a manager restart does not lose it) and returned with a write capability. The old
-    /// content stays in place and readable until [`Manager::commit`]; an overwrite that never
-    /// commits leaves only the staged object, which the orphan scrub reclaims.
-    async fn stage(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
+    /// (so a manager restart does not lose it) and returned with a write capability. Only
+    /// write permission on the file is needed (POSIX: opening a file to truncate it does not
+    /// touch its directory). The old content stays in place and readable until
+    /// [`Manager::commit`]; an overwrite that never commits is aborted by the client or
+    /// expires, and its object is removed.
+    async fn stage_overwrite(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
         if i.kind == FileKind::Dir {
             return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
         }
@@ -742,6 +844,8 @@ impl Manager {
             path: path.to_string(),
             mode: i.mode,
             created_ms: now_ms(),
+            ino: i.ino,
+            new_file: false,
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
@@ -758,22 +862,18 @@ impl Manager {
             stat: self.stat_of(&i, Some(&attrs)),
             layout,
             cap,
+            replaces: true,
         })
     }
 
-    /// The second half of an overwrite, sent once every write to the staged object was
-    /// acknowledged (the drive acknowledges only durable data): one store transaction points
-    /// the name at the new object, then the old object is removed, which revokes its
-    /// capabilities. Only the user who staged the object may commit it, and only at the path
-    /// it was staged for.
-    pub async fn commit(
+    /// The staged upload of `object` on `drive`, if `c` staged it for `path`.
+    fn staged_for(
         &self,
         c: &Caller,
         path: &str,
         drive: nasd_proto::DriveId,
         object: ObjectId,
-    ) -> MgrResult<()> {
-        let (dir, name) = self.parent(c, path, false)?;
+    ) -> MgrResult<Option<Staged>> {
         let partition = self
             .drives
             .record(drive)
@@ -784,52 +884,193 @@ impl Manager {
             partition,
             object,
         };
-        let nothing = || {
-            MgrError::new(
-                MgrStatus::NoSuchPath,
-                format!("{path}: nothing staged for object {object} (expired or committed)"),
-            )
-        };
-        let s = self
-            .st()
-            .staged(obj)
-            .map_err(|e| store_err(e, path))?
-            .ok_or_else(nothing)?;
-        if s.uid != c.uid || s.path != path {
-            return Err(nothing());
-        }
-        let existing = self
-            .st()
-            .lookup(dir.ino, name)
-            .map_err(|e| store_err(e, path))?;
-        match existing.and_then(|ino| self.st().inode(ino).ok().flatten()) {
-            Some(i) if !may(c, &i, W) => return Err(denied(path, "write permission on the file")),
-            Some(_) => {}
-            None if !may(c, &dir, W | X) => {
-                return Err(denied(path, "write permission on the parent directory"))
+        let s = self.st().staged(obj).map_err(|e| store_err(e, path))?;
+        Ok(s.filter(|s| s.uid == c.uid && s.path == path))
+    }
+
+    /// The second half of an upload, sent once every write to the staged object was
+    /// acknowledged (the drive acknowledges only durable data). One store transaction makes it
+    /// the file's content, then the object it replaces is removed, which revokes its
+    /// capabilities. Only the user who staged the object may commit it, only at the path it
+    /// was staged for, and only with the permissions that would let them start it now:
+    /// - an overwrite lands only in the file it was staged for; if that file was removed or
+    ///   replaced meanwhile, nothing is committed (`NoSuchPath`);
+    /// - a new file is linked under its name. If another upload or create took the name
+    ///   meanwhile, the last commit wins, as if each upload had been written under a temporary
+    ///   name and renamed into place: the file there is replaced, provided the caller may
+    ///   write it (and, in a sticky directory, owns it or the directory).
+    ///
+    /// Committing an object the name already holds succeeds, so a client may retry a commit
+    /// whose reply it lost.
+    pub async fn commit(
+        &self,
+        c: &Caller,
+        path: &str,
+        drive: nasd_proto::DriveId,
+        object: ObjectId,
+    ) -> MgrResult<()> {
+        let (dir, name) = self.parent(c, path, false)?;
+        let current = self.entry(&dir, name, path)?;
+        let Some(s) = self.staged_for(c, path, drive, object)? else {
+            if current
+                .as_ref()
+                .and_then(|i| i.obj)
+                .map(|o| (o.drive, o.object))
+                == Some((drive, object))
+            {
+                return Ok(());
             }
-            None => {}
-        }
-        let now = now_us();
-        let fresh = Inode {
-            ino: 0,
-            kind: FileKind::File,
-            mode: s.mode,
-            uid: c.uid,
-            gid: c.gid,
-            parent: dir.ino,
-            ctime_us: now,
-            mtime_us: now,
-            obj: Some(obj),
-            acv: s.acv,
-            root: None,
+            return Err(MgrError::new(
+                MgrStatus::NoSuchPath,
+                format!(
+                    "{path}: nothing staged for object {object} (expired, aborted or committed)"
+                ),
+            ));
         };
+        if s.new_file {
+            self.may_link(c, path, &dir, current.as_ref())?;
+        } else {
+            match &current {
+                Some(i) if i.ino == s.ino => {
+                    if !may(c, i, W) {
+                        return Err(denied(path, "write permission on the file"));
+                    }
+                }
+                _ => {
+                    return Err(MgrError::new(
+                        MgrStatus::NoSuchPath,
+                        format!("{path}: the file was removed or replaced while the upload ran; nothing was committed"),
+                    ))
+                }
+            }
+        }
         let old = self
             .st()
-            .commit_staged(dir.ino, name, obj, &fresh)
+            .commit_staged(dir.ino, name, s.obj, current.as_ref().map(|i| i.ino))
             .map_err(|e| store_err(e, path))?;
         if let Some(o) = old.and_then(|i| i.obj) {
             self.remove_object(o).await;
+        }
+        Ok(())
+    }
+
+    /// The inode `dir`/`name` names now, if any.
+    fn entry(&self, dir: &Inode, name: &str, path: &str) -> MgrResult<Option<Inode>> {
+        let st = self.st();
+        match st.lookup(dir.ino, name).map_err(|e| store_err(e, path))? {
+            Some(ino) => st.inode(ino).map_err(|e| store_err(e, path)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether `c` may link a new file into `dir`, replacing `current` if there is one.
+    fn may_link(
+        &self,
+        c: &Caller,
+        path: &str,
+        dir: &Inode,
+        current: Option<&Inode>,
+    ) -> MgrResult<()> {
+        if !may(c, dir, W | X) {
+            return Err(denied(path, "write permission on the parent directory"));
+        }
+        let Some(i) = current else {
+            return Ok(());
+        };
+        if i.kind == FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
+        }
+        if !may(c, i, W) {
+            return Err(denied(
+                path,
+                "write permission on the file the upload would replace",
+            ));
+        }
+        let sticky = dir.mode & 0o1000 != 0;
+        if sticky && !c.admin && c.uid != i.uid && c.uid != dir.uid {
+            return Err(denied(
+                path,
+                "the directory is sticky and the file there is another user's",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A fresh write capability for a staged upload still running, under the checks that
+    /// would let the caller start it now (a writer whose permission was taken away gets no
+    /// new capability); its record is moved to now, so it does not expire while the upload
+    /// runs. The capability comes in a `Staged` reply, as from `create`.
+    pub async fn renew(
+        &self,
+        c: &Caller,
+        path: &str,
+        drive: nasd_proto::DriveId,
+        object: ObjectId,
+    ) -> MgrResult<MgrReply> {
+        let s = self.staged_for(c, path, drive, object)?.ok_or_else(|| {
+            MgrError::new(
+                MgrStatus::NoSuchPath,
+                format!(
+                    "{path}: nothing staged for object {object} (expired, aborted or committed)"
+                ),
+            )
+        })?;
+        let (dir, name) = self.parent(c, path, false)?;
+        let current = self.entry(&dir, name, path)?;
+        let i = if s.new_file {
+            self.may_link(c, path, &dir, current.as_ref())?;
+            self.st()
+                .inode(s.ino)
+                .map_err(|e| store_err(e, path))?
+                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?
+        } else {
+            match current {
+                Some(i) if i.ino == s.ino && may(c, &i, W) => Inode {
+                    obj: Some(s.obj),
+                    acv: s.acv,
+                    ..i
+                },
+                Some(i) if i.ino == s.ino => {
+                    return Err(denied(path, "write permission on the file"))
+                }
+                _ => {
+                    return Err(MgrError::new(
+                        MgrStatus::NoSuchPath,
+                        format!("{path}: the file was removed or replaced while the upload ran"),
+                    ))
+                }
+            }
+        };
+        self.st()
+            .touch_staged(s.obj, now_ms())
+            .map_err(|e| store_err(e, path))?;
+        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        Ok(MgrReply::Staged {
+            stat: self.stat_of(&i, None),
+            layout,
+            cap,
+            replaces: !s.new_file,
+        })
+    }
+
+    /// Gives up a staged upload: forgets it and removes its object now, so its space comes
+    /// back without waiting for the orphan scrub. Aborting what is no longer staged succeeds.
+    pub async fn abort(
+        &self,
+        c: &Caller,
+        path: &str,
+        drive: nasd_proto::DriveId,
+        object: ObjectId,
+    ) -> MgrResult<()> {
+        let Some(s) = self.staged_for(c, path, drive, object)? else {
+            return Ok(());
+        };
+        let gone = self
+            .st()
+            .abort_staged(s.obj)
+            .map_err(|e| store_err(e, path))?;
+        if gone.is_some() {
+            self.remove_object(s.obj).await;
         }
         Ok(())
     }
@@ -1193,5 +1434,21 @@ mod tests {
             Some((0o644, 1000, 100, 77))
         );
         assert_eq!(FsAttr::decode(&[0; FS_SPECIFIC_BYTES]), None);
+    }
+
+    /// The client reads the inode number out of the record the manager writes (pair check
+    /// across the two crates: the client cannot depend on this one).
+    #[test]
+    fn the_client_reads_the_inode_the_manager_writes() {
+        let mut i = crate::conformance::file(1000, 16);
+        i.ino = 0x0102_0304_0506_0708;
+        assert_eq!(
+            nasd_client::files::fs_specific_ino(&FsAttr::encode(&i)),
+            Some(i.ino)
+        );
+        assert_eq!(
+            nasd_client::files::fs_specific_ino(&[0; FS_SPECIFIC_BYTES]),
+            None
+        );
     }
 }

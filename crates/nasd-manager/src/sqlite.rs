@@ -1,7 +1,10 @@
 //! The embedded metadata store: one SQLite database in WAL mode with `synchronous=FULL`, so a
-//! committed transaction survives power loss; every namespace change is one transaction.
+//! committed transaction survives power loss; every namespace change is one transaction. The
+//! records of an upload in flight (inode reservations, staged uploads, aborts) are committed
+//! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
+//! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 1 (the `meta` row `schema` holds it):
+//! Schema version 2 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT)
@@ -14,10 +17,15 @@
 //!        working_key BLOB, rotated_ms INT)
 //! sessions(token_hash BLOB PK, uid INT, expires_ms INT)
 //! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
-//!        created_ms INT, PK(drive, object))
+//!        created_ms INT, ino INT NULL, new_file INT, PK(drive, object))
+//! reserved(ino INTEGER PK, created_ms INT)
 //! ```
-//! `staged` was added within version 1 (`CREATE TABLE IF NOT EXISTS`): an older database gains
-//! the empty table when it is opened, and nothing else changes.
+//! `reserved` lists inodes of new files being uploaded: rows of `inodes` that no `dirents` row
+//! names yet. A file's inode number is above every number a file had before (the `meta` row
+//! `file_ino_high`), so it is never reused. `staged` was added within version 1 (`CREATE TABLE IF NOT EXISTS`); version 2
+//! added `staged.ino`, `staged.new_file` and `reserved`. Opening a version-1 database migrates
+//! it in one transaction ([`SqliteStore::migrate_1_to_2`]); its staged rows keep a NULL `ino`,
+//! so they can no longer commit and simply expire.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -27,7 +35,9 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+/// The `meta` key of the largest inode number given to a file (u64, little-endian).
+const FILE_INO_HIGH: &str = "file_ino_high";
 
 pub struct SqliteStore {
     db: Connection,
@@ -65,10 +75,12 @@ CREATE TABLE IF NOT EXISTS sessions(token_hash BLOB PRIMARY KEY, uid INTEGER NOT
 CREATE INDEX IF NOT EXISTS inodes_drive ON inodes(drive);
 CREATE TABLE IF NOT EXISTS staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
-    mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, PRIMARY KEY(drive, object));
+    mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
+    new_file INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(drive, object));
+CREATE TABLE IF NOT EXISTS reserved(ino INTEGER PRIMARY KEY, created_ms INTEGER NOT NULL);
 ";
 
-const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms";
+const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file";
 
 fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
     Ok(Staged {
@@ -82,6 +94,8 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
         path: r.get(5)?,
         mode: r.get(6)?,
         created_ms: r.get::<_, i64>(7)? as u64,
+        ino: r.get::<_, Option<i64>>(8)?.unwrap_or(0) as u64,
+        new_file: r.get::<_, i64>(9)? != 0,
     })
 }
 
@@ -157,6 +171,7 @@ impl SqliteStore {
                 tx.commit().map_err(db)?;
             }
             Some(v) if v == SCHEMA_VERSION.to_le_bytes() => {}
+            Some(v) if v == 1u32.to_le_bytes() => s.migrate_1_to_2()?,
             Some(v) => {
                 return Err(StoreError::Db(format!(
                     "unsupported schema version {v:?} (this build reads {SCHEMA_VERSION})"
@@ -164,6 +179,237 @@ impl SqliteStore {
             }
         }
         Ok(s)
+    }
+
+    /// Schema 1 to 2: the staged table gains `ino` and `new_file` (`reserved` was created by
+    /// [`SCHEMA`] already). A version-1 database may lack `staged` altogether, in which case
+    /// [`SCHEMA`] just made it with every column; only missing columns are added.
+    fn migrate_1_to_2(&mut self) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let cols: Vec<String> = {
+            let mut st = tx
+                .prepare("SELECT name FROM pragma_table_info('staged')")
+                .map_err(db)?;
+            let rows = st.query_map([], |r| r.get(0)).map_err(db)?;
+            rows.collect::<Result<_, _>>().map_err(db)?
+        };
+        if !cols.iter().any(|c| c == "ino") {
+            tx.execute("ALTER TABLE staged ADD COLUMN ino INTEGER", [])
+                .map_err(db)?;
+        }
+        if !cols.iter().any(|c| c == "new_file") {
+            tx.execute(
+                "ALTER TABLE staged ADD COLUMN new_file INTEGER NOT NULL DEFAULT 0",
+                [],
+            )
+            .map_err(db)?;
+        }
+        // Files made before version 2 took SQLite's next row id; new ones start above them.
+        let max: i64 = tx
+            .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
+            .map_err(db)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+            params![FILE_INO_HIGH, (max as u64).to_le_bytes().to_vec()],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'schema'",
+            params![SCHEMA_VERSION.to_le_bytes().to_vec()],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn staged_in(tx: &Connection, obj: ObjRef) -> StoreResult<Option<Staged>> {
+        tx.query_row(
+            &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
+            params![obj.drive.0 as i64, obj.object.0 as i64],
+            staged_of,
+        )
+        .optional()
+        .map_err(db)
+    }
+
+    fn is_reserved(tx: &Connection, ino: u64) -> StoreResult<bool> {
+        tx.query_row(
+            "SELECT EXISTS(SELECT 1 FROM reserved WHERE ino = ?1)",
+            params![ino as i64],
+            |r| r.get::<_, bool>(0),
+        )
+        .map_err(db)
+    }
+
+    /// Deletes the reserved inode `ino` and its reservation (nothing if `ino` is not reserved,
+    /// so a linked file can never be deleted this way).
+    fn drop_reserved(tx: &Connection, ino: u64) -> StoreResult<()> {
+        tx.execute(
+            "DELETE FROM inodes WHERE ino = ?1 AND ino IN (SELECT ino FROM reserved)",
+            params![ino as i64],
+        )
+        .map_err(db)?;
+        tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn set_object(tx: &Connection, ino: u64, obj: ObjRef, acv: u64) -> StoreResult<()> {
+        let n = tx
+            .execute(
+                "UPDATE inodes SET drive = ?2, part = ?3, object = ?4, acv = ?5 WHERE ino = ?1",
+                params![
+                    ino as i64,
+                    obj.drive.0 as i64,
+                    obj.partition.0 as i64,
+                    obj.object.0 as i64,
+                    acv as i64
+                ],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Names the reserved inode `ino` `parent`/`name` and ends its reservation.
+    fn link_reservation(tx: &Connection, parent: u64, name: &str, ino: u64) -> StoreResult<()> {
+        if !Self::is_reserved(tx, ino)? {
+            return Err(StoreError::NotFound);
+        }
+        tx.execute(
+            "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
+            params![parent as i64, name, ino as i64],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "UPDATE inodes SET parent = ?2 WHERE ino = ?1",
+            params![ino as i64, parent as i64],
+        )
+        .map_err(db)?;
+        tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
+        Self::touch_dir(tx, parent)
+    }
+
+    /// Runs `f` with commits that reach the WAL but are not fsynced (`synchronous=NORMAL`),
+    /// for records whose loss in a power failure is harmless: an inode reservation, a staged
+    /// upload, an abort. Losing them makes an upload in flight fail at its commit, with
+    /// nothing visible, and leaves an object the orphan scrub reclaims. A process crash loses
+    /// nothing, and the next durable commit makes them durable too (the WAL is synced in
+    /// order). Commits that make a name visible stay durable before the reply.
+    fn relaxed<T>(&mut self, f: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
+        self.db
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(db)?;
+        let r = f(self);
+        let restored = self
+            .db
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(db);
+        let v = r?;
+        restored?;
+        Ok(v)
+    }
+
+    fn reserve_inode_now(&mut self, parent: u64, inode: &Inode) -> StoreResult<u64> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::dir_inode(&tx, parent)?;
+        // Above every inode there is and every file number handed out before: a file's number
+        // is never reused, so neither a staged overwrite nor an object's fs_specific record can
+        // ever name a later file. (SQLite alone would reuse the largest number once freed.)
+        let high: Option<Vec<u8>> = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![FILE_INO_HIGH],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        let high = high
+            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+            .map_or(0, u64::from_le_bytes);
+        let max: i64 = tx
+            .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
+            .map_err(db)?;
+        let ino = high.max(max as u64) + 1;
+        tx.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+            params![FILE_INO_HIGH, ino.to_le_bytes().to_vec()],
+        )
+        .map_err(db)?;
+        let o = inode.obj;
+        tx.execute(
+            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
+             VALUES (?13, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                inode.kind as u8,
+                inode.mode,
+                inode.uid,
+                inode.gid,
+                parent as i64,
+                inode.ctime_us as i64,
+                inode.mtime_us as i64,
+                o.map(|o| o.drive.0 as i64),
+                o.map(|o| o.partition.0 as i64),
+                o.map(|o| o.object.0 as i64),
+                inode.acv as i64,
+                inode.root.map(|r| r.to_vec()),
+                ino as i64,
+            ],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "INSERT INTO reserved(ino, created_ms) VALUES (?1, ?2)",
+            params![ino as i64, (inode.ctime_us / 1000) as i64],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(ino)
+    }
+
+    fn put_staged_now(&mut self, s: &Staged) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        tx.execute(
+            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+            params![
+                s.obj.drive.0 as i64,
+                s.obj.partition.0 as i64,
+                s.obj.object.0 as i64,
+                s.acv as i64,
+                s.uid,
+                s.path,
+                s.mode,
+                s.created_ms as i64,
+                s.ino as i64,
+                s.new_file as i64,
+            ],
+        )
+        .map_err(db)?;
+        if s.new_file {
+            if !Self::is_reserved(&tx, s.ino)? {
+                return Err(StoreError::NotFound);
+            }
+            Self::set_object(&tx, s.ino, s.obj, s.acv)?;
+        }
+        tx.commit().map_err(db)
+    }
+
+    fn abort_staged_now(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
+        let tx = self.db.transaction().map_err(db)?;
+        let Some(s) = Self::staged_in(&tx, obj)? else {
+            return Ok(None);
+        };
+        tx.execute(
+            "DELETE FROM staged WHERE drive = ?1 AND object = ?2",
+            params![obj.drive.0 as i64, obj.object.0 as i64],
+        )
+        .map_err(db)?;
+        if s.new_file {
+            Self::drop_reserved(&tx, s.ino)?;
+        }
+        tx.commit().map_err(db)?;
+        Ok(Some(s))
     }
 
     fn dir_inode(tx: &Connection, ino: u64) -> StoreResult<Inode> {
@@ -572,34 +818,42 @@ impl MetaStore for SqliteStore {
         rows.collect::<Result<_, _>>().map_err(db)
     }
 
+    fn reserve_inode(&mut self, parent: u64, inode: &Inode) -> StoreResult<u64> {
+        self.relaxed(|s| s.reserve_inode_now(parent, inode))
+    }
+
+    fn forget_reserved(&mut self, ino: u64) -> StoreResult<()> {
+        self.relaxed(|s| {
+            let tx = s.db.transaction().map_err(db)?;
+            Self::drop_reserved(&tx, ino)?;
+            tx.commit().map_err(db)
+        })
+    }
+
+    fn link_reserved(
+        &mut self,
+        parent: u64,
+        name: &str,
+        ino: u64,
+        obj: ObjRef,
+        acv: u64,
+    ) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::dir_inode(&tx, parent)?;
+        if Self::entry(&tx, parent, name)?.is_some() {
+            return Err(StoreError::Exists);
+        }
+        Self::set_object(&tx, ino, obj, acv)?;
+        Self::link_reservation(&tx, parent, name, ino)?;
+        tx.commit().map_err(db)
+    }
+
     fn put_staged(&mut self, s: &Staged) -> StoreResult<()> {
-        self.db
-            .execute(
-                &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-                params![
-                    s.obj.drive.0 as i64,
-                    s.obj.partition.0 as i64,
-                    s.obj.object.0 as i64,
-                    s.acv as i64,
-                    s.uid,
-                    s.path,
-                    s.mode,
-                    s.created_ms as i64
-                ],
-            )
-            .map_err(db)?;
-        Ok(())
+        self.relaxed(|st| st.put_staged_now(s))
     }
 
     fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>> {
-        self.db
-            .query_row(
-                &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
-                params![obj.drive.0 as i64, obj.object.0 as i64],
-                staged_of,
-            )
-            .optional()
-            .map_err(db)
+        Self::staged_in(&self.db, obj)
     }
 
     fn commit_staged(
@@ -607,61 +861,39 @@ impl MetaStore for SqliteStore {
         parent: u64,
         name: &str,
         obj: ObjRef,
-        fresh: &Inode,
+        replacing: Option<u64>,
     ) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
-        let s = tx
-            .query_row(
-                &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
-                params![obj.drive.0 as i64, obj.object.0 as i64],
-                staged_of,
-            )
-            .optional()
-            .map_err(db)?
-            .ok_or(StoreError::NotFound)?;
+        let s = Self::staged_in(&tx, obj)?.ok_or(StoreError::NotFound)?;
         Self::dir_inode(&tx, parent)?;
         let old = Self::entry(&tx, parent, name)?;
-        match &old {
-            Some(i) if i.kind == FileKind::Dir => return Err(StoreError::IsADirectory),
-            Some(i) => {
-                tx.execute(
-                    "UPDATE inodes SET drive = ?2, part = ?3, object = ?4, acv = ?5 WHERE ino = ?1",
-                    params![
-                        i.ino as i64,
-                        s.obj.drive.0 as i64,
-                        s.obj.partition.0 as i64,
-                        s.obj.object.0 as i64,
-                        s.acv as i64
-                    ],
-                )
-                .map_err(db)?;
+        match (&old, replacing) {
+            (Some(i), Some(want)) if i.ino == want => {}
+            (None, None) => {}
+            (None, Some(_)) => return Err(StoreError::NotFound),
+            (Some(_), _) => return Err(StoreError::Exists),
+        }
+        if let Some(i) = &old {
+            if i.kind == FileKind::Dir {
+                return Err(StoreError::IsADirectory);
             }
-            None => {
+        }
+        if s.new_file {
+            if let Some(i) = &old {
                 tx.execute(
-                    "INSERT INTO inodes(kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, NULL)",
-                    params![
-                        FileKind::File as u8,
-                        fresh.mode,
-                        fresh.uid,
-                        fresh.gid,
-                        parent as i64,
-                        fresh.ctime_us as i64,
-                        fresh.mtime_us as i64,
-                        s.obj.drive.0 as i64,
-                        s.obj.partition.0 as i64,
-                        s.obj.object.0 as i64,
-                        s.acv as i64,
-                    ],
+                    "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
+                    params![parent as i64, name],
                 )
                 .map_err(db)?;
-                let ino = tx.last_insert_rowid();
-                tx.execute(
-                    "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
-                    params![parent as i64, name, ino],
-                )
-                .map_err(db)?;
-                Self::touch_dir(&tx, parent)?;
+                tx.execute("DELETE FROM inodes WHERE ino = ?1", params![i.ino as i64])
+                    .map_err(db)?;
+            }
+            Self::link_reservation(&tx, parent, name, s.ino)?;
+        } else {
+            // An overwrite commits only into the inode it was staged for.
+            match &old {
+                Some(i) if i.ino == s.ino => Self::set_object(&tx, i.ino, s.obj, s.acv)?,
+                _ => return Err(StoreError::NotFound),
             }
         }
         tx.execute(
@@ -671,6 +903,25 @@ impl MetaStore for SqliteStore {
         .map_err(db)?;
         tx.commit().map_err(db)?;
         Ok(old)
+    }
+
+    fn abort_staged(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
+        self.relaxed(|s| s.abort_staged_now(obj))
+    }
+
+    fn touch_staged(&mut self, obj: ObjRef, created_ms: u64) -> StoreResult<()> {
+        self.relaxed(|s| {
+            let n =
+                s.db.execute(
+                    "UPDATE staged SET created_ms = ?3 WHERE drive = ?1 AND object = ?2",
+                    params![obj.drive.0 as i64, obj.object.0 as i64, created_ms as i64],
+                )
+                .map_err(db)?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(())
+        })
     }
 
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>> {
@@ -688,6 +939,20 @@ impl MetaStore for SqliteStore {
         };
         tx.execute(
             "DELETE FROM staged WHERE created_ms < ?1",
+            params![before_ms as i64],
+        )
+        .map_err(db)?;
+        // Reservations as old as that which no live staged record holds: expired uploads,
+        // and creates that crashed between reserving and staging.
+        let orphaned = "SELECT ino FROM reserved WHERE created_ms < ?1
+             AND ino NOT IN (SELECT ino FROM staged WHERE ino IS NOT NULL)";
+        tx.execute(
+            &format!("DELETE FROM inodes WHERE ino IN ({orphaned})"),
+            params![before_ms as i64],
+        )
+        .map_err(db)?;
+        tx.execute(
+            &format!("DELETE FROM reserved WHERE ino IN ({orphaned})"),
             params![before_ms as i64],
         )
         .map_err(db)?;
@@ -863,5 +1128,61 @@ mod tests {
         let s = SqliteStore::open(&p).unwrap();
         assert!(s.user_by_name("u").unwrap().is_some());
         assert!(s.lookup(ROOT_INO, "d").unwrap().is_some());
+    }
+
+    /// A database written by a version-1 manager (its schema as that manager made it, with a
+    /// staged overwrite in flight) opens as version 2: the old record reads back with no inode,
+    /// so it can only expire, and new files get numbers above the old ones.
+    #[test]
+    fn a_version_1_database_migrates_to_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v1.sqlite");
+        {
+            let c = Connection::open(&p).unwrap();
+            c.execute_batch(
+                "CREATE TABLE meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);
+                 CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
+                     mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+                     parent INTEGER NOT NULL, ctime_us INTEGER NOT NULL,
+                     mtime_us INTEGER NOT NULL, drive INTEGER, part INTEGER, object INTEGER,
+                     acv INTEGER NOT NULL, root BLOB);
+                 CREATE TABLE dirents(parent INTEGER NOT NULL, name TEXT NOT NULL,
+                     ino INTEGER NOT NULL, PRIMARY KEY(parent, name));
+                 CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
+                     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL,
+                     path TEXT NOT NULL, mode INTEGER NOT NULL, created_ms INTEGER NOT NULL,
+                     PRIMARY KEY(drive, object));
+                 INSERT INTO inodes VALUES (1, 2, 493, 0, 0, 1, 1, 1, NULL, NULL, NULL, 0, NULL);
+                 INSERT INTO inodes VALUES (9, 1, 420, 0, 0, 1, 1, 1, 7, 1, 16, 0, NULL);
+                 INSERT INTO dirents VALUES (1, 'f', 9);
+                 INSERT INTO staged VALUES (7, 1, 17, 0, 0, '/f', 420, 5);",
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
+                params![1u32.to_le_bytes().to_vec()],
+            )
+            .unwrap();
+        }
+        let mut s = SqliteStore::open(&p).unwrap();
+        assert_eq!(
+            s.get_meta("schema").unwrap(),
+            Some(SCHEMA_VERSION.to_le_bytes().to_vec())
+        );
+        let obj = crate::conformance::file(0, 17).obj.unwrap();
+        let old = s.staged(obj).unwrap().unwrap();
+        assert_eq!((old.ino, old.new_file, old.path.as_str()), (0, false, "/f"));
+        assert_eq!(
+            s.commit_staged(ROOT_INO, "f", obj, Some(9)),
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));
+        let fresh = crate::conformance::file(0, 0);
+        assert_eq!(s.reserve_inode(ROOT_INO, &fresh).unwrap(), 10);
+        assert_eq!(s.expire_staged(6).unwrap(), vec![old]);
+        drop(s);
+        // Opening it again changes nothing.
+        let s = SqliteStore::open(&p).unwrap();
+        assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));
     }
 }

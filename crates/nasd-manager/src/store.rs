@@ -2,7 +2,12 @@
 //! beside the embedded SQLite one and pass the same conformance suite ([`crate::conformance`]).
 //!
 //! Every method that changes the namespace is one transaction: after a crash a store shows
-//! either all of a change or none of it. Per-file state is small and constant: kind, mode,
+//! either all of a change or none of it. Changes are durable when the method returns, except
+//! the records of an upload in flight — [`MetaStore::reserve_inode`],
+//! [`MetaStore::forget_reserved`], [`MetaStore::put_staged`], [`MetaStore::abort_staged`],
+//! [`MetaStore::touch_staged`] —
+//! which a power failure (not a process crash) may lose until the next durable change: losing
+//! them fails that upload's commit and leaves nothing visible. Per-file state is small and constant: kind, mode,
 //! owner, group, times, the object's location, its access_control_version, and room for a
 //! 32-byte trusted root (seed 003's constant trusted storage).
 
@@ -89,9 +94,13 @@ pub struct DriveRecord {
     pub rotated_ms: u64,
 }
 
-/// A fresh object a writer is filling to replace a file's content (an overwrite). It becomes
-/// visible only when committed; until then no name points to it, and if it is never committed
-/// the orphan scrub reclaims it.
+/// A fresh object a writer is filling: the new content of an existing file (an overwrite) or
+/// the content of a new file. It becomes visible only when committed; until then no name
+/// points to it, and if it is never committed it is aborted or expires, and its object goes.
+///
+/// A new file's inode is reserved before its object is created (a row without a directory
+/// entry), so the object's `fs_specific` names the inode number the file will have; the
+/// reservation carries the object from [`MetaStore::put_staged`] on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Staged {
     pub obj: ObjRef,
@@ -100,9 +109,15 @@ pub struct Staged {
     /// Who may commit it, and where.
     pub uid: u32,
     pub path: String,
-    /// Mode for the file if the name is gone by commit time.
+    /// The mode the upload asked for (a new file's inode holds it too).
     pub mode: u32,
     pub created_ms: u64,
+    /// The inode the object belongs to: the existing file's for an overwrite, the reserved
+    /// one for a new file. 0 for a record written before schema 2 (it can only expire).
+    pub ino: u64,
+    /// Whether commit links the reserved inode `ino` as a new name (else it swaps the object
+    /// into the existing inode `ino`).
+    pub new_file: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,20 +169,48 @@ pub trait MetaStore: Send {
     /// Every object of `drive` that a file points to.
     fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>>;
 
+    /// Reserves an inode number for a new file in directory `parent`: stores `inode` (its
+    /// `ino` is ignored) with no directory entry, so no name shows it. `NotFound` or
+    /// `NotADirectory` for a bad parent.
+    fn reserve_inode(&mut self, parent: u64, inode: &Inode) -> StoreResult<u64>;
+    /// Drops a reservation that never got a name (its object could not be made).
+    fn forget_reserved(&mut self, ino: u64) -> StoreResult<()>;
+    /// Links the reserved inode `ino`, now holding object `obj` at version `acv`, as
+    /// `parent`/`name`, in one transaction. `Exists` if the name is taken.
+    fn link_reserved(
+        &mut self,
+        parent: u64,
+        name: &str,
+        ino: u64,
+        obj: ObjRef,
+        acv: u64,
+    ) -> StoreResult<()>;
+    /// Records a staged upload; for a new file, in the same transaction, its reserved inode
+    /// takes the object.
     fn put_staged(&mut self, s: &Staged) -> StoreResult<()>;
     fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>>;
-    /// In one transaction: points the file `parent`/`name` at the staged object (or, if the
-    /// name is gone, links `fresh` there with it) and forgets the staged record. Returns the
-    /// file as it was before, whose object the caller then removes. `NotFound` if nothing is
-    /// staged for `obj`, `IsADirectory` if the name is now a directory.
+    /// In one transaction, provided `parent`/`name` still holds the inode `replacing` (`None`:
+    /// no entry), else `Exists`/`NotFound`: an overwrite points its inode at the staged object;
+    /// a new file links its reserved inode under the name, replacing the entry there (as a
+    /// rename would). The staged record goes. Returns the inode whose object the caller then
+    /// removes (the file as it was before). `NotFound` if nothing is staged for `obj`,
+    /// `IsADirectory` if the name is a directory.
     fn commit_staged(
         &mut self,
         parent: u64,
         name: &str,
         obj: ObjRef,
-        fresh: &Inode,
+        replacing: Option<u64>,
     ) -> StoreResult<Option<Inode>>;
-    /// Forgets staged records created before `before_ms`; returns them.
+    /// Forgets the staged record of `obj` and, for a new file, its reserved inode; returns
+    /// the record (`None` if nothing was staged).
+    fn abort_staged(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>>;
+    /// Moves the staged record of `obj` to `created_ms`, so a running upload whose capability
+    /// was renewed does not expire; `NotFound` if nothing is staged.
+    fn touch_staged(&mut self, obj: ObjRef, created_ms: u64) -> StoreResult<()>;
+    /// Forgets staged records created before `before_ms` (with their reserved inodes) and
+    /// reservations older than that which never got an object (a crash between reserving and
+    /// staging); returns the records.
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>>;
 
     fn drives(&self) -> StoreResult<Vec<DriveRecord>>;

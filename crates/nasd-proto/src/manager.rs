@@ -33,6 +33,10 @@ use std::fmt;
 ///   change ends every session of the user. A failed login answers
 ///   [`MgrStatus::WrongPassword`] with one detail per credential kind, whether or not the user
 ///   exists; [`MgrStatus::TooManyAttempts`] refuses a login while its source or user backs off.
+///   `Create` with `exclusive: false` stages a new file too, so a file's name appears only
+///   once all of its bytes are on the drives; [`MgrReply::Staged`] says whether the upload
+///   `replaces` an existing file. [`MgrRequest::Abort`] drops a staged upload and its object at
+///   once; [`MgrRequest::Renew`] gives a long upload a fresh write capability.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 3;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
@@ -113,10 +117,11 @@ pub enum MgrRequest {
     Rmdir {
         path: String,
     },
-    /// Creates a file and returns its layout with a write capability (NASD/AFS
-    /// GetWCapability folded into create so a small file costs one manager round trip).
-    /// With `exclusive: false` on an existing file, the reply is [`MgrReply::Staged`]: a fresh
-    /// object the client fills and then [`MgrRequest::Commit`]s in place of the old one.
+    /// With `exclusive: true`, creates an empty file and returns its layout with a write
+    /// capability (NASD/AFS GetWCapability folded into create); `Exists` if the name is taken.
+    /// With `exclusive: false`, the reply is [`MgrReply::Staged`]: a fresh object, invisible
+    /// under any name, that the client fills and then [`MgrRequest::Commit`]s as the file's
+    /// content (replacing an existing file's, or linking a new name).
     Create {
         path: String,
         mode: u32,
@@ -193,6 +198,20 @@ pub enum MgrRequest {
     /// Swaps a staged object (from [`MgrReply::Staged`]) into `path` in one transaction; the
     /// old object is removed afterwards, which revokes its capabilities.
     Commit {
+        path: String,
+        drive: DriveId,
+        object: ObjectId,
+    },
+    /// Gives up a staged upload: the manager forgets it and removes its object now, so its
+    /// space comes back without waiting for the orphan scrub.
+    Abort {
+        path: String,
+        drive: DriveId,
+        object: ObjectId,
+    },
+    /// Asks for a fresh write capability for a staged upload that is still running (answered
+    /// with [`MgrReply::Staged`]); the upload's record is kept from expiring meanwhile.
+    Renew {
         path: String,
         drive: DriveId,
         object: ObjectId,
@@ -402,12 +421,14 @@ pub enum MgrReply {
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
-    /// Like `Opened`, for a staged object not yet visible under `stat`'s path: the stat is the
-    /// existing file's, the layout and capability the new object's.
+    /// Like `Opened`, for a staged object not yet visible under `stat`'s path: the layout and
+    /// capability are the new object's; the stat is the existing file's when the upload
+    /// `replaces` one, else the new file's as it will be linked.
     Staged {
         stat: FileStat,
         layout: Layout,
         cap: CapGrant,
+        replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
 }
@@ -505,6 +526,8 @@ impl MgrRequest {
             Self::Commit { .. } => "commit",
             Self::Challenge { .. } => "challenge",
             Self::Logout => "logout",
+            Self::Abort { .. } => "abort",
+            Self::Renew { .. } => "renew",
         }
     }
 
@@ -535,6 +558,8 @@ impl MgrRequest {
             Self::Commit { .. } => 22,
             Self::Challenge { .. } => 23,
             Self::Logout => 24,
+            Self::Abort { .. } => 25,
+            Self::Renew { .. } => 26,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -634,6 +659,16 @@ impl MgrRequest {
                 put_str(&mut w, master_key_file);
             }
             Self::Commit {
+                path,
+                drive,
+                object,
+            }
+            | Self::Abort {
+                path,
+                drive,
+                object,
+            }
+            | Self::Renew {
                 path,
                 drive,
                 object,
@@ -746,6 +781,16 @@ impl MgrRequest {
                 user: get_str(r, "user")?,
             },
             24 => Self::Logout,
+            25 => Self::Abort {
+                path: get_str(r, "path")?,
+                drive: DriveId(r.u64("drive")?),
+                object: ObjectId(r.u64("object")?),
+            },
+            26 => Self::Renew {
+                path: get_str(r, "path")?,
+                drive: DriveId(r.u64("drive")?),
+                object: ObjectId(r.u64("object")?),
+            },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
@@ -768,6 +813,17 @@ fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, CapGrant), Decode
             key: r.array("capability key")?,
         },
     ))
+}
+
+fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, cap: &CapGrant) {
+    put_stat(w, stat);
+    w.u64(layout.drive.0);
+    put_str(w, &layout.addr);
+    w.u8(layout.suite as u8);
+    w.u16(layout.partition.0);
+    w.u64(layout.object.0);
+    cap.args.put(w);
+    w.bytes(&cap.key);
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -869,15 +925,15 @@ impl MgrReply {
                     put_stat(&mut w, &e.stat);
                 }
             }
-            Self::Opened { stat, layout, cap } | Self::Staged { stat, layout, cap } => {
-                put_stat(&mut w, stat);
-                w.u64(layout.drive.0);
-                put_str(&mut w, &layout.addr);
-                w.u8(layout.suite as u8);
-                w.u16(layout.partition.0);
-                w.u64(layout.object.0);
-                cap.args.put(&mut w);
-                w.bytes(&cap.key);
+            Self::Opened { stat, layout, cap } => put_opened(&mut w, stat, layout, cap),
+            Self::Staged {
+                stat,
+                layout,
+                cap,
+                replaces,
+            } => {
+                put_opened(&mut w, stat, layout, cap);
+                w.u8(*replaces as u8);
             }
             Self::Challenge(c) => w.bytes(c),
             Self::Users(us) => {
@@ -945,7 +1001,12 @@ impl MgrReply {
             }
             9 => {
                 let (stat, layout, cap) = get_opened(r)?;
-                Self::Staged { stat, layout, cap }
+                Self::Staged {
+                    stat,
+                    layout,
+                    cap,
+                    replaces: get_bool(r, "replaces")?,
+                }
             }
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
@@ -1111,13 +1172,30 @@ mod tests {
                 drive: DriveId(3),
                 object: ObjectId(17),
             },
+            MgrRequest::Abort {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(18),
+            },
+            MgrRequest::Renew {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(19),
+            },
         ]
     }
 
     fn replies() -> Vec<MgrReply> {
         let mut v = base_replies();
         if let MgrReply::Opened { stat, layout, cap } = v[5].clone() {
-            v.push(MgrReply::Staged { stat, layout, cap });
+            for replaces in [false, true] {
+                v.push(MgrReply::Staged {
+                    stat: stat.clone(),
+                    layout: layout.clone(),
+                    cap: cap.clone(),
+                    replaces,
+                });
+            }
         }
         v.push(MgrReply::Challenge([6; 32]));
         v

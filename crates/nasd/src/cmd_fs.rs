@@ -1,5 +1,6 @@
-//! The user's commands: `cp`, `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`, `chmod`, `chown`,
-//! `truncate`, `touch`, `user ...`, `group ...`, `login`, `logout`, and `bench cluster`. They read the client config that
+//! The user's commands (`cp` is in [`crate::cmd_cp`]): `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`,
+//! `chmod`, `chown`, `truncate`, `touch`, `user ...`, `group ...`, `login`, `logout`, and
+//! `bench cluster`. They read the client config that
 //! `nasd up` writes (`$NASD_CONFIG`, else `DATA/client.json` with DATA from `$NASD_DATA`, else
 //! `~/.local/share/nasd`) and talk to the manager as the configured user.
 //!
@@ -9,6 +10,7 @@
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
+use nasd_client::escape::shown;
 use nasd_client::files::{Client, FsError};
 use nasd_client::session::SessionConfig;
 use nasd_proto::manager::{Credential, DirEntry, FileKind, FileStat, MgrStatus};
@@ -19,7 +21,7 @@ use std::time::Instant;
 
 pub const CLIENT_CONFIG_VERSION: u32 = 1;
 /// Transfers at least this large show a progress bar.
-const PROGRESS_BYTES_MIN: u64 = 8 << 20;
+pub(crate) const PROGRESS_BYTES_MIN: u64 = 8 << 20;
 
 /// `client.json`.
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -118,7 +120,7 @@ pub async fn connect() -> anyhow::Result<Arc<Client>> {
 }
 
 /// A remote path: `nasd:/x` or, where only remote paths make sense, `/x`.
-fn remote(p: &str) -> anyhow::Result<String> {
+pub(crate) fn remote(p: &str) -> anyhow::Result<String> {
     let r = p.strip_prefix("nasd:").unwrap_or(p);
     if !r.starts_with('/') {
         bail!("{p}: remote paths are absolute (nasd:/path)");
@@ -182,16 +184,6 @@ fn with_echo_off<T>(fd: i32, f: impl FnOnce() -> T) -> std::io::Result<T> {
     // SAFETY: restores the settings read above.
     unsafe { libc::tcsetattr(fd, libc::TCSANOW, &saved) };
     Ok(out)
-}
-
-#[derive(Args, Debug)]
-pub struct CpArgs {
-    /// Copy directories recursively.
-    #[arg(short = 'r', long)]
-    pub recursive: bool,
-    /// Sources then the destination; remote paths are written nasd:/path.
-    #[arg(required = true, num_args = 2..)]
-    pub paths: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -306,7 +298,7 @@ fn stat_json(name: Option<&str>, s: &FileStat) -> serde_json::Value {
     v
 }
 
-fn progress_bar(total: u64, label: &str) -> Arc<dyn Fn(u64) + Send + Sync> {
+pub(crate) fn progress_bar(total: u64, label: &str) -> Arc<dyn Fn(u64) + Send + Sync> {
     use std::io::IsTerminal;
     if total < PROGRESS_BYTES_MIN || !std::io::stderr().is_terminal() {
         return Arc::new(|_| {});
@@ -329,7 +321,7 @@ fn progress_bar(total: u64, label: &str) -> Arc<dyn Fn(u64) + Send + Sync> {
 }
 
 /// Checks a local name for upload: UTF-8 (the namespace is UTF-8) and no traversal.
-fn upload_name(p: &Path) -> anyhow::Result<String> {
+pub(crate) fn upload_name(p: &Path) -> anyhow::Result<String> {
     let name = p
         .file_name()
         .with_context(|| format!("{}: has no file name", p.display()))?;
@@ -345,7 +337,7 @@ fn upload_name(p: &Path) -> anyhow::Result<String> {
     Ok(s.to_string())
 }
 
-fn join(dir: &str, name: &str) -> String {
+pub(crate) fn join(dir: &str, name: &str) -> String {
     if dir.ends_with('/') {
         format!("{dir}{name}")
     } else {
@@ -353,122 +345,8 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// Uploads a local file or (with `-r`) tree to `dst`; returns bytes copied.
-pub async fn upload(
-    c: &Arc<Client>,
-    src: &Path,
-    dst: &str,
-    recursive: bool,
-) -> anyhow::Result<u64> {
-    let md = std::fs::symlink_metadata(src).with_context(|| format!("{}", src.display()))?;
-    if md.is_dir() {
-        if !recursive {
-            bail!("{}: is a directory (use cp -r)", src.display());
-        }
-        match c.mkdir(dst, 0o755).await {
-            Ok(()) => {}
-            Err(e) if e.status() == Some(MgrStatus::Exists) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let mut total = 0;
-        let mut entries: Vec<_> = std::fs::read_dir(src)
-            .with_context(|| format!("{}", src.display()))?
-            .collect::<Result<_, _>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = upload_name(&e.path())?;
-            total += Box::pin(upload(c, &e.path(), &join(dst, &name), true)).await?;
-        }
-        Ok(total)
-    } else if md.is_file() {
-        let pb = progress_bar(md.len(), dst);
-        Ok(c.put_file(src, dst, 0o644, pb).await?)
-    } else {
-        eprintln!("nasd: skipping {} (not a regular file)", src.display());
-        Ok(0)
-    }
-}
-
-/// Downloads a remote file or (with `-r`) tree to `dst`; returns bytes copied.
-pub async fn download(
-    c: &Arc<Client>,
-    src: &str,
-    dst: &Path,
-    recursive: bool,
-) -> anyhow::Result<u64> {
-    let st = c.stat(src).await?;
-    if st.kind == FileKind::Dir {
-        if !recursive {
-            bail!("nasd:{src}: is a directory (use cp -r)");
-        }
-        std::fs::create_dir_all(dst).with_context(|| format!("{}", dst.display()))?;
-        let mut total = 0;
-        for e in c.list(src).await? {
-            // Names come from the manager, which refuses `/`, `..` and `.`; check anyway
-            // before touching the local file system.
-            if e.name.contains('/') || e.name == ".." || e.name == "." {
-                bail!("nasd:{src}: refusing the entry name {:?}", e.name);
-            }
-            total += Box::pin(download(c, &join(src, &e.name), &dst.join(&e.name), true)).await?;
-        }
-        Ok(total)
-    } else {
-        let pb = progress_bar(st.size, src);
-        Ok(c.get_file(src, dst, pb).await?)
-    }
-}
-
-pub async fn cp(a: CpArgs) -> anyhow::Result<()> {
-    let (dst, srcs) = a.paths.split_last().expect("clap requires two");
-    let c = connect().await?;
-    let t0 = Instant::now();
-    let mut total = 0;
-    let dst_remote = dst.starts_with("nasd:");
-    for s in srcs {
-        let src_remote = s.starts_with("nasd:");
-        match (src_remote, dst_remote) {
-            (false, true) => {
-                let d = remote(dst)?;
-                let src = Path::new(s);
-                // Into an existing directory: keep the source's name.
-                let target = match c.stat(&d).await {
-                    Ok(st) if st.kind == FileKind::Dir => join(&d, &upload_name(src)?),
-                    _ => d,
-                };
-                total += upload(&c, src, &target, a.recursive).await?;
-            }
-            (true, false) => {
-                let src = remote(s)?;
-                let d = PathBuf::from(dst);
-                let target = if d.is_dir() {
-                    let name = src.rsplit('/').find(|n| !n.is_empty()).unwrap_or("root");
-                    d.join(name)
-                } else {
-                    d
-                };
-                total += download(&c, &src, &target, a.recursive).await?;
-            }
-            (true, true) => {
-                let (src, d) = (remote(s)?, remote(dst)?);
-                let data = c.get_bytes(&src).await?;
-                c.put_bytes(&d, &data, 0o644).await?;
-                total += data.len() as u64;
-            }
-            (false, false) => bail!("{s} -> {dst}: one side must be a remote path (nasd:/path)"),
-        }
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    if total >= PROGRESS_BYTES_MIN {
-        eprintln!(
-            "copied {} bytes in {:.2} s ({:.1} MiB/s)",
-            total,
-            secs,
-            total as f64 / (1 << 20) as f64 / secs.max(1e-9)
-        );
-    }
-    Ok(())
-}
-
+/// Prints a listing. Names, owners and groups come from the manager and were chosen by other
+/// users: they are printed through [`shown`], so none can draw a line of its own.
 fn print_entries(entries: &[DirEntry], long: bool) {
     for e in entries {
         let slash = if e.stat.kind == FileKind::Dir {
@@ -480,15 +358,15 @@ fn print_entries(entries: &[DirEntry], long: bool) {
             println!(
                 "{} {:<8} {:<8} {:>12} {} {}{}",
                 mode_str(&e.stat),
-                e.stat.owner,
-                e.stat.group,
+                shown(&e.stat.owner),
+                shown(&e.stat.group),
                 e.stat.size,
                 time_str(e.stat.mtime_us),
-                e.name,
+                shown(&e.name),
                 slash
             );
         } else {
-            println!("{}{}", e.name, slash);
+            println!("{}{}", shown(&e.name), slash);
         }
     }
 }
@@ -535,7 +413,7 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
         if json {
             println!("{}", stat_json(Some(&p), &s));
         } else {
-            println!("  path  nasd:{p}");
+            println!("  path  nasd:{}", shown(&p));
             println!(
                 "  kind  {}",
                 if s.kind == FileKind::Dir {
@@ -548,7 +426,10 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
             println!("  mode  {:o} ({})", s.mode, mode_str(&s));
             println!(
                 "  owner {} ({})  group {} ({})",
-                s.owner, s.uid, s.group, s.gid
+                shown(&s.owner),
+                s.uid,
+                shown(&s.group),
+                s.gid
             );
             println!("  ino   {}", s.ino);
             println!("  mtime {} UTC", time_str(s.mtime_us));

@@ -1,4 +1,5 @@
 //! `nasd obj ...` (object operations of seed 002 Table 1 against a drive) and `nasd cap mint`.
+//! Wherever a command takes `--out FILE`, `--out -` means standard output.
 
 use crate::parse;
 use anyhow::{bail, Context as _};
@@ -72,7 +73,8 @@ pub enum ObjCmd {
         #[arg(long)]
         write_back: bool,
     },
-    /// Read bytes; writes them (only after they verify) to stdout or --out.
+    /// Read bytes; writes each piece only after it verified, to stdout or --out. A read
+    /// larger than one reply (16 MiB) takes several requests; --save-request saves the first.
     Read {
         #[command(flatten)]
         access: Access,
@@ -81,6 +83,8 @@ pub enum ObjCmd {
         /// Bytes to read (default: to the end of the object).
         #[arg(long, value_parser = parse::bytes)]
         len: Option<u64>,
+        /// Where the bytes go (default and `-`: standard output). A file appears only once
+        /// every byte has verified.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
@@ -193,9 +197,124 @@ pub struct MintArgs {
     /// Also seal the args under the working key (for privacy-capability requests).
     #[arg(long)]
     sealed: bool,
-    /// Write the capability to FILE (mode 0600) instead of stdout.
+    /// Write the capability to FILE (mode 0600) instead of stdout (`-`: stdout).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+}
+
+/// Whether an `--out` argument names standard output.
+fn is_stdout(p: &std::path::Path) -> bool {
+    p.as_os_str() == "-"
+}
+
+/// Bytes one request of `obj read` asks for: as much as one reply may carry.
+const READ_PIECE_BYTES: u64 = nasd_proto::DATA_BYTES_MAX as u64;
+
+/// Where `obj read` puts verified bytes.
+enum ReadSink {
+    Stdout(std::io::StdoutLock<'static>),
+    /// A temporary file beside the target, renamed over it once complete.
+    File {
+        target: PathBuf,
+        partial: nasd_client::transfer::PartialFile,
+        at: u64,
+    },
+}
+
+impl ReadSink {
+    fn open(out: Option<PathBuf>) -> anyhow::Result<ReadSink> {
+        match out.filter(|p| !is_stdout(p)) {
+            None => Ok(ReadSink::Stdout(std::io::stdout().lock())),
+            Some(target) => {
+                let partial = nasd_client::transfer::PartialFile::beside(&target)
+                    .with_context(|| format!("writing {}", target.display()))?;
+                Ok(ReadSink::File {
+                    target,
+                    partial,
+                    at: 0,
+                })
+            }
+        }
+    }
+
+    fn put(&mut self, data: &[u8]) -> anyhow::Result<()> {
+        match self {
+            ReadSink::Stdout(so) => so.write_all(data).context("writing to stdout"),
+            ReadSink::File {
+                target,
+                partial,
+                at,
+            } => {
+                use std::os::unix::fs::FileExt;
+                partial
+                    .file()
+                    .write_all_at(data, *at)
+                    .with_context(|| format!("writing {}", target.display()))?;
+                *at += data.len() as u64;
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        match self {
+            ReadSink::Stdout(mut so) => so.flush().context("writing to stdout"),
+            ReadSink::File {
+                target, partial, ..
+            } => {
+                let finish = nasd_client::transfer::LocalFinish {
+                    mode: 0o666 & !crate::cmd_cp::umask(),
+                    mtime_us: None,
+                };
+                partial
+                    .persist(&target, finish)
+                    .with_context(|| format!("writing {}", target.display()))
+            }
+        }
+    }
+}
+
+/// Reads `len` bytes (default: to the object's end) from `offset` in requests of at most
+/// [`READ_PIECE_BYTES`], giving each piece to `sink` once it verified. Returns whether every
+/// reply was authenticated.
+async fn read_object(
+    s: &mut Session,
+    object: ObjectId,
+    offset: u64,
+    len: Option<u64>,
+    sink: &mut ReadSink,
+) -> anyhow::Result<bool> {
+    let end = match len {
+        Some(l) => Some(
+            offset
+                .checked_add(l)
+                .with_context(|| format!("--offset {offset} + --len {l} overflows"))?,
+        ),
+        None => None,
+    };
+    let mut at = offset;
+    let mut authenticated = true;
+    loop {
+        let want = end.map_or(READ_PIECE_BYTES, |e| (e - at).min(READ_PIECE_BYTES));
+        let op = Op::Read {
+            regions: vec![Region::new(at, want)],
+        };
+        let r = s.call(object, &op, &[]).await?;
+        // Only the first request is saved (for `obj replay`).
+        s.save_request = None;
+        authenticated &= r.authenticated;
+        let size = match &r.body {
+            ReplyBody::Read(rr) => rr.logical_size,
+            _ => bail!("unexpected reply to read"),
+        };
+        // `r.data` has verified (open_reply drops anything that did not).
+        sink.put(&r.data)?;
+        at += r.data.len() as u64;
+        let done = end.is_some_and(|e| at >= e) || at >= size;
+        if done || (r.data.len() as u64) < want {
+            return Ok(authenticated);
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -242,7 +361,7 @@ pub fn run_cap(c: CapCmd) -> anyhow::Result<()> {
         min_protection: a.min_protection,
     };
     let cap = Capability::mint(kf.suite, &kf.key, args, a.access_control_version, a.sealed);
-    match a.out {
+    match a.out.filter(|p| !is_stdout(p)) {
         Some(p) => {
             cap.save(&p)?;
             eprintln!("capability written to {}", p.display());
@@ -458,33 +577,12 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             len,
             out,
         } => {
-            let s = Session::open(&access).await?;
+            let mut s = Session::open(&access).await?;
             let object = s.object()?;
-            let len = len.unwrap_or(u64::MAX - offset);
-            let region = Region::new(offset, len);
-            if region.end().is_none() {
-                bail!("--offset {offset} + --len {len} overflows");
-            }
-            let r = s
-                .call(
-                    object,
-                    &Op::Read {
-                        regions: vec![region],
-                    },
-                    &[],
-                )
-                .await?;
-            // `r.data` has verified (open_reply drops anything that did not).
-            match out {
-                Some(p) => std::fs::write(&p, &r.data)
-                    .with_context(|| format!("writing {}", p.display()))?,
-                None => {
-                    let mut so = std::io::stdout().lock();
-                    so.write_all(&r.data).context("writing to stdout")?;
-                    so.flush().context("writing to stdout")?;
-                }
-            }
-            if !r.authenticated {
+            let mut sink = ReadSink::open(out)?;
+            let authenticated = read_object(&mut s, object, offset, len, &mut sink).await?;
+            sink.finish()?;
+            if !authenticated {
                 eprintln!("nasd: warning: protection none: the data was not verified");
             }
         }

@@ -8,7 +8,10 @@
 //! DATA/pids.json        the running processes (removed by `nasd down`)
 //! DATA/drive-N/, DATA/manager/, DATA/logs/*.log
 //! ```
-//! The first `up` initializes everything; later ones restart the same cluster.
+//! The first `up` initializes everything; later ones start the same cluster again, starting
+//! only the components that are not running (a drive killed alone is restarted alone) and
+//! saying which. DATA and `logs/` are mode 0700 and every file `up` writes is 0600, whatever
+//! the umask: they hold the admin's password, keys and the data itself.
 
 use crate::cmd_fs::{ClientFile, CLIENT_CONFIG_VERSION};
 use anyhow::{bail, Context as _};
@@ -23,6 +26,9 @@ use std::time::{Duration, Instant};
 const READY_TIMEOUT_MS: u64 = 20_000;
 /// How long `down` waits after SIGTERM before SIGKILL.
 const STOP_GRACE_MS: u64 = 10_000;
+/// Mode of every directory `up` makes, and of every file it writes.
+const PRIVATE_DIR_MODE: u32 = 0o700;
+const PRIVATE_FILE_MODE: u32 = 0o600;
 pub const DRIVES_MAX: usize = 64;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -44,11 +50,16 @@ pub struct Pids {
     pub pids: Vec<(String, u32)>,
 }
 
-/// A running cluster. Dropping it stops every process it started, unless detached.
+/// A running cluster. Dropping it stops every process it runs — those it started and those it
+/// found running — unless detached.
 pub struct Cluster {
     pub dir: PathBuf,
     pub info: ClusterFile,
     pub children: Vec<(String, Child)>,
+    /// Components found running from an earlier `up`: (name, pid).
+    pub adopted: Vec<(String, u32)>,
+    /// Components this `up` started although the cluster had run before (it was down).
+    pub restarted: Vec<String>,
     detached: bool,
 }
 
@@ -67,6 +78,58 @@ fn is_nasd(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|c| String::from_utf8_lossy(&c).contains("nasd"))
         .unwrap_or(false)
+}
+
+/// Whether `pid` is alive and is the nasd process serving `dir` (its `--data` argument), so a
+/// reused pid is never taken for a running component.
+fn runs_node(pid: u32, dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let dir = dir.as_os_str().as_encoded_bytes();
+    alive(pid) && is_nasd(pid) && args.contains(&dir) && !is_zombie(pid)
+}
+
+/// A process that exited but was not reaped yet.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+/// Makes `dir` (and missing parents) and leaves it mode 0700 whatever the umask, tightening
+/// one that exists; says so when it was open to others.
+fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let was = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+    if was != PRIVATE_DIR_MODE {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
+            .with_context(|| format!("making {} private", dir.display()))?;
+        if was & 0o077 != 0 {
+            eprintln!(
+                "nasd: {} was mode {was:o}; now {PRIVATE_DIR_MODE:o}",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file of the cluster, mode 0600 whatever the umask.
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    nasd_client::auth::write_secret_file(path, text.as_bytes())?;
+    Ok(())
 }
 
 /// What `nasd up` sets up the first time it runs in a directory.
@@ -91,7 +154,7 @@ fn init(dir: &Path, o: &UpOptions) -> anyhow::Result<ClusterFile> {
     if drives == 0 || drives > DRIVES_MAX {
         bail!("--drives must be between 1 and {DRIVES_MAX}");
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    private_dir(dir)?;
     let mut nodes = vec![];
     for i in 0..drives {
         let d = dir.join(format!("drive-{i}"));
@@ -129,9 +192,9 @@ fn init(dir: &Path, o: &UpOptions) -> anyhow::Result<ClusterFile> {
         },
         drives: nodes,
     };
-    std::fs::write(
-        dir.join("cluster.json"),
-        serde_json::to_string_pretty(&info)? + "\n",
+    write_private(
+        &dir.join("cluster.json"),
+        &(serde_json::to_string_pretty(&info)? + "\n"),
     )?;
     let client = ClientFile {
         version: CLIENT_CONFIG_VERSION,
@@ -140,20 +203,24 @@ fn init(dir: &Path, o: &UpOptions) -> anyhow::Result<ClusterFile> {
         user: "admin".into(),
         password_file: Some(pw_file),
     };
-    std::fs::write(
-        dir.join("client.json"),
-        serde_json::to_string_pretty(&client)? + "\n",
+    write_private(
+        &dir.join("client.json"),
+        &(serde_json::to_string_pretty(&client)? + "\n"),
     )?;
     Ok(info)
 }
 
 fn spawn(dir: &Path, name: &str, args: &[&str], detach: bool) -> anyhow::Result<Child> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
+    private_dir(&logs)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(PRIVATE_FILE_MODE)
         .open(logs.join(format!("{name}.log")))?;
+    // A log from an older `up` keeps its mode on open.
+    log.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))?;
     let mut cmd = Command::new(std::env::current_exe().context("locating the nasd binary")?);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -220,20 +287,9 @@ impl Cluster {
         detach: bool,
     ) -> anyhow::Result<Cluster> {
         let drives = opts.drives;
-        let dir = std::fs::canonicalize(dir).or_else(|_| {
-            std::fs::create_dir_all(dir)?;
-            std::fs::canonicalize(dir)
-        })?;
-        if let Ok(t) = std::fs::read_to_string(dir.join("pids.json")) {
-            let p: Pids = serde_json::from_str(&t).unwrap_or_default();
-            if p.pids.iter().any(|(_, pid)| alive(*pid) && is_nasd(*pid)) {
-                bail!(
-                    "a cluster already runs in {} (stop it with `nasd down --data {}`)",
-                    dir.display(),
-                    dir.display()
-                );
-            }
-        }
+        private_dir(dir)?;
+        let dir = std::fs::canonicalize(dir)?;
+        let running = Self::running(&dir);
         let info = match std::fs::read_to_string(dir.join("cluster.json")) {
             Ok(t) => serde_json::from_str(&t)
                 .with_context(|| format!("{}/cluster.json", dir.display()))?,
@@ -251,55 +307,82 @@ impl Cluster {
             dir: dir.clone(),
             info: info.clone(),
             children: vec![],
+            adopted: vec![],
+            restarted: vec![],
             detached: false,
         };
+        let ran_before = dir.join("pids.json").exists();
         for d in &info.drives {
             let dd = d.dir.to_string_lossy().to_string();
-            let mut ch = spawn(
-                &dir,
-                &d.name,
-                &["drive", "run", "--data", &dd, "--listen", &d.addr],
-                detach,
-            )?;
-            let r = wait_ready(&dir, &d.name, &d.addr, &mut ch);
-            c.children.push((d.name.clone(), ch));
-            r?;
+            let args = ["drive", "run", "--data", &dd, "--listen", &d.addr];
+            c.start_node(&d.name, &d.addr, &args, &running, ran_before, detach)?;
         }
-        let md = info.manager.dir.to_string_lossy().to_string();
-        let mut ch = spawn(
-            &dir,
-            "manager",
-            &[
-                "manager",
-                "run",
-                "--data",
-                &md,
-                "--listen",
-                &info.manager.addr,
-            ],
-            detach,
-        )?;
-        let r = wait_ready(&dir, "manager", &info.manager.addr, &mut ch);
-        c.children.push(("manager".into(), ch));
-        r?;
+        let m = &info.manager;
+        let md = m.dir.to_string_lossy().to_string();
+        let args = ["manager", "run", "--data", &md, "--listen", &m.addr];
+        c.start_node(&m.name, &m.addr, &args, &running, ran_before, detach)?;
         c.write_pids()?;
         crate::runtime()?.block_on(c.register_drives())?;
         Ok(c)
     }
 
-    fn write_pids(&self) -> anyhow::Result<()> {
-        let p = Pids {
-            pids: self
-                .children
-                .iter()
-                .map(|(n, ch)| (n.clone(), ch.id()))
-                .collect(),
+    /// The components an earlier `up` started that still run: (name, pid) from `pids.json`,
+    /// each checked to be the nasd process serving that component's directory.
+    fn running(dir: &Path) -> Vec<(String, u32)> {
+        let Ok(t) = std::fs::read_to_string(dir.join("pids.json")) else {
+            return vec![];
         };
-        std::fs::write(
-            self.dir.join("pids.json"),
-            serde_json::to_string_pretty(&p)? + "\n",
-        )?;
-        Ok(())
+        let Ok(info) = std::fs::read_to_string(dir.join("cluster.json"))
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(serde_json::from_str::<ClusterFile>(&t)?))
+        else {
+            return vec![];
+        };
+        let p: Pids = serde_json::from_str(&t).unwrap_or_default();
+        let node_dir = |name: &str| {
+            std::iter::once(&info.manager)
+                .chain(&info.drives)
+                .find(|n| n.name == name)
+                .map(|n| n.dir.clone())
+        };
+        p.pids
+            .into_iter()
+            .filter(|(name, pid)| node_dir(name).is_some_and(|d| runs_node(*pid, &d)))
+            .collect()
+    }
+
+    /// Adopts component `name` if it runs, else starts it (`nasd ARGS`) and waits until it
+    /// serves on `addr`.
+    fn start_node(
+        &mut self,
+        name: &str,
+        addr: &str,
+        args: &[&str],
+        running: &[(String, u32)],
+        ran_before: bool,
+        detach: bool,
+    ) -> anyhow::Result<()> {
+        if let Some((_, pid)) = running.iter().find(|(n, _)| n == name) {
+            self.adopted.push((name.to_string(), *pid));
+            return Ok(());
+        }
+        let mut ch = spawn(&self.dir, name, args, detach)?;
+        let r = wait_ready(&self.dir, name, addr, &mut ch);
+        self.children.push((name.to_string(), ch));
+        if ran_before {
+            self.restarted.push(name.to_string());
+        }
+        r
+    }
+
+    fn write_pids(&self) -> anyhow::Result<()> {
+        let mut pids: Vec<(String, u32)> = self.adopted.clone();
+        pids.extend(self.children.iter().map(|(n, ch)| (n.clone(), ch.id())));
+        let p = Pids { pids };
+        write_private(
+            &self.dir.join("pids.json"),
+            &(serde_json::to_string_pretty(&p)? + "\n"),
+        )
     }
 
     /// Registers every drive (a no-op for drives the manager knows at the same address). The
@@ -368,9 +451,18 @@ impl Drop for Cluster {
             return;
         }
         // Manager first, then drives (drives flush on SIGTERM).
-        for (_, ch) in self.children.iter_mut().rev() {
-            stop_pid(ch.id());
-            let _ = ch.wait();
+        let nodes: Vec<Node> = std::iter::once(self.info.manager.clone())
+            .chain(self.info.drives.iter().rev().cloned())
+            .collect();
+        for n in nodes {
+            if let Some((_, ch)) = self.children.iter_mut().find(|(c, _)| *c == n.name) {
+                stop_pid(ch.id());
+                let _ = ch.wait();
+            } else if let Some((_, pid)) = self.adopted.iter().find(|(a, _)| *a == n.name) {
+                if runs_node(*pid, &n.dir) {
+                    stop_pid(*pid);
+                }
+            }
         }
         let _ = std::fs::remove_file(self.dir.join("pids.json"));
     }
@@ -379,6 +471,12 @@ impl Drop for Cluster {
 pub fn up(data: Option<PathBuf>, opts: UpOptions, background: bool) -> anyhow::Result<()> {
     let dir = data.unwrap_or_else(crate::cmd_fs::default_data_dir);
     let c = Cluster::start_with(&dir, &opts, true, background)?;
+    for name in &c.restarted {
+        println!("restarted {name} (it was not running)");
+    }
+    if c.children.is_empty() {
+        println!("every component was already running");
+    }
     println!("nasd cluster up in {}", c.dir.display());
     println!("  manager  {}", c.info.manager.addr);
     for d in &c.info.drives {

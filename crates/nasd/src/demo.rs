@@ -3,7 +3,7 @@
 //! every byte, shows a revoked capability refused by the drive, a block tampered with on a
 //! drive's disk detected, and prints throughput. Exits 0 only if every step held.
 
-use crate::cmd_fs::{download, upload};
+use crate::cmd_cp::{download, upload};
 use crate::cmd_up::Cluster;
 use anyhow::{bail, Context as _};
 use nasd_client::files::Client;

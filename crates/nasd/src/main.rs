@@ -8,8 +8,9 @@
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
 //! - [`cmd_up`]: `nasd up|down`: a local cluster of processes.
-//! - [`cmd_fs`]: `nasd cp|ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login|logout`,
+//! - [`cmd_fs`]: `nasd ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login|logout`,
 //!   `bench cluster`.
+//! - [`cmd_cp`]: `nasd cp` (modes, times, holes, destinations).
 //! - [`demo`]: `nasd demo`.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
 
@@ -45,6 +46,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 }
 
 mod bench;
+mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
 mod cmd_lab;
@@ -110,8 +112,8 @@ enum Cmd {
     },
     /// A self-contained tour: cluster, copy, verify, revocation, tamper detection, throughput.
     Demo,
-    /// Copy files in or out (remote paths are nasd:/path).
-    Cp(cmd_fs::CpArgs),
+    /// Copy files in, out, or within the cluster (remote paths are nasd:/path).
+    Cp(cmd_cp::CpArgs),
     /// List a directory.
     Ls(cmd_fs::LsArgs),
     /// Print files.
@@ -229,7 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ),
         Cmd::Down { data } => cmd_up::down(data),
         Cmd::Demo => demo::run(),
-        Cmd::Cp(a) => runtime()?.block_on(cmd_fs::cp(a)),
+        Cmd::Cp(a) => runtime()?.block_on(cmd_cp::cp(a)),
         Cmd::Ls(a) => runtime()?.block_on(cmd_fs::ls(a)),
         Cmd::Cat { paths } => runtime()?.block_on(cmd_fs::cat(paths)),
         Cmd::Stat { paths, json } => runtime()?.block_on(cmd_fs::stat(paths, json)),
