@@ -223,30 +223,13 @@ pub fn load_key_file(path: &Path) -> Result<KeyFile, ClientError> {
 
 /// Creates (or replaces) a file readable only by its owner and writes `bytes` to it.
 pub fn write_secret_file(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
-    use std::io::Write;
-    let io = |source| ClientError::Io {
+    nasd_private::write_file(path, bytes).map_err(|e| ClientError::Io {
         what: format!("writing {}", path.display()),
-        source,
-    };
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        opts.mode(0o600);
-        let mut f = opts.open(path).map_err(io)?;
-        // An existing file keeps its old mode on open; force 0600.
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(io)?;
-        f.write_all(bytes).map_err(io)?;
-        f.sync_all().map_err(io)
-    }
-    #[cfg(not(unix))]
-    {
-        let mut f = opts.open(path).map_err(io)?;
-        f.write_all(bytes).map_err(io)?;
-        f.sync_all().map_err(io)
-    }
+        source: match e {
+            nasd_private::PrivacyError::Io { source, .. } => source,
+            loose => std::io::Error::other(loose),
+        },
+    })
 }
 
 #[cfg(test)]

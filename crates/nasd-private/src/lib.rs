@@ -83,6 +83,20 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), PrivacyError> {
     f.sync_all().map_err(io(path))
 }
 
+/// Opens `path` for appending (a log), creating it mode [`PRIVATE_FILE_MODE`] and making an
+/// existing one private again.
+pub fn open_append(path: &Path) -> Result<std::fs::File, PrivacyError> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(path)
+        .map_err(io(path))?;
+    f.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))
+        .map_err(io(path))?;
+    Ok(f)
+}
+
 /// Makes sure `path` exists with mode [`PRIVATE_FILE_MODE`], leaving any content alone (the
 /// database file, before SQLite opens it).
 pub fn create_file(path: &Path) -> Result<(), PrivacyError> {

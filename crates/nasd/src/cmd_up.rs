@@ -27,8 +27,6 @@ const READY_TIMEOUT_MS: u64 = 20_000;
 /// How long `down` waits after SIGTERM before SIGKILL.
 const STOP_GRACE_MS: u64 = 10_000;
 /// Mode of every directory `up` makes, and of every file it writes.
-const PRIVATE_DIR_MODE: u32 = 0o700;
-const PRIVATE_FILE_MODE: u32 = 0o600;
 pub const DRIVES_MAX: usize = 64;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -103,33 +101,14 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
-/// Makes `dir` (and missing parents) and leaves it mode 0700 whatever the umask, tightening
-/// one that exists; says so when it was open to others.
+/// Makes `dir` (and missing parents) and leaves it mode 0700 whatever the umask.
 fn private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(PRIVATE_DIR_MODE)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let was = std::fs::metadata(dir)?.permissions().mode() & 0o777;
-    if was != PRIVATE_DIR_MODE {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
-            .with_context(|| format!("making {} private", dir.display()))?;
-        if was & 0o077 != 0 {
-            eprintln!(
-                "nasd: {} was mode {was:o}; now {PRIVATE_DIR_MODE:o}",
-                dir.display()
-            );
-        }
-    }
-    Ok(())
+    Ok(nasd_private::create_dir(dir)?)
 }
 
 /// Writes a file of the cluster, mode 0600 whatever the umask.
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    nasd_client::auth::write_secret_file(path, text.as_bytes())?;
-    Ok(())
+    Ok(nasd_private::write_file(path, text.as_bytes())?)
 }
 
 /// What `nasd up` sets up the first time it runs in a directory.
@@ -211,16 +190,9 @@ fn init(dir: &Path, o: &UpOptions) -> anyhow::Result<ClusterFile> {
 }
 
 fn spawn(dir: &Path, name: &str, args: &[&str], detach: bool) -> anyhow::Result<Child> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let logs = dir.join("logs");
     private_dir(&logs)?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(PRIVATE_FILE_MODE)
-        .open(logs.join(format!("{name}.log")))?;
-    // A log from an older `up` keeps its mode on open.
-    log.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))?;
+    let log = nasd_private::open_append(&logs.join(format!("{name}.log")))?;
     let mut cmd = Command::new(std::env::current_exe().context("locating the nasd binary")?);
     cmd.args(args)
         .stdin(Stdio::null())
