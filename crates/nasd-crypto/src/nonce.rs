@@ -12,9 +12,12 @@
 //!   it forgets the oldest nonce of the principal holding the most and raises that principal's
 //!   own floor past it. A principal that floods the cache only ever evicts itself first, and
 //!   what eviction refuses is a request stamped before one its own principal already sent.
+//!   "The most" is judged by size class (powers of two), so the index of sizes changes only
+//!   when a principal's class does, not on every request: a principal is evicted from only
+//!   while none holds twice as many as it.
 
+use foldhash::fast::RandomState;
 use nasd_proto::Nonce;
-use std::collections::hash_map::RandomState;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hash};
 
@@ -56,10 +59,12 @@ pub struct NonceCache {
     max: usize,
     /// Every nonce below this time is refused, whoever sends it.
     floor_us: u64,
+    /// Keyed at random per cache, so no sender can aim principals at one another.
     hasher: RandomState,
-    principals: HashMap<u64, Seen>,
-    /// (entries, principal) for every principal holding entries: the largest is evicted from.
-    by_size: BTreeSet<(usize, u64)>,
+    principals: HashMap<u64, Seen, RandomState>,
+    /// (size class, principal) for every principal holding entries: one of the largest class
+    /// is evicted from.
+    by_class: BTreeSet<(u32, u64)>,
     total: usize,
     last_sweep_us: u64,
 }
@@ -70,9 +75,9 @@ impl NonceCache {
             window_us: window_ms * 1000,
             max,
             floor_us: 0,
-            hasher: RandomState::new(),
-            principals: HashMap::new(),
-            by_size: BTreeSet::new(),
+            hasher: RandomState::default(),
+            principals: HashMap::default(),
+            by_class: BTreeSet::new(),
             total: 0,
             last_sweep_us: 0,
         }
@@ -156,23 +161,28 @@ impl NonceCache {
             return;
         }
         self.total = self.total + after - before;
-        if before > 0 {
-            self.by_size.remove(&(before, id));
-        }
-        if after > 0 {
-            self.by_size.insert((after, id));
+        let (was, is) = (size_class(before), size_class(after));
+        if was != is {
+            if was > 0 {
+                self.by_class.remove(&(was, id));
+            }
+            if is > 0 {
+                self.by_class.insert((is, id));
+            }
         }
     }
 
-    /// Forgets the oldest nonce of the principal holding the most, and raises its floor past it.
+    /// Forgets the oldest nonce of a principal of the largest size class, and raises its floor
+    /// past it.
     fn evict_one(&mut self) {
-        let Some(&(size, id)) = self.by_size.last() else {
+        let Some(&(_, id)) = self.by_class.last() else {
             return;
         };
         let seen = self
             .principals
             .get_mut(&id)
             .expect("indexed principals exist");
+        let size = seen.set.len();
         let (t, _) = seen
             .set
             .pop_first()
@@ -206,6 +216,11 @@ impl NonceCache {
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
+}
+
+/// A size's class: 0 for nothing, else one more than the power of two at or below it.
+fn size_class(n: usize) -> u32 {
+    usize::BITS - n.leading_zeros()
 }
 
 #[cfg(test)]

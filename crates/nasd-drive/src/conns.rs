@@ -170,7 +170,8 @@ impl Slot {
     /// The connection proved itself: from now on it is never evicted for a newcomer, and its
     /// bodies are no longer counted as unproved.
     pub fn prove(&self) {
-        if self.proved.swap(true, Ordering::AcqRel) {
+        // Every request of a proved connection comes here: read before writing.
+        if self.proved.load(Ordering::Acquire) || self.proved.swap(true, Ordering::AcqRel) {
             return;
         }
         let mut g = self.conns.0.lock();
@@ -204,6 +205,9 @@ impl Slot {
 
     /// Body bytes this connection no longer holds (its frame was handed on or dropped).
     pub fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
         let mut g = self.conns.0.lock();
         if let Some(e) = g.entries.get_mut(&self.id) {
             let n = n.min(e.held);

@@ -307,25 +307,19 @@ impl Drive {
     /// region) and proofs, or [`SMALL_REPLY_BYTES_MAX`] for anything else. Reads whose
     /// arguments are sealed (privacy) cannot be looked into and count as the largest frame.
     pub fn reply_bytes_bound(body: &[u8]) -> usize {
-        let Ok((h, _)) = RequestHeader::decode(body) else {
+        let Some((protection, OpCode::Read, args)) = RequestHeader::peek_args(body) else {
             return SMALL_REPLY_BYTES_MAX;
         };
-        if h.op != OpCode::Read {
-            return SMALL_REPLY_BYTES_MAX;
-        }
-        if h.protection.privacy_args() {
+        if protection.privacy_args() {
             return nasd_proto::FRAME_BYTES_MAX;
         }
-        let Ok(Op::Read { regions }) = Op::decode_args(h.op, &h.args) else {
+        let Some((regions, total)) = nasd_proto::ops::read_extent(args) else {
             return SMALL_REPLY_BYTES_MAX;
         };
-        let data = nasd_proto::ops::regions_total(&regions)
-            .unwrap_or(u64::MAX)
-            .min(nasd_proto::DATA_BYTES_MAX as u64) as usize;
+        let data = total.min(nasd_proto::DATA_BYTES_MAX as u64) as usize;
         const PER_REGION_BYTES: usize = 2 * CHUNK_BYTES as usize // widening
             + 2 + 32 * 2 * nasd_crypto::integrity::tree::LEVELS_MAX; // proof
-        (data + regions.len() * PER_REGION_BYTES + SMALL_REPLY_BYTES_MAX)
-            .min(nasd_proto::FRAME_BYTES_MAX)
+        (data + regions * PER_REGION_BYTES + SMALL_REPLY_BYTES_MAX).min(nasd_proto::FRAME_BYTES_MAX)
     }
 
     /// Handles one request body and returns the reply. Never panics on bad input.

@@ -215,13 +215,17 @@ async fn connection(
     let w = Arc::new(tokio::sync::Mutex::new(Some(w)));
     let inflight = Arc::new(Semaphore::new(INFLIGHT_PER_CONNECTION_MAX));
     let budget = Arc::new(Semaphore::new(units(CONNECTION_BUFFER_BYTES_MAX) as usize));
+    // One timer for the connection's life, not one per frame: it wakes the wait for the next
+    // frame now and then to look at the deadlines.
+    let mut tick = tokio::time::interval(Duration::from_millis(WAIT_STEP_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let result = loop {
         let permit = inflight
             .clone()
             .acquire_owned()
             .await
             .expect("never closed");
-        match await_frame(&mut r, &slot, prove_by, &inflight).await {
+        match await_frame(&mut r, &slot, prove_by, &inflight, &mut tick).await {
             Ok(true) => {}
             Ok(false) => break Ok(()),
             Err(e) => break Err(e),
@@ -230,15 +234,18 @@ async fn connection(
             Ok(x) => x,
             Err(e) => break Err(e),
         };
-        let reply_bound = units(Drive::reply_bytes_bound(&body.0));
-        let reply_budget = budget
-            .clone()
-            .acquire_many_owned(reply_bound)
-            .await
-            .expect("never closed");
+        let (body, mut reserved) = body;
+        let reply_bound = units(Drive::reply_bytes_bound(&body));
+        // One reservation for the request's body and its reply, released once the reply left.
+        reserved.merge(
+            budget
+                .clone()
+                .acquire_many_owned(reply_bound)
+                .await
+                .expect("never closed"),
+        );
         let (d, w, slot, running) = (drive.clone(), w.clone(), slot.clone(), running.clone());
         tokio::spawn(async move {
-            let (body, body_budget) = body;
             // Reads run on the runtime's worker: page-cache reads and snapshot lookups are short,
             // and a hop to the blocking pool would cost more than the work. Mutations wait for
             // the writer thread's commit, so they wait on the blocking pool.
@@ -250,14 +257,13 @@ async fn connection(
                 Some(d.handle(body))
             };
             slot.release(held);
-            drop(body_budget);
             if let Some(r) = reply {
                 if r.authenticated {
                     slot.prove();
                 }
                 send(&w, &slot, &r).await;
             }
-            drop((reply_budget, permit, running));
+            drop((reserved, permit, running));
         });
     };
     // Let in-flight requests answer before the connection closes.
@@ -275,18 +281,18 @@ async fn await_frame(
     slot: &Slot,
     prove_by: Instant,
     inflight: &Semaphore,
+    tick: &mut tokio::time::Interval,
 ) -> std::io::Result<bool> {
     if !r.buffer().is_empty() {
-        return Ok(true); // pipelined frames: no timer needed
+        return Ok(true); // pipelined frames
     }
-    let idle_since = Instant::now();
+    let mut idle_since = None;
     loop {
-        let step = Duration::from_millis(WAIT_STEP_MS);
-        // `fill_buf` is cancel-safe: a timeout loses no byte.
-        match tokio::time::timeout(step, r.fill_buf()).await {
-            Ok(Ok(b)) => return Ok(!b.is_empty()),
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {}
+        // `fill_buf` is cancel-safe: losing the race to the tick loses no byte.
+        tokio::select! {
+            biased;
+            b = r.fill_buf() => return b.map(|b| !b.is_empty()),
+            _ = tick.tick() => {}
         }
         // The caller holds one permit, for the frame awaited here.
         if inflight.available_permits() + 1 < INFLIGHT_PER_CONNECTION_MAX {
@@ -295,7 +301,8 @@ async fn await_frame(
         if !slot.proved() && Instant::now() >= prove_by {
             return Err(timed_out("no request passed the checks in time"));
         }
-        if slot.proved() && idle_since.elapsed() >= Duration::from_millis(IDLE_TIMEOUT_MS) {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if slot.proved() && since.elapsed() >= Duration::from_millis(IDLE_TIMEOUT_MS) {
             return Err(timed_out("idle"));
         }
     }
@@ -310,10 +317,15 @@ async fn receive(
     budget: &Arc<Semaphore>,
 ) -> std::io::Result<((Vec<u8>, OwnedSemaphorePermit), usize)> {
     let timeout = Duration::from_millis(FRAME_RECEIVE_TIMEOUT_MS);
-    let n = tokio::time::timeout(timeout, read_frame_len(r, FRAME_BYTES_MAX))
-        .await
-        .map_err(|_| timed_out("frame length"))??
-        .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+    // What is already buffered needs no timer.
+    let n = if r.buffer().len() >= 4 {
+        read_frame_len(r, FRAME_BYTES_MAX).await?
+    } else {
+        tokio::time::timeout(timeout, read_frame_len(r, FRAME_BYTES_MAX))
+            .await
+            .map_err(|_| timed_out("frame length"))??
+    }
+    .ok_or(std::io::ErrorKind::UnexpectedEof)?;
     let reserved = budget
         .clone()
         .acquire_many_owned(units(n))
@@ -321,6 +333,10 @@ async fn receive(
         .expect("never closed");
     let mut body = vec![];
     let mut held = 0;
+    if slot.proved() && r.buffer().len() >= n {
+        read_into(r, &mut body, n).await?;
+        return Ok(((body, reserved), 0));
+    }
     tokio::time::timeout(timeout, async {
         if slot.proved() {
             return read_into(r, &mut body, n).await;
@@ -345,17 +361,30 @@ async fn receive(
 }
 
 /// Writes a reply within [`REPLY_WRITE_TIMEOUT_MS`]; on failure closes the connection (its
-/// writer is taken away, and its reading stops).
+/// writer is taken away, and its reading stops). A reply the socket takes at once, the common
+/// case, costs no timer (dropping a tokio timer takes the runtime's timer lock).
 async fn send(w: &tokio::sync::Mutex<Option<OwnedWriteHalf>>, slot: &Slot, r: &ReplyBytes) {
     let len = ((r.head.len() + r.data.len()) as u32).to_le_bytes();
-    let wrote = tokio::time::timeout(Duration::from_millis(REPLY_WRITE_TIMEOUT_MS), async {
+    let write = async {
         match w.lock().await.as_mut() {
             Some(w) => write_all_slices(w, &[&len, &r.head, &r.data]).await,
             None => Err(std::io::ErrorKind::BrokenPipe.into()),
         }
-    })
-    .await;
-    if !matches!(wrote, Ok(Ok(()))) {
+    };
+    let mut write = std::pin::pin!(write);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await;
+    let wrote = match first {
+        std::task::Poll::Ready(r) => r,
+        // Boxed: the timer is large and rarely needed, and every request's task carries this
+        // future's state.
+        std::task::Poll::Pending => Box::pin(tokio::time::timeout(
+            Duration::from_millis(REPLY_WRITE_TIMEOUT_MS),
+            write,
+        ))
+        .await
+        .unwrap_or_else(|_| Err(timed_out("reply not read"))),
+    };
+    if wrote.is_err() {
         w.lock().await.take();
         slot.close();
     }

@@ -241,6 +241,37 @@ impl RequestHeader {
         }
     }
 
+    /// A request's protection, operation and argument bytes, read from an encoded body without
+    /// decoding (or copying) the rest; `None` if the body does not parse that far. For a
+    /// server that must size a request before it runs it.
+    pub fn peek_args(body: &[u8]) -> Option<(Protection, crate::OpCode, &[u8])> {
+        let mut r = Reader::new(body);
+        if r.u8("kind").ok()? != KIND_REQUEST {
+            return None;
+        }
+        r.u64("request id").ok()?;
+        let hlen = r.u32("header len").ok()? as usize;
+        let mut h = Reader::new(r.take(hlen.min(HEADER_BYTES_MAX), "header").ok()?);
+        h.u8("key type").ok()?;
+        let protection = Protection::from_bits(h.u8("protection").ok()?).ok()?;
+        h.take(2 + 8, "partition, object").ok()?;
+        let op = crate::OpCode::from_u8(h.u8("op").ok()?).ok()?;
+        h.take(16, "nonce").ok()?;
+        match h.u8("cap form").ok()? {
+            0 => {}
+            1 => {
+                CapabilityArgs::get(&mut h).ok()?;
+            }
+            2 => {
+                let n = h.u16("sealed len").ok()? as usize;
+                h.take(n, "sealed capability").ok()?;
+            }
+            _ => return None,
+        }
+        let args = h.blob(HEADER_BYTES_MAX, "args").ok()?;
+        Some((protection, op, args))
+    }
+
     /// Decodes a request body; returns the header and the offset where data begins.
     pub fn decode(body: &[u8]) -> Result<(RequestHeader, usize), DecodeError> {
         let mut r = Reader::new(body);

@@ -542,9 +542,42 @@ pub fn regions_total(regions: &[Region]) -> Option<u64> {
         .try_fold(0u64, |acc, r| acc.checked_add(r.len))
 }
 
+/// The region count and total length (saturating) of a read's argument bytes, read without
+/// decoding into a list; `None` if they do not parse as `regions`.
+pub fn read_extent(args: &[u8]) -> Option<(usize, u64)> {
+    let mut r = Reader::new(args);
+    let n = r.u16("regions").ok()? as usize;
+    if n > REGIONS_MAX {
+        return None;
+    }
+    let mut total = 0u64;
+    for _ in 0..n {
+        r.u64("offset").ok()?;
+        total = total.saturating_add(r.u64("len").ok()?);
+    }
+    r.finish("regions").ok()?;
+    Some((n, total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_extent_agrees_with_the_decoder() {
+        let regions = vec![
+            Region::new(5, 100),
+            Region::new(1 << 40, 7),
+            Region::new(0, 0),
+        ];
+        let args = Op::Read {
+            regions: regions.clone(),
+        }
+        .encode_args();
+        assert_eq!(read_extent(&args), Some((3, 107)));
+        assert_eq!(read_extent(&args[..args.len() - 1]), None);
+        assert_eq!(read_extent(&[]), None);
+    }
 
     #[test]
     fn only_a_clear_read_trailer_is_outside_the_reply_mac() {

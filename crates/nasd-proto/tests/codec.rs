@@ -155,6 +155,13 @@ proptest! {
         // the MAC input is everything between the kind byte and the digest
         let mi = RequestHeader::mac_input_of(&body);
         prop_assert_eq!(mi.len(), at - 1 - 32);
+        // a server's peek at the arguments sees what the decoder sees
+        let (pp, pop, pargs) = RequestHeader::peek_args(&body).unwrap();
+        prop_assert_eq!((pp, pop, pargs), (h.protection, h.op, &h.args[..]));
+        if let Op::Read { regions } = &op {
+            let total = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len));
+            prop_assert_eq!(nasd_proto::ops::read_extent(pargs), Some((regions.len(), total)));
+        }
     }
 
     #[test]
@@ -186,6 +193,8 @@ proptest! {
     #[test]
     fn decoders_never_panic_on_arbitrary_bytes(b in prop::collection::vec(any::<u8>(), 0..600)) {
         let _ = RequestHeader::decode(&b);
+        let _ = RequestHeader::peek_args(&b);
+        let _ = nasd_proto::ops::read_extent(&b);
         let _ = ReplyHeader::decode(&b);
         let _ = Hello::decode(&b);
         let _ = Welcome::decode(&b);
@@ -212,6 +221,7 @@ proptest! {
         }
         let n = body.len();
         body.truncate(cut % (n + 1));
+        let _ = RequestHeader::peek_args(&body);
         if let Ok((h, _)) = RequestHeader::decode(&body) {
             let _ = Op::decode_args(h.op, &h.args);
         }

@@ -392,12 +392,22 @@ async fn set_fresh_key(
         },
     )
     .with_context(|| format!("the new {} key is set on the drive but", kind.name()))?;
-    outln!(
+    let said = format!(
         "{} key of partition {} written to {}",
         kind.name(),
         t.partition,
-        out.display()
+        if out == Path::new("-") {
+            "stdout".into()
+        } else {
+            out.display().to_string()
+        }
     );
+    // With `--out -` the key itself is stdout: the note goes to stderr.
+    if out == Path::new("-") {
+        eprintln!("{said}");
+    } else {
+        outln!("{said}");
+    }
     Ok(())
 }
 

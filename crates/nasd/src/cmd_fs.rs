@@ -32,9 +32,13 @@ pub struct ClientFile {
     /// The cluster CA certificate (DER).
     pub ca: PathBuf,
     pub user: String,
-    /// A file holding the user's password (written by `nasd up` for the admin, mode 0600).
+    /// A file holding a password (written by `nasd up` for the admin, mode 0600).
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+    /// Whose password `password_file` holds; it is used for that user only, whoever `user`
+    /// becomes after a `nasd login`. Configs without it: the password belongs to `user`.
+    #[serde(default)]
+    pub password_user: Option<String>,
 }
 
 /// The default data directory of `nasd up`.
@@ -98,7 +102,10 @@ pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
         Credential::Password(p)
     } else if let Some(t) = saved_token(config, &user) {
         Credential::Token(t)
-    } else if let (Some(pf), true) = (&c.password_file, user == c.user) {
+    } else if let (Some(pf), true) = (
+        &c.password_file,
+        user == *c.password_user.as_ref().unwrap_or(&c.user),
+    ) {
         let p = std::fs::read_to_string(pf)
             .with_context(|| format!("reading the password file {}", pf.display()))?;
         Credential::Password(p.trim_end_matches('\n').to_string())
@@ -621,12 +628,14 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
                             serde_json::json!({"name": u.name, "uid": u.uid, "admin": u.admin, "groups": u.groups})
                         );
                     } else {
+                        // Names stored before the name rule may hold anything: print them escaped.
+                        let groups: Vec<_> = u.groups.iter().map(|g| shown(g)).collect();
                         println!(
                             "{:<16} uid {:<6} {}groups {}",
-                            u.name,
+                            shown(&u.name),
                             u.uid,
                             if u.admin { "admin " } else { "" },
-                            u.groups.join(",")
+                            groups.join(",")
                         );
                     }
                 }
@@ -694,8 +703,13 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
     let (token, expires_ms) = c.token().await.context("no session")?;
     nasd_client::auth::write_secret_file(&token_path(&path, &user), hex::encode(token).as_bytes())?;
     if cfg.user != user {
+        // The password file stays the user's it was written for.
+        cfg.password_user.get_or_insert_with(|| cfg.user.clone());
         cfg.user = user.clone();
-        std::fs::write(&path, serde_json::to_string_pretty(&cfg)? + "\n")?;
+        nasd_client::auth::write_secret_file(
+            &path,
+            (serde_json::to_string_pretty(&cfg)? + "\n").as_bytes(),
+        )?;
     }
     let left_h = expires_ms.saturating_sub(nasd_drive::now_us() / 1000) / 3_600_000;
     println!("logged in as {user}; the session lasts {left_h} h");

@@ -720,10 +720,16 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
 }
 
 /// Writes a key file (mode 0600).
+/// Writes a key file (mode 0600), or to stdout when `path` is `-`.
 pub fn save_key_file(
     path: &std::path::Path,
     kf: &nasd_crypto::keyfile::KeyFile,
 ) -> anyhow::Result<()> {
+    if path == std::path::Path::new("-") {
+        use std::io::Write as _;
+        std::io::stdout().write_all(kf.encode().as_bytes())?;
+        return Ok(());
+    }
     write_secret_file(path, kf.encode().as_bytes())?;
     Ok(())
 }

@@ -181,6 +181,7 @@ fn init(dir: &Path, o: &UpOptions) -> anyhow::Result<ClusterFile> {
         ca: mdir.join("tls/ca.der"),
         user: "admin".into(),
         password_file: Some(pw_file),
+        password_user: Some("admin".into()),
     };
     write_private(
         &dir.join("client.json"),
