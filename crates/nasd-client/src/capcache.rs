@@ -1,5 +1,5 @@
-//! The capability cache: the layout and capability the manager gave for each open path, kept
-//! until it expires. A capability is renewed from the manager once three quarters of its life
+//! The capability cache: the layout and capabilities (one per component object) the manager
+//! gave for each open path, kept until they expire. A capability is renewed from the manager once three quarters of its life
 //! have passed; while the manager cannot be reached, the cached one is used until its expiry,
 //! so the data path outlives a manager outage (DESIGN.md). A refused capability (revoked by an
 //! access_control_version bump, or expired) is dropped and fetched again once.
@@ -12,32 +12,58 @@ use std::sync::{Arc, Mutex};
 /// Most paths whose capabilities are kept; the cache is cleared when it is full.
 pub const CAPCACHE_ENTRIES_MAX: usize = 4096;
 
-/// What the manager said about a path when it granted a capability.
+/// What the manager said about a path when it granted capabilities.
 #[derive(Clone, Debug)]
 pub struct OpenFile {
     pub path: String,
     pub stat: FileStat,
     pub layout: Layout,
-    pub cap: Capability,
-    /// When the capability was received, in Unix milliseconds.
+    /// `caps[i]` authorizes `layout.components[i]`; the manager mints them together, with one
+    /// expiry and the same rights.
+    pub caps: Vec<Capability>,
+    /// When the capabilities were received, in Unix milliseconds.
     pub issued_ms: u64,
+    /// Whether the components' `fs_specific` records were checked to name this file's inode.
+    pub owner_checked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OpenFile {
+    fn rights(&self) -> nasd_proto::Rights {
+        self.caps[0].args.rights
+    }
+    fn expiry_ms(&self) -> u64 {
+        self.caps
+            .iter()
+            .map(|c| c.args.expiry_ms)
+            .min()
+            .unwrap_or(0)
+    }
     pub fn writable(&self) -> bool {
-        self.cap.args.rights.contains(nasd_proto::Rights::WRITE)
+        self.rights().contains(nasd_proto::Rights::WRITE)
     }
     pub fn readable(&self) -> bool {
-        self.cap.args.rights.contains(nasd_proto::Rights::READ)
+        self.rights().contains(nasd_proto::Rights::READ)
+    }
+    /// Where component `i` lives and what authorizes a request on it: the drive's address,
+    /// the object, and its capability. For tools and tests that talk to one drive directly.
+    pub fn component(&self, i: usize) -> Option<(&str, crate::object::Target, crate::Auth)> {
+        let c = self.layout.components.get(i)?;
+        let cap = self.caps.get(i)?;
+        let t = crate::object::Target {
+            partition: c.partition,
+            object: c.object,
+            protection: cap.args.min_protection,
+        };
+        Some((&c.addr, t, crate::Auth::Capability(cap.clone())))
     }
     /// Past three quarters of its lifetime.
     pub fn needs_renewal(&self, now_ms: u64) -> bool {
-        let life = self.cap.args.expiry_ms.saturating_sub(self.issued_ms);
+        let life = self.expiry_ms().saturating_sub(self.issued_ms);
         now_ms >= self.issued_ms + life / 4 * 3
     }
-    /// Still accepted by the drive (a second of margin for clock skew and flight time).
+    /// Still accepted by the drives (a second of margin for clock skew and flight time).
     pub fn usable(&self, now_ms: u64) -> bool {
-        now_ms + 1000 < self.cap.args.expiry_ms
+        now_ms + 1000 < self.expiry_ms()
     }
 }
 
@@ -122,15 +148,23 @@ mod tests {
                 mtime_us: 0,
                 ctime_us: 0,
             },
-            layout: manager::Layout {
+            layout: manager::Layout::single(manager::Component {
                 drive: DriveId(1),
                 addr: "x".into(),
                 suite: Suite::Blake3,
                 partition: PartitionId(1),
                 object: ObjectId(16),
-            },
-            cap: crate::Capability::mint(Suite::Blake3, &Key::from_bytes([1; 32]), args, 0, false),
+                stale: false,
+            }),
+            caps: vec![crate::Capability::mint(
+                Suite::Blake3,
+                &Key::from_bytes([1; 32]),
+                args,
+                0,
+                false,
+            )],
             issued_ms: issued,
+            owner_checked: Default::default(),
         }
     }
 

@@ -1,7 +1,9 @@
-//! Files: the client side of seed 002 §3. Namespace operations go to the manager over the
-//! TLS session; bytes go straight to drives with the capabilities it grants, over a pool of
-//! pipelined [`DriveConn`]s, many requests in flight at once. Every reply is verified by the
-//! connection before a byte is returned.
+//! Files: the client side of seed 002 §3, and the top of the file stack. Namespace operations
+//! go to the manager over the TLS session; bytes go straight to drives with the capabilities
+//! it grants, through the stack [`Client::stack`] builds for the file's layout — a layout layer
+//! ([`crate::striped`]) over one [`ComponentIo`] per component object — behind the one
+//! interface every layer shares ([`FileIo`]). Every reply is verified by the connection
+//! before a byte is returned.
 //!
 //! Manager round trips: writing a file costs two (`create`, which stages a fresh object and
 //! returns its layout and a write capability, then `commit`) plus one drive write per chunk; a
@@ -10,25 +12,26 @@
 //! capabilities keep the data path open until they expire. Streaming transfers of whole files
 //! are in [`crate::transfer`].
 
-use crate::auth::{Auth, Capability};
+use crate::auth::Capability;
 use crate::capcache::{CapCache, OpenFile};
+use crate::component::ComponentIo;
 use crate::escape::shown;
-use crate::object::Target;
+use crate::layer::{FileIo, IoError};
+use crate::pool::ConnPool;
 use crate::session::{Session, SessionConfig, SessionError};
-use crate::{ClientError, DriveConn};
+use crate::ClientError;
 use nasd_crypto::Key;
 use nasd_proto::manager::*;
-use nasd_proto::{Region, Status};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use nasd_proto::Status;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Bytes per drive request of a streaming transfer.
 pub const CHUNK_BYTES: usize = 1 << 20;
 /// Requests a streaming transfer keeps in flight.
 pub const TRANSFER_IN_FLIGHT_MAX: usize = 16;
-/// Connections the pool keeps to each drive.
-pub const CONNS_PER_DRIVE: usize = 4;
+pub use crate::pool::CONNS_PER_DRIVE;
 /// After the manager could not be reached, how long to use cached capabilities before trying
 /// it again.
 pub const MANAGER_RETRY_AFTER_MS: u64 = 2_000;
@@ -76,6 +79,10 @@ pub enum FsError {
         expected: u64,
         found: ObjectOwner,
     },
+    /// The layout could not serve the request: too few components answered, or more of them
+    /// disagree than its code corrects. Nothing wrong was returned or written.
+    #[error("nasd:{}: {detail}", shown(.path))]
+    Layout { path: String, detail: String },
     #[error("{}: {source}", shown(.path))]
     Local {
         path: String,
@@ -144,13 +151,29 @@ fn drive_reason(e: &ClientError) -> &'static str {
     }
 }
 
-fn drive_err(path: &str, layout: &Layout) -> impl Fn(ClientError) -> FsError {
-    let (path, drive) = (path.to_string(), layout.addr.clone());
-    move |error| FsError::Drive {
-        path: path.clone(),
-        drive: drive.clone(),
-        error,
+/// A layer's failure for `path`, as the user reads it.
+fn io_err(path: &str, e: IoError) -> FsError {
+    match e {
+        IoError::Drive { addr, error, .. } => FsError::Drive {
+            path: path.to_string(),
+            drive: addr,
+            error,
+        },
+        IoError::Unavailable(detail) | IoError::Uncorrectable(detail) => FsError::Layout {
+            path: path.to_string(),
+            detail,
+        },
+        IoError::Usage(d) => FsError::Usage(d),
     }
+}
+
+/// Whether a refusal means the grant is stale (revoked, expired, or its object replaced), so
+/// a fresh one from the manager may succeed.
+fn grant_refused(e: &IoError) -> bool {
+    matches!(
+        e.status(),
+        Some(Status::BadDigest | Status::CapabilityExpired | Status::NoSuchObject)
+    )
 }
 
 /// The manager's error for `path` in words: its status, then whatever its detail adds. The
@@ -193,36 +216,44 @@ impl FsError {
     }
 }
 
-fn open_file(path: &str, stat: FileStat, layout: Layout, cap: CapGrant) -> OpenFile {
+fn open_file(path: &str, stat: FileStat, layout: Layout, caps: Vec<CapGrant>) -> OpenFile {
+    let caps = caps
+        .into_iter()
+        .zip(&layout.components)
+        .map(|(g, c)| Capability {
+            args: g.args,
+            key: Key::from_bytes(g.key),
+            sealed: None,
+            suite: c.suite,
+        })
+        .collect();
     OpenFile {
         path: path.into(),
         stat,
-        cap: Capability {
-            args: cap.args,
-            key: Key::from_bytes(cap.key),
-            sealed: None,
-            suite: layout.suite,
-        },
+        caps,
         layout,
         issued_ms: now_ms(),
+        owner_checked: Default::default(),
     }
 }
 
-/// Where an upload's bytes go: a staged object that no name shows until
-/// [`Client::finish_upload`] commits it — as the new content of an existing file, or as a new
-/// file — so a failed or interrupted upload never leaves a partial file visible, and an
+/// Where an upload's bytes go: a staged layout (fresh component objects) that no name shows
+/// until [`Client::finish_upload`] commits it — as the new content of an existing file, or as
+/// a new file — so a failed or interrupted upload never leaves a partial file visible, and an
 /// overwritten file keeps its old content until the new one is complete.
 #[derive(Clone)]
 pub struct Upload {
     path: String,
-    /// Where the staged object lives (fixed for the upload's life).
+    /// Where the staged objects live (fixed for the upload's life).
     layout: Layout,
-    /// The staged object's current grant, shared by the upload's parallel writes. It is
+    /// The staged objects' current grant, shared by the upload's parallel writes. It is
     /// renewed with `Renew` once due (never through `open`, which would return the visible
-    /// file's object), one renewal at a time.
+    /// file's objects), one renewal at a time.
     grant: Arc<tokio::sync::Mutex<Arc<OpenFile>>>,
     stat: FileStat,
     replaces: bool,
+    /// The end of the furthest write: the file's size at commit.
+    end: Arc<AtomicU64>,
 }
 
 impl Upload {
@@ -238,6 +269,15 @@ impl Upload {
     pub fn stat(&self) -> &FileStat {
         &self.stat
     }
+    /// The staged layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// The first component: the upload's name at the manager.
+    fn key(&self) -> (nasd_proto::DriveId, nasd_proto::ObjectId) {
+        let c = &self.layout.components[0];
+        (c.drive, c.object)
+    }
 }
 
 /// A connection to a nasd cluster as one user.
@@ -245,8 +285,7 @@ pub struct Client {
     cfg: SessionConfig,
     session: tokio::sync::Mutex<Option<Session>>,
     caps: CapCache,
-    pool: Mutex<HashMap<String, Vec<Arc<DriveConn>>>>,
-    next_conn: AtomicUsize,
+    pool: Arc<ConnPool>,
     manager_down_until_ms: AtomicU64,
     /// Manager round trips so far (for benchmarks and tests).
     pub manager_round_trips: AtomicU64,
@@ -265,8 +304,7 @@ impl Client {
             cfg,
             session: tokio::sync::Mutex::new(Some(s)),
             caps: CapCache::new(),
-            pool: Mutex::new(HashMap::new()),
-            next_conn: AtomicUsize::new(0),
+            pool: Arc::new(ConnPool::new()),
             manager_down_until_ms: AtomicU64::new(0),
             manager_round_trips: AtomicU64::new(1),
         }))
@@ -331,11 +369,13 @@ impl Client {
 
     fn opened(&self, path: &str, write: bool, r: MgrReply) -> Result<Arc<OpenFile>, FsError> {
         match r {
-            MgrReply::Opened { stat, layout, cap } => {
-                Ok(self.caps.put(write, open_file(path, stat, layout, cap)))
+            MgrReply::Opened { stat, layout, caps } => {
+                check_grants(path, &layout, &caps)?;
+                Ok(self.caps.put(write, open_file(path, stat, layout, caps)))
             }
             other => Err(FsError::Usage(format!(
-                "{path}: unexpected manager reply {other:?}"
+                "{}: unexpected manager reply {other:?}",
+                shown(path)
             ))),
         }
     }
@@ -374,8 +414,102 @@ impl Client {
         }
     }
 
+    /// The file stack for a grant: the layout's layer over one [`ComponentIo`] per component
+    /// object (a one-object layout is its component itself).
+    pub fn stack(&self, o: &OpenFile) -> Result<Arc<dyn FileIo>, FsError> {
+        let components: Vec<ComponentIo> = o
+            .layout
+            .components
+            .iter()
+            .zip(&o.caps)
+            .enumerate()
+            .map(|(i, (c, cap))| {
+                ComponentIo::new(self.pool.clone(), i, c.addr.clone(), cap.clone())
+            })
+            .collect();
+        crate::striped::stack(&o.layout, components, o.stat.size).map_err(|detail| {
+            FsError::Layout {
+                path: o.path.clone(),
+                detail,
+            }
+        })
+    }
+
+    /// Checks, once per grant, that every component object the manager named is this file's:
+    /// its `fs_specific` record, which only the manager writes, names the stat's inode
+    /// ([`FsError::WrongObject`] otherwise). A component that cannot be reached is left to
+    /// the layout to route around.
+    async fn check_owners(&self, o: &OpenFile) -> Result<(), FsError> {
+        if o.owner_checked.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let checks = o
+            .layout
+            .components
+            .iter()
+            .zip(&o.caps)
+            .enumerate()
+            .filter(|(i, _)| !o.layout.components[*i].stale)
+            .map(|(i, (c, cap))| async move {
+                let io = ComponentIo::new(self.pool.clone(), i, c.addr.clone(), cap.clone());
+                (c.addr.clone(), io.getattr().await)
+            });
+        for (addr, r) in futures_util::future::join_all(checks).await {
+            match r {
+                Ok(a) => check_owner(&a.fs_specific, o.stat.ino).map_err(|found| {
+                    FsError::WrongObject {
+                        path: o.path.clone(),
+                        drive: addr,
+                        expected: o.stat.ino,
+                        found,
+                    }
+                })?,
+                Err(e) if grant_refused(&e) => return Err(io_err(&o.path, e)),
+                Err(_) => {}
+            }
+        }
+        o.owner_checked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs `f` on the stack of `path`'s grant (the owner check alongside, the first time);
+    /// on a refused grant (revoked, expired, objects replaced) fetches a new one from the
+    /// manager and tries once more. Returns the result and the grant it ran under.
+    async fn with_file<T, F, Fut>(
+        &self,
+        path: &str,
+        write: bool,
+        f: F,
+    ) -> Result<(T, Arc<OpenFile>), FsError>
+    where
+        F: Fn(Arc<dyn FileIo>) -> Fut,
+        Fut: Future<Output = Result<T, IoError>>,
+    {
+        let mut o = self.open(path, write).await?;
+        let mut refreshed = false;
+        loop {
+            let io = self.stack(&o)?;
+            let (checked, r) = tokio::join!(self.check_owners(&o), f(io));
+            match r {
+                Ok(v) => {
+                    checked?;
+                    return Ok((v, o));
+                }
+                Err(e) if !refreshed && grant_refused(&e) => {
+                    refreshed = true;
+                    self.caps.invalidate(path);
+                    o = self.open(path, write).await?;
+                }
+                Err(e) => {
+                    checked?;
+                    return Err(io_err(path, e));
+                }
+            }
+        }
+    }
+
     /// Creates a new file (`Exists` if the name is taken; [`Client::begin_upload`] replaces);
-    /// one manager round trip that returns the layout and a write capability.
+    /// one manager round trip that returns the layout and write capabilities.
     pub async fn create(&self, path: &str, mode: u32) -> Result<Arc<OpenFile>, FsError> {
         self.caps.invalidate(path);
         let r = self
@@ -391,7 +525,7 @@ impl Client {
         self.opened(path, true, r)
     }
 
-    /// Starts writing `path`: the manager stages a fresh object for the content, whether the
+    /// Starts writing `path`: the manager stages fresh objects for the content, whether the
     /// file exists or not (one manager round trip). `mode` is a new file's mode; an existing
     /// file keeps its own.
     pub async fn begin_upload(&self, path: &str, mode: u32) -> Result<Upload, FsError> {
@@ -410,17 +544,22 @@ impl Client {
             MgrReply::Staged {
                 stat,
                 layout,
-                cap,
+                caps,
                 replaces,
-            } => Ok(Upload {
-                path: path.into(),
-                layout: layout.clone(),
-                stat: stat.clone(),
-                grant: Arc::new(tokio::sync::Mutex::new(Arc::new(open_file(
-                    path, stat, layout, cap,
-                )))),
-                replaces,
-            }),
+            } => {
+                check_grants(path, &layout, &caps)?;
+                let grant = open_file(path, stat.clone(), layout.clone(), caps);
+                // The staged objects were just made for this file by the manager.
+                grant.owner_checked.store(true, Ordering::Release);
+                Ok(Upload {
+                    path: path.into(),
+                    layout,
+                    stat,
+                    grant: Arc::new(tokio::sync::Mutex::new(Arc::new(grant))),
+                    replaces,
+                    end: Arc::new(AtomicU64::new(0)),
+                })
+            }
             other => Err(FsError::Usage(format!(
                 "{}: unexpected manager reply {other:?}",
                 shown(path)
@@ -428,21 +567,47 @@ impl Client {
         }
     }
 
-    /// Writes `data` at `offset` of an upload, renewing its capability when it is due (or when
-    /// the drive refused it as expired).
+    /// The span an upload's writes should cover, aligned, so that no two of them share a
+    /// stripe group (a multiple of the transfer chunk).
+    pub async fn upload_granule(&self, u: &Upload) -> Result<u64, FsError> {
+        let g = u.grant.lock().await.clone();
+        let granule = self.stack(&g)?.write_granule().max(1);
+        Ok((CHUNK_BYTES as u64).div_ceil(granule) * granule)
+    }
+
+    /// Writes `data` at `offset` of an upload, renewing its capabilities when they are due
+    /// (or when a drive refused them as expired).
     pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
         let g = self.upload_grant(u, None).await?;
-        match self.write_granted(&u.path, &g, offset, data).await {
-            Err(e) if e.drive_status() == Some(Status::CapabilityExpired) => {
+        let r = match self.stack(&g)?.write(offset, data).await {
+            Err(e) if e.status() == Some(Status::CapabilityExpired) => {
                 let g = self.upload_grant(u, Some(&g)).await?;
-                self.write_granted(&u.path, &g, offset, data).await
+                self.stack(&g)?.write(offset, data).await
             }
             r => r,
+        };
+        r.map_err(|e| io_err(&u.path, e))?;
+        u.end
+            .fetch_max(offset + data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes the uploaded file `size` bytes long when its writes stopped short of that (a
+    /// trailing hole): a one-object file gets a zero byte at its last offset (a write
+    /// capability cannot set the size otherwise); for other layouts the commit carries it.
+    pub async fn upload_size(&self, u: &Upload, size: u64) -> Result<(), FsError> {
+        if u.end.load(Ordering::Relaxed) >= size {
+            return Ok(());
         }
+        if u.layout.components.len() == 1 {
+            return self.upload_write(u, size - 1, &[0]).await;
+        }
+        u.end.fetch_max(size, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The upload's grant, renewed first when it is past three quarters of its life, or when
-    /// `expired` (the grant the drive just refused) is still the current one. While the
+    /// `expired` (the grant a drive just refused) is still the current one. While the
     /// manager cannot be reached, a grant that has not expired is used as it is.
     async fn upload_grant(
         &self,
@@ -458,14 +623,18 @@ impl Client {
         if !due {
             return Ok(g.clone());
         }
+        let (drive, object) = u.key();
         let renew = MgrRequest::Renew {
             path: u.path.clone(),
-            drive: u.layout.drive,
-            object: u.layout.object,
+            drive,
+            object,
         };
         match self.request(&u.path, renew).await {
-            Ok(MgrReply::Staged { layout, cap, .. }) => {
-                *g = Arc::new(open_file(&u.path, u.stat.clone(), layout, cap));
+            Ok(MgrReply::Staged { layout, caps, .. }) => {
+                check_grants(&u.path, &layout, &caps)?;
+                let fresh = open_file(&u.path, u.stat.clone(), layout, caps);
+                fresh.owner_checked.store(true, Ordering::Release);
+                *g = Arc::new(fresh);
                 Ok(g.clone())
             }
             Ok(other) => Err(FsError::Usage(format!(
@@ -484,17 +653,20 @@ impl Client {
         }
     }
 
-    /// Ends an upload whose writes were all acknowledged (so durable on the drive): the
-    /// manager commits the staged object under the name and removes the object it replaces.
+    /// Ends an upload whose writes were all acknowledged (so durable on the drives): the
+    /// manager commits the staged layout under the name and removes the objects it replaces.
     /// While the manager cannot be reached the commit is retried for up to
-    /// [`COMMIT_RETRY_MS`] (the data is safe on the drive; a restarting manager still knows
+    /// [`COMMIT_RETRY_MS`] (the data is safe on the drives; a restarting manager still knows
     /// the staged upload). A refused commit aborts the upload, so its space comes back.
     pub async fn finish_upload(&self, u: Upload) -> Result<(), FsError> {
         self.caps.invalidate(&u.path);
+        let (drive, object) = u.key();
+        let size = u.end.load(Ordering::Relaxed);
         let commit = MgrRequest::Commit {
             path: u.path.clone(),
-            drive: u.layout.drive,
-            object: u.layout.object,
+            drive,
+            object,
+            size,
         };
         let deadline = now_ms() + COMMIT_RETRY_MS;
         let mut wait_ms = COMMIT_RETRY_FIRST_MS;
@@ -512,12 +684,14 @@ impl Client {
         };
         self.caps.invalidate(&u.path);
         match &r {
-            // The staged object is now the file's, and the upload's capability for it is what
-            // a write open would return: keep it, so reading the file back costs no manager
-            // round trip.
+            // The staged objects are now the file's, and the upload's capabilities for them are
+            // what a write open would return: keep them, so reading the file back costs no
+            // manager round trip.
             Ok(()) => {
                 let g = u.grant.lock().await.clone();
-                self.caps.put(true, (*g).clone());
+                let mut o = (*g).clone();
+                o.stat.size = size;
+                self.caps.put(true, o);
             }
             Err(e) if e.status().is_some() => self.abort_upload(&u).await,
             Err(_) => {}
@@ -525,257 +699,78 @@ impl Client {
         r
     }
 
-    /// Gives up an upload: the manager forgets the staged object and removes it now, so its
-    /// space comes back at once. Best effort (the manager may be why the upload failed): an
-    /// upload that is never aborted expires and the orphan scrub reclaims its object.
+    /// Gives up an upload: the manager forgets the staged objects and removes them now, so
+    /// their space comes back at once. Best effort (the manager may be why the upload
+    /// failed): an upload that is never aborted expires and the orphan scrub reclaims it.
     pub async fn abort_upload(&self, u: &Upload) {
+        let (drive, object) = u.key();
         let abort = MgrRequest::Abort {
             path: u.path.clone(),
-            drive: u.layout.drive,
-            object: u.layout.object,
+            drive,
+            object,
         };
         if let Err(e) = self.ok(&u.path, abort).await {
             tracing::warn!("could not abort the upload to {}: {e}", shown(&u.path));
         }
     }
 
-    /// Writes under a fixed grant: reconnects once on a lost connection, never renews.
-    async fn write_granted(
-        &self,
-        path: &str,
-        g: &OpenFile,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(), FsError> {
-        let mut reconnected = false;
-        loop {
-            let c = self
-                .conn(&g.layout)
-                .await
-                .map_err(drive_err(path, &g.layout))?;
-            let t = Target {
-                partition: g.layout.partition,
-                object: g.layout.object,
-                protection: g.cap.args.min_protection,
-            };
-            match c
-                .write(&Auth::Capability(g.cap.clone()), t, offset, data)
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(ClientError::ConnectionLost(_) | ClientError::Timeout { .. })
-                    if !reconnected =>
-                {
-                    reconnected = true;
-                    self.drop_conn(&g.layout.addr, &c);
-                }
-                Err(error) => return Err(drive_err(path, &g.layout)(error)),
-            }
-        }
-    }
-
-    /// A pooled connection to the drive of `layout`.
-    async fn conn(&self, layout: &Layout) -> Result<Arc<DriveConn>, ClientError> {
-        let i = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        {
-            let pool = self.pool.lock().expect("pool lock");
-            if let Some(v) = pool.get(&layout.addr) {
-                if v.len() >= CONNS_PER_DRIVE {
-                    return Ok(v[i % v.len()].clone());
-                }
-            }
-        }
-        let c = Arc::new(DriveConn::connect(&layout.addr).await?);
-        let mut pool = self.pool.lock().expect("pool lock");
-        let v = pool.entry(layout.addr.clone()).or_default();
-        if v.len() < CONNS_PER_DRIVE {
-            v.push(c.clone());
-        }
-        Ok(c)
-    }
-
-    fn drop_conn(&self, addr: &str, c: &Arc<DriveConn>) {
-        if let Some(v) = self.pool.lock().expect("pool lock").get_mut(addr) {
-            v.retain(|x| !Arc::ptr_eq(x, c));
-        }
-    }
-
-    /// Runs a drive operation under the grant for `path`; on a refused capability (revoked or
-    /// expired) fetches a new one and tries once more; on a lost connection, reconnects once.
-    async fn with_cap<T, F, Fut>(&self, path: &str, write: bool, f: F) -> Result<T, FsError>
-    where
-        F: Fn(Arc<DriveConn>, Auth, Target) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ClientError>>,
-    {
-        self.with_grant(path, write, f).await.map(|(v, _)| v)
-    }
-
-    /// [`Client::with_cap`], also returning the grant the operation ran under.
-    async fn with_grant<T, F, Fut>(
-        &self,
-        path: &str,
-        write: bool,
-        f: F,
-    ) -> Result<(T, Arc<OpenFile>), FsError>
-    where
-        F: Fn(Arc<DriveConn>, Auth, Target) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ClientError>>,
-    {
-        let mut o = self.open(path, write).await?;
-        let mut refreshed = false;
-        let mut reconnected = false;
-        loop {
-            let c = self
-                .conn(&o.layout)
-                .await
-                .map_err(drive_err(path, &o.layout))?;
-            let t = Target {
-                partition: o.layout.partition,
-                object: o.layout.object,
-                protection: o.cap.args.min_protection,
-            };
-            match f(c.clone(), Auth::Capability(o.cap.clone()), t).await {
-                Ok(v) => return Ok((v, o)),
-                Err(e)
-                    if !refreshed
-                        && matches!(
-                            e.status(),
-                            Some(
-                                Status::BadDigest
-                                    | Status::CapabilityExpired
-                                    | Status::NoSuchObject
-                            )
-                        ) =>
-                {
-                    refreshed = true;
-                    self.caps.invalidate(path);
-                    o = self.open(path, write).await?;
-                }
-                Err(e @ (ClientError::ConnectionLost(_) | ClientError::Timeout { .. }))
-                    if !reconnected =>
-                {
-                    reconnected = true;
-                    tracing::debug!("drive connection lost ({e}); reconnecting");
-                    self.drop_conn(&o.layout.addr, &c);
-                }
-                Err(error) => return Err(drive_err(path, &o.layout)(error)),
-            }
-        }
-    }
-
     /// Writes `data` at `offset` of an open file.
     pub async fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        self.with_cap(path, true, |c, auth, t| async move {
-            c.write(&auth, t, offset, data).await
-        })
-        .await
-        .map(|_| ())
+        self.with_file(path, true, |io| async move { io.write(offset, data).await })
+            .await
+            .map(|_| ())
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
     pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
-        self.with_cap(path, false, |c, auth, t| async move {
-            c.read(&auth, t, vec![Region::new(offset, len)])
-                .await
-                .map(|r| r.data)
-        })
-        .await
+        self.read_sized(path, offset, len).await.map(|r| r.data)
     }
 
-    /// The file's size as its drive reports it now. The same getattr proves the object is
-    /// the file's: its `fs_specific` record, which only the manager writes, must name the
-    /// inode the manager's stat names ([`FsError::WrongObject`] otherwise).
-    pub async fn size(&self, path: &str) -> Result<u64, FsError> {
-        let (a, o) = self
-            .with_grant(path, false, |c, auth, t| async move {
-                c.getattr(&auth, t).await
-            })
-            .await?;
-        check_owner(&a.fs_specific, o.stat.ino).map_err(|found| FsError::WrongObject {
-            path: path.into(),
-            drive: o.layout.addr.clone(),
-            expected: o.stat.ino,
-            found,
-        })?;
-        Ok(a.logical_size)
-    }
-
-    /// Creates or replaces `path` with `data`.
-    pub async fn put_bytes(
-        self: &Arc<Self>,
+    /// [`Client::read_at`], with the file's size as the read saw it (a whole-file read takes
+    /// it from its first piece instead of asking first).
+    pub async fn read_sized(
+        &self,
         path: &str,
-        data: &[u8],
-        mode: u32,
-    ) -> Result<(), FsError> {
-        let u = self.begin_upload(path, mode).await?;
-        let r = self.write_all(&u, data).await;
-        let r = self.cleanup_on_error(&u, r).await;
-        r?;
-        self.finish_upload(u).await
+        offset: u64,
+        len: u64,
+    ) -> Result<crate::layer::ReadOut, FsError> {
+        self.with_file(path, false, |io| async move { io.read(offset, len).await })
+            .await
+            .map(|(r, _)| r)
     }
 
-    async fn write_all(self: &Arc<Self>, u: &Upload, data: &[u8]) -> Result<(), FsError> {
-        let mut set = tokio::task::JoinSet::new();
-        let data: Arc<[u8]> = Arc::from(data);
-        let me = self.shared();
-        for off in (0..data.len()).step_by(CHUNK_BYTES) {
-            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
-                set.join_next()
-                    .await
-                    .expect("non-empty")
-                    .map_err(|e| FsError::Usage(e.to_string()))??;
-            }
-            let (d, me, u) = (data.clone(), me.clone(), u.clone());
-            set.spawn(async move {
-                let end = (off + CHUNK_BYTES).min(d.len());
-                me.upload_write(&u, off as u64, &d[off..end]).await
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            r.map_err(|e| FsError::Usage(e.to_string()))??;
-        }
-        Ok(())
+    /// The file's size now: a one-object file's as its drive reports it, another's as the
+    /// manager keeps it.
+    pub async fn size(&self, path: &str) -> Result<u64, FsError> {
+        self.with_file(path, false, |io| async move { io.size().await })
+            .await
+            .map(|(s, _)| s)
     }
 
-    /// After a failed upload, aborts it so its staged object goes now. Nothing else needs
-    /// undoing: the staged object was never visible, and an overwritten file keeps its content.
-    async fn cleanup_on_error<T>(&self, u: &Upload, r: Result<T, FsError>) -> Result<T, FsError> {
-        if r.is_err() {
-            self.abort_upload(u).await;
+    /// The layout spec new files under the directory `path` get.
+    pub async fn layout_get(&self, path: &str) -> Result<String, FsError> {
+        match self
+            .request(path, MgrRequest::LayoutGet { path: path.into() })
+            .await?
+        {
+            MgrReply::LayoutSpec(s) => Ok(s),
+            other => Err(FsError::Usage(format!(
+                "{}: unexpected reply {other:?}",
+                shown(path)
+            ))),
         }
-        r
     }
 
-    /// The whole file.
-    pub async fn get_bytes(self: &Arc<Self>, path: &str) -> Result<Vec<u8>, FsError> {
-        // The size from the drive, not the cached grant's stat (it may predate a write).
-        let size = self.size(path).await?;
-        let mut out = vec![0u8; size as usize];
-        let mut set = tokio::task::JoinSet::new();
-        let me = self.shared();
-        for off in (0..size).step_by(CHUNK_BYTES) {
-            while set.len() >= TRANSFER_IN_FLIGHT_MAX {
-                let (at, d): (u64, Vec<u8>) = set
-                    .join_next()
-                    .await
-                    .expect("non-empty")
-                    .map_err(|e| FsError::Usage(e.to_string()))??;
-                out[at as usize..at as usize + d.len()].copy_from_slice(&d);
-            }
-            let (me, p) = (me.clone(), path.to_string());
-            let len = (CHUNK_BYTES as u64).min(size - off);
-            set.spawn(async move { me.read_at(&p, off, len).await.map(|d| (off, d)) });
-        }
-        while let Some(r) = set.join_next().await {
-            let (at, d) = r.map_err(|e| FsError::Usage(e.to_string()))??;
-            out[at as usize..at as usize + d.len()].copy_from_slice(&d);
-        }
-        Ok(out)
-    }
-
-    /// A handle sharing this client's session, cache and pool (for spawned tasks).
-    fn shared(self: &Arc<Self>) -> Arc<Client> {
-        self.clone()
+    /// Sets the layout spec new files under the directory `path` get (`""`: the parent's).
+    pub async fn layout_set(&self, path: &str, spec: &str) -> Result<(), FsError> {
+        self.ok(
+            path,
+            MgrRequest::LayoutSet {
+                path: path.into(),
+                spec: spec.into(),
+            },
+        )
+        .await
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileStat, FsError> {
@@ -885,9 +880,26 @@ impl Client {
             path,
             MgrRequest::ReturnCapability {
                 path: path.into(),
-                audit_id: o.cap.args.audit_id,
+                audit_id: o.caps[0].args.audit_id,
             },
         )
         .await
+    }
+}
+
+/// Refuses a manager reply whose grants do not match its layout one for one.
+fn check_grants(path: &str, layout: &Layout, caps: &[CapGrant]) -> Result<(), FsError> {
+    let matches = caps.len() == layout.components.len()
+        && caps
+            .iter()
+            .zip(&layout.components)
+            .all(|(g, c)| g.args.drive == c.drive && g.args.object == c.object);
+    if matches {
+        Ok(())
+    } else {
+        Err(FsError::Usage(format!(
+            "{}: the manager's capabilities do not match the file's layout",
+            shown(path)
+        )))
     }
 }

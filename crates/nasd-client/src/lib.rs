@@ -1,5 +1,5 @@
-//! The nasd client: connections to drives and verified object I/O. Manager sessions, the
-//! capability cache and file I/O come later (DESIGN.md's crate table).
+//! The nasd client: connections to drives and verified object I/O, manager sessions, and files
+//! as a stack of layers over objects (DESIGN.md's crate table).
 //!
 //! A client sends each request straight to the drive with a fresh nonce and a MAC under the
 //! capability key (or a key of the hierarchy), optionally a data digest and AEAD privacy
@@ -17,18 +17,27 @@
 //! - [`userkey`] — Ed25519 user key files and login signatures.
 //! - [`files`] — files through the manager: uploads, reads, namespace operations;
 //!   [`capcache`] keeps their capabilities; [`session`] is the manager connection.
+//! - The file stack under [`files`], one interface between its layers ([`layer`]):
+//!   [`striped`] (the layout: stripes, mirrors, erasure codes) over [`component`] (one object
+//!   on one drive, through the connection [`pool`]); [`memio`] is the in-memory layer tests
+//!   put underneath instead.
 //! - [`transfer`] — streaming copies to, from and within the cluster (holes kept, downloads
 //!   replaced only when complete).
 //! - [`escape`] — printing untrusted names safely.
 
 pub mod auth;
 pub mod capcache;
+pub mod component;
 pub mod conn;
 pub mod error;
 pub mod escape;
 pub mod files;
+pub mod layer;
+pub mod memio;
 pub mod object;
+pub mod pool;
 pub mod session;
+pub mod striped;
 pub mod transfer;
 pub mod userkey;
 pub mod wire;

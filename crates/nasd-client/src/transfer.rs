@@ -61,6 +61,13 @@ fn local(path: &Path) -> impl Fn(io::Error) -> FsError + '_ {
     }
 }
 
+fn shrank(remote: &str) -> FsError {
+    FsError::Usage(format!(
+        "nasd:{}: the file shrank while it was read",
+        shown(remote)
+    ))
+}
+
 fn join_error(e: tokio::task::JoinError) -> FsError {
     FsError::Usage(format!("transfer task failed: {e}"))
 }
@@ -319,12 +326,109 @@ impl Written {
 
 impl Client {
     /// Ends an upload of `size` bytes whose data writes are done: if they stopped short of
-    /// the size (a trailing hole), one zero byte at the last offset sets it; then commits.
+    /// the size (a trailing hole), the upload is given its size.
     async fn seal_upload(&self, u: &Upload, size: u64, written: &Written) -> Result<(), FsError> {
         if written.0.load(Ordering::Relaxed) < size {
-            self.upload_write(u, size - 1, &[0]).await?;
+            self.upload_size(u, size).await?;
         }
         Ok(())
+    }
+
+    /// Creates or replaces `path` with `data` (staged, committed once all of it is written).
+    pub async fn put_bytes(
+        self: &Arc<Self>,
+        path: &str,
+        data: &[u8],
+        mode: u32,
+    ) -> Result<(), FsError> {
+        let u = self.begin_upload(path, mode).await?;
+        let r = self.write_bytes(&u, data).await;
+        if r.is_err() {
+            self.abort_upload(&u).await;
+        }
+        r?;
+        self.finish_upload(u).await
+    }
+
+    async fn write_bytes(self: &Arc<Self>, u: &Upload, data: &[u8]) -> Result<(), FsError> {
+        let data: Arc<[u8]> = Arc::from(data);
+        let step = self.upload_granule(u).await?;
+        let mut offsets = (0..data.len() as u64).step_by(step as usize);
+        run_bounded(|| {
+            let off = offsets.next()?;
+            let (d, me, u) = (data.clone(), self.clone(), u.clone());
+            Some(Ok(async move {
+                let end = (off + step).min(d.len() as u64);
+                me.upload_write(&u, off, &d[off as usize..end as usize])
+                    .await
+            }))
+        })
+        .await?;
+        self.upload_size(u, data.len() as u64).await
+    }
+
+    /// The whole file, read in parallel pieces; its size comes from the first piece's read.
+    pub async fn get_bytes(self: &Arc<Self>, path: &str) -> Result<Vec<u8>, FsError> {
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let buf = out.clone();
+        self.read_pieces(
+            path,
+            CHUNK_BYTES as u64,
+            |size| {
+                *buf.lock().expect("buffer lock") = vec![0u8; size as usize];
+                Ok(())
+            },
+            move |off, d| {
+                let out = out.clone();
+                async move {
+                    out.lock().expect("buffer lock")[off as usize..off as usize + d.len()]
+                        .copy_from_slice(&d);
+                    Ok(())
+                }
+            },
+        )
+        .await?;
+        let v = std::mem::take(&mut *buf.lock().expect("buffer lock"));
+        Ok(v)
+    }
+
+    /// Reads `remote` in pieces of `step` bytes, at most [`TRANSFER_IN_FLIGHT_MAX`] at once:
+    /// the first piece's read tells the size (given to `on_size` before any piece is handed
+    /// on), then every piece goes to `sink` with its offset. A piece shorter than the size
+    /// promised means the file shrank meanwhile: an error. Returns the size.
+    async fn read_pieces<S, Fut>(
+        self: &Arc<Self>,
+        remote: &str,
+        step: u64,
+        on_size: impl FnOnce(u64) -> Result<(), FsError>,
+        sink: S,
+    ) -> Result<u64, FsError>
+    where
+        S: Fn(u64, Vec<u8>) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<(), FsError>> + Send,
+    {
+        let first = self.read_sized(remote, 0, step).await?;
+        let size = first.size;
+        if (first.data.len() as u64) < step.min(size) {
+            return Err(shrank(remote));
+        }
+        on_size(size)?;
+        sink(0, first.data).await?;
+        let mut offsets = (step..size).step_by(step as usize);
+        run_bounded(|| {
+            let off = offsets.next()?;
+            let (me, p, sink) = (self.clone(), remote.to_string(), sink.clone());
+            Some(Ok(async move {
+                let len = step.min(size - off);
+                let d = me.read_at(&p, off, len).await?;
+                if d.len() as u64 != len {
+                    return Err(shrank(&p));
+                }
+                sink(off, d).await
+            }))
+        })
+        .await?;
+        Ok(size)
     }
 
     /// Streams a local file to `remote` with parallel drive writes, sending only its data
@@ -401,11 +505,9 @@ impl Client {
         finish: LocalFinish,
         progress: Progress,
     ) -> Result<u64, FsError> {
-        let size = self.size(remote).await?;
         let target = download_target(local_path);
         refuse_unwritable(&target).map_err(local(&target))?;
         let tmp = PartialFile::beside(&target).map_err(local(&target))?;
-        tmp.file.set_len(size).map_err(local(&target))?;
         let block = tmp
             .file
             .metadata()
@@ -415,33 +517,29 @@ impl Client {
         let file = Arc::new(tmp.file.try_clone().map_err(local(&target))?);
         let target_arc = Arc::new(target.clone());
         let done = Arc::new(AtomicU64::new(0));
-        let mut offsets = (0..size).step_by(CHUNK_BYTES);
-        run_bounded(|| {
-            let off = offsets.next()?;
-            let len = (CHUNK_BYTES as u64).min(size - off);
-            let (me, p, file, done, progress, target) = (
-                self.clone(),
-                remote.to_string(),
-                file.clone(),
-                done.clone(),
-                progress.clone(),
-                target_arc.clone(),
-            );
-            Some(Ok(async move {
-                let d = me.read_at(&p, off, len).await?;
-                if d.len() as u64 != len {
-                    return Err(FsError::Usage(format!(
-                        "nasd:{}: the file shrank while it was read",
-                        shown(&p)
-                    )));
-                }
-                write_sparse(&file, off, &d, block).map_err(local(&target))?;
-                progress(done.fetch_add(len, Ordering::Relaxed) + len);
-                Ok(())
-            }))
-        })
-        .await?;
-        drop(file);
+        let sized = file.clone();
+        let size = self
+            .read_pieces(
+                remote,
+                CHUNK_BYTES as u64,
+                |size| sized.set_len(size).map_err(local(&target)),
+                move |off, d| {
+                    let (file, done, progress, target) = (
+                        file.clone(),
+                        done.clone(),
+                        progress.clone(),
+                        target_arc.clone(),
+                    );
+                    async move {
+                        write_sparse(&file, off, &d, block).map_err(local(&target))?;
+                        let n = d.len() as u64;
+                        progress(done.fetch_add(n, Ordering::Relaxed) + n);
+                        Ok(())
+                    }
+                },
+            )
+            .await?;
+        drop(sized);
         tmp.persist(&target, finish).map_err(local(&target))?;
         Ok(size)
     }
@@ -456,56 +554,55 @@ impl Client {
         mode: u32,
         progress: Progress,
     ) -> Result<u64, FsError> {
-        let size = self.size(src).await?;
         let u = self.begin_upload(dst, mode).await?;
-        let r = self.copy_chunks(src, &u, size, &progress).await;
+        let r = self.copy_pieces(src, &u, &progress).await;
         if r.is_err() {
             self.abort_upload(&u).await;
         }
-        r?;
+        let size = r?;
         self.finish_upload(u).await?;
         Ok(size)
     }
 
-    async fn copy_chunks(
+    /// The pieces of a copy: read by the destination's write granule, so no two writes share
+    /// a stripe group; all-zero pieces are left as holes.
+    async fn copy_pieces(
         self: &Arc<Self>,
         src: &str,
         u: &Upload,
-        size: u64,
         progress: &Progress,
-    ) -> Result<(), FsError> {
+    ) -> Result<u64, FsError> {
         let written = Arc::new(Written::default());
         let done = Arc::new(AtomicU64::new(0));
-        let mut offsets = (0..size).step_by(CHUNK_BYTES);
-        run_bounded(|| {
-            let off = offsets.next()?;
-            let len = (CHUNK_BYTES as u64).min(size - off);
-            let (me, src, u, written, done, progress) = (
-                self.clone(),
-                src.to_string(),
-                u.clone(),
-                written.clone(),
-                done.clone(),
-                progress.clone(),
-            );
-            Some(Ok(async move {
-                let d = me.read_at(&src, off, len).await?;
-                if d.len() as u64 != len {
-                    return Err(FsError::Usage(format!(
-                        "nasd:{}: the file shrank while it was read",
-                        shown(&src)
-                    )));
-                }
-                if !is_zero(&d) {
-                    me.upload_write(&u, off, &d).await?;
-                    written.record(off + len);
-                }
-                progress(done.fetch_add(len, Ordering::Relaxed) + len);
-                Ok(())
-            }))
-        })
-        .await?;
-        self.seal_upload(u, size, &written).await
+        let step = self.upload_granule(u).await?;
+        let (me, up, w, progress) = (self.clone(), u.clone(), written.clone(), progress.clone());
+        let size = self
+            .read_pieces(
+                src,
+                step,
+                |_| Ok(()),
+                move |off, d| {
+                    let (me, u, written, done, progress) = (
+                        me.clone(),
+                        up.clone(),
+                        w.clone(),
+                        done.clone(),
+                        progress.clone(),
+                    );
+                    async move {
+                        let n = d.len() as u64;
+                        if !is_zero(&d) {
+                            me.upload_write(&u, off, &d).await?;
+                            written.record(off + n);
+                        }
+                        progress(done.fetch_add(n, Ordering::Relaxed) + n);
+                        Ok(())
+                    }
+                },
+            )
+            .await?;
+        self.seal_upload(u, size, &written).await?;
+        Ok(size)
     }
 }
 

@@ -16,24 +16,36 @@ pub fn dir(uid: u32) -> Inode {
         parent: 0,
         ctime_us: 1,
         mtime_us: 1,
-        obj: None,
+        layout: None,
+        size: None,
+        dir_layout: None,
         acv: 0,
         root: None,
     }
 }
 
-/// A fresh file inode on object `object` of drive 7.
+/// Object `object` of drive 7.
+pub fn obj(object: u64) -> ObjRef {
+    ObjRef {
+        drive: DriveId(7),
+        partition: PartitionId(1),
+        object: ObjectId(object),
+    }
+}
+
+/// A fresh one-object file inode on object `object` of drive 7.
 pub fn file(uid: u32, object: u64) -> Inode {
     Inode {
         kind: FileKind::File,
         mode: 0o644,
-        obj: Some(ObjRef {
-            drive: DriveId(7),
-            partition: PartitionId(1),
-            object: ObjectId(object),
-        }),
+        layout: Some(FileLayout::single(obj(object))),
         ..dir(uid)
     }
+}
+
+/// The first object of an inode's layout.
+fn first(i: &Inode) -> Option<ObjRef> {
+    i.layout.as_ref().map(|l| l.first())
 }
 
 /// Runs every check against stores made by `make` (each call must give an empty store).
@@ -48,7 +60,7 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
 
 fn staged(object: u64, created_ms: u64, ino: u64) -> Staged {
     Staged {
-        obj: file(0, object).obj.expect("files have objects"),
+        layout: FileLayout::single(obj(object)),
         acv: 3,
         uid: 5,
         path: "/f".into(),
@@ -63,30 +75,41 @@ fn staged(object: u64, created_ms: u64, ino: u64) -> Staged {
 /// overwrite whose file vanished or was replaced commits nothing; nothing commits twice.
 fn staged_commits<S: MetaStore>(s: &mut S) {
     let f = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
-    s.link_reserved(ROOT_INO, "f", f, file(5, 16).obj.unwrap(), 0)
+    s.link_reserved(ROOT_INO, "f", f, &FileLayout::single(obj(16)), 0)
         .unwrap();
     let a = staged(17, 10, f);
     s.put_staged(&a).unwrap();
-    assert_eq!(s.staged(a.obj).unwrap(), Some(a.clone()));
-    assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(16)]);
+    assert_eq!(s.staged(a.layout.first()).unwrap(), Some(a.clone()));
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.obj, None),
+        s.objects_on_drive(a.layout.first().drive).unwrap(),
+        vec![ObjectId(16)]
+    );
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "f", a.layout.first(), None, None),
         Err(StoreError::Exists),
         "the caller checked an empty name: nothing commits"
     );
-    let old = s.commit_staged(ROOT_INO, "f", a.obj, Some(f)).unwrap();
+    let old = s
+        .commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None)
+        .unwrap();
     assert_eq!(
-        old.and_then(|i| i.obj).map(|o| o.object),
+        old.as_ref().and_then(first).map(|o| o.object),
         Some(ObjectId(16))
     );
     let now = s.inode(f).unwrap().unwrap();
-    assert_eq!((now.obj, now.acv, now.mode), (Some(a.obj), 3, 0o644));
-    assert_eq!(s.staged(a.obj).unwrap(), None);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.obj, Some(f)),
+        (first(&now), now.acv, now.mode),
+        (Some(a.layout.first()), 3, 0o644)
+    );
+    assert_eq!(s.staged(a.layout.first()).unwrap(), None);
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None),
         Err(StoreError::NotFound)
     );
-    assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(17)]);
+    assert_eq!(
+        s.objects_on_drive(a.layout.first().drive).unwrap(),
+        vec![ObjectId(17)]
+    );
 
     // The file was replaced by another one of the same name: the overwrite does not land in
     // it (files get numbers never used before, so the new one's differs).
@@ -94,15 +117,15 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     s.put_staged(&b).unwrap();
     s.unlink(ROOT_INO, "f").unwrap();
     let f2 = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
-    s.link_reserved(ROOT_INO, "f", f2, file(5, 40).obj.unwrap(), 0)
+    s.link_reserved(ROOT_INO, "f", f2, &FileLayout::single(obj(40)), 0)
         .unwrap();
     assert!(f2 > f);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", b.obj, Some(f2)),
+        s.commit_staged(ROOT_INO, "f", b.layout.first(), Some(f2), None),
         Err(StoreError::NotFound)
     );
     assert_eq!(
-        s.inode(f2).unwrap().unwrap().obj.map(|o| o.object),
+        first(&s.inode(f2).unwrap().unwrap()).map(|o| o.object),
         Some(ObjectId(40))
     );
 
@@ -111,13 +134,13 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     let c = staged(19, 30, d);
     s.put_staged(&c).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "d", c.obj, Some(d)),
+        s.commit_staged(ROOT_INO, "d", c.layout.first(), Some(d), None),
         Err(StoreError::IsADirectory)
     );
     assert_eq!(s.expire_staged(20).unwrap(), vec![]);
     assert_eq!(s.expire_staged(31).unwrap(), vec![b.clone(), c.clone()]);
-    assert_eq!(s.staged(c.obj).unwrap(), None);
-    assert_eq!(s.abort_staged(c.obj), Ok(None));
+    assert_eq!(s.staged(c.layout.first()).unwrap(), None);
+    assert_eq!(s.abort_staged(c.layout.first()), Ok(None));
 }
 
 /// A new file: its inode is reserved (invisible), takes the staged object, and is linked only
@@ -137,7 +160,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(10)
             },
         )
@@ -146,8 +169,14 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert!(s.readdir(ROOT_INO).unwrap().is_empty());
     let a = new(20, 10, r1);
     s.put_staged(&a).unwrap();
-    assert_eq!(s.inode(r1).unwrap().unwrap().obj, Some(a.obj));
-    assert_eq!(s.objects_on_drive(a.obj.drive).unwrap(), vec![ObjectId(20)]);
+    assert_eq!(
+        first(&s.inode(r1).unwrap().unwrap()),
+        Some(a.layout.first())
+    );
+    assert_eq!(
+        s.objects_on_drive(a.layout.first().drive).unwrap(),
+        vec![ObjectId(20)]
+    );
     assert!(
         s.readdir(ROOT_INO).unwrap().is_empty(),
         "visible before commit"
@@ -158,7 +187,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(11)
             },
         )
@@ -166,14 +195,19 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert_ne!(r1, r2);
     let b = new(21, 11, r2);
     s.put_staged(&b).unwrap();
-    assert_eq!(s.commit_staged(ROOT_INO, "n", b.obj, None), Ok(None));
+    assert_eq!(
+        s.commit_staged(ROOT_INO, "n", b.layout.first(), None, None),
+        Ok(None)
+    );
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r2));
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", a.obj, None),
+        s.commit_staged(ROOT_INO, "n", a.layout.first(), None, None),
         Err(StoreError::Exists),
         "the caller checked an empty name"
     );
-    let old = s.commit_staged(ROOT_INO, "n", a.obj, Some(r2)).unwrap();
+    let old = s
+        .commit_staged(ROOT_INO, "n", a.layout.first(), Some(r2), None)
+        .unwrap();
     assert_eq!(old.map(|i| i.ino), Some(r2));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));
     assert_eq!(s.inode(r2).unwrap(), None);
@@ -184,14 +218,14 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(12)
             },
         )
         .unwrap();
     let c = new(22, 12, r3);
     s.put_staged(&c).unwrap();
-    assert_eq!(s.abort_staged(c.obj), Ok(Some(c.clone())));
+    assert_eq!(s.abort_staged(c.layout.first()), Ok(Some(c.clone())));
     assert_eq!(s.inode(r3).unwrap(), None);
     s.forget_reserved(r1).unwrap();
     assert!(s.inode(r1).unwrap().is_some(), "forgot a linked file");
@@ -201,19 +235,20 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(13)
             },
         )
         .unwrap();
-    let o4 = file(5, 23).obj.unwrap();
+    let o4 = obj(23);
     assert_eq!(
-        s.link_reserved(ROOT_INO, "n", r4, o4, 1),
+        s.link_reserved(ROOT_INO, "n", r4, &FileLayout::single(o4), 1),
         Err(StoreError::Exists)
     );
-    s.link_reserved(ROOT_INO, "x", r4, o4, 1).unwrap();
+    s.link_reserved(ROOT_INO, "x", r4, &FileLayout::single(o4), 1)
+        .unwrap();
     assert_eq!(s.lookup(ROOT_INO, "x").unwrap(), Some(r4));
-    assert_eq!(s.inode(r4).unwrap().unwrap().obj, Some(o4));
+    assert_eq!(first(&s.inode(r4).unwrap().unwrap()), Some(o4));
 
     // Expiry: an old staged new file and an old reservation without a record both go; a
     // young one stays, and so does an old one whose upload was renewed.
@@ -221,7 +256,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(14)
             },
         )
@@ -231,16 +266,13 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     let r9 = s.reserve_inode(ROOT_INO, &fresh(14)).unwrap();
     let renewed = new(25, 14, r9);
     s.put_staged(&renewed).unwrap();
-    s.touch_staged(renewed.obj, 40).unwrap();
-    assert_eq!(
-        s.touch_staged(file(5, 99).obj.unwrap(), 40),
-        Err(StoreError::NotFound)
-    );
+    s.touch_staged(renewed.layout.first(), 40).unwrap();
+    assert_eq!(s.touch_staged(obj(99), 40), Err(StoreError::NotFound));
     let r6 = s
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(15)
             },
         )
@@ -249,7 +281,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         .reserve_inode(
             ROOT_INO,
             &Inode {
-                obj: None,
+                layout: None,
                 ..fresh(50)
             },
         )
@@ -257,7 +289,9 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert_eq!(s.expire_staged(16).unwrap(), vec![e]);
     assert_eq!(s.inode(r5).unwrap(), None);
     assert_eq!(
-        s.staged(renewed.obj).unwrap().map(|r| r.created_ms),
+        s.staged(renewed.layout.first())
+            .unwrap()
+            .map(|r| r.created_ms),
         Some(40)
     );
     assert!(s.inode(r9).unwrap().is_some());
@@ -327,7 +361,7 @@ fn namespace<S: MetaStore>(s: &mut S) {
     assert_eq!(s.lookup(d, "g").unwrap(), None);
     let fi = s.inode(f).unwrap().unwrap();
     assert_eq!(fi.parent, d);
-    assert_eq!(fi.obj.unwrap().object, ObjectId(16));
+    assert_eq!(first(&fi).unwrap().object, ObjectId(16));
     // A file is not a directory.
     assert_eq!(s.link_new(f, "x", &dir(5)), Err(StoreError::NotADirectory));
     assert_eq!(s.link_new(999, "x", &dir(5)), Err(StoreError::NotFound));

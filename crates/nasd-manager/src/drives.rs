@@ -176,6 +176,43 @@ impl Registry {
         Ok(healthy[i])
     }
 
+    /// `n` distinct healthy drives for a new layout's components, starting at a rotating
+    /// point so files spread over the cluster.
+    pub fn choose_n(&self, n: usize) -> Result<Vec<DriveId>, MgrError> {
+        let g = self.drives.lock().expect("registry lock");
+        let mut healthy: Vec<DriveId> = g
+            .iter()
+            .filter(|(_, s)| s.healthy || s.conn.is_none() && s.detail == "not yet contacted")
+            .map(|(d, _)| *d)
+            .collect();
+        if g.is_empty() {
+            return Err(MgrError::new(
+                MgrStatus::NoDrives,
+                "register a drive first (nasd up does)",
+            ));
+        }
+        if healthy.len() < n {
+            return Err(MgrError::new(
+                MgrStatus::NoDrives,
+                format!(
+                    "the layout needs {n} healthy drives; {} of {} are",
+                    healthy.len(),
+                    g.len()
+                ),
+            ));
+        }
+        healthy.sort();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % healthy.len();
+        Ok((0..n)
+            .map(|k| healthy[(start + k) % healthy.len()])
+            .collect())
+    }
+
+    /// Drives registered.
+    pub fn count(&self) -> usize {
+        self.drives.lock().expect("registry lock").len()
+    }
+
     /// Runs one object operation with the working key; on a lost connection, reconnects and
     /// tries once more.
     pub async fn with_working<T, F, Fut>(&self, d: DriveId, f: F) -> Result<T, MgrError>

@@ -9,7 +9,8 @@
 //! - [`store`]: the [`store::MetaStore`] trait and its records; [`sqlite`]: the embedded store;
 //!   [`conformance`]: the suite every store passes.
 //! - [`service`]: policy (POSIX-like modes), namespace operations, capability minting,
-//!   revocation.
+//!   revocation; [`striping`]: the striping manager under it (seed 002 §3.3): component
+//!   objects of layouts, their attributes, revocation and capabilities.
 //! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
@@ -30,6 +31,7 @@ pub mod service;
 pub mod setup;
 pub mod sqlite;
 pub mod store;
+pub mod striping;
 pub mod tls;
 pub mod users;
 

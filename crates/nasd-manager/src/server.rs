@@ -510,8 +510,14 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             path,
             drive,
             object,
+            size,
         } => {
-            m.commit(c, &path, drive, object).await?;
+            m.commit(c, &path, drive, object, size).await?;
+            MgrReply::Ok
+        }
+        Q::LayoutGet { path } => MgrReply::LayoutSpec(m.layout_get(c, &path)?),
+        Q::LayoutSet { path, spec } => {
+            m.layout_set(c, &path, &spec)?;
             MgrReply::Ok
         }
         Q::Abort {

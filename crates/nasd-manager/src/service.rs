@@ -2,12 +2,15 @@
 //! modes for user, group and other, then carried out on the metadata store and, where a file's
 //! object is concerned, on its drive (seed 002 §3: NASD/NFS and NASD/AFS).
 //!
-//! A file is one object. Owner, group, mode and inode number are mirrored into the object's
-//! `fs_specific` attribute ([`FsAttr`]); size and data-modify time are the object's own
-//! attributes, read from the drive. Capabilities are minted here: read/getattr to readers,
-//! time-limited write capabilities to writers, whole-object regions, rights never wider than
-//! the mode allows. Revocation (chmod, chown, unlink, rename over a file) bumps the object's
-//! access_control_version with a `setattr`, or removes the object.
+//! A file's bytes live in the component objects of its layout; what a layout means on the
+//! drives — allocation, attributes, revocation, capabilities — is the striping manager's
+//! ([`crate::striping`]), and this module sees an object-like file. A new file gets the layout
+//! its directory names (or an ancestor's, or the cluster's default). Owner, group, mode and
+//! inode number are mirrored into every component's `fs_specific` attribute ([`FsAttr`]).
+//! Capabilities are minted per component: read/getattr to readers, time-limited write
+//! capabilities to writers, whole-object regions, rights never wider than the mode allows.
+//! Revocation (chmod, chown, unlink, rename over a file) bumps the components'
+//! access_control_version with a `setattr`, or removes the objects.
 //!
 //! In a sticky directory (mode bit 0o1000) only an entry's owner, the directory's owner or an
 //! admin may remove or rename the entry, or replace it by a rename ([`sticky_allows`]). A name
@@ -18,14 +21,11 @@
 
 use crate::drives::{self, Registry, MANAGER_PROTECTION};
 use crate::store::*;
+use crate::striping::{components_of, Grant};
 use crate::{now_ms, now_us, MgrError, MgrResult};
 use nasd_client::object::Target;
-use nasd_client::Capability;
 use nasd_proto::manager::*;
-use nasd_proto::{
-    AttrMask, Attributes, CapabilityArgs, ObjectId, Op, Protection, Region, ReplyBody, Rights,
-    FS_SPECIFIC_BYTES,
-};
+use nasd_proto::{AttrMask, Attributes, ObjectId, Protection, Rights, FS_SPECIFIC_BYTES};
 use std::sync::{Arc, Mutex};
 
 /// Policy knobs, with the defaults `nasd manager init` writes.
@@ -38,6 +38,13 @@ pub struct Policy {
     pub health_check_ms: u64,
     /// Minimum protection written into every capability (seed 002 Table 7).
     pub cap_min_protection: String,
+    /// The layout of files whose directory (and every ancestor) names none.
+    #[serde(default = "default_layout")]
+    pub default_layout: String,
+}
+
+fn default_layout() -> String {
+    crate::striping::DEFAULT_LAYOUT.into()
 }
 
 impl Default for Policy {
@@ -49,6 +56,7 @@ impl Default for Policy {
             key_rotation_ms: 3_600_000,
             health_check_ms: 2_000,
             cap_min_protection: "integrity-data".into(),
+            default_layout: default_layout(),
         }
     }
 }
@@ -226,13 +234,6 @@ pub struct Manager {
     min_protection: Protection,
 }
 
-/// The one capability kind a request asks for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Grant {
-    Read,
-    Write,
-}
-
 impl Manager {
     pub fn new(store: Box<dyn MetaStore>, policy: Policy) -> MgrResult<Arc<Manager>> {
         let records = store.drives().map_err(|e| store_err(e, "drives"))?;
@@ -342,12 +343,11 @@ impl Manager {
         (u, g)
     }
 
-    fn stat_of(&self, i: &Inode, attrs: Option<&Attributes>) -> FileStat {
+    /// A stat of `i`; `times` is its size and modify time ([`Manager::file_times`]), or
+    /// `None` where they could not be read (0 and the inode's).
+    fn stat_of(&self, i: &Inode, times: Option<(u64, u64)>) -> FileStat {
         let (owner, group) = self.names(i.uid, i.gid);
-        let (size, mtime_us) = match attrs {
-            Some(a) => (a.logical_size, effective_mtime(a)),
-            None => (0, i.mtime_us),
-        };
+        let (size, mtime_us) = times.unwrap_or((i.size.unwrap_or(0), i.mtime_us));
         FileStat {
             ino: i.ino,
             kind: i.kind,
@@ -362,110 +362,29 @@ impl Manager {
         }
     }
 
-    /// An object's attributes, read with the working key.
-    pub async fn object_attributes(&self, o: ObjRef) -> MgrResult<Attributes> {
-        self.getattr(o).await
+    /// The minimum protection written into every capability (seed 002 Table 7).
+    pub(crate) fn min_protection(&self) -> Protection {
+        self.min_protection
     }
 
-    async fn getattr(&self, o: ObjRef) -> MgrResult<Attributes> {
-        self.drives
-            .with_working(o.drive, |c, auth, partition| async move {
-                c.getattr(
-                    &auth,
-                    Target {
-                        partition,
-                        object: o.object,
-                        protection: MANAGER_PROTECTION,
-                    },
-                )
-                .await
-            })
-            .await
-    }
-
-    async fn setattr(&self, o: ObjRef, mask: AttrMask, attrs: Attributes) -> MgrResult<Attributes> {
-        self.drives
-            .with_working(o.drive, |c, auth, partition| {
-                let attrs = attrs.clone();
-                async move {
-                    c.setattr(
-                        &auth,
-                        Target {
-                            partition,
-                            object: o.object,
-                            protection: MANAGER_PROTECTION,
-                        },
-                        mask,
-                        attrs,
-                    )
-                    .await
-                }
-            })
-            .await
-    }
-
-    /// Removes a file's object; the namespace change is already committed, so a failure
-    /// leaves only an unreachable object (logged), never a visible half-file.
-    pub(crate) async fn remove_object(&self, o: ObjRef) {
-        let r = self
-            .drives
-            .with_working(o.drive, |c, auth, partition| async move {
-                c.remove(
-                    &auth,
-                    Target {
-                        partition,
-                        object: o.object,
-                        protection: MANAGER_PROTECTION,
-                    },
-                )
-                .await
-            })
-            .await;
-        if let Err(e) = r {
-            tracing::warn!(drive = %o.drive, object = %o.object, "orphaned object not removed: {}", e.detail);
-        }
-    }
-
-    /// Revokes every capability of a file's object by bumping its access_control_version, and
-    /// mirrors the inode into `fs_specific`; stores the new version.
+    /// Revokes every capability of a file (its components' access_control_version moves on)
+    /// and mirrors the inode into their `fs_specific`; stores the new version.
     async fn revoke_and_mirror(&self, mut i: Inode) -> MgrResult<Inode> {
-        if let Some(o) = i.obj {
-            let attrs = Attributes {
-                access_control_version: i.acv + 1,
-                fs_specific: FsAttr::encode(&i),
-                ..Attributes::default()
-            };
-            let after = self
-                .setattr(
-                    o,
-                    AttrMask::ACCESS_CONTROL_VERSION.with(AttrMask::FS_SPECIFIC),
-                    attrs,
-                )
-                .await?;
-            i.acv = after.access_control_version;
-        }
+        i.acv = self.revoke_layout(&i).await?;
         self.st()
             .update_inode(&i)
             .map_err(|e| store_err(e, "inode"))?;
         Ok(i)
     }
 
+    /// The layout and capabilities for `c` on `i`.
     fn mint(
         &self,
         c: &Caller,
         path: &str,
         i: &Inode,
         grant: Grant,
-    ) -> MgrResult<(Layout, CapGrant)> {
-        let o = i
-            .obj
-            .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
-        let rec = self.drives.record(o.drive).ok_or_else(|| {
-            MgrError::new(
-                MgrStatus::DriveUnreachable,
-                format!("{path}: drive {:016x} is not registered", o.drive.0),
-            )
-        })?;
+    ) -> MgrResult<(Layout, Vec<CapGrant>)> {
         let (rights, ttl) = match grant {
             Grant::Read => (
                 Rights::READ.union(Rights::GETATTR),
@@ -482,44 +401,73 @@ impl Manager {
                 (r, self.policy.write_cap_ttl_ms)
             }
         };
-        let args = CapabilityArgs {
-            drive: o.drive,
-            partition: o.partition,
-            object: o.object,
-            region: Region::new(0, u64::MAX),
-            rights,
-            expiry_ms: now_ms() + ttl,
-            audit_id: nasd_crypto::random_u64(),
-            min_protection: self.min_protection,
-        };
-        // Pair assertion with the drive's check (STYLE.md): never wider than the policy.
-        debug_assert!(
-            !args.rights.contains(Rights::SETATTR) && !args.rights.contains(Rights::REMOVE)
-        );
-        let cap = Capability::mint(rec.suite, &rec.working_key, args, i.acv, false);
-        tracing::info!(audit_id = args.audit_id, user = %c.name, path, rights = %args.rights, "capability issued");
-        Ok((
-            Layout {
-                drive: o.drive,
-                addr: rec.addr,
-                suite: rec.suite,
-                partition: o.partition,
-                object: o.object,
-            },
-            CapGrant {
-                args,
-                key: *cap.key.expose(),
-            },
-        ))
+        self.mint_layout(&c.name, path, i, rights, ttl)
+    }
+
+    /// The layout spec new files under `dir` get: the nearest one named by `dir` or an
+    /// ancestor, else the cluster's default.
+    pub(crate) fn layout_spec_for(&self, dir: &Inode) -> MgrResult<String> {
+        let st = self.st();
+        let mut cur = dir.clone();
+        loop {
+            if let Some(s) = &cur.dir_layout {
+                return Ok(s.clone());
+            }
+            if cur.ino == ROOT_INO {
+                return Ok(self.policy.default_layout.clone());
+            }
+            cur = st
+                .inode(cur.parent)
+                .map_err(|e| store_err(e, "directory"))?
+                .ok_or_else(|| {
+                    MgrError::new(MgrStatus::Internal, "a directory's parent is gone")
+                })?;
+        }
+    }
+
+    /// The layout spec new files under the directory `path` get.
+    pub fn layout_get(&self, c: &Caller, path: &str) -> MgrResult<String> {
+        let d = self.resolve(c, path)?;
+        if d.kind != FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
+        }
+        self.layout_spec_for(&d)
+    }
+
+    /// Sets the layout spec of the directory `path` (its owner or an admin; `""` forgets it).
+    /// Checked now, against the drives registered now: a layout that needs more drives than
+    /// the cluster has is refused.
+    pub fn layout_set(&self, c: &Caller, path: &str, spec: &str) -> MgrResult<()> {
+        let mut d = self.resolve(c, path)?;
+        if d.kind != FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
+        }
+        if !c.admin && d.uid != c.uid {
+            return Err(denied(
+                path,
+                "only the directory's owner may set its layout",
+            ));
+        }
+        if spec.is_empty() {
+            d.dir_layout = None;
+        } else {
+            let n = components_of(spec)?;
+            let have = self.drives.count();
+            if n > have {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!("layout {spec} needs {n} drives; the cluster has {have}"),
+                ));
+            }
+            d.dir_layout = Some(spec.to_string());
+        }
+        self.st().update_inode(&d).map_err(|e| store_err(e, path))
     }
 
     pub async fn stat(&self, c: &Caller, path: &str) -> MgrResult<FileStat> {
         let i = self.resolve(c, path)?;
-        let attrs = match i.obj {
-            Some(o) => Some(self.getattr(o).await.map_err(|e| e.at(path))?),
-            None => None,
-        };
-        Ok(self.stat_of(&i, attrs.as_ref()))
+        let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
+        Ok(self.stat_of(&i, Some(times)))
     }
 
     pub async fn readdir(&self, c: &Caller, path: &str) -> MgrResult<Vec<DirEntry>> {
@@ -537,42 +485,55 @@ impl Manager {
                 format!("{path}: more than {LIST_ENTRIES_MAX} entries"),
             ));
         }
-        // Sizes come from the drives: ask for all of them at once (pipelined connections).
+        // One-object files' sizes come from their drives: ask for all of them at once
+        // (pipelined connections); the others' are in the store.
         let mut set = tokio::task::JoinSet::new();
         for (k, (_, i)) in entries.iter().enumerate() {
-            if let Some(o) = i.obj {
-                let (conn, rec) = match self.drives.conn(o.drive).await {
-                    Ok(x) => x,
-                    Err(_) => continue,
+            let Some(o) = i
+                .layout
+                .as_ref()
+                .filter(|l| l.sized_by_object())
+                .map(|l| l.first())
+            else {
+                continue;
+            };
+            let (conn, rec) = match self.drives.conn(o.drive).await {
+                Ok(x) => x,
+                Err(_) => continue,
+            };
+            set.spawn(async move {
+                let auth = nasd_client::Auth::Key {
+                    kind: nasd_proto::KeyType::Working,
+                    key: rec.working_key.clone(),
+                    suite: rec.suite,
+                    drive: rec.drive,
                 };
-                set.spawn(async move {
-                    let auth = nasd_client::Auth::Key {
-                        kind: nasd_proto::KeyType::Working,
-                        key: rec.working_key.clone(),
-                        suite: rec.suite,
-                        drive: rec.drive,
-                    };
-                    let t = Target {
-                        partition: o.partition,
-                        object: o.object,
-                        protection: MANAGER_PROTECTION,
-                    };
-                    (k, conn.getattr(&auth, t).await.ok())
-                });
-            }
+                let t = Target {
+                    partition: o.partition,
+                    object: o.object,
+                    protection: MANAGER_PROTECTION,
+                };
+                (k, conn.getattr(&auth, t).await.ok())
+            });
         }
-        let mut attrs: Vec<Option<Attributes>> = vec![None; entries.len()];
+        let mut times: Vec<Option<(u64, u64)>> = entries
+            .iter()
+            .map(|(_, i)| match &i.layout {
+                Some(l) if l.sized_by_object() => None,
+                _ => Some((i.size.unwrap_or(0), i.mtime_us)),
+            })
+            .collect();
         while let Some(r) = set.join_next().await {
-            if let Ok((k, a)) = r {
-                attrs[k] = a;
+            if let Ok((k, Some(a))) = r {
+                times[k] = Some((a.logical_size, effective_mtime(&a)));
             }
         }
         Ok(entries
             .iter()
-            .zip(attrs.iter())
-            .map(|((name, i), a)| DirEntry {
+            .zip(times)
+            .map(|((name, i), t)| DirEntry {
                 name: name.clone(),
-                stat: self.stat_of(i, a.as_ref()),
+                stat: self.stat_of(i, t),
             })
             .collect())
     }
@@ -589,7 +550,9 @@ impl Manager {
             parent: dir.ino,
             ctime_us: now,
             mtime_us: now,
-            obj: None,
+            layout: None,
+            size: None,
+            dir_layout: None,
             acv: 0,
             root: None,
         };
@@ -657,24 +620,26 @@ impl Manager {
         }
         // The name is about to be made: it must be clean.
         check_new_name(path, name)?;
-        let d = self.drives.choose()?;
+        let spec = self.layout_spec_for(&dir)?;
         let i = self.reserve_inode(c, &dir, mode).map_err(|e| e.at(path))?;
-        let (obj, attrs) = match self.create_object(d, &i).await {
-            Ok(x) => x,
+        let layout = match self.create_layout(&spec, &i).await {
+            Ok(l) => l,
             Err(e) => {
                 self.forget_reservation(i.ino);
                 return Err(e.at(path));
             }
         };
+        let size = (!layout.sized_by_object()).then_some(0);
         let i = Inode {
-            obj: Some(obj),
-            acv: attrs.access_control_version,
+            layout: Some(layout),
+            size,
+            acv: 0,
             ..i
         };
         if exclusive {
-            self.link_new_file(c, path, dir.ino, name, i, &attrs).await
+            self.link_new_file(c, path, dir.ino, name, i).await
         } else {
-            self.stage_new_file(c, path, i, &attrs).await
+            self.stage_new_file(c, path, i).await
         }
     }
 
@@ -690,7 +655,9 @@ impl Manager {
             parent: dir.ino,
             ctime_us: now,
             mtime_us: now,
-            obj: None,
+            layout: None,
+            size: None,
+            dir_layout: None,
             acv: 0,
             root: None,
         };
@@ -711,13 +678,13 @@ impl Manager {
     /// Undoes a create whose name could not be linked or staged: the object goes, then the
     /// reservation.
     async fn undo_create(&self, i: &Inode) {
-        if let Some(o) = i.obj {
-            self.remove_object(o).await;
+        if let Some(l) = &i.layout {
+            self.remove_objects(&l.components).await;
         }
         self.forget_reservation(i.ino);
     }
 
-    /// Exclusive create: links the reserved inode (holding its empty object) as `name`.
+    /// Exclusive create: links the reserved inode (holding its empty objects) as `name`.
     async fn link_new_file(
         &self,
         c: &Caller,
@@ -725,34 +692,27 @@ impl Manager {
         dir: u64,
         name: &str,
         i: Inode,
-        attrs: &Attributes,
     ) -> MgrResult<MgrReply> {
-        let obj = i.obj.expect("created above");
-        let linked = self.st().link_reserved(dir, name, i.ino, obj, i.acv);
+        let layout = i.layout.clone().expect("created above");
+        let linked = self.st().link_reserved(dir, name, i.ino, &layout, i.acv);
         if let Err(e) = linked {
             self.undo_create(&i).await;
             return Err(store_err(e, path));
         }
-        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
         Ok(MgrReply::Opened {
-            stat: self.stat_of(&i, Some(attrs)),
+            stat: self.stat_of(&i, Some((0, i.mtime_us))),
             layout,
-            cap,
+            caps,
         })
     }
 
     /// Non-exclusive create of a new name: records the upload as staged (so a manager restart
-    /// does not lose it) and returns a write capability for its object. The name appears only
+    /// does not lose it) and returns write capabilities for its objects. The name appears only
     /// when [`Manager::commit`] links it.
-    async fn stage_new_file(
-        &self,
-        c: &Caller,
-        path: &str,
-        i: Inode,
-        attrs: &Attributes,
-    ) -> MgrResult<MgrReply> {
+    async fn stage_new_file(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
         let staged = Staged {
-            obj: i.obj.expect("created above"),
+            layout: i.layout.clone().expect("created above"),
             acv: i.acv,
             uid: c.uid,
             path: path.to_string(),
@@ -766,60 +726,13 @@ impl Manager {
             self.undo_create(&i).await;
             return Err(store_err(e, path));
         }
-        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
         Ok(MgrReply::Staged {
-            stat: self.stat_of(&i, Some(attrs)),
+            stat: self.stat_of(&i, Some((0, i.mtime_us))),
             layout,
-            cap,
+            caps,
             replaces: false,
         })
-    }
-
-    /// Creates an object on drive `d` whose `fs_specific` mirrors `i`.
-    async fn create_object(
-        &self,
-        d: nasd_proto::DriveId,
-        i: &Inode,
-    ) -> MgrResult<(ObjRef, Attributes)> {
-        let fs = FsAttr::encode(i);
-        let (object, attrs) = self
-            .drives
-            .with_working(d, |conn, auth, partition| async move {
-                let op = Op::Create {
-                    scheme: None,
-                    mask: AttrMask::FS_SPECIFIC,
-                    attrs: Box::new(Attributes {
-                        fs_specific: fs,
-                        ..Attributes::default()
-                    }),
-                };
-                let t = Target {
-                    partition,
-                    object: ObjectId::ANY,
-                    protection: MANAGER_PROTECTION,
-                };
-                let r = conn.call(&auth, t, &op, &[]).await?;
-                match (&r.body, r.attributes()) {
-                    (ReplyBody::Object { object }, Some(a)) => Ok((*object, a)),
-                    _ => Err(nasd_client::ClientError::Usage(
-                        "create: unexpected reply".into(),
-                    )),
-                }
-            })
-            .await?;
-        let partition = self
-            .drives
-            .record(d)
-            .map(|r| r.partition)
-            .unwrap_or(drives::FILES_PARTITION);
-        Ok((
-            ObjRef {
-                drive: d,
-                partition,
-                object,
-            },
-            attrs,
-        ))
     }
 
     /// The first half of an overwrite: a fresh object for the new content, recorded as staged
@@ -835,11 +748,20 @@ impl Manager {
         if !may(c, &i, W) {
             return Err(denied(path, "write permission on the file"));
         }
-        let d = self.drives.choose()?;
-        let (obj, attrs) = self.create_object(d, &i).await.map_err(|e| e.at(path))?;
+        let dir = self
+            .st()
+            .inode(i.parent)
+            .map_err(|e| store_err(e, path))?
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+        // The new content takes the layout the directory gives new files now.
+        let spec = self.layout_spec_for(&dir)?;
+        let layout = self
+            .create_layout(&spec, &i)
+            .await
+            .map_err(|e| e.at(path))?;
         let staged = Staged {
-            obj,
-            acv: attrs.access_control_version,
+            layout: layout.clone(),
+            acv: 0,
             uid: c.uid,
             path: path.to_string(),
             mode: i.mode,
@@ -849,19 +771,21 @@ impl Manager {
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
-            self.remove_object(obj).await;
+            self.remove_objects(&layout.components).await;
             return Err(store_err(e, path));
         }
+        let times = self.file_times(&i).await.ok();
         let next = Inode {
-            obj: Some(obj),
-            acv: staged.acv,
+            size: (!layout.sized_by_object()).then_some(0),
+            layout: Some(layout),
+            acv: 0,
             ..i.clone()
         };
-        let (layout, cap) = self.mint(c, path, &next, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &next, Grant::Write)?;
         Ok(MgrReply::Staged {
-            stat: self.stat_of(&i, Some(&attrs)),
+            stat: self.stat_of(&i, times),
             layout,
-            cap,
+            caps,
             replaces: true,
         })
     }
@@ -908,14 +832,15 @@ impl Manager {
         path: &str,
         drive: nasd_proto::DriveId,
         object: ObjectId,
+        size: u64,
     ) -> MgrResult<()> {
         let (dir, name) = self.parent(c, path, false)?;
         let current = self.entry(&dir, name, path)?;
         let Some(s) = self.staged_for(c, path, drive, object)? else {
             if current
                 .as_ref()
-                .and_then(|i| i.obj)
-                .map(|o| (o.drive, o.object))
+                .and_then(|i| i.layout.as_ref())
+                .map(|l| (l.first().drive, l.first().object))
                 == Some((drive, object))
             {
                 return Ok(());
@@ -944,12 +869,19 @@ impl Manager {
                 }
             }
         }
+        let size = (!s.layout.sized_by_object()).then_some(size);
         let old = self
             .st()
-            .commit_staged(dir.ino, name, s.obj, current.as_ref().map(|i| i.ino))
+            .commit_staged(
+                dir.ino,
+                name,
+                s.layout.first(),
+                current.as_ref().map(|i| i.ino),
+                size,
+            )
             .map_err(|e| store_err(e, path))?;
-        if let Some(o) = old.and_then(|i| i.obj) {
-            self.remove_object(o).await;
+        if let Some(l) = old.and_then(|i| i.layout) {
+            self.remove_objects(&l.components).await;
         }
         Ok(())
     }
@@ -1026,7 +958,7 @@ impl Manager {
         } else {
             match current {
                 Some(i) if i.ino == s.ino && may(c, &i, W) => Inode {
-                    obj: Some(s.obj),
+                    layout: Some(s.layout.clone()),
                     acv: s.acv,
                     ..i
                 },
@@ -1042,13 +974,13 @@ impl Manager {
             }
         };
         self.st()
-            .touch_staged(s.obj, now_ms())
+            .touch_staged(s.layout.first(), now_ms())
             .map_err(|e| store_err(e, path))?;
-        let (layout, cap) = self.mint(c, path, &i, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
         Ok(MgrReply::Staged {
             stat: self.stat_of(&i, None),
             layout,
-            cap,
+            caps,
             replaces: !s.new_file,
         })
     }
@@ -1067,10 +999,10 @@ impl Manager {
         };
         let gone = self
             .st()
-            .abort_staged(s.obj)
+            .abort_staged(s.layout.first())
             .map_err(|e| store_err(e, path))?;
         if gone.is_some() {
-            self.remove_object(s.obj).await;
+            self.remove_objects(&s.layout.components).await;
         }
         Ok(())
     }
@@ -1096,15 +1028,12 @@ impl Manager {
                 },
             ));
         }
-        let a = self
-            .getattr(i.obj.expect("files have objects"))
-            .await
-            .map_err(|e| e.at(path))?;
-        let (layout, cap) = self.mint(c, path, &i, grant)?;
+        let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
+        let (layout, caps) = self.mint(c, path, &i, grant)?;
         Ok(MgrReply::Opened {
-            stat: self.stat_of(&i, Some(&a)),
+            stat: self.stat_of(&i, Some(times)),
             layout,
-            cap,
+            caps,
         })
     }
 
@@ -1129,8 +1058,8 @@ impl Manager {
             check_sticky(c, &dir, &i, path)?;
             st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?
         };
-        if let Some(o) = i.obj {
-            self.remove_object(o).await;
+        if let Some(l) = &i.layout {
+            self.remove_objects(&l.components).await;
         }
         Ok(())
     }
@@ -1173,8 +1102,8 @@ impl Manager {
             .st()
             .rename(fd.ino, fname, td.ino, tname)
             .map_err(|e| store_err(e, to))?;
-        if let Some(o) = replaced.and_then(|r| r.obj) {
-            self.remove_object(o).await;
+        if let Some(l) = replaced.and_then(|r| r.layout) {
+            self.remove_objects(&l.components).await;
         }
         Ok(())
     }
@@ -1222,20 +1151,16 @@ impl Manager {
 
     pub async fn truncate(&self, c: &Caller, path: &str, size: u64) -> MgrResult<()> {
         let i = self.resolve(c, path)?;
-        let o = i
-            .obj
+        let l = i
+            .layout
+            .clone()
             .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
         if !may(c, &i, W) {
             return Err(denied(path, "write permission on the file"));
         }
-        let attrs = Attributes {
-            logical_size: size,
-            ..Attributes::default()
-        };
-        self.setattr(o, AttrMask::LOGICAL_SIZE, attrs)
+        self.truncate_layout(path, &l, size)
             .await
-            .map_err(|e| e.at(path))?;
-        Ok(())
+            .map_err(|e| e.at(path))
     }
 
     pub async fn utimes(&self, c: &Caller, path: &str, mtime_us: u64) -> MgrResult<()> {
@@ -1243,7 +1168,12 @@ impl Manager {
         if !c.admin && i.uid != c.uid && !may(c, &i, W) {
             return Err(denied(path, "only the owner or a writer may set times"));
         }
-        match i.obj {
+        match i
+            .layout
+            .as_ref()
+            .filter(|l| l.sized_by_object())
+            .map(|l| l.first())
+        {
             Some(o) => {
                 let attrs = Attributes {
                     fs_data_modify_time_us: mtime_us,

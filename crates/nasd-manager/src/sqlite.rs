@@ -4,28 +4,39 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 2 (the `meta` row `schema` holds it):
+//! Schema version 3 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT)
 //! groups(gid INTEGER PK, name TEXT UNIQUE)
 //! members(gid INT, uid INT, PK(gid, uid))
 //! inodes(ino INTEGER PK, kind INT, mode INT, uid INT, gid INT, parent INT, ctime_us INT,
-//!        mtime_us INT, drive INT NULL, part INT NULL, object INT NULL, acv INT, root BLOB NULL)
+//!        mtime_us INT, acv INT, root BLOB NULL, geometry TEXT NULL, layout_version INT,
+//!        stale INT, size INT NULL, dir_layout TEXT NULL)
+//! components(ino INT, idx INT, drive INT, part INT, object INT, PK(ino, idx))
+//!        index components_drive(drive, object)
 //! dirents(parent INT, name TEXT, ino INT, PK(parent, name))
 //! drives(drive INT PK, addr TEXT, suite INT, drive_key BLOB, part INT, part_key BLOB,
 //!        working_key BLOB, rotated_ms INT)
 //! sessions(token_hash BLOB PK, uid INT, expires_ms INT)
 //! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
-//!        created_ms INT, ino INT NULL, new_file INT, PK(drive, object))
+//!        created_ms INT, ino INT NULL, new_file INT, geometry TEXT, PK(drive, object))
+//! staged_components(drive0 INT, object0 INT, idx INT, drive INT, part INT, object INT,
+//!        PK(drive0, object0, idx))   index staged_components_obj(drive, object)
 //! reserved(ino INTEGER PK, created_ms INT)
 //! ```
+//! A file's layout is its `inodes` row (geometry, version, stale bits, size) and its
+//! `components` rows; a staged upload is keyed by its first component, and
+//! `staged_components` lists all of them, so any component finds its upload.
 //! `reserved` lists inodes of new files being uploaded: rows of `inodes` that no `dirents` row
 //! names yet. A file's inode number is above every number a file had before (the `meta` row
-//! `file_ino_high`), so it is never reused. `staged` was added within version 1 (`CREATE TABLE IF NOT EXISTS`); version 2
-//! added `staged.ino`, `staged.new_file` and `reserved`. Opening a version-1 database migrates
-//! it in one transaction ([`SqliteStore::migrate_1_to_2`]); its staged rows keep a NULL `ino`,
-//! so they can no longer commit and simply expire.
+//! `file_ino_high`), so it is never reused.
+//!
+//! Migrations are numbered ([`MIGRATIONS`]): opening a database of version `v` runs every
+//! migration from `v` on, each in one transaction that also records the version it reaches.
+//! Version 2 added `staged.ino`, `staged.new_file` and `reserved` (version-1 staged rows keep a
+//! NULL `ino`, so they can only expire); version 3 moved a file's object into `components`
+//! and added layouts, sizes and directory layouts.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -35,7 +46,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -61,10 +72,6 @@ CREATE TABLE IF NOT EXISTS users(uid INTEGER PRIMARY KEY, name TEXT NOT NULL UNI
 CREATE TABLE IF NOT EXISTS groups(gid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS members(gid INTEGER NOT NULL, uid INTEGER NOT NULL,
     PRIMARY KEY(gid, uid));
-CREATE TABLE IF NOT EXISTS inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
-    mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
-    ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, drive INTEGER, part INTEGER,
-    object INTEGER, acv INTEGER NOT NULL, root BLOB);
 CREATE TABLE IF NOT EXISTS dirents(parent INTEGER NOT NULL, name TEXT NOT NULL,
     ino INTEGER NOT NULL, PRIMARY KEY(parent, name));
 CREATE TABLE IF NOT EXISTS drives(drive INTEGER PRIMARY KEY, addr TEXT NOT NULL,
@@ -72,22 +79,55 @@ CREATE TABLE IF NOT EXISTS drives(drive INTEGER PRIMARY KEY, addr TEXT NOT NULL,
     part_key BLOB NOT NULL, working_key BLOB NOT NULL, rotated_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions(token_hash BLOB PRIMARY KEY, uid INTEGER NOT NULL,
     expires_ms INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS inodes_drive ON inodes(drive);
-CREATE TABLE IF NOT EXISTS staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
-    object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
-    mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
-    new_file INTEGER NOT NULL DEFAULT 0, PRIMARY KEY(drive, object));
 CREATE TABLE IF NOT EXISTS reserved(ino INTEGER PRIMARY KEY, created_ms INTEGER NOT NULL);
 ";
 
-const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file";
+/// Tables as version 3 has them, for a new database (an old one gets them by migration).
+const SCHEMA_V3_NEW: &str = "
+CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
+    mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
+    ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, root BLOB,
+    geometry TEXT, layout_version INTEGER NOT NULL DEFAULT 1,
+    stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT);
+CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
+    object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
+    mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
+    new_file INTEGER NOT NULL DEFAULT 0, geometry TEXT NOT NULL DEFAULT 'single',
+    PRIMARY KEY(drive, object));
+";
 
+/// What version 3 adds to any database (new, or migrated from 2).
+const SCHEMA_V3_TABLES: &str = "
+CREATE TABLE IF NOT EXISTS components(ino INTEGER NOT NULL, idx INTEGER NOT NULL,
+    drive INTEGER NOT NULL, part INTEGER NOT NULL, object INTEGER NOT NULL,
+    PRIMARY KEY(ino, idx));
+CREATE INDEX IF NOT EXISTS components_drive ON components(drive, object);
+CREATE TABLE IF NOT EXISTS staged_components(drive0 INTEGER NOT NULL, object0 INTEGER NOT NULL,
+    idx INTEGER NOT NULL, drive INTEGER NOT NULL, part INTEGER NOT NULL,
+    object INTEGER NOT NULL, PRIMARY KEY(drive0, object0, idx));
+CREATE INDEX IF NOT EXISTS staged_components_obj ON staged_components(drive, object);
+";
+
+/// The migration from version `i + 1` to `i + 2` is `MIGRATIONS[i]`.
+type Migration = fn(&rusqlite::Transaction<'_>) -> StoreResult<()>;
+const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3];
+const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
+
+const STAGED_COLS: &str =
+    "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file, geometry";
+
+/// A staged row; its components are read separately ([`SqliteStore::staged_components`]).
 fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
     Ok(Staged {
-        obj: ObjRef {
-            drive: DriveId(r.get::<_, i64>(0)? as u64),
-            partition: PartitionId(r.get::<_, i64>(1)? as u16),
-            object: ObjectId(r.get::<_, i64>(2)? as u64),
+        layout: FileLayout {
+            version: 1,
+            geometry: r.get(10)?,
+            components: vec![ObjRef {
+                drive: DriveId(r.get::<_, i64>(0)? as u64),
+                partition: PartitionId(r.get::<_, i64>(1)? as u16),
+                object: ObjectId(r.get::<_, i64>(2)? as u64),
+            }],
+            stale: 0,
         },
         acv: r.get::<_, i64>(3)? as u64,
         uid: r.get(4)?,
@@ -99,35 +139,120 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
     })
 }
 
-const INODE_COLS: &str =
-    "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root";
+const INODE_COLS: &str = "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root, \
+     geometry, layout_version, stale, size, dir_layout";
+
+/// An inodes row, its columns from `at` on; a file's components are read separately
+/// ([`SqliteStore::fill_layout`]).
+fn inode_at(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
+    let kind: u8 = r.get(at + 1)?;
+    let root: Option<Vec<u8>> = r.get(at + 9)?;
+    let geometry: Option<String> = r.get(at + 10)?;
+    Ok(Inode {
+        ino: r.get::<_, i64>(at)? as u64,
+        kind: FileKind::from_u8(kind).unwrap_or(FileKind::File),
+        mode: r.get(at + 2)?,
+        uid: r.get(at + 3)?,
+        gid: r.get(at + 4)?,
+        parent: r.get::<_, i64>(at + 5)? as u64,
+        ctime_us: r.get::<_, i64>(at + 6)? as u64,
+        mtime_us: r.get::<_, i64>(at + 7)? as u64,
+        acv: r.get::<_, i64>(at + 8)? as u64,
+        root: root.and_then(|v| v.try_into().ok()),
+        layout: geometry
+            .map(|geometry| -> rusqlite::Result<FileLayout> {
+                Ok(FileLayout {
+                    version: r.get::<_, i64>(at + 11)? as u64,
+                    geometry,
+                    components: vec![],
+                    stale: r.get::<_, i64>(at + 12)? as u64,
+                })
+            })
+            .transpose()?,
+        size: r.get::<_, Option<i64>>(at + 13)?.map(|v| v as u64),
+        dir_layout: r.get(at + 14)?,
+    })
+}
 
 fn inode_of(r: &Row<'_>) -> rusqlite::Result<Inode> {
-    let kind: u8 = r.get(1)?;
-    let drive: Option<i64> = r.get(8)?;
-    let part: Option<i64> = r.get(9)?;
-    let object: Option<i64> = r.get(10)?;
-    let root: Option<Vec<u8>> = r.get(12)?;
-    Ok(Inode {
-        ino: r.get::<_, i64>(0)? as u64,
-        kind: FileKind::from_u8(kind).unwrap_or(FileKind::File),
-        mode: r.get(2)?,
-        uid: r.get(3)?,
-        gid: r.get(4)?,
-        parent: r.get::<_, i64>(5)? as u64,
-        ctime_us: r.get::<_, i64>(6)? as u64,
-        mtime_us: r.get::<_, i64>(7)? as u64,
-        obj: match (drive, part, object) {
-            (Some(d), Some(p), Some(o)) => Some(ObjRef {
-                drive: DriveId(d as u64),
-                partition: PartitionId(p as u16),
-                object: ObjectId(o as u64),
-            }),
-            _ => None,
-        },
-        acv: r.get::<_, i64>(11)? as u64,
-        root: root.and_then(|v| v.try_into().ok()),
+    inode_at(r, 0)
+}
+
+/// A `(drive, part, object)` row.
+fn obj_of(r: &Row<'_>) -> rusqlite::Result<ObjRef> {
+    Ok(ObjRef {
+        drive: DriveId(r.get::<_, i64>(0)? as u64),
+        partition: PartitionId(r.get::<_, i64>(1)? as u16),
+        object: ObjectId(r.get::<_, i64>(2)? as u64),
     })
+}
+
+/// Schema 1 to 2: the staged table gains `ino` and `new_file` (`reserved` was created by
+/// [`SCHEMA`] already). A version-1 database may lack `staged` altogether (it was added within
+/// version 1); then it is made here as version 2 had it. Files made before version 2 took
+/// SQLite's next row id; new ones start above them.
+fn migrate_1_to_2(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
+             object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL,
+             path TEXT NOT NULL, mode INTEGER NOT NULL, created_ms INTEGER NOT NULL,
+             PRIMARY KEY(drive, object));",
+    )
+    .map_err(db)?;
+    let cols = columns(tx, "staged")?;
+    if !cols.iter().any(|c| c == "ino") {
+        tx.execute("ALTER TABLE staged ADD COLUMN ino INTEGER", [])
+            .map_err(db)?;
+    }
+    if !cols.iter().any(|c| c == "new_file") {
+        tx.execute(
+            "ALTER TABLE staged ADD COLUMN new_file INTEGER NOT NULL DEFAULT 0",
+            [],
+        )
+        .map_err(db)?;
+    }
+    let max: i64 = tx
+        .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
+        .map_err(db)?;
+    tx.execute(
+        "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+        params![FILE_INO_HIGH, (max as u64).to_le_bytes().to_vec()],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Schema 2 to 3: each file's one object becomes component 0 of a `single` layout; staged
+/// uploads likewise; the old object columns of `inodes` go.
+fn migrate_2_to_3(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(SCHEMA_V3_TABLES).map_err(db)?;
+    tx.execute_batch(
+        "ALTER TABLE inodes ADD COLUMN geometry TEXT;
+         ALTER TABLE inodes ADD COLUMN layout_version INTEGER NOT NULL DEFAULT 1;
+         ALTER TABLE inodes ADD COLUMN stale INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE inodes ADD COLUMN size INTEGER;
+         ALTER TABLE inodes ADD COLUMN dir_layout TEXT;
+         INSERT INTO components(ino, idx, drive, part, object)
+             SELECT ino, 0, drive, part, object FROM inodes WHERE object IS NOT NULL;
+         UPDATE inodes SET geometry = 'single' WHERE object IS NOT NULL;
+         DROP INDEX IF EXISTS inodes_drive;
+         ALTER TABLE inodes DROP COLUMN drive;
+         ALTER TABLE inodes DROP COLUMN part;
+         ALTER TABLE inodes DROP COLUMN object;
+         ALTER TABLE staged ADD COLUMN geometry TEXT NOT NULL DEFAULT 'single';
+         INSERT INTO staged_components(drive0, object0, idx, drive, part, object)
+             SELECT drive, object, 0, drive, part, object FROM staged;",
+    )
+    .map_err(db)
+}
+
+/// The column names of `table` (one of this module's own).
+fn columns(tx: &Connection, table: &'static str) -> StoreResult<Vec<String>> {
+    let mut st = tx
+        .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+        .map_err(db)?;
+    let rows = st.query_map([], |r| r.get(0)).map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
 }
 
 fn key_of(v: Vec<u8>) -> rusqlite::Result<Key> {
@@ -155,80 +280,186 @@ impl SqliteStore {
             .map_err(db)?;
         db_.execute_batch(SCHEMA).map_err(db)?;
         let mut s = SqliteStore { db: db_ };
-        match s.get_meta("schema")? {
-            None => {
-                let tx = s.db.transaction().map_err(db)?;
-                tx.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
-                    params![SCHEMA_VERSION.to_le_bytes().to_vec()],
-                )
-                .map_err(db)?;
-                tx.execute(
-                    &format!("INSERT OR IGNORE INTO inodes({INODE_COLS}) VALUES (?1, ?2, ?3, 0, 0, ?1, ?4, ?4, NULL, NULL, NULL, 0, NULL)"),
-                    params![ROOT_INO as i64, FileKind::Dir as u8, 0o755u32, now_us() as i64],
-                )
-                .map_err(db)?;
-                tx.commit().map_err(db)?;
-            }
-            Some(v) if v == SCHEMA_VERSION.to_le_bytes() => {}
-            Some(v) if v == 1u32.to_le_bytes() => s.migrate_1_to_2()?,
-            Some(v) => {
-                return Err(StoreError::Db(format!(
-                    "unsupported schema version {v:?} (this build reads {SCHEMA_VERSION})"
-                )))
-            }
+        let version = match s.get_meta("schema")? {
+            None => return s.create_fresh(),
+            Some(v) => <[u8; 4]>::try_from(v)
+                .map(u32::from_le_bytes)
+                .map_err(|_| StoreError::Db("unreadable schema version".into()))?,
+        };
+        if version == 0 || version > SCHEMA_VERSION {
+            return Err(StoreError::Db(format!(
+                "unsupported schema version {version} (this build reads 1 to {SCHEMA_VERSION})"
+            )));
+        }
+        for (i, migrate) in MIGRATIONS.iter().enumerate().skip(version as usize - 1) {
+            let tx = s.db.transaction().map_err(db)?;
+            migrate(&tx)?;
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'schema'",
+                params![(i as u32 + 2).to_le_bytes().to_vec()],
+            )
+            .map_err(db)?;
+            tx.commit().map_err(db)?;
         }
         Ok(s)
     }
 
-    /// Schema 1 to 2: the staged table gains `ino` and `new_file` (`reserved` was created by
-    /// [`SCHEMA`] already). A version-1 database may lack `staged` altogether, in which case
-    /// [`SCHEMA`] just made it with every column; only missing columns are added.
-    fn migrate_1_to_2(&mut self) -> StoreResult<()> {
+    /// A new database: every table as the current version has it, and the root directory.
+    fn create_fresh(mut self) -> StoreResult<SqliteStore> {
         let tx = self.db.transaction().map_err(db)?;
-        let cols: Vec<String> = {
-            let mut st = tx
-                .prepare("SELECT name FROM pragma_table_info('staged')")
-                .map_err(db)?;
-            let rows = st.query_map([], |r| r.get(0)).map_err(db)?;
-            rows.collect::<Result<_, _>>().map_err(db)?
-        };
-        if !cols.iter().any(|c| c == "ino") {
-            tx.execute("ALTER TABLE staged ADD COLUMN ino INTEGER", [])
-                .map_err(db)?;
-        }
-        if !cols.iter().any(|c| c == "new_file") {
-            tx.execute(
-                "ALTER TABLE staged ADD COLUMN new_file INTEGER NOT NULL DEFAULT 0",
-                [],
-            )
-            .map_err(db)?;
-        }
-        // Files made before version 2 took SQLite's next row id; new ones start above them.
-        let max: i64 = tx
-            .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
-            .map_err(db)?;
+        tx.execute_batch(SCHEMA_V3_NEW).map_err(db)?;
+        tx.execute_batch(SCHEMA_V3_TABLES).map_err(db)?;
         tx.execute(
-            "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-            params![FILE_INO_HIGH, (max as u64).to_le_bytes().to_vec()],
-        )
-        .map_err(db)?;
-        tx.execute(
-            "UPDATE meta SET value = ?1 WHERE key = 'schema'",
+            "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA_VERSION.to_le_bytes().to_vec()],
         )
         .map_err(db)?;
-        tx.commit().map_err(db)
+        tx.execute(
+            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv)
+             VALUES (?1, ?2, ?3, 0, 0, ?1, ?4, ?4, 0)",
+            params![
+                ROOT_INO as i64,
+                FileKind::Dir as u8,
+                0o755u32,
+                now_us() as i64
+            ],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(self)
     }
 
+    /// The components of inode `ino`, in order.
+    fn components(tx: &Connection, ino: u64) -> StoreResult<Vec<ObjRef>> {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT drive, part, object FROM components WHERE ino = ?1 ORDER BY idx",
+            )
+            .map_err(db)?;
+        let rows = st.query_map(params![ino as i64], obj_of).map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    /// Reads a file inode's components into its layout.
+    fn fill_layout(tx: &Connection, mut i: Inode) -> StoreResult<Inode> {
+        if let Some(l) = &mut i.layout {
+            l.components = Self::components(tx, i.ino)?;
+        }
+        Ok(i)
+    }
+
+    /// Points inode `ino` at `layout` (its version `acv`) and, for a file spread over several
+    /// objects, `size`.
+    fn set_layout(
+        tx: &Connection,
+        ino: u64,
+        layout: &FileLayout,
+        acv: u64,
+        size: Option<u64>,
+    ) -> StoreResult<()> {
+        let n = tx
+            .execute(
+                "UPDATE inodes SET geometry = ?2, layout_version = ?3, stale = ?4, acv = ?5,
+                     size = ?6 WHERE ino = ?1",
+                params![
+                    ino as i64,
+                    layout.geometry,
+                    layout.version as i64,
+                    layout.stale as i64,
+                    acv as i64,
+                    size.map(|v| v as i64)
+                ],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        tx.execute("DELETE FROM components WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
+        for (idx, o) in layout.components.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO components(ino, idx, drive, part, object) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    ino as i64,
+                    idx as i64,
+                    o.drive.0 as i64,
+                    o.partition.0 as i64,
+                    o.object.0 as i64
+                ],
+            )
+            .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    /// The components of the staged upload whose first component is `key`.
+    fn staged_components(tx: &Connection, key: ObjRef) -> StoreResult<Vec<ObjRef>> {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT drive, part, object FROM staged_components
+                 WHERE drive0 = ?1 AND object0 = ?2 ORDER BY idx",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![key.drive.0 as i64, key.object.0 as i64], obj_of)
+            .map_err(db)?;
+        let v: Vec<ObjRef> = rows.collect::<Result<_, _>>().map_err(db)?;
+        // A record staged before version 3 has its one object only in `staged`.
+        Ok(if v.is_empty() { vec![key] } else { v })
+    }
+
+    fn delete_staged(tx: &Connection, key: ObjRef) -> StoreResult<()> {
+        for table in ["staged", "staged_components"] {
+            let (d, o) = if table == "staged" {
+                ("drive", "object")
+            } else {
+                ("drive0", "object0")
+            };
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE {d} = ?1 AND {o} = ?2"),
+                params![key.drive.0 as i64, key.object.0 as i64],
+            )
+            .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    /// The staged upload with first component `key`.
+    fn staged_at(tx: &Connection, key: ObjRef) -> StoreResult<Option<Staged>> {
+        let Some(mut s) = tx
+            .query_row(
+                &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
+                params![key.drive.0 as i64, key.object.0 as i64],
+                staged_of,
+            )
+            .optional()
+            .map_err(db)?
+        else {
+            return Ok(None);
+        };
+        s.layout.components = Self::staged_components(tx, key)?;
+        Ok(Some(s))
+    }
+
+    /// The staged upload that `obj` is any component of.
     fn staged_in(tx: &Connection, obj: ObjRef) -> StoreResult<Option<Staged>> {
-        tx.query_row(
-            &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
-            params![obj.drive.0 as i64, obj.object.0 as i64],
-            staged_of,
-        )
-        .optional()
-        .map_err(db)
+        let key: Option<(i64, i64)> = tx
+            .query_row(
+                "SELECT drive0, object0 FROM staged_components WHERE drive = ?1 AND object = ?2",
+                params![obj.drive.0 as i64, obj.object.0 as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db)?;
+        let key = match key {
+            Some((d, o)) => ObjRef {
+                drive: DriveId(d as u64),
+                partition: obj.partition,
+                object: ObjectId(o as u64),
+            },
+            None => obj,
+        };
+        Self::staged_at(tx, key)
     }
 
     fn is_reserved(tx: &Connection, ino: u64) -> StoreResult<bool> {
@@ -243,32 +474,11 @@ impl SqliteStore {
     /// Deletes the reserved inode `ino` and its reservation (nothing if `ino` is not reserved,
     /// so a linked file can never be deleted this way).
     fn drop_reserved(tx: &Connection, ino: u64) -> StoreResult<()> {
-        tx.execute(
-            "DELETE FROM inodes WHERE ino = ?1 AND ino IN (SELECT ino FROM reserved)",
-            params![ino as i64],
-        )
-        .map_err(db)?;
+        if Self::is_reserved(tx, ino)? {
+            Self::delete_inode(tx, ino)?;
+        }
         tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
-        Ok(())
-    }
-
-    fn set_object(tx: &Connection, ino: u64, obj: ObjRef, acv: u64) -> StoreResult<()> {
-        let n = tx
-            .execute(
-                "UPDATE inodes SET drive = ?2, part = ?3, object = ?4, acv = ?5 WHERE ino = ?1",
-                params![
-                    ino as i64,
-                    obj.drive.0 as i64,
-                    obj.partition.0 as i64,
-                    obj.object.0 as i64,
-                    acv as i64
-                ],
-            )
-            .map_err(db)?;
-        if n == 0 {
-            return Err(StoreError::NotFound);
-        }
         Ok(())
     }
 
@@ -338,27 +548,7 @@ impl SqliteStore {
             params![FILE_INO_HIGH, ino.to_le_bytes().to_vec()],
         )
         .map_err(db)?;
-        let o = inode.obj;
-        tx.execute(
-            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
-             VALUES (?13, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                inode.kind as u8,
-                inode.mode,
-                inode.uid,
-                inode.gid,
-                parent as i64,
-                inode.ctime_us as i64,
-                inode.mtime_us as i64,
-                o.map(|o| o.drive.0 as i64),
-                o.map(|o| o.partition.0 as i64),
-                o.map(|o| o.object.0 as i64),
-                inode.acv as i64,
-                inode.root.map(|r| r.to_vec()),
-                ino as i64,
-            ],
-        )
-        .map_err(db)?;
+        Self::insert_inode(&tx, Some(ino), parent, inode)?;
         tx.execute(
             "INSERT INTO reserved(ino, created_ms) VALUES (?1, ?2)",
             params![ino as i64, (inode.ctime_us / 1000) as i64],
@@ -370,12 +560,13 @@ impl SqliteStore {
 
     fn put_staged_now(&mut self, s: &Staged) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
+        let key = s.layout.first();
         tx.execute(
-            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
             params![
-                s.obj.drive.0 as i64,
-                s.obj.partition.0 as i64,
-                s.obj.object.0 as i64,
+                key.drive.0 as i64,
+                key.partition.0 as i64,
+                key.object.0 as i64,
                 s.acv as i64,
                 s.uid,
                 s.path,
@@ -383,28 +574,79 @@ impl SqliteStore {
                 s.created_ms as i64,
                 s.ino as i64,
                 s.new_file as i64,
+                s.layout.geometry,
             ],
         )
         .map_err(db)?;
+        tx.execute(
+            "DELETE FROM staged_components WHERE drive0 = ?1 AND object0 = ?2",
+            params![key.drive.0 as i64, key.object.0 as i64],
+        )
+        .map_err(db)?;
+        for (idx, o) in s.layout.components.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO staged_components(drive0, object0, idx, drive, part, object)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    key.drive.0 as i64,
+                    key.object.0 as i64,
+                    idx as i64,
+                    o.drive.0 as i64,
+                    o.partition.0 as i64,
+                    o.object.0 as i64
+                ],
+            )
+            .map_err(db)?;
+        }
         if s.new_file {
             if !Self::is_reserved(&tx, s.ino)? {
                 return Err(StoreError::NotFound);
             }
-            Self::set_object(&tx, s.ino, s.obj, s.acv)?;
+            Self::set_layout(&tx, s.ino, &s.layout, s.acv, None)?;
         }
         tx.commit().map_err(db)
     }
 
-    fn abort_staged_now(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
-        let tx = self.db.transaction().map_err(db)?;
-        let Some(s) = Self::staged_in(&tx, obj)? else {
-            return Ok(None);
-        };
+    /// Inserts an inodes row (at `ino`, or the next row id) and, for a file, its components;
+    /// returns its number.
+    fn insert_inode(tx: &Connection, ino: Option<u64>, parent: u64, i: &Inode) -> StoreResult<u64> {
+        let l = i.layout.as_ref();
         tx.execute(
-            "DELETE FROM staged WHERE drive = ?1 AND object = ?2",
-            params![obj.drive.0 as i64, obj.object.0 as i64],
+            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root,
+                 geometry, layout_version, stale, size, dir_layout)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            params![
+                ino.map(|v| v as i64),
+                i.kind as u8,
+                i.mode,
+                i.uid,
+                i.gid,
+                parent as i64,
+                i.ctime_us as i64,
+                i.mtime_us as i64,
+                i.acv as i64,
+                i.root.map(|r| r.to_vec()),
+                l.map(|l| l.geometry.clone()),
+                l.map_or(1, |l| l.version as i64),
+                l.map_or(0, |l| l.stale as i64),
+                i.size.map(|v| v as i64),
+                i.dir_layout,
+            ],
         )
         .map_err(db)?;
+        let ino = tx.last_insert_rowid() as u64;
+        if let Some(l) = l {
+            Self::set_layout(tx, ino, l, i.acv, i.size)?;
+        }
+        Ok(ino)
+    }
+
+    fn abort_staged_now(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
+        let tx = self.db.transaction().map_err(db)?;
+        let Some(s) = Self::staged_at(&tx, obj)? else {
+            return Ok(None);
+        };
+        Self::delete_staged(&tx, obj)?;
         if s.new_file {
             Self::drop_reserved(&tx, s.ino)?;
         }
@@ -428,17 +670,40 @@ impl SqliteStore {
         Ok(i)
     }
 
+    fn inode_in(tx: &Connection, ino: u64) -> StoreResult<Option<Inode>> {
+        tx.query_row(
+            &format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"),
+            params![ino as i64],
+            inode_of,
+        )
+        .optional()
+        .map_err(db)?
+        .map(|i| Self::fill_layout(tx, i))
+        .transpose()
+    }
+
     fn entry(tx: &Connection, parent: u64, name: &str) -> StoreResult<Option<Inode>> {
         tx.query_row(
             &format!(
                 "SELECT {} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 AND d.name = ?2",
-                INODE_COLS.split(", ").map(|c| format!("i.{c}")).collect::<Vec<_>>().join(", ")
+                INODE_COLS.split(", ").map(|c| format!("i.{}", c.trim())).collect::<Vec<_>>().join(", ")
             ),
             params![parent as i64, name],
             inode_of,
         )
         .optional()
-        .map_err(db)
+        .map_err(db)?
+        .map(|i| Self::fill_layout(tx, i))
+        .transpose()
+    }
+
+    /// Deletes an inodes row and its components.
+    fn delete_inode(tx: &Connection, ino: u64) -> StoreResult<()> {
+        tx.execute("DELETE FROM components WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
+        tx.execute("DELETE FROM inodes WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
+        Ok(())
     }
 
     fn has_children(tx: &Connection, ino: u64) -> StoreResult<bool> {
@@ -598,14 +863,7 @@ impl MetaStore for SqliteStore {
     }
 
     fn inode(&self, ino: u64) -> StoreResult<Option<Inode>> {
-        self.db
-            .query_row(
-                &format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"),
-                params![ino as i64],
-                inode_of,
-            )
-            .optional()
-            .map_err(db)
+        Self::inode_in(&self.db, ino)
     }
 
     fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>> {
@@ -624,50 +882,25 @@ impl MetaStore for SqliteStore {
         Self::dir_inode(&self.db, parent)?;
         let cols = INODE_COLS
             .split(", ")
-            .map(|c| format!("i.{c}"))
+            .map(|c| format!("i.{}", c.trim()))
             .collect::<Vec<_>>()
             .join(", ");
-        let mut st = self
-            .db
-            .prepare(&format!(
-                "SELECT d.name, {cols} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 ORDER BY d.name"
-            ))
-            .map_err(db)?;
-        let rows = st
-            .query_map(params![parent as i64], |r| {
-                let name: String = r.get(0)?;
-                // Shift the row by one column for inode_of.
-                let kind: u8 = r.get(2)?;
-                let drive: Option<i64> = r.get(9)?;
-                let part: Option<i64> = r.get(10)?;
-                let object: Option<i64> = r.get(11)?;
-                let root: Option<Vec<u8>> = r.get(13)?;
-                Ok((
-                    name,
-                    Inode {
-                        ino: r.get::<_, i64>(1)? as u64,
-                        kind: FileKind::from_u8(kind).unwrap_or(FileKind::File),
-                        mode: r.get(3)?,
-                        uid: r.get(4)?,
-                        gid: r.get(5)?,
-                        parent: r.get::<_, i64>(6)? as u64,
-                        ctime_us: r.get::<_, i64>(7)? as u64,
-                        mtime_us: r.get::<_, i64>(8)? as u64,
-                        obj: match (drive, part, object) {
-                            (Some(d), Some(p), Some(o)) => Some(ObjRef {
-                                drive: DriveId(d as u64),
-                                partition: PartitionId(p as u16),
-                                object: ObjectId(o as u64),
-                            }),
-                            _ => None,
-                        },
-                        acv: r.get::<_, i64>(12)? as u64,
-                        root: root.and_then(|v| v.try_into().ok()),
-                    },
+        let entries: Vec<(String, Inode)> = {
+            let mut st = self
+                .db
+                .prepare(&format!(
+                    "SELECT d.name, {cols} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 ORDER BY d.name"
                 ))
-            })
-            .map_err(db)?;
-        rows.collect::<Result<_, _>>().map_err(db)
+                .map_err(db)?;
+            let rows = st
+                .query_map(params![parent as i64], |r| Ok((r.get(0)?, inode_at(r, 1)?)))
+                .map_err(db)?;
+            rows.collect::<Result<_, _>>().map_err(db)?
+        };
+        entries
+            .into_iter()
+            .map(|(n, i)| Ok((n, Self::fill_layout(&self.db, i)?)))
+            .collect()
     }
 
     fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64> {
@@ -676,27 +909,7 @@ impl MetaStore for SqliteStore {
         if Self::entry(&tx, parent, name)?.is_some() {
             return Err(StoreError::Exists);
         }
-        let o = inode.obj;
-        tx.execute(
-            "INSERT INTO inodes(kind, mode, uid, gid, parent, ctime_us, mtime_us, drive, part, object, acv, root)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                inode.kind as u8,
-                inode.mode,
-                inode.uid,
-                inode.gid,
-                parent as i64,
-                inode.ctime_us as i64,
-                inode.mtime_us as i64,
-                o.map(|o| o.drive.0 as i64),
-                o.map(|o| o.partition.0 as i64),
-                o.map(|o| o.object.0 as i64),
-                inode.acv as i64,
-                inode.root.map(|r| r.to_vec()),
-            ],
-        )
-        .map_err(db)?;
-        let ino = tx.last_insert_rowid() as u64;
+        let ino = Self::insert_inode(&tx, None, parent, inode)?;
         tx.execute(
             "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
             params![parent as i64, name, ino as i64],
@@ -718,8 +931,7 @@ impl MetaStore for SqliteStore {
             params![parent as i64, name],
         )
         .map_err(db)?;
-        tx.execute("DELETE FROM inodes WHERE ino = ?1", params![i.ino as i64])
-            .map_err(db)?;
+        Self::delete_inode(&tx, i.ino)?;
         Self::touch_dir(&tx, parent)?;
         tx.commit().map_err(db)?;
         Ok(i)
@@ -753,8 +965,7 @@ impl MetaStore for SqliteStore {
                 params![to_parent as i64, to_name],
             )
             .map_err(db)?;
-            tx.execute("DELETE FROM inodes WHERE ino = ?1", params![t.ino as i64])
-                .map_err(db)?;
+            Self::delete_inode(&tx, t.ino)?;
         }
         tx.execute(
             "UPDATE dirents SET parent = ?3, name = ?4 WHERE parent = ?1 AND name = ?2",
@@ -773,10 +984,11 @@ impl MetaStore for SqliteStore {
     }
 
     fn update_inode(&mut self, i: &Inode) -> StoreResult<()> {
-        let n = self
-            .db
+        let tx = self.db.transaction().map_err(db)?;
+        let n = tx
             .execute(
-                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7 WHERE ino = ?1",
+                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7,
+                     size = ?8, dir_layout = ?9 WHERE ino = ?1",
                 params![
                     i.ino as i64,
                     i.mode,
@@ -784,20 +996,25 @@ impl MetaStore for SqliteStore {
                     i.gid,
                     i.mtime_us as i64,
                     i.acv as i64,
-                    i.root.map(|r| r.to_vec())
+                    i.root.map(|r| r.to_vec()),
+                    i.size.map(|v| v as i64),
+                    i.dir_layout,
                 ],
             )
             .map_err(db)?;
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        Ok(())
+        if let Some(l) = &i.layout {
+            Self::set_layout(&tx, i.ino, l, i.acv, i.size)?;
+        }
+        tx.commit().map_err(db)
     }
 
     fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64> {
         self.db
             .query_row(
-                "SELECT COUNT(*) FROM inodes WHERE drive = ?1",
+                "SELECT COUNT(DISTINCT ino) FROM components WHERE drive = ?1",
                 params![drive.0 as i64],
                 |r| r.get::<_, i64>(0),
             )
@@ -808,11 +1025,44 @@ impl MetaStore for SqliteStore {
     fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>> {
         let mut st = self
             .db
-            .prepare("SELECT object FROM inodes WHERE drive = ?1 AND object IS NOT NULL")
+            .prepare("SELECT object FROM components WHERE drive = ?1")
             .map_err(db)?;
         let rows = st
             .query_map(params![drive.0 as i64], |r| {
                 Ok(ObjectId(r.get::<_, i64>(0)? as u64))
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn files_with_drive(&self, drive: DriveId, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        let mut st = self
+            .db
+            .prepare(
+                "SELECT DISTINCT ino FROM components WHERE drive = ?1 AND ino > ?2
+                 ORDER BY ino LIMIT ?3",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![drive.0 as i64, after as i64, limit as i64], |r| {
+                Ok(r.get::<_, i64>(0)? as u64)
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn files_after(&self, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        let mut st = self
+            .db
+            .prepare(
+                "SELECT ino FROM inodes WHERE geometry IS NOT NULL AND ino > ?1
+                     AND ino NOT IN (SELECT ino FROM reserved)
+                 ORDER BY ino LIMIT ?2",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![after as i64, limit as i64], |r| {
+                Ok(r.get::<_, i64>(0)? as u64)
             })
             .map_err(db)?;
         rows.collect::<Result<_, _>>().map_err(db)
@@ -835,7 +1085,7 @@ impl MetaStore for SqliteStore {
         parent: u64,
         name: &str,
         ino: u64,
-        obj: ObjRef,
+        layout: &FileLayout,
         acv: u64,
     ) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
@@ -843,7 +1093,8 @@ impl MetaStore for SqliteStore {
         if Self::entry(&tx, parent, name)?.is_some() {
             return Err(StoreError::Exists);
         }
-        Self::set_object(&tx, ino, obj, acv)?;
+        let size = Self::inode_in(&tx, ino)?.and_then(|i| i.size);
+        Self::set_layout(&tx, ino, layout, acv, size)?;
         Self::link_reservation(&tx, parent, name, ino)?;
         tx.commit().map_err(db)
     }
@@ -862,9 +1113,10 @@ impl MetaStore for SqliteStore {
         name: &str,
         obj: ObjRef,
         replacing: Option<u64>,
+        size: Option<u64>,
     ) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
-        let s = Self::staged_in(&tx, obj)?.ok_or(StoreError::NotFound)?;
+        let s = Self::staged_at(&tx, obj)?.ok_or(StoreError::NotFound)?;
         Self::dir_inode(&tx, parent)?;
         let old = Self::entry(&tx, parent, name)?;
         match (&old, replacing) {
@@ -885,22 +1137,20 @@ impl MetaStore for SqliteStore {
                     params![parent as i64, name],
                 )
                 .map_err(db)?;
-                tx.execute("DELETE FROM inodes WHERE ino = ?1", params![i.ino as i64])
-                    .map_err(db)?;
+                Self::delete_inode(&tx, i.ino)?;
             }
             Self::link_reservation(&tx, parent, name, s.ino)?;
-        } else {
+        } else if !matches!(&old, Some(i) if i.ino == s.ino) {
             // An overwrite commits only into the inode it was staged for.
-            match &old {
-                Some(i) if i.ino == s.ino => Self::set_object(&tx, i.ino, s.obj, s.acv)?,
-                _ => return Err(StoreError::NotFound),
-            }
+            return Err(StoreError::NotFound);
         }
+        Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
         tx.execute(
-            "DELETE FROM staged WHERE drive = ?1 AND object = ?2",
-            params![obj.drive.0 as i64, obj.object.0 as i64],
+            "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
+            params![s.ino as i64, now_us() as i64],
         )
         .map_err(db)?;
+        Self::delete_staged(&tx, obj)?;
         tx.commit().map_err(db)?;
         Ok(old)
     }
@@ -926,7 +1176,7 @@ impl MetaStore for SqliteStore {
 
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>> {
         let tx = self.db.transaction().map_err(db)?;
-        let old: Vec<Staged> = {
+        let mut old: Vec<Staged> = {
             let mut st = tx
                 .prepare(&format!(
                     "SELECT {STAGED_COLS} FROM staged WHERE created_ms < ?1"
@@ -937,20 +1187,22 @@ impl MetaStore for SqliteStore {
                 .map_err(db)?;
             rows.collect::<Result<_, _>>().map_err(db)?
         };
-        tx.execute(
-            "DELETE FROM staged WHERE created_ms < ?1",
-            params![before_ms as i64],
-        )
-        .map_err(db)?;
+        for s in &mut old {
+            let key = s.layout.first();
+            s.layout.components = Self::staged_components(&tx, key)?;
+            Self::delete_staged(&tx, key)?;
+        }
         // Reservations as old as that which no live staged record holds: expired uploads,
         // and creates that crashed between reserving and staging.
         let orphaned = "SELECT ino FROM reserved WHERE created_ms < ?1
              AND ino NOT IN (SELECT ino FROM staged WHERE ino IS NOT NULL)";
-        tx.execute(
-            &format!("DELETE FROM inodes WHERE ino IN ({orphaned})"),
-            params![before_ms as i64],
-        )
-        .map_err(db)?;
+        for table in ["components", "inodes"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE ino IN ({orphaned})"),
+                params![before_ms as i64],
+            )
+            .map_err(db)?;
+        }
         tx.execute(
             &format!("DELETE FROM reserved WHERE ino IN ({orphaned})"),
             params![before_ms as i64],
@@ -1169,11 +1421,11 @@ mod tests {
             s.get_meta("schema").unwrap(),
             Some(SCHEMA_VERSION.to_le_bytes().to_vec())
         );
-        let obj = crate::conformance::file(0, 17).obj.unwrap();
+        let obj = crate::conformance::obj(17);
         let old = s.staged(obj).unwrap().unwrap();
         assert_eq!((old.ino, old.new_file, old.path.as_str()), (0, false, "/f"));
         assert_eq!(
-            s.commit_staged(ROOT_INO, "f", obj, Some(9)),
+            s.commit_staged(ROOT_INO, "f", obj, Some(9), None),
             Err(StoreError::NotFound)
         );
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));

@@ -7,9 +7,10 @@
 //! [`MetaStore::forget_reserved`], [`MetaStore::put_staged`], [`MetaStore::abort_staged`],
 //! [`MetaStore::touch_staged`] —
 //! which a power failure (not a process crash) may lose until the next durable change: losing
-//! them fails that upload's commit and leaves nothing visible. Per-file state is small and constant: kind, mode,
-//! owner, group, times, the object's location, its access_control_version, and room for a
-//! 32-byte trusted root (seed 003's constant trusted storage).
+//! them fails that upload's commit and leaves nothing visible. Per-file state is small and
+//! bounded: kind, mode, owner, group, times, the file's layout (a geometry over at most
+//! `COMPONENTS_MAX` component objects, seed 002 §3.3), its access_control_version, and room
+//! for a 32-byte trusted root (seed 003's constant trusted storage).
 
 use nasd_crypto::Key;
 use nasd_proto::manager::FileKind;
@@ -61,7 +62,49 @@ pub struct ObjRef {
     pub object: ObjectId,
 }
 
-/// One file or directory. Constant size: no per-block state at the manager.
+/// Where a file's bytes live: seed 002 §3.3's stripe map. A geometry in `nasd_ec`'s spec
+/// syntax over component objects on distinct drives; `version` changes whenever a component
+/// is replaced or marked stale.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileLayout {
+    pub version: u64,
+    pub geometry: String,
+    pub components: Vec<ObjRef>,
+    /// Bit `i` set: component `i` missed writes or lost its drive, and must not be read until
+    /// a rebuild makes it current.
+    pub stale: u64,
+}
+
+impl FileLayout {
+    /// The one-object layout.
+    pub fn single(obj: ObjRef) -> FileLayout {
+        FileLayout {
+            version: 1,
+            geometry: "single".into(),
+            components: vec![obj],
+            stale: 0,
+        }
+    }
+
+    /// The first component: the key of the layout's staged upload.
+    pub fn first(&self) -> ObjRef {
+        self.components[0]
+    }
+
+    pub fn is_stale(&self, i: usize) -> bool {
+        self.stale >> i & 1 == 1
+    }
+
+    /// Whether the file's size lives in its one object's attributes (`single`), rather than
+    /// with the manager (every layout that spreads a file over several objects, whose sizes
+    /// include padding: seed 002 §3.3 "the aggregate length ... maintained by the striping
+    /// manager").
+    pub fn sized_by_object(&self) -> bool {
+        self.components.len() == 1
+    }
+}
+
+/// One file or directory. Bounded size: no per-block state at the manager.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
     pub ino: u64,
@@ -72,9 +115,16 @@ pub struct Inode {
     /// The directory holding this one (for directories: loop checks on rename).
     pub parent: u64,
     pub ctime_us: u64,
-    /// Directories only; a file's modify time comes from its object's attributes.
+    /// Directories, and files spread over several objects; a one-object file's modify time
+    /// comes from its object's attributes.
     pub mtime_us: u64,
-    pub obj: Option<ObjRef>,
+    /// Files: where the bytes live.
+    pub layout: Option<FileLayout>,
+    /// Files spread over several objects: the logical size (one-object files: `None`, the
+    /// object's attributes hold it).
+    pub size: Option<u64>,
+    /// Directories: the layout spec new files under it get (`None`: the parent's).
+    pub dir_layout: Option<String>,
     /// The object's current access_control_version (seed 002 §2.4); bumped to revoke.
     pub acv: u64,
     /// Trusted per-file root (seed 003), unused until end-to-end integrity lands.
@@ -103,7 +153,8 @@ pub struct DriveRecord {
 /// reservation carries the object from [`MetaStore::put_staged`] on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Staged {
-    pub obj: ObjRef,
+    /// The staged component objects; the record's key is the first.
+    pub layout: FileLayout,
     /// The object's access_control_version when it was created.
     pub acv: u64,
     /// Who may commit it, and where.
@@ -166,8 +217,13 @@ pub trait MetaStore: Send {
     ) -> StoreResult<Option<Inode>>;
     fn update_inode(&mut self, inode: &Inode) -> StoreResult<()>;
     fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64>;
-    /// Every object of `drive` that a file points to.
+    /// Every object of `drive` that a file's layout names.
     fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>>;
+    /// Inodes of files with a component on `drive`, in inode order from `after` on, at most
+    /// `limit` (a rebuild or a scrub walks them in pages).
+    fn files_with_drive(&self, drive: DriveId, after: u64, limit: usize) -> StoreResult<Vec<u64>>;
+    /// Inodes of files, in inode order from `after` on, at most `limit`.
+    fn files_after(&self, after: u64, limit: usize) -> StoreResult<Vec<u64>>;
 
     /// Reserves an inode number for a new file in directory `parent`: stores `inode` (its
     /// `ino` is ignored) with no directory entry, so no name shows it. `NotFound` or
@@ -175,32 +231,37 @@ pub trait MetaStore: Send {
     fn reserve_inode(&mut self, parent: u64, inode: &Inode) -> StoreResult<u64>;
     /// Drops a reservation that never got a name (its object could not be made).
     fn forget_reserved(&mut self, ino: u64) -> StoreResult<()>;
-    /// Links the reserved inode `ino`, now holding object `obj` at version `acv`, as
+    /// Links the reserved inode `ino`, now holding `layout` at version `acv`, as
     /// `parent`/`name`, in one transaction. `Exists` if the name is taken.
     fn link_reserved(
         &mut self,
         parent: u64,
         name: &str,
         ino: u64,
-        obj: ObjRef,
+        layout: &FileLayout,
         acv: u64,
     ) -> StoreResult<()>;
     /// Records a staged upload; for a new file, in the same transaction, its reserved inode
     /// takes the object.
     fn put_staged(&mut self, s: &Staged) -> StoreResult<()>;
+    /// The staged upload that `obj` is a component of.
     fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>>;
     /// In one transaction, provided `parent`/`name` still holds the inode `replacing` (`None`:
     /// no entry), else `Exists`/`NotFound`: an overwrite points its inode at the staged object;
     /// a new file links its reserved inode under the name, replacing the entry there (as a
-    /// rename would). The staged record goes. Returns the inode whose object the caller then
-    /// removes (the file as it was before). `NotFound` if nothing is staged for `obj`,
-    /// `IsADirectory` if the name is a directory.
+    /// rename would). The staged record goes. Returns the inode whose objects the caller then
+    /// removes (the file as it was before). `NotFound` if nothing is staged under `obj` (its
+    /// first component), `IsADirectory` if the name is a directory.
+    /// `size` is the file's size after the upload, kept for layouts spread over several
+    /// objects (`None` for a one-object file, whose object holds it); their modify time
+    /// becomes now.
     fn commit_staged(
         &mut self,
         parent: u64,
         name: &str,
         obj: ObjRef,
         replacing: Option<u64>,
+        size: Option<u64>,
     ) -> StoreResult<Option<Inode>>;
     /// Forgets the staged record of `obj` and, for a new file, its reserved inode; returns
     /// the record (`None` if nothing was staged).

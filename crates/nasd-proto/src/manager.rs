@@ -37,7 +37,12 @@ use std::fmt;
 ///   once all of its bytes are on the drives; [`MgrReply::Staged`] says whether the upload
 ///   `replaces` an existing file. [`MgrRequest::Abort`] drops a staged upload and its object at
 ///   once; [`MgrRequest::Renew`] gives a long upload a fresh write capability.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 3;
+/// - 4: a file's [`Layout`] is a stripe map (seed 002 §3.3): a geometry (`single`,
+///   `raid0:N`, `mirror:N`, `rs:K+M`, `raid6x:K`, with a stripe unit) over component objects on
+///   distinct drives, with a version and a stale flag per component; `Opened` and `Staged`
+///   carry one capability per component. [`MgrRequest::LayoutGet`] and
+///   [`MgrRequest::LayoutSet`] read and set the layout a directory gives new files.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 4;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -195,12 +200,15 @@ pub enum MgrRequest {
         master_key_file: String,
     },
     DriveList,
-    /// Swaps a staged object (from [`MgrReply::Staged`]) into `path` in one transaction; the
-    /// old object is removed afterwards, which revokes its capabilities.
+    /// Swaps a staged upload (from [`MgrReply::Staged`], named by its first component) into
+    /// `path` in one transaction; the old objects are removed afterwards, which revokes their
+    /// capabilities. `size` is the file's size after the upload, which the manager keeps for
+    /// layouts spread over several objects (a one-object file's object holds it).
     Commit {
         path: String,
         drive: DriveId,
         object: ObjectId,
+        size: u64,
     },
     /// Gives up a staged upload: the manager forgets it and removes its object now, so its
     /// space comes back without waiting for the orphan scrub.
@@ -215,6 +223,17 @@ pub enum MgrRequest {
         path: String,
         drive: DriveId,
         object: ObjectId,
+    },
+    /// The layout spec a directory gives new files (inherited from its parent when it has
+    /// none of its own), answered with [`MgrReply::LayoutSpec`].
+    LayoutGet {
+        path: String,
+    },
+    /// Sets the layout spec of a directory (`""` forgets it: the parent's applies again); its
+    /// owner or an admin. Files made afterwards under it get that layout.
+    LayoutSet {
+        path: String,
+        spec: String,
     },
     /// Asks for a fresh challenge to sign for a key login as `user` (before `Login`).
     Challenge {
@@ -346,14 +365,44 @@ pub struct FileStat {
     pub ctime_us: u64,
 }
 
-/// Where a file's bytes live: one object on one drive (striping later adds more extents).
+/// Most component objects in one layout (`raid6x:42` has 44).
+pub const COMPONENTS_MAX: usize = 64;
+/// Longest geometry spec (`"raid6x:42/1M"` and the like).
+pub const GEOMETRY_BYTES_MAX: usize = 64;
+
+/// One object of a file's layout: a component of seed 002 §3.3's stripe map, on one drive.
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Layout {
+pub struct Component {
     pub drive: DriveId,
     pub addr: String,
     pub suite: Suite,
     pub partition: PartitionId,
     pub object: ObjectId,
+    /// The component missed a write (its drive was down) or its drive is lost: it must not be
+    /// read until a rebuild makes it current again.
+    pub stale: bool,
+}
+
+/// Where a file's bytes live (seed 002 §3.3's stripe map): a geometry, in the spec syntax of
+/// `nasd_ec` (`"single"`, `"rs:4+2/256K"`, ...), over component objects on distinct drives.
+/// `version` changes whenever a component is replaced or marked stale, so a client's cached
+/// map can be told apart from the current one.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Layout {
+    pub version: u64,
+    pub geometry: String,
+    pub components: Vec<Component>,
+}
+
+impl Layout {
+    /// A one-object layout (`single`).
+    pub fn single(c: Component) -> Layout {
+        Layout {
+            version: 1,
+            geometry: "single".into(),
+            components: vec![c],
+        }
+    }
 }
 
 /// A capability as the manager hands it out: public args and the secret key.
@@ -414,10 +463,11 @@ pub enum MgrReply {
     },
     Stat(FileStat),
     Entries(Vec<DirEntry>),
+    /// `caps[i]` is the capability for `layout.components[i]`.
     Opened {
         stat: FileStat,
         layout: Layout,
-        cap: CapGrant,
+        caps: Vec<CapGrant>,
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
@@ -427,10 +477,12 @@ pub enum MgrReply {
     Staged {
         stat: FileStat,
         layout: Layout,
-        cap: CapGrant,
+        caps: Vec<CapGrant>,
         replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
+    /// The layout spec new files in a directory get (`LayoutGet`).
+    LayoutSpec(String),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -528,6 +580,8 @@ impl MgrRequest {
             Self::Logout => "logout",
             Self::Abort { .. } => "abort",
             Self::Renew { .. } => "renew",
+            Self::LayoutGet { .. } => "layout get",
+            Self::LayoutSet { .. } => "layout set",
         }
     }
 
@@ -560,6 +614,8 @@ impl MgrRequest {
             Self::Logout => 24,
             Self::Abort { .. } => 25,
             Self::Renew { .. } => 26,
+            Self::LayoutGet { .. } => 27,
+            Self::LayoutSet { .. } => 28,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -644,6 +700,11 @@ impl MgrRequest {
                 put_public_key(&mut w, public_key);
             }
             Self::UserList | Self::DriveList | Self::Logout => {}
+            Self::LayoutGet { path } => put_str(&mut w, path),
+            Self::LayoutSet { path, spec } => {
+                put_str(&mut w, path);
+                put_str(&mut w, spec);
+            }
             Self::GroupAdd { name } => put_str(&mut w, name),
             Self::GroupMember { group, user } => {
                 put_str(&mut w, group);
@@ -662,8 +723,14 @@ impl MgrRequest {
                 path,
                 drive,
                 object,
+                size,
+            } => {
+                put_str(&mut w, path);
+                w.u64(drive.0);
+                w.u64(object.0);
+                w.u64(*size);
             }
-            | Self::Abort {
+            Self::Abort {
                 path,
                 drive,
                 object,
@@ -776,6 +843,7 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
+                size: r.u64("size")?,
             },
             23 => Self::Challenge {
                 user: get_str(r, "user")?,
@@ -791,6 +859,13 @@ impl MgrRequest {
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
             },
+            27 => Self::LayoutGet {
+                path: get_str(r, "path")?,
+            },
+            28 => Self::LayoutSet {
+                path: get_str(r, "path")?,
+                spec: get_str(r, "layout spec")?,
+            },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
@@ -798,32 +873,70 @@ impl MgrRequest {
     }
 }
 
-fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, CapGrant), DecodeError> {
-    Ok((
-        get_stat(r)?,
-        Layout {
+fn get_layout(r: &mut Reader<'_>) -> Result<Layout, DecodeError> {
+    let version = r.u64("layout version")?;
+    let geometry = get_str(r, "geometry")?;
+    if geometry.len() > GEOMETRY_BYTES_MAX {
+        return Err(DecodeError::TooLong("geometry"));
+    }
+    let n = r.u16("components")? as usize;
+    if n == 0 || n > COMPONENTS_MAX {
+        return Err(DecodeError::BadValue("component count"));
+    }
+    let mut components = Vec::with_capacity(n);
+    for _ in 0..n {
+        components.push(Component {
             drive: DriveId(r.u64("drive")?),
             addr: get_str(r, "addr")?,
             suite: Suite::from_u8(r.u8("suite")?)?,
             partition: PartitionId(r.u16("partition")?),
             object: ObjectId(r.u64("object")?),
-        },
-        CapGrant {
-            args: CapabilityArgs::get(r)?,
-            key: r.array("capability key")?,
-        },
-    ))
+            stale: get_bool(r, "stale")?,
+        });
+    }
+    Ok(Layout {
+        version,
+        geometry,
+        components,
+    })
 }
 
-fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, cap: &CapGrant) {
+fn put_layout(w: &mut Writer, l: &Layout) {
+    w.u64(l.version);
+    put_str(w, &l.geometry);
+    w.u16(l.components.len() as u16);
+    for c in &l.components {
+        w.u64(c.drive.0);
+        put_str(w, &c.addr);
+        w.u8(c.suite as u8);
+        w.u16(c.partition.0);
+        w.u64(c.object.0);
+        w.u8(c.stale as u8);
+    }
+}
+
+fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, Vec<CapGrant>), DecodeError> {
+    let stat = get_stat(r)?;
+    let layout = get_layout(r)?;
+    // One grant per component, in order.
+    let mut caps = Vec::with_capacity(layout.components.len());
+    for _ in 0..layout.components.len() {
+        caps.push(CapGrant {
+            args: CapabilityArgs::get(r)?,
+            key: r.array("capability key")?,
+        });
+    }
+    Ok((stat, layout, caps))
+}
+
+fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant]) {
+    debug_assert_eq!(caps.len(), layout.components.len());
     put_stat(w, stat);
-    w.u64(layout.drive.0);
-    put_str(w, &layout.addr);
-    w.u8(layout.suite as u8);
-    w.u16(layout.partition.0);
-    w.u64(layout.object.0);
-    cap.args.put(w);
-    w.bytes(&cap.key);
+    put_layout(w, layout);
+    for cap in caps {
+        cap.args.put(w);
+        w.bytes(&cap.key);
+    }
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -897,6 +1010,7 @@ impl MgrReply {
             Self::Drives(_) => 8,
             Self::Staged { .. } => 9,
             Self::Challenge(_) => 10,
+            Self::LayoutSpec(_) => 11,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -925,16 +1039,17 @@ impl MgrReply {
                     put_stat(&mut w, &e.stat);
                 }
             }
-            Self::Opened { stat, layout, cap } => put_opened(&mut w, stat, layout, cap),
+            Self::Opened { stat, layout, caps } => put_opened(&mut w, stat, layout, caps),
             Self::Staged {
                 stat,
                 layout,
-                cap,
+                caps,
                 replaces,
             } => {
-                put_opened(&mut w, stat, layout, cap);
+                put_opened(&mut w, stat, layout, caps);
                 w.u8(*replaces as u8);
             }
+            Self::LayoutSpec(spec) => put_str(&mut w, spec),
             Self::Challenge(c) => w.bytes(c),
             Self::Users(us) => {
                 w.u32(us.len() as u32);
@@ -996,18 +1111,19 @@ impl MgrReply {
                 Self::Entries(es)
             }
             6 => {
-                let (stat, layout, cap) = get_opened(r)?;
-                Self::Opened { stat, layout, cap }
+                let (stat, layout, caps) = get_opened(r)?;
+                Self::Opened { stat, layout, caps }
             }
             9 => {
-                let (stat, layout, cap) = get_opened(r)?;
+                let (stat, layout, caps) = get_opened(r)?;
                 Self::Staged {
                     stat,
                     layout,
-                    cap,
+                    caps,
                     replaces: get_bool(r, "replaces")?,
                 }
             }
+            11 => Self::LayoutSpec(get_str(r, "layout spec")?),
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
                 let n = get_count(r, 13, "users")?;
@@ -1171,6 +1287,7 @@ mod tests {
                 path: p(),
                 drive: DriveId(3),
                 object: ObjectId(17),
+                size: 12345,
             },
             MgrRequest::Abort {
                 path: p(),
@@ -1182,17 +1299,22 @@ mod tests {
                 drive: DriveId(3),
                 object: ObjectId(19),
             },
+            MgrRequest::LayoutGet { path: p() },
+            MgrRequest::LayoutSet {
+                path: p(),
+                spec: "rs:4+2".into(),
+            },
         ]
     }
 
     fn replies() -> Vec<MgrReply> {
         let mut v = base_replies();
-        if let MgrReply::Opened { stat, layout, cap } = v[5].clone() {
+        if let MgrReply::Opened { stat, layout, caps } = v[5].clone() {
             for replaces in [false, true] {
                 v.push(MgrReply::Staged {
                     stat: stat.clone(),
                     layout: layout.clone(),
-                    cap: cap.clone(),
+                    caps: caps.clone(),
                     replaces,
                 });
             }
@@ -1228,26 +1350,36 @@ mod tests {
             MgrReply::Opened {
                 stat: stat(),
                 layout: Layout {
-                    drive: DriveId(0xabc),
-                    addr: "127.0.0.1:9".into(),
-                    suite: Suite::Blake3,
-                    partition: PartitionId(1),
-                    object: ObjectId(16),
+                    version: 7,
+                    geometry: "rs:1+1/64K".into(),
+                    components: (0..2u64)
+                        .map(|i| Component {
+                            drive: DriveId(0xabc + i),
+                            addr: "127.0.0.1:9".into(),
+                            suite: Suite::Blake3,
+                            partition: PartitionId(1),
+                            object: ObjectId(16 + i),
+                            stale: i == 1,
+                        })
+                        .collect(),
                 },
-                cap: CapGrant {
-                    args: CapabilityArgs {
-                        drive: DriveId(0xabc),
-                        partition: PartitionId(1),
-                        object: ObjectId(16),
-                        region: Region::new(0, u64::MAX),
-                        rights: Rights::READ.union(Rights::GETATTR),
-                        expiry_ms: 99,
-                        audit_id: 4,
-                        min_protection: Protection::INTEGRITY_DATA,
-                    },
-                    key: [5; 32],
-                },
+                caps: (0..2u64)
+                    .map(|i| CapGrant {
+                        args: CapabilityArgs {
+                            drive: DriveId(0xabc + i),
+                            partition: PartitionId(1),
+                            object: ObjectId(16 + i),
+                            region: Region::new(0, u64::MAX),
+                            rights: Rights::READ.union(Rights::GETATTR),
+                            expiry_ms: 99,
+                            audit_id: 4,
+                            min_protection: Protection::INTEGRITY_DATA,
+                        },
+                        key: [5 + i as u8; 32],
+                    })
+                    .collect(),
             },
+            MgrReply::LayoutSpec("raid6x:8/256K".into()),
             MgrReply::Users(vec![UserInfo {
                 name: "a".into(),
                 uid: 1,

@@ -7,9 +7,8 @@ use crate::cmd_cp::{download, upload};
 use crate::cmd_up::Cluster;
 use anyhow::{bail, Context as _};
 use nasd_client::files::Client;
-use nasd_client::object::Target;
 use nasd_client::session::SessionConfig;
-use nasd_client::{Auth, DriveConn};
+use nasd_client::DriveConn;
 use nasd_proto::manager::{Credential, MgrRequest, MgrStatus};
 use nasd_proto::{Region, Status};
 use std::collections::BTreeMap;
@@ -137,13 +136,8 @@ async fn tour(cluster: &Cluster, tmp: &Path) -> anyhow::Result<()> {
     cfg.credential = Credential::Password("alice-pw".into());
     let alice = Client::connect(cfg).await?;
     let grant = alice.open("/demo/shared.txt", false).await?;
-    let conn = DriveConn::connect(&grant.layout.addr).await?;
-    let t = Target {
-        partition: grant.layout.partition,
-        object: grant.layout.object,
-        protection: grant.cap.args.min_protection,
-    };
-    let auth = Auth::Capability(grant.cap.clone());
+    let (addr, t, auth) = grant.component(0).context("the file has no component")?;
+    let conn = DriveConn::connect(addr).await?;
     let before = conn.read(&auth, t, vec![Region::new(0, 100)]).await?;
     if before.data != b"for alice's eyes until chmod\n" {
         bail!("alice read the wrong bytes before the chmod");
@@ -171,7 +165,7 @@ async fn tour(cluster: &Cluster, tmp: &Path) -> anyhow::Result<()> {
         .info
         .drives
         .iter()
-        .find(|d| d.addr == g.layout.addr)
+        .find(|d| d.addr == g.layout.components[0].addr)
         .context("the victim's drive is not in the cluster")?;
     let blk = node.dir.join("data.blk");
     let disk = std::fs::read(&blk).with_context(|| format!("reading {}", blk.display()))?;

@@ -147,15 +147,8 @@ fn permissions_between_two_users_and_revocation_after_chmod() {
             .unwrap();
         let bob = Client::connect(up.session("bob", "bob-pw")).await.unwrap();
         let g = bob.open("/secret", false).await.unwrap();
-        let conn = nasd_client::DriveConn::connect(&g.layout.addr)
-            .await
-            .unwrap();
-        let t = nasd_client::object::Target {
-            partition: g.layout.partition,
-            object: g.layout.object,
-            protection: g.cap.args.min_protection,
-        };
-        let auth = nasd_client::Auth::Capability(g.cap.clone());
+        let (addr, t, auth) = g.component(0).unwrap();
+        let conn = nasd_client::DriveConn::connect(addr).await.unwrap();
         let r = conn
             .read(&auth, t, vec![nasd_proto::Region::new(0, 64)])
             .await
@@ -314,20 +307,10 @@ fn interrupted_overwrites_leave_the_old_content_and_a_finished_one_revokes_it() 
             .unwrap();
         let g = c.open("/f", false).await.unwrap();
         c.put_bytes("/f", &new, 0o644).await.unwrap();
-        let conn = nasd_client::DriveConn::connect(&g.layout.addr)
-            .await
-            .unwrap();
-        let t = nasd_client::object::Target {
-            partition: g.layout.partition,
-            object: g.layout.object,
-            protection: g.cap.args.min_protection,
-        };
+        let (addr, t, auth) = g.component(0).unwrap();
+        let conn = nasd_client::DriveConn::connect(addr).await.unwrap();
         let e = conn
-            .read(
-                &nasd_client::Auth::Capability(g.cap.clone()),
-                t,
-                vec![nasd_proto::Region::new(0, 64)],
-            )
+            .read(&auth, t, vec![nasd_proto::Region::new(0, 64)])
             .await
             .unwrap_err();
         assert!(e.status().is_some(), "old capability still reads: {e}");

@@ -453,18 +453,9 @@ fn holes_survive_upload_and_download() {
     let c = admin_client(&up, &rt);
     let used = rt.block_on(async {
         let g = c.open("/sparse", false).await.unwrap();
-        let conn = nasd_client::DriveConn::connect(&g.layout.addr)
-            .await
-            .unwrap();
-        let t = nasd_client::object::Target {
-            partition: g.layout.partition,
-            object: g.layout.object,
-            protection: g.cap.args.min_protection,
-        };
-        let a = conn
-            .getattr(&nasd_client::Auth::Capability(g.cap.clone()), t)
-            .await
-            .unwrap();
+        let (addr, t, auth) = g.component(0).unwrap();
+        let conn = nasd_client::DriveConn::connect(addr).await.unwrap();
+        let a = conn.getattr(&auth, t).await.unwrap();
         a.blocks_used * a.block_size as u64
     });
     assert!(
@@ -545,7 +536,8 @@ fn a_swapped_object_pointer_in_the_managers_database_is_refused_on_read() {
         let (ia, ib) = (ino_of(db, "a"), ino_of(db, "b"));
         let row = |ino: i64| -> (i64, i64, i64, i64) {
             db.query_row(
-                "SELECT drive, part, object, acv FROM inodes WHERE ino = ?1",
+                "SELECT c.drive, c.part, c.object, i.acv FROM inodes i
+                 JOIN components c ON c.ino = i.ino AND c.idx = 0 WHERE i.ino = ?1",
                 [ino],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
@@ -554,10 +546,12 @@ fn a_swapped_object_pointer_in_the_managers_database_is_refused_on_read() {
         let (ra, rb) = (row(ia), row(ib));
         for (ino, r) in [(ia, rb), (ib, ra)] {
             db.execute(
-                "UPDATE inodes SET drive = ?2, part = ?3, object = ?4, acv = ?5 WHERE ino = ?1",
-                [ino, r.0, r.1, r.2, r.3],
+                "UPDATE components SET drive = ?2, part = ?3, object = ?4 WHERE ino = ?1",
+                [ino, r.0, r.1, r.2],
             )
             .unwrap();
+            db.execute("UPDATE inodes SET acv = ?2 WHERE ino = ?1", [ino, r.3])
+                .unwrap();
         }
     });
     let o = up.nasd(&["cat", "nasd:/b"], &[]);
@@ -947,7 +941,7 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
                 layout, replaces, ..
             } => {
                 assert!(!replaces);
-                layout.object
+                layout.components[0].object
             }
             r => panic!("a new file was not staged: {r:?}"),
         };
@@ -968,7 +962,7 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
         let r = reclaim_orphans(&m, 5).await.unwrap();
         assert_eq!((r.expired_staged, r.removed), (1, 1), "{r:?}");
         assert!(!partition_contents(&m, d).await.unwrap().contains(&obj));
-        let e = m.commit(&a, "/new", d, obj).await.unwrap_err();
+        let e = m.commit(&a, "/new", d, obj, 0).await.unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
         assert!(m.readdir(&a, "/").await.unwrap().is_empty());
     });

@@ -77,11 +77,11 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
         // A referenced file, a staged overwrite of it that is never committed, and an object
         // created as if the manager crashed before committing its name.
         let kept = match m.create(&a, "/kept", 0o644, true).await.unwrap() {
-            MgrReply::Opened { layout, .. } => layout.object,
+            MgrReply::Opened { layout, .. } => layout.components[0].object,
             r => panic!("{r:?}"),
         };
         let staged = match m.create(&a, "/kept", 0o644, false).await.unwrap() {
-            MgrReply::Staged { layout, .. } => layout.object,
+            MgrReply::Staged { layout, .. } => layout.components[0].object,
             r => panic!("{r:?}"),
         };
         let rec = m.drives.record(d).unwrap();
@@ -127,7 +127,7 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
         if before.contains(&ObjectId::FIRST_OBJECT) {
             assert!(after.contains(&ObjectId::FIRST_OBJECT));
         }
-        let e = m.commit(&a, "/kept", d, staged).await.unwrap_err();
+        let e = m.commit(&a, "/kept", d, staged, 0).await.unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
         m.open(&a, "/kept", false).await.unwrap();
     });

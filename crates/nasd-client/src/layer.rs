@@ -1,0 +1,69 @@
+//! The seam between the layers of the file stack. A file's content is served by a stack —
+//! (later: encryption over) a layout (stripe, mirror, erasure code) over one object per drive
+//! — and every layer offers the one above it the same byte-addressed interface, [`FileIo`],
+//! the way crucible composes a `Volume` of `SubVolume`s behind `BlockIO`. Each layer can be
+//! tested alone against the in-memory one ([`crate::memio::MemIo`]).
+
+use crate::ClientError;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A layer's future: boxed, so the trait stays object safe.
+pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, IoError>> + Send + 'a>>;
+
+/// What a read returns: the bytes and the size of the content as that read saw it, so a
+/// caller learns the size from the read itself (no separate getattr).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadOut {
+    pub data: Vec<u8>,
+    pub size: u64,
+}
+
+/// Why a layer failed, naming the component object (by its drive's address) where a drive
+/// was the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error("{error}")]
+    Drive {
+        /// Index of the component in the layout.
+        component: usize,
+        addr: String,
+        error: ClientError,
+    },
+    /// Too few components answered to serve the request (their errors in the log).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The components disagree in a way no decoding can resolve (more corruption than the
+    /// code corrects); nothing was returned or written.
+    #[error("{0}")]
+    Uncorrectable(String),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl IoError {
+    /// The drive status behind the error, when a drive refused.
+    pub fn status(&self) -> Option<nasd_proto::Status> {
+        match self {
+            IoError::Drive { error, .. } => error.status(),
+            _ => None,
+        }
+    }
+}
+
+/// One file's content as a layer offers it.
+pub trait FileIo: Send + Sync {
+    /// Reads up to `len` bytes at `offset` (fewer at the end of the content).
+    fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut>;
+    /// Writes `data` at `offset`; durable when the future completes.
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()>;
+    /// The content's size now.
+    fn size(&self) -> IoFuture<'_, u64>;
+    /// Cuts the content short or extends it with zeros.
+    fn set_size(&self, size: u64) -> IoFuture<'_, ()>;
+    /// The span a write should cover, aligned, so the layer need not read back around it (a
+    /// stripe group of an erasure-coded layout); 1 when any write is as cheap.
+    fn write_granule(&self) -> u64 {
+        1
+    }
+}

@@ -1,0 +1,108 @@
+//! An in-memory [`FileIo`]: the stand-in a layer above is tested against, alone, with faults
+//! injected behind the seam — a component that is unreachable, or whose bytes fail
+//! verification, exactly as a drive's would.
+
+use crate::layer::{FileIo, IoError, IoFuture, ReadOut};
+use crate::ClientError;
+use std::sync::Mutex;
+
+/// What an injected fault looks like to the layer above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Every request fails as if the drive were down.
+    Unreachable,
+    /// Reads fail verification (as a reply whose Merkle proof does not lead to the root);
+    /// writes succeed.
+    Corrupt,
+}
+
+/// One component's content in memory, with a fault switch.
+pub struct MemIo {
+    pub index: usize,
+    bytes: Mutex<Vec<u8>>,
+    fault: Mutex<Fault>,
+}
+
+impl MemIo {
+    pub fn new(index: usize) -> MemIo {
+        MemIo {
+            index,
+            bytes: Mutex::new(vec![]),
+            fault: Mutex::new(Fault::None),
+        }
+    }
+
+    pub fn set_fault(&self, f: Fault) {
+        *self.fault.lock().expect("memio lock") = f;
+    }
+
+    /// The content as it is stored.
+    pub fn contents(&self) -> Vec<u8> {
+        self.bytes.lock().expect("memio lock").clone()
+    }
+
+    fn check(&self, reading: bool) -> Result<(), IoError> {
+        let error = match *self.fault.lock().expect("memio lock") {
+            Fault::None => return Ok(()),
+            Fault::Corrupt if !reading => return Ok(()),
+            Fault::Unreachable => ClientError::ConnectionLost("injected: drive down".into()),
+            Fault::Corrupt => ClientError::Integrity {
+                op: "read",
+                what: "injected: Merkle proof does not lead to the authenticated root".into(),
+            },
+        };
+        Err(IoError::Drive {
+            component: self.index,
+            addr: format!("mem:{}", self.index),
+            error,
+        })
+    }
+}
+
+impl FileIo for MemIo {
+    fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
+        Box::pin(async move {
+            self.check(true)?;
+            let b = self.bytes.lock().expect("memio lock");
+            let size = b.len() as u64;
+            let s = offset.min(size) as usize;
+            let e = offset.saturating_add(len).min(size) as usize;
+            Ok(ReadOut {
+                data: b[s..e].to_vec(),
+                size,
+            })
+        })
+    }
+
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()> {
+        Box::pin(async move {
+            self.check(false)?;
+            let mut b = self.bytes.lock().expect("memio lock");
+            let end = offset as usize + data.len();
+            if b.len() < end {
+                b.resize(end, 0);
+            }
+            b[offset as usize..end].copy_from_slice(data);
+            Ok(())
+        })
+    }
+
+    fn size(&self) -> IoFuture<'_, u64> {
+        Box::pin(async move {
+            self.check(true)?;
+            Ok(self.bytes.lock().expect("memio lock").len() as u64)
+        })
+    }
+
+    fn set_size(&self, size: u64) -> IoFuture<'_, ()> {
+        Box::pin(async move {
+            self.check(false)?;
+            self.bytes
+                .lock()
+                .expect("memio lock")
+                .resize(size as usize, 0);
+            Ok(())
+        })
+    }
+}
