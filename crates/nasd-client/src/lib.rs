@@ -28,6 +28,7 @@
 pub mod auth;
 pub mod capcache;
 pub mod component;
+pub mod config;
 pub mod conn;
 pub mod error;
 pub mod escape;

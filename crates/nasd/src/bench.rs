@@ -48,8 +48,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub enum BenchCmd {
     /// Drive read/write throughput per scheme and protection level.
     Drive(BenchDriveArgs),
-    /// put/get of large files and 4 KiB create+write through the client and manager.
-    Cluster(crate::cmd_fs::BenchClusterArgs),
+    /// PUT/GET of large and 4 KiB files through the client, per file layout, N clients.
+    Cluster(crate::bench_cluster::BenchClusterArgs),
 }
 
 #[derive(Args, Debug)]
@@ -165,7 +165,7 @@ struct Cell {
 pub fn run(c: BenchCmd) -> anyhow::Result<()> {
     let a = match c {
         BenchCmd::Drive(a) => a,
-        BenchCmd::Cluster(a) => return crate::cmd_fs::bench_cluster(a),
+        BenchCmd::Cluster(a) => return crate::bench_cluster::bench_cluster(a),
     };
     let cpus = allowed_cpus();
     if a.shared_cores || cpus.len() < 2 {

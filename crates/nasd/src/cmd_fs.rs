@@ -1,6 +1,6 @@
 //! The user's commands (`cp` is in [`crate::cmd_cp`]): `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`,
-//! `chmod`, `chown`, `truncate`, `touch`, `user ...`, `group ...`, `login`, `logout`, and
-//! `bench cluster`. They read the client config that
+//! `chmod`, `chown`, `truncate`, `touch`, `user ...`, `group ...`, `login`, `logout`. They
+//! read the client config ([`nasd_client::config`]) that
 //! `nasd up` writes (`$NASD_CONFIG`, else `DATA/client.json` with DATA from `$NASD_DATA`, else
 //! `~/.local/share/nasd`) and talk to the manager as the configured user.
 //!
@@ -10,36 +10,16 @@
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
+use nasd_client::config::{saved_token, token_path, ClientFile, CredentialChoice};
 use nasd_client::escape::shown;
 use nasd_client::files::{Client, FsError};
 use nasd_client::session::SessionConfig;
 use nasd_proto::manager::{Credential, DirEntry, FileKind, FileStat, MgrStatus};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
-pub const CLIENT_CONFIG_VERSION: u32 = 1;
 /// Transfers at least this large show a progress bar.
 pub(crate) const PROGRESS_BYTES_MIN: u64 = 8 << 20;
-
-/// `client.json`.
-#[derive(Serialize, Deserialize, Debug, Clone)]
-pub struct ClientFile {
-    pub version: u32,
-    /// HOST:PORT of the manager.
-    pub manager: String,
-    /// The cluster CA certificate (DER).
-    pub ca: PathBuf,
-    pub user: String,
-    /// A file holding a password (written by `nasd up` for the admin, mode 0600).
-    #[serde(default)]
-    pub password_file: Option<PathBuf>,
-    /// Whose password `password_file` holds; it is used for that user only, whoever `user`
-    /// becomes after a `nasd login`. Configs without it: the password belongs to `user`.
-    #[serde(default)]
-    pub password_user: Option<String>,
-}
 
 /// The default data directory of `nasd up`.
 pub fn default_data_dir() -> PathBuf {
@@ -59,66 +39,18 @@ pub fn config_path() -> PathBuf {
     }
 }
 
-pub fn load_config(path: &Path) -> anyhow::Result<ClientFile> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "no client config at {} (start a cluster with `nasd up`, or set NASD_CONFIG)",
-            path.display()
-        )
-    })?;
-    let c: ClientFile =
-        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
-    if c.version != CLIENT_CONFIG_VERSION {
-        bail!("{}: unsupported version {}", path.display(), c.version);
-    }
-    Ok(c)
-}
-
-fn token_path(config: &Path, user: &str) -> PathBuf {
-    config.with_file_name(format!("session-{user}.token"))
-}
-
-/// The session token saved by `nasd login` for `user`, if there is a readable one.
-fn saved_token(config: &Path, user: &str) -> Option<[u8; 32]> {
-    std::fs::read_to_string(token_path(config, user))
-        .ok()
-        .and_then(|t| hex::decode(t.trim()).ok())
-        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-}
-
-/// The session config for the configured (or `$NASD_USER`) user.
+/// The session config for the configured (or `$NASD_USER`) user, with the credentials of
+/// `$NASD_KEY` or `$NASD_PASSWORD` when set (see [`nasd_client::config`] for the order).
 pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
-    let c = load_config(config)?;
-    let ca_der = std::fs::read(&c.ca)
-        .with_context(|| format!("reading the cluster CA {}", c.ca.display()))?;
-    let user = std::env::var("NASD_USER").unwrap_or_else(|_| c.user.clone());
-    let signing_key = match std::env::var_os("NASD_KEY") {
-        Some(p) => Some(nasd_client::userkey::read_secret(Path::new(&p))?),
-        None => None,
-    };
-    let credential = if signing_key.is_some() {
-        Credential::Password(String::new())
-    } else if let Ok(p) = std::env::var("NASD_PASSWORD") {
-        Credential::Password(p)
-    } else if let Some(t) = saved_token(config, &user) {
-        Credential::Token(t)
-    } else if let (Some(pf), true) = (
-        &c.password_file,
-        user == *c.password_user.as_ref().unwrap_or(&c.user),
-    ) {
-        let p = std::fs::read_to_string(pf)
-            .with_context(|| format!("reading the password file {}", pf.display()))?;
-        Credential::Password(p.trim_end_matches('\n').to_string())
-    } else {
-        bail!("no credentials for user {user}: run `nasd login --user {user}` or set NASD_PASSWORD")
-    };
-    Ok(SessionConfig {
-        manager: c.manager,
-        ca_der,
-        user,
-        credential,
-        signing_key,
-    })
+    let c = ClientFile::load(config)?;
+    Ok(c.session_config(
+        config,
+        CredentialChoice {
+            user: std::env::var("NASD_USER").ok(),
+            key_file: std::env::var_os("NASD_KEY").map(PathBuf::from),
+            password: std::env::var("NASD_PASSWORD").ok(),
+        },
+    )?)
 }
 
 pub async fn connect() -> anyhow::Result<Arc<Client>> {
@@ -243,16 +175,6 @@ pub enum GroupCmd {
     Add { name: String },
     /// Add USER to GROUP (admin only).
     Member { group: String, user: String },
-}
-
-#[derive(Args, Debug)]
-pub struct BenchClusterArgs {
-    /// Smaller files and fewer of them; finishes in seconds.
-    #[arg(long)]
-    pub quick: bool,
-    /// JSON lines: op, size_bytes, mib_per_s, ops_per_s, manager_round_trips_per_op.
-    #[arg(long)]
-    pub json: bool,
 }
 
 fn time_str(us: u64) -> String {
@@ -676,7 +598,7 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
 /// user.
 pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result<()> {
     let path = config_path();
-    let mut cfg = load_config(&path)?;
+    let mut cfg = ClientFile::load(&path)?;
     let user = user.unwrap_or_else(|| cfg.user.clone());
     let (credential, signing_key) = match key {
         Some(k) => (
@@ -691,7 +613,7 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
             ),
         },
     };
-    let ca_der = std::fs::read(&cfg.ca).with_context(|| format!("{}", cfg.ca.display()))?;
+    let ca_der = cfg.read_ca()?;
     let c = Client::connect(SessionConfig {
         manager: cfg.manager.clone(),
         ca_der,
@@ -701,15 +623,10 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
     })
     .await?;
     let (token, expires_ms) = c.token().await.context("no session")?;
-    nasd_client::auth::write_secret_file(&token_path(&path, &user), hex::encode(token).as_bytes())?;
+    nasd_client::config::save_token(&path, &user, &token)?;
     if cfg.user != user {
-        // The password file stays the user's it was written for.
-        cfg.password_user.get_or_insert_with(|| cfg.user.clone());
-        cfg.user = user.clone();
-        nasd_client::auth::write_secret_file(
-            &path,
-            (serde_json::to_string_pretty(&cfg)? + "\n").as_bytes(),
-        )?;
+        cfg.switch_user(&user);
+        cfg.save(&path)?;
     }
     let left_h = expires_ms.saturating_sub(nasd_drive::now_us() / 1000) / 3_600_000;
     println!("logged in as {user}; the session lasts {left_h} h");
@@ -722,7 +639,7 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
 /// the session lives on the manager until it expires.
 pub async fn logout(user: Option<String>) -> anyhow::Result<()> {
     let path = config_path();
-    let cfg = load_config(&path)?;
+    let cfg = ClientFile::load(&path)?;
     let user = user
         .or_else(|| std::env::var("NASD_USER").ok())
         .unwrap_or_else(|| cfg.user.clone());
@@ -732,7 +649,7 @@ pub async fn logout(user: Option<String>) -> anyhow::Result<()> {
             token_path(&path, &user).display()
         );
     };
-    let ca_der = std::fs::read(&cfg.ca).with_context(|| format!("{}", cfg.ca.display()))?;
+    let ca_der = cfg.read_ca()?;
     let session = nasd_client::session::Session::connect(&SessionConfig {
         manager: cfg.manager.clone(),
         ca_der,
@@ -752,163 +669,6 @@ pub async fn logout(user: Option<String>) -> anyhow::Result<()> {
         bail!("{e}; the token file is deleted, but the session stays valid on the manager until it expires");
     }
     println!("logged out {user}");
-    Ok(())
-}
-
-fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(n + 8);
-    while v.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(n);
-    v
-}
-
-/// One benchmark figure.
-pub struct Figure {
-    pub op: &'static str,
-    pub size_bytes: u64,
-    pub count: u64,
-    pub secs: f64,
-    pub manager_round_trips: u64,
-}
-
-impl Figure {
-    pub fn mib_per_s(&self) -> f64 {
-        (self.size_bytes * self.count) as f64 / (1 << 20) as f64 / self.secs
-    }
-    pub fn ops_per_s(&self) -> f64 {
-        self.count as f64 / self.secs
-    }
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "op": self.op,
-            "size_bytes": self.size_bytes,
-            "count": self.count,
-            "mib_per_s": (self.mib_per_s() * 10.0).round() / 10.0,
-            "ops_per_s": (self.ops_per_s() * 10.0).round() / 10.0,
-            "manager_round_trips_per_op": self.manager_round_trips as f64 / self.count as f64,
-        })
-    }
-}
-
-/// put/get of large files and create+write of 4 KiB files through the client library.
-pub async fn bench_cluster_with(c: &Arc<Client>, quick: bool) -> anyhow::Result<Vec<Figure>> {
-    use std::sync::atomic::Ordering;
-    let (big, big_n, small_n) = if quick {
-        (16 << 20, 2, 200)
-    } else {
-        (64 << 20, 4, 2000)
-    };
-    let dir = format!("/bench-{:x}", nasd_crypto::random_u64() & 0xffff_ffff);
-    c.mkdir(&dir, 0o755).await?;
-    let data = pseudo_random(big, 7);
-    let mut figs = vec![];
-    let rt = |c: &Arc<Client>| c.manager_round_trips.load(Ordering::Relaxed);
-    let (t0, r0) = (Instant::now(), rt(c));
-    for i in 0..big_n {
-        c.put_bytes(&format!("{dir}/big{i}"), &data, 0o644).await?;
-    }
-    figs.push(Figure {
-        op: "put",
-        size_bytes: big as u64,
-        count: big_n,
-        secs: t0.elapsed().as_secs_f64(),
-        manager_round_trips: rt(c) - r0,
-    });
-    let (t0, r0) = (Instant::now(), rt(c));
-    for i in 0..big_n {
-        let back = c.get_bytes(&format!("{dir}/big{i}")).await?;
-        if back != data {
-            bail!("bench: {dir}/big{i} read back differs");
-        }
-    }
-    figs.push(Figure {
-        op: "get",
-        size_bytes: big as u64,
-        count: big_n,
-        secs: t0.elapsed().as_secs_f64(),
-        manager_round_trips: rt(c) - r0,
-    });
-    let small = pseudo_random(4096, 9);
-    let (t0, r0) = (Instant::now(), rt(c));
-    for i in 0..small_n {
-        c.put_bytes(&format!("{dir}/s{i}"), &small, 0o644).await?;
-    }
-    figs.push(Figure {
-        op: "create+write",
-        size_bytes: 4096,
-        count: small_n,
-        secs: t0.elapsed().as_secs_f64(),
-        manager_round_trips: rt(c) - r0,
-    });
-    let (t0, r0) = (Instant::now(), rt(c));
-    for i in 0..small_n {
-        let back = c.get_bytes(&format!("{dir}/s{i}")).await?;
-        if back.len() != 4096 {
-            bail!("bench: short read");
-        }
-    }
-    figs.push(Figure {
-        op: "open+read",
-        size_bytes: 4096,
-        count: small_n,
-        secs: t0.elapsed().as_secs_f64(),
-        manager_round_trips: rt(c) - r0,
-    });
-    // Clean up.
-    for i in 0..big_n {
-        c.unlink(&format!("{dir}/big{i}")).await?;
-    }
-    for i in 0..small_n {
-        c.unlink(&format!("{dir}/s{i}")).await?;
-    }
-    c.rmdir(&dir).await?;
-    Ok(figs)
-}
-
-pub fn print_figures(figs: &[Figure], json: bool) {
-    for f in figs {
-        if json {
-            println!("{}", f.json());
-        } else {
-            println!(
-                "{:<14} {:>10} B x {:<5} {:>9.1} MiB/s {:>9.1} ops/s  {:.1} manager round trips/op",
-                f.op,
-                f.size_bytes,
-                f.count,
-                f.mib_per_s(),
-                f.ops_per_s(),
-                f.manager_round_trips as f64 / f.count as f64
-            );
-        }
-    }
-}
-
-/// `nasd bench cluster`: against the configured cluster, or a temporary one when none runs.
-pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
-    let rt = crate::runtime()?;
-    let cfg = config_path();
-    if cfg.exists() {
-        let figs = rt.block_on(async {
-            let c = connect().await?;
-            bench_cluster_with(&c, a.quick).await
-        })?;
-        print_figures(&figs, a.json);
-        return Ok(());
-    }
-    let tmp = tempfile::tempdir()?;
-    let cluster = crate::cmd_up::Cluster::start(tmp.path(), 1, !a.json)?;
-    let figs = rt.block_on(async {
-        let c = Client::connect(cluster.session_config()?).await?;
-        bench_cluster_with(&c, a.quick).await
-    })?;
-    print_figures(&figs, a.json);
-    drop(cluster);
     Ok(())
 }
 

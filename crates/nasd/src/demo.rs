@@ -4,11 +4,11 @@
 //! drive's disk detected, and prints throughput. Exits 0 only if every step held.
 
 use crate::cmd_cp::{download, upload};
-use crate::cmd_up::Cluster;
 use anyhow::{bail, Context as _};
 use nasd_client::files::Client;
 use nasd_client::session::SessionConfig;
 use nasd_client::DriveConn;
+use nasd_cluster::{Cluster, Options};
 use nasd_proto::manager::{Credential, MgrRequest, MgrStatus};
 use nasd_proto::{Region, Status};
 use std::collections::BTreeMap;
@@ -70,14 +70,14 @@ pub fn run() -> anyhow::Result<()> {
     let t_all = Instant::now();
     let tmp = tempfile::tempdir()?;
     let rt = crate::runtime()?;
-    let cluster = Cluster::start(&tmp.path().join("cluster"), 2, false)?;
+    let cluster = crate::cmd_up::start(&tmp.path().join("cluster"), &Options::drives(2), false)?;
     step(
         1,
         &format!(
             "started a cluster in {}: manager {} and {} drives, each its own process",
-            cluster.dir.display(),
-            cluster.info.manager.addr,
-            cluster.info.drives.len()
+            cluster.dir().display(),
+            cluster.manager_addr(),
+            cluster.drives().len()
         ),
     );
     let result = rt.block_on(tour(&cluster, tmp.path()));
@@ -162,12 +162,9 @@ async fn tour(cluster: &Cluster, tmp: &Path) -> anyhow::Result<()> {
     admin.put_bytes("/demo/victim.bin", &victim, 0o644).await?;
     let g = admin.open("/demo/victim.bin", false).await?;
     let node = cluster
-        .info
-        .drives
-        .iter()
-        .find(|d| d.addr == g.layout.components[0].addr)
+        .drive_at(&g.layout.components[0].addr)
         .context("the victim's drive is not in the cluster")?;
-    let blk = node.dir.join("data.blk");
+    let blk = cluster.node(node)?.dir.join("data.blk");
     let disk = std::fs::read(&blk).with_context(|| format!("reading {}", blk.display()))?;
     let at = disk
         .windows(marker.len())

@@ -5,11 +5,11 @@
 //! - [`cmd_drive`]: `nasd drive init|run|info`, `nasd partition ...`, `nasd key rotate`.
 //! - [`cmd_obj`]: `nasd obj ...` and `nasd cap mint`.
 //! - [`bench`]: `nasd bench drive`.
+//! - [`bench_cluster`]: `nasd bench cluster` (layouts, concurrent clients, degraded reads).
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
-//! - [`cmd_up`]: `nasd up|down`: a local cluster of processes.
-//! - [`cmd_fs`]: `nasd ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login|logout`,
-//!   `bench cluster`.
+//! - [`cmd_up`]: `nasd up|down`: a local cluster of processes ([`nasd_cluster`]).
+//! - [`cmd_fs`]: `nasd ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login|logout`.
 //! - [`cmd_cp`]: `nasd cp` (modes, times, holes, destinations).
 //! - [`demo`]: `nasd demo`.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
@@ -46,6 +46,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 }
 
 mod bench;
+mod bench_cluster;
 mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
@@ -223,11 +224,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             background,
         } => cmd_up::up(
             data,
-            cmd_up::UpOptions {
+            nasd_cluster::Options {
                 drives,
                 drive_capacity_bytes: drive_capacity,
+                background,
             },
-            background,
         ),
         Cmd::Down { data } => cmd_up::down(data),
         Cmd::Demo => demo::run(),

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 
 use nasd_client::files::Client;
+use nasd_cluster::Options;
 use nasd_proto::manager::MgrStatus;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -203,8 +204,7 @@ fn manager_killed_during_a_large_copy_then_restarted_with_namespace_intact() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mpid = up.pid("manager");
-    unsafe { libc::kill(mpid as i32, libc::SIGKILL) };
+    up.kill("manager");
     // The name appears only at the commit, which needs the manager; the bytes keep flowing to
     // the drive meanwhile.
     std::thread::sleep(Duration::from_millis(500));
@@ -214,18 +214,7 @@ fn manager_killed_during_a_large_copy_then_restarted_with_namespace_intact() {
     );
     // Restart the manager on the same address; the copy's commit, retried, goes through, and
     // the namespace and the data are intact.
-    let cluster: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
-            .unwrap();
-    let m = Command::new(NASD)
-        .args(["manager", "run", "--data"])
-        .arg(cluster["manager"]["dir"].as_str().unwrap())
-        .args(["--listen", cluster["manager"]["addr"].as_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    up.extra.push(m);
+    up.restart("manager");
     let out = cp.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -323,17 +312,12 @@ fn interrupted_overwrites_leave_the_old_content_and_a_finished_one_revokes_it() 
 
 #[test]
 fn a_stopped_drive_gets_clear_errors_naming_path_and_drive() {
-    let up = Up::start(1);
+    let mut up = Up::start(1);
     let f = up.dir.path().join("f");
     std::fs::write(&f, b"on the drive").unwrap();
     up.ok(&["cp", f.to_str().unwrap(), "nasd:/f"]);
-    let cluster: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
-            .unwrap();
-    let addr = cluster["drives"][0]["addr"].as_str().unwrap().to_string();
-    let pid = up.pid("drive-0");
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    std::thread::sleep(Duration::from_millis(200));
+    let addr = up.cluster.drives()[0].addr.clone();
+    up.kill("drive-0");
     for (args, path) in [
         (vec!["cp", f.to_str().unwrap(), "nasd:/g"], "nasd:/g"),
         (vec!["cp", f.to_str().unwrap(), "nasd:/f"], "nasd:/f"),
@@ -356,7 +340,10 @@ fn a_stopped_drive_gets_clear_errors_naming_path_and_drive() {
 
 #[test]
 fn a_full_drive_fails_the_copy_with_disk_full_and_leaves_no_partial_file() {
-    let up = Up::start_with(1, &["--drive-capacity", &(8u64 << 20).to_string()]);
+    let up = Up::start_with(Options {
+        drive_capacity_bytes: Some(8 << 20),
+        ..Options::drives(1)
+    });
     let small = up.dir.path().join("small");
     std::fs::write(&small, b"fits").unwrap();
     up.ok(&["cp", small.to_str().unwrap(), "nasd:/small"]);
@@ -504,4 +491,88 @@ fn a_user_with_an_ed25519_key_logs_in_by_signature_and_a_wrong_key_is_refused() 
         &[("NASD_USER", "carol"), ("NASD_PASSWORD", "anything")],
     );
     assert!(err.contains("wrong password"), "{err}");
+}
+
+/// `nasd up` in the foreground: serves until SIGTERM, then stops every component it started
+/// and removes `pids.json`.
+#[test]
+fn nasd_up_in_the_foreground_serves_until_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("c");
+    let mut child = Command::new(NASD)
+        .args(["up", "--drives", "2", "--data"])
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let t0 = Instant::now();
+    let mut seen = String::new();
+    let mut buf = [0u8; 256];
+    use std::io::Read;
+    while !seen.contains("ctrl-c stops the cluster") {
+        let n = out.read(&mut buf).unwrap();
+        assert!(n > 0, "nasd up exited early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "nasd up too slow: {seen}"
+        );
+    }
+    for line in [
+        "nasd cluster up in",
+        "  manager  127.0.0.1:",
+        "  drive-1  127.0.0.1:",
+    ] {
+        assert!(seen.contains(line), "{line:?} missing from {seen}");
+    }
+    let pids: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("pids.json")).unwrap()).unwrap();
+    let pids: Vec<u32> = pids["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let ls = Command::new(NASD)
+        .args(["ls", "nasd:/"])
+        .env("NASD_CONFIG", data.join("client.json"))
+        .output()
+        .unwrap();
+    assert!(
+        ls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "nasd up exited {status}");
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} outlived nasd up"
+        );
+    }
+    assert!(!data.join("pids.json").exists());
+}
+
+/// `nasd demo` passes every step on a cluster of its own.
+#[test]
+fn the_demo_passes() {
+    let o = Command::new(NASD).arg("demo").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for step in [
+        "[1] started a cluster",
+        "[4] flipped one byte",
+        "demo passed",
+    ] {
+        assert!(out.contains(step), "{step:?} missing from {out}");
+    }
 }

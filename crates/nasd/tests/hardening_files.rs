@@ -8,6 +8,7 @@ mod common;
 use common::*;
 
 use nasd_client::files::Client;
+use nasd_cluster::{NodeId, Options};
 use nasd_proto::manager::MgrStatus;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -120,26 +121,12 @@ fn with_manager_stopped(up: &mut Up, edit: impl FnOnce(&rusqlite::Connection)) {
 /// same address and data again.
 fn with_manager_dir_stopped(up: &mut Up, edit: impl FnOnce(&Path)) {
     let pid = up.pid("manager");
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let t0 = Instant::now();
-    while !process_gone(pid) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "manager still up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let cluster: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
-            .unwrap();
-    let mdir = PathBuf::from(cluster["manager"]["dir"].as_str().unwrap());
+    up.kill("manager");
+    assert!(process_gone(pid), "manager still up");
+    let mdir = up.cluster.info().manager.dir.clone();
     edit(&mdir);
-    let log = up.dir.path().join("manager-restarted.log");
-    let m = Command::new(NASD)
-        .args(["manager", "run", "--data", s(&mdir)])
-        .args(["--listen", cluster["manager"]["addr"].as_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    up.extra.push(m);
+    let log = up.cluster.log_path(NodeId::Manager);
+    up.restart("manager");
     let t0 = Instant::now();
     while !up.nasd(&["ls", "nasd:/"], &[]).status.success() {
         assert!(
@@ -406,7 +393,10 @@ async fn rt_put(c: &std::sync::Arc<Client>, path: &str, data: &[u8]) {
 
 #[test]
 fn the_space_of_a_failed_upload_comes_back_at_once() {
-    let up = Up::start_with(1, &["--drive-capacity", &(8u64 << 20).to_string()]);
+    let up = Up::start_with(Options {
+        drive_capacity_bytes: Some(8 << 20),
+        ..Options::drives(1)
+    });
     let small = up.dir.path().join("small");
     std::fs::write(&small, b"fits").unwrap();
     up.ok(&["cp", s(&small), "nasd:/small"]);

@@ -1,66 +1,43 @@
-//! The black-box cluster harness shared by the test files: `nasd up` as a real process
-//! (manager and drives each their own process), driven through the CLI and the client library.
+//! The black-box cluster harness shared by the test files: a real cluster (manager and drives
+//! each their own process, this package's `nasd` binary) started through `nasd-cluster`, the
+//! library behind `nasd up`, and driven through the CLI and the client library.
 #![allow(dead_code)]
 
 pub mod drive;
 
 use nasd_client::session::SessionConfig;
+use nasd_cluster::{Cluster, NodeId, Options};
 use nasd_proto::manager::Credential;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 pub const NASD: &str = env!("CARGO_BIN_EXE_nasd");
 
-/// A running `nasd up`; dropping it stops the whole cluster.
+/// A running cluster in a temporary directory; dropping it stops every component.
 pub struct Up {
+    /// Declared first, so it is dropped (its processes stopped) before the directory goes.
+    pub cluster: Cluster,
     pub dir: tempfile::TempDir,
-    pub child: Child,
-    pub extra: Vec<Child>,
 }
 
 impl Up {
     pub fn start(drives: usize) -> Up {
-        Up::start_with(drives, &[])
+        Up::start_with(Options::drives(drives))
     }
 
-    pub fn start_with(drives: usize, extra: &[&str]) -> Up {
+    pub fn start_with(options: Options) -> Up {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(NASD)
-            .args(["up", "--drives", &drives.to_string(), "--data"])
-            .arg(dir.path().join("c"))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = child.stdout.take().unwrap();
-        let t0 = Instant::now();
-        let mut seen = String::new();
-        use std::io::Read;
-        let mut buf = [0u8; 256];
-        while !seen.contains("ctrl-c stops the cluster") {
-            let n = out.read(&mut buf).unwrap();
-            assert!(n > 0, "nasd up exited early: {seen}");
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "nasd up too slow: {seen}"
-            );
-        }
-        Up {
-            dir,
-            child,
-            extra: vec![],
-        }
+        let cluster = Cluster::start(Path::new(NASD), &dir.path().join("c"), &options)
+            .unwrap_or_else(|e| panic!("starting the cluster: {}", chain(&e)));
+        Up { cluster, dir }
     }
 
     pub fn data(&self) -> PathBuf {
-        self.dir.path().join("c")
+        self.cluster.dir().to_path_buf()
     }
 
     pub fn config(&self) -> PathBuf {
-        self.data().join("client.json")
+        self.cluster.config_path()
     }
 
     pub fn nasd(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -92,16 +69,28 @@ impl Up {
         String::from_utf8(o.stderr).unwrap()
     }
 
+    /// The pid of the running component `name` (`manager`, `drive-N`).
     pub fn pid(&self, name: &str) -> u32 {
-        let t = std::fs::read_to_string(self.data().join("pids.json")).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        v["pids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p[0] == name)
-            .map(|p| p[1].as_u64().unwrap() as u32)
-            .unwrap()
+        let id: NodeId = name.parse().unwrap();
+        self.cluster
+            .pid(id)
+            .unwrap_or_else(|| panic!("{name} is not running"))
+    }
+
+    /// Kills component `name` with SIGKILL and waits until it is gone.
+    pub fn kill(&mut self, name: &str) {
+        let id: NodeId = name.parse().unwrap();
+        self.cluster
+            .kill(id)
+            .unwrap_or_else(|e| panic!("killing {name}: {}", chain(&e)));
+    }
+
+    /// Starts component `name` again on its address and data.
+    pub fn restart(&mut self, name: &str) {
+        let id: NodeId = name.parse().unwrap();
+        self.cluster
+            .restart(id)
+            .unwrap_or_else(|e| panic!("restarting {name}: {}", chain(&e)));
     }
 
     pub fn session(&self, user: &str, password: &str) -> SessionConfig {
@@ -121,23 +110,16 @@ impl Up {
     }
 }
 
-impl Drop for Up {
-    fn drop(&mut self) {
-        for c in &mut self.extra {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(15) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// An error and its causes, one after another.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
     }
+    s
 }
 
 pub fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {

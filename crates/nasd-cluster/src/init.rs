@@ -1,0 +1,79 @@
+//! The first start in a directory: initializes each drive (`drive-N/`) and the manager
+//! (`manager/`) in place, picks their loopback addresses, makes the admin's password, and
+//! writes `cluster.json` and the admin's `client.json`. Everything is private (0700
+//! directories, 0600 files) whatever the umask: it holds keys, the password and the data.
+
+use crate::error::ClusterError;
+use crate::node::{ClusterFile, Node, NodeId, CLUSTER_FILE_VERSION};
+use crate::process::free_addr;
+use crate::{Options, DRIVES_MAX};
+use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
+use std::path::Path;
+
+/// The admin user `init` creates.
+pub const ADMIN_USER: &str = "admin";
+/// Random bytes of the admin's password (printed as hex).
+const ADMIN_PASSWORD_BYTES: usize = 16;
+
+/// Initializes a cluster of `o.drives` drives in `dir` (which exists and is private).
+pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
+    if o.drives == 0 || o.drives > DRIVES_MAX {
+        return Err(ClusterError::DriveCount { drives: o.drives });
+    }
+    let mut drives = vec![];
+    for i in 0..o.drives {
+        let id = NodeId::Drive(i);
+        let d = dir.join(id.to_string());
+        let mut init = nasd_drive::InitOptions::new(&d);
+        init.capacity_bytes = o.drive_capacity_bytes;
+        nasd_drive::init(&init).map_err(|source| ClusterError::DriveInit {
+            dir: d.clone(),
+            source,
+        })?;
+        drives.push(Node {
+            name: id.to_string(),
+            dir: d,
+            addr: free_addr()?,
+        });
+    }
+    let mut pw = [0u8; ADMIN_PASSWORD_BYTES];
+    nasd_crypto::random_bytes(&mut pw);
+    let password = hex::encode(pw);
+    let pw_file = dir.join("admin.password");
+    nasd_private::write_file(&pw_file, password.as_bytes())?;
+    let mdir = dir.join(NodeId::Manager.to_string());
+    let maddr = free_addr()?;
+    nasd_manager::setup::init(&nasd_manager::setup::InitOptions {
+        dir: mdir.clone(),
+        listen: maddr.clone(),
+        admin_user: ADMIN_USER.into(),
+        admin_password: password,
+        names: vec![],
+        policy: Default::default(),
+    })
+    .map_err(|source| ClusterError::ManagerInit {
+        dir: mdir.clone(),
+        source,
+    })?;
+    let info = ClusterFile {
+        version: CLUSTER_FILE_VERSION,
+        manager: Node {
+            name: NodeId::Manager.to_string(),
+            dir: mdir.clone(),
+            addr: maddr.clone(),
+        },
+        drives,
+    };
+    let text = serde_json::to_string_pretty(&info).expect("cluster.json serializes") + "\n";
+    nasd_private::write_file(&ClusterFile::path(dir), text.as_bytes())?;
+    ClientFile {
+        version: CLIENT_CONFIG_VERSION,
+        manager: maddr,
+        ca: mdir.join("tls/ca.der"),
+        user: ADMIN_USER.into(),
+        password_file: Some(pw_file),
+        password_user: Some(ADMIN_USER.into()),
+    }
+    .save(&dir.join("client.json"))?;
+    Ok(info)
+}

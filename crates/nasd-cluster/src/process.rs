@@ -1,0 +1,204 @@
+//! Processes: spawning a component (`nasd drive run` / `nasd manager run`) with its output in
+//! `logs/NAME.log`, waiting until it serves, signalling it, and telling whether a pid still
+//! runs the component it was recorded for (a pid may be reused by an unrelated process after
+//! the component exited, and that one must never be signalled or taken for the component).
+
+use crate::error::ClusterError;
+use crate::node::NodeId;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a started process has to accept connections.
+pub const READY_TIMEOUT_MS: u64 = 20_000;
+/// How long a stop waits after SIGTERM before SIGKILL (a drive flushes on SIGTERM).
+pub const STOP_GRACE_MS: u64 = 10_000;
+/// How long a kill waits for the process to be gone after SIGKILL.
+pub const KILL_WAIT_MS: u64 = 10_000;
+/// Between two checks of a starting or stopping process.
+const POLL_MS: u64 = 20;
+/// Lines of a component's log quoted when it fails to start.
+const LOG_TAIL_LINES: usize = 5;
+
+/// The log file of component `node` in the cluster directory `dir`.
+pub fn log_path(dir: &Path, node: NodeId) -> PathBuf {
+    dir.join("logs").join(format!("{node}.log"))
+}
+
+/// Starts `nasd ARGS` as component `node`, its stdout and stderr appended to its log.
+/// `detach`: in a process group of its own, so a ctrl-c in the terminal that started it does
+/// not reach it.
+pub fn spawn(
+    nasd_bin: &Path,
+    dir: &Path,
+    node: NodeId,
+    args: &[&std::ffi::OsStr],
+    detach: bool,
+) -> Result<Child, ClusterError> {
+    nasd_private::create_dir(&dir.join("logs"))?;
+    let log = nasd_private::open_append(&log_path(dir, node))?;
+    let io = |source| ClusterError::Spawn { node, source };
+    let mut cmd = Command::new(nasd_bin);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(io)?)
+        .stderr(log);
+    if detach {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
+    cmd.spawn().map_err(io)
+}
+
+/// The last lines of `node`'s log.
+pub fn log_tail(dir: &Path, node: NodeId) -> String {
+    let t = std::fs::read_to_string(log_path(dir, node)).unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+}
+
+/// Waits until `child` (component `node`) accepts TCP connections on `addr`.
+pub fn wait_ready(
+    dir: &Path,
+    node: NodeId,
+    addr: &str,
+    child: &mut Child,
+) -> Result<(), ClusterError> {
+    let t0 = Instant::now();
+    loop {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|source| ClusterError::Wait { node, source })?
+        {
+            return Err(ClusterError::Exited {
+                node,
+                status,
+                addr: addr.to_string(),
+                log_tail: log_tail(dir, node),
+            });
+        }
+        if t0.elapsed() > Duration::from_millis(READY_TIMEOUT_MS) {
+            return Err(ClusterError::NotReady {
+                node,
+                addr: addr.to_string(),
+                log_tail: log_tail(dir, node),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(POLL_MS));
+    }
+}
+
+/// A free loopback address (the port is released at once, for the component to bind).
+pub fn free_addr() -> Result<String, ClusterError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Port)?;
+    Ok(l.local_addr().map_err(ClusterError::Port)?.to_string())
+}
+
+/// Whether `pid` exists and may be signalled.
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// Whether `pid` is a nasd process (so a reused pid is never signalled).
+pub fn is_nasd(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains("nasd"))
+        .unwrap_or(false)
+}
+
+/// A process that exited but was not reaped yet (or is gone).
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+/// Whether our unreaped child `pid` still runs (has not exited).
+pub fn child_runs(pid: u32) -> bool {
+    alive(pid) && !is_zombie(pid)
+}
+
+/// Whether `pid` is alive and is the nasd process serving `dir` (its `--data` argument).
+pub fn runs_node(pid: u32, dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let dir = dir.as_os_str().as_encoded_bytes();
+    alive(pid) && is_nasd(pid) && args.contains(&dir) && !is_zombie(pid)
+}
+
+/// Sends `signal` to `pid`.
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: signalling a process we started, or one checked with `is_nasd`/`runs_node`.
+    unsafe { libc::kill(pid as i32, signal) };
+}
+
+/// Waits up to `ms` for `pid` to be gone, reaping it if it is our child.
+fn wait_gone(pid: u32, ms: u64) -> bool {
+    let t0 = Instant::now();
+    loop {
+        // SAFETY: waitpid with WNOHANG on a pid; harmless if it is not our child.
+        unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
+        if !alive(pid) || is_zombie(pid) {
+            return true;
+        }
+        if t0.elapsed() >= Duration::from_millis(ms) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(POLL_MS));
+    }
+}
+
+/// SIGTERM, then SIGKILL if `pid` has not exited within [`STOP_GRACE_MS`].
+pub fn stop_pid(pid: u32) {
+    signal(pid, libc::SIGTERM);
+    if !wait_gone(pid, STOP_GRACE_MS) {
+        kill_pid(pid);
+    }
+}
+
+/// SIGKILL, and wait up to [`KILL_WAIT_MS`] for `pid` to be gone.
+pub fn kill_pid(pid: u32) {
+    signal(pid, libc::SIGKILL);
+    wait_gone(pid, KILL_WAIT_MS);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_child_is_gone_and_reaped() {
+        let mut ch = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = ch.id();
+        assert!(alive(pid));
+        stop_pid(pid);
+        assert!(!alive(pid), "still there after a stop");
+        // Reaped by the stop: waiting now finds no child.
+        assert!(ch.try_wait().is_err() || ch.try_wait().unwrap().is_some());
+        assert!(!runs_node(pid, Path::new("/")));
+    }
+
+    #[test]
+    fn a_log_tail_is_its_last_lines() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("logs")).unwrap();
+        let text: String = (0..9).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(log_path(t.path(), NodeId::Drive(3)), text).unwrap();
+        assert_eq!(
+            log_tail(t.path(), NodeId::Drive(3)),
+            "line 4\nline 5\nline 6\nline 7\nline 8"
+        );
+        assert_eq!(log_tail(t.path(), NodeId::Manager), "");
+    }
+}

@@ -1,0 +1,799 @@
+//! `nasd bench cluster`: PUT and GET throughput of whole files through the client library,
+//! per file layout, with N concurrent clients (each its own `Client`: session, capability
+//! cache and drive connections, like warp's `--concurrent`), for large files (64 MiB; 16 MiB
+//! with `--quick`) and 4 KiB ones.
+//!
+//! Method: for each layout the bench makes a directory whose new files get that layout
+//! (`layout_set`). A round visits every layout in turn — forward in even rounds, backward in
+//! odd ones, so no layout always runs first — and runs, for that layout, PUT of large files,
+//! PUT of small files, then GET of the files just written (each compared with what was
+//! written). Every cell is time-boxed to duration/rounds; each worker finishes the operation
+//! it is in, so every worker does at least one. A cell's throughput is the median over
+//! rounds of bytes moved over the round's wall time: on a shared, noisy machine, the ratios
+//! between the layouts of one run are what count, not the absolute figures. The files are
+//! removed after each round, outside the timed windows.
+//!
+//! `LAYOUT:degraded` measures GET with two drives stopped (SIGTERM): the drives of the first
+//! two components of the first large file written (under `rs:K+M`, data components, so reads
+//! must reconstruct), stopped after the round's PUTs and restarted after its GETs. Only a
+//! cluster the bench started itself can be stopped; against a configured cluster such a
+//! layout is refused before anything runs. Its PUT cells are not reported: they are the
+//! healthy layout's.
+//!
+//! A layout the cluster cannot serve (unknown to the manager, more drives than it has, an I/O
+//! error) is reported with its error and left out of later rounds; the other layouts go on,
+//! and the command exits non-zero at the end. A benchmark, not a test: it asserts nothing
+//! about speed.
+
+use crate::cmd_fs::{config_path, session_config};
+use anyhow::{bail, Context as _};
+use clap::Args;
+use nasd_client::files::Client;
+use nasd_client::session::SessionConfig;
+use nasd_cluster::{Cluster, NodeId, Options};
+use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A large file.
+const LARGE_BYTES: usize = 64 << 20;
+/// A large file with `--quick`.
+const LARGE_BYTES_QUICK: usize = 16 << 20;
+/// A small file.
+const SMALL_BYTES: usize = 4 << 10;
+const ROUNDS: usize = 5;
+const ROUNDS_QUICK: usize = 3;
+/// Seconds of measurement per cell, over all its rounds.
+const DURATION_S: f64 = 10.0;
+const DURATION_S_QUICK: f64 = 1.0;
+const DURATION_S_MAX: f64 = 3600.0;
+const WORKERS_MAX: u16 = 64;
+/// Drives stopped for a degraded layout.
+const DEGRADED_DRIVES_STOPPED: usize = 2;
+/// How long, after restarting stopped drives, the bench waits for the manager to see every
+/// drive healthy again (it checks every 2 s by default).
+const HEALTHY_WAIT_MS: u64 = 15_000;
+/// Spelling of a degraded layout: `rs:4+2:degraded`.
+const DEGRADED_SUFFIX: &str = ":degraded";
+
+#[derive(Args, Debug)]
+pub struct BenchClusterArgs {
+    /// Large files of 16 MiB instead of 64 MiB, 1 s per cell instead of 10, 3 rounds instead
+    /// of 5: finishes in seconds.
+    #[arg(long)]
+    pub quick: bool,
+    /// One JSON object per cell on stdout: layout, op, size_bytes, workers, count, rounds,
+    /// mib_per_s, ops_per_s, manager_round_trips_per_op (a failed layout: layout, error).
+    #[arg(long)]
+    pub json: bool,
+    /// File layouts to compare, comma-separated: single, raid0:N, mirror:N, rs:K+M,
+    /// raid6x:K. A `:degraded` suffix (rs:4+2:degraded) measures reads with two of the
+    /// layout's drives stopped; it needs a cluster the bench starts itself (no client config).
+    #[arg(long, value_delimiter = ',', default_value = "single", value_parser = parse_layout)]
+    pub layout: Vec<LayoutArg>,
+    /// Concurrent clients, each with its own session and drive connections.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=WORKERS_MAX as i64))]
+    pub workers: u16,
+    /// Seconds of measurement per cell (layout x operation x size), split over the rounds
+    /// (default 10; 1 with --quick).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+}
+
+/// One `--layout` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayoutArg {
+    /// What `layout_set` is given.
+    spec: String,
+    /// Reads run with [`DEGRADED_DRIVES_STOPPED`] drives stopped.
+    degraded: bool,
+}
+
+impl std::fmt::Display for LayoutArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.spec)?;
+        if self.degraded {
+            f.write_str(DEGRADED_SUFFIX)?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_layout(s: &str) -> Result<LayoutArg, String> {
+    let (spec, degraded) = match s.strip_suffix(DEGRADED_SUFFIX) {
+        Some(spec) => (spec, true),
+        None => (s, false),
+    };
+    if spec.is_empty() || spec.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{s:?}: a layout is single, raid0:N, mirror:N, rs:K+M or raid6x:K, optionally \
+             followed by {DEGRADED_SUFFIX}"
+        ));
+    }
+    Ok(LayoutArg {
+        spec: spec.to_string(),
+        degraded,
+    })
+}
+
+impl LayoutArg {
+    /// Drives a temporary cluster needs for this layout. Specs this code does not know need
+    /// one; the manager's refusal then says what is wrong with them.
+    fn drives_needed(&self) -> usize {
+        let numbers = |rest: &str| -> Option<Vec<usize>> {
+            rest.split('+').map(|n| n.parse().ok()).collect()
+        };
+        let width = match self.spec.split_once(':') {
+            Some(("raid0" | "mirror", n)) => numbers(n).filter(|v| v.len() == 1).map(|v| v[0]),
+            Some(("rs", km)) => numbers(km).filter(|v| v.len() == 2).map(|v| v[0] + v[1]),
+            // K data components and two parity ones.
+            Some(("raid6x", k)) => numbers(k).filter(|v| v.len() == 1).map(|v| v[0] + 2),
+            _ => None,
+        };
+        let width = width.unwrap_or(1).clamp(1, nasd_cluster::DRIVES_MAX);
+        if self.degraded {
+            width.max(DEGRADED_DRIVES_STOPPED)
+        } else {
+            width
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Op {
+    Put,
+    Get,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+        }
+    }
+}
+
+/// One round of one cell.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    ops: u64,
+    bytes: u64,
+    secs: f64,
+    manager_round_trips: u64,
+}
+
+/// What the run is.
+struct Plan {
+    layouts: Vec<LayoutArg>,
+    workers: usize,
+    rounds: usize,
+    /// Time box of one cell in one round.
+    cell_round: Duration,
+    large_bytes: usize,
+}
+
+impl Plan {
+    fn new(a: &BenchClusterArgs) -> anyhow::Result<Plan> {
+        let duration = a.duration.unwrap_or(if a.quick {
+            DURATION_S_QUICK
+        } else {
+            DURATION_S
+        });
+        if !(duration > 0.0 && duration <= DURATION_S_MAX) {
+            bail!(
+                "--duration {duration}: seconds per cell, more than 0 and at most {DURATION_S_MAX}"
+            );
+        }
+        let rounds = if a.quick { ROUNDS_QUICK } else { ROUNDS };
+        Ok(Plan {
+            layouts: a.layout.clone(),
+            workers: a.workers as usize,
+            rounds,
+            cell_round: Duration::from_secs_f64(duration / rounds as f64),
+            large_bytes: if a.quick {
+                LARGE_BYTES_QUICK
+            } else {
+                LARGE_BYTES
+            },
+        })
+    }
+
+    fn drives_needed(&self) -> usize {
+        self.layouts
+            .iter()
+            .map(LayoutArg::drives_needed)
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+/// A layout under measurement.
+struct LayoutRun {
+    arg: LayoutArg,
+    dir: String,
+    /// Why the layout could not be measured; it is skipped from then on.
+    error: Option<String>,
+    /// Each cell's rounds, cells in the order they run.
+    cells: Vec<((Op, u64), Vec<Sample>)>,
+}
+
+/// A cluster the bench started and stops at the end (dropped before its directory).
+struct OwnCluster {
+    cluster: Cluster,
+    _dir: tempfile::TempDir,
+}
+
+/// `nasd bench cluster`: against the configured cluster, or a temporary one when there is no
+/// client config.
+pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
+    let plan = Plan::new(&a)?;
+    let rt = crate::runtime()?;
+    let cfg = config_path();
+    let mut own = None;
+    let session = if cfg.exists() {
+        if let Some(l) = plan.layouts.iter().find(|l| l.degraded) {
+            bail!(
+                "--layout {l}: a degraded run stops drives, which the bench does only in a \
+                 cluster it starts itself; this one is configured by {} (run with no client \
+                 config, i.e. NASD_CONFIG unset and no DATA/client.json, or drop {DEGRADED_SUFFIX})",
+                cfg.display()
+            );
+        }
+        session_config(&cfg)?
+    } else {
+        let dir = tempfile::tempdir()?;
+        let cluster =
+            crate::cmd_up::start(dir.path(), &Options::drives(plan.drives_needed()), !a.json)?;
+        let s = cluster.session_config()?;
+        own = Some(OwnCluster { cluster, _dir: dir });
+        s
+    };
+    let clients = rt.block_on(connect_workers(session, plan.workers))?;
+    let base = format!("/bench-{:x}", nasd_crypto::random_u64() & 0xffff_ffff);
+    let mut runs = rt.block_on(make_dirs(&clients[0], &base, &plan.layouts))?;
+    for r in 0..plan.rounds {
+        let order: Vec<usize> = if r % 2 == 0 {
+            (0..runs.len()).collect()
+        } else {
+            (0..runs.len()).rev().collect()
+        };
+        for i in order {
+            let run = &mut runs[i];
+            if run.error.is_some() {
+                continue;
+            }
+            let cluster = own.as_mut().map(|o| &mut o.cluster);
+            match layout_round(&rt, &plan, &clients, cluster, run, r) {
+                Ok(cells) => {
+                    for (k, s) in cells {
+                        match run.cells.iter_mut().find(|(c, _)| *c == k) {
+                            Some((_, v)) => v.push(s),
+                            None => run.cells.push((k, vec![s])),
+                        }
+                    }
+                }
+                Err(e) => run.error = Some(format!("{e:#}")),
+            }
+        }
+    }
+    rt.block_on(remove_dirs(&clients[0], &base, &runs));
+    print(&plan, &runs, a.json);
+    drop(clients);
+    drop(own);
+    let failed: Vec<String> = runs
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| r.arg.to_string())
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} layouts could not be measured: {}",
+            failed.len(),
+            runs.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `n` clients: the first logs in with `cfg`, the others with its session token (so the
+/// manager checks one password, not `n`), each with its own session and connections.
+async fn connect_workers(cfg: SessionConfig, n: usize) -> anyhow::Result<Vec<Arc<Client>>> {
+    let first = Client::connect(cfg.clone()).await?;
+    let token = first.token().await;
+    let mut clients = vec![first];
+    while clients.len() < n {
+        let mut c = cfg.clone();
+        if let Some((t, _)) = token {
+            c.credential = Credential::Token(t);
+            c.signing_key = None;
+        }
+        clients.push(Client::connect(c).await?);
+    }
+    Ok(clients)
+}
+
+/// The base directory and one directory per layout, each set to give new files its layout.
+/// A layout the manager refuses is recorded as failed.
+async fn make_dirs(
+    c: &Arc<Client>,
+    base: &str,
+    layouts: &[LayoutArg],
+) -> anyhow::Result<Vec<LayoutRun>> {
+    c.mkdir(base, 0o755).await?;
+    let mut runs = vec![];
+    for (i, arg) in layouts.iter().enumerate() {
+        let dir = format!("{base}/l{i}");
+        let mut error = None;
+        if let Err(e) = c.mkdir(&dir, 0o755).await {
+            error = Some(format!("{e:#}"));
+        } else if let Err(e) = c.layout_set(&dir, &arg.spec).await {
+            error = Some(format!("layout_set: {e:#}"));
+        }
+        runs.push(LayoutRun {
+            arg: arg.clone(),
+            dir,
+            error,
+            cells: vec![],
+        });
+    }
+    Ok(runs)
+}
+
+/// Removes what the bench made; what cannot be removed is reported, not fatal.
+async fn remove_dirs(c: &Arc<Client>, base: &str, runs: &[LayoutRun]) {
+    for r in runs {
+        if let Err(e) = c.rmdir(&r.dir).await {
+            eprintln!("bench: leaving {}: {e:#}", r.dir);
+        }
+    }
+    if let Err(e) = c.rmdir(base).await {
+        eprintln!("bench: leaving {base}: {e:#}");
+    }
+}
+
+/// One round of one layout: PUT large and small files, (degraded: stop two drives), GET them
+/// back, (degraded: restart the drives), remove them.
+fn layout_round(
+    rt: &tokio::runtime::Runtime,
+    plan: &Plan,
+    clients: &[Arc<Client>],
+    mut cluster: Option<&mut Cluster>,
+    run: &LayoutRun,
+    round: usize,
+) -> anyhow::Result<Vec<((Op, u64), Sample)>> {
+    let sizes = [plan.large_bytes, SMALL_BYTES];
+    let mut cells = vec![];
+    let mut written: Vec<Vec<String>> = vec![];
+    let mut stopped = vec![];
+    let measured = (|| -> anyhow::Result<()> {
+        for (s, &size) in sizes.iter().enumerate() {
+            let data = Arc::new(pseudo_random(size, 7 + s as u64));
+            let prefix = format!("{}/r{round}-{size}", run.dir);
+            let (sample, names) = rt.block_on(put_cell(clients, plan.cell_round, &prefix, data))?;
+            written.push(names);
+            if !run.arg.degraded {
+                cells.push(((Op::Put, size as u64), sample));
+            }
+        }
+        if run.arg.degraded {
+            let cluster = cluster
+                .as_deref_mut()
+                .context("degraded runs need the bench's own cluster")?;
+            let victims = rt.block_on(drives_to_stop(&clients[0], cluster, &written[0][0]))?;
+            for id in victims {
+                cluster.stop(id)?;
+                stopped.push(id);
+            }
+        }
+        for (s, &size) in sizes.iter().enumerate() {
+            let data = Arc::new(pseudo_random(size, 7 + s as u64));
+            let names = Arc::new(written[s].clone());
+            let sample = rt.block_on(get_cell(clients, plan.cell_round, names, data))?;
+            cells.push(((Op::Get, size as u64), sample));
+        }
+        Ok(())
+    })();
+    let restarted = restart(rt, cluster, &clients[0], &stopped);
+    let removed = rt.block_on(remove_files(clients, written.concat()));
+    measured?;
+    restarted?;
+    removed?;
+    Ok(cells)
+}
+
+/// The drives to stop for a degraded read of `path`: those of its first two components,
+/// topped up with other drives of the cluster if it has fewer.
+async fn drives_to_stop(
+    c: &Arc<Client>,
+    cluster: &Cluster,
+    path: &str,
+) -> anyhow::Result<Vec<NodeId>> {
+    let f = c.open(path, false).await?;
+    let mut ids: Vec<NodeId> = vec![];
+    let candidates = f
+        .layout
+        .components
+        .iter()
+        .filter_map(|k| cluster.drive_at(&k.addr))
+        .chain((0..cluster.drives().len()).map(NodeId::Drive));
+    for id in candidates {
+        if ids.len() == DEGRADED_DRIVES_STOPPED {
+            break;
+        }
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    if ids.len() < DEGRADED_DRIVES_STOPPED {
+        bail!(
+            "a degraded run stops {DEGRADED_DRIVES_STOPPED} drives; the cluster has {}",
+            cluster.drives().len()
+        );
+    }
+    Ok(ids)
+}
+
+/// Restarts the stopped drives and waits until the manager sees every drive healthy.
+fn restart(
+    rt: &tokio::runtime::Runtime,
+    cluster: Option<&mut Cluster>,
+    c: &Arc<Client>,
+    stopped: &[NodeId],
+) -> anyhow::Result<()> {
+    let Some(cluster) = cluster else {
+        return Ok(());
+    };
+    if stopped.is_empty() {
+        return Ok(());
+    }
+    for &id in stopped {
+        cluster.restart(id)?;
+    }
+    rt.block_on(wait_healthy(c))
+}
+
+/// Waits up to [`HEALTHY_WAIT_MS`] for the manager to call every drive healthy, so the next
+/// layout's PUTs get the drives they need.
+async fn wait_healthy(c: &Arc<Client>) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList).await? else {
+            bail!("the manager did not answer the drive list with drives");
+        };
+        let sick: Vec<String> = ds
+            .iter()
+            .filter(|d| !d.healthy)
+            .map(|d| d.addr.clone())
+            .collect();
+        if sick.is_empty() {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_millis(HEALTHY_WAIT_MS) {
+            bail!(
+                "the manager still calls {} unhealthy {HEALTHY_WAIT_MS} ms after the restart",
+                sick.join(", ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs `op(worker, client, k)` on every worker until `budget` has passed (each does at least
+/// one), `k` counting that worker's operations; returns the round's figures and what the
+/// operations returned.
+async fn timed<T, F, Fut>(
+    clients: &[Arc<Client>],
+    budget: Duration,
+    size: usize,
+    op: F,
+) -> anyhow::Result<(Sample, Vec<T>)>
+where
+    T: Send + 'static,
+    F: Fn(usize, Arc<Client>, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<T>> + Send,
+{
+    let trips = |cs: &[Arc<Client>]| -> u64 {
+        cs.iter()
+            .map(|c| c.manager_round_trips.load(Ordering::Relaxed))
+            .sum()
+    };
+    let trips0 = trips(clients);
+    let t0 = Instant::now();
+    let deadline = t0 + budget;
+    let mut tasks = vec![];
+    for (w, c) in clients.iter().enumerate() {
+        let (c, op) = (c.clone(), op.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = vec![];
+            for k in 0.. {
+                out.push(op(w, c.clone(), k).await?);
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
+            anyhow::Ok(out)
+        }));
+    }
+    let mut out = vec![];
+    let mut failure = None;
+    for t in tasks {
+        match t.await.context("a bench worker panicked")? {
+            Ok(v) => out.extend(v),
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let ops = out.len() as u64;
+    let sample = Sample {
+        ops,
+        bytes: ops * size as u64,
+        secs: t0.elapsed().as_secs_f64(),
+        manager_round_trips: trips(clients) - trips0,
+    };
+    Ok((sample, out))
+}
+
+/// PUT of new files `PREFIX-wW-K`; returns their names.
+async fn put_cell(
+    clients: &[Arc<Client>],
+    budget: Duration,
+    prefix: &str,
+    data: Arc<Vec<u8>>,
+) -> anyhow::Result<(Sample, Vec<String>)> {
+    let prefix = prefix.to_string();
+    let size = data.len();
+    timed(clients, budget, size, move |w, c, k| {
+        let (name, data) = (format!("{prefix}-w{w}-{k}"), data.clone());
+        async move {
+            c.put_bytes(&name, &data, 0o644)
+                .await
+                .with_context(|| format!("put of {} bytes", data.len()))?;
+            Ok(name)
+        }
+    })
+    .await
+}
+
+/// GET of `names` (worker `w` starts at the `w`th and steps by the number of workers), each
+/// compared with `data`.
+async fn get_cell(
+    clients: &[Arc<Client>],
+    budget: Duration,
+    names: Arc<Vec<String>>,
+    data: Arc<Vec<u8>>,
+) -> anyhow::Result<Sample> {
+    let workers = clients.len();
+    let size = data.len();
+    let (sample, _) = timed(clients, budget, size, move |w, c, k| {
+        let name = names[(w + k as usize * workers) % names.len()].clone();
+        let data = data.clone();
+        async move {
+            let back = c
+                .get_bytes(&name)
+                .await
+                .with_context(|| format!("get of {} bytes", data.len()))?;
+            if back != *data {
+                bail!("nasd:{name}: read back differs from what was written");
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(sample)
+}
+
+/// Removes `names`, the work spread over the clients.
+async fn remove_files(clients: &[Arc<Client>], names: Vec<String>) -> anyhow::Result<()> {
+    let per = names.len().div_ceil(clients.len()).max(1);
+    let mut tasks = vec![];
+    for (c, chunk) in clients.iter().zip(names.chunks(per)) {
+        let (c, chunk) = (c.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            for n in chunk {
+                c.unlink(&n).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await.context("a bench worker panicked")??;
+    }
+    Ok(())
+}
+
+fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A measured cell, summarized over its rounds.
+struct Figure<'a> {
+    layout: &'a LayoutArg,
+    op: Op,
+    size_bytes: u64,
+    workers: usize,
+    samples: &'a [Sample],
+}
+
+impl Figure<'_> {
+    fn count(&self) -> u64 {
+        self.samples.iter().map(|s| s.ops).sum()
+    }
+    /// Median over rounds.
+    fn mib_per_s(&self) -> f64 {
+        median(
+            self.samples
+                .iter()
+                .map(|s| s.bytes as f64 / (1 << 20) as f64 / s.secs)
+                .collect(),
+        )
+    }
+    /// Median over rounds.
+    fn ops_per_s(&self) -> f64 {
+        median(self.samples.iter().map(|s| s.ops as f64 / s.secs).collect())
+    }
+    fn manager_round_trips_per_op(&self) -> f64 {
+        let trips: u64 = self.samples.iter().map(|s| s.manager_round_trips).sum();
+        trips as f64 / self.count().max(1) as f64
+    }
+    fn json(&self) -> serde_json::Value {
+        let round1 = |x: f64| (x * 10.0).round() / 10.0;
+        serde_json::json!({
+            "layout": self.layout.to_string(),
+            "op": self.op.name(),
+            "size_bytes": self.size_bytes,
+            "workers": self.workers,
+            "count": self.count(),
+            "rounds": self.samples.len(),
+            "mib_per_s": round1(self.mib_per_s()),
+            "ops_per_s": round1(self.ops_per_s()),
+            "manager_round_trips_per_op": (self.manager_round_trips_per_op() * 100.0).round() / 100.0,
+        })
+    }
+}
+
+fn size_str(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn print(plan: &Plan, runs: &[LayoutRun], json: bool) {
+    if !json {
+        println!(
+            "{:<20} {:<4} {:>7} {:>7} {:>6} {:>6} {:>9} {:>9} {:>12}",
+            "layout", "op", "size", "workers", "rounds", "count", "MiB/s", "ops/s", "mgr trips/op"
+        );
+    }
+    for r in runs {
+        if let Some(e) = &r.error {
+            if json {
+                outln!(
+                    "{}",
+                    serde_json::json!({"layout": r.arg.to_string(), "error": e})
+                );
+            } else {
+                outln!("{:<20} failed: {e}", r.arg.to_string());
+            }
+            continue;
+        }
+        for ((op, size), samples) in &r.cells {
+            let f = Figure {
+                layout: &r.arg,
+                op: *op,
+                size_bytes: *size,
+                workers: plan.workers,
+                samples,
+            };
+            if json {
+                outln!("{}", f.json());
+            } else {
+                outln!(
+                    "{:<20} {:<4} {:>7} {:>7} {:>6} {:>6} {:>9.1} {:>9.1} {:>12.2}",
+                    r.arg.to_string(),
+                    op.name(),
+                    size_str(*size),
+                    plan.workers,
+                    samples.len(),
+                    f.count(),
+                    f.mib_per_s(),
+                    f.ops_per_s(),
+                    f.manager_round_trips_per_op()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_parse_with_and_without_the_degraded_suffix() {
+        let l = parse_layout("rs:4+2:degraded").unwrap();
+        assert_eq!((l.spec.as_str(), l.degraded), ("rs:4+2", true));
+        assert_eq!(l.to_string(), "rs:4+2:degraded");
+        assert_eq!(l.drives_needed(), 6);
+        let l = parse_layout("single").unwrap();
+        assert_eq!(
+            (l.spec.as_str(), l.degraded, l.drives_needed()),
+            ("single", false, 1)
+        );
+        assert_eq!(parse_layout("single:degraded").unwrap().drives_needed(), 2);
+        assert_eq!(parse_layout("raid0:4").unwrap().drives_needed(), 4);
+        assert_eq!(parse_layout("mirror:3").unwrap().drives_needed(), 3);
+        assert_eq!(parse_layout("raid6x:4").unwrap().drives_needed(), 6);
+        // Unknown specs go to the manager, which names what is wrong.
+        assert_eq!(parse_layout("zebra:9").unwrap().drives_needed(), 1);
+        assert_eq!(parse_layout("raid0:x").unwrap().drives_needed(), 1);
+        for bad in ["", ":degraded", "rs 4", "a\nb"] {
+            assert!(parse_layout(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_median_is_the_middle_round() {
+        assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn a_cell_reports_medians_and_totals() {
+        let l = parse_layout("single").unwrap();
+        let s = |ops, secs| Sample {
+            ops,
+            bytes: ops << 20,
+            secs,
+            manager_round_trips: ops * 2,
+        };
+        let samples = [s(10, 1.0), s(30, 1.0), s(20, 1.0)];
+        let f = Figure {
+            layout: &l,
+            op: Op::Put,
+            size_bytes: 1 << 20,
+            workers: 2,
+            samples: &samples,
+        };
+        let j = f.json();
+        assert_eq!(j["count"], 60);
+        assert_eq!(j["rounds"], 3);
+        assert_eq!(j["mib_per_s"], 20.0);
+        assert_eq!(j["ops_per_s"], 20.0);
+        assert_eq!(j["manager_round_trips_per_op"], 2.0);
+        assert_eq!(j["layout"], "single");
+        assert_eq!(j["workers"], 2);
+    }
+}
