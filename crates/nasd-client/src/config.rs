@@ -14,9 +14,22 @@
 //! session-USER.token                   beside the config: hex of a 32-byte token, mode 0600
 //! ```
 //!
+//! Which config a command uses, first found wins ([`ConfigSearch::find`]): `$NASD_CONFIG`;
+//! `$NASD_DATA/client.json`; the config named by the per-user file `current`
+//! (`$XDG_CONFIG_HOME/nasd/current`, else `~/.config/nasd/current`), which `nasd up` writes so
+//! that the cluster it started is the one later commands reach; `~/.local/share/nasd/client.json`.
+//! A `current` naming a config that no longer exists (its cluster directory was removed) is
+//! passed over.
+//!
+//! ```text
+//! current   {"version": 1, "config": "/abs/DATA/client.json"}   CURRENT_FILE_VERSION, mode 0600
+//! ```
+//!
 //! Credentials, first found wins: a key file, a password, the saved token, the config's
 //! password file (for its own user only). The caller supplies the first two (the command line
-//! takes them from `$NASD_KEY` and `$NASD_PASSWORD`), so this module reads no environment.
+//! takes them from `$NASD_KEY` and `$NASD_PASSWORD`), and the variables that choose the config
+//! ([`ConfigSearch::from_env`] is the one place they are read), so the rest of this module
+//! reads no environment and tests give it what they like.
 
 use crate::session::SessionConfig;
 use crate::ClientError;
@@ -26,6 +39,10 @@ use std::path::{Path, PathBuf};
 
 /// The version of `client.json` this code reads and writes.
 pub const CLIENT_CONFIG_VERSION: u32 = 1;
+/// The version of the `current` file this code reads and writes.
+pub const CURRENT_FILE_VERSION: u32 = 1;
+/// The config's name in a cluster directory.
+pub const CONFIG_FILE_NAME: &str = "client.json";
 
 /// `client.json`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -85,6 +102,186 @@ pub enum ConfigError {
     /// The config or a token file could not be written.
     #[error(transparent)]
     Write(ClientError),
+    /// The `current` file could not be read or replaced.
+    #[error("{what} {}", path.display())]
+    Current {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Neither `$XDG_CONFIG_HOME` nor `$HOME` is set, so there is no `current` file.
+    #[error("no place for the current cluster's name: set HOME or XDG_CONFIG_HOME")]
+    NoCurrentFile,
+}
+
+/// Where a command looks for its config: the environment variables that choose it, read
+/// once ([`ConfigSearch::from_env`]); every other method is a pure function of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigSearch {
+    /// `$NASD_CONFIG`: this file, whatever else is set.
+    pub config: Option<PathBuf>,
+    /// `$NASD_DATA`: the cluster directory of `nasd up`, and its `client.json`.
+    pub data: Option<PathBuf>,
+    /// `$XDG_CONFIG_HOME` (only an absolute one counts, as the XDG spec says).
+    pub xdg_config_home: Option<PathBuf>,
+    /// `$HOME`.
+    pub home: Option<PathBuf>,
+}
+
+/// Why [`ConfigSearch::find`] chose its config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// `$NASD_CONFIG`.
+    Env,
+    /// `$NASD_DATA/client.json`.
+    Data,
+    /// The `current` file at this path (written by `nasd up`).
+    Current(PathBuf),
+    /// The default cluster directory's config.
+    Default,
+}
+
+/// The config a command uses, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundConfig {
+    pub path: PathBuf,
+    pub source: ConfigSource,
+}
+
+/// The `current` file.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+struct CurrentFile {
+    version: u32,
+    config: PathBuf,
+}
+
+impl ConfigSearch {
+    /// The variables as this process sees them; an empty one counts as unset.
+    pub fn from_env() -> ConfigSearch {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        ConfigSearch {
+            config: var("NASD_CONFIG"),
+            data: var("NASD_DATA"),
+            xdg_config_home: var("XDG_CONFIG_HOME"),
+            home: var("HOME"),
+        }
+    }
+
+    /// The cluster directory `nasd up` makes when not told one: `$NASD_DATA`, else
+    /// `~/.local/share/nasd`, else `./nasd-data`.
+    pub fn default_data_dir(&self) -> PathBuf {
+        if let Some(d) = &self.data {
+            return d.clone();
+        }
+        match &self.home {
+            Some(h) => h.join(".local/share/nasd"),
+            None => PathBuf::from("nasd-data"),
+        }
+    }
+
+    /// The per-user file that names the current cluster's config:
+    /// `$XDG_CONFIG_HOME/nasd/current`, else `~/.config/nasd/current`.
+    pub fn current_file(&self) -> Option<PathBuf> {
+        let base = match &self.xdg_config_home {
+            Some(x) if x.is_absolute() => x.clone(),
+            _ => self.home.as_ref()?.join(".config"),
+        };
+        Some(base.join("nasd").join("current"))
+    }
+
+    /// The config a command uses (see the module doc for the order). The file found need
+    /// not exist, except one named by `current`.
+    pub fn find(&self) -> Result<FoundConfig, ConfigError> {
+        let found = |path, source| Ok(FoundConfig { path, source });
+        if let Some(c) = &self.config {
+            return found(c.clone(), ConfigSource::Env);
+        }
+        if let Some(d) = &self.data {
+            return found(d.join(CONFIG_FILE_NAME), ConfigSource::Data);
+        }
+        if let Some(cur) = self.current_file() {
+            if let Some(c) = read_current(&cur)? {
+                if c.exists() {
+                    return found(c, ConfigSource::Current(cur));
+                }
+            }
+        }
+        found(
+            self.default_data_dir().join(CONFIG_FILE_NAME),
+            ConfigSource::Default,
+        )
+    }
+
+    /// Makes `config` the current cluster's config: what later commands use unless
+    /// `$NASD_CONFIG` or `$NASD_DATA` says otherwise. `config` should be absolute. The
+    /// `current` file is replaced whole (written beside it, then renamed), so a reader never
+    /// sees half of it.
+    pub fn set_current(&self, config: &Path) -> Result<PathBuf, ConfigError> {
+        let cur = self.current_file().ok_or(ConfigError::NoCurrentFile)?;
+        let dir = cur.parent().expect("the current file is in a directory");
+        nasd_private::create_dir(dir).map_err(|e| ConfigError::Current {
+            what: "making the directory of",
+            path: cur.clone(),
+            source: private_io(e),
+        })?;
+        let text = serde_json::to_string(&CurrentFile {
+            version: CURRENT_FILE_VERSION,
+            config: config.to_path_buf(),
+        })
+        .expect("the current file serializes")
+            + "\n";
+        let tmp = dir.join(format!(".current.{}", std::process::id()));
+        let wrote = nasd_private::write_file(&tmp, text.as_bytes())
+            .map_err(private_io)
+            .and_then(|()| std::fs::rename(&tmp, &cur));
+        if let Err(source) = wrote {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ConfigError::Current {
+                what: "writing",
+                path: cur,
+                source,
+            });
+        }
+        Ok(cur)
+    }
+}
+
+/// The config named by the `current` file at `path`; `None` when there is no such file.
+fn read_current(path: &Path) -> Result<Option<PathBuf>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ConfigError::Current {
+                what: "reading",
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let c: CurrentFile = serde_json::from_str(&text).map_err(|source| ConfigError::Malformed {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if c.version != CURRENT_FILE_VERSION {
+        return Err(ConfigError::Version {
+            path: path.to_path_buf(),
+            version: c.version,
+        });
+    }
+    Ok(Some(c.config))
+}
+
+fn private_io(e: nasd_private::PrivacyError) -> std::io::Error {
+    match e {
+        nasd_private::PrivacyError::Io { source, .. } => source,
+        loose => std::io::Error::other(loose),
+    }
 }
 
 /// What the caller knows about credentials before the config is read.
@@ -313,5 +510,84 @@ mod tests {
             .unwrap();
         assert_eq!(s.user, "admin");
         assert!(matches!(s.credential, Credential::Password(ref pw) if pw == "pw"));
+    }
+
+    fn search(t: &Path) -> ConfigSearch {
+        ConfigSearch {
+            home: Some(t.join("home")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_cluster_made_current_is_found_until_an_explicit_choice_overrides_it() {
+        let t = tempfile::tempdir().unwrap();
+        let mut s = search(t.path());
+        let default = t.path().join("home/.local/share/nasd/client.json");
+        assert_eq!(
+            s.find().unwrap(),
+            FoundConfig {
+                path: default.clone(),
+                source: ConfigSource::Default
+            }
+        );
+        let cfg = t.path().join("c/client.json");
+        std::fs::create_dir(t.path().join("c")).unwrap();
+        sample(t.path()).save(&cfg).unwrap();
+        let cur = s.set_current(&cfg).unwrap();
+        assert_eq!(cur, t.path().join("home/.config/nasd/current"));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&cur), 0o600);
+        assert_eq!(mode(cur.parent().unwrap()), 0o700);
+        let text = std::fs::read_to_string(&cur).unwrap();
+        assert_eq!(
+            text,
+            format!("{{\"version\":1,\"config\":\"{}\"}}\n", cfg.display())
+        );
+        assert_eq!(
+            s.find().unwrap(),
+            FoundConfig {
+                path: cfg.clone(),
+                source: ConfigSource::Current(cur.clone())
+            }
+        );
+        // $NASD_DATA, then $NASD_CONFIG, win over the current cluster.
+        s.data = Some(t.path().join("d"));
+        assert_eq!(s.find().unwrap().path, t.path().join("d/client.json"));
+        assert_eq!(s.find().unwrap().source, ConfigSource::Data);
+        s.config = Some(t.path().join("x.json"));
+        assert_eq!(s.find().unwrap().path, t.path().join("x.json"));
+        assert_eq!(s.find().unwrap().source, ConfigSource::Env);
+        // A current cluster whose directory is gone is passed over.
+        let mut s = search(t.path());
+        std::fs::remove_file(&cfg).unwrap();
+        assert_eq!(s.find().unwrap().path, default);
+        // $XDG_CONFIG_HOME moves the current file; a relative one does not count.
+        s.xdg_config_home = Some(t.path().join("xdg"));
+        assert_eq!(s.current_file(), Some(t.path().join("xdg/nasd/current")));
+        s.xdg_config_home = Some("relative".into());
+        assert_eq!(s.current_file(), Some(cur));
+        assert_eq!(ConfigSearch::default().current_file(), None);
+        assert!(matches!(
+            ConfigSearch::default().set_current(&cfg),
+            Err(ConfigError::NoCurrentFile)
+        ));
+    }
+
+    #[test]
+    fn a_broken_current_file_is_an_error_naming_it() {
+        let t = tempfile::tempdir().unwrap();
+        let s = search(t.path());
+        let cur = s.current_file().unwrap();
+        std::fs::create_dir_all(cur.parent().unwrap()).unwrap();
+        std::fs::write(&cur, "/not/json").unwrap();
+        let e = s.find().unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Malformed { ref path, .. } if *path == cur),
+            "{e}"
+        );
+        std::fs::write(&cur, r#"{"version": 9, "config": "/c.json"}"#).unwrap();
+        let e = s.find().unwrap_err();
+        assert!(e.to_string().contains("unsupported version 9"), "{e}");
     }
 }

@@ -13,12 +13,13 @@
 //! between the layouts of one run are what count, not the absolute figures. The files are
 //! removed after each round, outside the timed windows.
 //!
-//! `LAYOUT:degraded` measures GET with two drives stopped (SIGTERM): the drives of the first
-//! two components of the first large file written (under `rs:K+M`, data components, so reads
-//! must reconstruct), stopped after the round's PUTs and restarted after its GETs. Only a
-//! cluster the bench started itself can be stopped; against a configured cluster such a
-//! layout is refused before anything runs. Its PUT cells are not reported: they are the
-//! healthy layout's.
+//! `--degraded K` adds, in each round, GETs of the same files with K drives stopped
+//! (SIGTERM): the drives of the first K components of the round's first large file (under
+//! `rs:K+M`, data components, so reads must reconstruct), stopped after the healthy GETs and
+//! restarted before the next layout runs. Only a cluster the bench started itself can be
+//! stopped, so `--degraded` needs one (no client config, or `--drives N`). A layout that
+//! cannot survive K lost drives (single, raid0:N, mirror:N with N <= K, ...) is not read
+//! degraded; it says so instead.
 //!
 //! A layout the cluster cannot serve (unknown to the manager, more drives than it has, an I/O
 //! error) is reported with its error and left out of later rounds; the other layouts go on,
@@ -50,13 +51,11 @@ const DURATION_S: f64 = 10.0;
 const DURATION_S_QUICK: f64 = 1.0;
 const DURATION_S_MAX: f64 = 3600.0;
 const WORKERS_MAX: u16 = 64;
-/// Drives stopped for a degraded layout.
-const DEGRADED_DRIVES_STOPPED: usize = 2;
 /// How long, after restarting stopped drives, the bench waits for the manager to see every
 /// drive healthy again (it checks every 2 s by default).
 const HEALTHY_WAIT_MS: u64 = 15_000;
-/// Spelling of a degraded layout: `rs:4+2:degraded`.
-const DEGRADED_SUFFIX: &str = ":degraded";
+/// Between two drive lists while waiting for the drives to be healthy.
+const HEALTHY_POLL_MS: u64 = 100;
 
 #[derive(Args, Debug)]
 pub struct BenchClusterArgs {
@@ -64,13 +63,13 @@ pub struct BenchClusterArgs {
     /// of 5: finishes in seconds.
     #[arg(long)]
     pub quick: bool,
-    /// One JSON object per cell on stdout: layout, op, size_bytes, workers, count, rounds,
-    /// mib_per_s, ops_per_s, manager_round_trips_per_op (a failed layout: layout, error).
+    /// One JSON object per cell on stdout: layout, op, size_bytes, workers, drives_down,
+    /// rounds, count, mib_per_s, ops_per_s, manager_round_trips_per_op (a failed layout:
+    /// layout, error; a layout not read degraded: layout, drives_down, skipped).
     #[arg(long)]
     pub json: bool,
     /// File layouts to compare, comma-separated: single, raid0:N, mirror:N, rs:K+M,
-    /// raid6x:K. A `:degraded` suffix (rs:4+2:degraded) measures reads with two of the
-    /// layout's drives stopped; it needs a cluster the bench starts itself (no client config).
+    /// raid6x:K.
     #[arg(long, value_delimiter = ',', default_value = "single", value_parser = parse_layout)]
     pub layout: Vec<LayoutArg>,
     /// Concurrent clients, each with its own session and drive connections.
@@ -80,64 +79,73 @@ pub struct BenchClusterArgs {
     /// (default 10; 1 with --quick).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Also GET with K drives stopped, in every round (needs a cluster the bench starts).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub degraded: usize,
+    /// Start a temporary cluster of N drives for the run, even when a cluster is configured
+    /// (default: the configured cluster, else a temporary one with as many drives as the
+    /// layouts need).
+    #[arg(long, value_name = "N")]
+    pub drives: Option<usize>,
 }
 
-/// One `--layout` entry.
+/// One `--layout` entry: what `layout_set` is given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayoutArg {
-    /// What `layout_set` is given.
     spec: String,
-    /// Reads run with [`DEGRADED_DRIVES_STOPPED`] drives stopped.
-    degraded: bool,
 }
 
 impl std::fmt::Display for LayoutArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.spec)?;
-        if self.degraded {
-            f.write_str(DEGRADED_SUFFIX)?;
-        }
-        Ok(())
+        f.write_str(&self.spec)
     }
 }
 
 fn parse_layout(s: &str) -> Result<LayoutArg, String> {
-    let (spec, degraded) = match s.strip_suffix(DEGRADED_SUFFIX) {
-        Some(spec) => (spec, true),
-        None => (s, false),
-    };
-    if spec.is_empty() || spec.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
-            "{s:?}: a layout is single, raid0:N, mirror:N, rs:K+M or raid6x:K, optionally \
-             followed by {DEGRADED_SUFFIX}"
+            "{s:?}: a layout is single, raid0:N, mirror:N, rs:K+M or raid6x:K"
         ));
     }
     Ok(LayoutArg {
-        spec: spec.to_string(),
-        degraded,
+        spec: s.to_string(),
     })
 }
 
 impl LayoutArg {
-    /// Drives a temporary cluster needs for this layout. Specs this code does not know need
-    /// one; the manager's refusal then says what is wrong with them.
-    fn drives_needed(&self) -> usize {
+    /// (components, drives it may lose and still be read) of the specs this code knows;
+    /// `None` for others, which go to the manager as they are (its refusal says what is
+    /// wrong with them).
+    fn shape(&self) -> Option<(usize, usize)> {
         let numbers = |rest: &str| -> Option<Vec<usize>> {
             rest.split('+').map(|n| n.parse().ok()).collect()
         };
-        let width = match self.spec.split_once(':') {
-            Some(("raid0" | "mirror", n)) => numbers(n).filter(|v| v.len() == 1).map(|v| v[0]),
-            Some(("rs", km)) => numbers(km).filter(|v| v.len() == 2).map(|v| v[0] + v[1]),
+        let one = |rest: &str| numbers(rest).filter(|v| v.len() == 1).map(|v| v[0]);
+        match self.spec.split_once(':') {
+            None if self.spec == "single" => Some((1, 0)),
+            Some(("raid0", n)) => one(n).map(|n| (n, 0)),
+            Some(("mirror", n)) => one(n).map(|n| (n, n.saturating_sub(1))),
+            Some(("rs", km)) => numbers(km)
+                .filter(|v| v.len() == 2)
+                .map(|v| (v[0] + v[1], v[1])),
             // K data components and two parity ones.
-            Some(("raid6x", k)) => numbers(k).filter(|v| v.len() == 1).map(|v| v[0] + 2),
+            Some(("raid6x", k)) => one(k).map(|k| (k + 2, 2)),
             _ => None,
-        };
-        let width = width.unwrap_or(1).clamp(1, nasd_cluster::DRIVES_MAX);
-        if self.degraded {
-            width.max(DEGRADED_DRIVES_STOPPED)
-        } else {
-            width
         }
+    }
+
+    /// Drives a temporary cluster needs for this layout (one for specs this code does not
+    /// know).
+    fn drives_needed(&self) -> usize {
+        self.shape()
+            .map_or(1, |(width, _)| width)
+            .clamp(1, nasd_cluster::DRIVES_MAX)
+    }
+
+    /// Whether a file of this layout can be read with `down` of its drives stopped (unknown
+    /// specs: try).
+    fn survives(&self, down: usize) -> bool {
+        self.shape().is_none_or(|(_, lose)| down <= lose)
     }
 }
 
@@ -154,6 +162,15 @@ impl Op {
             Op::Get => "get",
         }
     }
+}
+
+/// A cell: what is measured, in one layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CellKey {
+    op: Op,
+    size_bytes: u64,
+    /// Drives stopped while it runs.
+    drives_down: usize,
 }
 
 /// One round of one cell.
@@ -173,6 +190,8 @@ struct Plan {
     /// Time box of one cell in one round.
     cell_round: Duration,
     large_bytes: usize,
+    /// Drives stopped for the degraded GETs (0: none).
+    degraded: usize,
 }
 
 impl Plan {
@@ -187,6 +206,14 @@ impl Plan {
                 "--duration {duration}: seconds per cell, more than 0 and at most {DURATION_S_MAX}"
             );
         }
+        if let Some(n) = a.drives {
+            if n == 0 || n > nasd_cluster::DRIVES_MAX {
+                bail!("--drives {n}: between 1 and {}", nasd_cluster::DRIVES_MAX);
+            }
+            if a.degraded >= n {
+                bail!("--degraded {}: fewer than the {n} drives", a.degraded);
+            }
+        }
         let rounds = if a.quick { ROUNDS_QUICK } else { ROUNDS };
         Ok(Plan {
             layouts: a.layout.clone(),
@@ -198,15 +225,19 @@ impl Plan {
             } else {
                 LARGE_BYTES
             },
+            degraded: a.degraded,
         })
     }
 
+    /// Drives of a temporary cluster: the widest layout's, and more than `--degraded`.
     fn drives_needed(&self) -> usize {
-        self.layouts
+        let widest = self
+            .layouts
             .iter()
             .map(LayoutArg::drives_needed)
             .max()
-            .unwrap_or(1)
+            .unwrap_or(1);
+        widest.max(self.degraded + 1).min(nasd_cluster::DRIVES_MAX)
     }
 }
 
@@ -216,8 +247,8 @@ struct LayoutRun {
     dir: String,
     /// Why the layout could not be measured; it is skipped from then on.
     error: Option<String>,
-    /// Each cell's rounds, cells in the order they run.
-    cells: Vec<((Op, u64), Vec<Sample>)>,
+    /// Each cell's rounds, cells in the order they first ran.
+    cells: Vec<(CellKey, Vec<Sample>)>,
 }
 
 /// A cluster the bench started and stops at the end (dropped before its directory).
@@ -227,26 +258,25 @@ struct OwnCluster {
 }
 
 /// `nasd bench cluster`: against the configured cluster, or a temporary one when there is no
-/// client config.
+/// client config or `--drives` asks for one.
 pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
     let plan = Plan::new(&a)?;
     let rt = crate::runtime()?;
-    let cfg = config_path();
+    let cfg = config_path()?;
     let mut own = None;
-    let session = if cfg.exists() {
-        if let Some(l) = plan.layouts.iter().find(|l| l.degraded) {
+    let session = if cfg.exists() && a.drives.is_none() {
+        if plan.degraded > 0 {
             bail!(
-                "--layout {l}: a degraded run stops drives, which the bench does only in a \
-                 cluster it starts itself; this one is configured by {} (run with no client \
-                 config, i.e. NASD_CONFIG unset and no DATA/client.json, or drop {DEGRADED_SUFFIX})",
+                "--degraded stops drives, which the bench does only in a cluster it starts \
+                 itself; {} configures another one (add --drives N for a temporary cluster)",
                 cfg.display()
             );
         }
         session_config(&cfg)?
     } else {
         let dir = tempfile::tempdir()?;
-        let cluster =
-            crate::cmd_up::start(dir.path(), &Options::drives(plan.drives_needed()), !a.json)?;
+        let drives = a.drives.unwrap_or_else(|| plan.drives_needed());
+        let cluster = crate::cmd_up::start(dir.path(), &Options::drives(drives), !a.json)?;
         let s = cluster.session_config()?;
         own = Some(OwnCluster { cluster, _dir: dir });
         s
@@ -266,16 +296,15 @@ pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
                 continue;
             }
             let cluster = own.as_mut().map(|o| &mut o.cluster);
-            match layout_round(&rt, &plan, &clients, cluster, run, r) {
-                Ok(cells) => {
-                    for (k, s) in cells {
-                        match run.cells.iter_mut().find(|(c, _)| *c == k) {
-                            Some((_, v)) => v.push(s),
-                            None => run.cells.push((k, vec![s])),
-                        }
-                    }
+            let cells = layout_round(&rt, &plan, &clients, cluster, run, r);
+            if let Err(e) = &cells.1 {
+                run.error = Some(format!("round {}: {e:#}", r + 1));
+            }
+            for (k, s) in cells.0 {
+                match run.cells.iter_mut().find(|(c, _)| *c == k) {
+                    Some((_, v)) => v.push(s),
+                    None => run.cells.push((k, vec![s])),
                 }
-                Err(e) => run.error = Some(format!("{e:#}")),
             }
         }
     }
@@ -355,8 +384,9 @@ async fn remove_dirs(c: &Arc<Client>, base: &str, runs: &[LayoutRun]) {
     }
 }
 
-/// One round of one layout: PUT large and small files, (degraded: stop two drives), GET them
-/// back, (degraded: restart the drives), remove them.
+/// One round of one layout: PUT large and small files, GET them back, (degraded: stop K
+/// drives, GET them again, restart the drives), remove them. Returns the cells measured,
+/// even when a later step failed, and whether every step held.
 fn layout_round(
     rt: &tokio::runtime::Runtime,
     plan: &Plan,
@@ -364,53 +394,74 @@ fn layout_round(
     mut cluster: Option<&mut Cluster>,
     run: &LayoutRun,
     round: usize,
-) -> anyhow::Result<Vec<((Op, u64), Sample)>> {
+) -> (Vec<(CellKey, Sample)>, anyhow::Result<()>) {
     let sizes = [plan.large_bytes, SMALL_BYTES];
+    let data: Vec<Arc<Vec<u8>>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(s, &size)| Arc::new(pseudo_random(size, 7 + s as u64)))
+        .collect();
     let mut cells = vec![];
-    let mut written: Vec<Vec<String>> = vec![];
+    let mut written: Vec<Arc<Vec<String>>> = vec![];
     let mut stopped = vec![];
     let measured = (|| -> anyhow::Result<()> {
         for (s, &size) in sizes.iter().enumerate() {
-            let data = Arc::new(pseudo_random(size, 7 + s as u64));
             let prefix = format!("{}/r{round}-{size}", run.dir);
-            let (sample, names) = rt.block_on(put_cell(clients, plan.cell_round, &prefix, data))?;
-            written.push(names);
-            if !run.arg.degraded {
-                cells.push(((Op::Put, size as u64), sample));
+            let (sample, names) =
+                rt.block_on(put_cell(clients, plan.cell_round, &prefix, data[s].clone()))?;
+            written.push(Arc::new(names));
+            cells.push((key(Op::Put, size, 0), sample));
+        }
+        let get_all = |cells: &mut Vec<(CellKey, Sample)>, down: usize| {
+            for (s, &size) in sizes.iter().enumerate() {
+                let names = written[s].clone();
+                let sample =
+                    rt.block_on(get_cell(clients, plan.cell_round, names, data[s].clone()))?;
+                cells.push((key(Op::Get, size, down), sample));
             }
+            anyhow::Ok(())
+        };
+        get_all(&mut cells, 0)?;
+        if plan.degraded == 0 || !run.arg.survives(plan.degraded) {
+            return Ok(());
         }
-        if run.arg.degraded {
-            let cluster = cluster
-                .as_deref_mut()
-                .context("degraded runs need the bench's own cluster")?;
-            let victims = rt.block_on(drives_to_stop(&clients[0], cluster, &written[0][0]))?;
-            for id in victims {
-                cluster.stop(id)?;
-                stopped.push(id);
-            }
+        let cluster = cluster
+            .as_deref_mut()
+            .context("degraded reads need the bench's own cluster")?;
+        let victims = rt.block_on(drives_to_stop(
+            &clients[0],
+            cluster,
+            &written[0][0],
+            plan.degraded,
+        ))?;
+        for id in victims {
+            cluster.stop(id)?;
+            stopped.push(id);
         }
-        for (s, &size) in sizes.iter().enumerate() {
-            let data = Arc::new(pseudo_random(size, 7 + s as u64));
-            let names = Arc::new(written[s].clone());
-            let sample = rt.block_on(get_cell(clients, plan.cell_round, names, data))?;
-            cells.push(((Op::Get, size as u64), sample));
-        }
-        Ok(())
+        get_all(&mut cells, plan.degraded)
     })();
     let restarted = restart(rt, cluster, &clients[0], &stopped);
-    let removed = rt.block_on(remove_files(clients, written.concat()));
-    measured?;
-    restarted?;
-    removed?;
-    Ok(cells)
+    let all: Vec<String> = written.iter().flat_map(|w| w.iter().cloned()).collect();
+    let removed = rt.block_on(remove_files(clients, all));
+    let r = measured.and(restarted).and(removed);
+    (cells, r)
 }
 
-/// The drives to stop for a degraded read of `path`: those of its first two components,
+fn key(op: Op, size: usize, drives_down: usize) -> CellKey {
+    CellKey {
+        op,
+        size_bytes: size as u64,
+        drives_down,
+    }
+}
+
+/// The `k` drives to stop for a degraded read of `path`: those of its first `k` components,
 /// topped up with other drives of the cluster if it has fewer.
 async fn drives_to_stop(
     c: &Arc<Client>,
     cluster: &Cluster,
     path: &str,
+    k: usize,
 ) -> anyhow::Result<Vec<NodeId>> {
     let f = c.open(path, false).await?;
     let mut ids: Vec<NodeId> = vec![];
@@ -421,16 +472,16 @@ async fn drives_to_stop(
         .filter_map(|k| cluster.drive_at(&k.addr))
         .chain((0..cluster.drives().len()).map(NodeId::Drive));
     for id in candidates {
-        if ids.len() == DEGRADED_DRIVES_STOPPED {
+        if ids.len() == k {
             break;
         }
         if !ids.contains(&id) {
             ids.push(id);
         }
     }
-    if ids.len() < DEGRADED_DRIVES_STOPPED {
+    if ids.len() < k {
         bail!(
-            "a degraded run stops {DEGRADED_DRIVES_STOPPED} drives; the cluster has {}",
+            "--degraded {k} stops {k} drives; the cluster has {}",
             cluster.drives().len()
         );
     }
@@ -478,7 +529,7 @@ async fn wait_healthy(c: &Arc<Client>) -> anyhow::Result<()> {
                 sick.join(", ")
             );
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(HEALTHY_POLL_MS)).await;
     }
 }
 
@@ -638,8 +689,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// A measured cell, summarized over its rounds.
 struct Figure<'a> {
     layout: &'a LayoutArg,
-    op: Op,
-    size_bytes: u64,
+    key: CellKey,
     workers: usize,
     samples: &'a [Sample],
 }
@@ -669,15 +719,31 @@ impl Figure<'_> {
         let round1 = |x: f64| (x * 10.0).round() / 10.0;
         serde_json::json!({
             "layout": self.layout.to_string(),
-            "op": self.op.name(),
-            "size_bytes": self.size_bytes,
+            "op": self.key.op.name(),
+            "size_bytes": self.key.size_bytes,
             "workers": self.workers,
+            "drives_down": self.key.drives_down,
             "count": self.count(),
             "rounds": self.samples.len(),
             "mib_per_s": round1(self.mib_per_s()),
             "ops_per_s": round1(self.ops_per_s()),
             "manager_round_trips_per_op": (self.manager_round_trips_per_op() * 100.0).round() / 100.0,
         })
+    }
+    fn line(&self) -> String {
+        format!(
+            "{:<14} {:<4} {:>7} {:>7} {:>4} {:>6} {:>6} {:>9.1} {:>9.1} {:>12.2}",
+            self.layout.to_string(),
+            self.key.op.name(),
+            size_str(self.key.size_bytes),
+            self.workers,
+            self.key.drives_down,
+            self.samples.len(),
+            self.count(),
+            self.mib_per_s(),
+            self.ops_per_s(),
+            self.manager_round_trips_per_op()
+        )
     }
 }
 
@@ -691,12 +757,48 @@ fn size_str(b: u64) -> String {
 
 fn print(plan: &Plan, runs: &[LayoutRun], json: bool) {
     if !json {
-        println!(
-            "{:<20} {:<4} {:>7} {:>7} {:>6} {:>6} {:>9} {:>9} {:>12}",
-            "layout", "op", "size", "workers", "rounds", "count", "MiB/s", "ops/s", "mgr trips/op"
+        outln!(
+            "{:<14} {:<4} {:>7} {:>7} {:>4} {:>6} {:>6} {:>9} {:>9} {:>12}",
+            "layout",
+            "op",
+            "size",
+            "workers",
+            "down",
+            "rounds",
+            "count",
+            "MiB/s",
+            "ops/s",
+            "mgr trips/op"
         );
     }
     for r in runs {
+        for (key, samples) in &r.cells {
+            let f = Figure {
+                layout: &r.arg,
+                key: *key,
+                workers: plan.workers,
+                samples,
+            };
+            if json {
+                outln!("{}", f.json());
+            } else {
+                outln!("{}", f.line());
+            }
+        }
+        if plan.degraded > 0 && !r.arg.survives(plan.degraded) {
+            let why = format!(
+                "not read with {} drives down: the layout cannot lose that many",
+                plan.degraded
+            );
+            if json {
+                outln!(
+                    "{}",
+                    serde_json::json!({"layout": r.arg.to_string(), "drives_down": plan.degraded, "skipped": why})
+                );
+            } else {
+                outln!("{:<14} {why}", r.arg.to_string());
+            }
+        }
         if let Some(e) = &r.error {
             if json {
                 outln!(
@@ -704,33 +806,7 @@ fn print(plan: &Plan, runs: &[LayoutRun], json: bool) {
                     serde_json::json!({"layout": r.arg.to_string(), "error": e})
                 );
             } else {
-                outln!("{:<20} failed: {e}", r.arg.to_string());
-            }
-            continue;
-        }
-        for ((op, size), samples) in &r.cells {
-            let f = Figure {
-                layout: &r.arg,
-                op: *op,
-                size_bytes: *size,
-                workers: plan.workers,
-                samples,
-            };
-            if json {
-                outln!("{}", f.json());
-            } else {
-                outln!(
-                    "{:<20} {:<4} {:>7} {:>7} {:>6} {:>6} {:>9.1} {:>9.1} {:>12.2}",
-                    r.arg.to_string(),
-                    op.name(),
-                    size_str(*size),
-                    plan.workers,
-                    samples.len(),
-                    f.count(),
-                    f.mib_per_s(),
-                    f.ops_per_s(),
-                    f.manager_round_trips_per_op()
-                );
+                outln!("{:<14} failed: {e}", r.arg.to_string());
             }
         }
     }
@@ -741,25 +817,69 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layouts_parse_with_and_without_the_degraded_suffix() {
-        let l = parse_layout("rs:4+2:degraded").unwrap();
-        assert_eq!((l.spec.as_str(), l.degraded), ("rs:4+2", true));
-        assert_eq!(l.to_string(), "rs:4+2:degraded");
-        assert_eq!(l.drives_needed(), 6);
-        let l = parse_layout("single").unwrap();
-        assert_eq!(
-            (l.spec.as_str(), l.degraded, l.drives_needed()),
-            ("single", false, 1)
-        );
-        assert_eq!(parse_layout("single:degraded").unwrap().drives_needed(), 2);
-        assert_eq!(parse_layout("raid0:4").unwrap().drives_needed(), 4);
-        assert_eq!(parse_layout("mirror:3").unwrap().drives_needed(), 3);
-        assert_eq!(parse_layout("raid6x:4").unwrap().drives_needed(), 6);
+    fn layouts_know_their_width_and_what_they_survive() {
+        let l = |s: &str| parse_layout(s).unwrap();
+        assert_eq!(l("single").drives_needed(), 1);
+        assert!(!l("single").survives(1));
+        assert!(l("single").survives(0));
+        assert_eq!(l("raid0:4").drives_needed(), 4);
+        assert!(!l("raid0:4").survives(1));
+        assert_eq!(l("mirror:3").drives_needed(), 3);
+        assert!(l("mirror:3").survives(2) && !l("mirror:3").survives(3));
+        assert_eq!(l("rs:4+2").drives_needed(), 6);
+        assert!(l("rs:4+2").survives(2) && !l("rs:4+2").survives(3));
+        assert_eq!(l("raid6x:4").drives_needed(), 6);
+        assert!(l("raid6x:4").survives(2) && !l("raid6x:4").survives(3));
         // Unknown specs go to the manager, which names what is wrong.
-        assert_eq!(parse_layout("zebra:9").unwrap().drives_needed(), 1);
-        assert_eq!(parse_layout("raid0:x").unwrap().drives_needed(), 1);
-        for bad in ["", ":degraded", "rs 4", "a\nb"] {
+        assert_eq!(l("zebra:9").drives_needed(), 1);
+        assert_eq!(l("raid0:x").drives_needed(), 1);
+        assert!(l("zebra:9").survives(5));
+        for bad in ["", "rs 4", "a\nb"] {
             assert!(parse_layout(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    fn args(extra: &[&str]) -> BenchClusterArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: BenchClusterArgs,
+        }
+        let mut argv = vec!["bench"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).unwrap().a
+    }
+
+    #[test]
+    fn a_plan_sizes_its_temporary_cluster_and_checks_its_flags() {
+        let p = Plan::new(&args(&["--layout", "single,rs:4+2", "--quick"])).unwrap();
+        assert_eq!(p.drives_needed(), 6);
+        assert_eq!(p.rounds, ROUNDS_QUICK);
+        assert_eq!(p.large_bytes, LARGE_BYTES_QUICK);
+        assert_eq!(
+            p.cell_round,
+            Duration::from_secs_f64(DURATION_S_QUICK / 3.0)
+        );
+        let p = Plan::new(&args(&[
+            "--degraded",
+            "2",
+            "--duration",
+            "5",
+            "--workers",
+            "4",
+        ]))
+        .unwrap();
+        assert_eq!(p.drives_needed(), 3, "more drives than are stopped");
+        assert_eq!((p.workers, p.rounds), (4, ROUNDS));
+        assert_eq!(p.cell_round, Duration::from_secs(1));
+        for bad in [
+            &["--duration", "0"][..],
+            &["--duration=-1"],
+            &["--drives", "0"],
+            &["--drives", "2", "--degraded", "2"],
+        ] {
+            assert!(Plan::new(&args(bad)).is_err(), "{bad:?}");
         }
     }
 
@@ -782,12 +902,12 @@ mod tests {
         let samples = [s(10, 1.0), s(30, 1.0), s(20, 1.0)];
         let f = Figure {
             layout: &l,
-            op: Op::Put,
-            size_bytes: 1 << 20,
+            key: key(Op::Get, 1 << 20, 2),
             workers: 2,
             samples: &samples,
         };
         let j = f.json();
+        assert_eq!(j["op"], "get");
         assert_eq!(j["count"], 60);
         assert_eq!(j["rounds"], 3);
         assert_eq!(j["mib_per_s"], 20.0);
@@ -795,5 +915,9 @@ mod tests {
         assert_eq!(j["manager_round_trips_per_op"], 2.0);
         assert_eq!(j["layout"], "single");
         assert_eq!(j["workers"], 2);
+        assert_eq!(j["drives_down"], 2);
+        assert!(f
+            .line()
+            .starts_with("single         get    1 MiB       2    2      3     60"));
     }
 }

@@ -1,8 +1,8 @@
 //! The user's commands (`cp` is in [`crate::cmd_cp`]): `ls`, `cat`, `stat`, `mkdir`, `rm`, `mv`,
 //! `chmod`, `chown`, `truncate`, `touch`, `user ...`, `group ...`, `login`, `logout`. They
-//! read the client config ([`nasd_client::config`]) that
-//! `nasd up` writes (`$NASD_CONFIG`, else `DATA/client.json` with DATA from `$NASD_DATA`, else
-//! `~/.local/share/nasd`) and talk to the manager as the configured user.
+//! read the client config ([`nasd_client::config`]) that `nasd up` writes (`$NASD_CONFIG`, else
+//! `$NASD_DATA/client.json`, else the cluster `nasd up` last started, else
+//! `~/.local/share/nasd/client.json`) and talk to the manager as the configured user.
 //!
 //! Credentials, first found wins (for the user `$NASD_USER`, else the config's): `$NASD_KEY`
 //! (an Ed25519 secret key file); `$NASD_PASSWORD`; the session token saved by `nasd login`
@@ -10,7 +10,7 @@
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use nasd_client::config::{saved_token, token_path, ClientFile, CredentialChoice};
+use nasd_client::config::{saved_token, token_path, ClientFile, ConfigSearch, CredentialChoice};
 use nasd_client::escape::shown;
 use nasd_client::files::{Client, FsError};
 use nasd_client::session::SessionConfig;
@@ -21,22 +21,10 @@ use std::sync::Arc;
 /// Transfers at least this large show a progress bar.
 pub(crate) const PROGRESS_BYTES_MIN: u64 = 8 << 20;
 
-/// The default data directory of `nasd up`.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("NASD_DATA") {
-        return PathBuf::from(d);
-    }
-    match std::env::var_os("HOME") {
-        Some(h) => PathBuf::from(h).join(".local/share/nasd"),
-        None => PathBuf::from("nasd-data"),
-    }
-}
-
-pub fn config_path() -> PathBuf {
-    match std::env::var_os("NASD_CONFIG") {
-        Some(p) => PathBuf::from(p),
-        None => default_data_dir().join("client.json"),
-    }
+/// The client config commands use: `$NASD_CONFIG`, `$NASD_DATA/client.json`, the cluster
+/// `nasd up` last started, or the default one ([`nasd_client::config::ConfigSearch`]).
+pub fn config_path() -> anyhow::Result<PathBuf> {
+    Ok(ConfigSearch::from_env().find()?.path)
 }
 
 /// The session config for the configured (or `$NASD_USER`) user, with the credentials of
@@ -54,7 +42,7 @@ pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
 }
 
 pub async fn connect() -> anyhow::Result<Arc<Client>> {
-    let cfg = session_config(&config_path())?;
+    let cfg = session_config(&config_path()?)?;
     Ok(Client::connect(cfg).await?)
 }
 
@@ -597,7 +585,7 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
 /// `nasd logout`, or until the user's password or key changes. Also makes USER the config's
 /// user.
 pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result<()> {
-    let path = config_path();
+    let path = config_path()?;
     let mut cfg = ClientFile::load(&path)?;
     let user = user.unwrap_or_else(|| cfg.user.clone());
     let (credential, signing_key) = match key {
@@ -638,7 +626,7 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
 /// file goes even when the manager cannot be reached, but then the command fails and says that
 /// the session lives on the manager until it expires.
 pub async fn logout(user: Option<String>) -> anyhow::Result<()> {
-    let path = config_path();
+    let path = config_path()?;
     let cfg = ClientFile::load(&path)?;
     let user = user
         .or_else(|| std::env::var("NASD_USER").ok())

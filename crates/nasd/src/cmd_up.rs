@@ -4,9 +4,13 @@
 //!
 //! The first `up` initializes everything; later ones start the same cluster again, starting
 //! only the components that are not running (a drive killed alone is restarted alone) and
-//! saying which.
+//! saying which. `up` makes its cluster the current one (the per-user `current` file of
+//! [`nasd_client::config`]), so later commands reach it without `NASD_CONFIG`; `up` and `down`
+//! without `--data` act on `$NASD_DATA`, else the current cluster, else
+//! `~/.local/share/nasd`.
 
 use anyhow::Context as _;
+use nasd_client::config::{ConfigSearch, ConfigSource};
 use nasd_cluster::{Cluster, Options};
 use std::path::{Path, PathBuf};
 
@@ -25,8 +29,25 @@ pub fn start(dir: &Path, options: &Options, verbose: bool) -> anyhow::Result<Clu
     Ok(Cluster::start(&exe, &dir, options)?)
 }
 
+/// The cluster `up` and `down` act on without `--data`: `$NASD_DATA`, else the current
+/// cluster's directory (the one holding the current config, if it is a cluster's), else the
+/// default.
+fn default_cluster_dir(search: &ConfigSearch) -> PathBuf {
+    if search.data.is_none() && search.config.is_none() {
+        if let Ok(found) = search.find() {
+            if let (ConfigSource::Current(_), Some(dir)) = (&found.source, found.path.parent()) {
+                if Cluster::is_initialized(dir) {
+                    return dir.to_path_buf();
+                }
+            }
+        }
+    }
+    search.default_data_dir()
+}
+
 pub fn up(data: Option<PathBuf>, opts: Options) -> anyhow::Result<()> {
-    let dir = data.unwrap_or_else(crate::cmd_fs::default_data_dir);
+    let search = ConfigSearch::from_env();
+    let dir = data.unwrap_or_else(|| default_cluster_dir(&search));
     let background = opts.background;
     let c = start(&dir, &opts, true)?;
     for id in c.restarted() {
@@ -41,9 +62,31 @@ pub fn up(data: Option<PathBuf>, opts: Options) -> anyhow::Result<()> {
         println!("  {}  {}", d.name, d.addr);
     }
     println!("  config   {}", c.config_path().display());
-    let default = crate::cmd_fs::default_data_dir();
-    if std::fs::canonicalize(&default).ok().as_deref() != Some(c.dir()) {
-        println!("  export NASD_CONFIG={}", c.config_path().display());
+    match search.set_current(&c.config_path()) {
+        Ok(cur) => println!(
+            "  the current cluster for later commands (recorded in {})",
+            cur.display()
+        ),
+        Err(e) => {
+            eprintln!("nasd: not recording the current cluster: {e:#}");
+            println!("  export NASD_CONFIG={}", c.config_path().display());
+        }
+    }
+    // An explicit choice wins over the current cluster: say so when it names another one.
+    if let Ok(found) = search.find() {
+        let same = std::fs::canonicalize(&found.path).ok() == Some(c.config_path());
+        if !same && matches!(found.source, ConfigSource::Env | ConfigSource::Data) {
+            let var = match found.source {
+                ConfigSource::Env => "NASD_CONFIG",
+                _ => "NASD_DATA",
+            };
+            println!(
+                "  note: {var} is set, so commands in this shell use {} instead \
+                 (export NASD_CONFIG={} to use this cluster)",
+                found.path.display(),
+                c.config_path().display()
+            );
+        }
     }
     if background {
         println!(
@@ -68,7 +111,7 @@ pub fn up(data: Option<PathBuf>, opts: Options) -> anyhow::Result<()> {
 }
 
 pub fn down(data: Option<PathBuf>) -> anyhow::Result<()> {
-    let dir = data.unwrap_or_else(crate::cmd_fs::default_data_dir);
+    let dir = data.unwrap_or_else(|| default_cluster_dir(&ConfigSearch::from_env()));
     nasd_cluster::down(&dir, |name, pid| println!("stopped {name} (pid {pid})"))?;
     Ok(())
 }

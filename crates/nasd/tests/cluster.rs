@@ -502,6 +502,7 @@ fn nasd_up_in_the_foreground_serves_until_sigterm() {
     let mut child = Command::new(NASD)
         .args(["up", "--drives", "2", "--data"])
         .arg(&data)
+        .env("XDG_CONFIG_HOME", tmp.path().join("xdg"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -575,4 +576,99 @@ fn the_demo_passes() {
     ] {
         assert!(out.contains(step), "{step:?} missing from {out}");
     }
+}
+
+/// `nasd up --data DIR` makes DIR's cluster the one later commands use, with no
+/// `NASD_CONFIG`: a second `up` elsewhere takes over, `NASD_CONFIG` still wins, and `down`
+/// without `--data` stops the current cluster.
+#[test]
+fn nasd_up_makes_its_cluster_current_for_later_commands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    // A user's environment: HOME only, nothing nasd-specific.
+    let nasd = |args: &[&str]| {
+        let o = Command::new(NASD)
+            .args(args)
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_DATA")
+            .env_remove("NASD_USER")
+            .env_remove("NASD_PASSWORD")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.success(), out, err)
+    };
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    // Stops both clusters however the test ends (a no-op for one already down).
+    struct Down(Vec<std::path::PathBuf>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            for d in &self.0 {
+                let _ = Command::new(NASD).arg("down").arg("--data").arg(d).output();
+            }
+        }
+    }
+    let _down = Down(vec![a.clone(), b.clone()]);
+    let (ok, out, err) = nasd(&["ls", "nasd:/"]);
+    assert!(!ok && err.contains("no client config at"), "{out}{err}");
+    let (ok, out, err) = nasd(&[
+        "up",
+        "--background",
+        "--drives",
+        "1",
+        "--data",
+        a.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let current = home.join(".config/nasd/current");
+    assert!(out.contains(&current.display().to_string()), "{out}");
+    assert!(!out.contains("export NASD_CONFIG"), "{out}");
+    let f = tmp.path().join("f");
+    std::fs::write(&f, b"in cluster a").unwrap();
+    let (ok, _, err) = nasd(&["cp", f.to_str().unwrap(), "nasd:/only-in-a"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = nasd(&["ls", "nasd:/"]);
+    assert!(ok && out.contains("only-in-a"), "{out}{err}");
+
+    // A second cluster becomes the current one.
+    let (ok, _, err) = nasd(&[
+        "up",
+        "--background",
+        "--drives",
+        "1",
+        "--data",
+        b.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = nasd(&["ls", "nasd:/"]);
+    assert!(ok && !out.contains("only-in-a"), "{out}{err}");
+    // An explicit NASD_CONFIG still wins.
+    let o = Command::new(NASD)
+        .args(["cat", "nasd:/only-in-a"])
+        .env("HOME", &home)
+        .env("NASD_CONFIG", a.join("client.json"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"in cluster a");
+
+    // `down` without --data stops the current cluster (b), and only it.
+    let (ok, out, err) = nasd(&["down"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("stopped manager"), "{out}");
+    assert!(!b.join("pids.json").exists());
+    assert!(a.join("pids.json").exists());
+    let (ok, _, err) = nasd(&["down", "--data", a.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    // With its cluster directory gone, the current file is passed over.
+    std::fs::remove_dir_all(&b).unwrap();
+    let (ok, out, err) = nasd(&["ls", "nasd:/"]);
+    assert!(
+        !ok && err.contains(".local/share/nasd/client.json"),
+        "{out}{err}"
+    );
 }

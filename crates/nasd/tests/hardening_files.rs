@@ -569,6 +569,8 @@ impl Drop for Background {
 fn up_background(dir: &Path) -> Output {
     let mut c = Command::new(NASD);
     c.args(["up", "--background", "--drives", "2", "--data", s(dir)]);
+    // `up` records the current cluster per user: in the test's directory, not the user's.
+    c.env("XDG_CONFIG_HOME", dir.with_file_name("xdg"));
     // SAFETY: umask only changes the child's own state.
     unsafe {
         c.pre_exec(|| {
