@@ -189,26 +189,18 @@ pub fn locate(data_units: usize, deltas: &[[u8; SYNDROMES]], errors_max: usize) 
                 }
             }
             2 => {
-                'pairs: for a in 0..units {
-                    for b in a + 1..units {
-                        if solve(data_units, &[a, b], first).is_some() && !consider(&[a, b]) {
-                            break 'pairs;
-                        }
-                    }
-                }
+                let columns: Vec<[u8; SYNDROMES]> =
+                    (0..units).map(|u| column(data_units, u)).collect();
+                for_each_pair(&columns, first, |set| {
+                    solve(data_units, set, first).is_none() || consider(set)
+                });
             }
             _ => {
-                'triples: for a in 0..units {
-                    for b in a + 1..units {
-                        for c in b + 1..units {
-                            if solve(data_units, &[a, b, c], first).is_some()
-                                && !consider(&[a, b, c])
-                            {
-                                break 'triples;
-                            }
-                        }
-                    }
-                }
+                let columns: Vec<[u8; SYNDROMES]> =
+                    (0..units).map(|u| column(data_units, u)).collect();
+                for_each_triple(&columns, first, |set| {
+                    solve(data_units, set, first).is_none() || consider(set)
+                });
             }
         }
         match (candidates, found) {
@@ -225,9 +217,156 @@ pub fn locate(data_units: usize, deltas: &[[u8; SYNDROMES]], errors_max: usize) 
     Located::Uncorrectable
 }
 
+/// Calls `visit` with every ascending triple of `columns` whose span holds `delta`, until it
+/// returns false.
+///
+/// Rather than solve a 3x3 system per triple, for each pair (a, b) take two vectors l0, l1 that
+/// annihilate h_a and h_b (the quotient by their span). `delta` lies in span(h_a, h_b, h_c) exactly
+/// when the projections `L·h_c` and `L·delta` are parallel, i.e. when the one linear form
+/// `f = (l1·delta) l0 + (l0·delta) l1` vanishes on h_c (or when `L·delta = 0`: then every c fits).
+/// That is three products per (pair, c) instead of an elimination.
+fn for_each_triple(
+    columns: &[[u8; SYNDROMES]],
+    delta: [u8; SYNDROMES],
+    mut visit: impl FnMut(&[usize]) -> bool,
+) {
+    let n = columns.len();
+    for a in 0..n {
+        for b in a + 1..n {
+            let [l0, l1, _] = annihilators(&[columns[a], columns[b]]);
+            let (p0, p1) = (dot(l0, delta), dot(l1, delta));
+            let f: [u8; SYNDROMES] =
+                std::array::from_fn(|r| gf::mul(p1, l0[r]) ^ gf::mul(p0, l1[r]));
+            let every = p0 == 0 && p1 == 0;
+            for (c, &h) in columns.iter().enumerate().skip(b + 1) {
+                if (every || dot(f, h) == 0) && !visit(&[a, b, c]) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn dot(x: [u8; SYNDROMES], y: [u8; SYNDROMES]) -> u8 {
+    x.iter().zip(y).fold(0, |acc, (&a, b)| acc ^ gf::mul(a, b))
+}
+
+/// A basis of the vectors l with `l·u = 0` for every u in `independent` (at most 3 independent
+/// vectors of GF(2^8)^4): the null space of the matrix whose rows they are, by Gauss-Jordan
+/// elimination. Returns the basis in the first `4 - independent.len()` entries.
+fn annihilators(independent: &[[u8; SYNDROMES]]) -> [[u8; SYNDROMES]; SYNDROMES - 1] {
+    let mut rows: Vec<[u8; SYNDROMES]> = independent.to_vec();
+    let mut pivots = Vec::with_capacity(rows.len());
+    for i in 0..rows.len() {
+        let col = (0..SYNDROMES)
+            .find(|&c| rows[i][c] != 0)
+            .expect("the columns of at most three units are independent");
+        let scale = gf::inv(rows[i][col]);
+        rows[i] = rows[i].map(|x| gf::mul(x, scale));
+        let pivot_row = rows[i];
+        for (j, row) in rows.iter_mut().enumerate() {
+            let f = row[col];
+            if j != i && f != 0 {
+                for (x, p) in row.iter_mut().zip(pivot_row) {
+                    *x ^= gf::mul(f, p);
+                }
+            }
+        }
+        pivots.push(col);
+    }
+    // Reduced rows: x[pivot_i] = sum over free columns of rows[i][free]·x[free] (char 2).
+    let mut basis = [[0u8; SYNDROMES]; SYNDROMES - 1];
+    let free = (0..SYNDROMES).filter(|c| !pivots.contains(c));
+    for (l, f) in basis.iter_mut().zip(free) {
+        l[f] = 1;
+        for (r, &p) in pivots.iter().enumerate() {
+            l[p] = rows[r][f];
+        }
+    }
+    basis
+}
+
+/// Calls `visit` with every ascending pair of `columns` whose span holds `delta`, until it
+/// returns false: with L annihilating h_a, `delta` is in span(h_a, h_b) exactly when `L·h_b` and
+/// `L·delta` are parallel (every 2x2 minor vanishes), or when `L·delta = 0`.
+fn for_each_pair(
+    columns: &[[u8; SYNDROMES]],
+    delta: [u8; SYNDROMES],
+    mut visit: impl FnMut(&[usize]) -> bool,
+) {
+    let n = columns.len();
+    for a in 0..n {
+        let l = annihilators(&[columns[a]]);
+        let d: [u8; 3] = std::array::from_fn(|i| dot(l[i], delta));
+        for (b, &column_b) in columns.iter().enumerate().skip(a + 1) {
+            let h: [u8; 3] = std::array::from_fn(|i| dot(l[i], column_b));
+            let parallel =
+                (0..3).all(|i| (i + 1..3).all(|j| gf::mul(d[i], h[j]) == gf::mul(d[j], h[i])));
+            if parallel && !visit(&[a, b]) {
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The locator's rule by brute force over every subset.
+    fn naive_locate(n: usize, deltas: &[[u8; 4]]) -> Located {
+        if deltas.iter().all(|d| *d == [0; 4]) {
+            return Located::Clean;
+        }
+        let units = n + 4;
+        for e in 1..=3 {
+            let mut sets = Vec::new();
+            for mask in 0u128..(1 << units) {
+                if mask.count_ones() as usize != e {
+                    continue;
+                }
+                let set: Vec<usize> = (0..units).filter(|u| mask & (1 << u) != 0).collect();
+                if deltas.iter().all(|d| solve(n, &set, *d).is_some()) {
+                    sets.push(set);
+                }
+            }
+            match sets.len() {
+                0 => continue,
+                1 => return Located::Found(UnitSet::new(&sets[0])),
+                c => {
+                    return Located::Ambiguous {
+                        errors: e,
+                        candidates: c.min(2),
+                    }
+                }
+            }
+        }
+        Located::Uncorrectable
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn locate_equals_the_brute_force_rule(
+            k in 1usize..6,
+            errors in proptest::collection::vec((0usize..16, 1u8..=255), 0..5),
+            columns in 1usize..4,
+            salt in any::<u8>(),
+        ) {
+            let n = 2 * k;
+            let deltas: Vec<[u8; 4]> = (0..columns)
+                .map(|c| {
+                    let e: Vec<(usize, u8)> = errors
+                        .iter()
+                        .map(|&(u, v)| (u % (n + 4), v.wrapping_mul(c as u8 + 1) ^ salt.wrapping_mul(c as u8)))
+                        .collect();
+                    syndrome(n, &e)
+                })
+                .collect();
+            prop_assert_eq!(locate(n, &deltas, 3), naive_locate(n, &deltas));
+        }
+    }
 
     fn syndrome(data_units: usize, errors: &[(usize, u8)]) -> [u8; 4] {
         let mut d = [0u8; 4];
@@ -267,6 +406,66 @@ mod tests {
                     Located::Found(UnitSet::new(&[a, b])),
                     "{a},{b}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn pair_enumeration_equals_brute_force() {
+        for k in [1usize, 3, 5] {
+            let n = 2 * k;
+            let columns: Vec<[u8; 4]> = (0..n + 4).map(|u| column(n, u)).collect();
+            for delta in [
+                syndrome(n, &[(1, 5), (n + 2, 9)]),
+                syndrome(n, &[(0, 1)]),
+                syndrome(n, &[(n, 3), (n + 3, 8)]),
+                [7, 1, 2, 3],
+            ] {
+                let mut fast = Vec::new();
+                for_each_pair(&columns, delta, |s| {
+                    fast.push(s.to_vec());
+                    true
+                });
+                let mut slow = Vec::new();
+                for a in 0..n + 4 {
+                    for b in a + 1..n + 4 {
+                        if solve(n, &[a, b], delta).is_some() {
+                            slow.push(vec![a, b]);
+                        }
+                    }
+                }
+                assert_eq!(fast, slow, "k = {k} delta {delta:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn triple_enumeration_equals_brute_force() {
+        for (k, seed) in [(2usize, 1u8), (4, 7), (6, 99)] {
+            let n = 2 * k;
+            let columns: Vec<[u8; 4]> = (0..n + 4).map(|u| column(n, u)).collect();
+            for delta in [
+                syndrome(n, &[(1, seed), (3, 9), (n + 1, 4)]),
+                syndrome(n, &[(0, 1), (2, seed)]),
+                syndrome(n, &[(n + 3, seed)]),
+                [seed, 1, 2, 3],
+            ] {
+                let mut fast = Vec::new();
+                for_each_triple(&columns, delta, |s| {
+                    fast.push(s.to_vec());
+                    true
+                });
+                let mut slow = Vec::new();
+                for a in 0..n + 4 {
+                    for b in a + 1..n + 4 {
+                        for c in b + 1..n + 4 {
+                            if solve(n, &[a, b, c], delta).is_some() {
+                                slow.push(vec![a, b, c]);
+                            }
+                        }
+                    }
+                }
+                assert_eq!(fast, slow, "k = {k} delta {delta:?}");
             }
         }
     }

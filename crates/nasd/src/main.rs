@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`cmd_drive`]: `nasd drive init|run|info`, `nasd partition ...`, `nasd key rotate`.
 //! - [`cmd_obj`]: `nasd obj ...` and `nasd cap mint`.
-//! - [`bench`]: `nasd bench drive`.
+//! - [`bench`]: `nasd bench drive`; [`bench_ec`]: `nasd bench ec`.
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
 //! - [`cmd_up`]: `nasd up|down`: a local cluster of processes.
@@ -46,6 +46,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 }
 
 mod bench;
+mod bench_ec;
 mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
