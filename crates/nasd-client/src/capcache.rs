@@ -89,8 +89,13 @@ impl CapCache {
             }) && if write { o.writable() } else { o.readable() }
         };
         let own = m.get(&(path.to_string(), write)).filter(|o| ok(o));
-        // A write grant that includes READ serves reads too.
-        let other = || m.get(&(path.to_string(), !write)).filter(|o| ok(o));
+        // A write grant that includes READ serves reads too; only a write grant (which came
+        // with the file's write lease) serves writes.
+        let other = || {
+            (!write)
+                .then(|| m.get(&(path.to_string(), true)).filter(|o| ok(o)))
+                .flatten()
+        };
         own.or_else(other).cloned()
     }
 

@@ -19,6 +19,7 @@ use crate::escape::shown;
 use crate::layer::{FileIo, IoError};
 use crate::pool::ConnPool;
 use crate::session::{Session, SessionConfig, SessionError};
+use crate::striped::{Damage, DamageHook};
 use crate::ClientError;
 use nasd_crypto::Key;
 use nasd_proto::manager::*;
@@ -43,6 +44,11 @@ pub const COMMIT_RETRY_MS: u64 = 60_000;
 /// First pause between commit attempts; it doubles up to [`COMMIT_RETRY_EACH_MS_MAX`].
 pub const COMMIT_RETRY_FIRST_MS: u64 = 100;
 pub const COMMIT_RETRY_EACH_MS_MAX: u64 = 2_000;
+/// How often a copy-on-write change starts over when another change of the file committed
+/// first.
+pub const CHANGE_ATTEMPTS_MAX: usize = 8;
+/// Most damaged ranges one read reports to the manager for repair.
+pub const REPAIR_REPORTS_MAX: usize = 16;
 
 const _: () = assert!(CHUNK_BYTES <= nasd_proto::DATA_BYTES_MAX);
 
@@ -254,6 +260,8 @@ pub struct Upload {
     replaces: bool,
     /// The end of the furthest write: the file's size at commit.
     end: Arc<AtomicU64>,
+    /// Components a write could not reach (bit i: component i): stale at commit.
+    missed: Arc<AtomicU64>,
 }
 
 impl Upload {
@@ -273,16 +281,38 @@ impl Upload {
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
-    /// The first component: the upload's name at the manager.
+    /// The upload's name at the manager: its first component that is not stale.
     fn key(&self) -> (nasd_proto::DriveId, nasd_proto::ObjectId) {
-        let c = &self.layout.components[0];
-        (c.drive, c.object)
+        staged_key(&self.layout)
     }
+}
+
+/// The name a staged layout goes by at the manager: its first component that is not stale (a
+/// fresh object; a stale one may be shared with the file's committed layout).
+fn staged_key(l: &Layout) -> (nasd_proto::DriveId, nasd_proto::ObjectId) {
+    let c = l
+        .components
+        .iter()
+        .find(|c| !c.stale)
+        .unwrap_or(&l.components[0]);
+    (c.drive, c.object)
+}
+
+/// Bit i set for each stale component i.
+fn stale_mask(l: &Layout) -> u64 {
+    l.components
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.stale)
+        .fold(0, |m, (i, _)| m | 1 << i)
 }
 
 /// A connection to a nasd cluster as one user.
 pub struct Client {
     cfg: SessionConfig,
+    /// How long a read waits on one component of a layout with redundancy before decoding
+    /// around it, in ms.
+    read_deadline_ms: AtomicU64,
     session: tokio::sync::Mutex<Option<Session>>,
     caps: CapCache,
     pool: Arc<ConnPool>,
@@ -307,7 +337,13 @@ impl Client {
             pool: Arc::new(ConnPool::new()),
             manager_down_until_ms: AtomicU64::new(0),
             manager_round_trips: AtomicU64::new(1),
+            read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
         }))
+    }
+
+    /// Sets how long a read waits on one component before decoding around it.
+    pub fn set_read_deadline_ms(&self, ms: u64) {
+        self.read_deadline_ms.store(ms.max(1), Ordering::Relaxed);
     }
 
     /// The session token and its expiry (for `nasd login`).
@@ -417,22 +453,72 @@ impl Client {
     /// The file stack for a grant: the layout's layer over one [`ComponentIo`] per component
     /// object (a one-object layout is its component itself).
     pub fn stack(&self, o: &OpenFile) -> Result<Arc<dyn FileIo>, FsError> {
-        let components: Vec<ComponentIo> = o
+        self.stack_with(o, 0, None)
+    }
+
+    /// [`Client::stack`], with components in `missed` left alone as if stale, and damage
+    /// found by reads reported to `damage`.
+    fn stack_with(
+        &self,
+        o: &OpenFile,
+        missed: u64,
+        damage: Option<DamageHook>,
+    ) -> Result<Arc<dyn FileIo>, FsError> {
+        let parts: Vec<Arc<dyn FileIo>> = o
             .layout
             .components
             .iter()
             .zip(&o.caps)
             .enumerate()
             .map(|(i, (c, cap))| {
-                ComponentIo::new(self.pool.clone(), i, c.addr.clone(), cap.clone())
+                Arc::new(ComponentIo::new(
+                    self.pool.clone(),
+                    i,
+                    c.addr.clone(),
+                    cap.clone(),
+                )) as Arc<dyn FileIo>
             })
             .collect();
-        crate::striped::stack(&o.layout, components, o.stat.size).map_err(|detail| {
-            FsError::Layout {
-                path: o.path.clone(),
-                detail,
+        let deadline =
+            std::time::Duration::from_millis(self.read_deadline_ms.load(Ordering::Relaxed));
+        crate::striped::stack(
+            &o.layout.geometry,
+            parts,
+            o.stat.size,
+            stale_mask(&o.layout) | missed,
+            damage,
+            deadline,
+        )
+        .map_err(|e| io_err(&o.path, e))
+    }
+
+    /// Asks the manager to rewrite the ranges a read found damaged (read repair); failures
+    /// are logged, the read already has its bytes.
+    async fn report_damage(&self, path: &str, damaged: &std::sync::Mutex<Vec<Damage>>) {
+        let mut found = std::mem::take(&mut *damaged.lock().expect("damage lock"));
+        if found.is_empty() {
+            return;
+        }
+        found.sort_by_key(|d| (d.component, d.offset));
+        found.dedup();
+        for d in found.into_iter().take(REPAIR_REPORTS_MAX) {
+            let req = MgrRequest::Repair {
+                path: path.into(),
+                component: d.component as u16,
+                offset: d.offset,
+                len: d.len,
+            };
+            match self.ok(path, req).await {
+                Ok(()) => tracing::info!(
+                    "repaired {} bytes at {} of component {} of {}",
+                    d.len,
+                    d.offset,
+                    d.component,
+                    shown(path)
+                ),
+                Err(e) => tracing::warn!("read repair of {} not done: {e}", shown(path)),
             }
-        })
+        }
     }
 
     /// Checks, once per grant, that every component object the manager named is this file's:
@@ -487,12 +573,18 @@ impl Client {
     {
         let mut o = self.open(path, write).await?;
         let mut refreshed = false;
+        let damaged: Arc<std::sync::Mutex<Vec<Damage>>> = Default::default();
+        let hook: DamageHook = {
+            let d = damaged.clone();
+            Arc::new(move |x| d.lock().expect("damage lock").push(x))
+        };
         loop {
-            let io = self.stack(&o)?;
+            let io = self.stack_with(&o, 0, Some(hook.clone()))?;
             let (checked, r) = tokio::join!(self.check_owners(&o), f(io));
             match r {
                 Ok(v) => {
                     checked?;
+                    self.report_damage(path, &damaged).await;
                     return Ok((v, o));
                 }
                 Err(e) if !refreshed && grant_refused(&e) => {
@@ -558,6 +650,7 @@ impl Client {
                     grant: Arc::new(tokio::sync::Mutex::new(Arc::new(grant))),
                     replaces,
                     end: Arc::new(AtomicU64::new(0)),
+                    missed: Arc::new(AtomicU64::new(0)),
                 })
             }
             other => Err(FsError::Usage(format!(
@@ -579,12 +672,20 @@ impl Client {
     /// (or when a drive refused them as expired).
     pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
         let g = self.upload_grant(u, None).await?;
-        let r = match self.stack(&g)?.write(offset, data).await {
+        let missed = || u.missed.load(Ordering::Acquire);
+        let io = self.stack_with(&g, missed(), None)?;
+        let r = match io.write(offset, data).await {
             Err(e) if e.status() == Some(Status::CapabilityExpired) => {
                 let g = self.upload_grant(u, Some(&g)).await?;
-                self.stack(&g)?.write(offset, data).await
+                let io = self.stack_with(&g, missed(), None)?;
+                let r = io.write(offset, data).await;
+                u.missed.fetch_or(io.missed(), Ordering::AcqRel);
+                r
             }
-            r => r,
+            r => {
+                u.missed.fetch_or(io.missed(), Ordering::AcqRel);
+                r
+            }
         };
         r.map_err(|e| io_err(&u.path, e))?;
         u.end
@@ -667,11 +768,37 @@ impl Client {
             drive,
             object,
             size,
+            stale: u.missed.load(Ordering::Acquire),
         };
+        let r = self.commit(&u.path, commit).await;
+        self.caps.invalidate(&u.path);
+        match &r {
+            // The staged objects are now the file's: keep the upload's capabilities for reading
+            // it back without a manager round trip (not for writing: an upload holds no write
+            // lease).
+            Ok(()) => {
+                let g = u.grant.lock().await.clone();
+                let mut o = (*g).clone();
+                o.stat.size = size;
+                for (c, stale) in o.layout.components.iter_mut().zip(0..) {
+                    c.stale |= u.missed.load(Ordering::Acquire) >> stale & 1 == 1;
+                }
+                self.caps.put(false, o);
+            }
+            Err(e) if e.status().is_some() => self.abort_upload(&u).await,
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// Sends a commit; while the manager cannot be reached, retries for up to
+    /// [`COMMIT_RETRY_MS`] (the data is durable on the drives, and a restarting manager still
+    /// knows what was staged).
+    async fn commit(&self, path: &str, commit: MgrRequest) -> Result<(), FsError> {
         let deadline = now_ms() + COMMIT_RETRY_MS;
         let mut wait_ms = COMMIT_RETRY_FIRST_MS;
-        let r = loop {
-            match self.ok(&u.path, commit.clone()).await {
+        loop {
+            match self.ok(path, commit.clone()).await {
                 Err(FsError::Manager { error, .. })
                     if error.is_unavailable() && now_ms() + wait_ms < deadline =>
                 {
@@ -679,24 +806,89 @@ impl Client {
                     tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
                     wait_ms = (wait_ms * 2).min(COMMIT_RETRY_EACH_MS_MAX);
                 }
-                r => break r,
+                r => return r,
             }
-        };
-        self.caps.invalidate(&u.path);
-        match &r {
-            // The staged objects are now the file's, and the upload's capabilities for them are
-            // what a write open would return: keep them, so reading the file back costs no
-            // manager round trip.
-            Ok(()) => {
-                let g = u.grant.lock().await.clone();
-                let mut o = (*g).clone();
-                o.stat.size = size;
-                self.caps.put(true, o);
-            }
-            Err(e) if e.status().is_some() => self.abort_upload(&u).await,
-            Err(_) => {}
         }
-        r
+    }
+
+    /// Gives up a staged change named by `key` (best effort; an abandoned one expires).
+    async fn abort_staged(&self, path: &str, key: (nasd_proto::DriveId, nasd_proto::ObjectId)) {
+        let abort = MgrRequest::Abort {
+            path: path.into(),
+            drive: key.0,
+            object: key.1,
+        };
+        if let Err(e) = self.ok(path, abort).await {
+            tracing::warn!("could not abort the change of {}: {e}", shown(path));
+        }
+    }
+
+    /// Changes a file spread over several objects as one transaction (seed 002 §3.3's
+    /// striping layer, written without a write hole): the manager stages copies of its
+    /// components (`StageWrite`, which takes the file's write lease), `f` changes them through
+    /// the layout layer, and the commit swaps them in with the file's new size, marking stale
+    /// whatever the writes could not reach. A crash or failure at any point leaves the file
+    /// as it was; if another change committed first, this one starts over on the new version.
+    pub async fn change<F, Fut>(&self, path: &str, f: F) -> Result<(), FsError>
+    where
+        F: Fn(Arc<dyn FileIo>) -> Fut,
+        Fut: Future<Output = Result<(), IoError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.caps.invalidate(path);
+            let r = self
+                .request(path, MgrRequest::StageWrite { path: path.into() })
+                .await?;
+            let MgrReply::Staged {
+                stat, layout, caps, ..
+            } = r
+            else {
+                return Err(FsError::Usage(format!(
+                    "{}: unexpected manager reply {r:?}",
+                    shown(path)
+                )));
+            };
+            check_grants(path, &layout, &caps)?;
+            let key = staged_key(&layout);
+            let grant = open_file(path, stat, layout, caps);
+            let io = self.stack_with(&grant, 0, None)?;
+            let done = async {
+                f(io.clone()).await?;
+                io.size().await
+            };
+            let size = match done.await {
+                Ok(size) => size,
+                Err(e) => {
+                    self.abort_staged(path, key).await;
+                    return Err(io_err(path, e));
+                }
+            };
+            let commit = MgrRequest::Commit {
+                path: path.into(),
+                drive: key.0,
+                object: key.1,
+                size,
+                stale: io.missed(),
+            };
+            let r = self.commit(path, commit).await;
+            self.caps.invalidate(path);
+            match r {
+                Err(e)
+                    if e.status() == Some(MgrStatus::Conflict) && attempt < CHANGE_ATTEMPTS_MAX =>
+                {
+                    self.abort_staged(path, key).await;
+                }
+                Err(e) => {
+                    if e.status().is_some() {
+                        self.abort_staged(path, key).await;
+                    }
+                    return Err(e);
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
     }
 
     /// Gives up an upload: the manager forgets the staged objects and removes them now, so
@@ -714,8 +906,16 @@ impl Client {
         }
     }
 
-    /// Writes `data` at `offset` of an open file.
+    /// Writes `data` at `offset` of an existing file: a one-object file in place under its
+    /// write lease (returned by [`Client::return_capability`], or when it expires); a file
+    /// spread over several objects as a copy-on-write [`Client::change`].
     pub async fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let o = self.open(path, false).await?;
+        if o.layout.components.len() > 1 {
+            return self
+                .change(path, |io| async move { io.write(offset, data).await })
+                .await;
+        }
         self.with_file(path, true, |io| async move { io.write(offset, data).await })
             .await
             .map(|_| ())

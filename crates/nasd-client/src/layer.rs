@@ -51,12 +51,44 @@ impl IoError {
     }
 }
 
+/// A byte range: (offset, length).
+pub type Span = (u64, u64);
+
+/// How many bytes of `span` lie before `size` (a read is cut at the end of the content).
+pub fn held(span: Span, size: u64) -> u64 {
+    size.saturating_sub(span.0).min(span.1)
+}
+
 /// One file's content as a layer offers it.
 pub trait FileIo: Send + Sync {
     /// Reads up to `len` bytes at `offset` (fewer at the end of the content).
     fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut>;
+    /// Reads several ranges at once (scatter-gather, one drive request where the layer can):
+    /// the bytes of each, cut at the end of the content ([`held`]), concatenated in order.
+    fn read_vectored<'a>(&'a self, spans: &'a [Span]) -> IoFuture<'a, ReadOut> {
+        Box::pin(async move {
+            let mut out = ReadOut::default();
+            for &(offset, len) in spans {
+                let r = self.read(offset, len).await?;
+                out.data.extend_from_slice(&r.data);
+                out.size = r.size;
+            }
+            Ok(out)
+        })
+    }
     /// Writes `data` at `offset`; durable when the future completes.
     fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()>;
+    /// Writes several ranges at once; `data` is their bytes concatenated in order.
+    fn write_vectored<'a>(&'a self, spans: &'a [Span], data: &'a [u8]) -> IoFuture<'a, ()> {
+        Box::pin(async move {
+            let mut at = 0usize;
+            for &(offset, len) in spans {
+                self.write(offset, &data[at..at + len as usize]).await?;
+                at += len as usize;
+            }
+            Ok(())
+        })
+    }
     /// The content's size now.
     fn size(&self) -> IoFuture<'_, u64>;
     /// Cuts the content short or extends it with zeros.
@@ -65,5 +97,15 @@ pub trait FileIo: Send + Sync {
     /// stripe group of an erasure-coded layout); 1 when any write is as cheap.
     fn write_granule(&self) -> u64 {
         1
+    }
+    /// Components that writes through this stack could not reach (bit i: component i), for
+    /// the commit to mark stale.
+    fn missed(&self) -> u64 {
+        0
+    }
+    /// Whether the layer is worth asking now (false: its drive failed to answer lately, so a
+    /// layout with redundancy reads around it without waiting).
+    fn available(&self) -> bool {
+        true
     }
 }

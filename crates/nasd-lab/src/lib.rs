@@ -1,7 +1,7 @@
 //! nasd-lab reruns the quantitative claims of the seeds on today's hardware and on nasd's own
 //! code: the cryptographic cost tables of seed 001 (Tables 1-4, Fig 11), the compression-call cost
-//! model of seed 000 §3.4 (Figs 5-7), and the queueing simulation of an under-provisioned digest
-//! unit of seed 000 §5 (Figs 11-17). Each experiment returns a [`report::Report`]: tables to print
+//! model of seed 000 §3.4 (Figs 5-7), the queueing simulation of an under-provisioned digest
+//! unit of seed 000 §5 (Figs 11-17), and seed 004's RAID experiments on nasd-ec (Figs 5-11). Each experiment returns a [`report::Report`]: tables to print
 //! (or emit as JSON lines) and figures to write as CSV and SVG. `docs/lab.md` documents every
 //! experiment and the command that reproduces it.
 //!
@@ -16,6 +16,7 @@
 //! - [`model_exp`]: the `model` experiment (Figs 5, 6a, 6b, 7a, 7b, model beside counted).
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
 //! - [`sim`]: the discrete-event simulation of seed 000 §5 and its experiment.
+//! - [`raid`]: the `raid` experiment (seed 004 Figs 5-11 on nasd-ec's codes).
 
 pub mod counted;
 pub mod crypto;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod model;
 pub mod model_exp;
 pub mod plot;
+pub mod raid;
 pub mod report;
 pub mod sim;
 pub mod stats;

@@ -153,7 +153,7 @@ fn csv_field(s: &str) -> String {
 /// Everything one experiment produced.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
-    /// `crypto`, `model` or `sim`.
+    /// `crypto`, `model`, `sim` or `raid`.
     pub experiment: String,
     /// Printed tables.
     pub tables: Vec<Table>,

@@ -68,6 +68,7 @@ fn staged(object: u64, created_ms: u64, ino: u64) -> Staged {
         created_ms,
         ino,
         new_file: false,
+        base_version: None,
     }
 }
 
@@ -85,12 +86,12 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         vec![ObjectId(16)]
     );
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.layout.first(), None, None),
+        s.commit_staged(ROOT_INO, "f", a.layout.first(), None, None, 0),
         Err(StoreError::Exists),
         "the caller checked an empty name: nothing commits"
     );
     let old = s
-        .commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None)
+        .commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0)
         .unwrap();
     assert_eq!(
         old.as_ref().and_then(first).map(|o| o.object),
@@ -103,7 +104,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     );
     assert_eq!(s.staged(a.layout.first()).unwrap(), None);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None),
+        s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -121,7 +122,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         .unwrap();
     assert!(f2 > f);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", b.layout.first(), Some(f2), None),
+        s.commit_staged(ROOT_INO, "f", b.layout.first(), Some(f2), None, 0),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -134,7 +135,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     let c = staged(19, 30, d);
     s.put_staged(&c).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "d", c.layout.first(), Some(d), None),
+        s.commit_staged(ROOT_INO, "d", c.layout.first(), Some(d), None, 0),
         Err(StoreError::IsADirectory)
     );
     assert_eq!(s.expire_staged(20).unwrap(), vec![]);
@@ -196,17 +197,17 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     let b = new(21, 11, r2);
     s.put_staged(&b).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", b.layout.first(), None, None),
+        s.commit_staged(ROOT_INO, "n", b.layout.first(), None, None, 0),
         Ok(None)
     );
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r2));
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", a.layout.first(), None, None),
+        s.commit_staged(ROOT_INO, "n", a.layout.first(), None, None, 0),
         Err(StoreError::Exists),
         "the caller checked an empty name"
     );
     let old = s
-        .commit_staged(ROOT_INO, "n", a.layout.first(), Some(r2), None)
+        .commit_staged(ROOT_INO, "n", a.layout.first(), Some(r2), None, 0)
         .unwrap();
     assert_eq!(old.map(|i| i.ino), Some(r2));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));

@@ -14,6 +14,7 @@
 //! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
+//! - [`lease`]: write leases, one writer per file (seed 002 §3.2).
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.
 //! - [`server`]: the TLS listener and the request dispatcher; [`conns`]: the connection table
@@ -25,6 +26,7 @@ pub mod backoff;
 pub mod conformance;
 pub mod conns;
 pub mod drives;
+pub mod lease;
 pub mod scrub;
 pub mod server;
 pub mod service;

@@ -377,10 +377,13 @@ async fn login(
         token: ok.token,
         expires_ms: ok.expires_ms,
     };
+    let token_hash = users::token_hash(&ok.token);
+    let mut caller = ok.caller;
+    caller.session = u64::from_le_bytes(token_hash[..8].try_into().expect("8 bytes"));
     conn.session = Some(Live {
-        caller: ok.caller,
+        caller,
         expires_ms: ok.expires_ms,
-        token_hash: users::token_hash(&ok.token),
+        token_hash,
         epoch: sh.session_epoch.load(Ordering::Acquire),
     });
     (reply, After::Continue)
@@ -486,6 +489,7 @@ fn db(e: crate::store::StoreError) -> MgrError {
 
 async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
     use MgrRequest as Q;
+    let req_name = req.name();
     Ok(match req {
         Q::Login { .. } | Q::Challenge { .. } | Q::Logout | Q::UserPasswd { .. } => {
             unreachable!("handled by dispatch")
@@ -511,9 +515,27 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             drive,
             object,
             size,
+            stale,
         } => {
-            m.commit(c, &path, drive, object, size).await?;
+            m.commit(c, &path, drive, object, size, stale).await?;
             MgrReply::Ok
+        }
+        Q::StageWrite { path } => m.stage_write(c, &path).await?,
+        Q::Repair {
+            path,
+            component,
+            offset,
+            len,
+        } => {
+            m.repair(c, &path, component as usize, offset, len).await?;
+            MgrReply::Ok
+        }
+        Q::Scrub { .. } | Q::Status | Q::DriveReplace { .. } => {
+            admin_only(c, req_name)?;
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{req_name}: not available yet"),
+            ));
         }
         Q::LayoutGet { path } => MgrReply::LayoutSpec(m.layout_get(c, &path)?),
         Q::LayoutSet { path, spec } => {
@@ -535,6 +557,7 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
         } => m.renew(c, &path, drive, object).await?,
         Q::ReturnCapability { path, audit_id } => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
+            m.return_capability(c, &path).await?;
             MgrReply::Ok
         }
         Q::Unlink { path } => {

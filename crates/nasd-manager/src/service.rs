@@ -12,6 +12,12 @@
 //! Revocation (chmod, chown, unlink, rename over a file) bumps the components'
 //! access_control_version with a `setattr`, or removes the objects.
 //!
+//! Writers: a write capability for a file's committed objects is a lease ([`crate::lease`]),
+//! one session at a time, ended by `ReturnCapability`. One-object files are written in place
+//! under it; files spread over several objects change copy-on-write only (`StageWrite` stages
+//! copies of the components, `Commit` swaps them in), so their committed objects are never
+//! written except to repair them with the bytes they should hold.
+//!
 //! In a sticky directory (mode bit 0o1000) only an entry's owner, the directory's owner or an
 //! admin may remove or rename the entry, or replace it by a rename ([`sticky_allows`]). A name
 //! that comes into being (mkdir, create, the target of a rename) may not hold control
@@ -20,8 +26,9 @@
 //! read, renamed to a clean name and removed.
 
 use crate::drives::{self, Registry, MANAGER_PROTECTION};
+use crate::lease::{Holder, Leases};
 use crate::store::*;
-use crate::striping::{components_of, Grant};
+use crate::striping::{tolerated, Grant};
 use crate::{now_ms, now_us, MgrError, MgrResult};
 use nasd_client::object::Target;
 use nasd_proto::manager::*;
@@ -61,6 +68,9 @@ impl Default for Policy {
     }
 }
 
+/// Most bytes one `Repair` rewrites.
+pub const REPAIR_BYTES_MAX: u64 = 64 << 20;
+
 /// Who is asking.
 #[derive(Clone, Debug)]
 pub struct Caller {
@@ -69,6 +79,18 @@ pub struct Caller {
     pub admin: bool,
     pub gid: u32,
     pub groups: Vec<u32>,
+    /// The login session (from its token): who holds a write lease. 0 for the manager's own
+    /// work and for tests.
+    pub session: u64,
+}
+
+impl Caller {
+    fn holder(&self) -> Holder {
+        Holder {
+            uid: self.uid,
+            session: self.session,
+        }
+    }
 }
 
 /// `fs_specific` layout, version 1 (seed 002 §3: file-system attributes the drive stores
@@ -211,8 +233,16 @@ pub fn check_name(n: &str) -> MgrResult<()> {
     Ok(())
 }
 
-fn store_err(e: StoreError, path: &str) -> MgrError {
+pub(crate) fn store_err(e: StoreError, path: &str) -> MgrError {
     let status = match e {
+        StoreError::Conflict => {
+            return MgrError::new(
+                MgrStatus::Conflict,
+                format!(
+                    "{path}: the file changed since the change was staged; nothing was committed"
+                ),
+            )
+        }
         StoreError::Exists => MgrStatus::Exists,
         StoreError::NotFound => MgrStatus::NoSuchPath,
         StoreError::NotEmpty => MgrStatus::NotEmpty,
@@ -232,6 +262,11 @@ pub struct Manager {
     pub drives: Registry,
     pub policy: Policy,
     min_protection: Protection,
+    /// Write leases: one writer per file.
+    pub leases: Leases,
+    /// Connections for the manager's own reads and writes of file data (repair, truncation,
+    /// scrub, rebuild).
+    pub pool: Arc<nasd_client::pool::ConnPool>,
 }
 
 impl Manager {
@@ -256,12 +291,14 @@ impl Manager {
         Ok(Arc::new(Manager {
             store: Mutex::new(store),
             drives: Registry::load(records),
+            leases: Leases::new(now_ms(), policy.write_cap_ttl_ms),
             policy,
             min_protection,
+            pool: Arc::new(nasd_client::pool::ConnPool::new()),
         }))
     }
 
-    fn st(&self) -> std::sync::MutexGuard<'_, Box<dyn MetaStore>> {
+    pub(crate) fn st(&self) -> std::sync::MutexGuard<'_, Box<dyn MetaStore>> {
         self.store.lock().expect("store lock")
     }
 
@@ -369,12 +406,48 @@ impl Manager {
 
     /// Revokes every capability of a file (its components' access_control_version moves on)
     /// and mirrors the inode into their `fs_specific`; stores the new version.
+    /// Components that could not take the new version are marked stale (the layout covers
+    /// them, or the revocation failed).
     async fn revoke_and_mirror(&self, mut i: Inode) -> MgrResult<Inode> {
-        i.acv = self.revoke_layout(&i).await?;
+        let (acv, missed) = self.revoke_layout(&i).await?;
+        i.acv = acv;
+        if let (Some(l), true) = (&mut i.layout, missed != 0) {
+            l.stale |= missed;
+            l.version += 1;
+        }
         self.st()
             .update_inode(&i)
             .map_err(|e| store_err(e, "inode"))?;
         Ok(i)
+    }
+
+    /// Gives `c` the write lease of file `i` (or extends theirs) for a write capability's
+    /// lifetime; `Busy` while another session holds it. The first lease on a file after a
+    /// manager restart revokes older capabilities first; the inode returned carries the
+    /// version to mint from.
+    async fn take_lease(&self, c: &Caller, path: &str, i: &Inode) -> MgrResult<Inode> {
+        let now = now_ms();
+        let until = now + self.policy.write_cap_ttl_ms;
+        match self.leases.take(i.ino, c.holder(), now, until) {
+            Ok(t) if t.revoke_first => match self.revoke_and_mirror(i.clone()).await {
+                Ok(i) => Ok(i),
+                Err(e) => {
+                    self.leases.release(i.ino, c.holder(), now);
+                    Err(e.at(path))
+                }
+            },
+            Ok(_) => Ok(i.clone()),
+            Err(busy) => {
+                let who = self.names(busy.holder.uid, 0).0;
+                Err(MgrError::new(
+                    MgrStatus::Busy,
+                    format!(
+                        "{path}: {who} is writing it (lease for {} s more)",
+                        busy.until_ms.saturating_sub(now).div_ceil(1000)
+                    ),
+                ))
+            }
+        }
     }
 
     /// The layout and capabilities for `c` on `i`.
@@ -451,15 +524,10 @@ impl Manager {
         if spec.is_empty() {
             d.dir_layout = None;
         } else {
-            let n = components_of(spec)?;
-            let have = self.drives.count();
-            if n > have {
-                return Err(MgrError::new(
-                    MgrStatus::InvalidArgument,
-                    format!("layout {spec} needs {n} drives; the cluster has {have}"),
-                ));
-            }
-            d.dir_layout = Some(spec.to_string());
+            let geo = crate::striping::geometry_of(spec)?;
+            geo.check_drives(self.drives.count())
+                .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("{path}: {e}")))?;
+            d.dir_layout = Some(geo.to_string());
         }
         self.st().update_inode(&d).map_err(|e| store_err(e, path))
     }
@@ -720,6 +788,7 @@ impl Manager {
             created_ms: now_ms(),
             ino: i.ino,
             new_file: true,
+            base_version: None,
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
@@ -768,6 +837,7 @@ impl Manager {
             created_ms: now_ms(),
             ino: i.ino,
             new_file: false,
+            base_version: None,
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
@@ -833,6 +903,7 @@ impl Manager {
         drive: nasd_proto::DriveId,
         object: ObjectId,
         size: u64,
+        stale: u64,
     ) -> MgrResult<()> {
         let (dir, name) = self.parent(c, path, false)?;
         let current = self.entry(&dir, name, path)?;
@@ -840,8 +911,11 @@ impl Manager {
             if current
                 .as_ref()
                 .and_then(|i| i.layout.as_ref())
-                .map(|l| (l.first().drive, l.first().object))
-                == Some((drive, object))
+                .is_some_and(|l| {
+                    l.components
+                        .iter()
+                        .any(|o| (o.drive, o.object) == (drive, object))
+                })
             {
                 return Ok(());
             }
@@ -869,19 +943,40 @@ impl Manager {
                 }
             }
         }
+        let n = s.layout.components.len();
+        let lost = (s.layout.stale | stale).count_ones() as usize;
+        if (n < 64 && stale >> n != 0) || lost > tolerated(&s.layout) || lost >= n {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!(
+                    "{path}: the upload missed {lost} of {n} components; its {} layout covers {}",
+                    s.layout.geometry,
+                    tolerated(&s.layout)
+                ),
+            ));
+        }
+        if s.base_version.is_some() && current.as_ref().is_some_and(|i| i.acv != s.acv) {
+            // A revocation (chmod, chown) happened since the copies were taken: they carry the
+            // old version. Start over from the current objects.
+            return Err(store_err(StoreError::Conflict, path));
+        }
         let size = (!s.layout.sized_by_object()).then_some(size);
         let old = self
             .st()
             .commit_staged(
                 dir.ino,
                 name,
-                s.layout.first(),
+                s.layout.key(),
                 current.as_ref().map(|i| i.ino),
                 size,
+                stale,
             )
             .map_err(|e| store_err(e, path))?;
+        if s.base_version.is_some() {
+            self.leases.release(s.ino, c.holder(), now_ms());
+        }
         if let Some(l) = old.and_then(|i| i.layout) {
-            self.remove_objects(&l.components).await;
+            self.remove_objects(&l.not_in(Some(&s.layout))).await;
         }
         Ok(())
     }
@@ -973,8 +1068,11 @@ impl Manager {
                 }
             }
         };
+        if s.base_version.is_some() {
+            self.take_lease(c, path, &i).await?;
+        }
         self.st()
-            .touch_staged(s.layout.first(), now_ms())
+            .touch_staged(s.layout.key(), now_ms())
             .map_err(|e| store_err(e, path))?;
         let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
         Ok(MgrReply::Staged {
@@ -999,10 +1097,16 @@ impl Manager {
         };
         let gone = self
             .st()
-            .abort_staged(s.layout.first())
+            .abort_staged(s.layout.key())
             .map_err(|e| store_err(e, path))?;
         if gone.is_some() {
-            self.remove_objects(&s.layout.components).await;
+            if s.base_version.is_some() {
+                self.leases.release(s.ino, c.holder(), now_ms());
+            }
+            // A change's stale components are the file's own objects: only the copies go.
+            let current = self.st().inode(s.ino).ok().flatten().and_then(|i| i.layout);
+            self.remove_objects(&s.layout.not_in(current.as_ref()))
+                .await;
         }
         Ok(())
     }
@@ -1028,6 +1132,19 @@ impl Manager {
                 },
             ));
         }
+        let i = if write {
+            if i.layout.as_ref().is_some_and(|l| !l.sized_by_object()) {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!(
+                        "{path}: a file spread over several objects is changed copy-on-write (StageWrite), never in place"
+                    ),
+                ));
+            }
+            self.take_lease(c, path, &i).await?
+        } else {
+            i
+        };
         let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
         let (layout, caps) = self.mint(c, path, &i, grant)?;
         Ok(MgrReply::Opened {
@@ -1035,6 +1152,112 @@ impl Manager {
             layout,
             caps,
         })
+    }
+
+    /// `StageWrite`: copies of the file's components for a copy-on-write change, recorded as
+    /// staged (so a manager restart keeps it), with write capabilities for them; takes the
+    /// file's write lease, which the change's commit or abort ends.
+    pub async fn stage_write(&self, c: &Caller, path: &str) -> MgrResult<MgrReply> {
+        let i = self.resolve(c, path)?;
+        if i.kind == FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
+        }
+        if !may(c, &i, W) {
+            return Err(denied(path, "write permission on the file"));
+        }
+        let i = self.take_lease(c, path, &i).await?;
+        let release = || self.leases.release(i.ino, c.holder(), now_ms());
+        let l = i.layout.clone().expect("a file has a layout");
+        let staged = match self.stage_copies(&l).await {
+            Ok(s) => s,
+            Err(e) => {
+                release();
+                return Err(e.at(path));
+            }
+        };
+        let record = Staged {
+            layout: staged.clone(),
+            acv: i.acv,
+            uid: c.uid,
+            path: path.to_string(),
+            mode: i.mode,
+            created_ms: now_ms(),
+            ino: i.ino,
+            new_file: false,
+            base_version: Some(l.version),
+        };
+        let put = self.st().put_staged(&record);
+        if let Err(e) = put {
+            self.remove_objects(&staged.not_in(Some(&l))).await;
+            release();
+            return Err(store_err(e, path));
+        }
+        let times = self.file_times(&i).await.ok();
+        let next = Inode {
+            layout: Some(staged),
+            ..i.clone()
+        };
+        let (layout, caps) = self.mint(c, path, &next, Grant::Write)?;
+        Ok(MgrReply::Staged {
+            stat: self.stat_of(&i, times),
+            layout,
+            caps,
+            replaces: true,
+        })
+    }
+
+    /// `ReturnCapability`: the writer is done. If it held the file's write lease, the lease
+    /// ends and every capability for the file's objects is revoked now (seed 002 §3.2), so the
+    /// returned one stops working at once.
+    pub async fn return_capability(&self, c: &Caller, path: &str) -> MgrResult<()> {
+        let i = self.resolve(c, path)?;
+        if i.kind == FileKind::Dir || !self.leases.release(i.ino, c.holder(), now_ms()) {
+            return Ok(());
+        }
+        self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        Ok(())
+    }
+
+    /// `Repair`: a reader found `len` bytes at `offset` of component `component` damaged; the
+    /// striping layer rebuilds them from the other components and rewrites them in place.
+    /// Only someone who may read the file can ask, and the bytes come from the other
+    /// components, never from the asker.
+    pub async fn repair(
+        &self,
+        c: &Caller,
+        path: &str,
+        component: usize,
+        offset: u64,
+        len: u64,
+    ) -> MgrResult<u64> {
+        let i = self.resolve(c, path)?;
+        if !may(c, &i, R) {
+            return Err(denied(path, "read permission on the file"));
+        }
+        let l = i
+            .layout
+            .as_ref()
+            .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
+        if component >= l.components.len() || len > REPAIR_BYTES_MAX {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!(
+                    "{path}: repair of {len} bytes of component {component} (at most {REPAIR_BYTES_MAX} bytes of one of {})",
+                    l.components.len()
+                ),
+            ));
+        }
+        if l.is_stale(component) || l.sized_by_object() {
+            return Ok(0);
+        }
+        let (size, _) = self.file_times(&i).await.map_err(|e| e.at(path))?;
+        let io = self.layout_io(l, size)?;
+        let n = io
+            .rebuild_range(component, offset, len, None)
+            .await
+            .map_err(|e| MgrError::new(MgrStatus::DriveUnreachable, format!("{path}: {e}")))?;
+        tracing::info!(path, component, offset, len = n, "read repair");
+        Ok(n)
     }
 
     pub async fn unlink(&self, c: &Caller, path: &str) -> MgrResult<()> {
@@ -1151,16 +1374,23 @@ impl Manager {
 
     pub async fn truncate(&self, c: &Caller, path: &str, size: u64) -> MgrResult<()> {
         let i = self.resolve(c, path)?;
-        let l = i
-            .layout
-            .clone()
-            .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
+        if i.layout.is_none() {
+            return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
+        }
         if !may(c, &i, W) {
             return Err(denied(path, "write permission on the file"));
         }
-        self.truncate_layout(path, &l, size)
-            .await
-            .map_err(|e| e.at(path))
+        // The change holds the write lease; one the caller held before stays theirs.
+        let had = self
+            .leases
+            .holder(i.ino, now_ms())
+            .is_some_and(|(h, _)| h == c.holder());
+        let i = self.take_lease(c, path, &i).await?;
+        let r = self.truncate_layout(path, &i, size).await;
+        if !had {
+            self.leases.release(i.ino, c.holder(), now_ms());
+        }
+        r.map_err(|e| e.at(path))
     }
 
     pub async fn utimes(&self, c: &Caller, path: &str, mtime_us: u64) -> MgrResult<()> {
@@ -1213,6 +1443,7 @@ mod tests {
             admin: false,
             gid: groups[0],
             groups,
+            session: 0,
         }
     }
 

@@ -46,7 +46,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -82,8 +82,9 @@ CREATE TABLE IF NOT EXISTS sessions(token_hash BLOB PRIMARY KEY, uid INTEGER NOT
 CREATE TABLE IF NOT EXISTS reserved(ino INTEGER PRIMARY KEY, created_ms INTEGER NOT NULL);
 ";
 
-/// Tables as version 3 has them, for a new database (an old one gets them by migration).
-const SCHEMA_V3_NEW: &str = "
+/// Tables as the current version has them, for a new database (an old one gets them by
+/// migration).
+const SCHEMA_NEW: &str = "
 CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
     mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
     ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, root BLOB,
@@ -93,6 +94,7 @@ CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
     mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
     new_file INTEGER NOT NULL DEFAULT 0, geometry TEXT NOT NULL DEFAULT 'single',
+    base_version INTEGER, stale INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(drive, object));
 ";
 
@@ -110,11 +112,11 @@ CREATE INDEX IF NOT EXISTS staged_components_obj ON staged_components(drive, obj
 
 /// The migration from version `i + 1` to `i + 2` is `MIGRATIONS[i]`.
 type Migration = fn(&rusqlite::Transaction<'_>) -> StoreResult<()>;
-const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3];
+const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
-const STAGED_COLS: &str =
-    "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file, geometry";
+const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file, \
+     geometry, base_version, stale";
 
 /// A staged row; its components are read separately ([`SqliteStore::staged_components`]).
 fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
@@ -127,7 +129,7 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
                 partition: PartitionId(r.get::<_, i64>(1)? as u16),
                 object: ObjectId(r.get::<_, i64>(2)? as u64),
             }],
-            stale: 0,
+            stale: r.get::<_, i64>(12)? as u64,
         },
         acv: r.get::<_, i64>(3)? as u64,
         uid: r.get(4)?,
@@ -136,6 +138,7 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
         created_ms: r.get::<_, i64>(7)? as u64,
         ino: r.get::<_, Option<i64>>(8)?.unwrap_or(0) as u64,
         new_file: r.get::<_, i64>(9)? != 0,
+        base_version: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
     })
 }
 
@@ -246,6 +249,16 @@ fn migrate_2_to_3(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
     .map_err(db)
 }
 
+/// Schema 3 to 4: a staged record knows the layout version a copy-on-write change was based
+/// on (`NULL` for uploads) and which of its components were staged stale.
+fn migrate_3_to_4(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "ALTER TABLE staged ADD COLUMN base_version INTEGER;
+         ALTER TABLE staged ADD COLUMN stale INTEGER NOT NULL DEFAULT 0;",
+    )
+    .map_err(db)
+}
+
 /// The column names of `table` (one of this module's own).
 fn columns(tx: &Connection, table: &'static str) -> StoreResult<Vec<String>> {
     let mut st = tx
@@ -307,7 +320,7 @@ impl SqliteStore {
     /// A new database: every table as the current version has it, and the root directory.
     fn create_fresh(mut self) -> StoreResult<SqliteStore> {
         let tx = self.db.transaction().map_err(db)?;
-        tx.execute_batch(SCHEMA_V3_NEW).map_err(db)?;
+        tx.execute_batch(SCHEMA_NEW).map_err(db)?;
         tx.execute_batch(SCHEMA_V3_TABLES).map_err(db)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
@@ -560,9 +573,9 @@ impl SqliteStore {
 
     fn put_staged_now(&mut self, s: &Staged) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
-        let key = s.layout.first();
+        let key = s.layout.key();
         tx.execute(
-            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
             params![
                 key.drive.0 as i64,
                 key.partition.0 as i64,
@@ -575,6 +588,8 @@ impl SqliteStore {
                 s.ino as i64,
                 s.new_file as i64,
                 s.layout.geometry,
+                s.base_version.map(|v| v as i64),
+                s.layout.stale as i64,
             ],
         )
         .map_err(db)?;
@@ -1114,9 +1129,10 @@ impl MetaStore for SqliteStore {
         obj: ObjRef,
         replacing: Option<u64>,
         size: Option<u64>,
+        stale: u64,
     ) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
-        let s = Self::staged_at(&tx, obj)?.ok_or(StoreError::NotFound)?;
+        let mut s = Self::staged_at(&tx, obj)?.ok_or(StoreError::NotFound)?;
         Self::dir_inode(&tx, parent)?;
         let old = Self::entry(&tx, parent, name)?;
         match (&old, replacing) {
@@ -1144,6 +1160,18 @@ impl MetaStore for SqliteStore {
             // An overwrite commits only into the inode it was staged for.
             return Err(StoreError::NotFound);
         }
+        let old_version = old
+            .as_ref()
+            .filter(|i| i.ino == s.ino)
+            .and_then(|i| i.layout.as_ref())
+            .map(|l| l.version);
+        if let Some(base) = s.base_version {
+            if old_version != Some(base) {
+                return Err(StoreError::Conflict);
+            }
+        }
+        s.layout.version = old_version.map_or(1, |v| v + 1);
+        s.layout.stale |= stale;
         Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
         tx.execute(
             "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
@@ -1153,6 +1181,37 @@ impl MetaStore for SqliteStore {
         Self::delete_staged(&tx, obj)?;
         tx.commit().map_err(db)?;
         Ok(old)
+    }
+
+    fn swap_layout(
+        &mut self,
+        ino: u64,
+        expected: u64,
+        layout: &FileLayout,
+        size: Option<u64>,
+    ) -> StoreResult<u64> {
+        let tx = self.db.transaction().map_err(db)?;
+        let i = Self::inode_in(&tx, ino)?.ok_or(StoreError::NotFound)?;
+        let Some(l) = &i.layout else {
+            return Err(StoreError::IsADirectory);
+        };
+        if l.version != expected {
+            return Err(StoreError::Conflict);
+        }
+        let next = FileLayout {
+            version: expected + 1,
+            ..layout.clone()
+        };
+        Self::set_layout(&tx, ino, &next, i.acv, size.or(i.size))?;
+        if size.is_some() {
+            tx.execute(
+                "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
+                params![ino as i64, now_us() as i64],
+            )
+            .map_err(db)?;
+        }
+        tx.commit().map_err(db)?;
+        Ok(next.version)
     }
 
     fn abort_staged(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>> {
@@ -1188,7 +1247,7 @@ impl MetaStore for SqliteStore {
             rows.collect::<Result<_, _>>().map_err(db)?
         };
         for s in &mut old {
-            let key = s.layout.first();
+            let key = s.layout.components[0];
             s.layout.components = Self::staged_components(&tx, key)?;
             Self::delete_staged(&tx, key)?;
         }
@@ -1425,7 +1484,7 @@ mod tests {
         let old = s.staged(obj).unwrap().unwrap();
         assert_eq!((old.ino, old.new_file, old.path.as_str()), (0, false, "/f"));
         assert_eq!(
-            s.commit_staged(ROOT_INO, "f", obj, Some(9), None),
+            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0),
             Err(StoreError::NotFound)
         );
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));

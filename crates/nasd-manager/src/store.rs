@@ -31,6 +31,9 @@ pub enum StoreError {
     NotADirectory,
     #[error("is a directory")]
     IsADirectory,
+    /// The file's layout is no longer at the version the change was based on.
+    #[error("the file's layout changed")]
+    Conflict,
     #[error("metadata store: {0}")]
     Db(String),
 }
@@ -86,9 +89,27 @@ impl FileLayout {
         }
     }
 
-    /// The first component: the key of the layout's staged upload.
+    /// The first component.
     pub fn first(&self) -> ObjRef {
         self.components[0]
+    }
+
+    /// The name of a staged layout: its first component that is not stale (a fresh object; a
+    /// stale one may be shared with the file's committed layout).
+    pub fn key(&self) -> ObjRef {
+        (0..self.components.len())
+            .find(|&i| !self.is_stale(i))
+            .map_or(self.components[0], |i| self.components[i])
+    }
+
+    /// Bits of the components that are real objects of this layout and not of `other` (what
+    /// goes when `other` replaces it, or when it is dropped while `other` stays).
+    pub fn not_in(&self, other: Option<&FileLayout>) -> Vec<ObjRef> {
+        self.components
+            .iter()
+            .filter(|o| other.is_none_or(|l| !l.components.contains(o)))
+            .copied()
+            .collect()
     }
 
     pub fn is_stale(&self, i: usize) -> bool {
@@ -169,6 +190,10 @@ pub struct Staged {
     /// Whether commit links the reserved inode `ino` as a new name (else it swaps the object
     /// into the existing inode `ino`).
     pub new_file: bool,
+    /// For a copy-on-write change of an existing file (`StageWrite`): the layout version its
+    /// copies were taken from; the commit is refused once the file's layout moved on. `None`
+    /// for an upload, which replaces whatever is there.
+    pub base_version: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,7 +279,9 @@ pub trait MetaStore: Send {
     /// first component), `IsADirectory` if the name is a directory.
     /// `size` is the file's size after the upload, kept for layouts spread over several
     /// objects (`None` for a one-object file, whose object holds it); their modify time
-    /// becomes now.
+    /// becomes now. The committed layout's version is one past the replaced layout's (1 for a
+    /// new file), and its stale set is the staged one plus `stale`. A change staged on a base
+    /// version the file's layout no longer has is refused (`Conflict`), and nothing changes.
     fn commit_staged(
         &mut self,
         parent: u64,
@@ -262,7 +289,20 @@ pub trait MetaStore: Send {
         obj: ObjRef,
         replacing: Option<u64>,
         size: Option<u64>,
+        stale: u64,
     ) -> StoreResult<Option<Inode>>;
+    /// Replaces the layout of file `ino` by `layout` (a rebuilt component, a component marked
+    /// stale, components cut short) provided its version is still `expected`; the stored
+    /// version becomes `expected + 1`, which is returned. With `size`, the file's size becomes
+    /// that and its modify time now. `Conflict` if the layout moved on, `NotFound` if the
+    /// file is gone.
+    fn swap_layout(
+        &mut self,
+        ino: u64,
+        expected: u64,
+        layout: &FileLayout,
+        size: Option<u64>,
+    ) -> StoreResult<u64>;
     /// Forgets the staged record of `obj` and, for a new file, its reserved inode; returns
     /// the record (`None` if nothing was staged).
     fn abort_staged(&mut self, obj: ObjRef) -> StoreResult<Option<Staged>>;

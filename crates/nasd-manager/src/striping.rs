@@ -15,26 +15,36 @@ use crate::drives::{self, MANAGER_PROTECTION};
 use crate::service::{effective_mtime, FsAttr, Manager};
 use crate::store::{FileLayout, Inode, ObjRef};
 use crate::{MgrError, MgrResult};
+use nasd_client::component::ComponentIo;
+use nasd_client::layer::FileIo;
 use nasd_client::object::Target;
+use nasd_client::striped::Striped;
 use nasd_client::Capability;
+use nasd_ec::Layout as Geometry;
 use nasd_proto::manager::{CapGrant, Component, Layout, MgrStatus};
 use nasd_proto::{
     AttrMask, Attributes, CapabilityArgs, DriveId, ObjectId, Op, Region, ReplyBody, Rights,
 };
+use std::sync::Arc;
 
 /// The layout every file gets when neither its directory nor an ancestor names one, unless
 /// the cluster's policy says otherwise.
 pub const DEFAULT_LAYOUT: &str = "single";
 
+/// The geometry a layout spec names, or why it is not a layout.
+pub fn geometry_of(spec: &str) -> MgrResult<Geometry> {
+    spec.parse::<Geometry>()
+        .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("layout {spec:?}: {e}")))
+}
+
 /// The number of component objects a layout spec asks for, or why it is not a layout.
 pub fn components_of(spec: &str) -> MgrResult<usize> {
-    match spec {
-        "single" => Ok(1),
-        _ => Err(MgrError::new(
-            MgrStatus::InvalidArgument,
-            format!("layout {spec:?}: not a layout this manager knows"),
-        )),
-    }
+    Ok(geometry_of(spec)?.components())
+}
+
+/// How many of a layout's components may be lost (stale) with every byte still readable.
+pub fn tolerated(l: &FileLayout) -> usize {
+    geometry_of(&l.geometry).map_or(0, |g| g.tolerated_failures())
 }
 
 /// What capabilities for a file allow.
@@ -53,33 +63,161 @@ impl Manager {
         let drives = self.drives.choose_n(n)?;
         let made =
             futures_util::future::join_all(drives.iter().map(|&d| self.create_object(d, i))).await;
-        let mut components = Vec::with_capacity(n);
+        let mut components: Vec<Option<ObjRef>> = Vec::with_capacity(n);
         let mut failure = None;
         for r in made {
             match r {
-                Ok((o, a)) if a.access_control_version == 0 => components.push(o),
+                Ok((o, a)) if a.access_control_version == 0 => components.push(Some(o)),
                 Ok((o, _)) => {
-                    components.push(o);
+                    self.remove_object(o).await;
+                    components.push(None);
                     failure.get_or_insert(MgrError::new(
                         MgrStatus::Internal,
                         "a new object does not start at access_control_version 0",
                     ));
                 }
                 Err(e) => {
+                    components.push(None);
                     failure.get_or_insert(e);
                 }
             }
         }
-        if let Some(e) = failure {
-            self.remove_objects(&components).await;
-            return Err(e);
+        // A drive that failed (down since the last health check) is replaced by another
+        // healthy one not in the layout yet, if the cluster has one.
+        let mut spare = self
+            .drives
+            .choose_n(self.drives.count())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|d| !drives.contains(d));
+        for slot in components.iter_mut().filter(|c| c.is_none()) {
+            for d in spare.by_ref() {
+                if let Ok((o, a)) = self.create_object(d, i).await {
+                    if a.access_control_version == 0 {
+                        *slot = Some(o);
+                        break;
+                    }
+                    self.remove_object(o).await;
+                }
+            }
+        }
+        if components.iter().any(|c| c.is_none()) {
+            let made: Vec<ObjRef> = components.into_iter().flatten().collect();
+            self.remove_objects(&made).await;
+            return Err(failure.unwrap_or_else(|| {
+                MgrError::new(MgrStatus::NoDrives, "no healthy drive for a component")
+            }));
         }
         Ok(FileLayout {
             version: 1,
             geometry: spec.to_string(),
-            components,
+            components: components.into_iter().flatten().collect(),
             stale: 0,
         })
+    }
+
+    /// Copy-on-write copies of `l`'s components (drive FastCopy: blocks are shared until
+    /// written), for a change staged without touching the committed objects. A component that
+    /// is stale, or whose drive cannot copy it, stays as it is and is marked stale in the copy
+    /// (the change's writes skip it, a rebuild makes it current later); more of those than the
+    /// layout covers fail the staging, and the copies made are removed.
+    pub(crate) async fn stage_copies(&self, l: &FileLayout) -> MgrResult<FileLayout> {
+        let copies = futures_util::future::join_all(l.components.iter().enumerate().map(
+            |(k, &o)| async move {
+                if l.is_stale(k) {
+                    return None;
+                }
+                match self.fastcopy(o).await {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::warn!(drive = %o.drive, "component not copied: {}", e.detail);
+                        None
+                    }
+                }
+            },
+        ))
+        .await;
+        let mut staged = FileLayout {
+            version: l.version + 1,
+            geometry: l.geometry.clone(),
+            components: l.components.clone(),
+            stale: 0,
+        };
+        for (k, c) in copies.iter().enumerate() {
+            match c {
+                Some(c) => staged.components[k] = *c,
+                None => staged.stale |= 1 << k,
+            }
+        }
+        let lost = staged.stale.count_ones() as usize;
+        if lost > tolerated(l) || lost == l.components.len() {
+            self.remove_objects(&copies.into_iter().flatten().collect::<Vec<_>>())
+                .await;
+            return Err(MgrError::new(
+                MgrStatus::DriveUnreachable,
+                format!(
+                    "{lost} of the {} components of this {} file cannot be copied now; it covers {}",
+                    l.components.len(),
+                    l.geometry,
+                    tolerated(l)
+                ),
+            ));
+        }
+        Ok(staged)
+    }
+
+    /// FastCopy of one object on its drive.
+    async fn fastcopy(&self, o: ObjRef) -> MgrResult<ObjRef> {
+        let (object, _) = self
+            .drives
+            .with_working(o.drive, |c, auth, partition| async move {
+                c.fastcopy(
+                    &auth,
+                    Target {
+                        partition,
+                        object: o.object,
+                        protection: MANAGER_PROTECTION,
+                    },
+                )
+                .await
+            })
+            .await?;
+        Ok(ObjRef { object, ..o })
+    }
+
+    /// The layout layer over `l`'s objects, reached with the manager's working keys: what
+    /// the manager reads, rebuilds and resizes files through.
+    pub(crate) fn layout_io(&self, l: &FileLayout, size: u64) -> MgrResult<Striped> {
+        let geo = geometry_of(&l.geometry)?;
+        let mut parts: Vec<Arc<dyn FileIo>> = Vec::with_capacity(l.components.len());
+        for (k, o) in l.components.iter().enumerate() {
+            let rec = self.drives.record(o.drive).ok_or_else(|| {
+                MgrError::new(
+                    MgrStatus::DriveUnreachable,
+                    format!("drive {:016x} is not registered", o.drive.0),
+                )
+            })?;
+            let auth = nasd_client::Auth::Key {
+                kind: nasd_proto::KeyType::Working,
+                key: rec.working_key.clone(),
+                suite: rec.suite,
+                drive: rec.drive,
+            };
+            let t = Target {
+                partition: o.partition,
+                object: o.object,
+                protection: MANAGER_PROTECTION,
+            };
+            parts.push(Arc::new(ComponentIo::with_auth(
+                self.pool.clone(),
+                k,
+                rec.addr,
+                auth,
+                t,
+            )));
+        }
+        Striped::new(geo, parts, size, l.stale)
+            .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))
     }
 
     /// Creates an object on drive `d` whose `fs_specific` mirrors `i`.
@@ -198,11 +336,14 @@ impl Manager {
 
     /// Revokes every capability for the file `i` (seed 002 §2.4): each component's
     /// access_control_version moves to `i.acv + 1`, and its `fs_specific` mirrors `i`.
-    /// Returns the new version. Every component must take it: a component that cannot be
-    /// reached fails the revocation rather than keep honouring old capabilities.
-    pub(crate) async fn revoke_layout(&self, i: &Inode) -> MgrResult<u64> {
+    /// Returns the new version and the components that could not take it. A layout without
+    /// redundancy fails the revocation rather than let a component keep honouring old
+    /// capabilities; one with redundancy marks those components stale (never read again until
+    /// rebuilt onto fresh objects; an old capability they still honour expires with its
+    /// lifetime) as long as it covers them.
+    pub(crate) async fn revoke_layout(&self, i: &Inode) -> MgrResult<(u64, u64)> {
         let Some(l) = &i.layout else {
-            return Ok(i.acv);
+            return Ok((i.acv, 0));
         };
         let attrs = Attributes {
             access_control_version: i.acv + 1,
@@ -216,10 +357,22 @@ impl Manager {
                 .map(|&o| self.setattr(o, mask, attrs.clone())),
         )
         .await;
-        for r in done {
-            r?;
+        let mut missed = 0u64;
+        let mut first = None;
+        for (k, r) in done.into_iter().enumerate() {
+            if let Err(e) = r {
+                if !l.is_stale(k) {
+                    missed |= 1 << k;
+                    first.get_or_insert(e);
+                }
+            }
         }
-        Ok(i.acv + 1)
+        if let Some(e) = first {
+            if (l.stale | missed).count_ones() as usize > tolerated(l) {
+                return Err(e);
+            }
+        }
+        Ok((i.acv + 1, missed))
     }
 
     /// The file's size and modify time: a one-object file's from its object, another's as
@@ -299,14 +452,16 @@ impl Manager {
     }
 
     /// Sets the size of the file `i` (cut short, or extended with zeros). A one-object file's
-    /// object takes it directly; another layout's components are resized through the layout
-    /// layer, which keeps parity consistent, and the store keeps the new size.
-    pub(crate) async fn truncate_layout(
-        &self,
-        path: &str,
-        l: &FileLayout,
-        size: u64,
-    ) -> MgrResult<()> {
+    /// object takes it directly. Another layout changes copy-on-write like a client's change:
+    /// copies of its components are cut through the layout layer (which zeroes the rest of
+    /// the last group so parity stays right), then swapped in with the new size in one store
+    /// transaction; the old objects go. Growing needs no copies (bytes past the end read as
+    /// zeros, parity included).
+    pub(crate) async fn truncate_layout(&self, path: &str, i: &Inode, size: u64) -> MgrResult<()> {
+        let l = i
+            .layout
+            .as_ref()
+            .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
         if l.sized_by_object() {
             let attrs = Attributes {
                 logical_size: size,
@@ -316,9 +471,34 @@ impl Manager {
                 .await?;
             return Ok(());
         }
-        Err(MgrError::new(
-            MgrStatus::InvalidArgument,
-            format!("{path}: truncating a {} file is not supported", l.geometry),
-        ))
+        let old_size = i.size.unwrap_or(0);
+        if size >= old_size {
+            self.st()
+                .swap_layout(i.ino, l.version, l, Some(size))
+                .map_err(|e| crate::service::store_err(e, path))?;
+            return Ok(());
+        }
+        let staged = self.stage_copies(l).await?;
+        let io = self.layout_io(&staged, old_size)?;
+        let cut = async {
+            io.set_size(size)
+                .await
+                .map_err(|e| MgrError::new(MgrStatus::DriveUnreachable, e.to_string()))?;
+            let mut next = staged.clone();
+            next.stale |= io.missed();
+            self.st()
+                .swap_layout(i.ino, l.version, &next, Some(size))
+                .map_err(|e| crate::service::store_err(e, path))
+        };
+        match cut.await {
+            Ok(_) => {
+                self.remove_objects(&l.not_in(Some(&staged))).await;
+                Ok(())
+            }
+            Err(e) => {
+                self.remove_objects(&staged.not_in(Some(l))).await;
+                Err(e)
+            }
+        }
     }
 }

@@ -180,6 +180,7 @@ pub fn caller_of(st: &dyn MetaStore, uid: u32) -> MgrResult<Caller> {
         admin: u.admin,
         gid: u.gid,
         groups: st.groups_of(uid).map_err(db)?,
+        session: 0,
     })
 }
 
@@ -513,6 +514,7 @@ mod tests {
             admin: true,
             gid: 0,
             groups: vec![0],
+            session: 0,
         }
     }
 

@@ -42,6 +42,12 @@ use std::fmt;
 ///   distinct drives, with a version and a stale flag per component; `Opened` and `Staged`
 ///   carry one capability per component. [`MgrRequest::LayoutGet`] and
 ///   [`MgrRequest::LayoutSet`] read and set the layout a directory gives new files.
+///   [`MgrRequest::StageWrite`] stages copies of a file's components for a copy-on-write
+///   change; [`MgrRequest::Commit`] carries the file's size and the components the writer
+///   could not write (`stale`). A write capability is a lease: one writer per file
+///   ([`MgrStatus::Busy`]), ended at once by `ReturnCapability`. A commit staged against a
+///   layout that changed since is refused with [`MgrStatus::Conflict`]. New: `Repair` (a
+///   reader reports a damaged shard), `Scrub`, `Status`, `DriveReplace`.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 4;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
@@ -137,7 +143,9 @@ pub enum MgrRequest {
         path: String,
         write: bool,
     },
-    /// ReturnCapability: the client is done writing under `audit_id`.
+    /// ReturnCapability: the client is done writing under `audit_id`. When it holds the file's
+    /// write lease, the lease ends and every capability for the file's objects is revoked at
+    /// once (seed 002 §3.2).
     ReturnCapability {
         path: String,
         audit_id: u64,
@@ -204,11 +212,14 @@ pub enum MgrRequest {
     /// `path` in one transaction; the old objects are removed afterwards, which revokes their
     /// capabilities. `size` is the file's size after the upload, which the manager keeps for
     /// layouts spread over several objects (a one-object file's object holds it).
+    /// `stale` has bit `i` set when the writer could not write component `i` (its drive
+    /// failed): the component is kept out of reads until a rebuild makes it current.
     Commit {
         path: String,
         drive: DriveId,
         object: ObjectId,
         size: u64,
+        stale: u64,
     },
     /// Gives up a staged upload: the manager forgets it and removes its object now, so its
     /// space comes back without waiting for the orphan scrub.
@@ -234,6 +245,38 @@ pub enum MgrRequest {
     LayoutSet {
         path: String,
         spec: String,
+    },
+    /// Stages a copy-on-write change of an existing file spread over several objects: the
+    /// manager fast-copies every component (the drive shares unchanged blocks) and answers
+    /// [`MgrReply::Staged`] with the copies; the writer changes them and [`MgrRequest::Commit`]s,
+    /// which swaps them in atomically, so no crash leaves data and parity disagreeing. Takes
+    /// the file's write lease.
+    StageWrite {
+        path: String,
+    },
+    /// A reader found `len` bytes at `offset` of component `component` of the file damaged
+    /// (refused by the drive's integrity check, or unreadable) and served it from the others;
+    /// the manager rebuilds that range and rewrites it in place (read repair).
+    Repair {
+        path: String,
+        component: u16,
+        offset: u64,
+        len: u64,
+    },
+    /// Checks every shard of a file against its drive's integrity data and against parity,
+    /// answered with [`MgrReply::Scrubbed`]; with `repair`, damaged shards are rewritten and
+    /// stale components rebuilt. Admins only.
+    Scrub {
+        path: String,
+        repair: bool,
+    },
+    /// The cluster's health, answered with [`MgrReply::Status`]. Admins only.
+    Status,
+    /// Rebuilds every component on drive `old` onto drive `new`, in the background (progress
+    /// in `Status`); reads and writes go on meanwhile. Admins only.
+    DriveReplace {
+        old: DriveId,
+        new: DriveId,
     },
     /// Asks for a fresh challenge to sign for a key login as `user` (before `Login`).
     Challenge {
@@ -269,10 +312,14 @@ pub enum MgrStatus {
     Internal = 19,
     UnknownGroup = 20,
     TooManyAttempts = 21,
+    /// Another client holds the file's write lease.
+    Busy = 22,
+    /// The file's layout changed since the change was staged; nothing was committed.
+    Conflict = 23,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 21] = [
+    pub const ALL: [MgrStatus; 23] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -294,6 +341,8 @@ impl MgrStatus {
         Self::Internal,
         Self::UnknownGroup,
         Self::TooManyAttempts,
+        Self::Busy,
+        Self::Conflict,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -321,6 +370,8 @@ impl MgrStatus {
             Self::Internal => "internal manager error",
             Self::UnknownGroup => "unknown group",
             Self::TooManyAttempts => "too many failed logins",
+            Self::Busy => "another client is writing the file",
+            Self::Conflict => "the file changed while the write was staged",
         }
     }
 }
@@ -447,6 +498,75 @@ pub struct DriveStatus {
     pub detail: String,
 }
 
+/// Most paths a [`ClusterStatus`] lists by name.
+pub const STATUS_PATHS_MAX: usize = 100;
+
+/// What a scrub of one file found and did.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ScrubReport {
+    pub path: String,
+    pub geometry: String,
+    /// Bytes read back from the drives and checked.
+    pub bytes_checked: u64,
+    /// Parity groups (stripes for raid0, the whole file for single and mirror) checked.
+    pub groups: u64,
+    /// Shard ranges found damaged: refused by their drive's integrity check, unreadable, or
+    /// located by parity.
+    pub damaged: u64,
+    /// Damaged ranges rewritten with the right bytes.
+    pub repaired: u64,
+    /// Stale or lost components rebuilt onto fresh objects.
+    pub rebuilt: u64,
+    /// Groups with more damage than the code corrects.
+    pub unrecoverable: u64,
+    /// The first problems, in words.
+    pub detail: String,
+}
+
+/// Progress of a `DriveReplace`.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct RebuildStatus {
+    pub old: DriveId,
+    pub new: DriveId,
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// Files whose components could not be rebuilt (named in `detail`); retried by the scrub.
+    pub failed: u64,
+    pub finished: bool,
+    pub detail: String,
+}
+
+/// Progress of the manager's background scrub.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ScrubStatus {
+    /// Completed passes over every file since the manager started.
+    pub passes: u64,
+    /// Files checked in the current pass.
+    pub files: u64,
+    pub bytes: u64,
+    pub damaged: u64,
+    pub repaired: u64,
+    /// When the last pass ended (Unix ms; 0: none yet).
+    pub last_pass_ms: u64,
+    /// The rate limit, bytes per second (0: the background scrub is off).
+    pub rate_bytes_per_s: u64,
+}
+
+/// The cluster's health (`Status`).
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ClusterStatus {
+    pub drives: Vec<DriveStatus>,
+    pub files: u64,
+    /// Files with a stale component or a component on an unhealthy drive.
+    pub degraded_files: u64,
+    /// The first [`STATUS_PATHS_MAX`] of them.
+    pub degraded: Vec<String>,
+    pub rebuild: Option<RebuildStatus>,
+    pub scrub: ScrubStatus,
+}
+
 /// A reply from the manager.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum MgrReply {
@@ -483,6 +603,8 @@ pub enum MgrReply {
     Challenge([u8; CHALLENGE_BYTES]),
     /// The layout spec new files in a directory get (`LayoutGet`).
     LayoutSpec(String),
+    Scrubbed(ScrubReport),
+    Status(ClusterStatus),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -582,6 +704,11 @@ impl MgrRequest {
             Self::Renew { .. } => "renew",
             Self::LayoutGet { .. } => "layout get",
             Self::LayoutSet { .. } => "layout set",
+            Self::StageWrite { .. } => "stage write",
+            Self::Repair { .. } => "repair",
+            Self::Scrub { .. } => "scrub",
+            Self::Status => "status",
+            Self::DriveReplace { .. } => "drive replace",
         }
     }
 
@@ -616,6 +743,11 @@ impl MgrRequest {
             Self::Renew { .. } => 26,
             Self::LayoutGet { .. } => 27,
             Self::LayoutSet { .. } => 28,
+            Self::StageWrite { .. } => 29,
+            Self::Repair { .. } => 30,
+            Self::Scrub { .. } => 31,
+            Self::Status => 32,
+            Self::DriveReplace { .. } => 33,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -699,8 +831,27 @@ impl MgrRequest {
                 put_str(&mut w, password);
                 put_public_key(&mut w, public_key);
             }
-            Self::UserList | Self::DriveList | Self::Logout => {}
-            Self::LayoutGet { path } => put_str(&mut w, path),
+            Self::UserList | Self::DriveList | Self::Logout | Self::Status => {}
+            Self::LayoutGet { path } | Self::StageWrite { path } => put_str(&mut w, path),
+            Self::Repair {
+                path,
+                component,
+                offset,
+                len,
+            } => {
+                put_str(&mut w, path);
+                w.u16(*component);
+                w.u64(*offset);
+                w.u64(*len);
+            }
+            Self::Scrub { path, repair } => {
+                put_str(&mut w, path);
+                w.u8(*repair as u8);
+            }
+            Self::DriveReplace { old, new } => {
+                w.u64(old.0);
+                w.u64(new.0);
+            }
             Self::LayoutSet { path, spec } => {
                 put_str(&mut w, path);
                 put_str(&mut w, spec);
@@ -724,11 +875,13 @@ impl MgrRequest {
                 drive,
                 object,
                 size,
+                stale,
             } => {
                 put_str(&mut w, path);
                 w.u64(drive.0);
                 w.u64(object.0);
                 w.u64(*size);
+                w.u64(*stale);
             }
             Self::Abort {
                 path,
@@ -844,6 +997,7 @@ impl MgrRequest {
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
                 size: r.u64("size")?,
+                stale: r.u64("stale components")?,
             },
             23 => Self::Challenge {
                 user: get_str(r, "user")?,
@@ -865,6 +1019,24 @@ impl MgrRequest {
             28 => Self::LayoutSet {
                 path: get_str(r, "path")?,
                 spec: get_str(r, "layout spec")?,
+            },
+            29 => Self::StageWrite {
+                path: get_str(r, "path")?,
+            },
+            30 => Self::Repair {
+                path: get_str(r, "path")?,
+                component: r.u16("component")?,
+                offset: r.u64("offset")?,
+                len: r.u64("length")?,
+            },
+            31 => Self::Scrub {
+                path: get_str(r, "path")?,
+                repair: get_bool(r, "repair")?,
+            },
+            32 => Self::Status,
+            33 => Self::DriveReplace {
+                old: DriveId(r.u64("old drive")?),
+                new: DriveId(r.u64("new drive")?),
             },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
@@ -984,6 +1156,153 @@ fn get_count(
     Ok(n)
 }
 
+fn put_drives(w: &mut Writer, ds: &[DriveStatus]) {
+    w.u32(ds.len() as u32);
+    for d in ds {
+        w.u64(d.drive.0);
+        put_str(w, &d.addr);
+        w.u16(d.partition.0);
+        w.u8(d.healthy as u8);
+        w.u64(d.files);
+        w.u64(d.key_rotated_ms);
+        put_str(w, &d.detail);
+    }
+}
+
+fn get_drives(r: &mut Reader<'_>) -> Result<Vec<DriveStatus>, DecodeError> {
+    let n = get_count(r, 35, "drives")?;
+    let mut ds = Vec::with_capacity(n);
+    for _ in 0..n {
+        ds.push(DriveStatus {
+            drive: DriveId(r.u64("drive")?),
+            addr: get_str(r, "addr")?,
+            partition: PartitionId(r.u16("partition")?),
+            healthy: get_bool(r, "healthy")?,
+            files: r.u64("files")?,
+            key_rotated_ms: r.u64("rotated")?,
+            detail: get_str(r, "detail")?,
+        });
+    }
+    Ok(ds)
+}
+
+fn put_scrub_report(w: &mut Writer, s: &ScrubReport) {
+    put_str(w, &s.path);
+    put_str(w, &s.geometry);
+    for v in [
+        s.bytes_checked,
+        s.groups,
+        s.damaged,
+        s.repaired,
+        s.rebuilt,
+        s.unrecoverable,
+    ] {
+        w.u64(v);
+    }
+    put_str(w, &s.detail);
+}
+
+fn get_scrub_report(r: &mut Reader<'_>) -> Result<ScrubReport, DecodeError> {
+    Ok(ScrubReport {
+        path: get_str(r, "path")?,
+        geometry: get_str(r, "geometry")?,
+        bytes_checked: r.u64("bytes checked")?,
+        groups: r.u64("groups")?,
+        damaged: r.u64("damaged")?,
+        repaired: r.u64("repaired")?,
+        rebuilt: r.u64("rebuilt")?,
+        unrecoverable: r.u64("unrecoverable")?,
+        detail: get_str(r, "detail")?,
+    })
+}
+
+fn put_status(w: &mut Writer, s: &ClusterStatus) {
+    put_drives(w, &s.drives);
+    w.u64(s.files);
+    w.u64(s.degraded_files);
+    debug_assert!(s.degraded.len() <= STATUS_PATHS_MAX);
+    w.u32(s.degraded.len() as u32);
+    for p in &s.degraded {
+        put_str(w, p);
+    }
+    match &s.rebuild {
+        None => w.u8(0),
+        Some(b) => {
+            w.u8(1);
+            w.u64(b.old.0);
+            w.u64(b.new.0);
+            for v in [
+                b.files_done,
+                b.files_total,
+                b.bytes_done,
+                b.bytes_total,
+                b.failed,
+            ] {
+                w.u64(v);
+            }
+            w.u8(b.finished as u8);
+            put_str(w, &b.detail);
+        }
+    }
+    let c = &s.scrub;
+    for v in [
+        c.passes,
+        c.files,
+        c.bytes,
+        c.damaged,
+        c.repaired,
+        c.last_pass_ms,
+        c.rate_bytes_per_s,
+    ] {
+        w.u64(v);
+    }
+}
+
+fn get_status(r: &mut Reader<'_>) -> Result<ClusterStatus, DecodeError> {
+    let drives = get_drives(r)?;
+    let files = r.u64("files")?;
+    let degraded_files = r.u64("degraded files")?;
+    let n = get_count(r, 4, "degraded paths")?;
+    if n > STATUS_PATHS_MAX {
+        return Err(DecodeError::TooLong("degraded paths"));
+    }
+    let mut degraded = Vec::with_capacity(n);
+    for _ in 0..n {
+        degraded.push(get_str(r, "path")?);
+    }
+    let rebuild = match get_bool(r, "rebuild")? {
+        false => None,
+        true => Some(RebuildStatus {
+            old: DriveId(r.u64("old drive")?),
+            new: DriveId(r.u64("new drive")?),
+            files_done: r.u64("files done")?,
+            files_total: r.u64("files total")?,
+            bytes_done: r.u64("bytes done")?,
+            bytes_total: r.u64("bytes total")?,
+            failed: r.u64("failed")?,
+            finished: get_bool(r, "finished")?,
+            detail: get_str(r, "detail")?,
+        }),
+    };
+    let scrub = ScrubStatus {
+        passes: r.u64("passes")?,
+        files: r.u64("files")?,
+        bytes: r.u64("bytes")?,
+        damaged: r.u64("damaged")?,
+        repaired: r.u64("repaired")?,
+        last_pass_ms: r.u64("last pass")?,
+        rate_bytes_per_s: r.u64("rate")?,
+    };
+    Ok(ClusterStatus {
+        drives,
+        files,
+        degraded_files,
+        degraded,
+        rebuild,
+        scrub,
+    })
+}
+
 impl MgrReply {
     pub fn error(status: MgrStatus, detail: impl Into<String>) -> MgrReply {
         let mut detail: String = detail.into();
@@ -1011,6 +1330,8 @@ impl MgrReply {
             Self::Staged { .. } => 9,
             Self::Challenge(_) => 10,
             Self::LayoutSpec(_) => 11,
+            Self::Scrubbed(_) => 12,
+            Self::Status(_) => 13,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1050,6 +1371,8 @@ impl MgrReply {
                 w.u8(*replaces as u8);
             }
             Self::LayoutSpec(spec) => put_str(&mut w, spec),
+            Self::Scrubbed(rep) => put_scrub_report(&mut w, rep),
+            Self::Status(st) => put_status(&mut w, st),
             Self::Challenge(c) => w.bytes(c),
             Self::Users(us) => {
                 w.u32(us.len() as u32);
@@ -1063,18 +1386,7 @@ impl MgrReply {
                     }
                 }
             }
-            Self::Drives(ds) => {
-                w.u32(ds.len() as u32);
-                for d in ds {
-                    w.u64(d.drive.0);
-                    put_str(&mut w, &d.addr);
-                    w.u16(d.partition.0);
-                    w.u8(d.healthy as u8);
-                    w.u64(d.files);
-                    w.u64(d.key_rotated_ms);
-                    put_str(&mut w, &d.detail);
-                }
-            }
+            Self::Drives(ds) => put_drives(&mut w, ds),
         }
         w.into_vec()
     }
@@ -1146,22 +1458,9 @@ impl MgrReply {
                 }
                 Self::Users(us)
             }
-            8 => {
-                let n = get_count(r, 35, "drives")?;
-                let mut ds = Vec::with_capacity(n);
-                for _ in 0..n {
-                    ds.push(DriveStatus {
-                        drive: DriveId(r.u64("drive")?),
-                        addr: get_str(r, "addr")?,
-                        partition: PartitionId(r.u16("partition")?),
-                        healthy: get_bool(r, "healthy")?,
-                        files: r.u64("files")?,
-                        key_rotated_ms: r.u64("rotated")?,
-                        detail: get_str(r, "detail")?,
-                    });
-                }
-                Self::Drives(ds)
-            }
+            8 => Self::Drives(get_drives(r)?),
+            12 => Self::Scrubbed(get_scrub_report(r)?),
+            13 => Self::Status(get_status(r)?),
             _ => return Err(DecodeError::BadValue("reply tag")),
         };
         r.finish("manager reply")?;
@@ -1288,6 +1587,7 @@ mod tests {
                 drive: DriveId(3),
                 object: ObjectId(17),
                 size: 12345,
+                stale: 0b100010,
             },
             MgrRequest::Abort {
                 path: p(),
@@ -1303,6 +1603,22 @@ mod tests {
             MgrRequest::LayoutSet {
                 path: p(),
                 spec: "rs:4+2".into(),
+            },
+            MgrRequest::StageWrite { path: p() },
+            MgrRequest::Repair {
+                path: p(),
+                component: 5,
+                offset: 1 << 20,
+                len: 65536,
+            },
+            MgrRequest::Scrub {
+                path: p(),
+                repair: true,
+            },
+            MgrRequest::Status,
+            MgrRequest::DriveReplace {
+                old: DriveId(3),
+                new: DriveId(9),
             },
         ]
     }
@@ -1380,6 +1696,52 @@ mod tests {
                     .collect(),
             },
             MgrReply::LayoutSpec("raid6x:8/256K".into()),
+            MgrReply::Scrubbed(ScrubReport {
+                path: "/a/b".into(),
+                geometry: "rs:4+2".into(),
+                bytes_checked: 1 << 30,
+                groups: 4096,
+                damaged: 2,
+                repaired: 1,
+                rebuilt: 1,
+                unrecoverable: 0,
+                detail: "component 3: stale".into(),
+            }),
+            MgrReply::Status(ClusterStatus::default()),
+            MgrReply::Status(ClusterStatus {
+                drives: vec![DriveStatus {
+                    drive: DriveId(4),
+                    addr: "127.0.0.1:9".into(),
+                    partition: PartitionId(1),
+                    healthy: false,
+                    files: 3,
+                    key_rotated_ms: 5,
+                    detail: "connection refused".into(),
+                }],
+                files: 10,
+                degraded_files: 2,
+                degraded: vec!["/x".into(), "/y".into()],
+                rebuild: Some(RebuildStatus {
+                    old: DriveId(4),
+                    new: DriveId(5),
+                    files_done: 1,
+                    files_total: 2,
+                    bytes_done: 3,
+                    bytes_total: 4,
+                    failed: 0,
+                    finished: false,
+                    detail: String::new(),
+                }),
+                scrub: ScrubStatus {
+                    passes: 1,
+                    files: 2,
+                    bytes: 3,
+                    damaged: 4,
+                    repaired: 5,
+                    last_pass_ms: 6,
+                    rate_bytes_per_s: 7,
+                },
+            }),
             MgrReply::Users(vec![UserInfo {
                 name: "a".into(),
                 uid: 1,

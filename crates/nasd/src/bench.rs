@@ -50,6 +50,8 @@ pub enum BenchCmd {
     Drive(BenchDriveArgs),
     /// PUT/GET of large and 4 KiB files through the client, per file layout, N clients.
     Cluster(crate::bench_cluster::BenchClusterArgs),
+    /// Erasure-code encode/decode throughput per kernel, layout and shard size.
+    Ec(crate::bench_ec::BenchEcArgs),
 }
 
 #[derive(Args, Debug)]
@@ -166,6 +168,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<()> {
     let a = match c {
         BenchCmd::Drive(a) => a,
         BenchCmd::Cluster(a) => return crate::bench_cluster::bench_cluster(a),
+        BenchCmd::Ec(a) => return crate::bench_ec::run(a),
     };
     let cpus = allowed_cpus();
     if a.shared_cores || cpus.len() < 2 {

@@ -21,8 +21,9 @@
 //! cannot survive K lost drives (single, raid0:N, mirror:N with N <= K, ...) is not read
 //! degraded; it says so instead.
 //!
-//! A layout the cluster cannot serve (unknown to the manager, more drives than it has, an I/O
-//! error) is reported with its error and left out of later rounds; the other layouts go on,
+//! Layouts are parsed before anything runs (`nasd_ec::Layout`'s text form: `single`,
+//! `raid0:N[/UNIT]`, `mirror:N`, `rs:K+M[/UNIT]`, `raid6x:K[/UNIT]`). A layout the cluster
+//! cannot serve (more drives than it has, an I/O error) is reported with its error and left out of later rounds; the other layouts go on,
 //! and the command exits non-zero at the end. A benchmark, not a test: it asserts nothing
 //! about speed.
 
@@ -69,7 +70,7 @@ pub struct BenchClusterArgs {
     #[arg(long)]
     pub json: bool,
     /// File layouts to compare, comma-separated: single, raid0:N, mirror:N, rs:K+M,
-    /// raid6x:K.
+    /// raid6x:K (raid0, rs and raid6x take a stripe unit: rs:4+2/1M).
     #[arg(long, value_delimiter = ',', default_value = "single", value_parser = parse_layout)]
     pub layout: Vec<LayoutArg>,
     /// Concurrent clients, each with its own session and drive connections.
@@ -89,10 +90,12 @@ pub struct BenchClusterArgs {
     pub drives: Option<usize>,
 }
 
-/// One `--layout` entry: what `layout_set` is given.
+/// One `--layout` entry: what `layout_set` is given, checked here so a typo fails before a
+/// cluster starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayoutArg {
     spec: String,
+    geometry: nasd_ec::Layout,
 }
 
 impl std::fmt::Display for LayoutArg {
@@ -102,50 +105,24 @@ impl std::fmt::Display for LayoutArg {
 }
 
 fn parse_layout(s: &str) -> Result<LayoutArg, String> {
-    if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{s:?}: a layout is single, raid0:N, mirror:N, rs:K+M or raid6x:K"
-        ));
-    }
+    let geometry: nasd_ec::Layout = s.parse().map_err(|e| format!("{e}"))?;
     Ok(LayoutArg {
-        spec: s.to_string(),
+        spec: s.trim().to_string(),
+        geometry,
     })
 }
 
 impl LayoutArg {
-    /// (components, drives it may lose and still be read) of the specs this code knows;
-    /// `None` for others, which go to the manager as they are (its refusal says what is
-    /// wrong with them).
-    fn shape(&self) -> Option<(usize, usize)> {
-        let numbers = |rest: &str| -> Option<Vec<usize>> {
-            rest.split('+').map(|n| n.parse().ok()).collect()
-        };
-        let one = |rest: &str| numbers(rest).filter(|v| v.len() == 1).map(|v| v[0]);
-        match self.spec.split_once(':') {
-            None if self.spec == "single" => Some((1, 0)),
-            Some(("raid0", n)) => one(n).map(|n| (n, 0)),
-            Some(("mirror", n)) => one(n).map(|n| (n, n.saturating_sub(1))),
-            Some(("rs", km)) => numbers(km)
-                .filter(|v| v.len() == 2)
-                .map(|v| (v[0] + v[1], v[1])),
-            // K data components and two parity ones.
-            Some(("raid6x", k)) => one(k).map(|k| (k + 2, 2)),
-            _ => None,
-        }
-    }
-
-    /// Drives a temporary cluster needs for this layout (one for specs this code does not
-    /// know).
+    /// Drives a temporary cluster needs for this layout: one per component.
     fn drives_needed(&self) -> usize {
-        self.shape()
-            .map_or(1, |(width, _)| width)
+        self.geometry
+            .components()
             .clamp(1, nasd_cluster::DRIVES_MAX)
     }
 
-    /// Whether a file of this layout can be read with `down` of its drives stopped (unknown
-    /// specs: try).
+    /// Whether a file of this layout can be read with `down` of its drives stopped.
     fn survives(&self, down: usize) -> bool {
-        self.shape().is_none_or(|(_, lose)| down <= lose)
+        down <= self.geometry.tolerated_failures()
     }
 }
 
@@ -830,11 +807,8 @@ mod tests {
         assert!(l("rs:4+2").survives(2) && !l("rs:4+2").survives(3));
         assert_eq!(l("raid6x:4").drives_needed(), 6);
         assert!(l("raid6x:4").survives(2) && !l("raid6x:4").survives(3));
-        // Unknown specs go to the manager, which names what is wrong.
-        assert_eq!(l("zebra:9").drives_needed(), 1);
-        assert_eq!(l("raid0:x").drives_needed(), 1);
-        assert!(l("zebra:9").survives(5));
-        for bad in ["", "rs 4", "a\nb"] {
+        assert_eq!(l("rs:4+2/1M").to_string(), "rs:4+2/1M");
+        for bad in ["", "zebra:9", "raid0:x", "rs 4", "single:2", "a\nb"] {
             assert!(parse_layout(bad).is_err(), "{bad:?}");
         }
     }

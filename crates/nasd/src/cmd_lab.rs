@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sim [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sim|raid [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -21,6 +21,8 @@ pub enum Experiment {
     Model(CommonArgs),
     /// Seed 000 §5 Figs 12-17: queueing simulation of a drive with a slow digest unit.
     Sim(SimArgs),
+    /// Seed 004 Figs 5-11: raid6x encoding, recovery, detection, correction and encryption.
+    Raid(CommonArgs),
 }
 
 /// Flags every experiment takes.
@@ -59,6 +61,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             c,
             nasd_lab::model_exp::run(&options(c)).context("lab model")?,
         ),
+        Experiment::Raid(c) => (c, nasd_lab::raid::run(&options(c)).context("lab raid")?),
         Experiment::Sim(s) => (
             &s.common,
             nasd_lab::sim::run(&options(&s.common), s.trace.as_deref()).context("lab sim")?,

@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`cmd_drive`]: `nasd drive init|run|info`, `nasd partition ...`, `nasd key rotate`.
 //! - [`cmd_obj`]: `nasd obj ...` and `nasd cap mint`.
-//! - [`bench`]: `nasd bench drive`.
+//! - [`bench`]: `nasd bench drive`; [`bench_ec`]: `nasd bench ec`.
 //! - [`bench_cluster`]: `nasd bench cluster` (layouts, concurrent clients, degraded reads).
 //! - [`cmd_lab`]: `nasd lab ...` (the seeds' experiments).
 //! - [`cmd_manager`]: `nasd manager init|run|drive-add|drives`.
@@ -47,6 +47,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 
 mod bench;
 mod bench_cluster;
+mod bench_ec;
 mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
