@@ -31,6 +31,7 @@ use crate::cmd_fs::{config_path, session_config};
 use anyhow::{bail, Context as _};
 use clap::Args;
 use nasd_client::files::Client;
+use nasd_client::pool::DOWN_FOR_MS;
 use nasd_client::session::SessionConfig;
 use nasd_cluster::{Cluster, NodeId, Options};
 use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
@@ -57,6 +58,8 @@ const WORKERS_MAX: u16 = 64;
 const HEALTHY_WAIT_MS: u64 = 15_000;
 /// Between two drive lists while waiting for the drives to be healthy.
 const HEALTHY_POLL_MS: u64 = 100;
+/// Waited past the clients' [`DOWN_FOR_MS`] after stopped drives come back.
+const DOWN_MARGIN_MS: u64 = 200;
 
 #[derive(Args, Debug)]
 pub struct BenchClusterArgs {
@@ -465,7 +468,10 @@ async fn drives_to_stop(
     Ok(ids)
 }
 
-/// Restarts the stopped drives and waits until the manager sees every drive healthy.
+/// Restarts the stopped drives and waits until they are back for everyone: the manager calls
+/// every drive healthy (so new files are placed on them), and [`DOWN_FOR_MS`] has passed since
+/// the degraded reads ended (until then the clients read and write around a drive they found
+/// down, and a write around one leaves a stale component in the next layout's files).
 fn restart(
     rt: &tokio::runtime::Runtime,
     cluster: Option<&mut Cluster>,
@@ -478,10 +484,14 @@ fn restart(
     if stopped.is_empty() {
         return Ok(());
     }
+    let reads_ended = Instant::now();
     for &id in stopped {
         cluster.restart(id)?;
     }
-    rt.block_on(wait_healthy(c))
+    rt.block_on(wait_healthy(c))?;
+    let back = reads_ended + Duration::from_millis(DOWN_FOR_MS + DOWN_MARGIN_MS);
+    std::thread::sleep(back.saturating_duration_since(Instant::now()));
+    Ok(())
 }
 
 /// Waits up to [`HEALTHY_WAIT_MS`] for the manager to call every drive healthy, so the next
