@@ -70,19 +70,9 @@ impl Cluster {
     pub fn start(nasd_bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, ClusterError> {
         let dir = Self::prepare(dir)?;
         let running = running(&dir);
-        let info = match std::fs::read_to_string(ClusterFile::path(&dir)) {
-            Ok(t) => serde_json::from_str(&t).map_err(|source| ClusterError::Malformed {
-                path: ClusterFile::path(&dir),
-                source,
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::init::init(&dir, options)?,
-            Err(source) => {
-                return Err(ClusterError::Io {
-                    what: "reading",
-                    path: ClusterFile::path(&dir),
-                    source,
-                })
-            }
+        let info = match ClusterFile::load(&dir)? {
+            Some(info) => info,
+            None => crate::init::init(&dir, options)?,
         };
         let ran_before = Pids::path(&dir).exists();
         let mut c = Cluster {
@@ -384,10 +374,7 @@ fn running(dir: &Path) -> Vec<(NodeId, u32)> {
     let Ok(t) = std::fs::read_to_string(Pids::path(dir)) else {
         return vec![];
     };
-    let Some(info) = std::fs::read_to_string(ClusterFile::path(dir))
-        .ok()
-        .and_then(|t| serde_json::from_str::<ClusterFile>(&t).ok())
-    else {
+    let Ok(Some(info)) = ClusterFile::load(dir) else {
         return vec![];
     };
     let p: Pids = serde_json::from_str(&t).unwrap_or_default();

@@ -9,6 +9,7 @@
 //! pids.json     {"pids": [["drive-0", 4242], ..., ["manager", 4250]]}
 //! ```
 
+use crate::error::ClusterError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -99,6 +100,25 @@ impl ClusterFile {
 
     pub fn path(dir: &Path) -> PathBuf {
         dir.join("cluster.json")
+    }
+
+    /// The `cluster.json` of the cluster in `dir`; `None` when `dir` holds none.
+    pub fn load(dir: &Path) -> Result<Option<ClusterFile>, ClusterError> {
+        let path = ClusterFile::path(dir);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(ClusterError::Io {
+                    what: "reading",
+                    path,
+                    source,
+                })
+            }
+        };
+        let c: ClusterFile = serde_json::from_str(&text)
+            .map_err(|source| ClusterError::Malformed { path, source })?;
+        Ok(Some(c))
     }
 }
 

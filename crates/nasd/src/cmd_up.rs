@@ -9,7 +9,7 @@
 //! without `--data` act on `$NASD_DATA`, else the current cluster, else
 //! `~/.local/share/nasd`.
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use nasd_client::config::{ConfigSearch, ConfigSource};
 use nasd_cluster::{Cluster, Options};
 use std::path::{Path, PathBuf};
@@ -45,9 +45,23 @@ fn default_cluster_dir(search: &ConfigSearch) -> PathBuf {
     search.default_data_dir()
 }
 
-pub fn up(data: Option<PathBuf>, opts: Options) -> anyhow::Result<()> {
+/// Drives of a new cluster when `--drives` is not given.
+pub const DRIVES_DEFAULT: usize = 2;
+
+/// `nasd up`. `drives`: the `--drives` given, if any (it must match an existing cluster's).
+pub fn up(data: Option<PathBuf>, drives: Option<usize>, opts: Options) -> anyhow::Result<()> {
     let search = ConfigSearch::from_env();
     let dir = data.unwrap_or_else(|| default_cluster_dir(&search));
+    if let (Some(n), Some(info)) = (drives, nasd_cluster::ClusterFile::load(&dir)?) {
+        if info.drives.len() != n {
+            bail!(
+                "{} holds a cluster of {} drive(s); --drives {n} applies only to a new cluster \
+                 (give another --data, or leave --drives out)",
+                dir.display(),
+                info.drives.len()
+            );
+        }
+    }
     let background = opts.background;
     let c = start(&dir, &opts, true)?;
     for id in c.restarted() {

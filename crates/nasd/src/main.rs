@@ -95,10 +95,14 @@ enum Cmd {
     Manager(cmd_manager::ManagerCmd),
     /// Start a local cluster (manager + N drives, each its own process).
     Up {
+        /// The cluster's directory (default: $NASD_DATA, else the current cluster, else
+        /// ~/.local/share/nasd). `up` makes it the current cluster for later commands.
         #[arg(long, value_name = "DIR")]
         data: Option<std::path::PathBuf>,
-        #[arg(long, default_value_t = 2)]
-        drives: usize,
+        /// Drives of a new cluster (default 2); a striped layout needs one per component,
+        /// e.g. 6 for rs:4+2. An existing cluster keeps its drives.
+        #[arg(long, value_name = "N")]
+        drives: Option<usize>,
         /// Bytes each drive may hold, set when the cluster is first created (default: the
         /// file system's free space).
         #[arg(long, value_name = "BYTES")]
@@ -109,6 +113,8 @@ enum Cmd {
     },
     /// Stop a cluster started with `nasd up --background`.
     Down {
+        /// The cluster's directory (default: $NASD_DATA, else the current cluster, else
+        /// ~/.local/share/nasd).
         #[arg(long, value_name = "DIR")]
         data: Option<std::path::PathBuf>,
     },
@@ -225,8 +231,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             background,
         } => cmd_up::up(
             data,
+            drives,
             nasd_cluster::Options {
-                drives,
+                drives: drives.unwrap_or(cmd_up::DRIVES_DEFAULT),
                 drive_capacity_bytes: drive_capacity,
                 background,
             },

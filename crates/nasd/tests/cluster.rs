@@ -634,6 +634,12 @@ fn nasd_up_makes_its_cluster_current_for_later_commands() {
     let (ok, out, err) = nasd(&["ls", "nasd:/"]);
     assert!(ok && out.contains("only-in-a"), "{out}{err}");
 
+    // An existing cluster keeps its drives.
+    let (ok, _, err) = nasd(&["up", "--drives", "3", "--data", a.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("a cluster of 1 drive(s); --drives 3"),
+        "{err}"
+    );
     // A second cluster becomes the current one.
     let (ok, _, err) = nasd(&[
         "up",
@@ -671,4 +677,62 @@ fn nasd_up_makes_its_cluster_current_for_later_commands() {
         !ok && err.contains(".local/share/nasd/client.json"),
         "{out}{err}"
     );
+}
+
+/// `nasd bench cluster` on a cluster of its own: JSON cells for both layouts, healthy and
+/// with a drive stopped (mirror:2 survives it, single is skipped), every figure positive.
+#[test]
+fn bench_cluster_reports_healthy_and_degraded_cells_as_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(NASD)
+        .args(["bench", "cluster", "--quick", "--json", "--duration", "0.3"])
+        .args([
+            "--workers",
+            "2",
+            "--layout",
+            "single,mirror:2",
+            "--degraded",
+            "1",
+        ])
+        .env("HOME", tmp.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_DATA")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cells = |layout: &str, down: u64| {
+        lines
+            .iter()
+            .filter(|c| c["layout"] == layout && c["drives_down"] == down && c["op"].is_string())
+            .count()
+    };
+    // put and get of 16 MiB and 4 KiB files.
+    assert_eq!(cells("single", 0), 4, "{out}");
+    assert_eq!(cells("mirror:2", 0), 4, "{out}");
+    // Degraded: get of both sizes for mirror:2; single is skipped, saying why.
+    assert_eq!(cells("mirror:2", 1), 2, "{out}");
+    assert_eq!(cells("single", 1), 0, "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|c| c["layout"] == "single" && c["skipped"].is_string()),
+        "{out}"
+    );
+    for c in lines.iter().filter(|c| c["op"].is_string()) {
+        assert_eq!(c["rounds"], 3, "{c}");
+        assert_eq!(c["workers"], 2, "{c}");
+        assert!(c["mib_per_s"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["count"].as_u64().unwrap() >= 6, "{c}");
+    }
+    assert!(lines.iter().all(|c| c.get("error").is_none()), "{out}");
 }
