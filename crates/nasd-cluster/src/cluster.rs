@@ -85,10 +85,13 @@ impl Cluster {
             background: options.background,
             detached: false,
         };
+        // Adopt first, so `pids.json` written after each start lists every running component.
+        for &(id, pid) in &running {
+            c.adopted.push((id, pid));
+            c.procs.insert(id, Proc::Adopted(pid));
+        }
         for id in c.info.ids() {
-            if let Some((_, pid)) = running.iter().find(|(n, _)| *n == id) {
-                c.adopted.push((id, *pid));
-                c.procs.insert(id, Proc::Adopted(*pid));
+            if c.procs.contains_key(&id) {
                 continue;
             }
             let r = c.spawn(id);
@@ -265,9 +268,9 @@ impl Cluster {
             "--listen".as_ref(),
             node.addr.as_ref(),
         ];
-        let mut ch = process::spawn(&self.nasd_bin, &self.dir, id, &args, self.background)?;
-        let r = process::wait_ready(&self.dir, id, &node.addr, &mut ch);
-        self.replace(id, Proc::Child(ch));
+        let mut s = process::spawn(&self.nasd_bin, &self.dir, id, &args, self.background)?;
+        let r = process::wait_ready(&self.dir, id, &node.addr, &mut s);
+        self.replace(id, Proc::Child(s.child));
         r
     }
 

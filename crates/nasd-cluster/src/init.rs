@@ -5,7 +5,7 @@
 
 use crate::error::ClusterError;
 use crate::node::{ClusterFile, Node, NodeId, CLUSTER_FILE_VERSION};
-use crate::process::free_addr;
+use crate::process::free_addrs;
 use crate::{Options, DRIVES_MAX};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
 use std::path::Path;
@@ -20,8 +20,11 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     if o.drives == 0 || o.drives > DRIVES_MAX {
         return Err(ClusterError::DriveCount { drives: o.drives });
     }
+    // One address per drive, then the manager's.
+    let mut addrs = free_addrs(o.drives + 1)?;
+    let maddr = addrs.pop().expect("one address per component");
     let mut drives = vec![];
-    for i in 0..o.drives {
+    for (i, addr) in addrs.into_iter().enumerate() {
         let id = NodeId::Drive(i);
         let d = dir.join(id.to_string());
         let mut init = nasd_drive::InitOptions::new(&d);
@@ -33,7 +36,7 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         drives.push(Node {
             name: id.to_string(),
             dir: d,
-            addr: free_addr()?,
+            addr,
         });
     }
     let mut pw = [0u8; ADMIN_PASSWORD_BYTES];
@@ -42,7 +45,6 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     let pw_file = dir.join("admin.password");
     nasd_private::write_file(&pw_file, password.as_bytes())?;
     let mdir = dir.join(NodeId::Manager.to_string());
-    let maddr = free_addr()?;
     nasd_manager::setup::init(&nasd_manager::setup::InitOptions {
         dir: mdir.clone(),
         listen: maddr.clone(),

@@ -25,6 +25,13 @@ pub fn log_path(dir: &Path, node: NodeId) -> PathBuf {
     dir.join("logs").join(format!("{node}.log"))
 }
 
+/// A component's process just started, and where its output begins in its log (the log is
+/// appended to across restarts).
+pub struct Started {
+    pub child: Child,
+    log_from: u64,
+}
+
 /// Starts `nasd ARGS` as component `node`, its stdout and stderr appended to its log.
 /// `detach`: in a process group of its own, so a ctrl-c in the terminal that started it does
 /// not reach it.
@@ -34,10 +41,11 @@ pub fn spawn(
     node: NodeId,
     args: &[&std::ffi::OsStr],
     detach: bool,
-) -> Result<Child, ClusterError> {
+) -> Result<Started, ClusterError> {
     nasd_private::create_dir(&dir.join("logs"))?;
     let log = nasd_private::open_append(&log_path(dir, node))?;
     let io = |source| ClusterError::Spawn { node, source };
+    let log_from = log.metadata().map_err(io)?.len();
     let mut cmd = Command::new(nasd_bin);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -47,7 +55,10 @@ pub fn spawn(
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
-    cmd.spawn().map_err(io)
+    Ok(Started {
+        child: cmd.spawn().map_err(io)?,
+        log_from,
+    })
 }
 
 /// The last lines of `node`'s log.
@@ -57,19 +68,36 @@ pub fn log_tail(dir: &Path, node: NodeId) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
-/// Waits until `child` (component `node`) accepts TCP connections on `addr`.
+/// Whether `node`'s log, from byte `from` on, has the line a drive or manager prints once it
+/// is bound to `addr` (`nasd drive listening on ADDR`, `nasd manager listening on ADDR`).
+fn says_listening(dir: &Path, node: NodeId, from: u64, addr: &str) -> bool {
+    use std::io::{Read as _, Seek as _};
+    let Ok(mut f) = std::fs::File::open(log_path(dir, node)) else {
+        return false;
+    };
+    let mut text = String::new();
+    if f.seek(std::io::SeekFrom::Start(from)).is_err() || f.read_to_string(&mut text).is_err() {
+        return false;
+    }
+    let line = format!("listening on {addr}");
+    text.lines().any(|l| l.ends_with(&line))
+}
+
+/// Waits until the process `s` (component `node`) serves on `addr`: it said it is bound to
+/// `addr`, it still runs, and the address accepts connections. Its own word is needed because
+/// a connection alone may reach another process that took the port while the component was
+/// down (the restarted one then fails to bind).
 pub fn wait_ready(
     dir: &Path,
     node: NodeId,
     addr: &str,
-    child: &mut Child,
+    s: &mut Started,
 ) -> Result<(), ClusterError> {
     let t0 = Instant::now();
     loop {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return Ok(());
-        }
-        if let Some(status) = child
+        let bound = says_listening(dir, node, s.log_from, addr);
+        if let Some(status) = s
+            .child
             .try_wait()
             .map_err(|source| ClusterError::Wait { node, source })?
         {
@@ -79,6 +107,9 @@ pub fn wait_ready(
                 addr: addr.to_string(),
                 log_tail: log_tail(dir, node),
             });
+        }
+        if bound && std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
         }
         if t0.elapsed() > Duration::from_millis(READY_TIMEOUT_MS) {
             return Err(ClusterError::NotReady {
@@ -91,10 +122,15 @@ pub fn wait_ready(
     }
 }
 
-/// A free loopback address (the port is released at once, for the component to bind).
-pub fn free_addr() -> Result<String, ClusterError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Port)?;
-    Ok(l.local_addr().map_err(ClusterError::Port)?.to_string())
+/// `n` distinct free loopback addresses (the ports are released at once, for the
+/// components to bind; all are held until every one is chosen, so none repeats).
+pub fn free_addrs(n: usize) -> Result<Vec<String>, ClusterError> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Port))
+        .collect::<Result<_, _>>()?;
+    held.iter()
+        .map(|l| Ok(l.local_addr().map_err(ClusterError::Port)?.to_string()))
+        .collect()
 }
 
 /// Whether `pid` exists and may be signalled.
@@ -187,6 +223,57 @@ mod tests {
         // Reaped by the stop: waiting now finds no child.
         assert!(ch.try_wait().is_err() || ch.try_wait().unwrap().is_some());
         assert!(!runs_node(pid, Path::new("/")));
+    }
+
+    #[test]
+    fn free_addresses_are_distinct() {
+        let a = free_addrs(16).unwrap();
+        let mut b = a.clone();
+        b.sort();
+        b.dedup();
+        assert_eq!(b.len(), 16, "{a:?}");
+    }
+
+    #[test]
+    fn only_the_new_part_of_a_log_says_a_component_is_listening() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("logs")).unwrap();
+        let log = log_path(t.path(), NodeId::Manager);
+        let old = "nasd manager listening on 127.0.0.1:7\n";
+        std::fs::write(&log, old).unwrap();
+        let from = old.len() as u64;
+        assert!(says_listening(t.path(), NodeId::Manager, 0, "127.0.0.1:7"));
+        assert!(!says_listening(
+            t.path(),
+            NodeId::Manager,
+            from,
+            "127.0.0.1:7"
+        ));
+        let new = "nasd: listening on 127.0.0.1:7: Address already in use\n";
+        std::fs::write(&log, format!("{old}{new}")).unwrap();
+        assert!(!says_listening(
+            t.path(),
+            NodeId::Manager,
+            from,
+            "127.0.0.1:7"
+        ));
+        std::fs::write(
+            &log,
+            format!("{old}nasd manager listening on 127.0.0.1:7\n"),
+        )
+        .unwrap();
+        assert!(says_listening(
+            t.path(),
+            NodeId::Manager,
+            from,
+            "127.0.0.1:7"
+        ));
+        assert!(!says_listening(
+            t.path(),
+            NodeId::Manager,
+            from,
+            "127.0.0.1:70"
+        ));
     }
 
     #[test]

@@ -155,6 +155,25 @@ fn a_second_start_adopts_a_running_cluster_and_a_drop_stops_every_process() {
 }
 
 #[test]
+fn a_second_start_restarts_only_a_killed_drive_and_records_every_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let bin = Path::new(NASD);
+    let mut first = Cluster::start(bin, &dir, &Options::drives(2)).unwrap();
+    let manager = first.pid(NodeId::Manager).unwrap();
+    first.kill(NodeId::Drive(1)).unwrap();
+    let second = Cluster::start(bin, &dir, &Options::drives(2)).unwrap();
+    assert_eq!(second.restarted(), &[NodeId::Drive(1)]);
+    assert_eq!(second.adopted().len(), 2);
+    let mut names: Vec<String> = pids_file(&second).into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    assert_eq!(names, ["drive-0", "drive-1", "manager"]);
+    assert_eq!(second.pid(NodeId::Manager), Some(manager));
+    drop(first);
+    drop(second);
+}
+
+#[test]
 fn a_bad_drive_count_is_refused_before_anything_is_made() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("c");
