@@ -45,13 +45,22 @@ fn kill_drive(up: &Up, d: usize) -> Vec<String> {
         .collect()
 }
 
+/// Starts a killed drive again with its command line; retried while it exits at once (its
+/// port or files not yet released by the killed process).
 fn restart_drive(cmdline: &[String]) -> Child {
-    Command::new(&cmdline[0])
-        .args(&cmdline[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+    for _ in 0..20 {
+        let mut c = Command::new(&cmdline[0])
+            .args(&cmdline[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        if c.try_wait().unwrap().is_none() {
+            return c;
+        }
+    }
+    panic!("the drive does not start again: {cmdline:?}");
 }
 
 fn put(up: &Up, path: &str, data: &[u8]) {
