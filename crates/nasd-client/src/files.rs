@@ -663,9 +663,15 @@ impl Client {
     /// The span an upload's writes should cover, aligned, so that no two of them share a
     /// stripe group (a multiple of the transfer chunk).
     pub async fn upload_granule(&self, u: &Upload) -> Result<u64, FsError> {
+        Ok(self.upload_granules(u).await?.0)
+    }
+
+    /// [`Client::upload_granule`], and the layout's own write granule (its parity group;
+    /// 1 when writes need no alignment).
+    pub async fn upload_granules(&self, u: &Upload) -> Result<(u64, u64), FsError> {
         let g = u.grant.lock().await.clone();
         let granule = self.stack(&g)?.write_granule().max(1);
-        Ok((CHUNK_BYTES as u64).div_ceil(granule) * granule)
+        Ok(((CHUNK_BYTES as u64).div_ceil(granule) * granule, granule))
     }
 
     /// Writes `data` at `offset` of an upload, renewing its capabilities when they are due

@@ -15,6 +15,8 @@ pub enum Fault {
     /// Reads fail verification (as a reply whose Merkle proof does not lead to the root);
     /// writes succeed.
     Corrupt,
+    /// Reads that touch `[offset, offset + len)` fail verification; the rest read well.
+    CorruptAt(u64, u64),
 }
 
 /// One component's content in memory, with a fault switch.
@@ -42,10 +44,20 @@ impl MemIo {
         self.bytes.lock().expect("memio lock").clone()
     }
 
-    fn check(&self, reading: bool) -> Result<(), IoError> {
+    fn check(&self, reading: Option<(u64, u64)>) -> Result<(), IoError> {
         let error = match *self.fault.lock().expect("memio lock") {
             Fault::None => return Ok(()),
-            Fault::Corrupt if !reading => return Ok(()),
+            Fault::Corrupt | Fault::CorruptAt(..) if reading.is_none() => return Ok(()),
+            Fault::CorruptAt(o, l) => {
+                let (ro, rl) = reading.expect("reads only");
+                if ro >= o + l || o >= ro + rl {
+                    return Ok(());
+                }
+                ClientError::Integrity {
+                    op: "read",
+                    what: "injected: a damaged range".into(),
+                }
+            }
             Fault::Unreachable => ClientError::ConnectionLost("injected: drive down".into()),
             Fault::Corrupt => ClientError::Integrity {
                 op: "read",
@@ -63,7 +75,7 @@ impl MemIo {
 impl FileIo for MemIo {
     fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
         Box::pin(async move {
-            self.check(true)?;
+            self.check(Some((offset, len)))?;
             let b = self.bytes.lock().expect("memio lock");
             let size = b.len() as u64;
             let s = offset.min(size) as usize;
@@ -77,7 +89,7 @@ impl FileIo for MemIo {
 
     fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()> {
         Box::pin(async move {
-            self.check(false)?;
+            self.check(None)?;
             let mut b = self.bytes.lock().expect("memio lock");
             let end = offset as usize + data.len();
             if b.len() < end {
@@ -90,14 +102,14 @@ impl FileIo for MemIo {
 
     fn size(&self) -> IoFuture<'_, u64> {
         Box::pin(async move {
-            self.check(true)?;
+            self.check(Some((0, 0)))?;
             Ok(self.bytes.lock().expect("memio lock").len() as u64)
         })
     }
 
     fn set_size(&self, size: u64) -> IoFuture<'_, ()> {
         Box::pin(async move {
-            self.check(false)?;
+            self.check(None)?;
             self.bytes
                 .lock()
                 .expect("memio lock")

@@ -168,18 +168,38 @@ impl Iterator for DataRanges<'_> {
 
 /// The pieces of the data ranges of `ranges`, cut at multiples of [`CHUNK_BYTES`] so every
 /// request but a range's edges covers whole chunks.
-fn pieces(ranges: DataRanges<'_>) -> impl Iterator<Item = io::Result<(u64, u64)>> + '_ {
-    ranges.flat_map(|r| -> Box<dyn Iterator<Item = io::Result<(u64, u64)>>> {
-        match r {
-            Ok((start, end)) => Box::new(chunk_cuts(start, end).map(Ok)),
-            Err(e) => Box::new(std::iter::once(Err(e))),
-        }
-    })
+///
+/// With `whole` (a parity layout, whose writes must not share a group), every piece is
+/// widened to its whole `chunk`, and a chunk is given once however many data ranges it
+/// holds: two writes of one parity group at once would each read-modify-write its parity
+/// and one would lose the other's update. Holes inside a chunk are then written as zeros.
+fn pieces(
+    ranges: DataRanges<'_>,
+    chunk: u64,
+    whole: bool,
+    size: u64,
+) -> impl Iterator<Item = io::Result<(u64, u64)>> + '_ {
+    let mut last: Option<(u64, u64)> = None;
+    ranges
+        .flat_map(
+            move |r| -> Box<dyn Iterator<Item = io::Result<(u64, u64)>>> {
+                match r {
+                    Ok((start, end)) => Box::new(chunk_cuts(start, end, chunk).map(Ok)),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                }
+            },
+        )
+        .filter_map(move |p| match p {
+            Ok((a, _)) if whole => {
+                let w = (a / chunk * chunk, (a / chunk * chunk + chunk).min(size));
+                (last.replace(w) != Some(w)).then_some(Ok(w))
+            }
+            other => Some(other),
+        })
 }
 
-/// `[start, end)` cut at multiples of [`CHUNK_BYTES`].
-fn chunk_cuts(start: u64, end: u64) -> impl Iterator<Item = (u64, u64)> {
-    let chunk = CHUNK_BYTES as u64;
+/// `[start, end)` cut at multiples of `chunk`.
+fn chunk_cuts(start: u64, end: u64, chunk: u64) -> impl Iterator<Item = (u64, u64)> {
     let first = (start < end).then(|| (start, (((start / chunk) + 1) * chunk).min(end)));
     std::iter::successors(first, move |&(_, e)| {
         (e < end).then(|| (e, (e + chunk).min(end)))
@@ -463,7 +483,8 @@ impl Client {
     ) -> Result<(), FsError> {
         let written = Arc::new(Written::default());
         let done = Arc::new(AtomicU64::new(0));
-        let mut pieces = pieces(DataRanges::new(f, size));
+        let (chunk, granule) = self.upload_granules(u).await?;
+        let mut pieces = pieces(DataRanges::new(f, size), chunk, granule > 1, size);
         run_bounded(|| {
             let (at, end) = match pieces.next()? {
                 Ok(p) => p,
@@ -487,7 +508,8 @@ impl Client {
                     me.upload_write(&u, at, &buf).await?;
                     written.record(at + buf.len() as u64);
                 }
-                progress(done.fetch_add(end - at, Ordering::Relaxed) + (end - at));
+                let sent = done.fetch_add(end - at, Ordering::Relaxed) + (end - at);
+                progress(sent.min(size));
                 Ok(())
             }))
         })
@@ -712,14 +734,37 @@ mod tests {
             assert!(covered < 4 << 20, "holes not seen: {ranges:?}");
         }
         // Pieces never cross a chunk boundary and cover the ranges exactly.
-        let ps: Vec<(u64, u64)> = pieces(DataRanges::new(&f, size))
+        let chunk = CHUNK_BYTES as u64;
+        let ps: Vec<(u64, u64)> = pieces(DataRanges::new(&f, size), chunk, false, size)
             .map(|r| r.unwrap())
             .collect();
-        let chunk = CHUNK_BYTES as u64;
         assert!(ps
             .iter()
             .all(|&(s, e)| s < e && s / chunk == (e - 1) / chunk));
         assert_eq!(ps.iter().map(|(s, e)| e - s).sum::<u64>(), covered);
+        // For a parity layout: whole chunks of its granule, each once, covering every range.
+        let granule = 12 << 10;
+        let chunk = chunk.div_ceil(granule) * granule;
+        let ws: Vec<(u64, u64)> = pieces(DataRanges::new(&f, size), chunk, true, size)
+            .map(|r| r.unwrap())
+            .collect();
+        assert!(ws
+            .iter()
+            .all(|&(s, e)| s % chunk == 0 && e == (s + chunk).min(size)));
+        assert!(
+            ws.windows(2).all(|w| w[0].1 <= w[1].0),
+            "each chunk once: {ws:?}"
+        );
+        for &(s, e) in &ranges {
+            assert!(
+                ws.iter().any(|&(a, b)| a <= s && s < b),
+                "{s}..{e} in {ws:?}"
+            );
+            assert!(
+                ws.iter().any(|&(a, b)| a < e && e <= b),
+                "{s}..{e} in {ws:?}"
+            );
+        }
     }
 
     #[test]

@@ -86,6 +86,15 @@ impl Registry {
         v
     }
 
+    /// Whether drive `d` passed its last health check.
+    pub fn healthy(&self, d: DriveId) -> bool {
+        self.drives
+            .lock()
+            .expect("registry lock")
+            .get(&d)
+            .is_some_and(|s| s.healthy)
+    }
+
     /// (record, healthy, detail) of every drive.
     pub fn snapshot(&self) -> Vec<(DriveRecord, bool, String)> {
         let g = self.drives.lock().expect("registry lock");

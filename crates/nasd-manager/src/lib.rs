@@ -15,6 +15,8 @@
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
 //! - [`lease`]: write leases, one writer per file (seed 002 §3.2).
+//! - [`heal`]: scrub of files against their drives' trees and their codes, rebuild of
+//!   components, drive replacement, cluster status.
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.
 //! - [`server`]: the TLS listener and the request dispatcher; [`conns`]: the connection table
@@ -26,6 +28,7 @@ pub mod backoff;
 pub mod conformance;
 pub mod conns;
 pub mod drives;
+pub mod heal;
 pub mod lease;
 pub mod scrub;
 pub mod server;

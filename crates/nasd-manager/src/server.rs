@@ -530,12 +530,18 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             m.repair(c, &path, component as usize, offset, len).await?;
             MgrReply::Ok
         }
-        Q::Scrub { .. } | Q::Status | Q::DriveReplace { .. } => {
+        Q::Scrub { path, repair } => {
             admin_only(c, req_name)?;
-            return Err(MgrError::new(
-                MgrStatus::InvalidArgument,
-                format!("{req_name}: not available yet"),
-            ));
+            MgrReply::Scrubbed(m.scrub_path(c, &path, repair).await?)
+        }
+        Q::Status => {
+            admin_only(c, req_name)?;
+            MgrReply::Status(m.cluster_status()?)
+        }
+        Q::DriveReplace { old, new } => {
+            admin_only(c, req_name)?;
+            m.drive_replace(old, new)?;
+            MgrReply::Ok
         }
         Q::LayoutGet { path } => MgrReply::LayoutSpec(m.layout_get(c, &path)?),
         Q::LayoutSet { path, spec } => {
@@ -664,23 +670,7 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             add_drive(m, &addr, &drive_key_file, master).await?;
             MgrReply::Ok
         }
-        Q::DriveList => {
-            let snap = m.drives.snapshot();
-            let st = m.store.lock().expect("store lock");
-            MgrReply::Drives(
-                snap.into_iter()
-                    .map(|(r, healthy, detail)| DriveStatus {
-                        drive: r.drive,
-                        addr: r.addr,
-                        partition: r.partition,
-                        healthy,
-                        files: st.files_on_drive(r.drive).unwrap_or(0),
-                        key_rotated_ms: r.rotated_ms,
-                        detail,
-                    })
-                    .collect(),
-            )
-        }
+        Q::DriveList => MgrReply::Drives(m.drive_statuses()),
     })
 }
 
@@ -728,6 +718,7 @@ fn persist(m: &Manager, rec: &DriveRecord) {
 /// checks health and rotates on the policy's schedule, and scrubs orphaned objects at start
 /// and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
 pub fn start_background(m: Arc<Manager>) -> tokio::task::JoinHandle<()> {
+    crate::heal::start_scrubber(m.clone());
     tokio::spawn(async move {
         for d in m.drives.ids() {
             match drives::rotate(&m.drives, d).await {

@@ -48,6 +48,21 @@ pub struct Policy {
     /// The layout of files whose directory (and every ancestor) names none.
     #[serde(default = "default_layout")]
     pub default_layout: String,
+    /// The background scrub's read rate, bytes per second (0: no background scrub).
+    #[serde(default = "default_scrub_rate")]
+    pub scrub_bytes_per_s: u64,
+    /// Time between the starts of background scrub passes (the first one this long after
+    /// the manager starts).
+    #[serde(default = "default_scrub_interval")]
+    pub scrub_interval_ms: u64,
+}
+
+fn default_scrub_rate() -> u64 {
+    32 << 20
+}
+
+fn default_scrub_interval() -> u64 {
+    24 * 3_600_000
 }
 
 fn default_layout() -> String {
@@ -64,6 +79,8 @@ impl Default for Policy {
             health_check_ms: 2_000,
             cap_min_protection: "integrity-data".into(),
             default_layout: default_layout(),
+            scrub_bytes_per_s: default_scrub_rate(),
+            scrub_interval_ms: default_scrub_interval(),
         }
     }
 }
@@ -267,6 +284,8 @@ pub struct Manager {
     /// Connections for the manager's own reads and writes of file data (repair, truncation,
     /// scrub, rebuild).
     pub pool: Arc<nasd_client::pool::ConnPool>,
+    /// Progress of the drive replacement and the background scrub.
+    pub heal: crate::heal::HealState,
 }
 
 impl Manager {
@@ -295,6 +314,7 @@ impl Manager {
             policy,
             min_protection,
             pool: Arc::new(nasd_client::pool::ConnPool::new()),
+            heal: Default::default(),
         }))
     }
 
@@ -303,7 +323,7 @@ impl Manager {
     }
 
     /// Resolves `path`, checking search (x) permission on every directory on the way.
-    fn resolve(&self, c: &Caller, path: &str) -> MgrResult<Inode> {
+    pub(crate) fn resolve(&self, c: &Caller, path: &str) -> MgrResult<Inode> {
         let names = split_path(path)?;
         let st = self.st();
         let mut cur = st

@@ -15,7 +15,6 @@ use crate::drives::{self, MANAGER_PROTECTION};
 use crate::service::{effective_mtime, FsAttr, Manager};
 use crate::store::{FileLayout, Inode, ObjRef};
 use crate::{MgrError, MgrResult};
-use nasd_client::component::ComponentIo;
 use nasd_client::layer::FileIo;
 use nasd_client::object::Target;
 use nasd_client::striped::Striped;
@@ -190,38 +189,19 @@ impl Manager {
     pub(crate) fn layout_io(&self, l: &FileLayout, size: u64) -> MgrResult<Striped> {
         let geo = geometry_of(&l.geometry)?;
         let mut parts: Vec<Arc<dyn FileIo>> = Vec::with_capacity(l.components.len());
-        for (k, o) in l.components.iter().enumerate() {
-            let rec = self.drives.record(o.drive).ok_or_else(|| {
-                MgrError::new(
-                    MgrStatus::DriveUnreachable,
-                    format!("drive {:016x} is not registered", o.drive.0),
-                )
-            })?;
-            let auth = nasd_client::Auth::Key {
-                kind: nasd_proto::KeyType::Working,
-                key: rec.working_key.clone(),
-                suite: rec.suite,
-                drive: rec.drive,
-            };
-            let t = Target {
-                partition: o.partition,
-                object: o.object,
-                protection: MANAGER_PROTECTION,
-            };
-            parts.push(Arc::new(ComponentIo::with_auth(
-                self.pool.clone(),
-                k,
-                rec.addr,
-                auth,
-                t,
-            )));
+        for (k, &o) in l.components.iter().enumerate() {
+            parts.push(Arc::new(self.object_io(k, o)?));
         }
         Striped::new(geo, parts, size, l.stale)
             .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))
     }
 
     /// Creates an object on drive `d` whose `fs_specific` mirrors `i`.
-    async fn create_object(&self, d: DriveId, i: &Inode) -> MgrResult<(ObjRef, Attributes)> {
+    pub(crate) async fn create_object(
+        &self,
+        d: DriveId,
+        i: &Inode,
+    ) -> MgrResult<(ObjRef, Attributes)> {
         let fs = FsAttr::encode(i);
         let (object, attrs) = self
             .drives

@@ -519,6 +519,9 @@ pub struct ScrubReport {
     pub rebuilt: u64,
     /// Groups with more damage than the code corrects.
     pub unrecoverable: u64,
+    /// Groups not wholly checked because a drive did not answer, plus stale components
+    /// left as they are (a scrub without repair does not rebuild them).
+    pub unchecked: u64,
     /// The first problems, in words.
     pub detail: String,
 }
@@ -1196,6 +1199,7 @@ fn put_scrub_report(w: &mut Writer, s: &ScrubReport) {
         s.repaired,
         s.rebuilt,
         s.unrecoverable,
+        s.unchecked,
     ] {
         w.u64(v);
     }
@@ -1212,6 +1216,7 @@ fn get_scrub_report(r: &mut Reader<'_>) -> Result<ScrubReport, DecodeError> {
         repaired: r.u64("repaired")?,
         rebuilt: r.u64("rebuilt")?,
         unrecoverable: r.u64("unrecoverable")?,
+        unchecked: r.u64("unchecked")?,
         detail: get_str(r, "detail")?,
     })
 }
@@ -1705,6 +1710,7 @@ mod tests {
                 repaired: 1,
                 rebuilt: 1,
                 unrecoverable: 0,
+                unchecked: 1,
                 detail: "component 3: stale".into(),
             }),
             MgrReply::Status(ClusterStatus::default()),

@@ -15,6 +15,16 @@ use std::sync::Arc;
 
 #[derive(Subcommand, Debug)]
 pub enum DriveCmd {
+    /// Rebuild every component held by drive OLD onto drive NEW (ids as `nasd status` prints
+    /// them, or addresses), in the background on the manager, with a progress bar; reads and
+    /// writes go on meanwhile. Admins only.
+    Replace {
+        old: String,
+        new: String,
+        /// Return once the manager has started (progress: `nasd status`).
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Create a drive in DIR: master key (from --master-key or generated), drive key, and with
     /// --partition a partition with its partition and working key files under DIR/keys/.
     Init {
@@ -177,6 +187,9 @@ pub enum KeyCmd {
 
 pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
     match c {
+        DriveCmd::Replace { old, new, no_wait } => {
+            crate::runtime()?.block_on(crate::cmd_heal::drive_replace(old, new, no_wait))
+        }
         DriveCmd::Init {
             data,
             partition,

@@ -51,6 +51,7 @@ mod bench_ec;
 mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
+mod cmd_heal;
 mod cmd_lab;
 mod cmd_manager;
 mod cmd_obj;
@@ -144,6 +145,27 @@ enum Cmd {
         parents: bool,
         #[arg(long, default_value = "755")]
         mode: String,
+        /// The layout new files in the new directories get (see `nasd layout set`).
+        #[arg(long, value_name = "LAYOUT")]
+        layout: Option<String>,
+    },
+    /// The layout (stripe map) new files under a directory get.
+    #[command(subcommand)]
+    Layout(cmd_heal::LayoutCmd),
+    /// Check every shard of the files at or under PATH (default: all) against its drive's
+    /// integrity data and its code; with --repair, rewrite what is damaged and rebuild stale
+    /// components. Admins only.
+    Scrub {
+        path: Option<String>,
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cluster's health: drives, degraded files, drive replacement, background scrub.
+    Status {
+        #[arg(long)]
+        json: bool,
     },
     /// Remove files (and with -r directories).
     Rm {
@@ -248,7 +270,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             paths,
             parents,
             mode,
-        } => runtime()?.block_on(cmd_fs::mkdir(paths, parents, &mode)),
+            layout,
+        } => runtime()?.block_on(async move {
+            cmd_fs::mkdir(paths.clone(), parents, &mode).await?;
+            match layout {
+                Some(l) => cmd_heal::set_layouts(&paths, &l).await,
+                None => Ok(()),
+            }
+        }),
+        Cmd::Layout(c) => runtime()?.block_on(cmd_heal::layout(c)),
+        Cmd::Scrub { path, repair, json } => {
+            runtime()?.block_on(cmd_heal::scrub(path, repair, json))
+        }
+        Cmd::Status { json } => runtime()?.block_on(cmd_heal::status(json)),
         Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
         Cmd::Chmod { mode, paths } => runtime()?.block_on(cmd_fs::chmod(mode, paths)),

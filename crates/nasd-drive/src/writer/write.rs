@@ -69,14 +69,8 @@ impl Tx<'_> {
         }
         // Assemble each touched block's new content (old bytes where not overwritten).
         let mut bufs: HashMap<u64, Vec<u8>> = HashMap::new();
-        let mut covered: HashMap<u64, u64> = HashMap::new();
-        for r in regions.iter() {
-            for pc in integrity::pieces::split(r.offset, r.len, BLOCK_BYTES) {
-                *covered.entry(pc.unit).or_default() += pc.len;
-            }
-        }
         for &b in &touched {
-            let full = covered.get(&b).copied().unwrap_or(0) >= BLOCK_BYTES;
+            let full = covers_old(regions, b, old_size);
             let buf = match (&olds[&b], full) {
                 (Some(e), false) => match self.store.load_checked(e) {
                     Ok(v) => v,
@@ -309,5 +303,57 @@ impl Tx<'_> {
                 BlockMeta::Sum(sum.to_bytes())
             }
         })
+    }
+}
+
+/// Whether `regions` overwrite every byte of block `b` that the object held before (those
+/// below `old_size`): then the old block is not read. Past the old size a block holds
+/// nothing (zeros), so a write to an object's end replaces its last block whole — which is
+/// also what lets a repair rewrite a last block whose stored copy fails its at-rest check.
+fn covers_old(regions: &[Region], b: u64, old_size: u64) -> bool {
+    let start = b * BLOCK_BYTES;
+    let end = (start + BLOCK_BYTES).min(old_size);
+    if end <= start {
+        return true;
+    }
+    let mut spans: Vec<(u64, u64)> = regions
+        .iter()
+        .map(|r| (r.offset.max(start), r.offset.saturating_add(r.len).min(end)))
+        .filter(|(a, e)| a < e)
+        .collect();
+    spans.sort_unstable();
+    let mut at = start;
+    for (a, e) in spans {
+        if a > at {
+            return false;
+        }
+        at = at.max(e);
+    }
+    at >= end
+}
+
+#[cfg(test)]
+mod covers_old_tests {
+    use super::*;
+
+    fn r(offset: u64, len: u64) -> Region {
+        Region::new(offset, len)
+    }
+
+    #[test]
+    fn only_bytes_below_the_old_size_need_covering() {
+        let b = BLOCK_BYTES;
+        // A whole block, in one region or in overlapping and out-of-order pieces.
+        assert!(covers_old(&[r(0, b)], 0, 10 * b));
+        assert!(covers_old(&[r(100, b), r(0, 200)], 0, 10 * b));
+        // A gap anywhere needs the old bytes.
+        assert!(!covers_old(&[r(0, 100), r(101, b)], 0, 10 * b));
+        assert!(!covers_old(&[r(1, b)], 0, 10 * b));
+        // The object's last block: up to the old end is enough; a block past it needs nothing.
+        assert!(covers_old(&[r(b, 3392)], 1, b + 3392));
+        assert!(!covers_old(&[r(b, 3391)], 1, b + 3392));
+        assert!(covers_old(&[r(5 * b + 7, 1)], 5, 2 * b));
+        // Regions in other blocks do not count.
+        assert!(!covers_old(&[r(0, b), r(2 * b, b)], 1, 10 * b));
     }
 }

@@ -108,6 +108,9 @@ impl Codec {
     }
 }
 
+/// Fills unit `i`'s window with bytes the caller already has (returns whether it did).
+type Known<'a> = dyn Fn(usize, &mut [u8]) -> bool + Sync + 'a;
+
 /// A piece of a request that lies in one unit of one component.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
@@ -352,9 +355,36 @@ impl Striped {
         a: u64,
         b: u64,
         wanted: &[bool],
-        mut avoid: u64,
-        known: impl Fn(usize, &mut [u8]) -> bool,
+        avoid: u64,
+        known: impl Fn(usize, &mut [u8]) -> bool + Sync,
     ) -> Result<Vec<Vec<u8>>, IoError> {
+        match self
+            .window_once(g, units, a, b, wanted, avoid, Some(&known))
+            .await?
+        {
+            Ok(bufs) => Ok(bufs),
+            // Decoding needs the old bytes of the units `known` filled with new ones.
+            Err(avoid) => Ok(self
+                .window_once(g, units, a, b, wanted, avoid, None)
+                .await?
+                .expect("no unit is known")),
+        }
+    }
+
+    /// [`Striped::group_window`] once; `Err(avoid)` when a unit must be decoded and `known`
+    /// filled some unit (with bytes that are not the stored ones), so the caller reads again
+    /// without it, avoiding the components found away.
+    #[allow(clippy::too_many_arguments)]
+    async fn window_once(
+        &self,
+        g: u64,
+        units: &[GroupUnit],
+        a: u64,
+        b: u64,
+        wanted: &[bool],
+        mut avoid: u64,
+        known: Option<&Known<'_>>,
+    ) -> Result<Result<Vec<Vec<u8>>, u64>, IoError> {
         let codec = self.codec.as_ref().expect("parity layouts only");
         let w = (b - a) as usize;
         let n = units.len();
@@ -364,8 +394,13 @@ impl Striped {
         let u = self.unit();
         let mut bufs = vec![vec![0u8; w]; n];
         let mut present = vec![false; n];
+        let mut from_known = false;
         for (i, p) in present.iter_mut().enumerate() {
-            *p = (i < d && group_start + i as u64 * u + a >= size) || known(i, &mut bufs[i]);
+            *p = i < d && group_start + i as u64 * u + a >= size;
+            if !*p && known.is_some_and(|k| k(i, &mut bufs[i])) {
+                *p = true;
+                from_known = true;
+            }
         }
         let mut errors: Vec<String> = vec![];
         loop {
@@ -413,9 +448,12 @@ impl Striped {
         }
         let wanted: Vec<bool> = (0..n).map(|i| wanted[i] && !present[i]).collect();
         if wanted.iter().any(|w| *w) {
+            if from_known {
+                return Ok(Err(avoid));
+            }
             codec.reconstruct(&mut bufs, &present, &wanted)?;
         }
-        Ok(bufs)
+        Ok(Ok(bufs))
     }
 
     async fn read_mirror(&self, offset: u64, len: u64) -> Result<Vec<u8>, IoError> {
@@ -519,12 +557,17 @@ impl Striped {
                 (0, u)
             };
             let wanted: Vec<bool> = (0..units.len()).map(|i| i < d).collect();
-            // A data unit whose window the write covers whole needs no read.
-            let covered = |i: usize, buf: &mut [u8]| {
+            let whole = |i: usize| {
                 let us = gs + i as u64 * u;
-                if i >= d || us + a < p || us + b > q {
+                i < d && us + a >= p && us + b <= q
+            };
+            // A data unit whose window the write covers whole needs no read (unless a unit
+            // must be decoded: `group_window` then reads the old bytes of every unit).
+            let covered = |i: usize, buf: &mut [u8]| {
+                if !whole(i) {
                     return false;
                 }
+                let us = gs + i as u64 * u;
                 buf.copy_from_slice(&data[(us + a - offset) as usize..(us + b - offset) as usize]);
                 true
             };
@@ -741,6 +784,52 @@ impl Striped {
     }
 }
 
+impl Striped {
+    /// Copies `[offset, offset + len)` of component `c` (cut at its length) onto `onto`:
+    /// read from `c` itself where it is current and its reply verifies, else rebuilt from the
+    /// other components. What a drive replacement moves. Returns the bytes written.
+    pub async fn move_range(
+        &self,
+        c: usize,
+        offset: u64,
+        len: u64,
+        onto: Arc<dyn FileIo>,
+    ) -> Result<u64, IoError> {
+        if c >= self.parts.len() {
+            return Err(IoError::Usage(format!(
+                "component {c} of a layout with {}",
+                self.parts.len()
+            )));
+        }
+        let size = self.size.load(Ordering::Acquire);
+        let end = offset
+            .saturating_add(len)
+            .min(self.geo.component_len(c, size));
+        let mut at = offset;
+        let mut written = 0;
+        while at < end {
+            let n = (end - at).min(MOVE_PIECE_BYTES);
+            let direct = match self.stale >> c & 1 {
+                0 => self.read_spans(c, &[(at, n)]).await.ok(),
+                _ => None,
+            };
+            written += match direct {
+                Some(r) => {
+                    onto.write(at, &r.data).await?;
+                    r.data.len() as u64
+                }
+                None => self.rebuild_range(c, at, n, Some(onto.clone())).await?,
+            };
+            at += n;
+        }
+        Ok(written)
+    }
+}
+
+/// A drive replacement moves a component in pieces of this many bytes (each read from the
+/// component itself, or rebuilt, on its own).
+pub const MOVE_PIECE_BYTES: u64 = 4 << 20;
+
 /// Whether the drive refused the grant (revoked, expired, objects replaced): the caller renews
 /// it rather than read around.
 fn refused(e: &IoError) -> bool {
@@ -847,6 +936,9 @@ pub fn stack(
     Ok(Arc::new(s))
 }
 
+mod scrub;
+pub use scrub::{ScrubTally, SCRUB_STEP_BYTES};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -908,6 +1000,7 @@ mod tests {
     #[tokio::test]
     async fn reads_survive_as_many_lost_components_as_the_code_covers() {
         for spec in [
+            "rs:3+3/4K",
             "mirror:3",
             "rs:4+2/4K",
             "rs:3+1/4K",
@@ -1013,6 +1106,32 @@ mod tests {
         let (s, mems) = layer("raid0:3/4K", 0);
         mems[1].set_fault(Fault::Unreachable);
         assert!(s.write(0, &data).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn partial_writes_with_a_component_down_keep_the_others_readable() {
+        for spec in ["rs:4+2/4K", "raid6x:3/4K", "rs:2+1/4K"] {
+            for down in 0..Geometry::components(&spec.parse().unwrap()) {
+                let (s, mems) = layer(spec, 0);
+                let mut want = pseudo(100_000, 3);
+                s.write(0, &want).await.unwrap();
+                mems[down].set_fault(Fault::Unreachable);
+                // Cut short (zeroes the rest of the last group) and overwrite a piece.
+                s.set_size(70_001).await.unwrap();
+                want.truncate(70_001);
+                let r = s.read(0, 70_001).await.unwrap();
+                let bad = r.data.iter().zip(&want).position(|(a, b)| a != b);
+                assert!(
+                    r.data == want,
+                    "{spec}, component {down} down, cut: {bad:?}"
+                );
+                let piece = pseudo(5_000, 4);
+                s.write(30_000, &piece).await.unwrap();
+                want[30_000..35_000].copy_from_slice(&piece);
+                let r = s.read(0, 70_001).await.unwrap();
+                assert!(r.data == want, "{spec}, component {down} down");
+            }
+        }
     }
 
     #[tokio::test]
