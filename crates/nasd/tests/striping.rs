@@ -7,11 +7,11 @@
 mod common;
 
 use common::{rand_bytes, Up, NASD};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn drive_dir(up: &Up, d: usize) -> std::path::PathBuf {
-    up.data().join(format!("drive-{d}"))
+    up.cluster.drive_dir(d).unwrap().to_path_buf()
 }
 
 /// Flips bits of one byte of a file in place (a drive's disk going bad under it).
@@ -28,39 +28,9 @@ fn flip(path: &std::path::Path, offset: u64, mask: u8) {
     f.sync_all().unwrap();
 }
 
-fn kill(pid: u32) {
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-}
-
-/// Kills drive `d` and returns a closure-free way to start it again: its command line.
-fn kill_drive(up: &Up, d: usize) -> Vec<String> {
-    let pid = up.pid(&format!("drive-{d}"));
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    kill(pid);
-    std::thread::sleep(Duration::from_millis(100));
-    cmdline
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8(s.to_vec()).unwrap())
-        .collect()
-}
-
-/// Starts a killed drive again with its command line; retried while it exits at once (its
-/// port or files not yet released by the killed process).
-fn restart_drive(cmdline: &[String]) -> Child {
-    for _ in 0..20 {
-        let mut c = Command::new(&cmdline[0])
-            .args(&cmdline[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        if c.try_wait().unwrap().is_none() {
-            return c;
-        }
-    }
-    panic!("the drive does not start again: {cmdline:?}");
+/// Kills drive `d` with SIGKILL and waits until it is gone.
+fn kill_drive(up: &mut Up, d: usize) {
+    up.kill(&format!("drive-{d}"));
 }
 
 fn put(up: &Up, path: &str, data: &[u8]) {
@@ -129,7 +99,7 @@ fn wait_healthy(up: &Up, n: usize) {
 
 #[test]
 fn every_layout_round_trips_and_reads_survive_the_drives_it_covers() {
-    let up = Up::start(6);
+    let mut up = Up::start(6);
     let layouts = ["raid0:4", "mirror:3", "rs:4+2", "raid6x:2", "rs:3+3/4K"];
     let sizes = [0usize, 1, 70_001, (3 << 20) + 17];
     let mut files = vec![];
@@ -168,8 +138,8 @@ fn every_layout_round_trips_and_reads_survive_the_drives_it_covers() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(40));
-    kill_drive(&up, 0);
-    kill_drive(&up, 1);
+    kill_drive(&mut up, 0);
+    kill_drive(&mut up, 1);
     assert!(cat.wait().unwrap().success());
     assert!(std::fs::read(&out).unwrap() == big, "read during the kill");
     assert!(get(&up, "/d2/big") == big, "read with two drives gone");
@@ -244,17 +214,16 @@ fn flipped_bytes_on_data_and_parity_shards_are_read_around_and_repaired() {
 
 #[test]
 fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
-    let up = Up::start(6);
+    let mut up = Up::start(6);
     up.ok(&["mkdir", "--layout", "rs:4+2", "nasd:/ec"]);
     let data = rand_bytes(3 << 20, 11);
     put(&up, "/ec/f", &data);
-    let cmd = kill_drive(&up, 3);
+    kill_drive(&mut up, 3);
     wait_healthy(&up, 5);
     // Cutting the file short stages copies of its components; the dead drive's cannot be
     // copied, so the committed layout marks it stale.
     up.ok(&["truncate", "nasd:/ec/f", "1000000"]);
-    let mut up = up;
-    up.extra.push(restart_drive(&cmd));
+    up.restart("drive-3");
     wait_healthy(&up, 6);
     let s = status(&up);
     assert_eq!(s["degraded_files"], 1, "{s}");
@@ -276,14 +245,14 @@ fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
     );
     assert_eq!(status(&up)["degraded_files"], 0);
     // The rebuilt component carries its share: lose two others and read.
-    kill_drive(&up, 0);
-    kill_drive(&up, 5);
+    kill_drive(&mut up, 0);
+    kill_drive(&mut up, 5);
     assert!(get(&up, "/ec/f") == data[..1_000_000]);
 }
 
 #[test]
 fn a_lost_drive_is_replaced_and_its_shards_rebuilt() {
-    let up = Up::start(7);
+    let mut up = Up::start(7);
     up.ok(&["mkdir", "--layout", "rs:4+2", "nasd:/ec"]);
     let data = rand_bytes((5 << 20) + 5, 13);
     put(&up, "/ec/f", &data);
@@ -293,19 +262,11 @@ fn a_lost_drive_is_replaced_and_its_shards_rebuilt() {
         .as_str()
         .unwrap()
         .to_string();
-    let cluster: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(up.data().join("cluster.json")).unwrap())
-            .unwrap();
     let (victim, victim_addr) = (0..7)
-        .map(|d| {
-            (
-                d,
-                cluster["drives"][d]["addr"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|d| (d, up.cluster.drives()[d].addr.clone()))
         .find(|(_, a)| *a != spare)
         .unwrap();
-    kill_drive(&up, victim);
+    kill_drive(&mut up, victim);
     wait_healthy(&up, 6);
     assert_eq!(status(&up)["degraded_files"], 1);
     let out = up.ok(&["drive", "replace", &victim_addr, &spare]);
