@@ -15,6 +15,18 @@ pub const ADMIN_USER: &str = "admin";
 /// Random bytes of the admin's password (printed as hex).
 const ADMIN_PASSWORD_BYTES: usize = 16;
 
+/// The layout a new cluster of `drives` drives gives files by default: one that survives two
+/// lost drives wherever there are enough drives for it (K as large as the drives allow, up to
+/// 4, so parity costs at most half the data), else today's one object per file.
+pub fn default_layout_for(drives: usize) -> &'static str {
+    match drives {
+        0..=3 => "single",
+        4 => "rs:2+2",
+        5 => "rs:3+2",
+        _ => "rs:4+2",
+    }
+}
+
 /// Initializes a cluster of `o.drives` drives in `dir` (which exists and is private).
 pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     if o.drives == 0 || o.drives > DRIVES_MAX {
@@ -51,7 +63,10 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         admin_user: ADMIN_USER.into(),
         admin_password: password,
         names: vec![],
-        policy: Default::default(),
+        policy: nasd_manager::service::Policy {
+            default_layout: default_layout_for(o.drives).into(),
+            ..Default::default()
+        },
     })
     .map_err(|source| ClusterError::ManagerInit {
         dir: mdir.clone(),

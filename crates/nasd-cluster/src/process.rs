@@ -339,7 +339,10 @@ mod port_tests {
             .ok()
             .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok());
         if let Some(low) = low.filter(|l| *l > PORT_FLOOR + 1000) {
-            assert!(ports.iter().all(|p| (PORT_FLOOR..low).contains(p)), "{ports:?}");
+            assert!(
+                ports.iter().all(|p| (PORT_FLOOR..low).contains(p)),
+                "{ports:?}"
+            );
         }
     }
 }

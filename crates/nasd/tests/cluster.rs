@@ -572,6 +572,8 @@ fn the_demo_passes() {
     for step in [
         "[1] started a cluster",
         "[4] flipped one byte",
+        "[6] a 48 MiB file of layout rs:4+2",
+        "[7] flipped one byte of a data shard",
         "demo passed",
     ] {
         assert!(out.contains(step), "{step:?} missing from {out}");

@@ -100,6 +100,8 @@ fn wait_healthy(up: &Up, n: usize) {
 #[test]
 fn every_layout_round_trips_and_reads_survive_the_drives_it_covers() {
     let mut up = Up::start(6);
+    // Six drives: new files survive two lost drives unless a directory says otherwise.
+    assert_eq!(up.ok(&["layout", "get", "nasd:/"]).trim(), "rs:4+2");
     let layouts = ["raid0:4", "mirror:3", "rs:4+2", "raid6x:2", "rs:3+3/4K"];
     let sizes = [0usize, 1, 70_001, (3 << 20) + 17];
     let mut files = vec![];
