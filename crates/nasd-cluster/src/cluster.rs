@@ -15,7 +15,7 @@ use nasd_client::config::ClientFile;
 use nasd_client::session::SessionConfig;
 use nasd_proto::manager::{Credential, MgrRequest};
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 
@@ -41,6 +41,8 @@ pub struct Cluster {
     /// Components this start started although the cluster had run before (they were down).
     restarted: Vec<NodeId>,
     background: bool,
+    /// What each component's `nasd` runs under ([`crate::Placement::wrappers`]).
+    wrappers: BTreeMap<NodeId, Vec<OsString>>,
     detached: bool,
 }
 
@@ -83,6 +85,7 @@ impl Cluster {
             adopted: vec![],
             restarted: vec![],
             background: options.background,
+            wrappers: options.placement.wrappers.clone(),
             detached: false,
         };
         // Adopt first, so `pids.json` written after each start lists every running component.
@@ -268,7 +271,15 @@ impl Cluster {
             "--listen".as_ref(),
             node.addr.as_ref(),
         ];
-        let mut s = process::spawn(&self.nasd_bin, &self.dir, id, &args, self.background)?;
+        let wrapper = self.wrappers.get(&id).map_or(&[][..], Vec::as_slice);
+        let mut s = process::spawn(
+            &self.nasd_bin,
+            wrapper,
+            &self.dir,
+            id,
+            &args,
+            self.background,
+        )?;
         let r = process::wait_ready(&self.dir, id, &node.addr, &mut s);
         self.replace(id, Proc::Child(s.child));
         r

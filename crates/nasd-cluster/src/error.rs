@@ -9,6 +9,10 @@ use std::path::PathBuf;
 pub enum ClusterError {
     #[error("--drives must be between 1 and {max}", max = crate::DRIVES_MAX)]
     DriveCount { drives: usize },
+    /// A [`crate::Placement`] names a different number of addresses than the cluster has
+    /// components.
+    #[error("a placement of {drives} drives and a manager needs {} addresses, not {addrs}", drives + 1)]
+    PlacementAddrs { drives: usize, addrs: usize },
     /// A file or directory of the cluster could not be made, read or written.
     #[error("{what} {}", path.display())]
     Io {

@@ -27,13 +27,32 @@ pub fn default_layout_for(drives: usize) -> &'static str {
     }
 }
 
+/// Names the manager's certificate needs beside loopback (which it always carries): the host
+/// of its address when that is not loopback, so clients elsewhere can check it.
+fn cert_names(addr: &str) -> Vec<String> {
+    match addr.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_loopback() => vec![],
+        Ok(a) => vec![a.ip().to_string()],
+        Err(_) => vec![],
+    }
+}
+
 /// Initializes a cluster of `o.drives` drives in `dir` (which exists and is private).
 pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     if o.drives == 0 || o.drives > DRIVES_MAX {
         return Err(ClusterError::DriveCount { drives: o.drives });
     }
     // One address per drive, then the manager's.
-    let mut addrs = free_addrs(o.drives + 1)?;
+    let mut addrs = if o.placement.addrs.is_empty() {
+        free_addrs(o.drives + 1)?
+    } else if o.placement.addrs.len() == o.drives + 1 {
+        o.placement.addrs.clone()
+    } else {
+        return Err(ClusterError::PlacementAddrs {
+            drives: o.drives,
+            addrs: o.placement.addrs.len(),
+        });
+    };
     let maddr = addrs.pop().expect("one address per component");
     let mut drives = vec![];
     for (i, addr) in addrs.into_iter().enumerate() {
@@ -62,7 +81,7 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         listen: maddr.clone(),
         admin_user: ADMIN_USER.into(),
         admin_password: password,
-        names: vec![],
+        names: cert_names(&maddr),
         policy: nasd_manager::service::Policy {
             default_layout: default_layout_for(o.drives).into(),
             ..Default::default()
@@ -93,4 +112,16 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     }
     .save(&dir.join("client.json"))?;
     Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manager_off_loopback_has_its_address_in_its_certificate() {
+        assert!(cert_names("127.0.0.1:7000").is_empty());
+        assert_eq!(cert_names("10.213.0.2:7000"), vec!["10.213.0.2"]);
+        assert_eq!(cert_names("[fd00::2]:7000"), vec!["fd00::2"]);
+    }
 }

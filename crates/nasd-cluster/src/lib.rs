@@ -18,6 +18,11 @@
 //! again, starting only the components that are not running. DATA and `logs/` are mode 0700
 //! and every file written is 0600, whatever the umask.
 //!
+//! By default every component listens on a free loopback port of the caller's network
+//! namespace. A [`Placement`] puts them elsewhere: given addresses, and a command each
+//! component's `nasd` runs under (`ip netns exec NS`), which is how `nasd lab scaling` gives
+//! every drive and the manager a network namespace and a rate-capped link of its own.
+//!
 //! # Layout
 //! - [`cluster`] — [`Cluster`]: start, stop/kill/restart one component, drop stops all;
 //!   [`down`] for a cluster left running.
@@ -35,6 +40,8 @@ pub mod process;
 pub use cluster::{down, Cluster};
 pub use error::ClusterError;
 pub use node::{ClusterFile, Node, NodeId, Pids};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 
 /// The most drives one cluster may have.
 pub const DRIVES_MAX: usize = 64;
@@ -49,6 +56,30 @@ pub struct Options {
     /// Start the processes in a process group of their own, so a ctrl-c in the terminal does
     /// not reach them (`nasd up --background`, with [`Cluster::detach`]).
     pub background: bool,
+    /// Where the components listen and what they run under (default: loopback, nothing).
+    pub placement: Placement,
+}
+
+/// Where the components of a cluster run, when not on loopback in the caller's network
+/// namespace.
+///
+/// The addresses are recorded in `cluster.json` at the first start and never change; the
+/// wrappers are not recorded: every start (and [`Cluster::restart`]) uses the ones of the
+/// [`Options`] it was given, so a cluster placed in network namespaces must be started again
+/// with the same placement. The caller's thread must be able to reach every address (the
+/// cluster checks that each component accepts connections, and registers the drives with
+/// the manager from a thread of its own, which inherits the caller's network namespace).
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// The listen addresses of a new cluster: one per drive in order, then the manager's.
+    /// Empty: free loopback ports. A manager address that is not loopback is added to the
+    /// names of its TLS certificate, so clients can check it.
+    pub addrs: Vec<String>,
+    /// A command line that runs a component's `nasd` command line, by component: the
+    /// component runs `WRAPPER... NASD ARGS...`, e.g. `ip netns exec NS nasd drive run ...`.
+    /// The wrapper must exec `nasd` in place (not fork it), so the process started is the
+    /// component and the cluster can check and signal it; `ip netns exec` does.
+    pub wrappers: BTreeMap<NodeId, Vec<OsString>>,
 }
 
 impl Options {
@@ -58,6 +89,7 @@ impl Options {
             drives,
             drive_capacity_bytes: None,
             background: false,
+            placement: Placement::default(),
         }
     }
 }

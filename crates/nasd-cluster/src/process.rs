@@ -32,11 +32,13 @@ pub struct Started {
     log_from: u64,
 }
 
-/// Starts `nasd ARGS` as component `node`, its stdout and stderr appended to its log.
-/// `detach`: in a process group of its own, so a ctrl-c in the terminal that started it does
-/// not reach it.
+/// Starts `nasd ARGS` as component `node`, its stdout and stderr appended to its log; under
+/// `wrapper` when that is not empty (`WRAPPER... nasd ARGS...`, a command that execs `nasd` in
+/// place, such as `ip netns exec NS`). `detach`: in a process group of its own, so a ctrl-c
+/// in the terminal that started it does not reach it.
 pub fn spawn(
     nasd_bin: &Path,
+    wrapper: &[std::ffi::OsString],
     dir: &Path,
     node: NodeId,
     args: &[&std::ffi::OsStr],
@@ -46,7 +48,14 @@ pub fn spawn(
     let log = nasd_private::open_append(&log_path(dir, node))?;
     let io = |source| ClusterError::Spawn { node, source };
     let log_from = log.metadata().map_err(io)?.len();
-    let mut cmd = Command::new(nasd_bin);
+    let mut cmd = match wrapper.split_first() {
+        None => Command::new(nasd_bin),
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(nasd_bin);
+            c
+        }
+    };
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(io)?)
@@ -307,6 +316,26 @@ mod tests {
             from,
             "127.0.0.1:70"
         ));
+    }
+
+    #[test]
+    fn a_wrapped_component_runs_under_its_wrapper() {
+        let t = tempfile::tempdir().unwrap();
+        // `env X=wrapped sh -c ...`: env execs the command in place, as `ip netns exec` does.
+        let wrapper: Vec<std::ffi::OsString> = vec!["env".into(), "X=wrapped".into()];
+        let args: [&std::ffi::OsStr; 2] = ["-c".as_ref(), "echo $X $0".as_ref()];
+        let mut s = spawn(
+            Path::new("sh"),
+            &wrapper,
+            t.path(),
+            NodeId::Drive(0),
+            &args,
+            false,
+        )
+        .unwrap();
+        assert!(s.child.wait().unwrap().success());
+        let log = std::fs::read_to_string(log_path(t.path(), NodeId::Drive(0))).unwrap();
+        assert_eq!(log.trim(), "wrapped sh");
     }
 
     #[test]

@@ -255,9 +255,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data,
             drives,
             nasd_cluster::Options {
-                drives: drives.unwrap_or(cmd_up::DRIVES_DEFAULT),
                 drive_capacity_bytes: drive_capacity,
                 background,
+                ..nasd_cluster::Options::drives(drives.unwrap_or(cmd_up::DRIVES_DEFAULT))
             },
         ),
         Cmd::Down { data } => cmd_up::down(data),
