@@ -65,4 +65,31 @@ pub enum LabError {
         /// What failed.
         reason: String,
     },
+    /// A flag of an experiment is out of range.
+    #[error("{0}")]
+    Usage(String),
+    /// The experiment cannot run on this machine (not root, no network namespaces, no
+    /// rate cap): it says what is missing.
+    #[error("nasd lab scaling is unavailable here: {0}")]
+    Unavailable(String),
+    /// Setting up the experiment's network failed.
+    #[error("{command}: {detail}")]
+    Network {
+        /// The command (or system call) that failed.
+        command: String,
+        /// What it said.
+        detail: String,
+    },
+    /// The local cluster of the scaling experiment could not start.
+    #[error("the cluster: {0}")]
+    Cluster(#[source] Box<nasd_cluster::ClusterError>),
+    /// A client of the scaling experiment failed.
+    #[error("a client: {0}")]
+    Client(String),
+    /// The SAD server failed or could not be reached.
+    #[error("the SAD server: {0}")]
+    Sad(String),
+    /// SIGINT or SIGTERM arrived; the run stopped and cleaned up.
+    #[error("interrupted")]
+    Interrupted,
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sim|raid [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sim|raid|scaling [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -23,6 +23,12 @@ pub enum Experiment {
     Sim(SimArgs),
     /// Seed 004 Figs 5-11: raid6x encoding, recovery, detection, correction and encryption.
     Raid(CommonArgs),
+    /// Seed 002 §4 Figs 2a, 3, 4: striped NASD against a server-attached disk as client/drive
+    /// pairs grow, each host in a network namespace behind a rate-capped link (needs root).
+    Scaling(ScalingArgs),
+    /// The store-and-forward server of `lab scaling` (started by it, in its namespace).
+    #[command(hide = true)]
+    SadServer(SadServerArgs),
 }
 
 /// Flags every experiment takes.
@@ -53,9 +59,44 @@ pub struct SimArgs {
     pub trace: Option<PathBuf>,
 }
 
+/// Flags of `nasd lab scaling`.
+#[derive(clap::Args, Debug)]
+pub struct ScalingArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Numbers of client/drive pairs, comma-separated (default 1-8; with --quick 1,2,4).
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    pub pairs: Option<Vec<usize>>,
+    /// Measured seconds per run (default 5; with --quick 2).
+    #[arg(long, value_name = "SECS")]
+    pub seconds: Option<f64>,
+    /// Rate of every link, Mbit/s each way.
+    #[arg(long, value_name = "MBIT", default_value_t = nasd_lab::scaling::RATE_MBIT_DEFAULT)]
+    pub rate_mbit: u32,
+    /// Runs per configuration and mode (default 3; with --quick 1).
+    #[arg(long)]
+    pub runs: Option<usize>,
+}
+
+/// Flags of `nasd lab sad-server`.
+#[derive(clap::Args, Debug)]
+pub struct SadServerArgs {
+    /// The client config of the user the server reads as.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Address to serve on.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Serve only files under this directory.
+    #[arg(long, value_name = "PATH")]
+    pub root: String,
+}
+
 /// Runs one experiment.
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let (common, report) = match &args.experiment {
+        Experiment::SadServer(a) => return sad_server(a),
+        Experiment::Scaling(a) => (&a.common, scaling(a)?),
         Experiment::Crypto(c) => (c, nasd_lab::crypto::run(&options(c)).context("lab crypto")?),
         Experiment::Model(c) => (
             c,
@@ -88,4 +129,25 @@ fn options(c: &CommonArgs) -> nasd_lab::LabOptions {
         quick: c.quick,
         seed: c.seed,
     }
+}
+
+fn scaling(a: &ScalingArgs) -> anyhow::Result<nasd_lab::Report> {
+    let o = nasd_lab::scaling::ScalingOptions {
+        quick: a.common.quick,
+        seed: a.common.seed,
+        nasd_bin: std::env::current_exe().context("finding the nasd executable")?,
+        pairs: a.pairs.clone(),
+        seconds: a.seconds,
+        rate_mbit: Some(a.rate_mbit),
+        runs: a.runs,
+    };
+    Ok(nasd_lab::scaling::run(&o).context("lab scaling")?)
+}
+
+fn sad_server(a: &SadServerArgs) -> anyhow::Result<()> {
+    let cfg = crate::cmd_fs::session_config(&a.config)?;
+    crate::runtime()?.block_on(nasd_lab::scaling::sad::serve(&a.listen, cfg, &a.root, |addr| {
+        outln!("nasd sad server listening on {addr}")
+    }))?;
+    Ok(())
 }
