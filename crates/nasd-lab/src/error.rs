@@ -70,7 +70,7 @@ pub enum LabError {
     Usage(String),
     /// The experiment cannot run on this machine (not root, no network namespaces, no
     /// rate cap): it says what is missing.
-    #[error("nasd lab scaling is unavailable here: {0}")]
+    #[error("unavailable here: {0}")]
     Unavailable(String),
     /// Setting up the experiment's network failed.
     #[error("{command}: {detail}")]

@@ -141,13 +141,16 @@ fn scaling(a: &ScalingArgs) -> anyhow::Result<nasd_lab::Report> {
         rate_mbit: Some(a.rate_mbit),
         runs: a.runs,
     };
-    Ok(nasd_lab::scaling::run(&o).context("lab scaling")?)
+    nasd_lab::scaling::run(&o).context("lab scaling")
 }
 
 fn sad_server(a: &SadServerArgs) -> anyhow::Result<()> {
     let cfg = crate::cmd_fs::session_config(&a.config)?;
-    crate::runtime()?.block_on(nasd_lab::scaling::sad::serve(&a.listen, cfg, &a.root, |addr| {
-        outln!("nasd sad server listening on {addr}")
-    }))?;
+    crate::runtime()?.block_on(nasd_lab::scaling::sad::serve(
+        &a.listen,
+        cfg,
+        &a.root,
+        |addr| outln!("nasd sad server listening on {addr}"),
+    ))?;
     Ok(())
 }

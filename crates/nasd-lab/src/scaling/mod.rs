@@ -134,11 +134,9 @@ impl Plan {
         if pairs.is_empty() || pairs.iter().any(|&n| n == 0 || n > PAIRS_MAX) {
             return bad(format!("--pairs: between 1 and {PAIRS_MAX}"));
         }
-        let seconds = o.seconds.unwrap_or(if o.quick {
-            SECONDS_QUICK
-        } else {
-            SECONDS_FULL
-        });
+        let seconds = o
+            .seconds
+            .unwrap_or(if o.quick { SECONDS_QUICK } else { SECONDS_FULL });
         if !(seconds > 0.0 && seconds <= SECONDS_MAX) {
             return bad(format!(
                 "--seconds {seconds}: more than 0 and at most {SECONDS_MAX}"
@@ -292,7 +290,9 @@ fn configuration(plan: &Plan, net: &Net, dir: &Path, n: usize) -> Result<Vec<Run
         .build()
         .map_err(|e| LabError::Client(format!("a runtime: {e}")))?;
     let w = plan.workload(n);
-    let admin = rt.block_on(Client::connect(session.clone())).map_err(client_err)?;
+    let admin = rt
+        .block_on(Client::connect(session.clone()))
+        .map_err(client_err)?;
     rt.block_on(write_files(&admin, plan, &w, n))?;
     // The clients log in with the admin's session token: one password check, not n.
     let mut client_cfg = session;
@@ -305,7 +305,9 @@ fn configuration(plan: &Plan, net: &Net, dir: &Path, n: usize) -> Result<Vec<Run
     let pids = Pids {
         manager: cluster.pid(NodeId::Manager),
         sad: sad.child.id(),
-        drives: (0..n).filter_map(|i| cluster.pid(NodeId::Drive(i))).collect(),
+        drives: (0..n)
+            .filter_map(|i| cluster.pid(NodeId::Drive(i)))
+            .collect(),
     };
     let _capped = net.cap(plan.rate_mbit)?;
     let mut runs = vec![];
@@ -336,7 +338,12 @@ fn client_err(e: nasd_client::files::FsError) -> LabError {
 
 /// The file set, under a directory whose files are raid0 over all `n` drives (one object
 /// at `n = 1`); each file is checked to span every drive.
-async fn write_files(admin: &Arc<Client>, plan: &Plan, w: &Workload, n: usize) -> Result<(), LabError> {
+async fn write_files(
+    admin: &Arc<Client>,
+    plan: &Plan,
+    w: &Workload,
+    n: usize,
+) -> Result<(), LabError> {
     let layout = if n == 1 {
         "single".to_string()
     } else {
@@ -397,12 +404,13 @@ fn measure(
     source: Source,
     pids: &Pids,
 ) -> Result<Run, LabError> {
-    let gate = Gate::new();
+    let gate = Gate::default();
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         let mut clients = vec![];
         for i in 0..n {
-            let (ns, source, tx, gate) = (net.ns(Host::Client(i)), source.clone(), tx.clone(), &gate);
+            let (ns, source, tx, gate) =
+                (net.ns(Host::Client(i)), source.clone(), tx.clone(), &gate);
             clients.push(s.spawn(move || workload::client(&ns, i, source, w, gate, tx)));
         }
         drop(tx);
@@ -491,7 +499,8 @@ impl SadServer {
         addr: std::net::SocketAddr,
     ) -> Result<SadServer, LabError> {
         let log_path = cluster.dir().join("logs").join("sad-server.log");
-        let log = std::fs::File::create(&log_path).map_err(|e| LabError::Sad(format!("{}: {e}", log_path.display())))?;
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| LabError::Sad(format!("{}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| LabError::Sad(e.to_string()))?;
         let prefix = net.exec_prefix(Host::Sad);
         let child = Command::new(&prefix[0])
@@ -777,7 +786,11 @@ fn report(plan: &Plan, runs: &[Run]) -> Report {
         log_y: false,
         y_max: None,
         series: vec![
-            series("NASD (raid0, clients read drives directly)", Mode::Nasd, |c| c.mean),
+            series(
+                "NASD (raid0, clients read drives directly)",
+                Mode::Nasd,
+                |c| c.mean,
+            ),
             series("SAD (store-and-forward server)", Mode::Sad, |c| c.mean),
             Series {
                 name: "n x link rate".into(),
@@ -798,7 +811,9 @@ fn report(plan: &Plan, runs: &[Run]) -> Report {
         y_max: None,
         series: vec![
             series("manager, NASD runs", Mode::Nasd, |c| c.manager_cpu),
-            series("SAD server, SAD runs", Mode::Sad, |c| c.sad_cpu.unwrap_or(0.0)),
+            series("SAD server, SAD runs", Mode::Sad, |c| {
+                c.sad_cpu.unwrap_or(0.0)
+            }),
             series("manager, SAD runs", Mode::Sad, |c| c.manager_cpu),
         ],
     };
@@ -865,12 +880,30 @@ mod tests {
         assert_eq!(full.pairs, vec![1, 4]);
         assert_eq!(full.pairs_max(), 4);
         for bad in [
-            ScalingOptions { pairs: Some(vec![0]), ..options() },
-            ScalingOptions { pairs: Some(vec![9]), ..options() },
-            ScalingOptions { pairs: Some(vec![]), ..options() },
-            ScalingOptions { seconds: Some(0.0), ..options() },
-            ScalingOptions { rate_mbit: Some(0), ..options() },
-            ScalingOptions { runs: Some(0), ..options() },
+            ScalingOptions {
+                pairs: Some(vec![0]),
+                ..options()
+            },
+            ScalingOptions {
+                pairs: Some(vec![9]),
+                ..options()
+            },
+            ScalingOptions {
+                pairs: Some(vec![]),
+                ..options()
+            },
+            ScalingOptions {
+                seconds: Some(0.0),
+                ..options()
+            },
+            ScalingOptions {
+                rate_mbit: Some(0),
+                ..options()
+            },
+            ScalingOptions {
+                runs: Some(0),
+                ..options()
+            },
         ] {
             assert!(Plan::new(&bad).is_err(), "{bad:?}");
         }
@@ -910,7 +943,10 @@ mod tests {
         let mut sad_scales = scaled.clone();
         sad_scales[5].mean = 14.0;
         assert!(!verdict(&sad_scales, 4.0).unwrap().confirmed);
-        assert!(verdict(&scaled[..2], 4.0).is_none(), "one pair count says nothing");
+        assert!(
+            verdict(&scaled[..2], 4.0).is_none(),
+            "one pair count says nothing"
+        );
     }
 
     #[test]

@@ -114,7 +114,9 @@ impl Net {
         };
         let router = net.ns_name("r");
         net.add_ns(&router).map_err(|e| {
-            LabError::Unavailable(format!("`ip netns add` fails, so no network namespaces: {e}"))
+            LabError::Unavailable(format!(
+                "`ip netns add` fails, so no network namespaces: {e}"
+            ))
         })?;
         in_namespace(&router, || {
             std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
@@ -376,8 +378,7 @@ fn stop_nasd_in(ns: &str) {
         unsafe { libc::kill(p as i32, libc::SIGTERM) };
     }
     let t0 = Instant::now();
-    while pids.iter().any(|&p| is_nasd(p)) && t0.elapsed() < Duration::from_millis(STALE_STOP_MS)
-    {
+    while pids.iter().any(|&p| is_nasd(p)) && t0.elapsed() < Duration::from_millis(STALE_STOP_MS) {
         std::thread::sleep(Duration::from_millis(20));
     }
     for &p in pids.iter().filter(|&&p| is_nasd(p)) {
@@ -408,7 +409,10 @@ pub struct Interrupts {
 impl Interrupts {
     pub fn install() -> Interrupts {
         INTERRUPTED.store(false, Ordering::SeqCst);
-        let mut old = [(libc::SIGINT, zeroed_sigaction()), (libc::SIGTERM, zeroed_sigaction())];
+        let mut old = [
+            (libc::SIGINT, zeroed_sigaction()),
+            (libc::SIGTERM, zeroed_sigaction()),
+        ];
         for (sig, prev) in old.iter_mut() {
             let mut sa = zeroed_sigaction();
             sa.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as usize;

@@ -158,7 +158,9 @@ fn check(path: &[u8], length: u32, root: &str) -> Result<String, String> {
         return Err(format!("{path:?} is not under {root}"));
     }
     if length > READ_BYTES_MAX {
-        return Err(format!("{length} bytes: at most {READ_BYTES_MAX} per request"));
+        return Err(format!(
+            "{length} bytes: at most {READ_BYTES_MAX} per request"
+        ));
     }
     Ok(path.to_string())
 }
@@ -186,11 +188,7 @@ pub async fn fetch(
     let deadline = std::time::Duration::from_millis(REPLY_TIMEOUT_MS);
     tokio::time::timeout(deadline, fetch_now(conn, path, offset, length))
         .await
-        .map_err(|_| {
-            LabError::Sad(format!(
-                "no reply for {path} within {REPLY_TIMEOUT_MS} ms"
-            ))
-        })?
+        .map_err(|_| LabError::Sad(format!("no reply for {path} within {REPLY_TIMEOUT_MS} ms")))?
 }
 
 async fn fetch_now(
@@ -255,8 +253,7 @@ mod tests {
             while let Some(r) = read_request(&mut c).await.unwrap() {
                 let answer = r.and_then(|(path, offset, length)| {
                     seen.push((String::from_utf8(path.clone()).unwrap(), offset, length));
-                    check(&path, length, "/s/")
-                        .map(|_| vec![(offset % 251) as u8; length as usize])
+                    check(&path, length, "/s/").map(|_| vec![(offset % 251) as u8; length as usize])
                 });
                 reply(&mut c, answer).await.unwrap();
             }

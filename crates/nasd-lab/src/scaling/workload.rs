@@ -64,19 +64,14 @@ pub struct ClientCount {
 
 /// Where the clients wait until every one is ready; then opened with a common origin, or
 /// aborted.
+#[derive(Default)]
 pub struct Gate {
+    /// `None` while closed; then `Some(Some(origin))` once open, `Some(None)` once aborted.
     state: Mutex<Option<Option<Instant>>>,
     cv: Condvar,
 }
 
 impl Gate {
-    pub fn new() -> Gate {
-        Gate {
-            state: Mutex::new(None),
-            cv: Condvar::new(),
-        }
-    }
-
     /// Lets the clients go; returns the origin of their timing.
     pub fn open(&self) -> Instant {
         let origin = Instant::now();
