@@ -20,16 +20,17 @@
 //! # Layout
 //! - [`net`]: namespaces, veths, rate caps, the cleanup guard, signals.
 //! - [`workload`]: the client threads and their timing.
-//! - [`sad`]: the SAD server and its protocol.
+//! - [`sad`]: the SAD server, its protocol and its process.
+//! - [`results`]: means over runs, the verdict, the report.
 //! - [`cpu`]: CPU time from `/proc/PID/stat`.
 
 pub mod cpu;
 pub mod net;
+pub mod results;
 pub mod sad;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -38,7 +39,7 @@ use nasd_cluster::{Cluster, NodeId, Options, Placement};
 use nasd_proto::manager::Credential;
 
 use crate::error::LabError;
-use crate::report::{fmt, Figure, Report, Series, Table};
+use crate::report::Report;
 use net::{interrupted, Host, Interrupts, Net};
 use workload::{Gate, Source, Workload};
 
@@ -77,16 +78,6 @@ const ROOT: &str = "/scaling";
 const DRIVE_PORT: u16 = 7100;
 const MANAGER_PORT: u16 = 7000;
 const SAD_PORT: u16 = 7200;
-/// How long the SAD server has to accept connections.
-const SAD_READY_MS: u64 = 20_000;
-
-/// The verdict's thresholds: NASD at `n` pairs reaches this share of `n` times its
-/// smallest configuration's figure per pair ("scales linearly") ...
-const LINEAR_SHARE: f64 = 0.8;
-/// ... SAD stays below this multiple of one link's rate (its one link saturates) ...
-const SAD_LINKS_MAX: f64 = 1.25;
-/// ... and NASD at the most pairs moves at least this multiple of SAD.
-const NASD_OVER_SAD_MIN: f64 = 1.5;
 
 /// How `nasd lab scaling` runs.
 #[derive(Debug, Clone)]
@@ -254,7 +245,7 @@ pub fn run(o: &ScalingOptions) -> Result<Report, LabError> {
         runs.extend(r?);
     }
     drop(net);
-    Ok(report(&plan, &runs))
+    Ok(results::report(&plan, &runs))
 }
 
 /// One number of pairs: its cluster, files and SAD server, then the runs, links capped.
@@ -301,10 +292,17 @@ fn configuration(plan: &Plan, net: &Net, dir: &Path, n: usize) -> Result<Vec<Run
         client_cfg.signing_key = None;
     }
     let sad_addr = std::net::SocketAddr::from((net.addr(Host::Sad), SAD_PORT));
-    let sad = SadServer::start(plan, net, &cluster, sad_addr)?;
+    let sad = sad::SadProcess::start(&sad::Launch {
+        wrapper: &net.exec_prefix(Host::Sad),
+        nasd_bin: &plan.nasd_bin,
+        config: &cluster.config_path(),
+        addr: sad_addr,
+        root: ROOT,
+        log: &cluster.dir().join("logs").join("sad-server.log"),
+    })?;
     let pids = Pids {
         manager: cluster.pid(NodeId::Manager),
-        sad: sad.child.id(),
+        sad: sad.pid(),
         drives: (0..n)
             .filter_map(|i| cluster.pid(NodeId::Drive(i)))
             .collect(),
@@ -414,27 +412,9 @@ fn measure(
             clients.push(s.spawn(move || workload::client(&ns, i, source, w, gate, tx)));
         }
         drop(tx);
-        let mut failure = None;
-        for _ in 0..n {
-            match rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    failure.get_or_insert(e);
-                }
-                Err(_) => {
-                    failure.get_or_insert(LabError::Client("a client thread died".into()));
-                    break;
-                }
-            }
-        }
-        if failure.is_none() && interrupted() {
-            failure = Some(LabError::Interrupted);
-        }
-        if let Some(e) = failure {
+        if let Err(e) = all_ready(&rx, n) {
             gate.abort();
-            for c in clients {
-                let _ = c.join();
-            }
+            let _ = join_counts(clients);
             return Err(e);
         }
         let origin = gate.open();
@@ -443,22 +423,7 @@ fn measure(
         let before = pids.sample();
         sleep_until(t0 + w.window);
         let after = pids.sample();
-        let mut bytes = 0;
-        let mut failure = None;
-        for c in clients {
-            match c.join() {
-                Ok(Ok(count)) => bytes += count.bytes,
-                Ok(Err(e)) => {
-                    failure.get_or_insert(e);
-                }
-                Err(_) => {
-                    failure.get_or_insert(LabError::Client("a client thread panicked".into()));
-                }
-            }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        let bytes = join_counts(clients)?;
         let wall = after.at.duration_since(before.at).as_secs_f64();
         let pct = |f: fn(&CpuSample) -> f64| cpu::percent(f(&before), f(&after), wall);
         Ok(Run {
@@ -473,6 +438,49 @@ fn measure(
     })
 }
 
+/// Waits for `n` clients to say they are ready: the first error any reports, or
+/// [`LabError::Interrupted`].
+fn all_ready(rx: &mpsc::Receiver<Result<(), LabError>>, n: usize) -> Result<(), LabError> {
+    let mut failure = None;
+    for _ in 0..n {
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                failure.get_or_insert(e);
+            }
+            // Every client sends once; a closed channel means one died before it did.
+            Err(_) => {
+                failure.get_or_insert(LabError::Client("a client thread died".into()));
+                break;
+            }
+        }
+    }
+    if failure.is_none() && interrupted() {
+        failure = Some(LabError::Interrupted);
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Joins every client: the bytes they read in the window, or the first error.
+fn join_counts(
+    clients: Vec<std::thread::ScopedJoinHandle<'_, Result<workload::ClientCount, LabError>>>,
+) -> Result<u64, LabError> {
+    let mut bytes = 0;
+    let mut failure = None;
+    for c in clients {
+        match c.join() {
+            Ok(Ok(count)) => bytes += count.bytes,
+            Ok(Err(e)) => {
+                failure.get_or_insert(e);
+            }
+            Err(_) => {
+                failure.get_or_insert(LabError::Client("a client thread panicked".into()));
+            }
+        }
+    }
+    failure.map_or(Ok(bytes), Err)
+}
+
 /// Sleeps until `t`, waking early on an interrupt (the clients stop by themselves then).
 fn sleep_until(t: Instant) {
     while !interrupted() {
@@ -481,74 +489,6 @@ fn sleep_until(t: Instant) {
             return;
         }
         std::thread::sleep((t - now).min(Duration::from_millis(100)));
-    }
-}
-
-/// The SAD server process (`ip netns exec NS nasd lab sad-server ...`); dropping it stops it.
-struct SadServer {
-    child: Child,
-}
-
-impl SadServer {
-    /// Starts the server in its namespace, reading as the cluster's admin, and waits until it
-    /// accepts connections.
-    fn start(
-        plan: &Plan,
-        net: &Net,
-        cluster: &Cluster,
-        addr: std::net::SocketAddr,
-    ) -> Result<SadServer, LabError> {
-        let log_path = cluster.dir().join("logs").join("sad-server.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| LabError::Sad(format!("{}: {e}", log_path.display())))?;
-        let log2 = log.try_clone().map_err(|e| LabError::Sad(e.to_string()))?;
-        let prefix = net.exec_prefix(Host::Sad);
-        let child = Command::new(&prefix[0])
-            .args(&prefix[1..])
-            .arg(&plan.nasd_bin)
-            .args(["lab", "sad-server", "--config"])
-            .arg(cluster.config_path())
-            .args(["--listen", &addr.to_string(), "--root", ROOT])
-            .env_remove("NASD_USER")
-            .env_remove("NASD_KEY")
-            .env_remove("NASD_PASSWORD")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|e| LabError::Sad(format!("starting the SAD server: {e}")))?;
-        let mut s = SadServer { child };
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(status)) = s.child.try_wait() {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(LabError::Sad(format!(
-                    "the SAD server exited ({status}):\n{}",
-                    log.trim()
-                )));
-            }
-            if std::net::TcpStream::connect(addr).is_ok() {
-                return Ok(s);
-            }
-            if interrupted() {
-                return Err(LabError::Interrupted);
-            }
-            if t0.elapsed() > Duration::from_millis(SAD_READY_MS) {
-                return Err(LabError::Sad(format!(
-                    "the SAD server did not listen on {addr} within {SAD_READY_MS} ms"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for SadServer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            nasd_cluster::process::stop_pid(self.child.id());
-        }
-        let _ = self.child.try_wait();
     }
 }
 
@@ -565,295 +505,11 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-/// Mean and sample standard deviation.
-fn mean_sd(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    if v.is_empty() {
-        return (0.0, 0.0);
-    }
-    let mean = v.iter().sum::<f64>() / n;
-    if v.len() < 2 {
-        return (mean, 0.0);
-    }
-    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    (mean, var.sqrt())
-}
-
-/// One configuration and mode over its runs.
-#[derive(Clone, Debug)]
-struct Cell {
-    pairs: usize,
-    mode: Mode,
-    mb_per_s: Vec<f64>,
-    mean: f64,
-    sd: f64,
-    manager_cpu: f64,
-    sad_cpu: Option<f64>,
-    drives_cpu: f64,
-    clients_cpu: f64,
-}
-
-fn cells(plan: &Plan, runs: &[Run]) -> Vec<Cell> {
-    let mut out = vec![];
-    for &n in &plan.pairs {
-        for mode in [Mode::Nasd, Mode::Sad] {
-            let rs: Vec<&Run> = runs
-                .iter()
-                .filter(|r| r.pairs == n && r.mode == mode)
-                .collect();
-            if rs.is_empty() {
-                continue;
-            }
-            let mb: Vec<f64> = rs.iter().map(|r| r.mb_per_s).collect();
-            let (mean, sd) = mean_sd(&mb);
-            let avg = |f: fn(&Run) -> f64| mean_sd(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0;
-            out.push(Cell {
-                pairs: n,
-                mode,
-                mb_per_s: mb,
-                mean,
-                sd,
-                manager_cpu: avg(|r| r.manager_cpu),
-                sad_cpu: (mode == Mode::Sad).then(|| avg(|r| r.sad_cpu.unwrap_or(0.0))),
-                drives_cpu: avg(|r| r.drives_cpu),
-                clients_cpu: avg(|r| r.clients_cpu),
-            });
-        }
-    }
-    out
-}
-
-/// Whether the figures bear out seed 002's claim, and the numbers that say so.
-#[derive(Clone, Debug, PartialEq)]
-struct Verdict {
-    /// NASD at every `n` reached [`LINEAR_SHARE`] of linear scaling from the smallest `n`.
-    nasd_linear: bool,
-    /// NASD at the most pairs over `n` times its per-pair figure at the fewest, percent.
-    nasd_efficiency_pct: f64,
-    /// SAD at the most pairs stayed within [`SAD_LINKS_MAX`] links.
-    sad_saturates: bool,
-    sad_links: f64,
-    nasd_over_sad: f64,
-    confirmed: bool,
-}
-
-fn verdict(cells: &[Cell], link_mb_per_s: f64) -> Option<Verdict> {
-    let get = |mode| -> Vec<&Cell> { cells.iter().filter(|c| c.mode == mode).collect() };
-    let (nasd, sad) = (get(Mode::Nasd), get(Mode::Sad));
-    let (first, last) = (nasd.first()?, nasd.last()?);
-    let sad_last = sad.last()?;
-    if last.pairs == first.pairs {
-        return None;
-    }
-    let per_pair = first.mean / first.pairs as f64;
-    let nasd_linear = nasd
-        .iter()
-        .all(|c| c.mean >= LINEAR_SHARE * per_pair * c.pairs as f64);
-    let nasd_efficiency_pct = 100.0 * last.mean / (per_pair * last.pairs as f64);
-    let sad_links = sad_last.mean / link_mb_per_s;
-    let sad_saturates = sad_links <= SAD_LINKS_MAX;
-    let nasd_over_sad = last.mean / sad_last.mean.max(1e-9);
-    Some(Verdict {
-        nasd_linear,
-        nasd_efficiency_pct,
-        sad_saturates,
-        sad_links,
-        nasd_over_sad,
-        confirmed: nasd_linear && sad_saturates && nasd_over_sad >= NASD_OVER_SAD_MIN,
-    })
-}
-
-fn report(plan: &Plan, runs: &[Run]) -> Report {
-    let cells = cells(plan, runs);
-    let link = plan.link_mb_per_s();
-    let mut t = Table::new(
-        "scaling",
-        &format!(
-            "Seed 002 §4 Figs 2a/3/4: aggregate read bandwidth, NASD (clients read raid0 files \
-             straight from the drives) against SAD (one store-and-forward server), every link \
-             {} Mbit/s ({} MB/s), mean over {} run(s) of {} s; CPU in % of one CPU",
-            plan.rate_mbit,
-            fmt(link, 1),
-            plan.runs,
-            plan.seconds
-        ),
-        &[
-            "pairs",
-            "mode",
-            "MB/s",
-            "± sd",
-            "per pair",
-            "n x link",
-            "manager CPU %",
-            "SAD server CPU %",
-            "drives CPU %",
-            "clients CPU %",
-        ],
-    );
-    for c in &cells {
-        let ideal = link * c.pairs as f64;
-        t.push(
-            vec![
-                c.pairs.to_string(),
-                c.mode.name().to_uppercase(),
-                fmt(c.mean, 2),
-                fmt(c.sd, 2),
-                fmt(c.mean / c.pairs as f64, 2),
-                fmt(ideal, 1),
-                fmt(c.manager_cpu, 1),
-                c.sad_cpu.map_or("-".into(), |x| fmt(x, 1)),
-                fmt(c.drives_cpu, 1),
-                fmt(c.clients_cpu, 1),
-            ],
-            serde_json::json!({
-                "table": "scaling",
-                "pairs": c.pairs,
-                "mode": c.mode.name(),
-                "runs": c.mb_per_s.len(),
-                "seconds": plan.seconds,
-                "rate_mbit": plan.rate_mbit,
-                "link_mb_per_s": link,
-                "mb_per_s": round(c.mean, 3),
-                "mb_per_s_sd": round(c.sd, 3),
-                "mb_per_s_runs": c.mb_per_s.iter().map(|x| round(*x, 3)).collect::<Vec<_>>(),
-                "per_pair_mb_per_s": round(c.mean / c.pairs as f64, 3),
-                "manager_cpu_pct": round(c.manager_cpu, 2),
-                "sad_server_cpu_pct": c.sad_cpu.map(|x| round(x, 2)),
-                "drives_cpu_pct": round(c.drives_cpu, 2),
-                "clients_cpu_pct": round(c.clients_cpu, 2),
-            }),
-        );
-    }
-    let mut v = Table::new(
-        "verdict",
-        "Seed 002 §4.5: \"striped NASD/NFS scales linearly while SAD's throughput saturates quickly\"",
-        &["claim", "measured", "holds"],
-    );
-    let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
-    match verdict(&cells, link) {
-        Some(d) => {
-            let (lo, hi) = (plan.pairs[0], plan.pairs_max());
-            v.push(
-                vec![
-                    format!("NASD scales linearly ({lo} to {hi} pairs)"),
-                    format!("{}% of linear at {hi}", fmt(d.nasd_efficiency_pct, 0)),
-                    yes(d.nasd_linear),
-                ],
-                serde_json::json!({"table": "verdict", "claim": "nasd_linear", "holds": d.nasd_linear,
-                    "nasd_efficiency_pct": round(d.nasd_efficiency_pct, 1)}),
-            );
-            v.push(
-                vec![
-                    "SAD saturates at its server's link".into(),
-                    format!("{} links' worth at {hi} pairs", fmt(d.sad_links, 2)),
-                    yes(d.sad_saturates),
-                ],
-                serde_json::json!({"table": "verdict", "claim": "sad_saturates", "holds": d.sad_saturates,
-                    "sad_links": round(d.sad_links, 3)}),
-            );
-            v.push(
-                vec![
-                    "the claim is confirmed".into(),
-                    format!("NASD moves {}x SAD at {hi} pairs", fmt(d.nasd_over_sad, 1)),
-                    yes(d.confirmed),
-                ],
-                serde_json::json!({"table": "verdict", "claim": "confirmed", "holds": d.confirmed,
-                    "confirmed": d.confirmed, "nasd_over_sad": round(d.nasd_over_sad, 2)}),
-            );
-        }
-        None => v.push(
-            vec![
-                "the claim".into(),
-                "needs two or more pair counts".into(),
-                "-".into(),
-            ],
-            serde_json::json!({"table": "verdict", "claim": "confirmed", "holds": null, "confirmed": null}),
-        ),
-    }
-    let series = |name: &str, mode: Mode, f: fn(&Cell) -> f64| Series {
-        name: name.into(),
-        points: cells
-            .iter()
-            .filter(|c| c.mode == mode)
-            .map(|c| (c.pairs as f64, f(c)))
-            .collect(),
-    };
-    let bandwidth = Figure {
-        stem: "scaling".into(),
-        title: "Seed 002 Figs 2a/4 today: aggregate read bandwidth vs client/drive pairs".into(),
-        x_label: "client/drive pairs".into(),
-        y_label: "aggregate MB/s".into(),
-        log_y: false,
-        y_max: None,
-        series: vec![
-            series(
-                "NASD (raid0, clients read drives directly)",
-                Mode::Nasd,
-                |c| c.mean,
-            ),
-            series("SAD (store-and-forward server)", Mode::Sad, |c| c.mean),
-            Series {
-                name: "n x link rate".into(),
-                points: plan
-                    .pairs
-                    .iter()
-                    .map(|&n| (n as f64, link * n as f64))
-                    .collect(),
-            },
-        ],
-    };
-    let cpu_fig = Figure {
-        stem: "scaling-cpu".into(),
-        title: "Seed 002 Fig 3 today: manager and SAD server CPU vs pairs".into(),
-        x_label: "client/drive pairs".into(),
-        y_label: "% of one CPU".into(),
-        log_y: false,
-        y_max: None,
-        series: vec![
-            series("manager, NASD runs", Mode::Nasd, |c| c.manager_cpu),
-            series("SAD server, SAD runs", Mode::Sad, |c| {
-                c.sad_cpu.unwrap_or(0.0)
-            }),
-            series("manager, SAD runs", Mode::Sad, |c| c.manager_cpu),
-        ],
-    };
-    let notes = vec![
-        format!("machine: {}", cpu::machine()),
-        format!(
-            "each drive, client, the manager and the SAD server in a network namespace of its own, \
-             joined by a router namespace; every link capped at {} Mbit/s each way (tc tbf) while \
-             measuring; files: {FILES} x {} MiB, raid0 over all n drives at {STRIPE_UNIT} (one \
-             object at n = 1); reads of {} KiB, {STREAMS_PER_CLIENT} in flight per client; a \
-             warm-up of {WARMUP_MS} ms plus the time one link takes to carry every read in \
-             flight; MB = 10^6 bytes",
-            plan.rate_mbit,
-            plan.file_bytes >> 20,
-            CHUNK_BYTES >> 10
-        ),
-        "seed 002 §4.3 (Fig 3): NASD 12.5 MB/s at 4 clients with 1.5% file manager CPU; the SAD \
-         server saturates at 10.5 MB/s; §4.5 (Fig 5): SAD flattens at 8.5 MB/s while NASD adds \
-         ~3.1 MB/s per pair. Here the SAD server is limited by its one link, not its CPU (its \
-         CPU column shows how far from saturation it is)"
-            .into(),
-    ];
-    Report {
-        experiment: "scaling".into(),
-        tables: vec![t, v],
-        figures: vec![bandwidth, cpu_fig],
-        notes,
-    }
-}
-
-fn round(x: f64, digits: i32) -> f64 {
-    let k = 10f64.powi(digits);
-    (x * k).round() / k
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn options() -> ScalingOptions {
+    pub(super) fn options() -> ScalingOptions {
         ScalingOptions {
             quick: true,
             seed: 1,
@@ -907,86 +563,5 @@ mod tests {
         ] {
             assert!(Plan::new(&bad).is_err(), "{bad:?}");
         }
-    }
-
-    fn cell(pairs: usize, mode: Mode, mean: f64) -> Cell {
-        Cell {
-            pairs,
-            mode,
-            mb_per_s: vec![mean],
-            mean,
-            sd: 0.0,
-            manager_cpu: 0.5,
-            sad_cpu: (mode == Mode::Sad).then_some(3.0),
-            drives_cpu: 1.0,
-            clients_cpu: 2.0,
-        }
-    }
-
-    #[test]
-    fn the_verdict_wants_linear_nasd_and_a_saturated_sad() {
-        let scaled = [
-            cell(1, Mode::Nasd, 3.8),
-            cell(1, Mode::Sad, 3.7),
-            cell(2, Mode::Nasd, 7.5),
-            cell(2, Mode::Sad, 3.8),
-            cell(4, Mode::Nasd, 14.9),
-            cell(4, Mode::Sad, 3.8),
-        ];
-        let v = verdict(&scaled, 4.0).unwrap();
-        assert!(v.nasd_linear && v.sad_saturates && v.confirmed, "{v:?}");
-        assert!((v.nasd_efficiency_pct - 98.0).abs() < 0.1);
-        let mut flat = scaled.clone();
-        flat[4].mean = 6.0;
-        let v = verdict(&flat, 4.0).unwrap();
-        assert!(!v.nasd_linear && !v.confirmed);
-        let mut sad_scales = scaled.clone();
-        sad_scales[5].mean = 14.0;
-        assert!(!verdict(&sad_scales, 4.0).unwrap().confirmed);
-        assert!(
-            verdict(&scaled[..2], 4.0).is_none(),
-            "one pair count says nothing"
-        );
-    }
-
-    #[test]
-    fn the_report_has_a_row_per_configuration_and_mode_and_two_figures() {
-        let plan = Plan::new(&options()).unwrap();
-        let mut runs = vec![];
-        for n in [1, 2, 4] {
-            for (mode, mb) in [(Mode::Nasd, 3.9 * n as f64), (Mode::Sad, 3.8)] {
-                runs.push(Run {
-                    mode,
-                    pairs: n,
-                    mb_per_s: mb,
-                    manager_cpu: 0.1,
-                    sad_cpu: (mode == Mode::Sad).then_some(5.0),
-                    drives_cpu: 2.0,
-                    clients_cpu: 4.0,
-                });
-            }
-        }
-        let r = report(&plan, &runs);
-        assert_eq!(r.tables[0].json.len(), 6);
-        let row = &r.tables[0].json[5];
-        assert_eq!(row["pairs"], 4);
-        assert_eq!(row["mode"], "sad");
-        assert_eq!(row["sad_server_cpu_pct"], 5.0);
-        assert!(r.tables[0].json[4]["sad_server_cpu_pct"].is_null());
-        let confirmed = r.tables[1]
-            .json
-            .iter()
-            .find(|j| j["claim"] == "confirmed")
-            .unwrap();
-        assert_eq!(confirmed["confirmed"], true);
-        let stems: Vec<&str> = r.figures.iter().map(|f| f.stem.as_str()).collect();
-        assert_eq!(stems, ["scaling", "scaling-cpu"]);
-        assert!(r.render_text().contains("NASD"));
-    }
-
-    #[test]
-    fn mean_and_sample_deviation() {
-        assert_eq!(mean_sd(&[2.0, 4.0]), (3.0, 2f64.sqrt()));
-        assert_eq!(mean_sd(&[5.0]), (5.0, 0.0));
     }
 }

@@ -226,6 +226,96 @@ async fn fetch_now(
     Ok(body.len())
 }
 
+/// How long the SAD server process has to accept connections.
+const READY_MS: u64 = 20_000;
+
+/// How to start the SAD server process.
+pub struct Launch<'a> {
+    /// The command it runs under (`ip netns exec NS`).
+    pub wrapper: &'a [std::ffi::OsString],
+    pub nasd_bin: &'a std::path::Path,
+    /// The client config of the user it reads as.
+    pub config: &'a std::path::Path,
+    pub addr: std::net::SocketAddr,
+    /// It serves files under this directory only.
+    pub root: &'a str,
+    /// Its output goes here.
+    pub log: &'a std::path::Path,
+}
+
+/// The SAD server process (`WRAPPER nasd lab sad-server ...`); dropping it stops it.
+pub struct SadProcess {
+    child: std::process::Child,
+}
+
+impl SadProcess {
+    /// Starts the server and waits until it accepts connections on its address (which the
+    /// calling thread must be able to reach).
+    pub fn start(l: &Launch<'_>) -> Result<SadProcess, LabError> {
+        let io = |what: &str, e: std::io::Error| LabError::Sad(format!("{what}: {e}"));
+        let log = std::fs::File::create(l.log).map_err(|e| io(&l.log.display().to_string(), e))?;
+        let log2 = log.try_clone().map_err(|e| io("its log", e))?;
+        let (program, rest) = l.wrapper.split_first().expect("a wrapper command");
+        let child = std::process::Command::new(program)
+            .args(rest)
+            .arg(l.nasd_bin)
+            .args(["lab", "sad-server", "--config"])
+            .arg(l.config)
+            .args(["--listen", &l.addr.to_string(), "--root", l.root])
+            // It reads with the config's own credentials, not the caller's overrides.
+            .env_remove("NASD_USER")
+            .env_remove("NASD_KEY")
+            .env_remove("NASD_PASSWORD")
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| io("starting the SAD server", e))?;
+        let mut s = SadProcess { child };
+        s.wait_ready(l)?;
+        Ok(s)
+    }
+
+    fn wait_ready(&mut self, l: &Launch<'_>) -> Result<(), LabError> {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(l.log).unwrap_or_default();
+                return Err(LabError::Sad(format!(
+                    "it exited ({status}):\n{}",
+                    log.trim()
+                )));
+            }
+            if std::net::TcpStream::connect(l.addr).is_ok() {
+                return Ok(());
+            }
+            if super::net::interrupted() {
+                return Err(LabError::Interrupted);
+            }
+            if t0.elapsed() > std::time::Duration::from_millis(READY_MS) {
+                return Err(LabError::Sad(format!(
+                    "it did not listen on {} within {READY_MS} ms",
+                    l.addr
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for SadProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            nasd_cluster::process::stop_pid(self.child.id());
+        }
+        let _ = self.child.try_wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
