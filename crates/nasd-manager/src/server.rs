@@ -774,6 +774,9 @@ pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::ta
                         }
                     }
                     pending = still;
+                    if m.revocations_pending() {
+                        m.complete_revocations().await;
+                    }
                 }
                 _ = orphans.tick() => {
                     if let Err(e) = scrub::reclaim_orphans(&m, scrub::ORPHAN_GRACE_MS).await {
