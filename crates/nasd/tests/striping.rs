@@ -308,6 +308,29 @@ fn a_lost_drive_is_replaced_and_its_shards_rebuilt() {
     assert!(err.contains("already holds"), "{err}");
 }
 
+/// A drive that stops answering (SIGSTOP: its connections stay open, nothing comes back) is
+/// read around once the read deadline passes, and the read returns every byte.
+#[test]
+fn a_drive_that_hangs_is_read_around_after_the_deadline() {
+    let up = Up::start(6);
+    let data = rand_bytes((4 << 20) + 3, 21);
+    put(&up, "/f", &data); // the cluster's default at six drives: rs:4+2
+    let pid = up.pid("drive-1") as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let got = up.nasd(&["cat", "nasd:/f"], &[]);
+    let took = t0.elapsed();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(got.stdout == data, "read around a hung drive");
+    // It waited for the deadline at most a few times, not for the drive.
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
 #[test]
 fn layouts_that_cannot_be_met_are_refused_clearly() {
     let up = Up::start(3);
