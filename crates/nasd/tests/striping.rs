@@ -308,6 +308,48 @@ fn a_lost_drive_is_replaced_and_its_shards_rebuilt() {
     assert!(err.contains("already holds"), "{err}");
 }
 
+/// The manager's background scrub finds and repairs a damaged shard by itself, at its rate,
+/// and `nasd status` counts the pass.
+#[test]
+fn the_background_scrub_repairs_what_it_finds() {
+    let mut up = Up::start(6);
+    // One parity group at the start of every drive's data file (see the test above).
+    let data = rand_bytes(200_000, 31);
+    put(&up, "/f", &data);
+    let cfg = up.data().join("manager/manager.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    v["policy"]["scrub_interval_ms"] = 500.into();
+    v["policy"]["scrub_bytes_per_s"] = (64u64 << 20).into();
+    up.kill("manager");
+    std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    up.restart("manager");
+    // Two damaged units of the group: as many as its two parities repair.
+    for d in 0..2 {
+        flip(&drive_dir(&up, d).join("data.blk"), 1000 + d as u64, 0x22);
+    }
+    let t0 = Instant::now();
+    loop {
+        let s = status(&up);
+        if s["scrub"]["repaired"].as_u64().unwrap() >= 2 {
+            assert!(
+                s["scrub"]["passes"].as_u64().unwrap() >= 1 || s["scrub"]["files"] == 1,
+                "{s}"
+            );
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not repaired: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, t) = scrub(&up, "/f", false);
+    assert_eq!(
+        (t["damaged"].as_u64(), t["files_not_whole"].as_u64()),
+        (Some(0), Some(0)),
+        "{t}"
+    );
+    assert!(get(&up, "/f") == data);
+}
+
 /// A drive that stops answering (SIGSTOP: its connections stay open, nothing comes back) is
 /// read around once the read deadline passes, and the read returns every byte.
 #[test]
