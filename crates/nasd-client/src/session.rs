@@ -66,6 +66,10 @@ pub struct SessionConfig {
 pub struct Session {
     stream: ManagerStream,
     next_id: u64,
+    /// A call is between sending its request and reading its reply. Still set when the next
+    /// call starts, the earlier one was cancelled mid-flight (its future dropped): the stream
+    /// may hold half a frame or an unread reply, so the connection is given up.
+    in_call: bool,
     pub user: String,
     pub uid: u32,
     pub admin: bool,
@@ -168,6 +172,7 @@ impl Session {
         let mut s = Session {
             stream,
             next_id: 1,
+            in_call: false,
             user: cfg.user.clone(),
             uid: 0,
             admin: false,
@@ -228,6 +233,12 @@ impl Session {
 
     /// Sends a request and returns the reply as it came (an `Error` reply included).
     pub async fn call(&mut self, req: &MgrRequest) -> Result<MgrReply, SessionError> {
+        if self.in_call {
+            return Err(SessionError::Lost(
+                "an earlier request on this connection was cancelled before its reply".into(),
+            ));
+        }
+        self.in_call = true;
         let id = self.next_id;
         self.next_id += 1;
         let io = async {
@@ -239,6 +250,7 @@ impl Session {
             .map_err(|_| SessionError::Lost(format!("{}: no reply in time", req.name())))?
             .map_err(|e| SessionError::Lost(e.to_string()))?
             .ok_or_else(|| SessionError::Lost("the manager closed the connection".into()))?;
+        self.in_call = false;
         let (rid, reply) =
             MgrReply::decode(&body).map_err(|e| SessionError::Protocol(e.to_string()))?;
         if rid != id {

@@ -56,6 +56,33 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     drives_sessions_meta(&mut make());
     staged_commits(&mut make());
     staged_new_files(&mut make());
+    revocation_intents(&mut make());
+}
+
+/// A revocation's new version and its intent are stored together; the intent lists until it
+/// is ended; an unknown inode stores neither.
+fn revocation_intents<S: MetaStore>(s: &mut S) {
+    assert_eq!(s.revocations().unwrap(), Vec::<u64>::new());
+    let ino = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    s.link_reserved(ROOT_INO, "f", ino, &FileLayout::single(obj(16)), 0)
+        .unwrap();
+    let mut i = s.inode(ino).unwrap().unwrap();
+    i.acv += 1;
+    i.mode = 0o600;
+    s.begin_revocation(&i).unwrap();
+    let back = s.inode(ino).unwrap().unwrap();
+    assert_eq!((back.acv, back.mode), (1, 0o600));
+    assert_eq!(s.revocations().unwrap(), vec![ino]);
+    // Beginning it again (a retry) keeps one intent.
+    s.begin_revocation(&i).unwrap();
+    assert_eq!(s.revocations().unwrap(), vec![ino]);
+    s.end_revocation(ino).unwrap();
+    assert_eq!(s.revocations().unwrap(), Vec::<u64>::new());
+    let mut ghost = i.clone();
+    ghost.ino = 999_999;
+    assert_eq!(s.begin_revocation(&ghost), Err(StoreError::NotFound));
+    assert_eq!(s.revocations().unwrap(), Vec::<u64>::new());
+    s.end_revocation(999_999).unwrap();
 }
 
 fn staged(object: u64, created_ms: u64, ino: u64) -> Staged {

@@ -20,7 +20,7 @@ use crate::store::DriveRecord;
 use crate::{drives, now_ms, scrub, users, MgrError};
 use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
-use nasd_proto::DecodeError;
+use nasd_proto::{DecodeError, DriveId};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -713,19 +713,47 @@ fn persist(m: &Manager, rec: &DriveRecord) {
     }
 }
 
-/// Rotates every drive's working key now (so a rotation interrupted by a crash before the
-/// previous run stored its key is healed: the drive keeps the key before as "previous"), then
-/// checks health and rotates on the policy's schedule, and scrubs orphaned objects at start
-/// and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
-pub fn start_background(m: Arc<Manager>) -> tokio::task::JoinHandle<()> {
-    crate::heal::start_scrubber(m.clone());
-    tokio::spawn(async move {
-        for d in m.drives.ids() {
-            match drives::rotate(&m.drives, d).await {
-                Ok(rec) => persist(&m, &rec),
-                Err(e) => tracing::warn!("working key rotation at start: {e}"),
+/// How long the start-up rotation waits for each drive before the manager serves anyway.
+pub const ROTATE_AT_START_MS: u64 = 3_000;
+
+/// Rotates every drive's working key, all drives at once, each within
+/// [`ROTATE_AT_START_MS`]; returns the drives that could not take a new key. Run before the
+/// manager serves: a rotation interrupted by a crash before the previous run stored its key
+/// left the drive with a key the store does not have (the drive keeps only the one before
+/// as "previous"), and a capability minted from the stored key would be refused.
+pub async fn rotate_at_start(m: &Manager) -> Vec<DriveId> {
+    let done = futures_util::future::join_all(m.drives.ids().into_iter().map(|d| async move {
+        let r = tokio::time::timeout(
+            Duration::from_millis(ROTATE_AT_START_MS),
+            drives::rotate(&m.drives, d),
+        )
+        .await;
+        (d, r)
+    }))
+    .await;
+    let mut pending = vec![];
+    for (d, r) in done {
+        match r {
+            Ok(Ok(rec)) => persist(m, &rec),
+            Ok(Err(e)) => {
+                tracing::warn!("working key rotation at start: {e}");
+                pending.push(d);
+            }
+            Err(_) => {
+                tracing::warn!(drive = %format!("{:016x}", d.0), "working key rotation at start: no answer in time");
+                pending.push(d);
             }
         }
+    }
+    pending
+}
+
+/// Checks health and rotates on the policy's schedule (retrying, at each health check, the
+/// drives in `pending` that missed the start-up rotation), and scrubs orphaned objects at
+/// start and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
+pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::task::JoinHandle<()> {
+    crate::heal::start_scrubber(m.clone());
+    tokio::spawn(async move {
         let mut health =
             tokio::time::interval(Duration::from_millis(m.policy.health_check_ms.max(100)));
         let mut rotation =
@@ -736,7 +764,20 @@ pub fn start_background(m: Arc<Manager>) -> tokio::task::JoinHandle<()> {
             tokio::time::interval(Duration::from_millis(scrub::ORPHAN_SCRUB_INTERVAL_MS));
         loop {
             tokio::select! {
-                _ = health.tick() => m.drives.check_health().await,
+                _ = health.tick() => {
+                    m.drives.check_health().await;
+                    let mut still = vec![];
+                    for d in pending.drain(..) {
+                        match drives::rotate(&m.drives, d).await {
+                            Ok(rec) => persist(&m, &rec),
+                            Err(_) => still.push(d),
+                        }
+                    }
+                    pending = still;
+                    if m.revocations_pending() {
+                        m.complete_revocations().await;
+                    }
+                }
                 _ = orphans.tick() => {
                     if let Err(e) = scrub::reclaim_orphans(&m, scrub::ORPHAN_GRACE_MS).await {
                         tracing::warn!("orphan scrub: {e}");

@@ -425,20 +425,75 @@ impl Manager {
     }
 
     /// Revokes every capability of a file (its components' access_control_version moves on)
-    /// and mirrors the inode into their `fs_specific`; stores the new version.
-    /// Components that could not take the new version are marked stale (the layout covers
-    /// them, or the revocation failed).
+    /// and mirrors the inode (as given: a chmod's new mode included) into their
+    /// `fs_specific`. Crash-safe: the inode with its new version is stored first together with
+    /// a revocation intent, then the drives take the version, then the intent goes; an intent
+    /// a crash left is completed before the manager serves again
+    /// ([`Manager::complete_revocations`]), so capabilities are never minted from a version
+    /// the drives do not have for long. Components that could not take the new version are
+    /// marked stale (the layout covers them, or the revocation fails and its intent stays).
     async fn revoke_and_mirror(&self, mut i: Inode) -> MgrResult<Inode> {
-        let (acv, missed) = self.revoke_layout(&i).await?;
-        i.acv = acv;
+        i.acv += 1;
+        self.st()
+            .begin_revocation(&i)
+            .map_err(|e| store_err(e, "inode"))?;
+        self.finish_revocation(i).await
+    }
+
+    /// The drives' half of a revocation whose intent is stored (see
+    /// [`Manager::revoke_and_mirror`]).
+    async fn finish_revocation(&self, mut i: Inode) -> MgrResult<Inode> {
+        let missed = self.revoke_layout(&i).await?;
         if let (Some(l), true) = (&mut i.layout, missed != 0) {
             l.stale |= missed;
             l.version += 1;
+            self.st()
+                .update_inode(&i)
+                .map_err(|e| store_err(e, "inode"))?;
         }
         self.st()
-            .update_inode(&i)
+            .end_revocation(i.ino)
             .map_err(|e| store_err(e, "inode"))?;
         Ok(i)
+    }
+
+    /// Whether a revocation intent is stored (a crash or an unreachable drive interrupted it).
+    pub fn revocations_pending(&self) -> bool {
+        self.st().revocations().is_ok_and(|r| !r.is_empty())
+    }
+
+    /// Completes the revocations a crash interrupted (their intents in the store); returns
+    /// how many are still pending (a drive did not answer; retried later).
+    pub async fn complete_revocations(&self) -> usize {
+        let pending = match self.st().revocations() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("reading revocation intents: {e}");
+                return 0;
+            }
+        };
+        let mut left = 0;
+        for ino in pending {
+            let i = match self.st().inode(ino) {
+                Ok(Some(i)) => i,
+                Ok(None) => {
+                    let _ = self.st().end_revocation(ino);
+                    continue;
+                }
+                Err(_) => {
+                    left += 1;
+                    continue;
+                }
+            };
+            match self.finish_revocation(i).await {
+                Ok(_) => tracing::info!(ino, "interrupted revocation completed"),
+                Err(e) => {
+                    tracing::warn!(ino, "interrupted revocation still pending: {}", e.detail);
+                    left += 1;
+                }
+            }
+        }
+        left
     }
 
     /// Gives `c` the write lease of file `i` (or extends theirs) for a write capability's

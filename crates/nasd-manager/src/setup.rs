@@ -119,7 +119,11 @@ pub async fn run(
         .await
         .map_err(|e| err(format!("listening on {addr}: {e}")))?;
     on_listen(listener.local_addr().map_err(|e| err(e.to_string()))?);
-    let bg = server::start_background(m.clone());
+    let pending = server::rotate_at_start(&m).await;
+    // Revocations a crash interrupted: the drives take the stored version before anything is
+    // minted from it.
+    m.complete_revocations().await;
+    let bg = server::start_background(m.clone(), pending);
     server::serve(m, listener, tls, shutdown).await;
     bg.abort();
     Ok(())

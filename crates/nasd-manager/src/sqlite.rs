@@ -4,7 +4,7 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 3 (the `meta` row `schema` holds it):
+//! Schema version 5 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT)
@@ -20,10 +20,12 @@
 //!        working_key BLOB, rotated_ms INT)
 //! sessions(token_hash BLOB PK, uid INT, expires_ms INT)
 //! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
-//!        created_ms INT, ino INT NULL, new_file INT, geometry TEXT, PK(drive, object))
+//!        created_ms INT, ino INT NULL, new_file INT, geometry TEXT, base_version INT NULL,
+//!        stale INT, PK(drive, object))
 //! staged_components(drive0 INT, object0 INT, idx INT, drive INT, part INT, object INT,
 //!        PK(drive0, object0, idx))   index staged_components_obj(drive, object)
 //! reserved(ino INTEGER PK, created_ms INT)
+//! revocations(ino INTEGER PK)   a revocation stored but maybe not yet on every drive
 //! ```
 //! A file's layout is its `inodes` row (geometry, version, stale bits, size) and its
 //! `components` rows; a staged upload is keyed by its first component, and
@@ -46,7 +48,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -96,6 +98,7 @@ CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     new_file INTEGER NOT NULL DEFAULT 0, geometry TEXT NOT NULL DEFAULT 'single',
     base_version INTEGER, stale INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(drive, object));
+CREATE TABLE revocations(ino INTEGER PRIMARY KEY);
 ";
 
 /// What version 3 adds to any database (new, or migrated from 2).
@@ -112,7 +115,12 @@ CREATE INDEX IF NOT EXISTS staged_components_obj ON staged_components(drive, obj
 
 /// The migration from version `i + 1` to `i + 2` is `MIGRATIONS[i]`.
 type Migration = fn(&rusqlite::Transaction<'_>) -> StoreResult<()>;
-const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4];
+const MIGRATIONS: &[Migration] = &[
+    migrate_1_to_2,
+    migrate_2_to_3,
+    migrate_3_to_4,
+    migrate_4_to_5,
+];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
 const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file, \
@@ -259,6 +267,13 @@ fn migrate_3_to_4(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
     .map_err(db)
 }
 
+/// Schema 4 to 5: revocation intents (a revocation's new version is stored before the drives
+/// take it; the intent says they may not have yet).
+fn migrate_4_to_5(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch("CREATE TABLE revocations(ino INTEGER PRIMARY KEY);")
+        .map_err(db)
+}
+
 /// The column names of `table` (one of this module's own).
 fn columns(tx: &Connection, table: &'static str) -> StoreResult<Vec<String>> {
     let mut st = tx
@@ -359,6 +374,34 @@ impl SqliteStore {
             l.components = Self::components(tx, i.ino)?;
         }
         Ok(i)
+    }
+
+    /// Stores inode `i` (and its layout) inside `tx`.
+    fn update_inode_in(tx: &Connection, i: &Inode) -> StoreResult<()> {
+        let n = tx
+            .execute(
+                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7,
+                     size = ?8, dir_layout = ?9 WHERE ino = ?1",
+                params![
+                    i.ino as i64,
+                    i.mode,
+                    i.uid,
+                    i.gid,
+                    i.mtime_us as i64,
+                    i.acv as i64,
+                    i.root.map(|r| r.to_vec()),
+                    i.size.map(|v| v as i64),
+                    i.dir_layout,
+                ],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        if let Some(l) = &i.layout {
+            Self::set_layout(tx, i.ino, l, i.acv, i.size)?;
+        }
+        Ok(())
     }
 
     /// Points inode `ino` at `layout` (its version `acv`) and, for a file spread over several
@@ -1000,30 +1043,40 @@ impl MetaStore for SqliteStore {
 
     fn update_inode(&mut self, i: &Inode) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
-        let n = tx
+        Self::update_inode_in(&tx, i)?;
+        tx.commit().map_err(db)
+    }
+
+    fn begin_revocation(&mut self, i: &Inode) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::update_inode_in(&tx, i)?;
+        tx.execute(
+            "INSERT OR IGNORE INTO revocations(ino) VALUES (?1)",
+            params![i.ino as i64],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn end_revocation(&mut self, ino: u64) -> StoreResult<()> {
+        self.db
             .execute(
-                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7,
-                     size = ?8, dir_layout = ?9 WHERE ino = ?1",
-                params![
-                    i.ino as i64,
-                    i.mode,
-                    i.uid,
-                    i.gid,
-                    i.mtime_us as i64,
-                    i.acv as i64,
-                    i.root.map(|r| r.to_vec()),
-                    i.size.map(|v| v as i64),
-                    i.dir_layout,
-                ],
+                "DELETE FROM revocations WHERE ino = ?1",
+                params![ino as i64],
             )
             .map_err(db)?;
-        if n == 0 {
-            return Err(StoreError::NotFound);
-        }
-        if let Some(l) = &i.layout {
-            Self::set_layout(&tx, i.ino, l, i.acv, i.size)?;
-        }
-        tx.commit().map_err(db)
+        Ok(())
+    }
+
+    fn revocations(&self) -> StoreResult<Vec<u64>> {
+        let mut st = self
+            .db
+            .prepare("SELECT ino FROM revocations ORDER BY ino")
+            .map_err(db)?;
+        let rows = st
+            .query_map([], |r| r.get::<_, i64>(0).map(|v| v as u64))
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
     }
 
     fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64> {

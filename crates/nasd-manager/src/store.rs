@@ -241,6 +241,14 @@ pub trait MetaStore: Send {
         to_name: &str,
     ) -> StoreResult<Option<Inode>>;
     fn update_inode(&mut self, inode: &Inode) -> StoreResult<()>;
+    /// Stores `inode` (a revocation's new access_control_version among it) and, in the same
+    /// transaction, an intent saying its components have yet to take that version.
+    /// `NotFound` for an unknown inode.
+    fn begin_revocation(&mut self, inode: &Inode) -> StoreResult<()>;
+    /// Forgets the revocation intent of `ino` (done, or the inode is gone).
+    fn end_revocation(&mut self, ino: u64) -> StoreResult<()>;
+    /// Inodes with a revocation intent, in order.
+    fn revocations(&self) -> StoreResult<Vec<u64>>;
     fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64>;
     /// Every object of `drive` that a file's layout names.
     fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>>;

@@ -315,18 +315,19 @@ impl Manager {
     }
 
     /// Revokes every capability for the file `i` (seed 002 §2.4): each component's
-    /// access_control_version moves to `i.acv + 1`, and its `fs_specific` mirrors `i`.
-    /// Returns the new version and the components that could not take it. A layout without
+    /// access_control_version moves to `i.acv` (the new version, already stored with the
+    /// revocation intent), and its `fs_specific` mirrors `i`. Idempotent. Returns the
+    /// components that could not take it. A layout without
     /// redundancy fails the revocation rather than let a component keep honouring old
     /// capabilities; one with redundancy marks those components stale (never read again until
     /// rebuilt onto fresh objects; an old capability they still honour expires with its
     /// lifetime) as long as it covers them.
-    pub(crate) async fn revoke_layout(&self, i: &Inode) -> MgrResult<(u64, u64)> {
+    pub(crate) async fn revoke_layout(&self, i: &Inode) -> MgrResult<u64> {
         let Some(l) = &i.layout else {
-            return Ok((i.acv, 0));
+            return Ok(0);
         };
         let attrs = Attributes {
-            access_control_version: i.acv + 1,
+            access_control_version: i.acv,
             fs_specific: FsAttr::encode(i),
             ..Attributes::default()
         };
@@ -352,7 +353,7 @@ impl Manager {
                 return Err(e);
             }
         }
-        Ok((i.acv + 1, missed))
+        Ok(missed)
     }
 
     /// The file's size and modify time: a one-object file's from its object, another's as

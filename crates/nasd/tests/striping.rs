@@ -308,6 +308,71 @@ fn a_lost_drive_is_replaced_and_its_shards_rebuilt() {
     assert!(err.contains("already holds"), "{err}");
 }
 
+/// The manager's background scrub finds and repairs a damaged shard by itself, at its rate,
+/// and `nasd status` counts the pass.
+#[test]
+fn the_background_scrub_repairs_what_it_finds() {
+    let mut up = Up::start(6);
+    // One parity group at the start of every drive's data file (see the test above).
+    let data = rand_bytes(200_000, 31);
+    put(&up, "/f", &data);
+    let cfg = up.data().join("manager/manager.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    v["policy"]["scrub_interval_ms"] = 500.into();
+    v["policy"]["scrub_bytes_per_s"] = (64u64 << 20).into();
+    up.kill("manager");
+    std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    up.restart("manager");
+    // Two damaged units of the group: as many as its two parities repair.
+    for d in 0..2 {
+        flip(&drive_dir(&up, d).join("data.blk"), 1000 + d as u64, 0x22);
+    }
+    let t0 = Instant::now();
+    loop {
+        let s = status(&up);
+        if s["scrub"]["repaired"].as_u64().unwrap() >= 2 {
+            assert!(
+                s["scrub"]["passes"].as_u64().unwrap() >= 1 || s["scrub"]["files"] == 1,
+                "{s}"
+            );
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not repaired: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, t) = scrub(&up, "/f", false);
+    assert_eq!(
+        (t["damaged"].as_u64(), t["files_not_whole"].as_u64()),
+        (Some(0), Some(0)),
+        "{t}"
+    );
+    assert!(get(&up, "/f") == data);
+}
+
+/// A drive that stops answering (SIGSTOP: its connections stay open, nothing comes back) is
+/// read around once the read deadline passes, and the read returns every byte.
+#[test]
+fn a_drive_that_hangs_is_read_around_after_the_deadline() {
+    let up = Up::start(6);
+    let data = rand_bytes((4 << 20) + 3, 21);
+    put(&up, "/f", &data); // the cluster's default at six drives: rs:4+2
+    let pid = up.pid("drive-1") as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let got = up.nasd(&["cat", "nasd:/f"], &[]);
+    let took = t0.elapsed();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(got.stdout == data, "read around a hung drive");
+    // It waited for the deadline at most a few times, not for the drive.
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
 #[test]
 fn layouts_that_cannot_be_met_are_refused_clearly() {
     let up = Up::start(3);
