@@ -371,6 +371,33 @@ fn a_drive_that_hangs_is_read_around_after_the_deadline() {
     assert!(got.stdout == data, "read around a hung drive");
     // It waited for the deadline at most a few times, not for the drive.
     assert!(took < Duration::from_secs(30), "{took:?}");
+
+    // Without redundancy there is nothing to read around: a raid0 read waits out drives that
+    // hang for longer than the deadline rather than fail.
+    up.ok(&["mkdir", "--layout", "raid0:4", "nasd:/r"]);
+    put(&up, "/r/f", &data);
+    let pids: Vec<i32> = (0..6)
+        .map(|d| up.pid(&format!("drive-{d}")) as i32)
+        .collect();
+    for &p in &pids {
+        unsafe { libc::kill(p, libc::SIGSTOP) };
+    }
+    let out = up.dir.path().join("r.out");
+    let mut cat = std::process::Command::new(NASD)
+        .args(["cat", "nasd:/r/f"])
+        .env("NASD_CONFIG", up.config())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3_000));
+    for &p in &pids {
+        unsafe { libc::kill(p, libc::SIGCONT) };
+    }
+    assert!(
+        cat.wait().unwrap().success(),
+        "a raid0 read gave up on hung drives"
+    );
+    assert!(std::fs::read(&out).unwrap() == data);
 }
 
 #[test]

@@ -31,7 +31,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// How long a read waits for one component before rebuilding its units from the others.
+/// How long a read waits for one component before rebuilding its units from the others
+/// (layouts with redundancy only; a raid0 read waits for its drive).
 pub const READ_DEADLINE_MS: u64 = 2_000;
 /// Locks serializing writes to one parity group (a group takes lock `group % GROUP_LOCKS`).
 pub const GROUP_LOCKS: usize = 64;
@@ -218,6 +219,11 @@ impl Striped {
     /// Reads `spans` of component `c` within the deadline; the bytes of each, cut at the
     /// object's end, concatenated, and the object's size.
     async fn read_spans(&self, c: usize, spans: &[Span]) -> Result<ReadOut, IoError> {
+        // Without redundancy there is nothing to read around a slow drive: wait for it (the
+        // drive connection's own request timeout still applies).
+        if self.geo.tolerated_failures() == 0 {
+            return self.parts[c].read_vectored(spans).await;
+        }
         match tokio::time::timeout(self.deadline, self.parts[c].read_vectored(spans)).await {
             Ok(r) => r,
             Err(_) => Err(IoError::Drive {
