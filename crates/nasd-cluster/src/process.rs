@@ -189,15 +189,23 @@ pub fn is_nasd(pid: u32) -> bool {
 }
 
 /// A process that exited but was not reaped yet (or is gone).
+///
+/// A killed process's main thread can be a zombie while its other threads still exit (one
+/// may sit in an `fsync`); those threads share its open files, so its listening socket stays
+/// bound until the last of them is gone. Only a zombie leader with no thread left counts.
 fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    let leader_zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
             s.rsplit(')')
                 .next()
                 .map(|r| r.trim_start().starts_with('Z'))
         })
-        .unwrap_or(true)
+        .unwrap_or(true);
+    leader_zombie
+        && std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| tasks.count() <= 1)
+            .unwrap_or(true)
 }
 
 /// Whether our unreaped child `pid` still runs (has not exited).
