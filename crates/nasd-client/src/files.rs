@@ -30,8 +30,12 @@ use std::sync::Arc;
 
 /// Bytes per drive request of a streaming transfer.
 pub const CHUNK_BYTES: usize = 1 << 20;
-/// Requests a streaming transfer keeps in flight.
+/// Pieces a streaming transfer keeps in flight, at most.
 pub const TRANSFER_IN_FLIGHT_MAX: usize = 16;
+/// Bytes a streaming transfer keeps in flight, at most (pieces of a striped file are larger,
+/// so fewer of them; never fewer than [`TRANSFER_IN_FLIGHT_MIN`]).
+pub const TRANSFER_BYTES_IN_FLIGHT_MAX: u64 = 16 << 20;
+pub const TRANSFER_IN_FLIGHT_MIN: usize = 2;
 pub use crate::pool::CONNS_PER_DRIVE;
 /// After the manager could not be reached, how long to use cached capabilities before trying
 /// it again.
@@ -682,7 +686,7 @@ impl Client {
     }
 
     /// The span an upload's writes should cover, aligned, so that no two of them share a
-    /// stripe group (a multiple of the transfer chunk).
+    /// stripe group (the layout's transfer piece, [`crate::layer::FileIo::transfer_bytes`]).
     pub async fn upload_granule(&self, u: &Upload) -> Result<u64, FsError> {
         Ok(self.upload_granules(u).await?.0)
     }
@@ -691,8 +695,9 @@ impl Client {
     /// 1 when writes need no alignment).
     pub async fn upload_granules(&self, u: &Upload) -> Result<(u64, u64), FsError> {
         let g = u.grant.lock().await.clone();
-        let granule = self.stack(&g)?.write_granule().max(1);
-        Ok(((CHUNK_BYTES as u64).div_ceil(granule) * granule, granule))
+        let io = self.stack(&g)?;
+        let granule = io.write_granule().max(1);
+        Ok((io.transfer_bytes().div_ceil(granule) * granule, granule))
     }
 
     /// Writes `data` at `offset` of an upload, renewing its capabilities when they are due

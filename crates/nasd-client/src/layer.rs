@@ -8,6 +8,10 @@ use crate::ClientError;
 use std::future::Future;
 use std::pin::Pin;
 
+/// What a whole-file transfer asks of each drive per request (the piece one object layer
+/// moves; a striped layer moves this much per component).
+pub const TRANSFER_PIECE_BYTES: u64 = crate::files::CHUNK_BYTES as u64;
+
 /// A layer's future: boxed, so the trait stays object safe.
 pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, IoError>> + Send + 'a>>;
 
@@ -97,6 +101,11 @@ pub trait FileIo: Send + Sync {
     /// stripe group of an erasure-coded layout); 1 when any write is as cheap.
     fn write_granule(&self) -> u64 {
         1
+    }
+    /// The span a whole-file transfer should move per piece: as much as gives each drive
+    /// behind this layer one request of about [`TRANSFER_PIECE_BYTES`].
+    fn transfer_bytes(&self) -> u64 {
+        TRANSFER_PIECE_BYTES
     }
     /// Components that writes through this stack could not reach (bit i: component i), for
     /// the commit to mark stale.

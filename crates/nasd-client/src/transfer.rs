@@ -1,7 +1,12 @@
-//! Streaming transfers between local files and nasd files, and between two nasd files: chunks
-//! of [`CHUNK_BYTES`] moved by at most [`TRANSFER_IN_FLIGHT_MAX`] parallel drive requests, so
-//! memory stays bounded whatever the file's size.
+//! Streaming transfers between local files and nasd files, and between two nasd files: pieces
+//! the file's layout sizes (about [`CHUNK_BYTES`] per drive request,
+//! [`crate::layer::FileIo::transfer_bytes`]) moved in parallel, at most
+//! [`TRANSFER_BYTES_IN_FLIGHT_MAX`] of them at once, so memory stays bounded whatever the
+//! file's size.
 //!
+//! - Whole-file reads ([`Client::get_each`]) hand each verified piece to the caller as it
+//!   arrives, so a reader that streams (a download, a gateway, a benchmark) never holds the
+//!   file; [`Client::get_bytes`] collects them for callers that want the file in memory.
 //! - Uploads ([`Client::put_file`]) are staged ([`Client::begin_upload`]): the name shows the
 //!   file only once all of it is on the drive. They read the source's data ranges with
 //!   `SEEK_DATA`/`SEEK_HOLE` and send only those, so holes stay holes on the drive.
@@ -19,7 +24,10 @@
 //! written at its last offset: a write capability cannot set the size otherwise.
 
 use crate::escape::shown;
-use crate::files::{Client, FsError, Upload, CHUNK_BYTES, TRANSFER_IN_FLIGHT_MAX};
+use crate::files::{
+    Client, FsError, Upload, CHUNK_BYTES, TRANSFER_BYTES_IN_FLIGHT_MAX, TRANSFER_IN_FLIGHT_MAX,
+    TRANSFER_IN_FLIGHT_MIN,
+};
 use std::fs::File;
 use std::future::Future;
 use std::io;
@@ -72,15 +80,26 @@ fn join_error(e: tokio::task::JoinError) -> FsError {
     FsError::Usage(format!("transfer task failed: {e}"))
 }
 
-/// Runs the jobs `next` yields (`None` when done), at most [`TRANSFER_IN_FLIGHT_MAX`] at once;
-/// returns the first error, dropping (so cancelling) the jobs still running.
-async fn run_bounded<F>(mut next: impl FnMut() -> Option<Result<F, FsError>>) -> Result<(), FsError>
+/// How many pieces of `piece` bytes a transfer keeps in flight.
+fn in_flight(piece: u64) -> usize {
+    let n = TRANSFER_BYTES_IN_FLIGHT_MAX / piece.max(1);
+    (n as usize).clamp(TRANSFER_IN_FLIGHT_MIN, TRANSFER_IN_FLIGHT_MAX)
+}
+
+/// Runs the jobs `next` yields (`None` when done) for pieces of `piece` bytes, at most
+/// [`in_flight`] at once; returns the first error, dropping (so cancelling) the jobs still
+/// running.
+async fn run_bounded<F>(
+    piece: u64,
+    mut next: impl FnMut() -> Option<Result<F, FsError>>,
+) -> Result<(), FsError>
 where
     F: Future<Output = Result<(), FsError>> + Send + 'static,
 {
+    let limit = in_flight(piece);
     let mut set = tokio::task::JoinSet::new();
     while let Some(job) = next() {
-        while set.len() >= TRANSFER_IN_FLIGHT_MAX {
+        while set.len() >= limit {
             set.join_next()
                 .await
                 .expect("non-empty")
@@ -374,7 +393,7 @@ impl Client {
         let data: Arc<[u8]> = Arc::from(data);
         let step = self.upload_granule(u).await?;
         let mut offsets = (0..data.len() as u64).step_by(step as usize);
-        run_bounded(|| {
+        run_bounded(step, || {
             let off = offsets.next()?;
             let (d, me, u) = (data.clone(), self.clone(), u.clone());
             Some(Ok(async move {
@@ -387,13 +406,12 @@ impl Client {
         self.upload_size(u, data.len() as u64).await
     }
 
-    /// The whole file, read in parallel pieces; its size comes from the first piece's read.
+    /// The whole file in memory (built on [`Client::get_each`]).
     pub async fn get_bytes(self: &Arc<Self>, path: &str) -> Result<Vec<u8>, FsError> {
         let out = Arc::new(std::sync::Mutex::new(Vec::new()));
         let buf = out.clone();
-        self.read_pieces(
+        self.get_each(
             path,
-            CHUNK_BYTES as u64,
             |size| {
                 *buf.lock().expect("buffer lock") = vec![0u8; size as usize];
                 Ok(())
@@ -412,10 +430,28 @@ impl Client {
         Ok(v)
     }
 
-    /// Reads `remote` in pieces of `step` bytes, at most [`TRANSFER_IN_FLIGHT_MAX`] at once:
-    /// the first piece's read tells the size (given to `on_size` before any piece is handed
-    /// on), then every piece goes to `sink` with its offset. A piece shorter than the size
+    /// Reads the whole of `remote` in parallel pieces its layout sizes
+    /// ([`crate::layer::FileIo::transfer_bytes`]), at most [`TRANSFER_BYTES_IN_FLIGHT_MAX`]
+    /// at once: the first piece's read tells the size (given to `on_size` before any piece is
+    /// handed on), then every verified piece goes to `sink` with its offset, in no particular
+    /// order, and is dropped once `sink` is done with it. A piece shorter than the size
     /// promised means the file shrank meanwhile: an error. Returns the size.
+    pub async fn get_each<S, Fut>(
+        self: &Arc<Self>,
+        remote: &str,
+        on_size: impl FnOnce(u64) -> Result<(), FsError>,
+        sink: S,
+    ) -> Result<u64, FsError>
+    where
+        S: Fn(u64, Vec<u8>) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<(), FsError>> + Send,
+    {
+        let o = self.open(remote, false).await?;
+        let step = self.stack(&o)?.transfer_bytes();
+        self.read_pieces(remote, step, on_size, sink).await
+    }
+
+    /// [`Client::get_each`] in pieces of `step` bytes.
     async fn read_pieces<S, Fut>(
         self: &Arc<Self>,
         remote: &str,
@@ -435,7 +471,7 @@ impl Client {
         on_size(size)?;
         sink(0, first.data).await?;
         let mut offsets = (step..size).step_by(step as usize);
-        run_bounded(|| {
+        run_bounded(step, || {
             let off = offsets.next()?;
             let (me, p, sink) = (self.clone(), remote.to_string(), sink.clone());
             Some(Ok(async move {
@@ -485,7 +521,7 @@ impl Client {
         let done = Arc::new(AtomicU64::new(0));
         let (chunk, granule) = self.upload_granules(u).await?;
         let mut pieces = pieces(DataRanges::new(f, size), chunk, granule > 1, size);
-        run_bounded(|| {
+        run_bounded(chunk, || {
             let (at, end) = match pieces.next()? {
                 Ok(p) => p,
                 Err(e) => return Some(Err(local(local_path)(e))),
@@ -541,9 +577,8 @@ impl Client {
         let done = Arc::new(AtomicU64::new(0));
         let sized = file.clone();
         let size = self
-            .read_pieces(
+            .get_each(
                 remote,
-                CHUNK_BYTES as u64,
                 |size| sized.set_len(size).map_err(local(&target)),
                 move |off, d| {
                     let (file, done, progress, target) = (
@@ -566,8 +601,8 @@ impl Client {
         Ok(size)
     }
 
-    /// Copies `src` to `dst` within the cluster, chunk by chunk (at most
-    /// [`TRANSFER_IN_FLIGHT_MAX`] chunks in memory), leaving all-zero chunks as holes; `mode`
+    /// Copies `src` to `dst` within the cluster, piece by piece (at most
+    /// [`TRANSFER_BYTES_IN_FLIGHT_MAX`] in memory), leaving all-zero pieces as holes; `mode`
     /// is a new file's mode. Returns the size copied.
     pub async fn copy(
         self: &Arc<Self>,

@@ -30,7 +30,7 @@
 use crate::cmd_fs::{config_path, session_config};
 use anyhow::{bail, Context as _};
 use clap::Args;
-use nasd_client::files::Client;
+use nasd_client::files::{Client, FsError};
 use nasd_client::pool::DOWN_FOR_MS;
 use nasd_client::session::SessionConfig;
 use nasd_cluster::{Cluster, NodeId, Options};
@@ -614,12 +614,32 @@ async fn get_cell(
         let name = names[(w + k as usize * workers) % names.len()].clone();
         let data = data.clone();
         async move {
-            let back = c
-                .get_bytes(&name)
+            // Streamed as a client that serves or stores the bytes would read them: each
+            // verified piece is compared with what was written while it is in cache, and
+            // dropped; the file is never held whole.
+            let want = data.clone();
+            let got = c
+                .get_each(
+                    &name,
+                    |_| Ok(()),
+                    move |off, d| {
+                        let want = want.clone();
+                        async move {
+                            let off = off as usize;
+                            if want.get(off..off + d.len()) != Some(&d[..]) {
+                                return Err(FsError::Usage(format!(
+                                    "bytes {off}..{} differ from what was written",
+                                    off + d.len()
+                                )));
+                            }
+                            Ok(())
+                        }
+                    },
+                )
                 .await
-                .with_context(|| format!("get of {} bytes", data.len()))?;
-            if back != *data {
-                bail!("nasd:{name}: read back differs from what was written");
+                .with_context(|| format!("nasd:{name}: get of {} bytes", data.len()))?;
+            if got != data.len() as u64 {
+                bail!("nasd:{name}: {got} bytes read back, {} written", data.len());
             }
             Ok(())
         }

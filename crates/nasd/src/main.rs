@@ -300,7 +300,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Freed blocks below this size stay in the heap rather than going back to the kernel at once
+/// (glibc's `M_MMAP_THRESHOLD`, here its maximum): every frame, up to `FRAME_BYTES_MAX`.
+const MALLOC_MMAP_THRESHOLD_BYTES: usize = 32 << 20;
+/// Free memory at the top of a heap is given back to the kernel only past this much
+/// (glibc's `M_TRIM_THRESHOLD`, twice the mmap threshold, as glibc's own adaptive rule sets it).
+const MALLOC_TRIM_THRESHOLD_BYTES: usize = 2 * MALLOC_MMAP_THRESHOLD_BYTES;
+const _: () = assert!(nasd_proto::FRAME_BYTES_MAX <= MALLOC_MMAP_THRESHOLD_BYTES);
+
+/// Keeps the memory of freed reply and read buffers for the next one. Under glibc's adaptive
+/// defaults a process that allocates and frees a few 1 MiB buffers per request (a client's
+/// read replies, a drive's read data) keeps handing the pages back to the kernel and taking
+/// them again: 256 page faults and the kernel's zeroing of every page per MiB, which cost the
+/// client more per verified 1 MiB read than verifying it (docs/performance.md, "Verified
+/// reads at 1 MiB").
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets malloc parameters; it runs first thing in `main`, before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(
+            libc::M_MMAP_THRESHOLD,
+            MALLOC_MMAP_THRESHOLD_BYTES as libc::c_int,
+        );
+        libc::mallopt(
+            libc::M_TRIM_THRESHOLD,
+            MALLOC_TRIM_THRESHOLD_BYTES as libc::c_int,
+        );
+    }
+}
+
 fn main() {
+    keep_freed_memory();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("nasd: {e:#}");

@@ -21,7 +21,7 @@
 //! their data ends, and whatever lies past an object's end reads as zeros, for data and parity
 //! alike (the codes are linear, so the parity of zeros is zeros).
 
-use crate::layer::{held, FileIo, IoError, IoFuture, ReadOut, Span};
+use crate::layer::{held, FileIo, IoError, IoFuture, ReadOut, Span, TRANSFER_PIECE_BYTES};
 use crate::ClientError;
 use futures_util::future::join_all;
 use nasd_ec::{Code, GroupUnit, Layout as Geometry, Raid6x, ReedSolomon};
@@ -910,6 +910,17 @@ impl FileIo for Striped {
 
     fn missed(&self) -> u64 {
         self.missed.load(Ordering::Acquire)
+    }
+
+    /// A piece per data component, so adjacent units merge into one request per drive (a
+    /// mirror reads one copy), rounded up to whole parity groups.
+    fn transfer_bytes(&self) -> u64 {
+        let data = match self.geo.code() {
+            Code::Mirror { .. } => 1,
+            _ => self.geo.data_per_stripe() as u64,
+        };
+        let granule = self.write_granule().max(1);
+        (TRANSFER_PIECE_BYTES * data).div_ceil(granule) * granule
     }
 }
 

@@ -127,13 +127,7 @@ pub fn block_meta(
         }
         Scheme::Tree => {
             let first = block * CHUNKS_PER_BLOCK;
-            BlockMeta::Leaves(
-                logical
-                    .chunks(CHUNK_BYTES as usize)
-                    .enumerate()
-                    .map(|(j, c)| tree::leaf(suite, first + j as u64, c, cost))
-                    .collect(),
-            )
+            BlockMeta::Leaves(tree::leaves(suite, first, logical, cost))
         }
     }
 }

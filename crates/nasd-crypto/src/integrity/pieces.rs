@@ -12,6 +12,10 @@ use rayon::prelude::*;
 /// Writes at least this large hash their pieces on all cores: each piece's hash is independent,
 /// and a lone request otherwise leaves the other core idle while one hashes chunk by chunk.
 pub const PARALLEL_HASH_BYTES_MIN: usize = 256 << 10;
+/// Bytes of chunks one core hashes at a time in a parallel `tree` write form (a whole number
+/// of chunks).
+const PARALLEL_RUN_BYTES: usize = 64 << 10;
+const _: () = assert!(PARALLEL_RUN_BYTES.is_multiple_of(CHUNK_BYTES as usize));
 
 /// The part of a byte range that falls inside one unit.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -101,6 +105,9 @@ fn write_form_on(
     if scheme == Scheme::Mac {
         return vec![];
     }
+    if scheme == Scheme::Tree {
+        return tree_form(suite, offset, data, cost, parallel);
+    }
     let unit = unit_bytes(scheme);
     let one = |p: Piece, cost: &mut Cost| {
         let at = (p.offset - offset) as usize;
@@ -136,6 +143,64 @@ fn write_form_on(
     out
 }
 
+/// The `tree` write form: a head piece that does not start its chunk is `partial`, every
+/// other piece starts its chunk and is that chunk's leaf, computed many chunks at a time
+/// ([`tree::leaves`]); on all cores in runs of [`PARALLEL_RUN_BYTES`] when `parallel`.
+fn tree_form(
+    suite: Suite,
+    offset: u64,
+    data: &[u8],
+    cost: &mut Cost,
+    parallel: bool,
+) -> Vec<PieceHash> {
+    let c = CHUNK_BYTES;
+    let mut out = Vec::with_capacity(data.len().div_ceil(c as usize) + 1);
+    let head = ((c - offset % c) % c).min(data.len() as u64);
+    if head > 0 {
+        let piece = Piece {
+            unit: offset / c,
+            offset,
+            len: head,
+        };
+        let value = tree::partial(suite, piece.unit, offset % c, &data[..head as usize], cost);
+        out.push(PieceHash { piece, value });
+    }
+    let rest = &data[head as usize..];
+    let first = (offset + head) / c;
+    let values = if parallel {
+        let runs: Vec<(Vec<Digest>, Cost)> = rest
+            .par_chunks(PARALLEL_RUN_BYTES)
+            .enumerate()
+            .map(|(i, run)| {
+                let mut c = Cost::default();
+                let at = first + (i * PARALLEL_RUN_BYTES) as u64 / CHUNK_BYTES;
+                (tree::leaves(suite, at, run, &mut c), c)
+            })
+            .collect();
+        let mut v = Vec::with_capacity(rest.len().div_ceil(c as usize));
+        for (l, rc) in runs {
+            cost.add_all(&rc);
+            v.extend(l);
+        }
+        v
+    } else {
+        tree::leaves(suite, first, rest, cost)
+    };
+    let end = offset + data.len() as u64;
+    out.extend(values.into_iter().enumerate().map(|(j, value)| {
+        let at = (first + j as u64) * c;
+        PieceHash {
+            piece: Piece {
+                unit: first + j as u64,
+                offset: at,
+                len: c.min(end - at),
+            },
+            value,
+        }
+    }));
+    out
+}
+
 /// Feeds a region's data digest `D` into a MAC, given its piece hashes (or, for `mac`, the data).
 /// `incremental` contributes one 256-bit sum per region; the others one value per piece.
 pub fn feed(mac: &mut Mac, scheme: Scheme, pieces: &[PieceHash], data: &[u8], cost: &mut Cost) {
@@ -159,6 +224,49 @@ pub fn feed(mac: &mut Mac, scheme: Scheme, pieces: &[PieceHash], data: &[u8], co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `tree` write form, piece by piece as its definition reads: the oracle for
+    /// [`tree_form`].
+    fn tree_form_naive(suite: Suite, offset: u64, data: &[u8], cost: &mut Cost) -> Vec<PieceHash> {
+        split(offset, data.len() as u64, CHUNK_BYTES)
+            .map(|p| {
+                let at = (p.offset - offset) as usize;
+                let bytes = &data[at..at + p.len as usize];
+                let value = if p.starts_unit(CHUNK_BYTES) {
+                    tree::leaf(suite, p.unit, bytes, cost)
+                } else {
+                    tree::partial(
+                        suite,
+                        p.unit,
+                        p.offset - p.unit * CHUNK_BYTES,
+                        bytes,
+                        cost,
+                    )
+                };
+                PieceHash { piece: p, value }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tree_write_form_equals_its_piece_by_piece_definition() {
+        let mut data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+        data[4096..8192].fill(0);
+        for offset in [0u64, 1, 100, 1023, 1024, 5000, (1 << 33) + 17] {
+            for len in [0usize, 1, 500, 1024, 3000, 70_000, 300_000] {
+                for parallel in [false, true] {
+                    let d = &data[..len];
+                    let mut cost = Cost::default();
+                    let got =
+                        write_form_on(Suite::Blake3, Scheme::Tree, offset, d, &mut cost, parallel);
+                    let mut want_cost = Cost::default();
+                    let want = tree_form_naive(Suite::Blake3, offset, d, &mut want_cost);
+                    assert!(got == want, "offset {offset} len {len} parallel {parallel}");
+                    assert_eq!(cost.data_bytes, want_cost.data_bytes);
+                }
+            }
+        }
+    }
 
     #[test]
     fn parallel_write_form_equals_the_sequential_one() {
