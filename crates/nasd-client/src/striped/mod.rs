@@ -238,7 +238,6 @@ impl Striped {
     }
 
     async fn read_striped(&self, offset: u64, len: u64) -> Result<Vec<u8>, IoError> {
-        let mut out = vec![0u8; len as usize];
         let mut plan: Vec<Vec<Piece>> = vec![Vec::new(); self.parts.len()];
         for e in self.geo.map(offset, len) {
             plan[e.component].push(Piece {
@@ -264,8 +263,15 @@ impl Striped {
                 (c, self.read_spans(c, &spans).await, spans)
             });
         }
+        let replies = join_all(reads).await;
+        if lost.is_empty() {
+            if let Some(out) = gather(len as usize, &plan, &replies) {
+                return Ok(out);
+            }
+        }
+        let mut out = vec![0u8; len as usize];
         let mut first_err = None;
-        for (c, r, spans) in join_all(reads).await {
+        for (c, r, spans) in replies {
             match r {
                 Ok(r) => scatter(&mut out, &plan[c], &r),
                 Err(e) => {
@@ -860,6 +866,36 @@ fn merge(spans: impl Iterator<Item = Span>) -> Vec<Span> {
         }
     }
     out
+}
+
+/// The caller's buffer built from the components' replies in logical order, without
+/// zero-filling it first: only when every component answered and held all of its pieces
+/// (otherwise `None`, and [`scatter`] fills a zeroed buffer).
+fn gather(
+    len: usize,
+    plan: &[Vec<Piece>],
+    replies: &[(usize, Result<ReadOut, IoError>, Vec<Span>)],
+) -> Option<Vec<u8>> {
+    // (offset in the caller's buffer, the piece's bytes in its component's reply)
+    let mut order: Vec<(usize, &[u8])> = Vec::with_capacity(plan.iter().map(Vec::len).sum());
+    for (c, r, _) in replies {
+        let data = &r.as_ref().ok()?.data;
+        let mut from = 0usize;
+        for p in &plan[*c] {
+            let end = from.checked_add(p.len as usize)?;
+            order.push((p.at, data.get(from..end)?));
+            from = end;
+        }
+    }
+    order.sort_unstable_by_key(|o| o.0);
+    let mut out = Vec::with_capacity(len);
+    for (at, bytes) in order {
+        if at != out.len() {
+            return None;
+        }
+        out.extend_from_slice(bytes);
+    }
+    (out.len() == len).then_some(out)
 }
 
 /// Copies a component's reply into the caller's buffer: each piece gets what the object held

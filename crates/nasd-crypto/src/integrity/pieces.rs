@@ -235,13 +235,7 @@ mod tests {
                 let value = if p.starts_unit(CHUNK_BYTES) {
                     tree::leaf(suite, p.unit, bytes, cost)
                 } else {
-                    tree::partial(
-                        suite,
-                        p.unit,
-                        p.offset - p.unit * CHUNK_BYTES,
-                        bytes,
-                        cost,
-                    )
+                    tree::partial(suite, p.unit, p.offset - p.unit * CHUNK_BYTES, bytes, cost)
                 };
                 PieceHash { piece: p, value }
             })
