@@ -17,6 +17,8 @@ pub enum Fault {
     Corrupt,
     /// Reads that touch `[offset, offset + len)` fail verification; the rest read well.
     CorruptAt(u64, u64),
+    /// Reads answer correctly, after this many milliseconds (a loaded or distant drive).
+    SlowMs(u64),
 }
 
 /// One component's content in memory, with a fault switch.
@@ -46,7 +48,7 @@ impl MemIo {
 
     fn check(&self, reading: Option<(u64, u64)>) -> Result<(), IoError> {
         let error = match *self.fault.lock().expect("memio lock") {
-            Fault::None => return Ok(()),
+            Fault::None | Fault::SlowMs(_) => return Ok(()),
             Fault::Corrupt | Fault::CorruptAt(..) if reading.is_none() => return Ok(()),
             Fault::CorruptAt(o, l) => {
                 let (ro, rl) = reading.expect("reads only");
@@ -76,6 +78,13 @@ impl FileIo for MemIo {
     fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
         Box::pin(async move {
             self.check(Some((offset, len)))?;
+            let slow = match *self.fault.lock().expect("memio lock") {
+                Fault::SlowMs(ms) => ms,
+                _ => 0,
+            };
+            if slow > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(slow)).await;
+            }
             let b = self.bytes.lock().expect("memio lock");
             let size = b.len() as u64;
             let s = offset.min(size) as usize;

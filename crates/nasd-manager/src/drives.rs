@@ -18,6 +18,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// How long a health check waits for a drive's answer before calling it unhealthy.
+pub const HEALTH_CHECK_TIMEOUT_MS: u64 = 2_000;
+
 /// The partition the manager creates on every drive it registers.
 pub const FILES_PARTITION: PartitionId = PartitionId(1);
 /// Protection of the manager's own requests to drives.
@@ -248,10 +251,14 @@ impl Registry {
         unreachable!("the loop returns on its second attempt")
     }
 
-    /// Checks every drive with an inquiry (drive key) and records what it says.
+    /// Checks every drive with an inquiry (drive key), all at once, and records what each
+    /// says. A drive that does not answer within [`HEALTH_CHECK_TIMEOUT_MS`] is unhealthy: a
+    /// hung drive (or one whose process is dying with a thread stuck in the kernel) keeps its
+    /// socket open, and waiting out the request timeout for it would leave every other
+    /// drive's health unchecked meanwhile.
     pub async fn check_health(&self) {
-        for d in self.ids() {
-            let res = async {
+        let checks = self.ids().into_iter().map(|d| async move {
+            let inquiry = async {
                 let (c, rec) = self.conn(d).await?;
                 let auth = Auth::Key {
                     kind: KeyType::Drive,
@@ -269,17 +276,22 @@ impl Registry {
                 )
                 .await
                 .map_err(|e| drive_err(d, e))
-            }
-            .await;
-            match res {
-                Ok(info) => {
+            };
+            let timeout = std::time::Duration::from_millis(HEALTH_CHECK_TIMEOUT_MS);
+            match tokio::time::timeout(timeout, inquiry).await {
+                Ok(Ok(info)) => {
                     let detail =
                         format!("{} of {} bytes used", info.used_bytes, info.capacity_bytes);
                     self.set_health(d, true, detail, None);
                 }
-                Err(e) => self.drop_conn(d, &e.detail),
+                Ok(Err(e)) => self.drop_conn(d, &e.detail),
+                Err(_) => self.drop_conn(
+                    d,
+                    &format!("no answer to a health check within {HEALTH_CHECK_TIMEOUT_MS} ms"),
+                ),
             }
-        }
+        });
+        futures_util::future::join_all(checks).await;
     }
 }
 

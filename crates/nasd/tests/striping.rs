@@ -422,3 +422,197 @@ fn layouts_that_cannot_be_met_are_refused_clearly() {
     put(&up, "/x/f", &data);
     assert!(get(&up, "/x/f") == data);
 }
+
+/// A 7-drive cluster whose files (`rs:4+2`) all sit on drives 1-6: drive 0 was down while
+/// they were written and is back, empty, as the spare.
+fn cluster_with_an_empty_spare(files: usize) -> (Up, Vec<(String, Vec<u8>)>) {
+    let mut up = Up::start(7);
+    up.ok(&["mkdir", "--layout", "rs:4+2", "nasd:/ec"]);
+    kill_drive(&mut up, 0);
+    wait_healthy(&up, 6);
+    let files: Vec<(String, Vec<u8>)> = (0..files)
+        .map(|i| {
+            let data = rand_bytes((1 << 20) + i * 4099, 40 + i as u64);
+            (format!("/ec/f{i}"), data)
+        })
+        .collect();
+    for (p, d) in &files {
+        put(&up, p, d);
+    }
+    up.restart("drive-0");
+    wait_healthy(&up, 7);
+    (up, files)
+}
+
+fn addr(up: &Up, d: usize) -> String {
+    up.cluster.drives()[d].addr.clone()
+}
+
+/// Replaces `old` by `new`, retrying while the manager still avoids a drive that came back
+/// moments ago (its pool skips a drive for `DOWN_FOR_MS` after a failure).
+fn replace_until_done(up: &Up, old: &str, new: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let o = up.nasd(&["drive", "replace", old, new], &[]);
+        if o.status.success() {
+            return String::from_utf8(o.stdout).unwrap();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "replace never finished: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Two more drives die while a lost drive's shards are rebuilt. Files whose groups then lack
+/// more than the code covers fail, each named with the reason, and stay where they were;
+/// files rebuilt before stay rebuilt. Once the two drives are back, a second replacement
+/// finishes and every file reads back whole.
+#[test]
+fn two_drives_dying_mid_rebuild_fail_it_clearly_and_a_rerun_heals() {
+    let (mut up, files) = cluster_with_an_empty_spare(24);
+    let (spare, victim) = (addr(&up, 0), addr(&up, 1));
+    kill_drive(&mut up, 1);
+    wait_healthy(&up, 6);
+    let child = Command::new(NASD)
+        .args(["drive", "replace", &victim, &spare])
+        .env("NASD_CONFIG", up.config())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill two more drives once the rebuild is under way (or over, on a fast machine).
+    let t0 = Instant::now();
+    loop {
+        let r = &status(&up)["rebuild"];
+        if r["files_done"].as_u64().unwrap_or(0) >= 1 || r["finished"] == true {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "rebuild never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_drive(&mut up, 2);
+    kill_drive(&mut up, 3);
+    let out = child.wait_with_output().unwrap();
+    let s = status(&up);
+    let r = &s["rebuild"];
+    assert_eq!(r["finished"], true, "{s}");
+    assert_eq!(r["files_done"], r["files_total"], "{s}");
+    let failed = r["failed"].as_u64().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        assert_eq!(failed, 0, "{s}");
+    } else {
+        assert!(failed >= 1, "{s}");
+        assert!(
+            err.contains("still have a component on") && err.contains("/ec/f"),
+            "{err}"
+        );
+    }
+    up.restart("drive-2");
+    up.restart("drive-3");
+    wait_healthy(&up, 6);
+    let out = replace_until_done(&up, &victim, &spare);
+    assert!(out.contains("replaced"), "{out}");
+    let s = status(&up);
+    assert_eq!(s["rebuild"]["failed"], 0, "{s}");
+    assert_eq!(s["degraded_files"], 0, "{s}");
+    for (p, d) in &files {
+        assert!(get(&up, p) == *d, "{p} differs after the rebuild");
+    }
+}
+
+/// Runs `cmd` with `args`; whether it succeeded.
+fn sh(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// The spare a lost drive is rebuilt onto fills up: the files that no longer fit fail, each
+/// named with the drive's answer, and stay readable where they were; once the spare has room
+/// again a second replacement finishes. The spare's directory is a small tmpfs, so the disk
+/// under the drive really is full (`ENOSPC`); needs root to mount it, and is skipped without.
+#[test]
+fn a_full_drive_during_rebuild_fails_it_clearly_and_a_rerun_heals() {
+    let (mut up, files) = cluster_with_an_empty_spare(8);
+    let dir = drive_dir(&up, 0);
+    let keep = up.dir.path().join("spare-contents");
+    kill_drive(&mut up, 0);
+    assert!(sh(
+        "cp",
+        &["-a", dir.to_str().unwrap(), keep.to_str().unwrap()]
+    ));
+    // Room for the drive's files as they are and about two of the eight files' shards.
+    let du = Command::new("du")
+        .args(["-s", "--block-size=1", keep.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let used: u64 = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let size = format!("size={},mode=0700", used + (600 << 10));
+    if !sh(
+        "mount",
+        &["-t", "tmpfs", "-o", &size, "tmpfs", dir.to_str().unwrap()],
+    ) {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            sh("umount", &["-l", self.0.to_str().unwrap()]);
+        }
+    }
+    let mounted = Unmount(dir.clone());
+    let contents = format!("{}/.", keep.display());
+    assert!(sh("cp", &["-a", &contents, dir.to_str().unwrap()]));
+    up.restart("drive-0");
+    wait_healthy(&up, 7);
+
+    let (spare, victim) = (addr(&up, 0), addr(&up, 1));
+    kill_drive(&mut up, 1);
+    wait_healthy(&up, 6);
+    let err = up.fails(&["drive", "replace", &victim, &spare], &[]);
+    assert!(
+        err.contains("still have a component on") && err.contains("drive full"),
+        "{err}"
+    );
+    let s = status(&up);
+    assert!(s["rebuild"]["failed"].as_u64().unwrap() >= 1, "{s}");
+    for (p, d) in &files {
+        assert!(
+            get(&up, p) == *d,
+            "{p} differs after a rebuild that ran out of room"
+        );
+    }
+
+    // The spare gets a real disk again, with what it holds now.
+    kill_drive(&mut up, 0);
+    std::fs::remove_dir_all(&keep).unwrap();
+    assert!(sh(
+        "cp",
+        &["-a", dir.to_str().unwrap(), keep.to_str().unwrap()]
+    ));
+    drop(mounted);
+    assert!(sh("cp", &["-a", &contents, dir.to_str().unwrap()]));
+    up.restart("drive-0");
+    wait_healthy(&up, 6);
+    let out = replace_until_done(&up, &victim, &spare);
+    assert!(out.contains("replaced"), "{out}");
+    let s = status(&up);
+    assert_eq!(s["degraded_files"], 0, "{s}");
+    for (p, d) in &files {
+        assert!(get(&up, p) == *d, "{p} differs after the second rebuild");
+    }
+}

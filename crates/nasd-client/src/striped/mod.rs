@@ -220,8 +220,8 @@ impl Striped {
     /// object's end, concatenated, and the object's size.
     async fn read_spans(&self, c: usize, spans: &[Span]) -> Result<ReadOut, IoError> {
         // Without redundancy there is nothing to read around a slow drive: wait for it (the
-        // drive connection's own request timeout still applies).
-        if self.geo.tolerated_failures() == 0 {
+        // drive connection's own request timeout still applies); so does a patient retry.
+        if self.geo.tolerated_failures() == 0 || PATIENT.try_with(|p| *p).unwrap_or(false) {
             return self.parts[c].read_vectored(spans).await;
         }
         match tokio::time::timeout(self.deadline, self.parts[c].read_vectored(spans)).await {
@@ -909,17 +909,52 @@ fn scatter(out: &mut [u8], pieces: &[Piece], r: &ReadOut) {
     }
 }
 
+tokio::task_local! {
+    /// Set for a read's patient retry: no component read is cut short by the deadline.
+    static PATIENT: bool;
+}
+
+impl Striped {
+    async fn read_once(&self, offset: u64, len: u64) -> Result<Vec<u8>, IoError> {
+        if matches!(self.geo.code(), Code::Mirror { .. }) {
+            self.read_mirror(offset, len).await
+        } else {
+            self.read_striped(offset, len).await
+        }
+    }
+}
+
+/// Whether a failed read may succeed when it waits for slow drives: too few components
+/// answered in time, rather than a refusal or damage beyond the code.
+fn impatient(e: &IoError) -> bool {
+    matches!(
+        e,
+        IoError::Unavailable(_)
+            | IoError::Drive {
+                error: ClientError::Timeout { .. },
+                ..
+            }
+    )
+}
+
 impl FileIo for Striped {
+    /// Reads around components slower than the deadline. When too few answered in time (a
+    /// machine so loaded that every drive is slow, not a drive that hangs), the read is
+    /// tried once more waiting for each drive: a slow read is not a lost one.
     fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
         Box::pin(async move {
             let size = self.size.load(Ordering::Acquire);
             let len = size.saturating_sub(offset).min(len);
             let data = if len == 0 {
                 vec![]
-            } else if matches!(self.geo.code(), Code::Mirror { .. }) {
-                self.read_mirror(offset, len).await?
             } else {
-                self.read_striped(offset, len).await?
+                match self.read_once(offset, len).await {
+                    Err(e) if impatient(&e) => {
+                        tracing::info!("reading again, waiting for slow drives: {e}");
+                        PATIENT.scope(true, self.read_once(offset, len)).await?
+                    }
+                    r => r?,
+                }
             };
             Ok(ReadOut { data, size })
         })
@@ -1184,6 +1219,27 @@ mod tests {
                 let r = s.read(0, 70_001).await.unwrap();
                 assert!(r.data == want, "{spec}, component {down} down");
             }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_whose_drives_are_all_slower_than_the_deadline_waits_for_them() {
+        for spec in ["rs:4+2/4K", "mirror:3", "raid6x:3/4K"] {
+            let (s, mems) = layer(spec, 0);
+            let s = s.with_deadline(Duration::from_millis(5));
+            let data = pseudo(50_000, 9);
+            s.write(0, &data).await.unwrap();
+            // Every drive slow: reading around cannot help, so the read waits.
+            for m in &mems {
+                m.set_fault(Fault::SlowMs(40));
+            }
+            assert!(s.read(0, 50_000).await.unwrap().data == data, "{spec}");
+            // One down as well: still the right bytes, from the others.
+            mems[1].set_fault(Fault::Unreachable);
+            assert!(
+                s.read(0, 50_000).await.unwrap().data == data,
+                "{spec}, one down"
+            );
         }
     }
 
