@@ -1,7 +1,7 @@
 //! Striped and erasure-coded files on a real cluster (issue 13): every layout round-trips,
 //! reads survive the drives their code covers (killed before and during the read), bytes
-//! flipped in a drive's `data.blk` are read around, located by `nasd scrub` and repaired on
-//! data and parity shards alike, a component that missed a change is never served and is
+//! flipped in a drive's `data.blk` or in the shard's stored Merkle leaf in its `meta.redb`
+//! are read around, located by `nasd scrub` and repaired on data and parity shards alike, a component that missed a change is never served and is
 //! rebuilt, a lost drive is replaced (also when two more drives die during the rebuild, and
 //! when the spare fills up), a hung drive is read around, the background scrub repairs, and
 //! layouts that cannot be met are refused clearly.
@@ -617,4 +617,69 @@ fn a_full_drive_during_rebuild_fails_it_clearly_and_a_rerun_heals() {
     for (p, d) in &files {
         assert!(get(&up, p) == *d, "{p} differs after the second rebuild");
     }
+}
+
+/// Bytes flipped in a drive's metadata rather than its data: the stored Merkle leaf of a data
+/// shard's first chunk in the drive's `meta.redb`. The drive then proves the shard against a
+/// wrong tree; the client refuses the proof, reads the shard around, and the read repair
+/// rewrites it, after which the scrub finds every shard whole.
+#[test]
+fn a_flipped_leaf_in_a_drives_metadata_is_read_around_and_repaired() {
+    use nasd_crypto::integrity::tree;
+    let mut up = Up::start(6);
+    up.ok(&["mkdir", "--layout", "rs:4+2", "nasd:/ec"]);
+    let data = rand_bytes(200_000, 43);
+    put(&up, "/ec/f", &data);
+    // The one object on each drive starts its data file: its chunk 0 is the file's first KiB
+    // of data.blk, and its leaf (chunk index 0) is stored in meta.redb.
+    let mut damaged = 0;
+    for d in 0..6 {
+        let dir = drive_dir(&up, d);
+        let blk = std::fs::read(dir.join("data.blk")).unwrap();
+        let leaf = tree::leaf(
+            nasd_proto::Suite::Blake3,
+            0,
+            &blk[..1024],
+            &mut nasd_crypto::Cost::default(),
+        );
+        up.stop(&format!("drive-{d}"));
+        let meta = dir.join("meta.redb");
+        let bytes = std::fs::read(&meta).unwrap();
+        let at = bytes
+            .windows(32)
+            .position(|w| w == leaf)
+            .unwrap_or_else(|| panic!("drive {d}: chunk 0's leaf not found in meta.redb"));
+        flip(&meta, at as u64 + 7, 0x80);
+        up.restart(&format!("drive-{d}"));
+        wait_healthy(&up, 6);
+        let (_, t) = scrub(&up, "/ec/f", false);
+        assert_eq!(
+            t["damaged"], 1,
+            "drive {d}: the scrub sees the flipped leaf: {t}"
+        );
+        assert!(
+            get(&up, "/ec/f") == data,
+            "read with drive {d}'s leaf flipped"
+        );
+        // A data unit is rewritten by the read (read repair); a parity unit is not read, so
+        // the scrub repairs it.
+        let t0 = Instant::now();
+        loop {
+            let (_, t) = scrub(&up, "/ec/f", false);
+            if t["damaged"] == 0 {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(3) {
+                let (f, t) = scrub(&up, "/ec/f", true);
+                assert_eq!(t["repaired"], 1, "drive {d}: {f:?}");
+                damaged += 1;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let (_, t) = scrub(&up, "/ec/f", false);
+        assert_eq!(t["damaged"], 0, "drive {d}, after the repair: {t}");
+        assert!(get(&up, "/ec/f") == data);
+    }
+    assert_eq!(damaged, 2, "the two parity units are repaired by the scrub");
 }

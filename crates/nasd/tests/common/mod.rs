@@ -85,6 +85,15 @@ impl Up {
             .unwrap_or_else(|e| panic!("killing {name}: {}", chain(&e)));
     }
 
+    /// Stops component `name` as an operator would (SIGTERM: it flushes and closes its
+    /// store) and waits until it is gone.
+    pub fn stop(&mut self, name: &str) {
+        let id: NodeId = name.parse().unwrap();
+        self.cluster
+            .stop(id)
+            .unwrap_or_else(|e| panic!("stopping {name}: {}", chain(&e)));
+    }
+
     /// Starts component `name` again on its address and data.
     pub fn restart(&mut self, name: &str) {
         let id: NodeId = name.parse().unwrap();
