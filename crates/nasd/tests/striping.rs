@@ -1,10 +1,11 @@
 //! Striped and erasure-coded files on a real cluster (issue 13): every layout round-trips,
 //! reads survive the drives their code covers (killed before and during the read), bytes
-//! flipped in a drive's `data.blk` or in the shard's stored Merkle leaf in its `meta.redb`
-//! are read around, located by `nasd scrub` and repaired on data and parity shards alike, a component that missed a change is never served and is
-//! rebuilt, a lost drive is replaced (also when two more drives die during the rebuild, and
-//! when the spare fills up), a hung drive is read around, the background scrub repairs, and
-//! layouts that cannot be met are refused clearly.
+//! flipped in a drive's `data.blk` or in a shard's stored Merkle leaf in its `meta.redb` are
+//! read around, located by `nasd scrub` and repaired on data and parity shards alike, a
+//! component that missed a change is never served and is rebuilt, a lost drive is replaced
+//! (also when two more drives die during the rebuild, and when the spare fills up), a hung
+//! drive is read around, the background scrub repairs, and layouts that cannot be met are
+//! refused clearly.
 
 mod common;
 
