@@ -412,6 +412,7 @@ impl Client {
         let buf = out.clone();
         self.get_each(
             path,
+            None,
             |size| {
                 *buf.lock().expect("buffer lock") = vec![0u8; size as usize];
                 Ok(())
@@ -430,15 +431,17 @@ impl Client {
         Ok(v)
     }
 
-    /// Reads the whole of `remote` in parallel pieces its layout sizes
-    /// ([`crate::layer::FileIo::transfer_bytes`]), at most [`TRANSFER_BYTES_IN_FLIGHT_MAX`]
-    /// at once: the first piece's read tells the size (given to `on_size` before any piece is
-    /// handed on), then every verified piece goes to `sink` with its offset, in no particular
-    /// order, and is dropped once `sink` is done with it. A piece shorter than the size
-    /// promised means the file shrank meanwhile: an error. Returns the size.
+    /// Reads the whole of `remote` in parallel pieces of `step` bytes (`None`: as its layout
+    /// sizes them, [`crate::layer::FileIo::transfer_bytes`]), at most
+    /// [`TRANSFER_BYTES_IN_FLIGHT_MAX`] at once: the first piece's read tells the size (given
+    /// to `on_size` before any piece is handed on), then every verified piece goes to `sink`
+    /// with its offset, in no particular order, and is dropped once `sink` is done with it. A
+    /// piece shorter than the size promised means the file shrank meanwhile: an error.
+    /// Returns the size.
     pub async fn get_each<S, Fut>(
         self: &Arc<Self>,
         remote: &str,
+        step: Option<u64>,
         on_size: impl FnOnce(u64) -> Result<(), FsError>,
         sink: S,
     ) -> Result<u64, FsError>
@@ -446,23 +449,12 @@ impl Client {
         S: Fn(u64, Vec<u8>) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = Result<(), FsError>> + Send,
     {
-        let o = self.open(remote, false).await?;
-        let step = self.stack(&o)?.transfer_bytes();
-        self.read_pieces(remote, step, on_size, sink).await
-    }
-
-    /// [`Client::get_each`] in pieces of `step` bytes.
-    async fn read_pieces<S, Fut>(
-        self: &Arc<Self>,
-        remote: &str,
-        step: u64,
-        on_size: impl FnOnce(u64) -> Result<(), FsError>,
-        sink: S,
-    ) -> Result<u64, FsError>
-    where
-        S: Fn(u64, Vec<u8>) -> Fut + Clone + Send + 'static,
-        Fut: Future<Output = Result<(), FsError>> + Send,
-    {
+        let step = match step {
+            Some(s) => s.max(1),
+            None => self
+                .stack(&*self.open(remote, false).await?)?
+                .transfer_bytes(),
+        };
         let first = self.read_sized(remote, 0, step).await?;
         let size = first.size;
         if (first.data.len() as u64) < step.min(size) {
@@ -579,6 +571,7 @@ impl Client {
         let size = self
             .get_each(
                 remote,
+                None,
                 |size| sized.set_len(size).map_err(local(&target)),
                 move |off, d| {
                     let (file, done, progress, target) = (
@@ -634,9 +627,9 @@ impl Client {
         let step = self.upload_granule(u).await?;
         let (me, up, w, progress) = (self.clone(), u.clone(), written.clone(), progress.clone());
         let size = self
-            .read_pieces(
+            .get_each(
                 src,
-                step,
+                Some(step),
                 |_| Ok(()),
                 move |off, d| {
                     let (me, u, written, done, progress) = (

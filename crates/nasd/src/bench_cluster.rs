@@ -621,6 +621,7 @@ async fn get_cell(
             let got = c
                 .get_each(
                     &name,
+                    None,
                     |_| Ok(()),
                     move |off, d| {
                         let want = want.clone();
