@@ -1017,12 +1017,38 @@ impl Client {
         }
     }
 
+    /// Every entry of directory `path`, in name order, read a page at a time.
     pub async fn list(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
-        match self
-            .request(path, MgrRequest::Readdir { path: path.into() })
-            .await?
-        {
-            MgrReply::Entries(e) => Ok(e),
+        let mut all: Vec<DirEntry> = vec![];
+        loop {
+            let after = all.last().map(|e| e.name.clone()).unwrap_or_default();
+            let page = self
+                .list_page(path, &after, READDIR_PAGE_ENTRIES_MAX)
+                .await?;
+            let last = page.len() < READDIR_PAGE_ENTRIES_MAX;
+            all.extend(page);
+            if last {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// A page of directory `path`: at most `limit` entries (and
+    /// [`READDIR_PAGE_ENTRIES_MAX`]) named after `after` in byte order, from the first when
+    /// `after` is empty. A page shorter than `limit` is the last.
+    pub async fn list_page(
+        &self,
+        path: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>, FsError> {
+        let req = MgrRequest::Readdir {
+            path: path.into(),
+            after: after.into(),
+            limit: limit.min(READDIR_PAGE_ENTRIES_MAX) as u32,
+        };
+        match self.request(path, req).await? {
+            MgrReply::Entries(e) if e.len() <= limit => Ok(e),
             other => Err(FsError::Usage(format!(
                 "{path}: unexpected reply {other:?}"
             ))),

@@ -57,6 +57,47 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     staged_commits(&mut make());
     staged_new_files(&mut make());
     revocation_intents(&mut make());
+    directory_pages(&mut make());
+}
+
+/// A directory read a page at a time: every entry once, in byte order of the names, whatever
+/// the page size; `after` need not name an entry; a page never holds more than asked.
+fn directory_pages<S: MetaStore>(s: &mut S) {
+    let d = s.link_new(ROOT_INO, "d", &dir(0)).unwrap();
+    let mut names: Vec<String> = (0..23).map(|i| format!("n{i:02}")).collect();
+    names.extend([
+        "Z".to_string(),
+        "a b".into(),
+        "\u{e9}t\u{e9}".into(),
+        "~".into(),
+    ]);
+    for n in &names {
+        s.link_new(d, n, &dir(0)).unwrap();
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    for limit in [1, 2, 5, 26, 27, 100] {
+        let mut got: Vec<String> = vec![];
+        loop {
+            let after = got.last().cloned().unwrap_or_default();
+            let page = s.readdir(d, &after, limit).unwrap();
+            assert!(page.len() <= limit);
+            let short = page.len() < limit;
+            got.extend(page.into_iter().map(|(n, _)| n));
+            if short {
+                break;
+            }
+        }
+        assert_eq!(got, names, "pages of {limit}");
+    }
+    let from_m: Vec<String> = s
+        .readdir(d, "m", 3)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(from_m, ["n00", "n01", "n02"]);
+    assert!(s.readdir(d, names.last().unwrap(), 10).unwrap().is_empty());
+    assert!(s.readdir(d, "", 0).unwrap().is_empty());
 }
 
 /// A revocation's new version and its intent are stored together; the intent lists until it
@@ -194,7 +235,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         )
         .unwrap();
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), None);
-    assert!(s.readdir(ROOT_INO).unwrap().is_empty());
+    assert!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().is_empty());
     let a = new(20, 10, r1);
     s.put_staged(&a).unwrap();
     assert_eq!(
@@ -206,7 +247,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
         vec![ObjectId(20)]
     );
     assert!(
-        s.readdir(ROOT_INO).unwrap().is_empty(),
+        s.readdir(ROOT_INO, "", usize::MAX).unwrap().is_empty(),
         "visible before commit"
     );
 
@@ -239,7 +280,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert_eq!(old.map(|i| i.ino), Some(r2));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));
     assert_eq!(s.inode(r2).unwrap(), None);
-    assert_eq!(s.readdir(ROOT_INO).unwrap().len(), 1);
+    assert_eq!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().len(), 1);
 
     // Abort: the record and the reservation go; a linked file is never touched.
     let r3 = s
@@ -381,7 +422,7 @@ fn users_and_groups<S: MetaStore>(s: &mut S) {
 fn namespace<S: MetaStore>(s: &mut S) {
     let root = s.inode(ROOT_INO).unwrap().unwrap();
     assert_eq!(root.kind, FileKind::Dir);
-    assert!(s.readdir(ROOT_INO).unwrap().is_empty());
+    assert!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().is_empty());
     let d = s.link_new(ROOT_INO, "d", &dir(5)).unwrap();
     assert_eq!(s.link_new(ROOT_INO, "d", &dir(5)), Err(StoreError::Exists));
     let f = s.link_new(d, "f", &file(5, 16)).unwrap();
@@ -393,7 +434,12 @@ fn namespace<S: MetaStore>(s: &mut S) {
     // A file is not a directory.
     assert_eq!(s.link_new(f, "x", &dir(5)), Err(StoreError::NotADirectory));
     assert_eq!(s.link_new(999, "x", &dir(5)), Err(StoreError::NotFound));
-    let names: Vec<String> = s.readdir(d).unwrap().into_iter().map(|(n, _)| n).collect();
+    let names: Vec<String> = s
+        .readdir(d, "", usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     assert_eq!(names, vec!["f"]);
     assert_eq!(s.unlink(ROOT_INO, "d"), Err(StoreError::NotEmpty));
     let mut upd = fi.clone();
@@ -409,7 +455,7 @@ fn namespace<S: MetaStore>(s: &mut S) {
     assert!(s.inode(f).unwrap().is_none());
     assert_eq!(s.unlink(d, "f"), Err(StoreError::NotFound));
     s.unlink(ROOT_INO, "d").unwrap();
-    assert!(s.readdir(ROOT_INO).unwrap().is_empty());
+    assert!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().is_empty());
     assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 0);
 }
 

@@ -108,7 +108,7 @@ impl Manager {
             let Ok(Some(i)) = st.inode(at) else {
                 return format!("#{ino}");
             };
-            let Ok(entries) = st.readdir(i.parent) else {
+            let Ok(entries) = st.readdir(i.parent, "", usize::MAX) else {
                 return format!("#{ino}");
             };
             match entries.into_iter().find(|(_, e)| e.ino == at) {

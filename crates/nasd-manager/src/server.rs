@@ -495,7 +495,9 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             unreachable!("handled by dispatch")
         }
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),
-        Q::Readdir { path } => MgrReply::Entries(m.readdir(c, &path).await?),
+        Q::Readdir { path, after, limit } => {
+            MgrReply::Entries(m.readdir(c, &path, &after, limit as usize).await?)
+        }
         Q::Mkdir { path, mode } => {
             m.mkdir(c, &path, mode)?;
             MgrReply::Ok

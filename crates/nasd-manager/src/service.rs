@@ -613,7 +613,15 @@ impl Manager {
         Ok(self.stat_of(&i, Some(times)))
     }
 
-    pub async fn readdir(&self, c: &Caller, path: &str) -> MgrResult<Vec<DirEntry>> {
+    /// A page of directory `path`: at most `limit` (and [`READDIR_PAGE_ENTRIES_MAX`]) entries
+    /// named after `after`.
+    pub async fn readdir(
+        &self,
+        c: &Caller,
+        path: &str,
+        after: &str,
+        limit: usize,
+    ) -> MgrResult<Vec<DirEntry>> {
         let d = self.resolve(c, path)?;
         if d.kind != FileKind::Dir {
             return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
@@ -621,13 +629,11 @@ impl Manager {
         if !may(c, &d, R | X) {
             return Err(denied(path, "read permission on the directory"));
         }
-        let entries = self.st().readdir(d.ino).map_err(|e| store_err(e, path))?;
-        if entries.len() > LIST_ENTRIES_MAX {
-            return Err(MgrError::new(
-                MgrStatus::InvalidArgument,
-                format!("{path}: more than {LIST_ENTRIES_MAX} entries"),
-            ));
-        }
+        let limit = limit.min(READDIR_PAGE_ENTRIES_MAX);
+        let entries = self
+            .st()
+            .readdir(d.ino, after, limit)
+            .map_err(|e| store_err(e, path))?;
         // One-object files' sizes come from their drives: ask for all of them at once
         // (pipelined connections); the others' are in the store.
         let mut set = tokio::task::JoinSet::new();
@@ -1605,7 +1611,7 @@ mod tests {
         m.st()
             .link_new(ROOT_INO, "old\nname", &crate::conformance::dir(0))
             .unwrap();
-        let names: Vec<_> = m.readdir(&a, "/").await.unwrap();
+        let names: Vec<_> = m.readdir(&a, "/", "", usize::MAX).await.unwrap();
         assert_eq!(names[0].name, "old\nname");
         m.stat(&a, "/old\nname").await.unwrap();
         m.mkdir(&a, "/old\nname/inside", 0o755).unwrap();

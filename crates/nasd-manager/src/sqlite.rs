@@ -936,7 +936,7 @@ impl MetaStore for SqliteStore {
             .map_err(db)
     }
 
-    fn readdir(&self, parent: u64) -> StoreResult<Vec<(String, Inode)>> {
+    fn readdir(&self, parent: u64, after: &str, limit: usize) -> StoreResult<Vec<(String, Inode)>> {
         Self::dir_inode(&self.db, parent)?;
         let cols = INODE_COLS
             .split(", ")
@@ -947,11 +947,14 @@ impl MetaStore for SqliteStore {
             let mut st = self
                 .db
                 .prepare(&format!(
-                    "SELECT d.name, {cols} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 ORDER BY d.name"
+                    "SELECT d.name, {cols} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 AND d.name > ?2 ORDER BY d.name LIMIT ?3"
                 ))
                 .map_err(db)?;
             let rows = st
-                .query_map(params![parent as i64], |r| Ok((r.get(0)?, inode_at(r, 1)?)))
+                .query_map(
+                    params![parent as i64, after, limit.min(i64::MAX as usize) as i64],
+                    |r| Ok((r.get(0)?, inode_at(r, 1)?)),
+                )
                 .map_err(db)?;
             rows.collect::<Result<_, _>>().map_err(db)?
         };

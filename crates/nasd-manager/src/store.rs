@@ -225,7 +225,9 @@ pub trait MetaStore: Send {
 
     fn inode(&self, ino: u64) -> StoreResult<Option<Inode>>;
     fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>>;
-    fn readdir(&self, parent: u64) -> StoreResult<Vec<(String, Inode)>>;
+    /// The entries of directory `parent` named after `after` in byte order (all when `after`
+    /// is empty), at most `limit` of them.
+    fn readdir(&self, parent: u64, after: &str, limit: usize) -> StoreResult<Vec<(String, Inode)>>;
     /// Creates `inode` (its `ino` is ignored) under `parent` as `name`, in one transaction.
     /// `Exists` if the name is taken, `NotFound`/`NotADirectory` for a bad parent.
     fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64>;

@@ -48,7 +48,11 @@ use std::fmt;
 ///   ([`MgrStatus::Busy`]), ended at once by `ReturnCapability`. A commit staged against a
 ///   layout that changed since is refused with [`MgrStatus::Conflict`]. New: `Repair` (a
 ///   reader reports a damaged shard), `Scrub`, `Status`, `DriveReplace`.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 4;
+/// - 5: [`MgrRequest::Readdir`] reads a directory a page at a time (`after`, `limit`, at
+///   most [`READDIR_PAGE_ENTRIES_MAX`] entries), so a directory of any size can be listed
+///   (one reply used to carry every entry, and a directory past 16,384 entries, or fewer
+///   with long names, could not be listed at all).
+pub const MANAGER_PROTOCOL_VERSION: u16 = 5;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -59,6 +63,12 @@ pub const NAME_BYTES_MAX: usize = 255;
 pub const PATH_BYTES_MAX: usize = 4096;
 /// Most entries in one listing reply.
 pub const LIST_ENTRIES_MAX: usize = 16384;
+/// Most entries in one page of a directory ([`MgrRequest::Readdir`]): the largest page, of
+/// entries with the longest name, owner and group, fits one frame.
+pub const READDIR_PAGE_ENTRIES_MAX: usize = 4096;
+/// Encoded bytes of the largest directory entry: its name, then the stat (ino, kind, mode,
+/// uid, gid, owner, group, size, mtime, ctime), strings with their 4-byte length.
+const DIR_ENTRY_BYTES_MAX: usize = 3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8;
 /// Bytes of a session token.
 pub const TOKEN_BYTES: usize = 32;
 const MAGIC: &[u8; 4] = b"NSDM";
@@ -67,6 +77,10 @@ const KIND_REPLY: u8 = 2;
 
 const _: () = assert!(PATH_BYTES_MAX <= STRING_BYTES_MAX && NAME_BYTES_MAX < PATH_BYTES_MAX);
 const _: () = assert!(LIST_ENTRIES_MAX * 64 < MANAGER_FRAME_BYTES_MAX);
+const _: () = assert!(
+    READDIR_PAGE_ENTRIES_MAX <= LIST_ENTRIES_MAX
+        && READDIR_PAGE_ENTRIES_MAX * DIR_ENTRY_BYTES_MAX + 1024 < MANAGER_FRAME_BYTES_MAX
+);
 
 /// How a user proves who they are.
 #[derive(Clone, PartialEq, Eq)]
@@ -118,8 +132,13 @@ pub enum MgrRequest {
     Stat {
         path: String,
     },
+    /// A page of a directory: the entries named after `after` in byte order (from the first
+    /// when `after` is empty), at most `limit` and at most [`READDIR_PAGE_ENTRIES_MAX`]. A
+    /// page shorter than asked for is the last.
     Readdir {
         path: String,
+        after: String,
+        limit: u32,
     },
     Mkdir {
         path: String,
@@ -771,10 +790,14 @@ impl MgrRequest {
                     }
                 }
             }
-            Self::Stat { path }
-            | Self::Readdir { path }
-            | Self::Rmdir { path }
-            | Self::Unlink { path } => put_str(&mut w, path),
+            Self::Readdir { path, after, limit } => {
+                put_str(&mut w, path);
+                put_str(&mut w, after);
+                w.u32(*limit);
+            }
+            Self::Stat { path } | Self::Rmdir { path } | Self::Unlink { path } => {
+                put_str(&mut w, path)
+            }
             Self::Mkdir { path, mode } | Self::Chmod { path, mode } => {
                 put_str(&mut w, path);
                 w.u32(*mode);
@@ -925,6 +948,8 @@ impl MgrRequest {
             },
             3 => Self::Readdir {
                 path: get_str(r, "path")?,
+                after: get_str(r, "after")?,
+                limit: r.u32("limit")?,
             },
             4 => Self::Mkdir {
                 path: get_str(r, "path")?,
@@ -1505,7 +1530,11 @@ mod tests {
                 credential: Credential::Token([3; 32]),
             },
             MgrRequest::Stat { path: p() },
-            MgrRequest::Readdir { path: p() },
+            MgrRequest::Readdir {
+                path: p(),
+                after: "b".into(),
+                limit: 100,
+            },
             MgrRequest::Mkdir {
                 path: p(),
                 mode: 0o755,

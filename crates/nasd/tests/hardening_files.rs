@@ -941,7 +941,7 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
         let obj = staged(m.create(&a, "/new", 0o644, false).await.unwrap());
         let e = m.stat(&a, "/new").await.unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
-        assert!(m.readdir(&a, "/").await.unwrap().is_empty());
+        assert!(m.readdir(&a, "/", "", usize::MAX).await.unwrap().is_empty());
         assert!(partition_contents(&m, d).await.unwrap().contains(&obj));
 
         // A clean failure aborts: the object goes at once.
@@ -957,6 +957,6 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
         assert!(!partition_contents(&m, d).await.unwrap().contains(&obj));
         let e = m.commit(&a, "/new", d, obj, 0, 0).await.unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
-        assert!(m.readdir(&a, "/").await.unwrap().is_empty());
+        assert!(m.readdir(&a, "/", "", usize::MAX).await.unwrap().is_empty());
     });
 }
