@@ -749,7 +749,9 @@ fn a_directory_larger_than_a_page_lists_whole() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let n = READDIR_PAGE_ENTRIES_MAX + 7;
     let c = rt
-        .block_on(Client::connect(up.session("admin", up.admin_password().trim())))
+        .block_on(Client::connect(
+            up.session("admin", up.admin_password().trim()),
+        ))
         .unwrap();
     up.ok(&["mkdir", "nasd:/big"]);
     rt.block_on(async {
