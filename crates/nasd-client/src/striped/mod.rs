@@ -182,8 +182,11 @@ impl Striped {
     /// Components not to read now: stale, missed by a write, or on a drive known down.
     fn avoid(&self) -> u64 {
         let mut bits = self.stale | self.missed.load(Ordering::Acquire);
+        // A patient retry asks every drive that may hold good bytes, also those that failed
+        // moments ago (perhaps only too slow to connect on a loaded machine).
+        let patient = PATIENT.try_with(|p| *p).unwrap_or(false);
         for (c, p) in self.parts.iter().enumerate() {
-            if !p.available() {
+            if !patient && !p.available() {
                 bits |= 1 << c;
             }
         }
@@ -725,7 +728,20 @@ impl Striped {
     /// other components say it holds: read repair, and the rebuild of a lost component onto a
     /// fresh object (`onto`, in place of `c`'s own). Only what the file holds is written (no
     /// byte past the component's length). Returns the bytes written.
+    /// Background work: waits for slow drives instead of reading around them.
     pub async fn rebuild_range(
+        &self,
+        c: usize,
+        offset: u64,
+        len: u64,
+        onto: Option<Arc<dyn FileIo>>,
+    ) -> Result<u64, IoError> {
+        PATIENT
+            .scope(true, self.rebuild_range_now(c, offset, len, onto))
+            .await
+    }
+
+    async fn rebuild_range_now(
         &self,
         c: usize,
         offset: u64,
@@ -800,7 +816,20 @@ impl Striped {
     /// Copies `[offset, offset + len)` of component `c` (cut at its length) onto `onto`:
     /// read from `c` itself where it is current and its reply verifies, else rebuilt from the
     /// other components. What a drive replacement moves. Returns the bytes written.
+    /// Background work: waits for slow drives instead of reading around them.
     pub async fn move_range(
+        &self,
+        c: usize,
+        offset: u64,
+        len: u64,
+        onto: Arc<dyn FileIo>,
+    ) -> Result<u64, IoError> {
+        PATIENT
+            .scope(true, self.move_range_now(c, offset, len, onto))
+            .await
+    }
+
+    async fn move_range_now(
         &self,
         c: usize,
         offset: u64,

@@ -106,7 +106,21 @@ impl Striped {
     /// Scrubs step `step` (see the module comment) into `t`; with `repair`, rewrites what it
     /// finds damaged where the code covers it. An error means the step could not run at all
     /// (a refused grant); damage and absent drives are counted, not returned.
+    ///
+    /// Background work, so it waits for slow drives rather than read around them at the
+    /// read deadline: a drive that is only slow is neither damaged nor down.
     pub async fn scrub_step(
+        &self,
+        step: u64,
+        repair: bool,
+        t: &mut ScrubTally,
+    ) -> Result<(), IoError> {
+        super::PATIENT
+            .scope(true, self.scrub_step_now(step, repair, t))
+            .await
+    }
+
+    async fn scrub_step_now(
         &self,
         step: u64,
         repair: bool,
