@@ -32,12 +32,14 @@
 //! - [`error`] — [`ClusterError`].
 
 pub mod cluster;
+pub mod data;
 pub mod error;
 pub mod init;
 pub mod node;
 pub mod process;
 
 pub use cluster::{down, Cluster};
+pub use data::pseudo_random;
 pub use error::ClusterError;
 pub use node::{ClusterFile, Node, NodeId, Pids};
 use std::collections::BTreeMap;

@@ -35,6 +35,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use nasd_client::object::Target;
 use nasd_client::{Auth, Capability, DriveConn};
+use nasd_cluster::pseudo_random;
 use nasd_proto::{
     CapabilityArgs, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
     DATA_BYTES_MAX,
@@ -288,18 +289,6 @@ fn rayon_warm() {
         &data,
         &mut cost,
     );
-}
-
-fn pseudo_random(n: usize, mut x: u64) -> Vec<u8> {
-    let mut v = Vec::with_capacity(n + 8);
-    while v.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(n);
-    v
 }
 
 async fn bench_drive(

@@ -33,7 +33,7 @@ use clap::Args;
 use nasd_client::files::{Client, FsError};
 use nasd_client::pool::DOWN_FOR_MS;
 use nasd_client::session::SessionConfig;
-use nasd_cluster::{Cluster, NodeId, Options};
+use nasd_cluster::{pseudo_random, Cluster, NodeId, Options};
 use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -666,19 +666,6 @@ async fn remove_files(clients: &[Arc<Client>], names: Vec<String>) -> anyhow::Re
         t.await.context("a bench worker panicked")??;
     }
     Ok(())
-}
-
-fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(n + 8);
-    while v.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(n);
-    v
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -19,16 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v = Vec::with_capacity(n + 8);
-    while v.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(n);
-    v
+    nasd_cluster::pseudo_random(n, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// Writes a small tree; returns relative path -> BLAKE3 of its contents.

@@ -741,13 +741,9 @@ impl Striped {
             .await
     }
 
-    async fn rebuild_range_now(
-        &self,
-        c: usize,
-        offset: u64,
-        len: u64,
-        onto: Option<Arc<dyn FileIo>>,
-    ) -> Result<u64, IoError> {
+    /// Where `[offset, offset + len)` of component `c` ends, cut at the component's length;
+    /// a usage error for a component the layout does not have.
+    fn component_end(&self, c: usize, offset: u64, len: u64) -> Result<u64, IoError> {
         if c >= self.parts.len() {
             return Err(IoError::Usage(format!(
                 "component {c} of a layout with {}",
@@ -755,9 +751,19 @@ impl Striped {
             )));
         }
         let size = self.size.load(Ordering::Acquire);
-        let end = offset
+        Ok(offset
             .saturating_add(len)
-            .min(self.geo.component_len(c, size));
+            .min(self.geo.component_len(c, size)))
+    }
+
+    async fn rebuild_range_now(
+        &self,
+        c: usize,
+        offset: u64,
+        len: u64,
+        onto: Option<Arc<dyn FileIo>>,
+    ) -> Result<u64, IoError> {
+        let end = self.component_end(c, offset, len)?;
         if end <= offset {
             return Ok(0);
         }
@@ -836,16 +842,7 @@ impl Striped {
         len: u64,
         onto: Arc<dyn FileIo>,
     ) -> Result<u64, IoError> {
-        if c >= self.parts.len() {
-            return Err(IoError::Usage(format!(
-                "component {c} of a layout with {}",
-                self.parts.len()
-            )));
-        }
-        let size = self.size.load(Ordering::Acquire);
-        let end = offset
-            .saturating_add(len)
-            .min(self.geo.component_len(c, size));
+        let end = self.component_end(c, offset, len)?;
         let mut at = offset;
         let mut written = 0;
         while at < end {
@@ -1061,7 +1058,7 @@ mod tests {
     use super::*;
     use crate::memio::{Fault, MemIo};
 
-    fn pseudo(n: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn pseudo(n: usize, seed: u64) -> Vec<u8> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|_| {

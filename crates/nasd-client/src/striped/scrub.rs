@@ -435,17 +435,7 @@ mod tests {
     use nasd_ec::Layout as Geometry;
     use std::sync::Arc;
 
-    fn pseudo(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::striped::tests::pseudo;
 
     async fn written(spec: &str, len: usize) -> (Vec<Arc<MemIo>>, Vec<u8>) {
         let geo: Geometry = spec.parse().unwrap();

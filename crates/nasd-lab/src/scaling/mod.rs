@@ -35,7 +35,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use nasd_client::files::Client;
-use nasd_cluster::{Cluster, NodeId, Options, Placement};
+use nasd_cluster::{pseudo_random, Cluster, NodeId, Options, Placement};
 use nasd_proto::manager::Credential;
 
 use crate::error::LabError;
@@ -490,19 +490,6 @@ fn sleep_until(t: Instant) {
         }
         std::thread::sleep((t - now).min(Duration::from_millis(100)));
     }
-}
-
-fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(n + 8);
-    while v.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(n);
-    v
 }
 
 #[cfg(test)]
