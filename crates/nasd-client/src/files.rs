@@ -56,7 +56,7 @@ pub const REPAIR_REPORTS_MAX: usize = 16;
 
 const _: () = assert!(CHUNK_BYTES <= nasd_proto::DATA_BYTES_MAX);
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -285,6 +285,39 @@ impl Upload {
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
+    /// A file prepared by the manager ([`crate::prepared`]), not yet bound to a name.
+    pub(crate) fn prepared(
+        dir: &str,
+        f: nasd_proto::manager::PreparedFile,
+    ) -> Result<Upload, FsError> {
+        check_grants(dir, &f.layout, &f.caps)?;
+        let grant = open_file(dir, f.stat.clone(), f.layout.clone(), f.caps);
+        // The objects were just made for this file by the manager.
+        grant.owner_checked.store(true, Ordering::Release);
+        Ok(Upload {
+            path: dir.into(),
+            layout: f.layout,
+            stat: f.stat,
+            grant: Arc::new(tokio::sync::Mutex::new(Arc::new(grant))),
+            replaces: false,
+            end: Arc::new(AtomicU64::new(0)),
+            missed: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The same upload, committed (and renewed, aborted) as `path`.
+    pub(crate) fn bound_to(mut self, path: &str) -> Upload {
+        self.path = path.into();
+        self
+    }
+
+    /// Whether its capabilities are still short of renewal at `now_ms`.
+    pub(crate) fn usable_until(&self, now_ms: u64) -> bool {
+        self.grant
+            .try_lock()
+            .is_ok_and(|g| !g.needs_renewal(now_ms))
+    }
+
     /// The upload's name at the manager: its first component that is not stale.
     fn key(&self) -> (nasd_proto::DriveId, nasd_proto::ObjectId) {
         staged_key(&self.layout)
@@ -321,6 +354,8 @@ pub struct Client {
     caps: CapCache,
     pool: Arc<ConnPool>,
     manager_down_until_ms: AtomicU64,
+    /// New files the manager staged ahead of their names.
+    pub(crate) prepared: crate::prepared::Pools,
     /// Manager round trips so far (for benchmarks and tests).
     pub manager_round_trips: AtomicU64,
 }
@@ -340,6 +375,7 @@ impl Client {
             caps: CapCache::new(),
             pool: Arc::new(ConnPool::new()),
             manager_down_until_ms: AtomicU64::new(0),
+            prepared: Default::default(),
             manager_round_trips: AtomicU64::new(1),
             read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
         }))

@@ -23,6 +23,8 @@
 //!   put underneath instead.
 //! - [`transfer`] — streaming copies to, from and within the cluster (holes kept, downloads
 //!   replaced only when complete).
+//! - [`prepared`] — new files staged ahead of their names, for directories being filled with
+//!   small files (one manager round trip per file).
 //! - [`escape`] — printing untrusted names safely.
 
 pub mod auth;
@@ -37,6 +39,7 @@ pub mod layer;
 pub mod memio;
 pub mod object;
 pub mod pool;
+pub mod prepared;
 pub mod session;
 pub mod striped;
 pub mod transfer;

@@ -373,13 +373,19 @@ impl Client {
         Ok(())
     }
 
-    /// Creates or replaces `path` with `data` (staged, committed once all of it is written).
+    /// Creates or replaces `path` with `data` (staged, committed once all of it is written;
+    /// a small new file in a directory being filled goes into a prepared file,
+    /// [`crate::prepared`]).
     pub async fn put_bytes(
         self: &Arc<Self>,
         path: &str,
         data: &[u8],
         mode: u32,
     ) -> Result<(), FsError> {
+        let fill = |u: Upload| async move { self.write_bytes(&u, data).await };
+        if let Some(r) = self.put_prepared(path, data.len() as u64, mode, fill).await {
+            return r;
+        }
         let u = self.begin_upload(path, mode).await?;
         let r = self.write_bytes(&u, data).await;
         if r.is_err() {
@@ -389,7 +395,11 @@ impl Client {
         self.finish_upload(u).await
     }
 
-    async fn write_bytes(self: &Arc<Self>, u: &Upload, data: &[u8]) -> Result<(), FsError> {
+    pub(crate) async fn write_bytes(
+        self: &Arc<Self>,
+        u: &Upload,
+        data: &[u8],
+    ) -> Result<(), FsError> {
         let data: Arc<[u8]> = Arc::from(data);
         let step = self.upload_granule(u).await?;
         let mut offsets = (0..data.len() as u64).step_by(step as usize);
@@ -490,6 +500,15 @@ impl Client {
     ) -> Result<u64, FsError> {
         let f = File::open(local_path).map_err(local(local_path))?;
         let size = f.metadata().map_err(local(local_path))?.len();
+        let fill = |u: Upload| {
+            let (f, progress) = (&f, progress.clone());
+            async move { self.put_ranges(f, local_path, &u, size, &progress).await }
+        };
+        if let Some(r) = self.put_prepared(remote, size, mode, fill).await {
+            r?;
+            progress(size);
+            return Ok(size);
+        }
         let u = self.begin_upload(remote, mode).await?;
         let r = self.put_ranges(&f, local_path, &u, size, &progress).await;
         if r.is_err() {

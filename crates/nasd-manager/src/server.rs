@@ -563,6 +563,9 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             drive,
             object,
         } => m.renew(c, &path, drive, object).await?,
+        Q::Prepare { dir, mode, count } => {
+            MgrReply::Prepared(m.prepare(c, &dir, mode, count).await?)
+        }
         Q::ReturnCapability { path, audit_id } => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
             m.return_capability(c, &path).await?;

@@ -217,6 +217,32 @@ pub fn split_path(path: &str) -> MgrResult<Vec<&str>> {
 /// A name that is about to be created: [`check_name`], and no control character — C0
 /// (U+0000..U+001F: newline, CR, ESC, ...), DEL (U+007F) or C1 (U+0080..U+009F), which is
 /// exactly Unicode's `Cc` category, `char::is_control`. The detail shows the name escaped.
+/// Where a prepared file is recorded as staged ([`Manager::prepare`]): its directory's names
+/// joined, ending in `/` (no file's path does), so `Commit`, `Renew` and `Abort` find it.
+fn prepared_marker(dir: &[&str]) -> String {
+    match dir {
+        [] => "/".into(),
+        names => format!("/{}/", names.join("/")),
+    }
+}
+
+fn is_prepared(s: &Staged) -> bool {
+    s.new_file && s.path.ends_with('/')
+}
+
+/// Whether `path` names the prepared file `s`: as a file in its directory (a commit) or as
+/// the directory itself (`Renew`, `Abort`).
+fn is_prepared_at(s: &Staged, path: &str) -> bool {
+    let Ok(names) = split_path(path) else {
+        return false;
+    };
+    is_prepared(s)
+        && (prepared_marker(&names) == s.path
+            || names
+                .split_last()
+                .is_some_and(|(_, dir)| prepared_marker(dir) == s.path))
+}
+
 pub fn check_new_name(path: &str, n: &str) -> MgrResult<()> {
     check_name(n)?;
     match n.chars().find(|ch| ch.is_control()) {
@@ -792,6 +818,93 @@ impl Manager {
         }
     }
 
+    /// Stages `count` new files of `mode` in directory `dir` before their names are known
+    /// (seed 002 §3: the manager stays off the data path; a client writing many small files
+    /// then pays one round trip per file, `Commit`, instead of two). Each is what `create`
+    /// stages for a new name, recorded at the directory's marker path (`dir/`) instead of a
+    /// file's: its objects are made on every drive at once, so each drive group-commits the
+    /// batch. The directory must be writable now; the commit checks again.
+    pub async fn prepare(
+        &self,
+        c: &Caller,
+        dir_path: &str,
+        mode: u32,
+        count: u32,
+    ) -> MgrResult<Vec<PreparedFile>> {
+        if count == 0 || count > PREPARED_FILES_MAX {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("prepare {count} files: from 1 to {PREPARED_FILES_MAX} at once"),
+            ));
+        }
+        let marker = prepared_marker(&split_path(dir_path)?);
+        let dir = self.resolve(c, dir_path)?;
+        if dir.kind != FileKind::Dir {
+            return Err(MgrError::new(
+                MgrStatus::NotADirectory,
+                dir_path.to_string(),
+            ));
+        }
+        if !may(c, &dir, W | X) {
+            return Err(denied(dir_path, "write permission on the directory"));
+        }
+        let spec = self.layout_spec_for(&dir)?;
+        let made = futures_util::future::join_all((0..count).map(|_| async {
+            let i = self.reserve_inode(c, &dir, mode)?;
+            match self.create_layout(&spec, &i).await {
+                Ok(l) => Ok(Inode {
+                    size: (!l.sized_by_object()).then_some(0),
+                    layout: Some(l),
+                    ..i
+                }),
+                Err(e) => {
+                    self.forget_reservation(i.ino);
+                    Err(e)
+                }
+            }
+        }))
+        .await;
+        let mut files = Vec::with_capacity(made.len());
+        let mut failure = None;
+        for made in made {
+            let i = match made {
+                Ok(i) => i,
+                Err(e) => {
+                    failure.get_or_insert(e.at(dir_path));
+                    continue;
+                }
+            };
+            let staged = Staged {
+                layout: i.layout.clone().expect("created above"),
+                acv: i.acv,
+                uid: c.uid,
+                path: marker.clone(),
+                mode: i.mode,
+                created_ms: now_ms(),
+                ino: i.ino,
+                new_file: true,
+                base_version: None,
+            };
+            let put = self.st().put_staged(&staged);
+            if let Err(e) = put {
+                self.undo_create(&i).await;
+                failure.get_or_insert(store_err(e, dir_path));
+                continue;
+            }
+            let (layout, caps) = self.mint(c, dir_path, &i, Grant::Write)?;
+            files.push(PreparedFile {
+                stat: self.stat_of(&i, Some((0, i.mtime_us))),
+                layout,
+                caps,
+            });
+        }
+        match failure {
+            // Some files are better than none: the caller asks again when it runs out.
+            Some(e) if files.is_empty() => Err(e),
+            _ => Ok(files),
+        }
+    }
+
     /// A new file's inode, stored without a name; its number is the file's from now on.
     fn reserve_inode(&self, c: &Caller, dir: &Inode, mode: u32) -> MgrResult<Inode> {
         let now = now_us();
@@ -960,7 +1073,7 @@ impl Manager {
             object,
         };
         let s = self.st().staged(obj).map_err(|e| store_err(e, path))?;
-        Ok(s.filter(|s| s.uid == c.uid && s.path == path))
+        Ok(s.filter(|s| s.uid == c.uid && (s.path == path || is_prepared_at(s, path))))
     }
 
     /// The second half of an upload, sent once every write to the staged object was
@@ -1007,7 +1120,9 @@ impl Manager {
                 ),
             ));
         };
-        if s.new_file {
+        if is_prepared(&s) {
+            self.may_link_prepared(c, path, &dir, name, &s, current.as_ref())?;
+        } else if s.new_file {
             self.may_link(c, path, &dir, current.as_ref())?;
         } else {
             match &current {
@@ -1060,6 +1175,33 @@ impl Manager {
             self.remove_objects(&l.not_in(Some(&s.layout))).await;
         }
         Ok(())
+    }
+
+    /// Whether `c` may commit the prepared file `s` as `dir`/`name` (`path`): only into the
+    /// directory it was prepared in, only under a free, clean name (a prepared file never
+    /// replaces one: the writer overwrites through `Create`, which keeps the file's inode),
+    /// and only with write permission on the directory now.
+    fn may_link_prepared(
+        &self,
+        c: &Caller,
+        path: &str,
+        dir: &Inode,
+        name: &str,
+        s: &Staged,
+        current: Option<&Inode>,
+    ) -> MgrResult<()> {
+        let reserved = self.st().inode(s.ino).map_err(|e| store_err(e, path))?;
+        if path.ends_with('/') || reserved.is_none_or(|i| i.parent != dir.ino) {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: the file was prepared in another directory"),
+            ));
+        }
+        if current.is_some() {
+            return Err(MgrError::new(MgrStatus::Exists, path.to_string()));
+        }
+        check_new_name(path, name)?;
+        self.may_link(c, path, dir, None)
     }
 
     /// The inode `dir`/`name` names now, if any.
@@ -1542,6 +1684,44 @@ mod tests {
             ..caller(12, vec![1])
         };
         assert!(may(&admin, &i, R | W | X));
+    }
+
+    #[test]
+    fn a_prepared_file_is_named_by_its_directory_or_a_file_in_it() {
+        let s = Staged {
+            layout: FileLayout::single(ObjRef {
+                drive: nasd_proto::DriveId(1),
+                partition: nasd_proto::PartitionId(1),
+                object: ObjectId(9),
+            }),
+            acv: 0,
+            uid: 10,
+            path: prepared_marker(&["a", "b"]),
+            mode: 0o644,
+            created_ms: 0,
+            ino: 5,
+            new_file: true,
+            base_version: None,
+        };
+        assert_eq!(s.path, "/a/b/");
+        assert_eq!(prepared_marker(&[]), "/");
+        for yes in ["/a/b/f", "/a//b/./f", "/a/b/", "/a/b"] {
+            assert!(is_prepared_at(&s, yes), "{yes}");
+        }
+        for no in ["/a/f", "/a/b/c/f", "/a/bb/f", "a/b/f", "/a/../a/b/f"] {
+            assert!(!is_prepared_at(&s, no), "{no}");
+        }
+        // An ordinary upload's record is never taken for a prepared one.
+        let upload = Staged {
+            path: "/a/b/f".into(),
+            ..s.clone()
+        };
+        assert!(!is_prepared(&upload) && !is_prepared_at(&upload, "/a/b/f"));
+        let overwrite = Staged {
+            new_file: false,
+            ..s
+        };
+        assert!(!is_prepared_at(&overwrite, "/a/b/f"));
     }
 
     #[test]

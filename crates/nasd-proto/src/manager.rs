@@ -52,7 +52,11 @@ use std::fmt;
 ///   most [`READDIR_PAGE_ENTRIES_MAX`] entries), so a directory of any size can be listed
 ///   (one reply used to carry every entry, and a directory past 16,384 entries, or fewer
 ///   with long names, could not be listed at all).
-pub const MANAGER_PROTOCOL_VERSION: u16 = 5;
+/// - 6: [`MgrRequest::Prepare`] stages up to [`PREPARED_FILES_MAX`] new files in a directory
+///   ahead of their names ([`MgrReply::Prepared`]); a client that writes many small files
+///   fills one and `Commit`s it under its name, one manager round trip per file instead of
+///   two, and a prepared file is still invisible until all of it is on the drives.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 6;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -69,6 +73,10 @@ pub const READDIR_PAGE_ENTRIES_MAX: usize = 4096;
 /// Encoded bytes of the largest directory entry: its name, then the stat (ino, kind, mode,
 /// uid, gid, owner, group, size, mtime, ctime), strings with their 4-byte length.
 const DIR_ENTRY_BYTES_MAX: usize = 3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8;
+/// Most new files one [`MgrRequest::Prepare`] stages: a batch pays one round trip and one
+/// group commit on each drive; 32 files of the widest layout (44 components) fit one frame
+/// with room to spare, and an abandoned batch leaves at most this many records to expire.
+pub const PREPARED_FILES_MAX: u32 = 32;
 /// Bytes of a session token.
 pub const TOKEN_BYTES: usize = 32;
 const MAGIC: &[u8; 4] = b"NSDM";
@@ -253,6 +261,19 @@ pub enum MgrRequest {
         path: String,
         drive: DriveId,
         object: ObjectId,
+    },
+    /// Stages `count` (at most [`PREPARED_FILES_MAX`]) new files of mode `mode` in directory
+    /// `dir` before their names are known, answered with [`MgrReply::Prepared`]. Each is a
+    /// reserved inode with fresh objects in the layout the directory gives new files and a
+    /// write capability, recorded as staged at `dir` followed by `/`: the writer fills one and
+    /// [`MgrRequest::Commit`]s it as `dir/NAME`, which links it only if NAME is free (else
+    /// [`MgrStatus::Exists`]: an existing file is overwritten through `Create`, which keeps
+    /// its inode). `Abort` and `Renew` name a prepared file by `dir/`. Unused ones expire as
+    /// any staged upload does.
+    Prepare {
+        dir: String,
+        mode: u32,
+        count: u32,
     },
     /// The layout spec a directory gives new files (inherited from its parent when it has
     /// none of its own), answered with [`MgrReply::LayoutSpec`].
@@ -475,6 +496,15 @@ impl Layout {
     }
 }
 
+/// One new file staged by [`MgrRequest::Prepare`], as `Staged` describes an upload.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PreparedFile {
+    pub stat: FileStat,
+    pub layout: Layout,
+    /// `caps[i]` is the write capability for `layout.components[i]`.
+    pub caps: Vec<CapGrant>,
+}
+
 /// A capability as the manager hands it out: public args and the secret key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct CapGrant {
@@ -623,6 +653,9 @@ pub enum MgrReply {
         replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
+    /// New files staged by [`MgrRequest::Prepare`]: for each, the file as it will be linked
+    /// (its inode number among it), its layout and one write capability per component.
+    Prepared(Vec<PreparedFile>),
     /// The layout spec new files in a directory get (`LayoutGet`).
     LayoutSpec(String),
     Scrubbed(ScrubReport),
@@ -731,6 +764,7 @@ impl MgrRequest {
             Self::Scrub { .. } => "scrub",
             Self::Status => "status",
             Self::DriveReplace { .. } => "drive replace",
+            Self::Prepare { .. } => "prepare",
         }
     }
 
@@ -770,6 +804,7 @@ impl MgrRequest {
             Self::Scrub { .. } => 31,
             Self::Status => 32,
             Self::DriveReplace { .. } => 33,
+            Self::Prepare { .. } => 34,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -794,6 +829,11 @@ impl MgrRequest {
                 put_str(&mut w, path);
                 put_str(&mut w, after);
                 w.u32(*limit);
+            }
+            Self::Prepare { dir, mode, count } => {
+                put_str(&mut w, dir);
+                w.u32(*mode);
+                w.u32(*count);
             }
             Self::Stat { path } | Self::Rmdir { path } | Self::Unlink { path } => {
                 put_str(&mut w, path)
@@ -1065,6 +1105,11 @@ impl MgrRequest {
             33 => Self::DriveReplace {
                 old: DriveId(r.u64("old drive")?),
                 new: DriveId(r.u64("new drive")?),
+            },
+            34 => Self::Prepare {
+                dir: get_str(r, "directory")?,
+                mode: r.u32("mode")?,
+                count: r.u32("count")?,
             },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
@@ -1362,6 +1407,7 @@ impl MgrReply {
             Self::LayoutSpec(_) => 11,
             Self::Scrubbed(_) => 12,
             Self::Status(_) => 13,
+            Self::Prepared(_) => 14,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1399,6 +1445,13 @@ impl MgrReply {
             } => {
                 put_opened(&mut w, stat, layout, caps);
                 w.u8(*replaces as u8);
+            }
+            Self::Prepared(files) => {
+                debug_assert!(files.len() <= PREPARED_FILES_MAX as usize);
+                w.u32(files.len() as u32);
+                for f in files {
+                    put_opened(&mut w, &f.stat, &f.layout, &f.caps);
+                }
             }
             Self::LayoutSpec(spec) => put_str(&mut w, spec),
             Self::Scrubbed(rep) => put_scrub_report(&mut w, rep),
@@ -1491,6 +1544,18 @@ impl MgrReply {
             8 => Self::Drives(get_drives(r)?),
             12 => Self::Scrubbed(get_scrub_report(r)?),
             13 => Self::Status(get_status(r)?),
+            14 => {
+                let n = r.u32("prepared files")?;
+                if n > PREPARED_FILES_MAX {
+                    return Err(DecodeError::TooLong("prepared files"));
+                }
+                let mut files = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let (stat, layout, caps) = get_opened(r)?;
+                    files.push(PreparedFile { stat, layout, caps });
+                }
+                Self::Prepared(files)
+            }
             _ => return Err(DecodeError::BadValue("reply tag")),
         };
         r.finish("manager reply")?;
@@ -1633,6 +1698,11 @@ mod tests {
                 drive: DriveId(3),
                 object: ObjectId(19),
             },
+            MgrRequest::Prepare {
+                dir: p(),
+                mode: 0o640,
+                count: 16,
+            },
             MgrRequest::LayoutGet { path: p() },
             MgrRequest::LayoutSet {
                 path: p(),
@@ -1657,6 +1727,23 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn a_prepared_reply_past_its_limit_is_refused() {
+        let MgrReply::Opened { stat, layout, caps } = base_replies()[5].clone() else {
+            panic!("reply 5 is Opened");
+        };
+        let one = PreparedFile { stat, layout, caps };
+        let ok = MgrReply::Prepared(vec![one; PREPARED_FILES_MAX as usize]).encode(1);
+        assert!(MgrReply::decode(&ok).is_ok());
+        // The count sits right after the header (4 magic, 2 version, 1 kind, 8 id, 1 tag).
+        let mut over = ok.clone();
+        over[16..20].copy_from_slice(&(PREPARED_FILES_MAX + 1).to_le_bytes());
+        assert_eq!(
+            MgrReply::decode(&over).unwrap_err(),
+            DecodeError::TooLong("prepared files")
+        );
+    }
+
     fn replies() -> Vec<MgrReply> {
         let mut v = base_replies();
         if let MgrReply::Opened { stat, layout, caps } = v[5].clone() {
@@ -1668,6 +1755,9 @@ mod tests {
                     replaces,
                 });
             }
+            let one = PreparedFile { stat, layout, caps };
+            v.push(MgrReply::Prepared(vec![]));
+            v.push(MgrReply::Prepared(vec![one; 3]));
         }
         v.push(MgrReply::Challenge([6; 32]));
         v

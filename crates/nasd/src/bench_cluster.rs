@@ -588,7 +588,7 @@ async fn put_cell(
 ) -> anyhow::Result<(Sample, Vec<String>)> {
     let prefix = prefix.to_string();
     let size = data.len();
-    timed(clients, budget, size, move |w, c, k| {
+    let r = timed(clients, budget, size, move |w, c, k| {
         let (name, data) = (format!("{prefix}-w{w}-{k}"), data.clone());
         async move {
             c.put_bytes(&name, &data, 0o644)
@@ -597,7 +597,12 @@ async fn put_cell(
             Ok(name)
         }
     })
-    .await
+    .await;
+    // Files prepared for names the cell did not reach go back (outside the timing).
+    for c in clients {
+        c.release_prepared().await;
+    }
+    r
 }
 
 /// GET of `names` (worker `w` starts at the `w`th and steps by the number of workers), each

@@ -344,36 +344,10 @@ pub async fn cp(a: CpArgs) -> anyhow::Result<()> {
     let many = srcs.len() > 1;
     let c = connect().await?;
     let t0 = Instant::now();
-    let mut total = 0;
-    let dst_remote = dst.starts_with("nasd:");
-    for s in srcs {
-        let src_remote = s.starts_with("nasd:");
-        match (src_remote, dst_remote) {
-            (false, true) => {
-                let d = remote(dst)?;
-                let src = Path::new(s);
-                let target = remote_target(&c, &d, || upload_name(src), src.is_dir(), many).await?;
-                total += upload_path(&c, src, &target, &o).await?;
-            }
-            (true, false) => {
-                let src = remote(s)?;
-                // Whether the source is a directory matters only for a trailing slash that
-                // names nothing yet.
-                let is_dir = dst.ends_with('/')
-                    && !Path::new(dst).exists()
-                    && c.stat(&src).await?.kind == FileKind::Dir;
-                let target = local_target(dst, remote_name(&src), is_dir, many)?;
-                total += download_path(&c, &src, &target, &o).await?;
-            }
-            (true, true) => {
-                let (src, d) = (remote(s)?, remote(dst)?);
-                let name = || Ok(remote_name(&src).to_string());
-                let target = remote_target(&c, &d, name, false, many).await?;
-                total += copy_remote(&c, &src, &target, &o).await?;
-            }
-            (false, false) => bail!("{s} -> {dst}: one side must be a remote path (nasd:/path)"),
-        }
-    }
+    let copied = copy_all(&c, srcs, dst, many, &o).await;
+    // Files prepared for small uploads that the copy did not use go back now.
+    c.release_prepared().await;
+    let total = copied?;
     let secs = t0.elapsed().as_secs_f64();
     if total >= PROGRESS_BYTES_MIN {
         eprintln!(
@@ -384,6 +358,48 @@ pub async fn cp(a: CpArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Copies each of `srcs` to `dst`; returns the bytes copied.
+async fn copy_all(
+    c: &Arc<Client>,
+    srcs: &[String],
+    dst: &str,
+    many: bool,
+    o: &CopyOpts,
+) -> anyhow::Result<u64> {
+    let c = c.clone();
+    let mut total = 0;
+    let dst_remote = dst.starts_with("nasd:");
+    for s in srcs {
+        let src_remote = s.starts_with("nasd:");
+        match (src_remote, dst_remote) {
+            (false, true) => {
+                let d = remote(dst)?;
+                let src = Path::new(s);
+                let target = remote_target(&c, &d, || upload_name(src), src.is_dir(), many).await?;
+                total += upload_path(&c, src, &target, o).await?;
+            }
+            (true, false) => {
+                let src = remote(s)?;
+                // Whether the source is a directory matters only for a trailing slash that
+                // names nothing yet.
+                let is_dir = dst.ends_with('/')
+                    && !Path::new(dst).exists()
+                    && c.stat(&src).await?.kind == FileKind::Dir;
+                let target = local_target(dst, remote_name(&src), is_dir, many)?;
+                total += download_path(&c, &src, &target, o).await?;
+            }
+            (true, true) => {
+                let (src, d) = (remote(s)?, remote(dst)?);
+                let name = || Ok(remote_name(&src).to_string());
+                let target = remote_target(&c, &d, name, false, many).await?;
+                total += copy_remote(&c, &src, &target, o).await?;
+            }
+            (false, false) => bail!("{s} -> {dst}: one side must be a remote path (nasd:/path)"),
+        }
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

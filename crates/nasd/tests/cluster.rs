@@ -786,3 +786,95 @@ fn a_directory_larger_than_a_page_lists_whole() {
         "nasd ls"
     );
 }
+
+/// The staged uploads the manager's database holds now (read beside the running manager).
+fn staged_rows(up: &Up) -> i64 {
+    let db = up.cluster.info().manager.dir.join("meta.sqlite");
+    let db = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    db.query_row("SELECT count(*) FROM staged", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Manager protocol 6: a client filling a directory with small files gets them prepared
+/// ahead of their names and pays one manager round trip per file, while a file still shows
+/// only once it is whole; a name that exists is overwritten in place (same inode), files go
+/// only where the user may write, and the unused ones are given back.
+#[test]
+fn small_files_in_a_directory_being_filled_take_one_manager_round_trip_each() {
+    let up = Up::start(1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt
+        .block_on(Client::connect(
+            up.session("admin", up.admin_password().trim()),
+        ))
+        .unwrap();
+    up.ok(&["mkdir", "nasd:/small"]);
+    let body = |i: usize| format!("file {i}\n").repeat(i % 7 + 1).into_bytes();
+    let n = 60;
+    let trips0 = c
+        .manager_round_trips
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let mut saw_prepared = false;
+    for i in 0..n {
+        rt.block_on(c.put_bytes(&format!("/small/f{i:03}"), &body(i), 0o640))
+            .unwrap();
+        saw_prepared |= c.prepared_count() > 0;
+        // Prepared files are staged, never listed.
+        if i == n / 2 {
+            let names = rt.block_on(c.list("/small")).unwrap();
+            assert_eq!(names.len(), i + 1, "only whole files are listed");
+        }
+    }
+    let trips = c
+        .manager_round_trips
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - trips0;
+    assert!(saw_prepared, "no files were prepared");
+    // 2 per file for the first few, then 1 per file plus a prepare per batch (4, 8, 16, 32).
+    assert!(
+        trips < n as u64 * 13 / 10,
+        "{trips} manager round trips for {n} files"
+    );
+    for i in 0..n {
+        let p = format!("/small/f{i:03}");
+        assert_eq!(rt.block_on(c.get_bytes(&p)).unwrap(), body(i), "{p}");
+        let st = rt.block_on(c.stat(&p)).unwrap();
+        assert_eq!(st.mode & 0o7777, 0o640, "{p}");
+    }
+    assert!(staged_rows(&up) > 0, "the unused prepared files are staged");
+
+    // Overwriting names that exist keeps each file's inode, in the same directory.
+    let before = rt.block_on(c.stat("/small/f007")).unwrap();
+    for i in 0..10 {
+        rt.block_on(c.put_bytes(&format!("/small/f{i:03}"), b"again", 0o600))
+            .unwrap();
+    }
+    let after = rt.block_on(c.stat("/small/f007")).unwrap();
+    assert_eq!((after.ino, after.mode & 0o7777), (before.ino, 0o640));
+    assert_eq!(rt.block_on(c.get_bytes("/small/f007")).unwrap(), b"again");
+
+    // Given back: nothing staged remains, and no other name appeared.
+    rt.block_on(c.release_prepared());
+    assert_eq!(c.prepared_count(), 0);
+    assert_eq!(staged_rows(&up), 0, "unused prepared files were given back");
+    assert_eq!(rt.block_on(c.list("/small")).unwrap().len(), n);
+
+    // Another user may not fill a directory they cannot write, prepared or not.
+    let o = up.nasd(
+        &["user", "add", "mallory"],
+        &[("NASD_NEW_PASSWORD", "m-pass-123")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = rt
+        .block_on(Client::connect(up.session("mallory", "m-pass-123")))
+        .unwrap();
+    for i in 0..8 {
+        let e = rt
+            .block_on(m.put_bytes(&format!("/small/m{i}"), b"x", 0o644))
+            .unwrap_err();
+        assert_eq!(e.status(), Some(MgrStatus::PermissionDenied), "{e}");
+    }
+    assert_eq!(m.prepared_count(), 0);
+    assert_eq!(rt.block_on(c.list("/small")).unwrap().len(), n);
+}
