@@ -152,6 +152,7 @@ mod tests {
                 size: 0,
                 mtime_us: 0,
                 ctime_us: 0,
+                nlink: 1,
             },
             layout: manager::Layout::single(manager::Component {
                 drive: DriveId(1),

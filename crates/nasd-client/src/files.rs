@@ -1121,6 +1121,43 @@ impl Client {
         )
         .await
     }
+    /// Makes `path` a symbolic link to `target` (stored as given; it need not exist).
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<(), FsError> {
+        self.caps.invalidate(path);
+        self.ok(
+            path,
+            MgrRequest::Symlink {
+                path: path.into(),
+                target: target.into(),
+            },
+        )
+        .await
+    }
+    /// The target of the symbolic link `path`.
+    pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
+        match self
+            .request(path, MgrRequest::Readlink { path: path.into() })
+            .await?
+        {
+            MgrReply::LinkTarget(t) => Ok(t),
+            other => Err(FsError::Usage(format!(
+                "{}: unexpected manager reply {other:?}",
+                shown(path)
+            ))),
+        }
+    }
+    /// Gives the file `existing` the further name `new` (a hard link).
+    pub async fn link(&self, existing: &str, new: &str) -> Result<(), FsError> {
+        self.caps.invalidate(new);
+        self.ok(
+            new,
+            MgrRequest::Link {
+                existing: existing.into(),
+                new: new.into(),
+            },
+        )
+        .await
+    }
     pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), FsError> {
         self.caps.invalidate(path);
         self.ok(

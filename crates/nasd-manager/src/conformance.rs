@@ -21,6 +21,8 @@ pub fn dir(uid: u32) -> Inode {
         dir_layout: None,
         acv: 0,
         root: None,
+        target: None,
+        links: 0,
     }
 }
 
@@ -58,6 +60,7 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     staged_new_files(&mut make());
     revocation_intents(&mut make());
     directory_pages(&mut make());
+    posix_names(&mut make());
 }
 
 /// A directory read a page at a time: every entry once, in byte order of the names, whatever
@@ -450,7 +453,7 @@ fn namespace<S: MetaStore>(s: &mut S) {
     let back = s.inode(f).unwrap().unwrap();
     assert_eq!((back.mode, back.acv, back.root), (0o600, 3, Some([7; 32])));
     assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 1);
-    let gone = s.unlink(d, "f").unwrap();
+    let gone = s.unlink(d, "f").unwrap().expect("its last name");
     assert_eq!(gone.ino, f);
     assert!(s.inode(f).unwrap().is_none());
     assert_eq!(s.unlink(d, "f"), Err(StoreError::NotFound));
@@ -548,4 +551,62 @@ fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
     s.put_meta("x", b"1").unwrap();
     s.put_meta("x", b"2").unwrap();
     assert_eq!(s.get_meta("x").unwrap(), Some(b"2".to_vec()));
+}
+
+/// Hard links (several names, one inode, gone with its last name; the count each read
+/// reports) and symbolic links (a target kept as given).
+fn posix_names<S: MetaStore>(s: &mut S) {
+    let d = s.link_new(ROOT_INO, "d", &dir(0)).unwrap();
+    let e = s.link_new(d, "e", &dir(0)).unwrap();
+    assert_eq!(s.inode(d).unwrap().unwrap().links, 3, "., its name, e's ..");
+    assert_eq!(s.inode(e).unwrap().unwrap().links, 2);
+    let f = s.link_new(d, "f", &file(0, 40)).unwrap();
+    assert_eq!(s.inode(f).unwrap().unwrap().links, 1);
+    s.link(f, ROOT_INO, "f2").unwrap();
+    s.link(f, e, "f3").unwrap();
+    assert_eq!(s.link(f, e, "f3"), Err(StoreError::Exists));
+    assert_eq!(s.link(e, ROOT_INO, "e2"), Err(StoreError::IsADirectory));
+    assert_eq!(s.link(999, ROOT_INO, "x"), Err(StoreError::NotFound));
+    assert_eq!(s.inode(f).unwrap().unwrap().links, 3);
+    let listed = s.readdir(e, "", 10).unwrap();
+    assert_eq!((listed[0].0.as_str(), listed[0].1.links), ("f3", 3));
+    // Removing names keeps the inode until the last one.
+    assert_eq!(s.unlink(d, "f").unwrap(), None);
+    assert_eq!(s.inode(f).unwrap().unwrap().links, 2);
+    // A rename over another name of the same file changes nothing.
+    assert_eq!(s.rename(ROOT_INO, "f2", e, "f3").unwrap(), None);
+    assert_eq!(s.lookup(ROOT_INO, "f2").unwrap(), Some(f));
+    // A rename over a file with other names keeps it; over its last name returns it.
+    let g = s.link_new(d, "g", &file(0, 41)).unwrap();
+    assert_eq!(s.rename(d, "g", ROOT_INO, "f2").unwrap(), None);
+    assert_eq!(s.inode(f).unwrap().unwrap().links, 1);
+    let gone = s
+        .rename(ROOT_INO, "f2", e, "f3")
+        .unwrap()
+        .expect("last name");
+    assert_eq!(gone.ino, f);
+    assert!(s.inode(f).unwrap().is_none());
+    assert_eq!(s.lookup(e, "f3").unwrap(), Some(g));
+    // Symbolic links keep their target; a new file may replace one.
+    let l = s
+        .link_new(
+            d,
+            "l",
+            &Inode {
+                kind: FileKind::Symlink,
+                mode: 0o777,
+                target: Some("../e/f3".into()),
+                ..dir(0)
+            },
+        )
+        .unwrap();
+    let back = s.inode(l).unwrap().unwrap();
+    assert_eq!(
+        (back.kind, back.target.as_deref(), back.links),
+        (FileKind::Symlink, Some("../e/f3"), 1)
+    );
+    assert_eq!(s.unlink(d, "l").unwrap().map(|i| i.ino), Some(l));
+    // A reserved inode has no name to add to.
+    let r = s.reserve_inode(d, &file(0, 42)).unwrap();
+    assert_eq!(s.link(r, d, "r"), Err(StoreError::NotFound));
 }

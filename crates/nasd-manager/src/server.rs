@@ -563,6 +563,15 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             drive,
             object,
         } => m.renew(c, &path, drive, object).await?,
+        Q::Symlink { path, target } => {
+            m.symlink(c, &path, &target)?;
+            MgrReply::Ok
+        }
+        Q::Readlink { path } => MgrReply::LinkTarget(m.readlink(c, &path)?),
+        Q::Link { existing, new } => {
+            m.link(c, &existing, &new)?;
+            MgrReply::Ok
+        }
         Q::Prepare { dir, mode, count } => {
             MgrReply::Prepared(m.prepare(c, &dir, mode, count).await?)
         }

@@ -348,29 +348,60 @@ impl Manager {
         self.store.lock().expect("store lock")
     }
 
-    /// Resolves `path`, checking search (x) permission on every directory on the way.
+    /// Resolves `path`, checking search (x) permission on every directory on the way and
+    /// following symbolic links, the last name's too (POSIX path resolution): a relative
+    /// target continues from the link's directory, an absolute one from the root, `..` in a
+    /// target goes up (the root's parent is the root). At most [`SYMLINK_HOPS_MAX`] links.
     pub(crate) fn resolve(&self, c: &Caller, path: &str) -> MgrResult<Inode> {
         let names = split_path(path)?;
         let st = self.st();
-        let mut cur = st
+        let root = st
             .inode(ROOT_INO)
             .map_err(|e| store_err(e, "/"))?
             .ok_or_else(|| MgrError::new(MgrStatus::Internal, "no root directory"))?;
-        for n in names {
+        let mut cur = root.clone();
+        // Names still to walk, the next one last.
+        let mut pending: Vec<std::borrow::Cow<'_, str>> =
+            names.into_iter().rev().map(Into::into).collect();
+        let mut hops = 0;
+        while let Some(n) = pending.pop() {
             if cur.kind != FileKind::Dir {
                 return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
             }
             if !may(c, &cur, X) {
                 return Err(denied(path, "search permission on a directory on the path"));
             }
-            let ino = st
-                .lookup(cur.ino, n)
+            let next = if n == ".." {
+                // Only a link target holds `..` (split_path refuses it in a request).
+                cur.parent
+            } else {
+                st.lookup(cur.ino, &n)
+                    .map_err(|e| store_err(e, path))?
+                    .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?
+            };
+            let next = st
+                .inode(next)
                 .map_err(|e| store_err(e, path))?
                 .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
-            cur = st
-                .inode(ino)
-                .map_err(|e| store_err(e, path))?
-                .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+            if next.kind != FileKind::Symlink {
+                cur = next;
+                continue;
+            }
+            let target = next.target.unwrap_or_default();
+            hops += 1;
+            if hops > SYMLINK_HOPS_MAX {
+                return Err(MgrError::new(MgrStatus::TooManyLinks, path.to_string()));
+            }
+            if target.starts_with('/') {
+                cur = root.clone();
+            }
+            pending.extend(
+                target
+                    .split('/')
+                    .rev()
+                    .filter(|p| !p.is_empty() && *p != ".")
+                    .map(|p| std::borrow::Cow::Owned(p.to_string())),
+            );
         }
         Ok(cur)
     }
@@ -430,7 +461,10 @@ impl Manager {
     /// `None` where they could not be read (0 and the inode's).
     fn stat_of(&self, i: &Inode, times: Option<(u64, u64)>) -> FileStat {
         let (owner, group) = self.names(i.uid, i.gid);
-        let (size, mtime_us) = times.unwrap_or((i.size.unwrap_or(0), i.mtime_us));
+        let (mut size, mtime_us) = times.unwrap_or((i.size.unwrap_or(0), i.mtime_us));
+        if let Some(t) = &i.target {
+            size = t.len() as u64;
+        }
         FileStat {
             ino: i.ino,
             kind: i.kind,
@@ -442,6 +476,8 @@ impl Manager {
             size,
             mtime_us,
             ctime_us: i.ctime_us,
+            // A file about to be linked has the one name it will get.
+            nlink: i.links.max(1),
         }
     }
 
@@ -730,6 +766,8 @@ impl Manager {
             dir_layout: None,
             acv: 0,
             root: None,
+            target: None,
+            links: 0,
         };
         self.st()
             .link_new(dir.ino, name, &i)
@@ -788,6 +826,12 @@ impl Manager {
                 .inode(ino)
                 .map_err(|e| store_err(e, path))?
                 .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+            if i.kind == FileKind::Symlink {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!("{path}: a symbolic link; write to its target"),
+                ));
+            }
             return self.stage_overwrite(c, path, i).await;
         }
         if !may(c, &dir, W | X) {
@@ -922,6 +966,8 @@ impl Manager {
             dir_layout: None,
             acv: 0,
             root: None,
+            target: None,
+            links: 0,
         };
         i.ino = self
             .st()
@@ -1504,10 +1550,88 @@ impl Manager {
             check_sticky(c, &dir, &i, path)?;
             st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?
         };
-        if let Some(l) = &i.layout {
+        // The objects go with the file's last name.
+        if let Some(l) = i.and_then(|i| i.layout) {
             self.remove_objects(&l.components).await;
         }
         Ok(())
+    }
+
+    /// Makes `path` a symbolic link to `target` (POSIX symlink: the target is stored as
+    /// given and need not exist; a relative one resolves from the link's directory).
+    pub fn symlink(&self, c: &Caller, path: &str, target: &str) -> MgrResult<()> {
+        if target.is_empty() || target.len() > PATH_BYTES_MAX || target.contains('\0') {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: a link target is 1 to {PATH_BYTES_MAX} bytes without NUL"),
+            ));
+        }
+        let (dir, name) = self.parent(c, path, true)?;
+        check_new_name(path, name)?;
+        let now = now_us();
+        let i = Inode {
+            ino: 0,
+            kind: FileKind::Symlink,
+            mode: 0o777,
+            uid: c.uid,
+            gid: c.gid,
+            parent: dir.ino,
+            ctime_us: now,
+            mtime_us: now,
+            layout: None,
+            size: None,
+            dir_layout: None,
+            acv: 0,
+            root: None,
+            target: Some(target.to_string()),
+            links: 0,
+        };
+        self.st()
+            .link_new(dir.ino, name, &i)
+            .map_err(|e| store_err(e, path))?;
+        Ok(())
+    }
+
+    /// The target of the symbolic link `path` (its last name is not followed).
+    pub fn readlink(&self, c: &Caller, path: &str) -> MgrResult<String> {
+        let (dir, name) = self.parent(c, path, false)?;
+        let i = self
+            .entry(&dir, name, path)?
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+        i.target.ok_or_else(|| {
+            MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: not a symbolic link"),
+            )
+        })
+    }
+
+    /// Gives the file `existing` the further name `new` (POSIX link; a symbolic link is
+    /// linked itself, not followed). As Linux's `protected_hardlinks` asks, only the file's
+    /// owner, an admin, or a user who may read and write it may link it, so nobody pins
+    /// another user's file under a name they control.
+    pub fn link(&self, c: &Caller, existing: &str, new: &str) -> MgrResult<()> {
+        let (ed, en) = self.parent(c, existing, false)?;
+        let i = self
+            .entry(&ed, en, existing)?
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, existing.to_string()))?;
+        if i.kind == FileKind::Dir {
+            return Err(denied(
+                existing,
+                "hard links to directories are not allowed",
+            ));
+        }
+        if !(c.admin || c.uid == i.uid || may(c, &i, R | W)) {
+            return Err(denied(
+                existing,
+                "only the owner, or a user who may read and write it, links a file",
+            ));
+        }
+        let (nd, nn) = self.parent(c, new, true)?;
+        check_new_name(new, nn)?;
+        self.st()
+            .link(i.ino, nd.ino, nn)
+            .map_err(|e| store_err(e, new))
     }
 
     pub async fn rename(&self, c: &Caller, from: &str, to: &str) -> MgrResult<()> {

@@ -48,7 +48,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -91,7 +91,8 @@ CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
     mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
     ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, root BLOB,
     geometry TEXT, layout_version INTEGER NOT NULL DEFAULT 1,
-    stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT);
+    stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT, target TEXT);
+CREATE INDEX dirents_ino ON dirents(ino);
 CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
     mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
@@ -120,6 +121,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_2_to_3,
     migrate_3_to_4,
     migrate_4_to_5,
+    migrate_5_to_6,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -151,7 +153,7 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
 }
 
 const INODE_COLS: &str = "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root, \
-     geometry, layout_version, stale, size, dir_layout";
+     geometry, layout_version, stale, size, dir_layout, target";
 
 /// An inodes row, its columns from `at` on; a file's components are read separately
 /// ([`SqliteStore::fill_layout`]).
@@ -182,6 +184,8 @@ fn inode_at(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
             .transpose()?,
         size: r.get::<_, Option<i64>>(at + 13)?.map(|v| v as u64),
         dir_layout: r.get(at + 14)?,
+        target: r.get(at + 15)?,
+        links: 0,
     })
 }
 
@@ -272,6 +276,16 @@ fn migrate_3_to_4(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
 fn migrate_4_to_5(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch("CREATE TABLE revocations(ino INTEGER PRIMARY KEY);")
         .map_err(db)
+}
+
+/// Schema 5 to 6: POSIX names. Symbolic links keep their target in `inodes.target`; hard
+/// links are several `dirents` rows naming one inode, counted through `dirents_ino`.
+fn migrate_5_to_6(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "ALTER TABLE inodes ADD COLUMN target TEXT;
+         CREATE INDEX IF NOT EXISTS dirents_ino ON dirents(ino);",
+    )
+    .map_err(db)
 }
 
 /// The column names of `table` (one of this module's own).
@@ -368,12 +382,54 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(db)
     }
 
-    /// Reads a file inode's components into its layout.
+    /// Reads a file inode's components into its layout, and counts its names.
     fn fill_layout(tx: &Connection, mut i: Inode) -> StoreResult<Inode> {
         if let Some(l) = &mut i.layout {
             l.components = Self::components(tx, i.ino)?;
         }
+        i.links = Self::links(tx, &i)?;
         Ok(i)
+    }
+
+    /// How many names `i` has: its directory entries; a directory's `.` and its entry in its
+    /// parent, plus each subdirectory's `..` (POSIX `st_nlink`).
+    fn links(tx: &Connection, i: &Inode) -> StoreResult<u32> {
+        let count = |sql: &str| -> StoreResult<u32> {
+            tx.prepare_cached(sql)
+                .map_err(db)?
+                .query_row(params![i.ino as i64], |r| r.get::<_, i64>(0))
+                .map(|n| n as u32)
+                .map_err(db)
+        };
+        match i.kind {
+            FileKind::Dir => Ok(2 + count(
+                "SELECT COUNT(*) FROM dirents d JOIN inodes c ON c.ino = d.ino
+                 WHERE d.parent = ?1 AND c.kind = 2",
+            )?),
+            _ => count("SELECT COUNT(*) FROM dirents WHERE ino = ?1"),
+        }
+    }
+
+    /// Removes the entry `parent`/`name` naming `i`, and `i` itself with its last name;
+    /// whether it went.
+    fn drop_name(tx: &Connection, parent: u64, name: &str, i: &Inode) -> StoreResult<bool> {
+        tx.execute(
+            "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
+            params![parent as i64, name],
+        )
+        .map_err(db)?;
+        let named = tx
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM dirents WHERE ino = ?1)",
+                params![i.ino as i64],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(db)?;
+        if named {
+            return Ok(false);
+        }
+        Self::delete_inode(tx, i.ino)?;
+        Ok(true)
     }
 
     /// Stores inode `i` (and its layout) inside `tx`.
@@ -671,8 +727,8 @@ impl SqliteStore {
         let l = i.layout.as_ref();
         tx.execute(
             "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root,
-                 geometry, layout_version, stale, size, dir_layout)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                 geometry, layout_version, stale, size, dir_layout, target)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 ino.map(|v| v as i64),
                 i.kind as u8,
@@ -689,6 +745,7 @@ impl SqliteStore {
                 l.map_or(0, |l| l.stale as i64),
                 i.size.map(|v| v as i64),
                 i.dir_layout,
+                i.target,
             ],
         )
         .map_err(db)?;
@@ -981,21 +1038,39 @@ impl MetaStore for SqliteStore {
         Ok(ino)
     }
 
-    fn unlink(&mut self, parent: u64, name: &str) -> StoreResult<Inode> {
+    fn unlink(&mut self, parent: u64, name: &str) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
         let i = Self::entry(&tx, parent, name)?.ok_or(StoreError::NotFound)?;
         if i.kind == FileKind::Dir && Self::has_children(&tx, i.ino)? {
             return Err(StoreError::NotEmpty);
         }
-        tx.execute(
-            "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
-            params![parent as i64, name],
-        )
-        .map_err(db)?;
-        Self::delete_inode(&tx, i.ino)?;
+        let gone = Self::drop_name(&tx, parent, name, &i)?;
         Self::touch_dir(&tx, parent)?;
         tx.commit().map_err(db)?;
-        Ok(i)
+        Ok(gone.then_some(i))
+    }
+
+    fn link(&mut self, ino: u64, parent: u64, name: &str) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::dir_inode(&tx, parent)?;
+        let i = Self::inode_in(&tx, ino)?.ok_or(StoreError::NotFound)?;
+        if i.kind == FileKind::Dir {
+            return Err(StoreError::IsADirectory);
+        }
+        if i.links == 0 {
+            // A reserved inode (an upload in flight) has no name to add to.
+            return Err(StoreError::NotFound);
+        }
+        if Self::entry(&tx, parent, name)?.is_some() {
+            return Err(StoreError::Exists);
+        }
+        tx.execute(
+            "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
+            params![parent as i64, name, ino as i64],
+        )
+        .map_err(db)?;
+        Self::touch_dir(&tx, parent)?;
+        tx.commit().map_err(db)
     }
 
     fn rename(
@@ -1012,21 +1087,23 @@ impl MetaStore for SqliteStore {
             return Ok(None);
         }
         let replaced = Self::entry(&tx, to_parent, to_name)?;
-        if let Some(t) = &replaced {
-            match (src.kind, t.kind) {
-                (FileKind::File, FileKind::Dir) => return Err(StoreError::IsADirectory),
-                (FileKind::Dir, FileKind::File) => return Err(StoreError::NotADirectory),
-                (FileKind::Dir, FileKind::Dir) if Self::has_children(&tx, t.ino)? => {
+        if replaced.as_ref().is_some_and(|t| t.ino == src.ino) {
+            // Two names of one file: POSIX rename does nothing.
+            return Ok(None);
+        }
+        let mut gone = None;
+        if let Some(t) = replaced {
+            match (src.kind == FileKind::Dir, t.kind == FileKind::Dir) {
+                (false, true) => return Err(StoreError::IsADirectory),
+                (true, false) => return Err(StoreError::NotADirectory),
+                (true, true) if Self::has_children(&tx, t.ino)? => {
                     return Err(StoreError::NotEmpty)
                 }
                 _ => {}
             }
-            tx.execute(
-                "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
-                params![to_parent as i64, to_name],
-            )
-            .map_err(db)?;
-            Self::delete_inode(&tx, t.ino)?;
+            if Self::drop_name(&tx, to_parent, to_name, &t)? {
+                gone = Some(t);
+            }
         }
         tx.execute(
             "UPDATE dirents SET parent = ?3, name = ?4 WHERE parent = ?1 AND name = ?2",
@@ -1041,7 +1118,7 @@ impl MetaStore for SqliteStore {
         Self::touch_dir(&tx, from_parent)?;
         Self::touch_dir(&tx, to_parent)?;
         tx.commit().map_err(db)?;
-        Ok(replaced)
+        Ok(gone)
     }
 
     fn update_inode(&mut self, i: &Inode) -> StoreResult<()> {
@@ -1202,14 +1279,13 @@ impl MetaStore for SqliteStore {
                 return Err(StoreError::IsADirectory);
             }
         }
+        let mut replaced = old.clone();
         if s.new_file {
             if let Some(i) = &old {
-                tx.execute(
-                    "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
-                    params![parent as i64, name],
-                )
-                .map_err(db)?;
-                Self::delete_inode(&tx, i.ino)?;
+                if !Self::drop_name(&tx, parent, name, i)? {
+                    // The replaced file keeps its other names, and its objects.
+                    replaced = None;
+                }
             }
             Self::link_reservation(&tx, parent, name, s.ino)?;
         } else if !matches!(&old, Some(i) if i.ino == s.ino) {
@@ -1236,7 +1312,7 @@ impl MetaStore for SqliteStore {
         .map_err(db)?;
         Self::delete_staged(&tx, obj)?;
         tx.commit().map_err(db)?;
-        Ok(old)
+        Ok(replaced)
     }
 
     fn swap_layout(
@@ -1544,6 +1620,9 @@ mod tests {
             Err(StoreError::NotFound)
         );
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));
+        // Version 6: names are counted, and a file has no link target.
+        let f = s.inode(9).unwrap().unwrap();
+        assert_eq!((f.links, f.target), (1, None));
         let fresh = crate::conformance::file(0, 0);
         assert_eq!(s.reserve_inode(ROOT_INO, &fresh).unwrap(), 10);
         assert_eq!(s.expire_staged(6).unwrap(), vec![old]);

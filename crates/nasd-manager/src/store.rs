@@ -150,6 +150,11 @@ pub struct Inode {
     pub acv: u64,
     /// Trusted per-file root (seed 003), unused until end-to-end integrity lands.
     pub root: Option<[u8; 32]>,
+    /// Symbolic links: the target, as given.
+    pub target: Option<String>,
+    /// Names of this inode as the store last read it (hard links; a directory's is 2 plus its
+    /// subdirectories). Derived: ignored when an inode is stored.
+    pub links: u32,
 }
 
 /// A registered drive and the keys the manager shares with its partition.
@@ -231,10 +236,17 @@ pub trait MetaStore: Send {
     /// Creates `inode` (its `ino` is ignored) under `parent` as `name`, in one transaction.
     /// `Exists` if the name is taken, `NotFound`/`NotADirectory` for a bad parent.
     fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64>;
-    /// Removes the entry and its inode; `NotEmpty` for a directory with entries.
-    fn unlink(&mut self, parent: u64, name: &str) -> StoreResult<Inode>;
-    /// Moves an entry; an existing target file is replaced (and returned), an existing target
-    /// directory only when empty and the source is a directory too.
+    /// Removes the entry, and its inode with its last name: the inode is returned then (its
+    /// objects are the caller's to remove), `None` while other names remain. `NotEmpty` for
+    /// a directory with entries.
+    fn unlink(&mut self, parent: u64, name: &str) -> StoreResult<Option<Inode>>;
+    /// Gives the existing inode `ino` (not a directory) the further name `parent`/`name`.
+    /// `Exists` if the name is taken, `IsADirectory` for a directory, `NotFound` for an
+    /// unknown inode or parent.
+    fn link(&mut self, ino: u64, parent: u64, name: &str) -> StoreResult<()>;
+    /// Moves an entry; an existing target file is replaced (and returned if that was its
+    /// last name), an existing target directory only when empty and the source is a
+    /// directory too.
     fn rename(
         &mut self,
         from_parent: u64,
@@ -285,7 +297,7 @@ pub trait MetaStore: Send {
     /// no entry), else `Exists`/`NotFound`: an overwrite points its inode at the staged object;
     /// a new file links its reserved inode under the name, replacing the entry there (as a
     /// rename would). The staged record goes. Returns the inode whose objects the caller then
-    /// removes (the file as it was before). `NotFound` if nothing is staged under `obj` (its
+    /// removes (the file as it was before; a replaced file only if that was its last name). `NotFound` if nothing is staged under `obj` (its
     /// first component), `IsADirectory` if the name is a directory.
     /// `size` is the file's size after the upload, kept for layouts spread over several
     /// objects (`None` for a one-object file, whose object holds it); their modify time

@@ -56,7 +56,15 @@ use std::fmt;
 ///   ahead of their names ([`MgrReply::Prepared`]); a client that writes many small files
 ///   fills one and `Commit`s it under its name, one manager round trip per file instead of
 ///   two, and a prepared file is still invisible until all of it is on the drives.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 6;
+/// - 7: POSIX names. [`FileKind::Symlink`]; [`MgrRequest::Symlink`], [`MgrRequest::Readlink`]
+///   (answered with [`MgrReply::LinkTarget`]) and [`MgrRequest::Link`] (a hard link); a
+///   [`FileStat`] carries `nlink`, the number of names of a file (a directory's is 2 plus its
+///   subdirectories); paths resolve through symbolic links, at most [`SYMLINK_HOPS_MAX`] of
+///   them ([`MgrStatus::TooManyLinks`]).
+pub const MANAGER_PROTOCOL_VERSION: u16 = 7;
+/// Most symbolic links one path resolution follows (Linux's `MAXSYMLINKS`): past it the
+/// path is refused with [`MgrStatus::TooManyLinks`] (a loop, or a chain too long).
+pub const SYMLINK_HOPS_MAX: usize = 40;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
@@ -71,8 +79,8 @@ pub const LIST_ENTRIES_MAX: usize = 16384;
 /// entries with the longest name, owner and group, fits one frame.
 pub const READDIR_PAGE_ENTRIES_MAX: usize = 4096;
 /// Encoded bytes of the largest directory entry: its name, then the stat (ino, kind, mode,
-/// uid, gid, owner, group, size, mtime, ctime), strings with their 4-byte length.
-const DIR_ENTRY_BYTES_MAX: usize = 3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8;
+/// uid, gid, owner, group, size, mtime, ctime, nlink), strings with their 4-byte length.
+const DIR_ENTRY_BYTES_MAX: usize = 3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8 + 4;
 /// Most new files one [`MgrRequest::Prepare`] stages: a batch pays one round trip and one
 /// group commit on each drive; 32 files of the widest layout (44 components) fit one frame
 /// with room to spare, and an abandoned batch leaves at most this many records to expire.
@@ -183,6 +191,23 @@ pub enum MgrRequest {
     Rename {
         from: String,
         to: String,
+    },
+    /// Makes `path` a symbolic link holding `target` (stored as given, up to
+    /// [`PATH_BYTES_MAX`]; a relative target resolves from the link's directory).
+    Symlink {
+        path: String,
+        target: String,
+    },
+    /// The target of the symbolic link `path` (the last name is not followed), answered with
+    /// [`MgrReply::LinkTarget`].
+    Readlink {
+        path: String,
+    },
+    /// Gives the file `existing` (not a directory; a symbolic link itself, not followed) the
+    /// further name `new`.
+    Link {
+        existing: String,
+        new: String,
     },
     Chmod {
         path: String,
@@ -356,10 +381,12 @@ pub enum MgrStatus {
     Busy = 22,
     /// The file's layout changed since the change was staged; nothing was committed.
     Conflict = 23,
+    /// A path went through more than [`SYMLINK_HOPS_MAX`] symbolic links (ELOOP).
+    TooManyLinks = 24,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 23] = [
+    pub const ALL: [MgrStatus; 24] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -383,6 +410,7 @@ impl MgrStatus {
         Self::TooManyAttempts,
         Self::Busy,
         Self::Conflict,
+        Self::TooManyLinks,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -412,6 +440,7 @@ impl MgrStatus {
             Self::TooManyAttempts => "too many failed logins",
             Self::Busy => "another client is writing the file",
             Self::Conflict => "the file changed while the write was staged",
+            Self::TooManyLinks => "too many levels of symbolic links",
         }
     }
 }
@@ -428,6 +457,7 @@ impl fmt::Display for MgrStatus {
 pub enum FileKind {
     File = 1,
     Dir = 2,
+    Symlink = 3,
 }
 
 impl FileKind {
@@ -435,6 +465,7 @@ impl FileKind {
         match v {
             1 => Ok(Self::File),
             2 => Ok(Self::Dir),
+            3 => Ok(Self::Symlink),
             _ => Err(DecodeError::BadValue("file kind")),
         }
     }
@@ -454,6 +485,8 @@ pub struct FileStat {
     pub size: u64,
     pub mtime_us: u64,
     pub ctime_us: u64,
+    /// Names of the file (hard links); a directory's is 2 plus its subdirectories.
+    pub nlink: u32,
 }
 
 /// Most component objects in one layout (`raid6x:42` has 44).
@@ -653,6 +686,8 @@ pub enum MgrReply {
         replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
+    /// The target of a symbolic link ([`MgrRequest::Readlink`]).
+    LinkTarget(String),
     /// New files staged by [`MgrRequest::Prepare`]: for each, the file as it will be linked
     /// (its inode number among it), its layout and one write capability per component.
     Prepared(Vec<PreparedFile>),
@@ -741,6 +776,9 @@ impl MgrRequest {
             Self::ReturnCapability { .. } => "return-capability",
             Self::Unlink { .. } => "unlink",
             Self::Rename { .. } => "rename",
+            Self::Symlink { .. } => "symlink",
+            Self::Readlink { .. } => "readlink",
+            Self::Link { .. } => "link",
             Self::Chmod { .. } => "chmod",
             Self::Chown { .. } => "chown",
             Self::Truncate { .. } => "truncate",
@@ -805,6 +843,9 @@ impl MgrRequest {
             Self::Status => 32,
             Self::DriveReplace { .. } => 33,
             Self::Prepare { .. } => 34,
+            Self::Symlink { .. } => 35,
+            Self::Readlink { .. } => 36,
+            Self::Link { .. } => 37,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -862,6 +903,15 @@ impl MgrRequest {
             Self::Rename { from, to } => {
                 put_str(&mut w, from);
                 put_str(&mut w, to);
+            }
+            Self::Symlink { path, target } => {
+                put_str(&mut w, path);
+                put_str(&mut w, target);
+            }
+            Self::Readlink { path } => put_str(&mut w, path),
+            Self::Link { existing, new } => {
+                put_str(&mut w, existing);
+                put_str(&mut w, new);
             }
             Self::Chown { path, owner, group } => {
                 put_str(&mut w, path);
@@ -1106,6 +1156,17 @@ impl MgrRequest {
                 old: DriveId(r.u64("old drive")?),
                 new: DriveId(r.u64("new drive")?),
             },
+            35 => Self::Symlink {
+                path: get_str(r, "path")?,
+                target: get_str(r, "target")?,
+            },
+            36 => Self::Readlink {
+                path: get_str(r, "path")?,
+            },
+            37 => Self::Link {
+                existing: get_str(r, "existing")?,
+                new: get_str(r, "new")?,
+            },
             34 => Self::Prepare {
                 dir: get_str(r, "directory")?,
                 mode: r.u32("mode")?,
@@ -1195,6 +1256,7 @@ fn put_stat(w: &mut Writer, s: &FileStat) {
     w.u64(s.size);
     w.u64(s.mtime_us);
     w.u64(s.ctime_us);
+    w.u32(s.nlink);
 }
 
 fn get_stat(r: &mut Reader<'_>) -> Result<FileStat, DecodeError> {
@@ -1209,6 +1271,7 @@ fn get_stat(r: &mut Reader<'_>) -> Result<FileStat, DecodeError> {
         size: r.u64("size")?,
         mtime_us: r.u64("mtime")?,
         ctime_us: r.u64("ctime")?,
+        nlink: r.u32("nlink")?,
     })
 }
 
@@ -1408,6 +1471,7 @@ impl MgrReply {
             Self::Scrubbed(_) => 12,
             Self::Status(_) => 13,
             Self::Prepared(_) => 14,
+            Self::LinkTarget(_) => 15,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1453,7 +1517,7 @@ impl MgrReply {
                     put_opened(&mut w, &f.stat, &f.layout, &f.caps);
                 }
             }
-            Self::LayoutSpec(spec) => put_str(&mut w, spec),
+            Self::LayoutSpec(spec) | Self::LinkTarget(spec) => put_str(&mut w, spec),
             Self::Scrubbed(rep) => put_scrub_report(&mut w, rep),
             Self::Status(st) => put_status(&mut w, st),
             Self::Challenge(c) => w.bytes(c),
@@ -1495,7 +1559,7 @@ impl MgrReply {
             },
             4 => Self::Stat(get_stat(r)?),
             5 => {
-                let n = get_count(r, 8 + 57, "entries")?;
+                let n = get_count(r, 8 + 61, "entries")?;
                 let mut es = Vec::with_capacity(n);
                 for _ in 0..n {
                     es.push(DirEntry {
@@ -1519,6 +1583,7 @@ impl MgrReply {
                 }
             }
             11 => Self::LayoutSpec(get_str(r, "layout spec")?),
+            15 => Self::LinkTarget(get_str(r, "link target")?),
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
                 let n = get_count(r, 13, "users")?;
@@ -1580,6 +1645,7 @@ mod tests {
             size: 12345,
             mtime_us: 1_700_000_000_000_000,
             ctime_us: 1_600_000_000_000_000,
+            nlink: 2,
         }
     }
 
@@ -1703,6 +1769,15 @@ mod tests {
                 mode: 0o640,
                 count: 16,
             },
+            MgrRequest::Symlink {
+                path: p(),
+                target: "../x y/z".into(),
+            },
+            MgrRequest::Readlink { path: p() },
+            MgrRequest::Link {
+                existing: p(),
+                new: "/b".into(),
+            },
             MgrRequest::LayoutGet { path: p() },
             MgrRequest::LayoutSet {
                 path: p(),
@@ -1760,6 +1835,7 @@ mod tests {
             v.push(MgrReply::Prepared(vec![one; 3]));
         }
         v.push(MgrReply::Challenge([6; 32]));
+        v.push(MgrReply::LinkTarget("/abs/target".into()));
         v
     }
 
@@ -1783,6 +1859,14 @@ mod tests {
                     name: "g".into(),
                     stat: FileStat {
                         kind: FileKind::Dir,
+                        ..stat()
+                    },
+                },
+                DirEntry {
+                    name: "l".into(),
+                    stat: FileStat {
+                        kind: FileKind::Symlink,
+                        nlink: 1,
                         ..stat()
                     },
                 },

@@ -158,7 +158,14 @@ fn local_target(dst: &str, name: &str, src_is_dir: bool, many: bool) -> anyhow::
 
 /// Uploads a local file or (with `-r`) tree to `dst`; returns bytes copied.
 async fn upload_path(c: &Arc<Client>, src: &Path, dst: &str, o: &CopyOpts) -> anyhow::Result<u64> {
-    let md = std::fs::symlink_metadata(src).with_context(|| format!("{}", src.display()))?;
+    let mut md = std::fs::symlink_metadata(src).with_context(|| format!("{}", src.display()))?;
+    if md.is_symlink() {
+        if o.recursive {
+            // GNU cp -r copies a symbolic link as a link, its target as it is written.
+            return upload_symlink(c, src, dst).await;
+        }
+        md = std::fs::metadata(src).with_context(|| format!("{}", src.display()))?;
+    }
     if md.is_dir() {
         if !o.recursive {
             bail!("{}: is a directory (use cp -r)", src.display());
@@ -166,7 +173,11 @@ async fn upload_path(c: &Arc<Client>, src: &Path, dst: &str, o: &CopyOpts) -> an
         return upload_dir(c, src, dst, &md, o).await;
     }
     if !md.is_file() {
-        eprintln!("nasd: skipping {} (not a regular file)", src.display());
+        eprintln!(
+            "nasd: skipping {}: {} (cp copies regular files, directories and symbolic links)",
+            src.display(),
+            special_kind(&md)
+        );
         return Ok(0);
     }
     let mode = new_mode(md.mode(), o);
@@ -176,6 +187,57 @@ async fn upload_path(c: &Arc<Client>, src: &Path, dst: &str, o: &CopyOpts) -> an
         preserve_remote(c, dst, mode, mtime_us_of(&md)).await?;
     }
     Ok(n)
+}
+
+/// What a file that is neither regular, directory nor link is, for the skip message.
+fn special_kind(md: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = md.file_type();
+    if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_char_device() {
+        "a character device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Makes `dst` a symbolic link with the target of the local link `src`. A link already there
+/// with the same target is left as it is (a repeated copy); anything else there is an error,
+/// as for GNU cp without `-f`.
+async fn upload_symlink(c: &Arc<Client>, src: &Path, dst: &str) -> anyhow::Result<u64> {
+    let t = std::fs::read_link(src).with_context(|| format!("{}", src.display()))?;
+    let Some(t) = t.to_str() else {
+        eprintln!(
+            "nasd: skipping {}: the link's target is not valid UTF-8 (nasd names are UTF-8)",
+            src.display()
+        );
+        return Ok(0);
+    };
+    match c.symlink(t, dst).await {
+        Err(e) if e.status() == Some(MgrStatus::Exists) => {
+            if c.readlink(dst).await.ok().as_deref() != Some(t) {
+                return Err(e.into());
+            }
+            Ok(0)
+        }
+        r => Ok(r.map(|()| 0)?),
+    }
+}
+
+/// Makes the local `dst` a symbolic link with the target of the remote link `src` (a link
+/// already there with the same target is left as it is).
+async fn download_symlink(c: &Arc<Client>, src: &str, dst: &Path) -> anyhow::Result<u64> {
+    let t = c.readlink(src).await?;
+    if std::fs::read_link(dst).is_ok_and(|have| have == Path::new(&t)) {
+        return Ok(0);
+    }
+    std::os::unix::fs::symlink(&t, dst).with_context(|| format!("{}", dst.display()))?;
+    Ok(0)
 }
 
 async fn upload_dir(
@@ -269,7 +331,12 @@ async fn download_dir(
                 shown(&e.name)
             );
         }
-        total += Box::pin(download_path(c, &join(src, &e.name), &dst.join(&e.name), o)).await?;
+        let (from, to) = (join(src, &e.name), dst.join(&e.name));
+        total += if e.stat.kind == FileKind::Symlink {
+            download_symlink(c, &from, &to).await?
+        } else {
+            Box::pin(download_path(c, &from, &to, o)).await?
+        };
     }
     if created || o.preserve {
         std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))

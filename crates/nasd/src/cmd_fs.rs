@@ -186,7 +186,11 @@ fn time_str(us: u64) -> String {
 }
 
 fn mode_str(s: &FileStat) -> String {
-    let mut out = String::from(if s.kind == FileKind::Dir { "d" } else { "-" });
+    let mut out = String::from(match s.kind {
+        FileKind::Dir => "d",
+        FileKind::Symlink => "l",
+        FileKind::File => "-",
+    });
     for shift in [6, 3, 0] {
         let b = (s.mode >> shift) & 7;
         out.push(if b & 4 != 0 { 'r' } else { '-' });
@@ -199,7 +203,12 @@ fn mode_str(s: &FileStat) -> String {
 fn stat_json(name: Option<&str>, s: &FileStat) -> serde_json::Value {
     let mut v = serde_json::json!({
         "ino": s.ino,
-        "kind": if s.kind == FileKind::Dir { "dir" } else { "file" },
+        "kind": match s.kind {
+            FileKind::Dir => "dir",
+            FileKind::Symlink => "symlink",
+            FileKind::File => "file",
+        },
+        "nlink": s.nlink,
         "mode": format!("{:o}", s.mode),
         "owner": s.owner,
         "group": s.group,
@@ -264,8 +273,8 @@ pub(crate) fn join(dir: &str, name: &str) -> String {
 
 /// Prints a listing. Names, owners and groups come from the manager and were chosen by other
 /// users: they are printed through [`shown`], so none can draw a line of its own.
-fn print_entries(entries: &[DirEntry], long: bool) {
-    for e in entries {
+fn print_entries(entries: &[DirEntry], targets: &[Option<String>], long: bool) {
+    for (e, target) in entries.iter().zip(targets) {
         let slash = if e.stat.kind == FileKind::Dir {
             "/"
         } else {
@@ -273,14 +282,18 @@ fn print_entries(entries: &[DirEntry], long: bool) {
         };
         if long {
             println!(
-                "{} {:<8} {:<8} {:>12} {} {}{}",
+                "{} {:>3} {:<8} {:<8} {:>12} {} {}{}",
                 mode_str(&e.stat),
+                e.stat.nlink,
                 shown(&e.stat.owner),
                 shown(&e.stat.group),
                 e.stat.size,
                 time_str(e.stat.mtime_us),
                 shown(&e.name),
-                slash
+                match target {
+                    Some(t) => format!(" -> {}", shown(t)),
+                    None => slash.to_string(),
+                }
             );
         } else {
             println!("{}{}", shown(&e.name), slash);
@@ -300,12 +313,25 @@ pub async fn ls(a: LsArgs) -> anyhow::Result<()> {
             stat: st,
         }]
     };
+    // Symbolic links show their targets (one round trip each, only for links).
+    let mut targets = Vec::with_capacity(entries.len());
+    for e in &entries {
+        targets.push(if e.stat.kind == FileKind::Symlink && (a.long || a.json) {
+            c.readlink(&join(&p, &e.name)).await.ok()
+        } else {
+            None
+        });
+    }
     if a.json {
-        for e in &entries {
-            println!("{}", stat_json(Some(&e.name), &e.stat));
+        for (e, t) in entries.iter().zip(&targets) {
+            let mut v = stat_json(Some(&e.name), &e.stat);
+            if let Some(t) = t {
+                v["target"] = t.as_str().into();
+            }
+            println!("{v}");
         }
     } else {
-        print_entries(&entries, a.long);
+        print_entries(&entries, &targets, a.long);
     }
     Ok(())
 }
@@ -333,12 +359,13 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
             println!("  path  nasd:{}", shown(&p));
             println!(
                 "  kind  {}",
-                if s.kind == FileKind::Dir {
-                    "directory"
-                } else {
-                    "file"
+                match s.kind {
+                    FileKind::Dir => "directory",
+                    FileKind::Symlink => "symbolic link",
+                    FileKind::File => "file",
                 }
             );
+            println!("  links {}", s.nlink);
             println!("  size  {}", s.size);
             println!("  mode  {:o} ({})", s.mode, mode_str(&s));
             println!(
@@ -416,6 +443,32 @@ pub async fn mv(from: String, to: String) -> anyhow::Result<()> {
         }
     }
     c.rename(&f, &t).await?;
+    Ok(())
+}
+
+pub async fn ln(symbolic: bool, target: String, link: String) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let mut l = remote(&link)?;
+    let last = |p: &str| {
+        p.rsplit('/')
+            .find(|n| !n.is_empty())
+            .unwrap_or("")
+            .to_string()
+    };
+    if symbolic {
+        // The target is stored as given: a nasd:/path names a path in the cluster.
+        let t = target.strip_prefix("nasd:").unwrap_or(&target).to_string();
+        if matches!(c.stat(&l).await, Ok(st) if st.kind == FileKind::Dir) {
+            l = join(&l, &last(&t));
+        }
+        c.symlink(&t, &l).await?;
+    } else {
+        let t = remote(&target)?;
+        if matches!(c.stat(&l).await, Ok(st) if st.kind == FileKind::Dir) {
+            l = join(&l, &last(&t));
+        }
+        c.link(&t, &l).await?;
+    }
     Ok(())
 }
 

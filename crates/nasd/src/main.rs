@@ -176,6 +176,15 @@ enum Cmd {
     },
     /// Rename or move.
     Mv { from: String, to: String },
+    /// Make a hard link LINK to the file TARGET (both nasd:/paths), or with -s a symbolic
+    /// link LINK holding TARGET as given (it need not exist; relative targets resolve from
+    /// LINK's directory).
+    Ln {
+        #[arg(short = 's')]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
     /// Change a mode (octal); revokes outstanding capabilities.
     Chmod {
         mode: String,
@@ -285,6 +294,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status { json } => runtime()?.block_on(cmd_heal::status(json)),
         Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
+        Cmd::Ln {
+            symbolic,
+            target,
+            link,
+        } => runtime()?.block_on(cmd_fs::ln(symbolic, target, link)),
         Cmd::Chmod { mode, paths } => runtime()?.block_on(cmd_fs::chmod(mode, paths)),
         Cmd::Chown { spec, paths } => runtime()?.block_on(cmd_fs::chown(spec, paths)),
         Cmd::Truncate { path, size } => runtime()?.block_on(cmd_fs::truncate(path, size)),
