@@ -25,11 +25,21 @@ impl Up {
         Up::start_with(Options::drives(drives))
     }
 
+    /// Starts a fresh cluster. Its ports are drawn free and released for the components to
+    /// bind, so a cluster that another test process starts at the same moment can take one
+    /// first: a start that fails on a taken address is made again on other ports.
     pub fn start_with(options: Options) -> Up {
-        let dir = tempfile::tempdir().unwrap();
-        let cluster = Cluster::start(Path::new(NASD), &dir.path().join("c"), &options)
-            .unwrap_or_else(|e| panic!("starting the cluster: {}", chain(&e)));
-        Up { cluster, dir }
+        for attempt in 1.. {
+            let dir = tempfile::tempdir().unwrap();
+            match Cluster::start(Path::new(NASD), &dir.path().join("c"), &options) {
+                Ok(cluster) => return Up { cluster, dir },
+                Err(e) if attempt < 3 && chain(&e).contains("Address already in use") => {
+                    eprintln!("cluster start raced for a port, again: {}", chain(&e));
+                }
+                Err(e) => panic!("starting the cluster: {}", chain(&e)),
+            }
+        }
+        unreachable!("the loop returns or panics")
     }
 
     pub fn data(&self) -> PathBuf {
