@@ -162,7 +162,7 @@ fn drive_reason(e: &ClientError) -> &'static str {
 }
 
 /// A layer's failure for `path`, as the user reads it.
-fn io_err(path: &str, e: IoError) -> FsError {
+pub(crate) fn io_err(path: &str, e: IoError) -> FsError {
     match e {
         IoError::Drive { addr, error, .. } => FsError::Drive {
             path: path.to_string(),
@@ -303,6 +303,16 @@ impl Upload {
             end: Arc::new(AtomicU64::new(0)),
             missed: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The end of the upload's furthest write.
+    pub(crate) fn written_end(&self) -> u64 {
+        self.end.load(Ordering::Relaxed)
+    }
+
+    /// The staged objects' current grant.
+    pub(crate) async fn grant(&self) -> Arc<OpenFile> {
+        self.grant.lock().await.clone()
     }
 
     /// The same upload, committed (and renewed, aborted) as `path`.
@@ -622,7 +632,7 @@ impl Client {
     /// Runs `f` on the stack of `path`'s grant (the owner check alongside, the first time);
     /// on a refused grant (revoked, expired, objects replaced) fetches a new one from the
     /// manager and tries once more. Returns the result and the grant it ran under.
-    async fn with_file<T, F, Fut>(
+    pub(crate) async fn with_file<T, F, Fut>(
         &self,
         path: &str,
         write: bool,
@@ -1182,6 +1192,8 @@ impl Client {
         .await
     }
     pub async fn truncate(&self, path: &str, size: u64) -> Result<(), FsError> {
+        // A striped file's cached grant carries its size: gone with the change.
+        self.caps.invalidate(path);
         self.ok(
             path,
             MgrRequest::Truncate {

@@ -23,6 +23,8 @@
 //!   put underneath instead.
 //! - [`transfer`] — streaming copies to, from and within the cluster (holes kept, downloads
 //!   replaced only when complete).
+//! - [`handle`] — open files as handles (`read_at`/`write_at`/`truncate`/`fsync` at any
+//!   offset, write-behind and read-ahead) for the FUSE mount and the S3 gateway.
 //! - [`prepared`] — new files staged ahead of their names, for directories being filled with
 //!   small files (one manager round trip per file).
 //! - [`escape`] — printing untrusted names safely.
@@ -35,6 +37,7 @@ pub mod conn;
 pub mod error;
 pub mod escape;
 pub mod files;
+pub mod handle;
 pub mod layer;
 pub mod memio;
 pub mod object;

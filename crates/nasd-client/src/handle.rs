@@ -1,0 +1,539 @@
+//! Open files as handles — `read_at`, `write_at`, `truncate`, `flush`, `fsync`, `close` at
+//! any offset, without whole-file buffers — the interface the FUSE mount and the S3 gateway
+//! build on (issue 11's "streaming handles").
+//!
+//! A handle keeps what was written since its last flush as an overlay of byte runs over a
+//! *base*, and reads see the overlay over the base, zeros past the base's end (holes):
+//! - a new file, or one opened with truncate, has a staged upload as its base
+//!   ([`crate::files::Upload`]): nothing is visible under the name until the handle is
+//!   synced or closed, when the upload commits (close-to-open consistency, as NFS gives).
+//!   Runs go to the staged objects in parallel pieces once the overlay holds
+//!   [`DIRTY_BYTES_MAX`] (write-behind), so a file of any size streams through bounded memory;
+//! - an existing file opened without truncate has the committed file as its base: a flush
+//!   cuts it where the handle truncated it, writes the runs (in place under the file's write
+//!   lease for a one-object file; as one copy-on-write change for a striped one, so parity
+//!   never disagrees with data), and extends it to the handle's size.
+//!
+//! Sequential reads of the committed file read ahead as seed 002 §4.5 describes: a window of
+//! [`READ_AHEAD_FIRST_BYTES`] that doubles on each sequential read up to
+//! [`READ_AHEAD_MAX_BYTES`], fetched in the layout's transfer pieces at once; a random read
+//! starts over. A handle serializes its own calls; open several for parallel streams.
+
+use crate::files::{Client, FsError, Upload};
+use crate::layer::FileIo;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Bytes a handle holds written but not yet sent before it sends them: bounds its memory and
+/// sizes write-behind batches (large enough to keep every drive busy with parallel pieces).
+pub const DIRTY_BYTES_MAX: u64 = 32 << 20;
+/// The first read-ahead window (seed 002 §4.5).
+pub const READ_AHEAD_FIRST_BYTES: u64 = 256 << 10;
+/// The largest read-ahead window (seed 002 §4.5).
+pub const READ_AHEAD_MAX_BYTES: u64 = 8 << 20;
+/// Pieces of one write-out or read-ahead fetch in flight at once.
+const PIECES_IN_FLIGHT: usize = 16;
+
+/// How to open a handle (the `open(2)` flags that matter here).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenOptions {
+    pub write: bool,
+    /// Make the file if it does not exist (with `mode`).
+    pub create: bool,
+    /// Start from empty content (the old content stays readable to others until commit).
+    pub truncate: bool,
+    pub mode: u32,
+}
+
+/// Disjoint runs of written bytes, by offset.
+#[derive(Default)]
+struct Overlay {
+    runs: BTreeMap<u64, Vec<u8>>,
+    bytes: u64,
+}
+
+impl Overlay {
+    /// Adds `data` at `off`, over whatever runs it overlaps; touching runs merge. Appending
+    /// to the end of a run extends it in place (amortized copies).
+    fn write(&mut self, off: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let end = off + data.len() as u64;
+        // The run starting at or before `off` that reaches `off`, if any, is extended.
+        let mut start = off;
+        let mut buf = match self.runs.range(..=off).next_back() {
+            Some((&s, r)) if s + r.len() as u64 >= off => {
+                start = s;
+                let r = self.runs.remove(&s).expect("just seen");
+                self.bytes -= r.len() as u64;
+                r
+            }
+            _ => Vec::new(),
+        };
+        let at = (off - start) as usize;
+        if buf.len() < at + data.len() {
+            buf.resize(at + data.len(), 0);
+        }
+        buf[at..at + data.len()].copy_from_slice(data);
+        // Runs that start inside or right after the new bytes are absorbed.
+        let later: Vec<u64> = self.runs.range(off..=end).map(|(&s, _)| s).collect();
+        for s in later {
+            let r = self.runs.remove(&s).expect("just seen");
+            self.bytes -= r.len() as u64;
+            let r_end = s + r.len() as u64;
+            if r_end > end {
+                let keep = (end - s) as usize;
+                buf.extend_from_slice(&r[keep..]);
+            }
+        }
+        self.bytes += buf.len() as u64;
+        self.runs.insert(start, buf);
+    }
+
+    /// Drops every byte at and past `size`.
+    fn truncate(&mut self, size: u64) {
+        let after: Vec<u64> = self.runs.range(size..).map(|(&s, _)| s).collect();
+        for s in after {
+            self.bytes -= self.runs.remove(&s).expect("just seen").len() as u64;
+        }
+        if let Some((&s, r)) = self.runs.range_mut(..size).next_back() {
+            if s + r.len() as u64 > size {
+                let cut = r.len() - (size - s) as usize;
+                r.truncate((size - s) as usize);
+                self.bytes -= cut as u64;
+            }
+        }
+    }
+
+    /// Copies the runs' bytes that fall in `[off, off + out.len())` into `out`.
+    fn read_into(&self, off: u64, out: &mut [u8]) {
+        let end = off + out.len() as u64;
+        let first = self.runs.range(..=off).next_back().map_or(off, |(&s, _)| s);
+        for (&s, r) in self.runs.range(first..end) {
+            let (a, b) = (s.max(off), (s + r.len() as u64).min(end));
+            if a < b {
+                out[(a - off) as usize..(b - off) as usize]
+                    .copy_from_slice(&r[(a - s) as usize..(b - s) as usize]);
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<(u64, Vec<u8>)> {
+        self.bytes = 0;
+        std::mem::take(&mut self.runs).into_iter().collect()
+    }
+}
+
+/// What the overlay lies over.
+enum Base {
+    /// The file as committed under the handle's path, `size` bytes, read as zeros from
+    /// `cut` on (the handle truncated it since its last flush).
+    Committed { size: u64, cut: u64 },
+    /// A staged upload that becomes the file's content at commit; bytes below `end` were
+    /// written to it, the rest read as zeros.
+    Staged { upload: Box<Upload>, end: u64 },
+}
+
+struct State {
+    /// The file's size as the handle sees it.
+    size: u64,
+    base: Base,
+    dirty: Overlay,
+    /// Read-ahead: the window cached (offset, bytes), where the last read ended, the next
+    /// window's size.
+    ahead: Option<(u64, Arc<Vec<u8>>)>,
+    last_end: u64,
+    window: u64,
+    /// Written since the last commit or flush reached the drives.
+    changed: bool,
+}
+
+/// An open file. Dropping a handle that holds unflushed writes loses them (a staged upload
+/// expires): call [`FileHandle::close`].
+pub struct FileHandle {
+    client: Arc<Client>,
+    path: String,
+    write: bool,
+    st: tokio::sync::Mutex<State>,
+}
+
+impl FileHandle {
+    /// Opens `path` as `o` asks. A new file (or a truncated one) is staged and appears at
+    /// the first [`FileHandle::fsync`] or at [`FileHandle::close`].
+    pub async fn open(
+        client: &Arc<Client>,
+        path: &str,
+        o: OpenOptions,
+    ) -> Result<FileHandle, FsError> {
+        let existing = match client.stat(path).await {
+            Ok(st) if st.kind == nasd_proto::manager::FileKind::Dir => {
+                return Err(FsError::Usage(format!(
+                    "{}: is a directory",
+                    crate::escape::shown(path)
+                )))
+            }
+            Ok(st) => Some(st),
+            Err(e)
+                if o.create && e.status() == Some(nasd_proto::manager::MgrStatus::NoSuchPath) =>
+            {
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let (base, size) = match existing {
+            Some(_) if !(o.write && o.truncate) => {
+                let size = client.size(path).await?;
+                (Base::Committed { size, cut: size }, size)
+            }
+            None if !o.write => {
+                return Err(FsError::Usage(format!(
+                    "{}: creating a file needs a handle open for writing",
+                    crate::escape::shown(path)
+                )))
+            }
+            _ => {
+                let upload = client.begin_upload(path, o.mode).await?;
+                (
+                    Base::Staged {
+                        upload: Box::new(upload),
+                        end: 0,
+                    },
+                    0,
+                )
+            }
+        };
+        let changed = matches!(base, Base::Staged { .. });
+        Ok(FileHandle {
+            client: client.clone(),
+            path: path.to_string(),
+            write: o.write,
+            st: tokio::sync::Mutex::new(State {
+                size,
+                base,
+                dirty: Overlay::default(),
+                ahead: None,
+                last_end: u64::MAX,
+                window: READ_AHEAD_FIRST_BYTES,
+                changed,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The file's size as this handle sees it.
+    pub async fn size(&self) -> u64 {
+        self.st.lock().await.size
+    }
+
+    /// Up to `len` bytes at `off` (fewer at the end of the file).
+    pub async fn read_at(&self, off: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        let mut st = self.st.lock().await;
+        let end = (off.saturating_add(len)).min(st.size);
+        if off >= end {
+            return Ok(vec![]);
+        }
+        let mut out = vec![0u8; (end - off) as usize];
+        match &st.base {
+            Base::Committed { size, cut } => {
+                let base_end = end.min(*size).min(*cut);
+                if off < base_end {
+                    let got = self.read_ahead(&mut st, off, base_end).await?;
+                    out[..got.len()].copy_from_slice(&got);
+                }
+            }
+            Base::Staged {
+                upload,
+                end: written,
+            } => {
+                let base_end = end.min(*written);
+                if off < base_end {
+                    let got = self.client.upload_read(upload, off, base_end - off).await?;
+                    out[..got.len()].copy_from_slice(&got);
+                }
+            }
+        }
+        st.dirty.read_into(off, &mut out);
+        st.last_end = end;
+        Ok(out)
+    }
+
+    /// Bytes `[off, end)` of the committed file, through the read-ahead window.
+    async fn read_ahead(&self, st: &mut State, off: u64, end: u64) -> Result<Vec<u8>, FsError> {
+        if let Some((at, w)) = &st.ahead {
+            if *at <= off && end <= at + w.len() as u64 {
+                return Ok(w[(off - at) as usize..(end - at) as usize].to_vec());
+            }
+        }
+        let Base::Committed { size, cut } = st.base else {
+            unreachable!("read ahead only over the committed file")
+        };
+        if off == st.last_end {
+            st.window = (st.window * 2).min(READ_AHEAD_MAX_BYTES);
+        } else {
+            st.window = READ_AHEAD_FIRST_BYTES;
+        }
+        let fetch_end = (off + st.window.max(end - off)).min(size).min(cut);
+        let w = self.read_pieces(off, fetch_end).await?;
+        let got = w[..((end - off) as usize).min(w.len())].to_vec();
+        st.ahead = Some((off, Arc::new(w)));
+        Ok(got)
+    }
+
+    /// Bytes `[off, end)` of the committed file, in the layout's transfer pieces at once.
+    async fn read_pieces(&self, off: u64, end: u64) -> Result<Vec<u8>, FsError> {
+        let o = self.client.open(&self.path, false).await?;
+        let step = self.client.stack(&o)?.transfer_bytes().max(1 << 20);
+        let starts: Vec<u64> = (off..end).step_by(step as usize).collect();
+        let mut out = Vec::with_capacity((end - off) as usize);
+        for batch in starts.chunks(PIECES_IN_FLIGHT) {
+            let reads = batch
+                .iter()
+                .map(|&s| self.client.read_at(&self.path, s, step.min(end - s)));
+            for r in futures_util::future::join_all(reads).await {
+                let piece = r?;
+                let short = (piece.len() as u64) < step.min(end - off - out.len() as u64);
+                out.extend_from_slice(&piece);
+                if short {
+                    // The file is shorter than it was: what is missing reads as zeros.
+                    return Ok(out);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `off` (past the end: the gap reads as zeros).
+    pub async fn write_at(&self, off: u64, data: &[u8]) -> Result<(), FsError> {
+        self.writable()?;
+        let mut st = self.st.lock().await;
+        st.dirty.write(off, data);
+        st.size = st.size.max(off + data.len() as u64);
+        st.changed = true;
+        st.ahead = None;
+        if st.dirty.bytes >= DIRTY_BYTES_MAX {
+            self.write_out(&mut st).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes the file `size` bytes long: cut short, or extended with zeros.
+    pub async fn truncate(&self, size: u64) -> Result<(), FsError> {
+        self.writable()?;
+        let mut st = self.st.lock().await;
+        st.dirty.truncate(size);
+        st.ahead = None;
+        let staged_past = matches!(&st.base, Base::Staged { end, .. } if *end > size);
+        if staged_past {
+            // Staged objects cannot be cut with a write capability: commit what there is,
+            // then cut the committed file (it was this handle's to shape anyway).
+            self.commit(&mut st).await?;
+        }
+        if let Base::Committed { cut, .. } = &mut st.base {
+            *cut = (*cut).min(size);
+        }
+        st.size = size;
+        st.changed = true;
+        Ok(())
+    }
+
+    /// Sends what was written to the drives (durable there); for an existing file, applies
+    /// it to the file. A staged file stays invisible until [`FileHandle::fsync`] or close.
+    pub async fn flush(&self) -> Result<(), FsError> {
+        let mut st = self.st.lock().await;
+        self.write_out(&mut st).await
+    }
+
+    /// [`FileHandle::flush`], and a staged file commits: durable and visible under its name.
+    pub async fn fsync(&self) -> Result<(), FsError> {
+        let mut st = self.st.lock().await;
+        self.commit(&mut st).await
+    }
+
+    /// Syncs and ends the handle.
+    pub async fn close(self) -> Result<(), FsError> {
+        let mut st = self.st.lock().await;
+        self.commit(&mut st).await
+    }
+
+    /// Gives up what the handle wrote and did not flush; a staged file never appears.
+    pub async fn abort(self) {
+        let st = self.st.into_inner();
+        if let Base::Staged { upload, .. } = &st.base {
+            self.client.abort_upload(upload).await;
+        }
+    }
+
+    fn writable(&self) -> Result<(), FsError> {
+        if self.write {
+            return Ok(());
+        }
+        Err(FsError::Usage(format!(
+            "{}: the handle is open for reading",
+            crate::escape::shown(&self.path)
+        )))
+    }
+
+    /// Sends the overlay to the base: staged objects, or the committed file.
+    async fn write_out(&self, st: &mut State) -> Result<(), FsError> {
+        let runs = st.dirty.take();
+        let size = st.size;
+        match &mut st.base {
+            Base::Staged { upload, end } => {
+                let step = self.client.upload_granule(upload).await?.max(1 << 20);
+                let mut pieces = vec![];
+                for (off, run) in &runs {
+                    for (i, chunk) in run.chunks(step as usize).enumerate() {
+                        pieces.push((off + i as u64 * step, chunk));
+                    }
+                }
+                for batch in pieces.chunks(PIECES_IN_FLIGHT) {
+                    let writes = batch
+                        .iter()
+                        .map(|(off, d)| self.client.upload_write(upload, *off, d));
+                    for r in futures_util::future::join_all(writes).await {
+                        r?;
+                    }
+                }
+                if let Some((off, run)) = runs.last() {
+                    *end = (*end).max(off + run.len() as u64);
+                }
+            }
+            Base::Committed { size: base, cut } => {
+                if !st.changed {
+                    return Ok(());
+                }
+                if *cut < *base {
+                    self.client.truncate(&self.path, *cut).await?;
+                }
+                self.client.write_runs(&self.path, &runs).await?;
+                let now = self.client.size(&self.path).await?;
+                if now < size {
+                    self.client.truncate(&self.path, size).await?;
+                }
+                *base = size;
+                *cut = size;
+                st.ahead = None;
+            }
+        }
+        st.changed = matches!(st.base, Base::Staged { .. });
+        Ok(())
+    }
+
+    /// Writes out, and commits a staged file: from then on the handle changes the committed
+    /// file in place.
+    async fn commit(&self, st: &mut State) -> Result<(), FsError> {
+        self.write_out(st).await?;
+        let size = st.size;
+        let Base::Staged { upload, .. } = &st.base else {
+            return Ok(());
+        };
+        let upload: Upload = (**upload).clone();
+        let r = async {
+            self.client.upload_size(&upload, size).await?;
+            self.client.finish_upload(upload.clone()).await
+        }
+        .await;
+        if let Err(e) = r {
+            self.client.abort_upload(&upload).await;
+            return Err(e);
+        }
+        st.base = Base::Committed { size, cut: size };
+        st.changed = false;
+        Ok(())
+    }
+}
+
+impl Client {
+    /// Applies `runs` (offset, bytes) to the existing file `path`: a one-object file in place
+    /// under its write lease, a file spread over several objects as one copy-on-write change.
+    pub async fn write_runs(&self, path: &str, runs: &[(u64, Vec<u8>)]) -> Result<(), FsError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let o = self.open(path, false).await?;
+        let apply = |io: Arc<dyn FileIo>| async move {
+            for (off, run) in runs {
+                io.write(*off, run).await?;
+            }
+            Ok(())
+        };
+        if o.layout.components.len() > 1 {
+            return self.change(path, apply).await;
+        }
+        self.with_file(path, true, apply).await.map(|_| ())
+    }
+
+    /// Reads back up to `len` bytes at `off` of an upload's staged objects (up to the end of
+    /// its furthest write: a striped layout reads up to the size it is given).
+    pub async fn upload_read(&self, u: &Upload, off: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        let mut g = (*u.grant().await).clone();
+        g.stat.size = u.written_end();
+        let io = self.stack(&g)?;
+        io.read(off, len)
+            .await
+            .map(|r| r.data)
+            .map_err(|e| crate::files::io_err(u.path(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The overlay against a plain buffer: random writes and truncates.
+    #[test]
+    fn the_overlay_reads_back_what_was_written() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for _ in 0..200 {
+            let mut o = Overlay::default();
+            let mut model: Vec<Option<u8>> = vec![];
+            for step in 0..40 {
+                if next(5) == 0 {
+                    let n = next(3000);
+                    o.truncate(n);
+                    model.truncate(n as usize);
+                } else {
+                    let off = next(2500);
+                    let len = next(600) as usize;
+                    let data: Vec<u8> = (0..len).map(|i| (i as u64 + step) as u8).collect();
+                    o.write(off, &data);
+                    if model.len() < off as usize + len {
+                        model.resize(off as usize + len, None);
+                    }
+                    for (i, b) in data.iter().enumerate() {
+                        model[off as usize + i] = Some(*b);
+                    }
+                }
+                let mut out = vec![0xAAu8; 3600];
+                o.read_into(0, &mut out);
+                for (i, m) in model.iter().enumerate() {
+                    if let Some(b) = m {
+                        assert_eq!(out[i], *b, "byte {i}");
+                    }
+                }
+                assert!(
+                    out[model.len()..].iter().all(|&b| b == 0xAA),
+                    "past the end"
+                );
+                let held: u64 = o.runs.values().map(|r| r.len() as u64).sum();
+                assert_eq!(o.bytes, held);
+                // Runs stay disjoint and apart (touching runs merge).
+                let mut prev_end = None;
+                for (&s, r) in &o.runs {
+                    assert!(prev_end.is_none_or(|e| e < s), "runs touch at {s}");
+                    prev_end = Some(s + r.len() as u64);
+                }
+            }
+        }
+    }
+}
