@@ -1063,6 +1063,19 @@ impl Client {
         }
     }
 
+    /// [`Client::stat`] of the last name itself: a symbolic link is not followed.
+    pub async fn lstat(&self, path: &str) -> Result<FileStat, FsError> {
+        match self
+            .request(path, MgrRequest::Lstat { path: path.into() })
+            .await?
+        {
+            MgrReply::Stat(s) => Ok(s),
+            other => Err(FsError::Usage(format!(
+                "{path}: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
     /// Every entry of directory `path`, in name order, read a page at a time.
     pub async fn list(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
         let mut all: Vec<DirEntry> = vec![];

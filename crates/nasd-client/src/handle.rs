@@ -153,7 +153,10 @@ struct State {
 /// expires): call [`FileHandle::close`].
 pub struct FileHandle {
     client: Arc<Client>,
-    path: String,
+    /// Where the committed file is (it moves when a mount renames an open file aside).
+    path: std::sync::RwLock<String>,
+    /// The file's inode number (a new file's is reserved when its upload begins).
+    ino: u64,
     write: bool,
     st: tokio::sync::Mutex<State>,
 }
@@ -181,6 +184,7 @@ impl FileHandle {
             }
             Err(e) => return Err(e),
         };
+        let mut ino = existing.as_ref().map_or(0, |st| st.ino);
         let (base, size) = match existing {
             Some(_) if !(o.write && o.truncate) => {
                 let size = client.size(path).await?;
@@ -194,6 +198,7 @@ impl FileHandle {
             }
             _ => {
                 let upload = client.begin_upload(path, o.mode).await?;
+                ino = upload.stat().ino;
                 (
                     Base::Staged {
                         upload: Box::new(upload),
@@ -206,7 +211,8 @@ impl FileHandle {
         let changed = matches!(base, Base::Staged { .. });
         Ok(FileHandle {
             client: client.clone(),
-            path: path.to_string(),
+            path: std::sync::RwLock::new(path.to_string()),
+            ino,
             write: o.write,
             st: tokio::sync::Mutex::new(State {
                 size,
@@ -220,8 +226,24 @@ impl FileHandle {
         })
     }
 
-    pub fn path(&self) -> &str {
-        &self.path
+    pub fn path(&self) -> String {
+        self.path.read().expect("path lock").clone()
+    }
+
+    /// The committed file was renamed to `path` (a mount keeping an unlinked file open
+    /// under a hidden name, as NFS does): later flushes and reads go there.
+    pub fn moved(&self, path: &str) {
+        *self.path.write().expect("path lock") = path.to_string();
+    }
+
+    /// The file's inode number.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// Whether nothing is under the name yet (a new or truncated file before its commit).
+    pub async fn staged(&self) -> bool {
+        matches!(self.st.lock().await.base, Base::Staged { .. })
     }
 
     /// The file's size as this handle sees it.
@@ -285,14 +307,15 @@ impl FileHandle {
 
     /// Bytes `[off, end)` of the committed file, in the layout's transfer pieces at once.
     async fn read_pieces(&self, off: u64, end: u64) -> Result<Vec<u8>, FsError> {
-        let o = self.client.open(&self.path, false).await?;
+        let path = self.path();
+        let o = self.client.open(&path, false).await?;
         let step = self.client.stack(&o)?.transfer_bytes().max(1 << 20);
         let starts: Vec<u64> = (off..end).step_by(step as usize).collect();
         let mut out = Vec::with_capacity((end - off) as usize);
         for batch in starts.chunks(PIECES_IN_FLIGHT) {
             let reads = batch
                 .iter()
-                .map(|&s| self.client.read_at(&self.path, s, step.min(end - s)));
+                .map(|&s| self.client.read_at(&path, s, step.min(end - s)));
             for r in futures_util::future::join_all(reads).await {
                 let piece = r?;
                 let short = (piece.len() as u64) < step.min(end - off - out.len() as u64);
@@ -373,7 +396,7 @@ impl FileHandle {
         }
         Err(FsError::Usage(format!(
             "{}: the handle is open for reading",
-            crate::escape::shown(&self.path)
+            crate::escape::shown(&self.path())
         )))
     }
 
@@ -406,13 +429,14 @@ impl FileHandle {
                 if !st.changed {
                     return Ok(());
                 }
+                let path = self.path();
                 if *cut < *base {
-                    self.client.truncate(&self.path, *cut).await?;
+                    self.client.truncate(&path, *cut).await?;
                 }
-                self.client.write_runs(&self.path, &runs).await?;
-                let now = self.client.size(&self.path).await?;
+                self.client.write_runs(&path, &runs).await?;
+                let now = self.client.size(&path).await?;
                 if now < size {
-                    self.client.truncate(&self.path, size).await?;
+                    self.client.truncate(&path, size).await?;
                 }
                 *base = size;
                 *cut = size;

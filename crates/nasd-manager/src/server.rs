@@ -568,6 +568,7 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             MgrReply::Ok
         }
         Q::Readlink { path } => MgrReply::LinkTarget(m.readlink(c, &path)?),
+        Q::Lstat { path } => MgrReply::Stat(m.lstat(c, &path).await?),
         Q::Link { existing, new } => {
             m.link(c, &existing, &new)?;
             MgrReply::Ok

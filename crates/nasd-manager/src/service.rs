@@ -675,6 +675,19 @@ impl Manager {
         Ok(self.stat_of(&i, Some(times)))
     }
 
+    /// [`Manager::stat`] of the last name itself: a symbolic link is not followed (lstat).
+    pub async fn lstat(&self, c: &Caller, path: &str) -> MgrResult<FileStat> {
+        if split_path(path)?.is_empty() {
+            return self.stat(c, path).await;
+        }
+        let (dir, name) = self.parent(c, path, false)?;
+        let i = self
+            .entry(&dir, name, path)?
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
+        let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
+        Ok(self.stat_of(&i, Some(times)))
+    }
+
     /// A page of directory `path`: at most `limit` (and [`READDIR_PAGE_ENTRIES_MAX`]) entries
     /// named after `after`.
     pub async fn readdir(

@@ -57,7 +57,8 @@ use std::fmt;
 ///   fills one and `Commit`s it under its name, one manager round trip per file instead of
 ///   two, and a prepared file is still invisible until all of it is on the drives.
 /// - 7: POSIX names. [`FileKind::Symlink`]; [`MgrRequest::Symlink`], [`MgrRequest::Readlink`]
-///   (answered with [`MgrReply::LinkTarget`]) and [`MgrRequest::Link`] (a hard link); a
+///   (answered with [`MgrReply::LinkTarget`]), [`MgrRequest::Link`] (a hard link) and
+///   [`MgrRequest::Lstat`] (a stat that does not follow the last name); a
 ///   [`FileStat`] carries `nlink`, the number of names of a file (a directory's is 2 plus its
 ///   subdirectories); paths resolve through symbolic links, at most [`SYMLINK_HOPS_MAX`] of
 ///   them ([`MgrStatus::TooManyLinks`]).
@@ -201,6 +202,10 @@ pub enum MgrRequest {
     /// The target of the symbolic link `path` (the last name is not followed), answered with
     /// [`MgrReply::LinkTarget`].
     Readlink {
+        path: String,
+    },
+    /// Like `Stat`, of the last name itself: a symbolic link is not followed (POSIX lstat).
+    Lstat {
         path: String,
     },
     /// Gives the file `existing` (not a directory; a symbolic link itself, not followed) the
@@ -779,6 +784,7 @@ impl MgrRequest {
             Self::Symlink { .. } => "symlink",
             Self::Readlink { .. } => "readlink",
             Self::Link { .. } => "link",
+            Self::Lstat { .. } => "lstat",
             Self::Chmod { .. } => "chmod",
             Self::Chown { .. } => "chown",
             Self::Truncate { .. } => "truncate",
@@ -846,6 +852,7 @@ impl MgrRequest {
             Self::Symlink { .. } => 35,
             Self::Readlink { .. } => 36,
             Self::Link { .. } => 37,
+            Self::Lstat { .. } => 38,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -908,7 +915,7 @@ impl MgrRequest {
                 put_str(&mut w, path);
                 put_str(&mut w, target);
             }
-            Self::Readlink { path } => put_str(&mut w, path),
+            Self::Readlink { path } | Self::Lstat { path } => put_str(&mut w, path),
             Self::Link { existing, new } => {
                 put_str(&mut w, existing);
                 put_str(&mut w, new);
@@ -1161,6 +1168,9 @@ impl MgrRequest {
                 target: get_str(r, "target")?,
             },
             36 => Self::Readlink {
+                path: get_str(r, "path")?,
+            },
+            38 => Self::Lstat {
                 path: get_str(r, "path")?,
             },
             37 => Self::Link {
@@ -1774,6 +1784,7 @@ mod tests {
                 target: "../x y/z".into(),
             },
             MgrRequest::Readlink { path: p() },
+            MgrRequest::Lstat { path: p() },
             MgrRequest::Link {
                 existing: p(),
                 new: "/b".into(),

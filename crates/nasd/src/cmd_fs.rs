@@ -446,6 +446,35 @@ pub async fn mv(from: String, to: String) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `nasd mount [nasd:/PATH] MOUNTPOINT`: serves until unmounted; ctrl-c or SIGTERM
+/// unmounts first, so the mount point is never left dead.
+pub fn mount(paths: Vec<String>) -> anyhow::Result<()> {
+    let (remote, mountpoint) = match paths.as_slice() {
+        [mp] => ("/".to_string(), mp.clone()),
+        [r, mp] => (remote(r)?, mp.clone()),
+        _ => bail!("nasd mount [nasd:/PATH] MOUNTPOINT"),
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    let c = rt.block_on(connect())?;
+    let mp = std::path::PathBuf::from(&mountpoint);
+    let stop = mp.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        if let Err(e) = nasd_fuse::unmount(&stop) {
+            eprintln!("nasd: unmounting {}: {e}", stop.display());
+        }
+    });
+    nasd_fuse::serve(c, rt.handle().clone(), &remote, &mp)
+        .with_context(|| format!("mounting nasd:{remote} at {mountpoint}"))
+}
+
 pub async fn ln(symbolic: bool, target: String, link: String) -> anyhow::Result<()> {
     let c = connect().await?;
     let mut l = remote(&link)?;

@@ -176,6 +176,16 @@ enum Cmd {
     },
     /// Rename or move.
     Mv { from: String, to: String },
+    /// Mount a cluster directory (default nasd:/) at MOUNTPOINT and serve it until it is
+    /// unmounted (`nasd umount`, or ctrl-c): a nasd client, reading from and writing to the
+    /// drives directly; files written and closed here are seen by every other client.
+    Mount {
+        /// nasd:/PATH then MOUNTPOINT, or MOUNTPOINT alone.
+        #[arg(required = true, num_args = 1..=2)]
+        paths: Vec<String>,
+    },
+    /// Unmount a `nasd mount`.
+    Umount { mountpoint: String },
     /// Make a hard link LINK to the file TARGET (both nasd:/paths), or with -s a symbolic
     /// link LINK holding TARGET as given (it need not exist; relative targets resolve from
     /// LINK's directory).
@@ -294,6 +304,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status { json } => runtime()?.block_on(cmd_heal::status(json)),
         Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
+        Cmd::Mount { paths } => cmd_fs::mount(paths),
+        Cmd::Umount { mountpoint } => anyhow::Context::with_context(
+            nasd_fuse::unmount(std::path::Path::new(&mountpoint)),
+            || format!("unmounting {mountpoint}"),
+        ),
         Cmd::Ln {
             symbolic,
             target,

@@ -1,0 +1,826 @@
+//! The kernel's requests answered through the client library: names and attributes from the
+//! manager (as this mount's user), file contents through [`FileHandle`]s straight to and from
+//! the drives. Every call waits on the client's runtime; several event-loop threads serve
+//! the kernel at once.
+
+use crate::inodes::{join, Inodes};
+use fuser::{
+    BsdFileFlags, Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
+};
+use nasd_client::files::{Client, FsError};
+use nasd_client::handle::{FileHandle, OpenOptions};
+use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may keep names and attributes: not at all, so every open sees what
+/// other clients closed (close-to-open consistency).
+const TTL: Duration = Duration::ZERO;
+/// The block size `stat` shows: large, so `cp` and friends move data in large requests.
+const BLOCK_BYTES: u32 = 1 << 20;
+/// Largest write the kernel sends in one request (it caps this by its own limit).
+const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Largest read-ahead the kernel asks for (seed 002 §4.5's largest window).
+const MAX_READAHEAD_BYTES: u32 = 8 << 20;
+
+/// An open file and the path it is at.
+struct Open {
+    h: FileHandle,
+    path: Mutex<String>,
+    /// Unlinked while open: kept under a hidden name until its last release.
+    unlinked: std::sync::atomic::AtomicBool,
+}
+
+impl Open {
+    fn path(&self) -> String {
+        self.path.lock().expect("open path lock").clone()
+    }
+}
+
+/// The hidden name an unlinked open file is kept under (NFS's "silly rename"): its data
+/// stays readable and writable through the descriptors that have it open, and goes at the
+/// last close.
+pub const UNLINKED_PREFIX: &str = ".nasd-unlinked-";
+
+/// A directory as opendir saw it: (inode, kind, name) per entry, `.` and `..` first.
+type Listing = Vec<(u64, FileType, String)>;
+
+pub struct NasdFs {
+    client: Arc<Client>,
+    rt: tokio::runtime::Handle,
+    inodes: Inodes,
+    files: Mutex<HashMap<u64, Arc<Open>>>,
+    /// Files created here and not committed yet, by path: this mount shows them.
+    pending: Mutex<HashMap<String, Arc<Open>>>,
+    /// Directory listings taken at opendir, by handle (stable offsets while it is read).
+    dirs: Mutex<HashMap<u64, Listing>>,
+    next_fh: AtomicU64,
+}
+
+/// The errno a failed client call means to a program.
+pub fn errno_of(e: &FsError) -> Errno {
+    let Some(s) = e.status() else {
+        return match e.drive_status() {
+            Some(nasd_proto::Status::DiskFull) => Errno::ENOSPC,
+            _ => Errno::EIO,
+        };
+    };
+    match s {
+        MgrStatus::NoSuchPath => Errno::ENOENT,
+        MgrStatus::Exists => Errno::EEXIST,
+        MgrStatus::NotEmpty => Errno::ENOTEMPTY,
+        MgrStatus::NotADirectory => Errno::ENOTDIR,
+        MgrStatus::IsADirectory => Errno::EISDIR,
+        MgrStatus::PermissionDenied => Errno::EACCES,
+        MgrStatus::NameTooLong => Errno::ENAMETOOLONG,
+        MgrStatus::BadName | MgrStatus::InvalidArgument => Errno::EINVAL,
+        MgrStatus::TooManyLinks => Errno::ELOOP,
+        MgrStatus::DiskFull => Errno::ENOSPC,
+        MgrStatus::Busy => Errno::EBUSY,
+        MgrStatus::NotLoggedIn | MgrStatus::SessionExpired | MgrStatus::WrongPassword => {
+            Errno::EACCES
+        }
+        _ => Errno::EIO,
+    }
+}
+
+fn kind_of(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
+fn time_of(us: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(us)
+}
+
+fn us_of(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Errno> {
+    // nasd names are UTF-8.
+    name.to_str().ok_or(Errno::EINVAL)
+}
+
+impl NasdFs {
+    /// A file system showing the cluster's directory `remote` (which must exist).
+    pub fn new(
+        client: Arc<Client>,
+        rt: tokio::runtime::Handle,
+        remote: &str,
+    ) -> std::io::Result<NasdFs> {
+        let st = rt
+            .block_on(client.stat(remote))
+            .map_err(|e| std::io::Error::other(format!("{remote}: {e}")))?;
+        if st.kind != FileKind::Dir {
+            return Err(std::io::Error::other(format!("{remote}: not a directory")));
+        }
+        Ok(NasdFs {
+            client,
+            rt,
+            inodes: Inodes::new(remote, st.ino),
+            files: Default::default(),
+            pending: Default::default(),
+            dirs: Default::default(),
+            next_fh: AtomicU64::new(1),
+        })
+    }
+
+    fn attr(&self, s: &FileStat) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(self.inodes.fuse_ino(s.ino)),
+            size: s.size,
+            blocks: s.size.div_ceil(512),
+            atime: time_of(s.mtime_us),
+            mtime: time_of(s.mtime_us),
+            ctime: time_of(s.ctime_us),
+            crtime: time_of(s.ctime_us),
+            kind: kind_of(s.kind),
+            perm: (s.mode & 0o7777) as u16,
+            nlink: s.nlink,
+            uid: s.uid,
+            gid: s.gid,
+            rdev: 0,
+            blksize: BLOCK_BYTES,
+            flags: 0,
+        }
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        self.inodes.path(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        Ok(join(&self.path(parent)?, name_str(name)?))
+    }
+
+    /// The attributes of `path` as this mount sees them: a file it has open for writing
+    /// shows the size it has written.
+    fn stat_path(&self, path: &str) -> Result<FileAttr, Errno> {
+        let pending = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .get(path)
+            .cloned();
+        let st = match (&pending, self.rt.block_on(self.client.lstat(path))) {
+            (_, Ok(st)) => st,
+            (Some(_), Err(_)) => FileStat {
+                ino: 0,
+                kind: FileKind::File,
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                owner: String::new(),
+                group: String::new(),
+                size: 0,
+                mtime_us: us_of(SystemTime::now()),
+                ctime_us: us_of(SystemTime::now()),
+                nlink: 1,
+            },
+            (None, Err(e)) => return Err(errno_of(&e)),
+        };
+        let mut a = self.attr(&st);
+        if let Some(o) = pending {
+            a.size = self.rt.block_on(o.h.size());
+            a.blocks = a.size.div_ceil(512);
+            a.ino = INodeNo(self.inodes.fuse_ino(o.h.ino()));
+        }
+        self.inodes.saw(a.ino.0, path);
+        Ok(a)
+    }
+
+    /// The size the open handles of `path` hold, if any (a write not yet flushed).
+    fn open_size(&self, path: &str) -> Option<u64> {
+        let files = self.files.lock().expect("files lock");
+        let open: Vec<Arc<Open>> = files
+            .values()
+            .filter(|o| o.path() == path)
+            .cloned()
+            .collect();
+        drop(files);
+        open.iter().map(|o| self.rt.block_on(o.h.size())).max()
+    }
+
+    fn entry(&self, path: &str, reply: ReplyEntry) {
+        match self.stat_path(path) {
+            Ok(mut a) => {
+                if let Some(s) = self.open_size(path) {
+                    a.size = s;
+                }
+                reply.entry(&TTL, &a, Generation(0))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn add_open(&self, h: FileHandle, path: &str) -> (u64, Arc<Open>) {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let o = Arc::new(Open {
+            h,
+            path: Mutex::new(path.to_string()),
+            unlinked: Default::default(),
+        });
+        self.files.lock().expect("files lock").insert(fh, o.clone());
+        (fh, o)
+    }
+
+    fn open_file(&self, fh: u64) -> Result<Arc<Open>, Errno> {
+        self.files
+            .lock()
+            .expect("files lock")
+            .get(&fh)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Commits what `o` wrote (a new file appears under its name).
+    fn sync(&self, o: &Open) -> Result<(), Errno> {
+        self.rt.block_on(o.h.fsync()).map_err(|e| errno_of(&e))?;
+        self.pending.lock().expect("pending lock").remove(&o.path());
+        Ok(())
+    }
+
+    /// The open files at `path`.
+    fn opened_at(&self, path: &str) -> Vec<Arc<Open>> {
+        let files = self.files.lock().expect("files lock");
+        files
+            .values()
+            .filter(|o| o.path() == path)
+            .cloned()
+            .collect()
+    }
+
+    /// Unlinks `path`; a file open here moves to a hidden name instead and goes at its last
+    /// close (POSIX: an unlinked file stays usable through open descriptors).
+    fn unlink_path(&self, path: &str) -> Result<(), Errno> {
+        let open = self.opened_at(path);
+        let e = |e: FsError| errno_of(&e);
+        let Some(first) = open.first() else {
+            return self.rt.block_on(self.client.unlink(path)).map_err(e);
+        };
+        // A new file is committed first, so there is a name to move.
+        for o in &open {
+            self.sync(o)?;
+        }
+        let (dir, _) = path.rsplit_once('/').unwrap_or(("", path));
+        let hidden = join(
+            if dir.is_empty() { "/" } else { dir },
+            &format!("{UNLINKED_PREFIX}{}", first.h.ino()),
+        );
+        self.rt
+            .block_on(self.client.rename(path, &hidden))
+            .map_err(e)?;
+        for o in &open {
+            o.h.moved(&hidden);
+            *o.path.lock().expect("open path lock") = hidden.clone();
+            o.unlinked.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl Filesystem for NasdFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The kernel caps both by its own limits; whatever it grants is fine.
+        let _ = config.set_max_write(MAX_WRITE_BYTES);
+        let _ = config.set_max_readahead(MAX_READAHEAD_BYTES);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.child(parent, name) {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<fuser::FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        let path = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.stat_path(&path) {
+            Ok(mut a) => {
+                let held = match fh.map(|f| self.open_file(f.0)) {
+                    Some(Ok(o)) => Some(self.rt.block_on(o.h.size())),
+                    _ => self.open_size(&path),
+                };
+                if let Some(s) = held {
+                    a.size = s;
+                    a.blocks = s.div_ceil(512);
+                }
+                reply.attr(&TTL, &a)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<fuser::FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = (|| -> Result<FileAttr, Errno> {
+            let path = self.path(ino)?;
+            let e = |e: FsError| errno_of(&e);
+            if let Some(m) = mode {
+                self.rt
+                    .block_on(self.client.chmod(&path, m & 0o7777))
+                    .map_err(e)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                // Owners are nasd users, named at the manager: chown there (`nasd chown`).
+                let now = self.stat_path(&path)?;
+                if uid.is_some_and(|u| u != now.uid) || gid.is_some_and(|g| g != now.gid) {
+                    return Err(Errno::EPERM);
+                }
+            }
+            if let Some(size) = size {
+                let open = match fh {
+                    Some(f) => Some(self.open_file(f.0)?),
+                    None => self.opened_at(&path).into_iter().next(),
+                };
+                match open {
+                    Some(o) => self.rt.block_on(o.h.truncate(size)).map_err(e)?,
+                    None => self
+                        .rt
+                        .block_on(self.client.truncate(&path, size))
+                        .map_err(e)?,
+                }
+            }
+            if let Some(t) = mtime {
+                let us = match t {
+                    TimeOrNow::SpecificTime(t) => us_of(t),
+                    TimeOrNow::Now => us_of(SystemTime::now()),
+                };
+                self.rt.block_on(self.client.utimes(&path, us)).map_err(e)?;
+            }
+            let mut a = self.stat_path(&path)?;
+            if let Some(s) = self.open_size(&path) {
+                a.size = s;
+            }
+            Ok(a)
+        })();
+        match r {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.client.readlink(&p))
+                .map_err(|e| errno_of(&e))
+        });
+        match r {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.child(parent, name).and_then(|p| {
+            self.rt
+                .block_on(self.client.mkdir(&p, mode & !umask & 0o7777))
+                .map_err(|e| errno_of(&e))
+                .map(|()| p)
+        });
+        match r {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.child(parent, name).and_then(|p| self.unlink_path(&p));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.child(parent, name).and_then(|p| {
+            self.rt
+                .block_on(self.client.rmdir(&p))
+                .map_err(|e| errno_of(&e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.child(parent, link_name).and_then(|p| {
+            let t = target.to_str().ok_or(Errno::EINVAL)?;
+            self.rt
+                .block_on(self.client.symlink(t, &p))
+                .map_err(|e| errno_of(&e))
+                .map(|()| p)
+        });
+        match r {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !flags.is_empty() {
+            // RENAME_NOREPLACE / RENAME_EXCHANGE: callers fall back to rename(2).
+            return reply.error(Errno::EINVAL);
+        }
+        let r = (|| {
+            let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
+            // A file made here and still open has no name at the manager yet: commit it.
+            for o in self.opened_at(&from) {
+                self.sync(&o)?;
+            }
+            self.rt
+                .block_on(self.client.rename(&from, &to))
+                .map_err(|e| errno_of(&e))?;
+            self.inodes.renamed(&from, &to);
+            // Open files move with their names.
+            let under = format!("{from}/");
+            let files: Vec<Arc<Open>> = self
+                .files
+                .lock()
+                .expect("files lock")
+                .values()
+                .cloned()
+                .collect();
+            for o in files {
+                let p = o.path();
+                let moved = if p == from {
+                    to.clone()
+                } else if let Some(rest) = p.strip_prefix(&under) {
+                    join(&to, rest)
+                } else {
+                    continue;
+                };
+                o.h.moved(&moved);
+                *o.path.lock().expect("open path lock") = moved;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let (from, to) = (self.path(ino)?, self.child(newparent, newname)?);
+            self.rt
+                .block_on(self.client.link(&from, &to))
+                .map_err(|e| errno_of(&e))?;
+            Ok(to)
+        })();
+        match r {
+            Ok(p) => self.entry(&p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let path = self.path(ino)?;
+            let o = OpenOptions {
+                write: flags.acc_mode() != OpenAccMode::O_RDONLY,
+                create: false,
+                truncate: flags.0 & libc::O_TRUNC != 0,
+                mode: 0,
+            };
+            let h = self
+                .rt
+                .block_on(FileHandle::open(&self.client, &path, o))
+                .map_err(|e| errno_of(&e))?;
+            Ok(self.add_open(h, &path).0)
+        })();
+        match r {
+            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            let path = self.child(parent, name)?;
+            let o = OpenOptions {
+                write: true,
+                create: true,
+                truncate: true,
+                mode: mode & !umask & 0o7777,
+            };
+            let h = self
+                .rt
+                .block_on(FileHandle::open(&self.client, &path, o))
+                .map_err(|e| errno_of(&e))?;
+            let fresh = self.rt.block_on(h.staged());
+            let (fh, open) = self.add_open(h, &path);
+            if fresh {
+                self.pending
+                    .lock()
+                    .expect("pending lock")
+                    .insert(path.clone(), open.clone());
+            }
+            let mut a = self.stat_path(&path)?;
+            a.size = 0;
+            a.perm = (mode & !umask & 0o7777) as u16;
+            a.ino = INodeNo(self.inodes.fuse_ino(open.h.ino()));
+            self.inodes.saw(a.ino.0, &path);
+            Ok((fh, a))
+        })();
+        match r {
+            Ok((fh, a)) => reply.created(
+                &TTL,
+                &a,
+                Generation(0),
+                fuser::FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.open_file(fh.0).and_then(|o| {
+            self.rt
+                .block_on(o.h.read_at(offset, u64::from(size)))
+                .map_err(|e| errno_of(&e))
+        });
+        match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.open_file(fh.0).and_then(|o| {
+            self.rt
+                .block_on(o.h.write_at(offset, data))
+                .map_err(|e| match e {
+                    FsError::Usage(_) => Errno::EBADF,
+                    e => errno_of(&e),
+                })
+        });
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Called at every close of a descriptor: what was written becomes visible to other
+    /// clients (close-to-open).
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.open_file(fh.0).and_then(|o| self.sync(&o)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let o = self.files.lock().expect("files lock").remove(&fh.0);
+        let r = o.map_or(Ok(()), |o| {
+            self.sync(&o)?;
+            let path = o.path();
+            if o.unlinked.load(Ordering::Acquire) && self.opened_at(&path).is_empty() {
+                self.rt
+                    .block_on(self.client.unlink(&path))
+                    .map_err(|e| errno_of(&e))?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.open_file(fh.0).and_then(|o| self.sync(&o)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let path = self.path(ino)?;
+            let list = self
+                .rt
+                .block_on(self.client.list(&path))
+                .map_err(|e| errno_of(&e))?;
+            let mut entries = vec![
+                (ino.0, FileType::Directory, ".".to_string()),
+                (ino.0, FileType::Directory, "..".to_string()),
+            ];
+            for e in list {
+                let i = self.inodes.fuse_ino(e.stat.ino);
+                self.inodes.saw(i, &join(&path, &e.name));
+                entries.push((i, kind_of(e.stat.kind), e.name));
+            }
+            let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.dirs.lock().expect("dirs lock").insert(fh, entries);
+            Ok(fh)
+        })();
+        match r {
+            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock().expect("dirs lock");
+        let Some(entries) = dirs.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().expect("dirs lock").remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // The cluster's capacity is an admin's figure (`nasd status`); report a large
+        // file system so tools that check free space proceed, and the name limit.
+        let blocks = 1u64 << 40 >> 12;
+        reply.statfs(
+            blocks,
+            blocks / 2,
+            blocks / 2,
+            1 << 32,
+            1 << 31,
+            4096,
+            255,
+            4096,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_become_the_errnos_programs_expect() {
+        let mgr = |s| FsError::Manager {
+            path: "/x".into(),
+            error: nasd_client::session::SessionError::Refused {
+                op: "test",
+                status: s,
+                detail: String::new(),
+            },
+        };
+        for (s, want) in [
+            (MgrStatus::NoSuchPath, Errno::ENOENT),
+            (MgrStatus::Exists, Errno::EEXIST),
+            (MgrStatus::NotEmpty, Errno::ENOTEMPTY),
+            (MgrStatus::PermissionDenied, Errno::EACCES),
+            (MgrStatus::NameTooLong, Errno::ENAMETOOLONG),
+            (MgrStatus::TooManyLinks, Errno::ELOOP),
+            (MgrStatus::IsADirectory, Errno::EISDIR),
+        ] {
+            assert_eq!(errno_of(&mgr(s)), want, "{s:?}");
+        }
+    }
+}

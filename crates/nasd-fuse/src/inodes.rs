@@ -1,0 +1,93 @@
+//! The kernel's inode numbers and the paths they stand for. The manager's numbers are used
+//! unchanged, except that the mount's root is FUSE's root (1) and, when a subdirectory is
+//! mounted, the manager's own root moves out of the way. A file with several names (hard
+//! links) answers to the last one seen; renames move every path under the old name.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// FUSE's number for the mount's root.
+pub const ROOT: u64 = 1;
+/// Where the manager's root (inode 1) shows when a subdirectory is mounted.
+const MANAGER_ROOT_ELSEWHERE: u64 = u64::MAX - 1;
+
+pub struct Inodes {
+    /// The manager's inode number of the mount's root.
+    root_ino: u64,
+    paths: Mutex<HashMap<u64, String>>,
+}
+
+impl Inodes {
+    pub fn new(root: &str, root_ino: u64) -> Inodes {
+        let paths = Mutex::new(HashMap::from([(ROOT, root.to_string())]));
+        Inodes { root_ino, paths }
+    }
+
+    /// The kernel's number for the manager's inode `ino`.
+    pub fn fuse_ino(&self, ino: u64) -> u64 {
+        match ino {
+            i if i == self.root_ino => ROOT,
+            ROOT => MANAGER_ROOT_ELSEWHERE,
+            i => i,
+        }
+    }
+
+    /// The path the kernel's inode `ino` was last seen under.
+    pub fn path(&self, ino: u64) -> Option<String> {
+        self.paths.lock().expect("inodes lock").get(&ino).cloned()
+    }
+
+    /// Records that the kernel's inode `ino` is at `path`.
+    pub fn saw(&self, ino: u64, path: &str) {
+        let mut p = self.paths.lock().expect("inodes lock");
+        if p.get(&ino).map(String::as_str) != Some(path) {
+            p.insert(ino, path.to_string());
+        }
+    }
+
+    /// `from` was renamed to `to`: it and everything under it move.
+    pub fn renamed(&self, from: &str, to: &str) {
+        let mut p = self.paths.lock().expect("inodes lock");
+        let under = format!("{from}/");
+        for v in p.values_mut() {
+            if v == from {
+                *v = to.to_string();
+            } else if let Some(rest) = v.strip_prefix(&under) {
+                *v = format!("{to}/{rest}");
+            }
+        }
+    }
+}
+
+/// `dir`/`name` as a remote path.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rename_moves_everything_under_it_and_nothing_beside_it() {
+        let i = Inodes::new("/m", 40);
+        assert_eq!(
+            (i.fuse_ino(40), i.fuse_ino(1), i.fuse_ino(7)),
+            (ROOT, MANAGER_ROOT_ELSEWHERE, 7)
+        );
+        i.saw(7, "/m/a");
+        i.saw(8, "/m/a/b");
+        i.saw(9, "/m/ab");
+        i.renamed("/m/a", "/m/z");
+        assert_eq!(i.path(7).as_deref(), Some("/m/z"));
+        assert_eq!(i.path(8).as_deref(), Some("/m/z/b"));
+        assert_eq!(i.path(9).as_deref(), Some("/m/ab"));
+        assert_eq!(i.path(ROOT).as_deref(), Some("/m"));
+        assert_eq!(join("/", "x"), "/x");
+        assert_eq!(join("/m", "x"), "/m/x");
+    }
+}

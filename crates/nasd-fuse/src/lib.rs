@@ -1,0 +1,77 @@
+//! nasd as a mounted directory (`nasd mount`): a FUSE file system on `fuser` whose every
+//! operation goes through the nasd client library, so data moves straight between this host
+//! and the drives and is verified here before the kernel sees a byte (the mount is a nasd
+//! client, the manager stays off the data path: seed 002 §3).
+//!
+//! The kernel names files by inode number; the manager's inode numbers are used as they are
+//! (the mount's root answers to FUSE's root number 1), and [`Inodes`] remembers the path each
+//! number was last seen under, since the manager is addressed by path. Open files are
+//! [`nasd_client::handle::FileHandle`]s: reads read ahead, writes are held and sent behind,
+//! a new or truncated file is staged and appears under its name when it is closed (or
+//! synced): close-to-open consistency, as NFS gives. A file made here and not yet closed is
+//! still visible through this mount (lookups and attributes come from its open handle).
+//! Attributes and names are not cached by the kernel (a zero time to live), so a file
+//! closed on one mount is seen whole on every other at its next open.
+
+mod fs;
+mod inodes;
+
+pub use fs::{errno_of, NasdFs};
+pub use inodes::Inodes;
+
+use nasd_client::files::Client;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Event-loop threads serving the kernel's requests (each waits on the cluster in turn).
+pub const FUSE_THREADS: usize = 4;
+
+/// The mount options nasd uses: named `nasd`, no device files, no set-user-id.
+fn config() -> fuser::Config {
+    let mut c = fuser::Config::default();
+    c.mount_options = vec![
+        fuser::MountOption::FSName("nasd".into()),
+        fuser::MountOption::Subtype("nasd".into()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    c.n_threads = Some(FUSE_THREADS);
+    c
+}
+
+/// Mounts the cluster's directory `remote` at `mountpoint` and serves it until it is
+/// unmounted (`nasd umount`, `umount`, `fusermount3 -u`). Blocking; `rt` runs the client.
+pub fn serve(
+    client: Arc<Client>,
+    rt: tokio::runtime::Handle,
+    remote: &str,
+    mountpoint: &Path,
+) -> std::io::Result<()> {
+    let fs = NasdFs::new(client, rt, remote)?;
+    fuser::mount(fs, mountpoint, &config())
+}
+
+/// Unmounts `mountpoint` (the kernel ends the serving process's session).
+pub fn unmount(mountpoint: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    // Not root: the setuid helper unmounts what this user mounted.
+    let s = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mountpoint)
+        .status()?;
+    if s.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("fusermount3 -u exited {s}")))
+    }
+}

@@ -1,0 +1,297 @@
+//! `nasd mount` against a real cluster, through the kernel: an fsx-style run of random
+//! writes, reads, truncates and reopens with ordinary file calls checked against a model
+//! file; POSIX edge cases (rename over a file, hard-link counts, ENOTEMPTY, ENAMETOOLONG,
+//! ELOOP, permission denied for another user); close-to-open consistency between two mounts;
+//! and a file copied in and out whole. Needs root and /dev/fuse (skipped otherwise).
+
+mod common;
+use common::*;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !(root && Path::new("/dev/fuse").exists()) {
+        eprintln!("skipped: mounting needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+/// A `nasd mount` child serving `remote` at `dir`, unmounted when dropped.
+struct Mounted {
+    child: Child,
+    dir: PathBuf,
+}
+
+fn mounted(dir: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+impl Mounted {
+    fn start(up: &Up, remote: &str, dir: &Path, env: &[(&str, &str)]) -> Mounted {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut cmd = Command::new(NASD);
+        cmd.args(["mount", remote, dir.to_str().unwrap()])
+            .env("NASD_CONFIG", up.config())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let t0 = Instant::now();
+        while !mounted(dir) {
+            if let Some(s) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("nasd mount exited {s}: {err}");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "not mounted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mounted {
+            child,
+            dir: dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new(NASD)
+            .args(["umount", self.dir.to_str().unwrap()])
+            .status();
+        let t0 = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none()
+            && t0.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// `ops` random operations on `path` through the kernel, checked against a model.
+fn fsx(path: &Path, ops: usize, seed: u64) {
+    const FILE_BYTES_MAX: u64 = 1 << 20;
+    let mut rng = Rng(seed);
+    let mut model: Vec<u8> = vec![];
+    let open = |truncate: bool| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(truncate)
+            .open(path)
+            .unwrap()
+    };
+    let mut f = open(true);
+    for op in 0..ops {
+        let ctx = format!("op {op} (seed {seed})");
+        match rng.below(100) {
+            0..=39 => {
+                let off = rng.below(FILE_BYTES_MAX);
+                let len = 1 + rng.below(100 << 10) as usize;
+                let data: Vec<u8> = (0..len).map(|i| (i as u64 * 7 + op as u64) as u8).collect();
+                f.write_all_at(&data, off).unwrap();
+                if model.len() < off as usize + len {
+                    model.resize(off as usize + len, 0);
+                }
+                model[off as usize..off as usize + len].copy_from_slice(&data);
+            }
+            40..=69 => {
+                let off = rng.below(model.len() as u64 + 100);
+                let len = rng.below(150 << 10) as usize;
+                let mut buf = vec![0u8; len];
+                let mut got = 0;
+                while got < len {
+                    let n = f.read_at(&mut buf[got..], off + got as u64).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got += n;
+                }
+                let end = (off as usize + len).min(model.len());
+                let want = if (off as usize) < end {
+                    &model[off as usize..end]
+                } else {
+                    &[][..]
+                };
+                assert!(&buf[..got] == want, "{ctx}: read {off}+{len}: {got} bytes");
+            }
+            70..=79 => {
+                let n = rng.below(FILE_BYTES_MAX);
+                f.set_len(n).unwrap();
+                model.resize(n as usize, 0);
+            }
+            80..=89 => f.sync_all().unwrap(),
+            _ => {
+                drop(f);
+                assert!(std::fs::read(path).unwrap() == model, "{ctx}: after close");
+                let truncate = rng.below(3) == 0;
+                f = open(truncate);
+                if truncate {
+                    model.clear();
+                }
+            }
+        }
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            model.len() as u64,
+            "{ctx}: size"
+        );
+    }
+    drop(f);
+    assert!(std::fs::read(path).unwrap() == model, "at the end");
+}
+
+#[test]
+fn the_mount_behaves_as_posix_and_as_the_cluster() {
+    if !can_mount() {
+        return;
+    }
+    let up = Up::start(3);
+    up.ok(&["mkdir", "--layout", "rs:2+1/64K", "nasd:/ec"]);
+    let m = Mounted::start(&up, "nasd:/", &up.dir.path().join("m"), &[]);
+    let root = m.dir.clone();
+
+    // Random operations against a model, on a one-object and an erasure-coded file.
+    fsx(&root.join("one"), 1500, 0x5eed_0001);
+    fsx(&root.join("ec/f"), 600, 0x5eed_0002);
+    assert!(up
+        .ok(&["stat", "--json", "nasd:/one"])
+        .contains("\"kind\":\"file\""));
+
+    // What the mount wrote, the cluster has; and back.
+    let big = nasd_cluster::pseudo_random(9 << 20, 3);
+    std::fs::write(root.join("big"), &big).unwrap();
+    let out = up.dir.path().join("big.out");
+    up.ok(&["cp", "nasd:/big", out.to_str().unwrap()]);
+    assert!(std::fs::read(&out).unwrap() == big);
+    up.ok(&["cp", out.to_str().unwrap(), "nasd:/big2"]);
+    assert!(std::fs::read(root.join("big2")).unwrap() == big);
+
+    // POSIX names through the kernel.
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/a"), b"A").unwrap();
+    std::fs::write(root.join("d/b"), b"B").unwrap();
+    std::fs::rename(root.join("d/a"), root.join("d/b")).unwrap();
+    assert_eq!(
+        std::fs::read(root.join("d/b")).unwrap(),
+        b"A",
+        "rename over a file"
+    );
+    assert!(!root.join("d/a").exists());
+    std::fs::hard_link(root.join("d/b"), root.join("d/c")).unwrap();
+    assert_eq!(std::fs::metadata(root.join("d/b")).unwrap().nlink(), 2);
+    std::fs::remove_file(root.join("d/b")).unwrap();
+    assert_eq!(std::fs::metadata(root.join("d/c")).unwrap().nlink(), 1);
+    std::os::unix::fs::symlink("c", root.join("d/l")).unwrap();
+    assert_eq!(std::fs::read(root.join("d/l")).unwrap(), b"A");
+    assert_eq!(
+        std::fs::read_link(root.join("d/l")).unwrap(),
+        Path::new("c")
+    );
+    assert_eq!(up.ok(&["cat", "nasd:/d/l"]), "A");
+    let err = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    assert_eq!(
+        err(std::fs::remove_dir(root.join("d"))),
+        Some(libc::ENOTEMPTY)
+    );
+    let long = root.join("x".repeat(300));
+    assert_eq!(err(std::fs::write(&long, b"")), Some(libc::ENAMETOOLONG));
+    std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
+    assert_eq!(
+        err(std::fs::read(root.join("loop")).map(|_| ())),
+        Some(libc::ELOOP)
+    );
+    // An unlinked file stays usable through a descriptor that has it open, and goes at
+    // its last close; a renamed open file keeps its writes.
+    {
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(root.join("d/open"))
+            .unwrap();
+        f.write_all(b"still here").unwrap();
+        std::fs::remove_file(root.join("d/open")).unwrap();
+        assert!(!root.join("d/open").exists());
+        let mut buf = vec![0u8; 10];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, b"still here");
+        f.write_all_at(b"STILL", 0).unwrap();
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, b"STILL here");
+        let mut g = File::create(root.join("d/moving")).unwrap();
+        g.write_all(b"one").unwrap();
+        std::fs::rename(root.join("d/moving"), root.join("d/moved")).unwrap();
+        g.write_all(b" two").unwrap();
+    }
+    assert_eq!(std::fs::read(root.join("d/moved")).unwrap(), b"one two");
+    std::fs::remove_file(root.join("d/moved")).unwrap();
+    let names: Vec<String> = std::fs::read_dir(root.join("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "the hidden name went at the last close: {names:?}"
+    );
+
+    // Another user's mount: close-to-open between mounts, and permissions enforced.
+    let o = up.nasd(&["user", "add", "bob"], &[("NASD_NEW_PASSWORD", "bob-pw")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bob = Mounted::start(
+        &up,
+        "nasd:/",
+        &up.dir.path().join("bob"),
+        &[("NASD_USER", "bob"), ("NASD_PASSWORD", "bob-pw")],
+    );
+    std::fs::write(root.join("shared"), b"first").unwrap();
+    assert_eq!(std::fs::read(bob.dir.join("shared")).unwrap(), b"first");
+    {
+        let mut f = File::create(root.join("shared")).unwrap();
+        f.write_all(b"second, longer").unwrap();
+    }
+    assert_eq!(
+        std::fs::read(bob.dir.join("shared")).unwrap(),
+        b"second, longer"
+    );
+    let denied = std::fs::write(bob.dir.join("mine"), b"x").unwrap_err();
+    assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
+    std::fs::set_permissions(
+        root.join("shared"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let denied = std::fs::read(bob.dir.join("shared")).unwrap_err();
+    assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
+}
