@@ -143,11 +143,27 @@ struct State {
     /// Read-ahead: the window cached (offset, bytes), where the last read ended, the next
     /// window's size.
     ahead: Option<(u64, Arc<Vec<u8>>)>,
+    /// The window after it, being fetched while the reader consumes this one.
+    next: Option<Prefetch>,
     last_end: u64,
     window: u64,
     /// Written since the last commit or flush reached the drives.
     changed: bool,
+    /// Write-behind batches still being sent to a staged upload (at most
+    /// [`BEHIND_BATCHES_MAX`]); their errors surface at the next write, read or flush.
+    behind: Vec<tokio::task::JoinHandle<Result<(), FsError>>>,
 }
+
+/// A read-ahead window on its way: `[start, end)` of the committed file.
+struct Prefetch {
+    start: u64,
+    end: u64,
+    task: tokio::task::JoinHandle<Result<Vec<u8>, FsError>>,
+}
+
+/// Write-behind batches of [`DIRTY_BYTES_MAX`] in flight at once: the writer fills the next
+/// while these go out, and the handle holds at most this many batches more.
+const BEHIND_BATCHES_MAX: usize = 2;
 
 /// An open file. Dropping a handle that holds unflushed writes loses them (a staged upload
 /// expires): call [`FileHandle::close`].
@@ -219,9 +235,11 @@ impl FileHandle {
                 base,
                 dirty: Overlay::default(),
                 ahead: None,
+                next: None,
                 last_end: u64::MAX,
                 window: READ_AHEAD_FIRST_BYTES,
                 changed,
+                behind: vec![],
             }),
         })
     }
@@ -259,6 +277,9 @@ impl FileHandle {
             return Ok(vec![]);
         }
         let mut out = vec![0u8; (end - off) as usize];
+        if matches!(st.base, Base::Staged { .. }) {
+            Self::settle(&mut st).await?;
+        }
         match &st.base {
             Base::Committed { size, cut } => {
                 let base_end = end.min(*size).min(*cut);
@@ -283,50 +304,59 @@ impl FileHandle {
         Ok(out)
     }
 
-    /// Bytes `[off, end)` of the committed file, through the read-ahead window.
+    /// Bytes `[off, end)` of the committed file, through the read-ahead window; while a
+    /// sequential reader consumes one window the next is fetched.
     async fn read_ahead(&self, st: &mut State, off: u64, end: u64) -> Result<Vec<u8>, FsError> {
-        if let Some((at, w)) = &st.ahead {
-            if *at <= off && end <= at + w.len() as u64 {
-                return Ok(w[(off - at) as usize..(end - at) as usize].to_vec());
-            }
-        }
         let Base::Committed { size, cut } = st.base else {
             unreachable!("read ahead only over the committed file")
         };
-        if off == st.last_end {
-            st.window = (st.window * 2).min(READ_AHEAD_MAX_BYTES);
-        } else {
-            st.window = READ_AHEAD_FIRST_BYTES;
-        }
-        let fetch_end = (off + st.window.max(end - off)).min(size).min(cut);
-        let w = self.read_pieces(off, fetch_end).await?;
-        let got = w[..((end - off) as usize).min(w.len())].to_vec();
-        st.ahead = Some((off, Arc::new(w)));
-        Ok(got)
-    }
-
-    /// Bytes `[off, end)` of the committed file, in the layout's transfer pieces at once.
-    async fn read_pieces(&self, off: u64, end: u64) -> Result<Vec<u8>, FsError> {
-        let path = self.path();
-        let o = self.client.open(&path, false).await?;
-        let step = self.client.stack(&o)?.transfer_bytes().max(1 << 20);
-        let starts: Vec<u64> = (off..end).step_by(step as usize).collect();
-        let mut out = Vec::with_capacity((end - off) as usize);
-        for batch in starts.chunks(PIECES_IN_FLIGHT) {
-            let reads = batch
-                .iter()
-                .map(|&s| self.client.read_at(&path, s, step.min(end - s)));
-            for r in futures_util::future::join_all(reads).await {
-                let piece = r?;
-                let short = (piece.len() as u64) < step.min(end - off - out.len() as u64);
-                out.extend_from_slice(&piece);
-                if short {
-                    // The file is shorter than it was: what is missing reads as zeros.
-                    return Ok(out);
+        let limit = size.min(cut);
+        let sequential = off == st.last_end;
+        let covered = |st: &State| {
+            st.ahead
+                .as_ref()
+                .is_some_and(|(at, w)| *at <= off && end <= at + w.len() as u64)
+        };
+        if !covered(st) {
+            match st.next.take() {
+                Some(p) if p.start <= off && end <= p.end => {
+                    let w = p
+                        .task
+                        .await
+                        .unwrap_or_else(|e| Err(FsError::Usage(format!("read-ahead task: {e}"))))?;
+                    st.ahead = Some((p.start, Arc::new(w)));
+                }
+                other => {
+                    if let Some(p) = other {
+                        p.task.abort();
+                    }
+                    st.window = if sequential {
+                        (st.window * 2).min(READ_AHEAD_MAX_BYTES)
+                    } else {
+                        READ_AHEAD_FIRST_BYTES
+                    };
+                    let fetch_end = (off + st.window.max(end - off)).min(limit);
+                    let w = read_pieces(self.client.clone(), self.path(), off, fetch_end).await?;
+                    st.ahead = Some((off, Arc::new(w)));
                 }
             }
         }
-        Ok(out)
+        let (at, w) = st.ahead.clone().expect("filled above");
+        let w_end = at + w.len() as u64;
+        // A sequential reader past the middle of its window: fetch the next one now.
+        if sequential && st.next.is_none() && end >= at + (w_end - at) / 2 && w_end < limit {
+            st.window = (st.window * 2).min(READ_AHEAD_MAX_BYTES);
+            let next_end = (w_end + st.window).min(limit);
+            let (client, path) = (self.client.clone(), self.path());
+            st.next = Some(Prefetch {
+                start: w_end,
+                end: next_end,
+                task: tokio::spawn(read_pieces(client, path, w_end, next_end)),
+            });
+        }
+        let from = ((off - at) as usize).min(w.len());
+        let to = ((end - at) as usize).min(w.len()).max(from);
+        Ok(w[from..to].to_vec())
     }
 
     /// Writes `data` at `off` (past the end: the gap reads as zeros).
@@ -337,8 +367,15 @@ impl FileHandle {
         st.size = st.size.max(off + data.len() as u64);
         st.changed = true;
         st.ahead = None;
+        if let Some(p) = st.next.take() {
+            p.task.abort();
+        }
         if st.dirty.bytes >= DIRTY_BYTES_MAX {
-            self.write_out(&mut st).await?;
+            if matches!(st.base, Base::Staged { .. }) {
+                self.write_behind(&mut st).await?;
+            } else {
+                self.write_out(&mut st).await?;
+            }
         }
         Ok(())
     }
@@ -349,6 +386,9 @@ impl FileHandle {
         let mut st = self.st.lock().await;
         st.dirty.truncate(size);
         st.ahead = None;
+        if let Some(p) = st.next.take() {
+            p.task.abort();
+        }
         let staged_past = matches!(&st.base, Base::Staged { end, .. } if *end > size);
         if staged_past {
             // Staged objects cannot be cut with a write capability: commit what there is,
@@ -384,7 +424,9 @@ impl FileHandle {
 
     /// Gives up what the handle wrote and did not flush; a staged file never appears.
     pub async fn abort(self) {
-        let st = self.st.into_inner();
+        let mut st = self.st.into_inner();
+        // Batches still going out are waited for, so none lands after the abort.
+        let _ = Self::settle(&mut st).await;
         if let Base::Staged { upload, .. } = &st.base {
             self.client.abort_upload(upload).await;
         }
@@ -400,27 +442,48 @@ impl FileHandle {
         )))
     }
 
+    /// Waits for the write-behind batches; the first error among them is returned.
+    async fn settle(st: &mut State) -> Result<(), FsError> {
+        let mut first = Ok(());
+        for t in st.behind.drain(..) {
+            let r = t
+                .await
+                .unwrap_or_else(|e| Err(FsError::Usage(format!("write-behind task: {e}"))));
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// Sends the overlay to the staged upload in the background, once fewer than
+    /// [`BEHIND_BATCHES_MAX`] batches are still going out.
+    async fn write_behind(&self, st: &mut State) -> Result<(), FsError> {
+        if st.behind.len() >= BEHIND_BATCHES_MAX {
+            Self::settle(st).await?;
+        }
+        let runs = st.dirty.take();
+        let Base::Staged { upload, end } = &mut st.base else {
+            unreachable!("write-behind only to a staged upload")
+        };
+        if let Some((off, run)) = runs.last() {
+            *end = (*end).max(off + run.len() as u64);
+        }
+        let (client, upload) = (self.client.clone(), (**upload).clone());
+        st.behind.push(tokio::spawn(async move {
+            send_runs(&client, &upload, &runs).await
+        }));
+        Ok(())
+    }
+
     /// Sends the overlay to the base: staged objects, or the committed file.
     async fn write_out(&self, st: &mut State) -> Result<(), FsError> {
+        Self::settle(st).await?;
         let runs = st.dirty.take();
         let size = st.size;
         match &mut st.base {
             Base::Staged { upload, end } => {
-                let step = self.client.upload_granule(upload).await?.max(1 << 20);
-                let mut pieces = vec![];
-                for (off, run) in &runs {
-                    for (i, chunk) in run.chunks(step as usize).enumerate() {
-                        pieces.push((off + i as u64 * step, chunk));
-                    }
-                }
-                for batch in pieces.chunks(PIECES_IN_FLIGHT) {
-                    let writes = batch
-                        .iter()
-                        .map(|(off, d)| self.client.upload_write(upload, *off, d));
-                    for r in futures_util::future::join_all(writes).await {
-                        r?;
-                    }
-                }
+                send_runs(&self.client, upload, &runs).await?;
                 if let Some((off, run)) = runs.last() {
                     *end = (*end).max(off + run.len() as u64);
                 }
@@ -441,6 +504,9 @@ impl FileHandle {
                 *base = size;
                 *cut = size;
                 st.ahead = None;
+                if let Some(p) = st.next.take() {
+                    p.task.abort();
+                }
             }
         }
         st.changed = matches!(st.base, Base::Staged { .. });
@@ -469,6 +535,60 @@ impl FileHandle {
         st.changed = false;
         Ok(())
     }
+}
+
+/// Bytes `[off, end)` of the committed file at `path`, in the layout's transfer pieces, at
+/// most [`PIECES_IN_FLIGHT`] at once; fewer if the file is shorter now.
+async fn read_pieces(
+    client: Arc<Client>,
+    path: String,
+    off: u64,
+    end: u64,
+) -> Result<Vec<u8>, FsError> {
+    let o = client.open(&path, false).await?;
+    let step = client.stack(&o)?.transfer_bytes().max(1 << 20);
+    let starts: Vec<u64> = (off..end).step_by(step as usize).collect();
+    let mut out = Vec::with_capacity((end - off) as usize);
+    for batch in starts.chunks(PIECES_IN_FLIGHT) {
+        let reads = batch
+            .iter()
+            .map(|&s| client.read_at(&path, s, step.min(end - s)));
+        for r in futures_util::future::join_all(reads).await {
+            let piece = r?;
+            let short = (piece.len() as u64) < step.min(end - off - out.len() as u64);
+            out.extend_from_slice(&piece);
+            if short {
+                // The file is shorter than it was: what is missing reads as zeros.
+                return Ok(out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `runs` into a staged upload in the layout's transfer pieces, at most
+/// [`PIECES_IN_FLIGHT`] at once.
+async fn send_runs(
+    client: &Client,
+    upload: &Upload,
+    runs: &[(u64, Vec<u8>)],
+) -> Result<(), FsError> {
+    let step = client.upload_granule(upload).await?.max(1 << 20);
+    let mut pieces = vec![];
+    for (off, run) in runs {
+        for (i, chunk) in run.chunks(step as usize).enumerate() {
+            pieces.push((off + i as u64 * step, chunk));
+        }
+    }
+    for batch in pieces.chunks(PIECES_IN_FLIGHT) {
+        let writes = batch
+            .iter()
+            .map(|(off, d)| client.upload_write(upload, *off, d));
+        for r in futures_util::future::join_all(writes).await {
+            r?;
+        }
+    }
+    Ok(())
 }
 
 impl Client {
