@@ -931,21 +931,8 @@ impl Manager {
                     continue;
                 }
             };
-            let staged = Staged {
-                layout: i.layout.clone().expect("created above"),
-                acv: i.acv,
-                uid: c.uid,
-                path: marker.clone(),
-                mode: i.mode,
-                created_ms: now_ms(),
-                ino: i.ino,
-                new_file: true,
-                base_version: None,
-            };
-            let put = self.st().put_staged(&staged);
-            if let Err(e) = put {
-                self.undo_create(&i).await;
-                failure.get_or_insert(store_err(e, dir_path));
+            if let Err(e) = self.record_new_file(c, &i, &marker, dir_path).await {
+                failure.get_or_insert(e);
                 continue;
             }
             let (layout, caps) = self.mint(c, dir_path, &i, Grant::Write)?;
@@ -1028,15 +1015,21 @@ impl Manager {
         })
     }
 
-    /// Non-exclusive create of a new name: records the upload as staged (so a manager restart
-    /// does not lose it) and returns write capabilities for its objects. The name appears only
-    /// when [`Manager::commit`] links it.
-    async fn stage_new_file(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
+    /// Records the new file `i` (its inode reserved, its objects made) as staged at
+    /// `staged_at` (a file's path, or a directory's marker for a prepared file); if that
+    /// fails, its objects and reservation go and the error names `path`.
+    async fn record_new_file(
+        &self,
+        c: &Caller,
+        i: &Inode,
+        staged_at: &str,
+        path: &str,
+    ) -> MgrResult<()> {
         let staged = Staged {
             layout: i.layout.clone().expect("created above"),
             acv: i.acv,
             uid: c.uid,
-            path: path.to_string(),
+            path: staged_at.to_string(),
             mode: i.mode,
             created_ms: now_ms(),
             ino: i.ino,
@@ -1045,9 +1038,17 @@ impl Manager {
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
-            self.undo_create(&i).await;
+            self.undo_create(i).await;
             return Err(store_err(e, path));
         }
+        Ok(())
+    }
+
+    /// Non-exclusive create of a new name: records the upload as staged (so a manager restart
+    /// does not lose it) and returns write capabilities for its objects. The name appears only
+    /// when [`Manager::commit`] links it.
+    async fn stage_new_file(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
+        self.record_new_file(c, &i, path, path).await?;
         let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
         Ok(MgrReply::Staged {
             stat: self.stat_of(&i, Some((0, i.mtime_us))),

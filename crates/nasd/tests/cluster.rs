@@ -748,11 +748,7 @@ fn a_directory_larger_than_a_page_lists_whole() {
     let up = Up::start(1);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let n = READDIR_PAGE_ENTRIES_MAX + 7;
-    let c = rt
-        .block_on(Client::connect(
-            up.session("admin", up.admin_password().trim()),
-        ))
-        .unwrap();
+    let c = up.admin_client(&rt);
     up.ok(&["mkdir", "nasd:/big"]);
     rt.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
@@ -804,11 +800,7 @@ fn staged_rows(up: &Up) -> i64 {
 fn small_files_in_a_directory_being_filled_take_one_manager_round_trip_each() {
     let up = Up::start(1);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let c = rt
-        .block_on(Client::connect(
-            up.session("admin", up.admin_password().trim()),
-        ))
-        .unwrap();
+    let c = up.admin_client(&rt);
     up.ok(&["mkdir", "nasd:/small"]);
     let body = |i: usize| format!("file {i}\n").repeat(i % 7 + 1).into_bytes();
     let n = 60;

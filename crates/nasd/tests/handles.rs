@@ -10,16 +10,6 @@ use nasd_client::files::Client;
 use nasd_client::handle::{FileHandle, OpenOptions, DIRTY_BYTES_MAX};
 use std::sync::Arc;
 
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 const FILE_BYTES_MAX: u64 = 1 << 21;
 
 fn rw(truncate: bool) -> OpenOptions {
@@ -133,11 +123,7 @@ fn random_operations_through_handles_match_a_model_file() {
     up.ok(&["mkdir", "--layout", "single", "nasd:/one"]);
     up.ok(&["mkdir", "--layout", "rs:2+1/64K", "nasd:/ec"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let c = rt
-        .block_on(Client::connect(
-            up.session("admin", up.admin_password().trim()),
-        ))
-        .unwrap();
+    let c = up.admin_client(&rt);
     // FSX_SEED=N runs another sequence (the failing op and seed are in every message).
     let extra: u64 = std::env::var("FSX_SEED")
         .ok()
@@ -164,11 +150,7 @@ fn random_operations_through_handles_match_a_model_file() {
 fn a_file_past_the_write_behind_bound_streams_through_a_handle() {
     let up = Up::start(1);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let c = rt
-        .block_on(Client::connect(
-            up.session("admin", up.admin_password().trim()),
-        ))
-        .unwrap();
+    let c = up.admin_client(&rt);
     let total = DIRTY_BYTES_MAX as usize + (5 << 20) + 12345;
     let data = nasd_cluster::pseudo_random(total, 7);
     rt.block_on(async {

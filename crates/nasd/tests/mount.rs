@@ -86,16 +86,6 @@ impl Drop for Mounted {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 /// `ops` random operations on `path` through the kernel, checked against a model.
 fn fsx(path: &Path, ops: usize, seed: u64) {
     const FILE_BYTES_MAX: u64 = 1 << 20;

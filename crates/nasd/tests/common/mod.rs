@@ -124,6 +124,17 @@ impl Up {
         }
     }
 
+    /// A client library connection as the admin.
+    pub fn admin_client(
+        &self,
+        rt: &tokio::runtime::Runtime,
+    ) -> std::sync::Arc<nasd_client::files::Client> {
+        rt.block_on(nasd_client::files::Client::connect(
+            self.session("admin", self.admin_password().trim()),
+        ))
+        .unwrap()
+    }
+
     pub fn admin_password(&self) -> String {
         std::fs::read_to_string(self.data().join("admin.password")).unwrap()
     }
@@ -166,4 +177,18 @@ pub fn tree_sums(root: &Path) -> Vec<(String, String)> {
     }
     out.sort();
     out
+}
+
+/// A small deterministic generator (xorshift) for randomized tests: the same seed, the same
+/// sequence, so a failure names the seed that reproduces it.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n` (below 1 for 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
 }
