@@ -391,6 +391,30 @@ impl Client {
         }))
     }
 
+    /// A client acting for `user`, for a trusted front end (an S3 gateway, a file server)
+    /// whose own user an admin made a gateway (`nasd user gateway NAME on`): the manager
+    /// opens a session for `user` on this client's word, and the new client logs in with
+    /// its token, so the user's password never reaches the front end. Refused for admins.
+    pub async fn act_for(&self, user: &str) -> Result<Arc<Client>, FsError> {
+        let r = self
+            .request("/", MgrRequest::ActFor { user: user.into() })
+            .await?;
+        let MgrReply::LoginOk { token, .. } = r else {
+            return Err(FsError::Usage(format!(
+                "act for {user}: unexpected reply {r:?}"
+            )));
+        };
+        let cfg = SessionConfig {
+            user: user.to_string(),
+            credential: nasd_proto::manager::Credential::Token(token),
+            signing_key: None,
+            ..self.cfg.clone()
+        };
+        let c = Client::connect(cfg).await?;
+        c.set_read_deadline_ms(self.read_deadline_ms.load(Ordering::Relaxed));
+        Ok(c)
+    }
+
     /// Sets how long a read waits on one component before decoding around it.
     pub fn set_read_deadline_ms(&self, ms: u64) {
         self.read_deadline_ms.store(ms.max(1), Ordering::Relaxed);

@@ -398,6 +398,7 @@ fn users_and_groups<S: MetaStore>(s: &mut S) {
         token_hash: [token; 32],
         uid,
         expires_ms: u64::MAX / 2,
+        via: None,
     };
     for (token, uid) in [(1, alice), (2, alice), (3, admin)] {
         s.put_session(&session(token, uid)).unwrap();
@@ -408,6 +409,23 @@ fn users_and_groups<S: MetaStore>(s: &mut S) {
     assert_eq!(s.session(&[2; 32]).unwrap(), None);
     assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
     assert_eq!(s.set_credential(99_999, "x"), Err(StoreError::NotFound));
+    // A gateway's sessions for others end when it stops being one, or changes credential.
+    assert!(!s.user_by_uid(alice).unwrap().unwrap().gateway);
+    s.set_gateway(alice, true).unwrap();
+    assert!(s.user_by_uid(alice).unwrap().unwrap().gateway);
+    let acted = |token: u8| SessionRecord {
+        via: Some(alice),
+        ..session(token, admin)
+    };
+    s.put_session(&acted(4)).unwrap();
+    assert_eq!(s.session(&[4; 32]).unwrap(), Some(acted(4)));
+    s.set_credential(alice, "phc-d").unwrap();
+    assert_eq!(s.session(&[4; 32]).unwrap(), None);
+    s.put_session(&acted(5)).unwrap();
+    s.set_gateway(alice, false).unwrap();
+    assert_eq!(s.session(&[5; 32]).unwrap(), None);
+    assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
+    assert_eq!(s.set_gateway(99_999, true), Err(StoreError::NotFound));
     assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
     assert_eq!(s.groups_of(alice).unwrap(), vec![g1]);
     s.add_member(g0, alice).unwrap();
@@ -529,6 +547,7 @@ fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
         token_hash: [9; 32],
         uid: 4,
         expires_ms: 100,
+        via: Some(3),
     };
     s.put_session(&sess).unwrap();
     assert_eq!(s.session(&[9; 32]).unwrap(), Some(sess.clone()));

@@ -180,6 +180,8 @@ async fn connection_task(
 /// A logged-in connection's session.
 struct Live {
     caller: Caller,
+    /// The gateway that opened this session for the caller, if one did.
+    via: Option<u32>,
     expires_ms: u64,
     token_hash: [u8; 32],
     /// The [`Shared::session_epoch`] at which the session was last known to be live.
@@ -278,11 +280,17 @@ async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrRep
     let c = &live.caller;
     let r = match req {
         MgrRequest::Logout => return logout(sh, conn),
+        MgrRequest::UserPasswd { .. } if live.via.is_some() => Err(MgrError::new(
+            MgrStatus::PermissionDenied,
+            "a session a gateway opened cannot change credentials",
+        )),
         MgrRequest::UserPasswd {
             name,
             password,
             public_key,
         } => user_passwd(sh, c, name, password, public_key).await,
+        MgrRequest::ActFor { user } => act_for(sh, c, live.via, user).await,
+        MgrRequest::UserGateway { name, on } => user_gateway(sh, c, name, on),
         req => handle(&sh.mgr, c, req).await,
     };
     if let Err(e) = &r {
@@ -382,6 +390,7 @@ async fn login(
     caller.session = u64::from_le_bytes(token_hash[..8].try_into().expect("8 bytes"));
     conn.session = Some(Live {
         caller,
+        via: ok.via,
         expires_ms: ok.expires_ms,
         token_hash,
         epoch: sh.session_epoch.load(Ordering::Acquire),
@@ -449,6 +458,41 @@ fn logout(sh: &Shared, conn: &mut Conn) -> (MgrReply, After) {
     }
 }
 
+/// `ActFor`: a gateway's session for `user` (see [`users::act_for`]); logged, since it is
+/// the one way in without the user's credential.
+async fn act_for(
+    sh: &Shared,
+    c: &Caller,
+    via: Option<u32>,
+    user: String,
+) -> Result<MgrReply, MgrError> {
+    let (mgr, gw, ttl) = (sh.mgr.clone(), c.clone(), sh.mgr.policy.session_ttl_ms);
+    let name = user.clone();
+    let ok = tokio::task::spawn_blocking(move || users::act_for(&mgr.store, &gw, via, &name, ttl))
+        .await
+        .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
+    tracing::info!(gateway = %c.name, user = %user, "gateway acts for user");
+    Ok(MgrReply::LoginOk {
+        uid: ok.caller.uid,
+        admin: ok.caller.admin,
+        token: ok.token,
+        expires_ms: ok.expires_ms,
+    })
+}
+
+/// `user gateway NAME on|off` (admins): turning it off ends the sessions it opened, live
+/// connections included.
+fn user_gateway(sh: &Shared, c: &Caller, name: String, on: bool) -> Result<MgrReply, MgrError> {
+    admin_only(c, "making a user a gateway")?;
+    {
+        let mut st = sh.mgr.store.lock().expect("store lock");
+        users::set_gateway(st.as_mut(), &name, on)?;
+    }
+    sh.session_epoch.fetch_add(1, Ordering::AcqRel);
+    tracing::info!(admin = %c.name, user = %name, on, "gateway flag set");
+    Ok(MgrReply::Ok)
+}
+
 /// `user passwd`: a new password or key; every session of the user ends, live connections
 /// included (their next request finds the session gone).
 async fn user_passwd(
@@ -491,7 +535,12 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
     use MgrRequest as Q;
     let req_name = req.name();
     Ok(match req {
-        Q::Login { .. } | Q::Challenge { .. } | Q::Logout | Q::UserPasswd { .. } => {
+        Q::Login { .. }
+        | Q::Challenge { .. }
+        | Q::Logout
+        | Q::UserPasswd { .. }
+        | Q::ActFor { .. }
+        | Q::UserGateway { .. } => {
             unreachable!("handled by dispatch")
         }
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),

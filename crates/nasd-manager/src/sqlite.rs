@@ -93,6 +93,8 @@ CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
     geometry TEXT, layout_version INTEGER NOT NULL DEFAULT 1,
     stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT, target TEXT);
 CREATE INDEX dirents_ino ON dirents(ino);
+ALTER TABLE users ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN via INTEGER;
 CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
     mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
@@ -280,10 +282,13 @@ fn migrate_4_to_5(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
 
 /// Schema 5 to 6: POSIX names. Symbolic links keep their target in `inodes.target`; hard
 /// links are several `dirents` rows naming one inode, counted through `dirents_ino`.
+/// Gateways: `users.gateway`, and `sessions.via` for the sessions a gateway opened.
 fn migrate_5_to_6(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "ALTER TABLE inodes ADD COLUMN target TEXT;
-         CREATE INDEX IF NOT EXISTS dirents_ino ON dirents(ino);",
+         CREATE INDEX IF NOT EXISTS dirents_ino ON dirents(ino);
+         ALTER TABLE users ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE sessions ADD COLUMN via INTEGER;",
     )
     .map_err(db)
 }
@@ -847,6 +852,7 @@ fn user_of(r: &Row<'_>) -> rusqlite::Result<User> {
         phc: r.get(2)?,
         admin: r.get(3)?,
         gid: r.get(4)?,
+        gateway: r.get(5)?,
     })
 }
 
@@ -854,7 +860,7 @@ impl MetaStore for SqliteStore {
     fn user_by_name(&self, name: &str) -> StoreResult<Option<User>> {
         self.db
             .query_row(
-                "SELECT uid, name, phc, admin, gid FROM users WHERE name = ?1",
+                "SELECT uid, name, phc, admin, gid, gateway FROM users WHERE name = ?1",
                 params![name],
                 user_of,
             )
@@ -865,7 +871,7 @@ impl MetaStore for SqliteStore {
     fn user_by_uid(&self, uid: u32) -> StoreResult<Option<User>> {
         self.db
             .query_row(
-                "SELECT uid, name, phc, admin, gid FROM users WHERE uid = ?1",
+                "SELECT uid, name, phc, admin, gid, gateway FROM users WHERE uid = ?1",
                 params![uid],
                 user_of,
             )
@@ -876,7 +882,7 @@ impl MetaStore for SqliteStore {
     fn users(&self) -> StoreResult<Vec<User>> {
         let mut st = self
             .db
-            .prepare("SELECT uid, name, phc, admin, gid FROM users ORDER BY uid")
+            .prepare("SELECT uid, name, phc, admin, gid, gateway FROM users ORDER BY uid")
             .map_err(db)?;
         let rows = st.query_map([], user_of).map_err(db)?;
         rows.collect::<Result<_, _>>().map_err(db)
@@ -906,8 +912,29 @@ impl MetaStore for SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        tx.execute("DELETE FROM sessions WHERE uid = ?1", params![uid])
+        tx.execute(
+            "DELETE FROM sessions WHERE uid = ?1 OR via = ?1",
+            params![uid],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn set_gateway(&mut self, uid: u32, on: bool) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let n = tx
+            .execute(
+                "UPDATE users SET gateway = ?2 WHERE uid = ?1",
+                params![uid, on],
+            )
             .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        if !on {
+            tx.execute("DELETE FROM sessions WHERE via = ?1", params![uid])
+                .map_err(db)?;
+        }
         tx.commit().map_err(db)
     }
 
@@ -1449,8 +1476,9 @@ impl MetaStore for SqliteStore {
     fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()> {
         self.db
             .execute(
-                "INSERT OR REPLACE INTO sessions(token_hash, uid, expires_ms) VALUES (?1, ?2, ?3)",
-                params![s.token_hash.to_vec(), s.uid, s.expires_ms as i64],
+                "INSERT OR REPLACE INTO sessions(token_hash, uid, expires_ms, via)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![s.token_hash.to_vec(), s.uid, s.expires_ms as i64, s.via],
             )
             .map_err(db)?;
         Ok(())
@@ -1459,13 +1487,14 @@ impl MetaStore for SqliteStore {
     fn session(&self, token_hash: &[u8; 32]) -> StoreResult<Option<SessionRecord>> {
         self.db
             .query_row(
-                "SELECT uid, expires_ms FROM sessions WHERE token_hash = ?1",
+                "SELECT uid, expires_ms, via FROM sessions WHERE token_hash = ?1",
                 params![token_hash.to_vec()],
                 |r| {
                     Ok(SessionRecord {
                         token_hash: *token_hash,
                         uid: r.get(0)?,
                         expires_ms: r.get::<_, i64>(1)? as u64,
+                        via: r.get(2)?,
                     })
                 },
             )

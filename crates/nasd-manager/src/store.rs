@@ -49,6 +49,9 @@ pub struct User {
     pub admin: bool,
     /// Primary group.
     pub gid: u32,
+    /// May open sessions as other (non-admin) users without their credentials
+    /// (`ActFor`): a trusted front end such as the S3 gateway.
+    pub gateway: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,6 +210,8 @@ pub struct SessionRecord {
     pub token_hash: [u8; 32],
     pub uid: u32,
     pub expires_ms: u64,
+    /// The gateway user that opened this session for `uid` (`ActFor`), if one did.
+    pub via: Option<u32>,
 }
 
 pub trait MetaStore: Send {
@@ -219,6 +224,9 @@ pub trait MetaStore: Send {
     /// the same transaction, forgets every session of the user: a session never outlives the
     /// credential it was opened with. `NotFound` for an unknown uid.
     fn set_credential(&mut self, uid: u32, phc: &str) -> StoreResult<()>;
+    /// Makes `uid` a gateway or not; turning it off forgets, in the same transaction, every
+    /// session it opened for others. `NotFound` for an unknown uid.
+    fn set_gateway(&mut self, uid: u32, on: bool) -> StoreResult<()>;
 
     fn group_by_name(&self, name: &str) -> StoreResult<Option<Group>>;
     fn group_by_gid(&self, gid: u32) -> StoreResult<Option<Group>>;

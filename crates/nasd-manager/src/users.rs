@@ -191,6 +191,74 @@ pub struct LoggedIn {
     /// A fresh token, or the one presented.
     pub token: [u8; TOKEN_BYTES],
     pub expires_ms: u64,
+    /// The gateway that opened the session for the user, if one did.
+    pub via: Option<u32>,
+}
+
+/// Longest session a gateway opens for a user (`ActFor`): a gateway holds many users'
+/// sessions, so each is short; the gateway asks again when one ends.
+pub const DELEGATED_SESSION_TTL_MS: u64 = 60 * 60 * 1000;
+
+/// A session for `user` opened by the gateway `gateway` (which logged in with its own
+/// credential: the user's never reaches it). Refused unless `gateway` is marked a gateway,
+/// for admins (a gateway cannot gain admin rights), and from a session a gateway opened
+/// itself (`via`). The session ends with the gateway's flag, its credential or the user's.
+pub fn act_for(
+    store: &Mutex<Box<dyn MetaStore>>,
+    gateway: &Caller,
+    via: Option<u32>,
+    user: &str,
+    session_ttl_ms: u64,
+) -> MgrResult<LoggedIn> {
+    let denied = |why: &str| MgrError::new(MgrStatus::PermissionDenied, why.to_string());
+    if via.is_some() {
+        return Err(denied("a session a gateway opened cannot act for others"));
+    }
+    let mut st = store.lock().expect("store lock");
+    let g = st
+        .user_by_uid(gateway.uid)
+        .map_err(db)?
+        .ok_or_else(|| denied("the gateway user is gone"))?;
+    if !g.gateway {
+        return Err(denied(&format!(
+            "{} is not a gateway (an admin runs `nasd user gateway {} on`)",
+            g.name, g.name
+        )));
+    }
+    let u = st
+        .user_by_name(user)
+        .map_err(db)?
+        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.to_string()))?;
+    if u.admin {
+        return Err(denied("a gateway does not act for admins"));
+    }
+    let mut token = [0u8; TOKEN_BYTES];
+    nasd_crypto::random_bytes(&mut token);
+    let now = now_ms();
+    let expires_ms = now + session_ttl_ms.min(DELEGATED_SESSION_TTL_MS);
+    st.expire_sessions(now).map_err(db)?;
+    st.put_session(&SessionRecord {
+        token_hash: token_hash(&token),
+        uid: u.uid,
+        expires_ms,
+        via: Some(g.uid),
+    })
+    .map_err(db)?;
+    Ok(LoggedIn {
+        caller: caller_of(st.as_ref(), u.uid)?,
+        token,
+        expires_ms,
+        via: Some(g.uid),
+    })
+}
+
+/// Marks `name` a gateway or not (admins only); turning it off ends the sessions it opened.
+pub fn set_gateway(st: &mut dyn MetaStore, name: &str, on: bool) -> MgrResult<()> {
+    let u = st
+        .user_by_name(name)
+        .map_err(db)?
+        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, name.to_string()))?;
+    st.set_gateway(u.uid, on).map_err(db)
 }
 
 /// The answer to every failed password or key login for `cred`'s kind.
@@ -280,6 +348,7 @@ fn resume_session(
             caller: caller_of(st.as_ref(), uid)?,
             token: *token,
             expires_ms: s.expires_ms,
+            via: s.via,
         }),
         _ => Err(refused(&Credential::Token(*token))),
     }
@@ -309,12 +378,14 @@ fn new_session(
         token_hash: token_hash(&token),
         uid,
         expires_ms,
+        via: None,
     })
     .map_err(db)?;
     Ok(Some(LoggedIn {
         caller: caller_of(st.as_ref(), uid)?,
         token,
         expires_ms,
+        via: None,
     }))
 }
 

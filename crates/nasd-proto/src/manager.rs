@@ -61,7 +61,10 @@ use std::fmt;
 ///   [`MgrRequest::Lstat`] (a stat that does not follow the last name); a
 ///   [`FileStat`] carries `nlink`, the number of names of a file (a directory's is 2 plus its
 ///   subdirectories); paths resolve through symbolic links, at most [`SYMLINK_HOPS_MAX`] of
-///   them ([`MgrStatus::TooManyLinks`]).
+///   them ([`MgrStatus::TooManyLinks`]). A trusted front end acts for users without their
+///   credentials: an admin marks its user a gateway ([`MgrRequest::UserGateway`]), and its
+///   session asks [`MgrRequest::ActFor`] a user, answered with `LoginOk` and a short session
+///   token for that user (never an admin).
 pub const MANAGER_PROTOCOL_VERSION: u16 = 7;
 /// Most symbolic links one path resolution follows (Linux's `MAXSYMLINKS`): past it the
 /// path is refused with [`MgrStatus::TooManyLinks`] (a loop, or a chain too long).
@@ -203,6 +206,17 @@ pub enum MgrRequest {
     /// [`MgrReply::LinkTarget`].
     Readlink {
         path: String,
+    },
+    /// From a gateway's session: opens a session for `user` (not an admin), answered with
+    /// `LoginOk` carrying that user's token; the gateway then logs in with it. The session
+    /// lasts at most an hour and ends when the gateway stops being one.
+    ActFor {
+        user: String,
+    },
+    /// Marks user `name` a gateway (`on`) or not; admins only.
+    UserGateway {
+        name: String,
+        on: bool,
     },
     /// Like `Stat`, of the last name itself: a symbolic link is not followed (POSIX lstat).
     Lstat {
@@ -785,6 +799,8 @@ impl MgrRequest {
             Self::Readlink { .. } => "readlink",
             Self::Link { .. } => "link",
             Self::Lstat { .. } => "lstat",
+            Self::ActFor { .. } => "act for",
+            Self::UserGateway { .. } => "user gateway",
             Self::Chmod { .. } => "chmod",
             Self::Chown { .. } => "chown",
             Self::Truncate { .. } => "truncate",
@@ -853,6 +869,8 @@ impl MgrRequest {
             Self::Readlink { .. } => 36,
             Self::Link { .. } => 37,
             Self::Lstat { .. } => 38,
+            Self::ActFor { .. } => 39,
+            Self::UserGateway { .. } => 40,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -916,6 +934,11 @@ impl MgrRequest {
                 put_str(&mut w, target);
             }
             Self::Readlink { path } | Self::Lstat { path } => put_str(&mut w, path),
+            Self::ActFor { user } => put_str(&mut w, user),
+            Self::UserGateway { name, on } => {
+                put_str(&mut w, name);
+                w.u8(*on as u8);
+            }
             Self::Link { existing, new } => {
                 put_str(&mut w, existing);
                 put_str(&mut w, new);
@@ -1169,6 +1192,13 @@ impl MgrRequest {
             },
             36 => Self::Readlink {
                 path: get_str(r, "path")?,
+            },
+            39 => Self::ActFor {
+                user: get_str(r, "user")?,
+            },
+            40 => Self::UserGateway {
+                name: get_str(r, "name")?,
+                on: get_bool(r, "on")?,
             },
             38 => Self::Lstat {
                 path: get_str(r, "path")?,
@@ -1785,6 +1815,11 @@ mod tests {
             },
             MgrRequest::Readlink { path: p() },
             MgrRequest::Lstat { path: p() },
+            MgrRequest::ActFor { user: "bob".into() },
+            MgrRequest::UserGateway {
+                name: "s3gw".into(),
+                on: true,
+            },
             MgrRequest::Link {
                 existing: p(),
                 new: "/b".into(),

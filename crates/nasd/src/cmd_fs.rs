@@ -150,6 +150,14 @@ pub enum UserCmd {
         #[arg(long, value_name = "FILE")]
         public_key: Option<PathBuf>,
     },
+    /// Let NAME act for other (non-admin) users without their credentials, or stop it
+    /// (admin only): for a trusted front end such as the S3 gateway. Turning it off ends the
+    /// sessions it opened.
+    Gateway {
+        name: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
     /// List users and their groups.
     List {
         #[arg(long)]
@@ -610,6 +618,22 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             )
             .await?;
             println!("{what} of {name} changed; every session of {name} has ended");
+        }
+        UserCmd::Gateway { name, state } => {
+            let on = state == "on";
+            c.request(
+                "/",
+                MgrRequest::UserGateway {
+                    name: name.clone(),
+                    on,
+                },
+            )
+            .await?;
+            if on {
+                println!("{name} may act for other users (never admins)");
+            } else {
+                println!("{name} no longer acts for others; the sessions it opened have ended");
+            }
         }
         UserCmd::List { json } => {
             if let MgrReply::Users(us) = c.request("/", MgrRequest::UserList).await? {

@@ -870,3 +870,79 @@ fn small_files_in_a_directory_being_filled_take_one_manager_round_trip_each() {
     assert_eq!(m.prepared_count(), 0);
     assert_eq!(rt.block_on(c.list("/small")).unwrap().len(), n);
 }
+
+/// A trusted front end acts for users without their passwords: only once an admin made its
+/// user a gateway, never for admins, with the user's own permissions, not from a session it
+/// opened, not to change credentials; turning the flag off ends those sessions.
+#[test]
+fn a_gateway_acts_for_users_without_their_credentials() {
+    use nasd_proto::manager::MgrRequest;
+    let up = Up::start(1);
+    for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
+        let o = up.nasd(&["user", "add", u], &[("NASD_NEW_PASSWORD", pw)]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let f = up.dir.path().join("f");
+    for who in ["bob", "alice"] {
+        std::fs::write(&f, format!("{who}'s")).unwrap();
+        let remote = format!("nasd:/{who}.txt");
+        up.ok(&["cp", f.to_str().unwrap(), &remote]);
+        up.ok(&["chown", who, &remote]);
+        up.ok(&["chmod", "600", &remote]);
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let denied = |e: nasd_client::files::FsError| {
+        assert_eq!(e.status(), Some(MgrStatus::PermissionDenied), "{e}");
+    };
+    let gw = rt
+        .block_on(Client::connect(up.session("gw", "gw-pw")))
+        .unwrap();
+    denied(
+        rt.block_on(gw.act_for("bob"))
+            .err()
+            .expect("not a gateway yet"),
+    );
+    up.ok(&["user", "gateway", "gw", "on"]);
+    let bob = rt.block_on(gw.act_for("bob")).unwrap();
+    assert_eq!(rt.block_on(bob.get_bytes("/bob.txt")).unwrap(), b"bob's");
+    denied(rt.block_on(bob.get_bytes("/alice.txt")).unwrap_err());
+    denied(
+        rt.block_on(gw.act_for("admin"))
+            .err()
+            .expect("never an admin"),
+    );
+    denied(
+        rt.block_on(bob.act_for("alice"))
+            .err()
+            .expect("not from a delegated session"),
+    );
+    let passwd = MgrRequest::UserPasswd {
+        name: "bob".into(),
+        password: "taken-over".into(),
+        public_key: None,
+    };
+    denied(rt.block_on(bob.request("/", passwd)).unwrap_err());
+    // bob's own password still works: the gateway never changed it.
+    up.ok(&["ls", "nasd:/"]);
+    let bob_self = rt
+        .block_on(Client::connect(up.session("bob", "bob-pw")))
+        .unwrap();
+    let alice = rt
+        .block_on(Client::connect(up.session("alice", "alice-pw")))
+        .unwrap();
+    denied(
+        rt.block_on(alice.act_for("bob"))
+            .err()
+            .expect("alice is no gateway"),
+    );
+    up.ok(&["user", "gateway", "gw", "off"]);
+    // (Capabilities it already holds run out on their own, as after a logout.)
+    assert!(
+        rt.block_on(bob.stat("/bob.txt")).is_err(),
+        "the gateway's session for bob ended with its flag"
+    );
+    assert_eq!(
+        rt.block_on(bob_self.get_bytes("/bob.txt")).unwrap(),
+        b"bob's"
+    );
+}
