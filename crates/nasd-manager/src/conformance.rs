@@ -426,6 +426,30 @@ fn users_and_groups<S: MetaStore>(s: &mut S) {
     assert_eq!(s.session(&[5; 32]).unwrap(), None);
     assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
     assert_eq!(s.set_gateway(99_999, true), Err(StoreError::NotFound));
+    // S3 keys: one id once; listed per user; revoked only by their user's id.
+    let key = |id: &str, uid: u32, t: u64| S3Key {
+        access_key_id: id.into(),
+        uid,
+        secret: nasd_proto::manager::SecretString(format!("secret-{id}")),
+        created_ms: t,
+    };
+    s.put_s3_key(&key("K2", alice, 2)).unwrap();
+    s.put_s3_key(&key("K1", alice, 1)).unwrap();
+    s.put_s3_key(&key("K3", admin, 3)).unwrap();
+    assert_eq!(s.put_s3_key(&key("K1", admin, 4)), Err(StoreError::Exists));
+    assert_eq!(s.s3_key("K1").unwrap(), Some(key("K1", alice, 1)));
+    assert_eq!(s.s3_key("nope").unwrap(), None);
+    assert_eq!(
+        s.s3_keys_of(alice).unwrap(),
+        vec![key("K1", alice, 1), key("K2", alice, 2)]
+    );
+    assert!(!s.delete_s3_key(admin, "K1").unwrap(), "another user's key");
+    assert!(s.delete_s3_key(alice, "K1").unwrap());
+    assert_eq!(s.s3_key("K1").unwrap(), None);
+    assert!(
+        !format!("{:?}", key("K9", 1, 1)).contains("secret-K9"),
+        "Debug hides it"
+    );
     assert_eq!(s.session(&[3; 32]).unwrap(), Some(session(3, admin)));
     assert_eq!(s.groups_of(alice).unwrap(), vec![g1]);
     s.add_member(g0, alice).unwrap();

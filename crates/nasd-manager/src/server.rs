@@ -291,6 +291,37 @@ async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrRep
         } => user_passwd(sh, c, name, password, public_key).await,
         MgrRequest::ActFor { user } => act_for(sh, c, live.via, user).await,
         MgrRequest::UserGateway { name, on } => user_gateway(sh, c, name, on),
+        MgrRequest::S3KeySecret { .. } if live.via.is_some() => Err(MgrError::new(
+            MgrStatus::PermissionDenied,
+            "a session a gateway opened reads no S3 secrets",
+        )),
+        MgrRequest::S3KeySecret { access_key_id } => {
+            let st = sh.mgr.store.lock().expect("store lock");
+            users::s3_key_secret(st.as_ref(), c, &access_key_id)
+                .map(|(user, secret)| MgrReply::S3KeyFound { user, secret })
+        }
+        MgrRequest::S3KeyCreate { user } => {
+            let mut st = sh.mgr.store.lock().expect("store lock");
+            let made = users::s3_key_create(st.as_mut(), c, &user);
+            if made.is_ok() {
+                tracing::info!(by = %c.name, user = %user, "S3 key made");
+            }
+            made.map(|(access_key_id, secret)| MgrReply::S3KeyMade {
+                access_key_id,
+                secret,
+            })
+        }
+        MgrRequest::S3KeyList { user } => {
+            let st = sh.mgr.store.lock().expect("store lock");
+            users::s3_key_list(st.as_ref(), c, &user).map(MgrReply::S3Keys)
+        }
+        MgrRequest::S3KeyRevoke {
+            user,
+            access_key_id,
+        } => {
+            let mut st = sh.mgr.store.lock().expect("store lock");
+            users::s3_key_revoke(st.as_mut(), c, &user, &access_key_id).map(|()| MgrReply::Ok)
+        }
         req => handle(&sh.mgr, c, req).await,
     };
     if let Err(e) = &r {
@@ -540,7 +571,11 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
         | Q::Logout
         | Q::UserPasswd { .. }
         | Q::ActFor { .. }
-        | Q::UserGateway { .. } => {
+        | Q::UserGateway { .. }
+        | Q::S3KeyCreate { .. }
+        | Q::S3KeyList { .. }
+        | Q::S3KeyRevoke { .. }
+        | Q::S3KeySecret { .. } => {
             unreachable!("handled by dispatch")
         }
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),

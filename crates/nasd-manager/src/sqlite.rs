@@ -95,6 +95,8 @@ CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
 CREATE INDEX dirents_ino ON dirents(ino);
 ALTER TABLE users ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN via INTEGER;
+CREATE TABLE s3_keys(access_key TEXT PRIMARY KEY, uid INTEGER NOT NULL,
+    secret TEXT NOT NULL, created_ms INTEGER NOT NULL);
 CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
     mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
@@ -282,13 +284,16 @@ fn migrate_4_to_5(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
 
 /// Schema 5 to 6: POSIX names. Symbolic links keep their target in `inodes.target`; hard
 /// links are several `dirents` rows naming one inode, counted through `dirents_ino`.
-/// Gateways: `users.gateway`, and `sessions.via` for the sessions a gateway opened.
+/// Gateways: `users.gateway`, and `sessions.via` for the sessions a gateway opened. S3
+/// access keys: `s3_keys`.
 fn migrate_5_to_6(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "ALTER TABLE inodes ADD COLUMN target TEXT;
          CREATE INDEX IF NOT EXISTS dirents_ino ON dirents(ino);
          ALTER TABLE users ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0;
-         ALTER TABLE sessions ADD COLUMN via INTEGER;",
+         ALTER TABLE sessions ADD COLUMN via INTEGER;
+         CREATE TABLE s3_keys(access_key TEXT PRIMARY KEY, uid INTEGER NOT NULL,
+             secret TEXT NOT NULL, created_ms INTEGER NOT NULL);",
     )
     .map_err(db)
 }
@@ -843,6 +848,15 @@ impl SqliteStore {
         .map_err(db)?;
         Ok(())
     }
+}
+
+fn s3_key_of(r: &Row<'_>) -> rusqlite::Result<S3Key> {
+    Ok(S3Key {
+        access_key_id: r.get(0)?,
+        uid: r.get(1)?,
+        secret: nasd_proto::manager::SecretString(r.get(2)?),
+        created_ms: r.get::<_, i64>(3)? as u64,
+    })
 }
 
 fn user_of(r: &Row<'_>) -> rusqlite::Result<User> {
@@ -1471,6 +1485,56 @@ impl MetaStore for SqliteStore {
             )
             .map_err(db)?;
         Ok(())
+    }
+
+    fn put_s3_key(&mut self, k: &S3Key) -> StoreResult<()> {
+        let r = self.db.execute(
+            "INSERT INTO s3_keys(access_key, uid, secret, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![k.access_key_id, k.uid, k.secret.0, k.created_ms as i64],
+        );
+        match r {
+            Ok(_) => Ok(()),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Err(StoreError::Exists)
+            }
+            Err(e) => Err(db(e)),
+        }
+    }
+
+    fn s3_key(&self, access_key_id: &str) -> StoreResult<Option<S3Key>> {
+        self.db
+            .query_row(
+                "SELECT access_key, uid, secret, created_ms FROM s3_keys WHERE access_key = ?1",
+                params![access_key_id],
+                s3_key_of,
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn s3_keys_of(&self, uid: u32) -> StoreResult<Vec<S3Key>> {
+        let mut st = self
+            .db
+            .prepare(
+                "SELECT access_key, uid, secret, created_ms FROM s3_keys WHERE uid = ?1
+                 ORDER BY created_ms, access_key",
+            )
+            .map_err(db)?;
+        let rows = st.query_map(params![uid], s3_key_of).map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn delete_s3_key(&mut self, uid: u32, access_key_id: &str) -> StoreResult<bool> {
+        let n = self
+            .db
+            .execute(
+                "DELETE FROM s3_keys WHERE uid = ?1 AND access_key = ?2",
+                params![uid, access_key_id],
+            )
+            .map_err(db)?;
+        Ok(n > 0)
     }
 
     fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()> {

@@ -214,6 +214,26 @@ pub struct SessionRecord {
     pub via: Option<u32>,
 }
 
+/// An S3 access key of a user: the id is public, the secret signs requests (SigV4), so the
+/// gateway that checks them must read it; `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Key {
+    pub access_key_id: String,
+    pub uid: u32,
+    pub secret: nasd_proto::manager::SecretString,
+    pub created_ms: u64,
+}
+
+impl std::fmt::Debug for S3Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Key")
+            .field("access_key_id", &self.access_key_id)
+            .field("uid", &self.uid)
+            .field("created_ms", &self.created_ms)
+            .finish_non_exhaustive()
+    }
+}
+
 pub trait MetaStore: Send {
     fn user_by_name(&self, name: &str) -> StoreResult<Option<User>>;
     fn user_by_uid(&self, uid: u32) -> StoreResult<Option<User>>;
@@ -347,6 +367,14 @@ pub trait MetaStore: Send {
     fn drives(&self) -> StoreResult<Vec<DriveRecord>>;
     /// Inserts or replaces a drive record.
     fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()>;
+
+    /// Stores a new S3 key; `Exists` if its id is taken.
+    fn put_s3_key(&mut self, k: &S3Key) -> StoreResult<()>;
+    fn s3_key(&self, access_key_id: &str) -> StoreResult<Option<S3Key>>;
+    /// The keys of `uid`, oldest first.
+    fn s3_keys_of(&self, uid: u32) -> StoreResult<Vec<S3Key>>;
+    /// Forgets key `access_key_id` of `uid`; whether it existed.
+    fn delete_s3_key(&mut self, uid: u32, access_key_id: &str) -> StoreResult<bool>;
 
     fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()>;
     fn session(&self, token_hash: &[u8; 32]) -> StoreResult<Option<SessionRecord>>;

@@ -14,7 +14,7 @@
 //! [`crate::backoff`]'s business.
 
 use crate::service::Caller;
-use crate::store::{MetaStore, SessionRecord, StoreError};
+use crate::store::{MetaStore, S3Key, SessionRecord, StoreError, User};
 use crate::{now_ms, MgrError, MgrResult};
 use argon2::password_hash::{
     rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
@@ -250,6 +250,122 @@ pub fn act_for(
         expires_ms,
         via: Some(g.uid),
     })
+}
+
+/// Most S3 access keys one user holds (room to rotate: make a new one, move clients over,
+/// revoke the old), so a stolen session cannot mint keys without bound.
+pub const S3_KEYS_PER_USER_MAX: usize = 4;
+/// Characters of an access key id after its `NASD` prefix (base32: 80 random bits), and of a
+/// secret access key (base64: 240 random bits), as AWS's are 20 and 40 long.
+const S3_KEY_ID_CHARS: usize = 16;
+const S3_SECRET_CHARS: usize = 40;
+
+/// `n` characters of `alphabet` (64 or 32 long) drawn uniformly from the system's RNG.
+fn random_chars(alphabet: &[u8], n: usize) -> String {
+    debug_assert!(alphabet.len().is_power_of_two() && alphabet.len() <= 256);
+    let mut bytes = vec![0u8; n];
+    nasd_crypto::random_bytes(&mut bytes);
+    let mask = alphabet.len() - 1;
+    bytes
+        .iter()
+        .map(|b| alphabet[*b as usize & mask] as char)
+        .collect()
+}
+
+/// The user `name`, if `c` may manage their S3 keys (their own, or an admin's for anyone).
+fn key_owner(st: &dyn MetaStore, c: &Caller, name: &str) -> MgrResult<User> {
+    let u = st
+        .user_by_name(name)
+        .map_err(db)?
+        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, name.to_string()))?;
+    if !c.admin && c.uid != u.uid {
+        return Err(MgrError::new(
+            MgrStatus::PermissionDenied,
+            format!("only {name} or an admin manages {name}'s S3 keys"),
+        ));
+    }
+    Ok(u)
+}
+
+/// A new S3 access key for `name`: its id and secret.
+pub fn s3_key_create(
+    st: &mut dyn MetaStore,
+    c: &Caller,
+    name: &str,
+) -> MgrResult<(String, nasd_proto::manager::SecretString)> {
+    let u = key_owner(st, c, name)?;
+    if st.s3_keys_of(u.uid).map_err(db)?.len() >= S3_KEYS_PER_USER_MAX {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!("{name} has {S3_KEYS_PER_USER_MAX} S3 keys already: revoke one first"),
+        ));
+    }
+    let id = format!(
+        "NASD{}",
+        random_chars(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", S3_KEY_ID_CHARS)
+    );
+    let secret = nasd_proto::manager::SecretString(random_chars(
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        S3_SECRET_CHARS,
+    ));
+    st.put_s3_key(&S3Key {
+        access_key_id: id.clone(),
+        uid: u.uid,
+        secret: secret.clone(),
+        created_ms: now_ms(),
+    })
+    .map_err(db)?;
+    Ok((id, secret))
+}
+
+/// The ids of `name`'s S3 keys and when each was made.
+pub fn s3_key_list(st: &dyn MetaStore, c: &Caller, name: &str) -> MgrResult<Vec<(String, u64)>> {
+    let u = key_owner(st, c, name)?;
+    Ok(st
+        .s3_keys_of(u.uid)
+        .map_err(db)?
+        .into_iter()
+        .map(|k| (k.access_key_id.clone(), k.created_ms))
+        .collect())
+}
+
+/// Revokes `name`'s key `id`.
+pub fn s3_key_revoke(st: &mut dyn MetaStore, c: &Caller, name: &str, id: &str) -> MgrResult<()> {
+    let u = key_owner(st, c, name)?;
+    if st.delete_s3_key(u.uid, id).map_err(db)? {
+        Ok(())
+    } else {
+        Err(MgrError::new(
+            MgrStatus::NoSuchPath,
+            format!("{name} has no S3 key {id}"),
+        ))
+    }
+}
+
+/// For a gateway checking a request signed with key `id`: its user and secret. One answer
+/// for an unknown key and for a caller that is no gateway is not needed (gateways are
+/// trusted), but only they get secrets.
+pub fn s3_key_secret(
+    st: &dyn MetaStore,
+    c: &Caller,
+    id: &str,
+) -> MgrResult<(String, nasd_proto::manager::SecretString)> {
+    let me = st.user_by_uid(c.uid).map_err(db)?;
+    if !me.is_some_and(|u| u.gateway) {
+        return Err(MgrError::new(
+            MgrStatus::PermissionDenied,
+            "only a gateway reads S3 secrets",
+        ));
+    }
+    let k = st
+        .s3_key(id)
+        .map_err(db)?
+        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, format!("no S3 key {id}")))?;
+    let u = st
+        .user_by_uid(k.uid)
+        .map_err(db)?
+        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, format!("no user for {id}")))?;
+    Ok((u.name, k.secret.clone()))
 }
 
 /// Marks `name` a gateway or not (admins only); turning it off ends the sessions it opened.

@@ -64,7 +64,9 @@ use std::fmt;
 ///   them ([`MgrStatus::TooManyLinks`]). A trusted front end acts for users without their
 ///   credentials: an admin marks its user a gateway ([`MgrRequest::UserGateway`]), and its
 ///   session asks [`MgrRequest::ActFor`] a user, answered with `LoginOk` and a short session
-///   token for that user (never an admin).
+///   token for that user (never an admin). S3 access keys: [`MgrRequest::S3KeyCreate`],
+///   [`MgrRequest::S3KeyList`], [`MgrRequest::S3KeyRevoke`] (a user's own, or an admin's for
+///   anyone), and [`MgrRequest::S3KeySecret`] for gateways, which check SigV4 signatures.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 7;
 /// Most symbolic links one path resolution follows (Linux's `MAXSYMLINKS`): past it the
 /// path is refused with [`MgrStatus::TooManyLinks`] (a loop, or a chain too long).
@@ -212,6 +214,26 @@ pub enum MgrRequest {
     /// lasts at most an hour and ends when the gateway stops being one.
     ActFor {
         user: String,
+    },
+    /// Makes an S3 access key for `user` (their own, or an admin's for anyone), answered
+    /// with [`MgrReply::S3KeyMade`]: the only time the secret is shown to its user.
+    S3KeyCreate {
+        user: String,
+    },
+    /// The access keys of `user` (their own, or an admin's for anyone), answered with
+    /// [`MgrReply::S3Keys`]; no secrets.
+    S3KeyList {
+        user: String,
+    },
+    /// Forgets access key `access_key_id` of `user`.
+    S3KeyRevoke {
+        user: String,
+        access_key_id: String,
+    },
+    /// For a gateway: whose key `access_key_id` is and its secret (to check a request's
+    /// SigV4 signature), answered with [`MgrReply::S3KeyFound`].
+    S3KeySecret {
+        access_key_id: String,
     },
     /// Marks user `name` a gateway (`on`) or not; admins only.
     UserGateway {
@@ -671,6 +693,23 @@ pub struct ClusterStatus {
     pub scrub: ScrubStatus,
 }
 
+/// A secret carried as text (an S3 secret access key): never printed by `Debug`, wiped when
+/// dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretString(pub String);
+
+impl fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<secret, {} bytes>", self.0.len())
+    }
+}
+
+impl Drop for SecretString {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 /// A reply from the manager.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum MgrReply {
@@ -707,6 +746,18 @@ pub enum MgrReply {
     Challenge([u8; CHALLENGE_BYTES]),
     /// The target of a symbolic link ([`MgrRequest::Readlink`]).
     LinkTarget(String),
+    /// A new S3 access key and its secret ([`MgrRequest::S3KeyCreate`]).
+    S3KeyMade {
+        access_key_id: String,
+        secret: SecretString,
+    },
+    /// A user's S3 access keys and when each was made (ms since the epoch).
+    S3Keys(Vec<(String, u64)>),
+    /// Whose key it is and its secret ([`MgrRequest::S3KeySecret`], gateways only).
+    S3KeyFound {
+        user: String,
+        secret: SecretString,
+    },
     /// New files staged by [`MgrRequest::Prepare`]: for each, the file as it will be linked
     /// (its inode number among it), its layout and one write capability per component.
     Prepared(Vec<PreparedFile>),
@@ -801,6 +852,10 @@ impl MgrRequest {
             Self::Lstat { .. } => "lstat",
             Self::ActFor { .. } => "act for",
             Self::UserGateway { .. } => "user gateway",
+            Self::S3KeyCreate { .. } => "s3 key create",
+            Self::S3KeyList { .. } => "s3 key list",
+            Self::S3KeyRevoke { .. } => "s3 key revoke",
+            Self::S3KeySecret { .. } => "s3 key secret",
             Self::Chmod { .. } => "chmod",
             Self::Chown { .. } => "chown",
             Self::Truncate { .. } => "truncate",
@@ -871,6 +926,10 @@ impl MgrRequest {
             Self::Lstat { .. } => 38,
             Self::ActFor { .. } => 39,
             Self::UserGateway { .. } => 40,
+            Self::S3KeyCreate { .. } => 41,
+            Self::S3KeyList { .. } => 42,
+            Self::S3KeyRevoke { .. } => 43,
+            Self::S3KeySecret { .. } => 44,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -934,7 +993,19 @@ impl MgrRequest {
                 put_str(&mut w, target);
             }
             Self::Readlink { path } | Self::Lstat { path } => put_str(&mut w, path),
-            Self::ActFor { user } => put_str(&mut w, user),
+            Self::ActFor { user }
+            | Self::S3KeyCreate { user }
+            | Self::S3KeyList { user }
+            | Self::S3KeySecret {
+                access_key_id: user,
+            } => put_str(&mut w, user),
+            Self::S3KeyRevoke {
+                user,
+                access_key_id,
+            } => {
+                put_str(&mut w, user);
+                put_str(&mut w, access_key_id);
+            }
             Self::UserGateway { name, on } => {
                 put_str(&mut w, name);
                 w.u8(*on as u8);
@@ -1199,6 +1270,19 @@ impl MgrRequest {
             40 => Self::UserGateway {
                 name: get_str(r, "name")?,
                 on: get_bool(r, "on")?,
+            },
+            41 => Self::S3KeyCreate {
+                user: get_str(r, "user")?,
+            },
+            42 => Self::S3KeyList {
+                user: get_str(r, "user")?,
+            },
+            43 => Self::S3KeyRevoke {
+                user: get_str(r, "user")?,
+                access_key_id: get_str(r, "access key id")?,
+            },
+            44 => Self::S3KeySecret {
+                access_key_id: get_str(r, "access key id")?,
             },
             38 => Self::Lstat {
                 path: get_str(r, "path")?,
@@ -1512,6 +1596,9 @@ impl MgrReply {
             Self::Status(_) => 13,
             Self::Prepared(_) => 14,
             Self::LinkTarget(_) => 15,
+            Self::S3KeyMade { .. } => 16,
+            Self::S3Keys(_) => 17,
+            Self::S3KeyFound { .. } => 18,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1558,6 +1645,21 @@ impl MgrReply {
                 }
             }
             Self::LayoutSpec(spec) | Self::LinkTarget(spec) => put_str(&mut w, spec),
+            Self::S3KeyMade {
+                access_key_id: a,
+                secret,
+            }
+            | Self::S3KeyFound { user: a, secret } => {
+                put_str(&mut w, a);
+                put_str(&mut w, &secret.0);
+            }
+            Self::S3Keys(keys) => {
+                w.u32(keys.len() as u32);
+                for (id, made) in keys {
+                    put_str(&mut w, id);
+                    w.u64(*made);
+                }
+            }
             Self::Scrubbed(rep) => put_scrub_report(&mut w, rep),
             Self::Status(st) => put_status(&mut w, st),
             Self::Challenge(c) => w.bytes(c),
@@ -1624,6 +1726,22 @@ impl MgrReply {
             }
             11 => Self::LayoutSpec(get_str(r, "layout spec")?),
             15 => Self::LinkTarget(get_str(r, "link target")?),
+            16 => Self::S3KeyMade {
+                access_key_id: get_str(r, "access key id")?,
+                secret: SecretString(get_str(r, "secret")?),
+            },
+            17 => {
+                let n = get_count(r, 12, "s3 keys")?;
+                let mut keys = Vec::with_capacity(n);
+                for _ in 0..n {
+                    keys.push((get_str(r, "access key id")?, r.u64("made")?));
+                }
+                Self::S3Keys(keys)
+            }
+            18 => Self::S3KeyFound {
+                user: get_str(r, "user")?,
+                secret: SecretString(get_str(r, "secret")?),
+            },
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
                 let n = get_count(r, 13, "users")?;
@@ -1816,6 +1934,15 @@ mod tests {
             MgrRequest::Readlink { path: p() },
             MgrRequest::Lstat { path: p() },
             MgrRequest::ActFor { user: "bob".into() },
+            MgrRequest::S3KeyCreate { user: "bob".into() },
+            MgrRequest::S3KeyList { user: "bob".into() },
+            MgrRequest::S3KeyRevoke {
+                user: "bob".into(),
+                access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
+            },
+            MgrRequest::S3KeySecret {
+                access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
+            },
             MgrRequest::UserGateway {
                 name: "s3gw".into(),
                 on: true,
@@ -1882,6 +2009,19 @@ mod tests {
         }
         v.push(MgrReply::Challenge([6; 32]));
         v.push(MgrReply::LinkTarget("/abs/target".into()));
+        v.push(MgrReply::S3KeyMade {
+            access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
+            secret: SecretString("s".repeat(40)),
+        });
+        v.push(MgrReply::S3Keys(vec![]));
+        v.push(MgrReply::S3Keys(vec![
+            ("NASDA".into(), 1),
+            ("NASDB".into(), 2),
+        ]));
+        v.push(MgrReply::S3KeyFound {
+            user: "bob".into(),
+            secret: SecretString("t".repeat(40)),
+        });
         v
     }
 

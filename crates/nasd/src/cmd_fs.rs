@@ -158,11 +158,33 @@ pub enum UserCmd {
         #[arg(value_parser = ["on", "off"])]
         state: String,
     },
+    /// S3 access keys (for the S3 gateway): a user's own, or anyone's as admin.
+    #[command(name = "s3-key", subcommand)]
+    S3Key(S3KeyCmd),
     /// List users and their groups.
     List {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum S3KeyCmd {
+    /// Make a key for USER; the secret is shown this once.
+    Create {
+        user: String,
+        /// Print {"access_key_id": ..., "secret_access_key": ...}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List USER's key ids.
+    List {
+        user: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke USER's key ACCESS_KEY_ID.
+    Revoke { user: String, access_key_id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -634,6 +656,58 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             } else {
                 println!("{name} no longer acts for others; the sessions it opened have ended");
             }
+        }
+        UserCmd::S3Key(S3KeyCmd::Create { user, json }) => {
+            let r = c
+                .request("/", MgrRequest::S3KeyCreate { user: user.clone() })
+                .await?;
+            let MgrReply::S3KeyMade {
+                access_key_id,
+                secret,
+            } = r
+            else {
+                bail!("unexpected reply {r:?}");
+            };
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"access_key_id": access_key_id, "secret_access_key": secret.0})
+                );
+            } else {
+                println!("access key id      {access_key_id}");
+                println!("secret access key  {}", secret.0);
+                eprintln!("(the secret is not shown again; nasd user s3-key revoke {user} {access_key_id} ends it)");
+            }
+        }
+        UserCmd::S3Key(S3KeyCmd::List { user, json }) => {
+            let r = c.request("/", MgrRequest::S3KeyList { user }).await?;
+            let MgrReply::S3Keys(keys) = r else {
+                bail!("unexpected reply {r:?}");
+            };
+            for (id, made_ms) in keys {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"access_key_id": id, "created_ms": made_ms})
+                    );
+                } else {
+                    println!("{id}  made {} UTC", time_str(made_ms * 1000));
+                }
+            }
+        }
+        UserCmd::S3Key(S3KeyCmd::Revoke {
+            user,
+            access_key_id,
+        }) => {
+            c.request(
+                "/",
+                MgrRequest::S3KeyRevoke {
+                    user,
+                    access_key_id: access_key_id.clone(),
+                },
+            )
+            .await?;
+            println!("S3 key {access_key_id} revoked");
         }
         UserCmd::List { json } => {
             if let MgrReply::Users(us) = c.request("/", MgrRequest::UserList).await? {

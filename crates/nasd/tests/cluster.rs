@@ -946,3 +946,79 @@ fn a_gateway_acts_for_users_without_their_credentials() {
         b"bob's"
     );
 }
+
+/// S3 access keys: a user makes their own (an admin anyone's), the secret is shown once and
+/// read back only by a gateway, keys are listed without secrets and revoked by id.
+#[test]
+fn s3_keys_are_made_by_their_user_and_read_only_by_gateways() {
+    use nasd_proto::manager::{MgrReply, MgrRequest};
+    let up = Up::start(1);
+    for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
+        let o = up.nasd(&["user", "add", u], &[("NASD_NEW_PASSWORD", pw)]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let made: serde_json::Value =
+        serde_json::from_str(up.ok(&["user", "s3-key", "create", "bob", "--json"]).trim()).unwrap();
+    let id = made["access_key_id"].as_str().unwrap().to_string();
+    let secret = made["secret_access_key"].as_str().unwrap().to_string();
+    assert!(id.starts_with("NASD") && id.len() == 20, "{id}");
+    assert_eq!(secret.len(), 40);
+    let bob = [("NASD_USER", "bob"), ("NASD_PASSWORD", "bob-pw")];
+    let alice = [("NASD_USER", "alice"), ("NASD_PASSWORD", "alice-pw")];
+    let own = up.nasd(&["user", "s3-key", "create", "bob"], &bob);
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    assert!(up
+        .fails(&["user", "s3-key", "create", "bob"], &alice)
+        .contains("permission denied"));
+    let listed = up.nasd(&["user", "s3-key", "list", "bob"], &bob);
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert!(
+        listed.contains(&id) && !listed.contains(&secret),
+        "{listed}"
+    );
+    assert!(up
+        .fails(&["user", "s3-key", "list", "bob"], &alice)
+        .contains("permission denied"));
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let gw = rt
+        .block_on(Client::connect(up.session("gw", "gw-pw")))
+        .unwrap();
+    let ask = |c: &Client| {
+        rt.block_on(c.request(
+            "/",
+            MgrRequest::S3KeySecret {
+                access_key_id: id.clone(),
+            },
+        ))
+    };
+    let e = ask(&gw).unwrap_err();
+    assert_eq!(e.status(), Some(MgrStatus::PermissionDenied), "{e}");
+    up.ok(&["user", "gateway", "gw", "on"]);
+    match ask(&gw).unwrap() {
+        MgrReply::S3KeyFound { user, secret: s } => {
+            assert_eq!((user.as_str(), s.0.as_str()), ("bob", secret.as_str()));
+            assert!(
+                !format!("{s:?}").contains(&secret),
+                "Debug hides the secret"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Not from a session the gateway opened for a user.
+    let as_bob = rt.block_on(gw.act_for("bob")).unwrap();
+    assert_eq!(
+        ask(&as_bob).unwrap_err().status(),
+        Some(MgrStatus::PermissionDenied)
+    );
+    up.ok(&["user", "s3-key", "revoke", "bob", &id]);
+    assert!(ask(&gw).is_err(), "a revoked key is gone");
+    assert!(up
+        .fails(&["user", "s3-key", "revoke", "bob", &id], &[])
+        .contains(&id));
+}
