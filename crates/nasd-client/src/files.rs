@@ -1076,10 +1076,13 @@ impl Client {
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileStat, FsError> {
-        match self
-            .request(path, MgrRequest::Stat { path: path.into() })
-            .await?
-        {
+        self.stat_by(path, MgrRequest::Stat { path: path.into() })
+            .await
+    }
+
+    /// A `Stat` or `Lstat` request and its `Stat` reply.
+    async fn stat_by(&self, path: &str, req: MgrRequest) -> Result<FileStat, FsError> {
+        match self.request(path, req).await? {
             MgrReply::Stat(s) => Ok(s),
             other => Err(FsError::Usage(format!(
                 "{path}: unexpected reply {other:?}"
@@ -1089,15 +1092,8 @@ impl Client {
 
     /// [`Client::stat`] of the last name itself: a symbolic link is not followed.
     pub async fn lstat(&self, path: &str) -> Result<FileStat, FsError> {
-        match self
-            .request(path, MgrRequest::Lstat { path: path.into() })
-            .await?
-        {
-            MgrReply::Stat(s) => Ok(s),
-            other => Err(FsError::Usage(format!(
-                "{path}: unexpected reply {other:?}"
-            ))),
-        }
+        self.stat_by(path, MgrRequest::Lstat { path: path.into() })
+            .await
     }
 
     /// Every entry of directory `path`, in name order, read a page at a time.

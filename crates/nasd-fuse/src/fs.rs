@@ -91,6 +91,14 @@ pub fn errno_of(e: &FsError) -> Errno {
     }
 }
 
+/// Answers a request whose reply carries nothing but success or an errno.
+fn answer(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn kind_of(k: FileKind) -> FileType {
     match k {
         FileKind::File => FileType::RegularFile,
@@ -434,10 +442,7 @@ impl Filesystem for NasdFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.child(parent, name).and_then(|p| self.unlink_path(&p));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -446,10 +451,7 @@ impl Filesystem for NasdFs {
                 .block_on(self.client.rmdir(&p))
                 .map_err(|e| errno_of(&e))
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn symlink(
@@ -520,10 +522,7 @@ impl Filesystem for NasdFs {
             }
             Ok(())
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn link(
@@ -675,10 +674,7 @@ impl Filesystem for NasdFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.open_file(fh.0).and_then(|o| self.sync(&o)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, self.open_file(fh.0).and_then(|o| self.sync(&o)))
     }
 
     fn release(
@@ -702,10 +698,7 @@ impl Filesystem for NasdFs {
             }
             Ok(())
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, r)
     }
 
     fn fsync(
@@ -716,10 +709,7 @@ impl Filesystem for NasdFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.open_file(fh.0).and_then(|o| self.sync(&o)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, self.open_file(fh.0).and_then(|o| self.sync(&o)))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

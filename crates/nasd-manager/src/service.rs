@@ -217,6 +217,28 @@ pub fn split_path(path: &str) -> MgrResult<Vec<&str>> {
 /// A name that is about to be created: [`check_name`], and no control character — C0
 /// (U+0000..U+001F: newline, CR, ESC, ...), DEL (U+007F) or C1 (U+0080..U+009F), which is
 /// exactly Unicode's `Cc` category, `char::is_control`. The detail shows the name escaped.
+/// A new inode of `kind` made by `c` in directory `dir` now (its number is the store's to
+/// give): permission bits of `mode` only, owned by the caller, a symbolic link's `target`.
+fn new_inode(c: &Caller, dir: &Inode, kind: FileKind, mode: u32, target: Option<&str>) -> Inode {
+    let now = now_us();
+    Inode {
+        ino: 0,
+        kind,
+        mode: mode & 0o7777,
+        uid: c.uid,
+        gid: c.gid,
+        parent: dir.ino,
+        ctime_us: now,
+        mtime_us: now,
+        layout: None,
+        size: None,
+        dir_layout: None,
+        acv: 0,
+        root: None,
+        target: target.map(str::to_string),
+    }
+}
+
 /// Where a prepared file is recorded as staged ([`Manager::prepare`]): its directory's names
 /// joined, ending in `/` (no file's path does), so `Commit`, `Renew` and `Abort` find it.
 fn prepared_marker(dir: &[&str]) -> String {
@@ -477,7 +499,7 @@ impl Manager {
             mtime_us,
             ctime_us: i.ctime_us,
             // A file about to be linked has the one name it will get.
-            nlink: i.links.max(1),
+            nlink: self.st().links(i).unwrap_or(0).max(1),
         }
     }
 
@@ -764,24 +786,7 @@ impl Manager {
 
     pub fn mkdir(&self, c: &Caller, path: &str, mode: u32) -> MgrResult<()> {
         let (dir, name) = self.parent(c, path, true)?;
-        let now = now_us();
-        let i = Inode {
-            ino: 0,
-            kind: FileKind::Dir,
-            mode: mode & 0o7777,
-            uid: c.uid,
-            gid: c.gid,
-            parent: dir.ino,
-            ctime_us: now,
-            mtime_us: now,
-            layout: None,
-            size: None,
-            dir_layout: None,
-            acv: 0,
-            root: None,
-            target: None,
-            links: 0,
-        };
+        let i = new_inode(c, &dir, FileKind::Dir, mode, None);
         self.st()
             .link_new(dir.ino, name, &i)
             .map_err(|e| store_err(e, path))?;
@@ -951,24 +956,7 @@ impl Manager {
 
     /// A new file's inode, stored without a name; its number is the file's from now on.
     fn reserve_inode(&self, c: &Caller, dir: &Inode, mode: u32) -> MgrResult<Inode> {
-        let now = now_us();
-        let mut i = Inode {
-            ino: 0,
-            kind: FileKind::File,
-            mode: mode & 0o7777,
-            uid: c.uid,
-            gid: c.gid,
-            parent: dir.ino,
-            ctime_us: now,
-            mtime_us: now,
-            layout: None,
-            size: None,
-            dir_layout: None,
-            acv: 0,
-            root: None,
-            target: None,
-            links: 0,
-        };
+        let mut i = new_inode(c, dir, FileKind::File, mode, None);
         i.ino = self
             .st()
             .reserve_inode(dir.ino, &i)
@@ -1582,24 +1570,7 @@ impl Manager {
         }
         let (dir, name) = self.parent(c, path, true)?;
         check_new_name(path, name)?;
-        let now = now_us();
-        let i = Inode {
-            ino: 0,
-            kind: FileKind::Symlink,
-            mode: 0o777,
-            uid: c.uid,
-            gid: c.gid,
-            parent: dir.ino,
-            ctime_us: now,
-            mtime_us: now,
-            layout: None,
-            size: None,
-            dir_layout: None,
-            acv: 0,
-            root: None,
-            target: Some(target.to_string()),
-            links: 0,
-        };
+        let i = new_inode(c, &dir, FileKind::Symlink, 0o777, Some(target));
         self.st()
             .link_new(dir.ino, name, &i)
             .map_err(|e| store_err(e, path))?;

@@ -155,9 +155,6 @@ pub struct Inode {
     pub root: Option<[u8; 32]>,
     /// Symbolic links: the target, as given.
     pub target: Option<String>,
-    /// Names of this inode as the store last read it (hard links; a directory's is 2 plus its
-    /// subdirectories). Derived: ignored when an inode is stored.
-    pub links: u32,
 }
 
 /// A registered drive and the keys the manager shares with its partition.
@@ -257,6 +254,10 @@ pub trait MetaStore: Send {
     fn groups_of(&self, uid: u32) -> StoreResult<Vec<u32>>;
 
     fn inode(&self, ino: u64) -> StoreResult<Option<Inode>>;
+    /// How many names `i` has (POSIX `st_nlink`): its directory entries; for a directory,
+    /// 2 plus its subdirectories. Counted when asked (a stat), not on every inode read, which
+    /// path resolution does for each name.
+    fn links(&self, i: &Inode) -> StoreResult<u32>;
     fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>>;
     /// The entries of directory `parent` named after `after` in byte order (all when `after`
     /// is empty), at most `limit` of them.

@@ -272,19 +272,29 @@ fn random_chars(alphabet: &[u8], n: usize) -> String {
         .collect()
 }
 
-/// The user `name`, if `c` may manage their S3 keys (their own, or an admin's for anyone).
-fn key_owner(st: &dyn MetaStore, c: &Caller, name: &str) -> MgrResult<User> {
+/// The user `name`, if `by` is that user or an admin; else `PermissionDenied` with
+/// `denied` as the detail.
+fn self_or_admin(
+    st: &dyn MetaStore,
+    by: &Caller,
+    name: &str,
+    denied: impl FnOnce() -> String,
+) -> MgrResult<User> {
     let u = st
         .user_by_name(name)
         .map_err(db)?
         .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, name.to_string()))?;
-    if !c.admin && c.uid != u.uid {
-        return Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            format!("only {name} or an admin manages {name}'s S3 keys"),
-        ));
+    if !by.admin && by.uid != u.uid {
+        return Err(MgrError::new(MgrStatus::PermissionDenied, denied()));
     }
     Ok(u)
+}
+
+/// The user `name`, if `c` may manage their S3 keys (their own, or an admin's for anyone).
+fn key_owner(st: &dyn MetaStore, c: &Caller, name: &str) -> MgrResult<User> {
+    self_or_admin(st, c, name, || {
+        format!("only {name} or an admin manages {name}'s S3 keys")
+    })
 }
 
 /// A new S3 access key for `name`: its id and secret.
@@ -539,16 +549,9 @@ pub fn set_credential(
         NewCredential::PublicKey(pk) => key_verifier(pk)?,
     };
     let mut st = store.lock().expect("store lock");
-    let u = st
-        .user_by_name(name)
-        .map_err(db)?
-        .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, name.to_string()))?;
-    if !by.admin && u.uid != by.uid {
-        return Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            format!("changing the credential of {name}"),
-        ));
-    }
+    let u = self_or_admin(st.as_ref(), by, name, || {
+        format!("changing the credential of {name}")
+    })?;
     st.set_credential(u.uid, &verifier).map_err(db)
 }
 

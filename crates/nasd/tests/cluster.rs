@@ -879,8 +879,7 @@ fn a_gateway_acts_for_users_without_their_credentials() {
     use nasd_proto::manager::MgrRequest;
     let up = Up::start(1);
     for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
-        let o = up.nasd(&["user", "add", u], &[("NASD_NEW_PASSWORD", pw)]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        up.add_user(u, pw);
     }
     let f = up.dir.path().join("f");
     for who in ["bob", "alice"] {
@@ -954,8 +953,7 @@ fn s3_keys_are_made_by_their_user_and_read_only_by_gateways() {
     use nasd_proto::manager::{MgrReply, MgrRequest};
     let up = Up::start(1);
     for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
-        let o = up.nasd(&["user", "add", u], &[("NASD_NEW_PASSWORD", pw)]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        up.add_user(u, pw);
     }
     let made: serde_json::Value =
         serde_json::from_str(up.ok(&["user", "s3-key", "create", "bob", "--json"]).trim()).unwrap();

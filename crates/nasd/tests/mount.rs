@@ -257,8 +257,7 @@ fn the_mount_behaves_as_posix_and_as_the_cluster() {
     );
 
     // Another user's mount: close-to-open between mounts, and permissions enforced.
-    let o = up.nasd(&["user", "add", "bob"], &[("NASD_NEW_PASSWORD", "bob-pw")]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    up.add_user("bob", "bob-pw");
     let bob = Mounted::start(
         &up,
         "nasd:/",

@@ -155,8 +155,7 @@ fn links_loops_and_hard_links() {
         .contains("too many levels of symbolic links"));
 
     // Another user may not pin a file they cannot read and write under a name of theirs.
-    let o = up.nasd(&["user", "add", "bob"], &[("NASD_NEW_PASSWORD", "bob-pw")]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    up.add_user("bob", "bob-pw");
     let bob = [("NASD_USER", "bob"), ("NASD_PASSWORD", "bob-pw")];
     up.ok(&["mkdir", "nasd:/pub"]);
     up.ok(&["chmod", "1777", "nasd:/pub"]);
