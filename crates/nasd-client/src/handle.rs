@@ -130,9 +130,9 @@ enum Base {
     /// The file as committed under the handle's path, `size` bytes, read as zeros from
     /// `cut` on (the handle truncated it since its last flush).
     Committed { size: u64, cut: u64 },
-    /// A staged upload that becomes the file's content at commit; bytes below `end` were
-    /// written to it, the rest read as zeros.
-    Staged { upload: Box<Upload>, end: u64 },
+    /// A staged upload that becomes the file's content at commit; bytes below the end of its
+    /// furthest write ([`Upload`] keeps it) were written to it, the rest read as zeros.
+    Staged { upload: Box<Upload> },
 }
 
 struct State {
@@ -202,10 +202,14 @@ impl FileHandle {
         };
         let mut ino = existing.as_ref().map_or(0, |st| st.ino);
         let (base, size) = match existing {
-            Some(_) if !(o.write && o.truncate) => {
-                let size = client.size(path).await?;
-                (Base::Committed { size, cut: size }, size)
-            }
+            // The stat's size is the file's (a drive's attributes or the manager's record).
+            Some(st) if !(o.write && o.truncate) => (
+                Base::Committed {
+                    size: st.size,
+                    cut: st.size,
+                },
+                st.size,
+            ),
             None if !o.write => {
                 return Err(FsError::Usage(format!(
                     "{}: creating a file needs a handle open for writing",
@@ -218,7 +222,6 @@ impl FileHandle {
                 (
                     Base::Staged {
                         upload: Box::new(upload),
-                        end: 0,
                     },
                     0,
                 )
@@ -288,11 +291,8 @@ impl FileHandle {
                     out[..got.len()].copy_from_slice(&got);
                 }
             }
-            Base::Staged {
-                upload,
-                end: written,
-            } => {
-                let base_end = end.min(*written);
+            Base::Staged { upload } => {
+                let base_end = end.min(upload.written_end());
                 if off < base_end {
                     let got = self.client.upload_read(upload, off, base_end - off).await?;
                     out[..got.len()].copy_from_slice(&got);
@@ -389,7 +389,10 @@ impl FileHandle {
         if let Some(p) = st.next.take() {
             p.task.abort();
         }
-        let staged_past = matches!(&st.base, Base::Staged { end, .. } if *end > size);
+        // Batches still going out count as written.
+        Self::settle(&mut st).await?;
+        let staged_past =
+            matches!(&st.base, Base::Staged { upload } if upload.written_end() > size);
         if staged_past {
             // Staged objects cannot be cut with a write capability: commit what there is,
             // then cut the committed file (it was this handle's to shape anyway).
@@ -463,12 +466,9 @@ impl FileHandle {
             Self::settle(st).await?;
         }
         let runs = st.dirty.take();
-        let Base::Staged { upload, end } = &mut st.base else {
+        let Base::Staged { upload } = &st.base else {
             unreachable!("write-behind only to a staged upload")
         };
-        if let Some((off, run)) = runs.last() {
-            *end = (*end).max(off + run.len() as u64);
-        }
         let (client, upload) = (self.client.clone(), (**upload).clone());
         st.behind.push(tokio::spawn(async move {
             send_runs(&client, &upload, &runs).await
@@ -482,12 +482,7 @@ impl FileHandle {
         let runs = st.dirty.take();
         let size = st.size;
         match &mut st.base {
-            Base::Staged { upload, end } => {
-                send_runs(&self.client, upload, &runs).await?;
-                if let Some((off, run)) = runs.last() {
-                    *end = (*end).max(off + run.len() as u64);
-                }
-            }
+            Base::Staged { upload } => send_runs(&self.client, upload, &runs).await?,
             Base::Committed { size: base, cut } => {
                 if !st.changed {
                     return Ok(());

@@ -24,6 +24,10 @@ pub const PREPARED_FILE_BYTES_MAX: u64 = 1 << 20;
 pub const PREPARE_AFTER_CREATES: u32 = 2;
 /// Files in the first batch a directory gets.
 pub const PREPARED_BATCH_FIRST: u32 = 4;
+/// Directories (with a mode) a client keeps preparing state for: a long-running client (a
+/// gateway) touching many directories keeps a bounded map; past it, directories holding no
+/// prepared files are forgotten, and while every one holds some, new ones are not prepared.
+pub const PREPARED_DIRS_MAX: usize = 64;
 
 /// Prepared files of one directory and mode, and what decides when to ask for more.
 #[derive(Default)]
@@ -38,6 +42,17 @@ struct Pool {
 /// The prepared files of one client, by (directory as the caller spelled it, mode).
 #[derive(Default)]
 pub struct Pools(std::sync::Mutex<HashMap<(String, u32), Pool>>);
+
+/// The pool of `key` in `pools`, made if there is room ([`PREPARED_DIRS_MAX`]).
+fn pool_of(pools: &mut HashMap<(String, u32), Pool>, key: (String, u32)) -> Option<&mut Pool> {
+    if !pools.contains_key(&key) && pools.len() >= PREPARED_DIRS_MAX {
+        pools.retain(|_, p| !p.ready.is_empty());
+        if pools.len() >= PREPARED_DIRS_MAX {
+            return None;
+        }
+    }
+    Some(pools.entry(key).or_default())
+}
 
 /// `path`'s directory as it is sent to the manager (`/` for a top-level name), or `None` for
 /// a path with no file name.
@@ -96,7 +111,7 @@ impl Client {
         let now = crate::files::now_ms();
         let (stale, got, ask) = {
             let mut pools = self.prepared.0.lock().expect("prepared lock");
-            let pool = pools.entry((dir.to_string(), mode)).or_default();
+            let pool = pool_of(&mut pools, (dir.to_string(), mode))?;
             // Files whose capabilities are due for renewal are given back, not renewed.
             let (keep, stale): (Vec<_>, Vec<_>) =
                 pool.ready.drain(..).partition(|u| u.usable_until(now));
@@ -141,12 +156,17 @@ impl Client {
             .filter_map(|f| Upload::prepared(dir, f).ok())
             .collect();
         let first = ups.pop()?;
-        let mut pools = self.prepared.0.lock().expect("prepared lock");
-        pools
-            .entry((dir.to_string(), mode))
-            .or_default()
-            .ready
-            .append(&mut ups);
+        let unkept = {
+            let mut pools = self.prepared.0.lock().expect("prepared lock");
+            match pool_of(&mut pools, (dir.to_string(), mode)) {
+                Some(pool) => {
+                    pool.ready.append(&mut ups);
+                    vec![]
+                }
+                None => ups,
+            }
+        };
+        self.abort_prepared(dir, unkept).await;
         Some(first.bound_to(path))
     }
 
@@ -193,6 +213,23 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pools_stay_bounded_and_keep_the_ones_holding_files() {
+        let mut pools = HashMap::new();
+        for d in 0..PREPARED_DIRS_MAX {
+            pool_of(&mut pools, (format!("/d{d}"), 0o644))
+                .unwrap()
+                .creates = 1;
+        }
+        // Full of pools holding nothing: they make room for a new directory.
+        assert!(pool_of(&mut pools, ("/new".into(), 0o644)).is_some());
+        assert_eq!(pools.len(), 1);
+        assert!(
+            pool_of(&mut pools, ("/new".into(), 0o644)).is_some(),
+            "known key"
+        );
+    }
 
     #[test]
     fn a_file_name_has_a_directory() {
