@@ -862,6 +862,16 @@ impl Client {
     /// [`COMMIT_RETRY_MS`] (the data is safe on the drives; a restarting manager still knows
     /// the staged upload). A refused commit aborts the upload, so its space comes back.
     pub async fn finish_upload(&self, u: Upload) -> Result<(), FsError> {
+        self.finish_upload_with(u, None).await
+    }
+
+    /// [`Client::finish_upload`], making `xattrs` (when given) the file's whole set of
+    /// extended attributes in the same manager transaction as its new content.
+    pub async fn finish_upload_with(
+        &self,
+        u: Upload,
+        xattrs: Option<Vec<Xattr>>,
+    ) -> Result<(), FsError> {
         self.caps.invalidate(&u.path);
         let (drive, object) = u.key();
         let size = u.end.load(Ordering::Relaxed);
@@ -871,6 +881,7 @@ impl Client {
             object,
             size,
             stale: u.missed.load(Ordering::Acquire),
+            xattrs,
         };
         let r = self.commit(&u.path, commit).await;
         self.caps.invalidate(&u.path);
@@ -973,6 +984,7 @@ impl Client {
                 object: key.1,
                 size,
                 stale: io.missed(),
+                xattrs: None,
             };
             let r = self.commit(path, commit).await;
             self.caps.invalidate(path);
@@ -1172,6 +1184,36 @@ impl Client {
             MgrRequest::Symlink {
                 path: path.into(),
                 target: target.into(),
+            },
+        )
+        .await
+    }
+    /// The stat and extended attributes of `path` (one manager round trip).
+    pub async fn getxattrs(&self, path: &str) -> Result<(FileStat, Vec<Xattr>), FsError> {
+        match self
+            .request(path, MgrRequest::Getxattrs { path: path.into() })
+            .await?
+        {
+            MgrReply::Xattrs { stat, xattrs } => Ok((stat, xattrs)),
+            other => Err(FsError::Usage(format!(
+                "{}: unexpected manager reply {other:?}",
+                shown(path)
+            ))),
+        }
+    }
+    /// Sets extended attribute `name` of `path` to `value`, or removes it (`None`).
+    pub async fn setxattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), FsError> {
+        self.ok(
+            path,
+            MgrRequest::Setxattr {
+                path: path.into(),
+                name: name.into(),
+                value: value.map(<[u8]>::to_vec),
             },
         )
         .await

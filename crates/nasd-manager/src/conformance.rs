@@ -2,7 +2,7 @@
 //! call [`run`] with a constructor of empty stores.
 
 use crate::store::*;
-use nasd_proto::manager::FileKind;
+use nasd_proto::manager::{FileKind, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// A fresh directory inode owned by `uid`.
@@ -60,6 +60,7 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     revocation_intents(&mut make());
     directory_pages(&mut make());
     posix_names(&mut make());
+    extended_attributes(&mut make());
 }
 
 /// A directory read a page at a time: every entry once, in byte order of the names, whatever
@@ -156,12 +157,12 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         vec![ObjectId(16)]
     );
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.layout.first(), None, None, 0),
+        s.commit_staged(ROOT_INO, "f", a.layout.first(), None, None, 0, None),
         Err(StoreError::Exists),
         "the caller checked an empty name: nothing commits"
     );
     let old = s
-        .commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0)
+        .commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0, None)
         .unwrap();
     assert_eq!(
         old.as_ref().and_then(first).map(|o| o.object),
@@ -174,7 +175,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     );
     assert_eq!(s.staged(a.layout.first()).unwrap(), None);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0),
+        s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0, None),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -192,7 +193,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         .unwrap();
     assert!(f2 > f);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", b.layout.first(), Some(f2), None, 0),
+        s.commit_staged(ROOT_INO, "f", b.layout.first(), Some(f2), None, 0, None),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -205,7 +206,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     let c = staged(19, 30, d);
     s.put_staged(&c).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "d", c.layout.first(), Some(d), None, 0),
+        s.commit_staged(ROOT_INO, "d", c.layout.first(), Some(d), None, 0, None),
         Err(StoreError::IsADirectory)
     );
     assert_eq!(s.expire_staged(20).unwrap(), vec![]);
@@ -267,17 +268,17 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     let b = new(21, 11, r2);
     s.put_staged(&b).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", b.layout.first(), None, None, 0),
+        s.commit_staged(ROOT_INO, "n", b.layout.first(), None, None, 0, None),
         Ok(None)
     );
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r2));
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", a.layout.first(), None, None, 0),
+        s.commit_staged(ROOT_INO, "n", a.layout.first(), None, None, 0, None),
         Err(StoreError::Exists),
         "the caller checked an empty name"
     );
     let old = s
-        .commit_staged(ROOT_INO, "n", a.layout.first(), Some(r2), None, 0)
+        .commit_staged(ROOT_INO, "n", a.layout.first(), Some(r2), None, 0, None)
         .unwrap();
     assert_eq!(old.map(|i| i.ino), Some(r2));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));
@@ -596,6 +597,54 @@ fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
 }
 
 /// The name count of inode `ino`.
+/// Extended attributes: a commit that carries a set replaces the file's whole set in the
+/// same transaction, one without keeps it; a removed file's attributes go with it.
+fn extended_attributes<S: MetaStore>(s: &mut S) {
+    let x = |name: &str, value: &[u8]| Xattr {
+        name: name.into(),
+        value: value.to_vec(),
+    };
+    let f = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    s.link_reserved(ROOT_INO, "f", f, &FileLayout::single(obj(16)), 0)
+        .unwrap();
+    assert_eq!(s.xattrs(f).unwrap(), vec![]);
+    s.set_xattrs(f, &[x("user.b", b"2"), x("user.a", b"1")])
+        .unwrap();
+    assert_eq!(
+        s.xattrs(f).unwrap(),
+        vec![x("user.a", b"1"), x("user.b", b"2")],
+        "by name"
+    );
+    let a = staged(17, 10, f);
+    s.put_staged(&a).unwrap();
+    s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0, None)
+        .unwrap();
+    assert_eq!(
+        s.xattrs(f).unwrap().len(),
+        2,
+        "a commit without a set keeps it"
+    );
+    let b = staged(18, 10, f);
+    s.put_staged(&b).unwrap();
+    s.commit_staged(
+        ROOT_INO,
+        "f",
+        b.layout.first(),
+        Some(f),
+        None,
+        0,
+        Some(&[x("user.s3.etag", b"e")]),
+    )
+    .unwrap();
+    assert_eq!(s.xattrs(f).unwrap(), vec![x("user.s3.etag", b"e")]);
+    assert_eq!(
+        s.set_xattrs(f + 1000, &[x("user.a", b"")]),
+        Err(StoreError::NotFound)
+    );
+    s.unlink(ROOT_INO, "f").unwrap();
+    assert_eq!(s.xattrs(f).unwrap(), vec![], "gone with the file");
+}
+
 fn links<S: MetaStore>(s: &S, ino: u64) -> u32 {
     s.links(&s.inode(ino).unwrap().unwrap()).unwrap()
 }

@@ -602,8 +602,18 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             object,
             size,
             stale,
+            xattrs,
         } => {
-            m.commit(c, &path, drive, object, size, stale).await?;
+            m.commit(c, &path, drive, object, size, stale, xattrs.as_deref())
+                .await?;
+            MgrReply::Ok
+        }
+        Q::Getxattrs { path } => {
+            let (stat, xattrs) = m.getxattrs(c, &path).await?;
+            MgrReply::Xattrs { stat, xattrs }
+        }
+        Q::Setxattr { path, name, value } => {
+            m.setxattr(c, &path, &name, value.as_deref())?;
             MgrReply::Ok
         }
         Q::StageWrite { path } => m.stage_write(c, &path).await?,

@@ -166,6 +166,10 @@ fn check_sticky(c: &Caller, dir: &Inode, entry: &Inode, path: &str) -> MgrResult
 }
 
 /// Whether `c` has all of `want` (r=4, w=2, x=1) on `i`. Admins pass every check.
+fn invalid_xattrs(path: &str, why: &str) -> MgrError {
+    MgrError::new(MgrStatus::InvalidArgument, format!("{path}: {why}"))
+}
+
 pub fn may(c: &Caller, i: &Inode, want: u32) -> bool {
     if c.admin {
         return true;
@@ -1146,7 +1150,11 @@ impl Manager {
         object: ObjectId,
         size: u64,
         stale: u64,
+        xattrs: Option<&[Xattr]>,
     ) -> MgrResult<()> {
+        if let Some(x) = xattrs {
+            check_xattrs(x).map_err(|e| invalid_xattrs(path, e))?;
+        }
         let (dir, name) = self.parent(c, path, false)?;
         let current = self.entry(&dir, name, path)?;
         let Some(s) = self.staged_for(c, path, drive, object)? else {
@@ -1214,6 +1222,7 @@ impl Manager {
                 current.as_ref().map(|i| i.ino),
                 size,
                 stale,
+                xattrs,
             )
             .map_err(|e| store_err(e, path))?;
         if s.base_version.is_some() {
@@ -1575,6 +1584,54 @@ impl Manager {
             .link_new(dir.ino, name, &i)
             .map_err(|e| store_err(e, path))?;
         Ok(())
+    }
+
+    /// The stat and extended attributes of `path`; reading the attributes needs read
+    /// permission on the file, as reading its bytes does.
+    pub async fn getxattrs(&self, c: &Caller, path: &str) -> MgrResult<(FileStat, Vec<Xattr>)> {
+        let i = self.resolve(c, path)?;
+        if !may(c, &i, R) {
+            return Err(denied(path, "read permission"));
+        }
+        let xattrs = self.st().xattrs(i.ino).map_err(|e| store_err(e, path))?;
+        let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
+        Ok((self.stat_of(&i, Some(times)), xattrs))
+    }
+
+    /// Sets (`Some`) or removes (`None`) extended attribute `name` of `path`: the file's owner,
+    /// an admin, or a user who may write it (Linux's rule for `user.` attributes). Removing
+    /// an attribute the file lacks is `NoSuchPath`, as `ENODATA` is.
+    pub fn setxattr(
+        &self,
+        c: &Caller,
+        path: &str,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> MgrResult<()> {
+        check_xattr_name(name).map_err(|e| invalid_xattrs(path, e))?;
+        let i = self.resolve(c, path)?;
+        if i.uid != c.uid && !may(c, &i, W) {
+            return Err(denied(path, "write permission or ownership"));
+        }
+        let mut st = self.st();
+        let mut x = st.xattrs(i.ino).map_err(|e| store_err(e, path))?;
+        let had = x.len();
+        x.retain(|a| a.name != name);
+        match value {
+            Some(v) => x.push(Xattr {
+                name: name.to_string(),
+                value: v.to_vec(),
+            }),
+            None if x.len() == had => {
+                return Err(MgrError::new(
+                    MgrStatus::NoSuchPath,
+                    format!("{path}: no extended attribute {name:?}"),
+                ))
+            }
+            None => {}
+        }
+        check_xattrs(&x).map_err(|e| invalid_xattrs(path, e))?;
+        st.set_xattrs(i.ino, &x).map_err(|e| store_err(e, path))
     }
 
     /// The target of the symbolic link `path` (its last name is not followed).

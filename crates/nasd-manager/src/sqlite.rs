@@ -4,21 +4,23 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 5 (the `meta` row `schema` holds it):
+//! Schema version 7 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
-//! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT)
+//! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT)
 //! groups(gid INTEGER PK, name TEXT UNIQUE)
 //! members(gid INT, uid INT, PK(gid, uid))
 //! inodes(ino INTEGER PK, kind INT, mode INT, uid INT, gid INT, parent INT, ctime_us INT,
 //!        mtime_us INT, acv INT, root BLOB NULL, geometry TEXT NULL, layout_version INT,
-//!        stale INT, size INT NULL, dir_layout TEXT NULL)
+//!        stale INT, size INT NULL, dir_layout TEXT NULL, target TEXT NULL)
+//! xattrs(ino INT, name TEXT, value BLOB, PK(ino, name))
 //! components(ino INT, idx INT, drive INT, part INT, object INT, PK(ino, idx))
 //!        index components_drive(drive, object)
-//! dirents(parent INT, name TEXT, ino INT, PK(parent, name))
+//! dirents(parent INT, name TEXT, ino INT, PK(parent, name))   index dirents_ino(ino)
 //! drives(drive INT PK, addr TEXT, suite INT, drive_key BLOB, part INT, part_key BLOB,
 //!        working_key BLOB, rotated_ms INT)
-//! sessions(token_hash BLOB PK, uid INT, expires_ms INT)
+//! sessions(token_hash BLOB PK, uid INT, expires_ms INT, via INT NULL)
+//! s3_keys(access_key TEXT PK, uid INT, secret TEXT, created_ms INT)
 //! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
 //!        created_ms INT, ino INT NULL, new_file INT, geometry TEXT, base_version INT NULL,
 //!        stale INT, PK(drive, object))
@@ -38,17 +40,18 @@
 //! migration from `v` on, each in one transaction that also records the version it reaches.
 //! Version 2 added `staged.ino`, `staged.new_file` and `reserved` (version-1 staged rows keep a
 //! NULL `ino`, so they can only expire); version 3 moved a file's object into `components`
-//! and added layouts, sizes and directory layouts.
+//! and added layouts, sizes and directory layouts; version 4 `revocations`; version 6
+//! symbolic and hard links, gateways and S3 keys; version 7 extended attributes.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
 use nasd_crypto::Key;
-use nasd_proto::manager::FileKind;
+use nasd_proto::manager::{FileKind, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -104,6 +107,8 @@ CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     base_version INTEGER, stale INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(drive, object));
 CREATE TABLE revocations(ino INTEGER PRIMARY KEY);
+CREATE TABLE xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY(ino, name));
 ";
 
 /// What version 3 adds to any database (new, or migrated from 2).
@@ -126,6 +131,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_3_to_4,
     migrate_4_to_5,
     migrate_5_to_6,
+    migrate_6_to_7,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -293,6 +299,15 @@ fn migrate_5_to_6(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
          ALTER TABLE sessions ADD COLUMN via INTEGER;
          CREATE TABLE s3_keys(access_key TEXT PRIMARY KEY, uid INTEGER NOT NULL,
              secret TEXT NOT NULL, created_ms INTEGER NOT NULL);",
+    )
+    .map_err(db)
+}
+
+/// Schema 6 to 7: extended attributes (`xattrs`), one row per file and name.
+fn migrate_6_to_7(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "CREATE TABLE xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,
+             PRIMARY KEY(ino, name));",
     )
     .map_err(db)
 }
@@ -824,8 +839,23 @@ impl SqliteStore {
     fn delete_inode(tx: &Connection, ino: u64) -> StoreResult<()> {
         tx.execute("DELETE FROM components WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
+        Self::put_xattrs(tx, ino, &[])?;
         tx.execute("DELETE FROM inodes WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
+        Ok(())
+    }
+
+    /// Makes `xattrs` the whole set of extended attributes of `ino`.
+    fn put_xattrs(tx: &Connection, ino: u64, xattrs: &[Xattr]) -> StoreResult<()> {
+        tx.execute("DELETE FROM xattrs WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
+        for x in xattrs {
+            tx.execute(
+                "INSERT INTO xattrs(ino, name, value) VALUES (?1, ?2, ?3)",
+                params![ino as i64, x.name, x.value],
+            )
+            .map_err(db)?;
+        }
         Ok(())
     }
 
@@ -1306,6 +1336,7 @@ impl MetaStore for SqliteStore {
         replacing: Option<u64>,
         size: Option<u64>,
         stale: u64,
+        xattrs: Option<&[Xattr]>,
     ) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
         let mut s = Self::staged_at(&tx, obj)?.ok_or(StoreError::NotFound)?;
@@ -1353,6 +1384,9 @@ impl MetaStore for SqliteStore {
             params![s.ino as i64, now_us() as i64],
         )
         .map_err(db)?;
+        if let Some(x) = xattrs {
+            Self::put_xattrs(&tx, s.ino, x)?;
+        }
         Self::delete_staged(&tx, obj)?;
         tx.commit().map_err(db)?;
         Ok(replaced)
@@ -1503,6 +1537,29 @@ impl MetaStore for SqliteStore {
             }
             Err(e) => Err(db(e)),
         }
+    }
+
+    fn xattrs(&self, ino: u64) -> StoreResult<Vec<Xattr>> {
+        let mut st = self
+            .db
+            .prepare_cached("SELECT name, value FROM xattrs WHERE ino = ?1 ORDER BY name")
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![ino as i64], |r| {
+                Ok(Xattr {
+                    name: r.get(0)?,
+                    value: r.get(1)?,
+                })
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn set_xattrs(&mut self, ino: u64, xattrs: &[Xattr]) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::inode_in(&tx, ino)?.ok_or(StoreError::NotFound)?;
+        Self::put_xattrs(&tx, ino, xattrs)?;
+        tx.commit().map_err(db)
     }
 
     fn s3_key(&self, access_key_id: &str) -> StoreResult<Option<S3Key>> {
@@ -1711,7 +1768,7 @@ mod tests {
         let old = s.staged(obj).unwrap().unwrap();
         assert_eq!((old.ino, old.new_file, old.path.as_str()), (0, false, "/f"));
         assert_eq!(
-            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0),
+            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0, None),
             Err(StoreError::NotFound)
         );
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));

@@ -13,7 +13,7 @@
 //! for a 32-byte trusted root (seed 003's constant trusted storage).
 
 use nasd_crypto::Key;
-use nasd_proto::manager::FileKind;
+use nasd_proto::manager::{FileKind, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// The root directory's inode number.
@@ -328,6 +328,7 @@ pub trait MetaStore: Send {
     /// rename would). The staged record goes. Returns the inode whose objects the caller then
     /// removes (the file as it was before; a replaced file only if that was its last name). `NotFound` if nothing is staged under `obj` (its
     /// first component), `IsADirectory` if the name is a directory.
+    /// With `xattrs`, they become the file's extended attributes in the same transaction.
     /// `size` is the file's size after the upload, kept for layouts spread over several
     /// objects (`None` for a one-object file, whose object holds it); their modify time
     /// becomes now. The committed layout's version is one past the replaced layout's (1 for a
@@ -341,6 +342,7 @@ pub trait MetaStore: Send {
         replacing: Option<u64>,
         size: Option<u64>,
         stale: u64,
+        xattrs: Option<&[Xattr]>,
     ) -> StoreResult<Option<Inode>>;
     /// Replaces the layout of file `ino` by `layout` (a rebuilt component, a component marked
     /// stale, components cut short) provided its version is still `expected`; the stored
@@ -368,6 +370,11 @@ pub trait MetaStore: Send {
     fn drives(&self) -> StoreResult<Vec<DriveRecord>>;
     /// Inserts or replaces a drive record.
     fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()>;
+
+    /// The extended attributes of file `ino`, by name.
+    fn xattrs(&self, ino: u64) -> StoreResult<Vec<Xattr>>;
+    /// Makes `xattrs` the whole set of extended attributes of `ino` (`NotFound` if it is gone).
+    fn set_xattrs(&mut self, ino: u64, xattrs: &[Xattr]) -> StoreResult<()>;
 
     /// Stores a new S3 key; `Exists` if its id is taken.
     fn put_s3_key(&mut self, k: &S3Key) -> StoreResult<()>;

@@ -67,7 +67,21 @@ use std::fmt;
 ///   token for that user (never an admin). S3 access keys: [`MgrRequest::S3KeyCreate`],
 ///   [`MgrRequest::S3KeyList`], [`MgrRequest::S3KeyRevoke`] (a user's own, or an admin's for
 ///   anyone), and [`MgrRequest::S3KeySecret`] for gateways, which check SigV4 signatures.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 7;
+/// - 8: extended attributes: named values a file carries beside its bytes (the S3 gateway
+///   keeps an object's ETag, content type and user metadata in them). [`MgrRequest::Getxattrs`]
+///   (answered with [`MgrReply::Xattrs`], the file's stat and every attribute) and
+///   [`MgrRequest::Setxattr`]; [`MgrRequest::Commit`] may carry a file's whole new set, which
+///   replaces the old one in the same transaction as the content (an object's metadata never
+///   belongs to another version of its bytes).
+pub const MANAGER_PROTOCOL_VERSION: u16 = 8;
+/// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
+pub const XATTR_NAME_BYTES_MAX: usize = 255;
+/// Largest value of one extended attribute, and of all of a file's names and values together
+/// (Linux `XATTR_SIZE_MAX`).
+pub const XATTR_VALUE_BYTES_MAX: usize = 64 << 10;
+pub const XATTRS_BYTES_MAX: usize = 64 << 10;
+/// Most extended attributes one file carries.
+pub const XATTRS_PER_FILE_MAX: usize = 256;
 /// Most symbolic links one path resolution follows (Linux's `MAXSYMLINKS`): past it the
 /// path is refused with [`MgrStatus::TooManyLinks`] (a loop, or a chain too long).
 pub const SYMLINK_HOPS_MAX: usize = 40;
@@ -240,6 +254,18 @@ pub enum MgrRequest {
         name: String,
         on: bool,
     },
+    /// The stat and every extended attribute of `path` (read permission on it), answered with
+    /// [`MgrReply::Xattrs`].
+    Getxattrs {
+        path: String,
+    },
+    /// Sets extended attribute `name` of `path` to `value`, or removes it (`None`); the
+    /// owner's or an admin's.
+    Setxattr {
+        path: String,
+        name: String,
+        value: Option<Vec<u8>>,
+    },
     /// Like `Stat`, of the last name itself: a symbolic link is not followed (POSIX lstat).
     Lstat {
         path: String,
@@ -307,12 +333,16 @@ pub enum MgrRequest {
     /// layouts spread over several objects (a one-object file's object holds it).
     /// `stale` has bit `i` set when the writer could not write component `i` (its drive
     /// failed): the component is kept out of reads until a rebuild makes it current.
+    ///
+    /// With `xattrs`, the file's extended attributes become exactly those, in the same
+    /// transaction; without, a new file has none and an existing one keeps its own.
     Commit {
         path: String,
         drive: DriveId,
         object: ObjectId,
         size: u64,
         stale: u64,
+        xattrs: Option<Vec<Xattr>>,
     },
     /// Gives up a staged upload: the manager forgets it and removes its object now, so its
     /// space comes back without waiting for the orphan scrub.
@@ -758,6 +788,11 @@ pub enum MgrReply {
         user: String,
         secret: SecretString,
     },
+    /// A file's stat and extended attributes, sorted by name ([`MgrRequest::Getxattrs`]).
+    Xattrs {
+        stat: FileStat,
+        xattrs: Vec<Xattr>,
+    },
     /// New files staged by [`MgrRequest::Prepare`]: for each, the file as it will be linked
     /// (its inode number among it), its layout and one write capability per component.
     Prepared(Vec<PreparedFile>),
@@ -856,6 +891,8 @@ impl MgrRequest {
             Self::S3KeyList { .. } => "s3 key list",
             Self::S3KeyRevoke { .. } => "s3 key revoke",
             Self::S3KeySecret { .. } => "s3 key secret",
+            Self::Getxattrs { .. } => "getxattrs",
+            Self::Setxattr { .. } => "setxattr",
             Self::Chmod { .. } => "chmod",
             Self::Chown { .. } => "chown",
             Self::Truncate { .. } => "truncate",
@@ -930,6 +967,8 @@ impl MgrRequest {
             Self::S3KeyList { .. } => 42,
             Self::S3KeyRevoke { .. } => 43,
             Self::S3KeySecret { .. } => 44,
+            Self::Getxattrs { .. } => 45,
+            Self::Setxattr { .. } => 46,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -1093,12 +1132,32 @@ impl MgrRequest {
                 object,
                 size,
                 stale,
+                xattrs,
             } => {
                 put_str(&mut w, path);
                 w.u64(drive.0);
                 w.u64(object.0);
                 w.u64(*size);
                 w.u64(*stale);
+                match xattrs {
+                    None => w.u8(0),
+                    Some(x) => {
+                        w.u8(1);
+                        put_xattrs(&mut w, x);
+                    }
+                }
+            }
+            Self::Getxattrs { path } => put_str(&mut w, path),
+            Self::Setxattr { path, name, value } => {
+                put_str(&mut w, path);
+                put_str(&mut w, name);
+                match value {
+                    None => w.u8(0),
+                    Some(v) => {
+                        w.u8(1);
+                        w.blob(v);
+                    }
+                }
             }
             Self::Abort {
                 path,
@@ -1217,6 +1276,10 @@ impl MgrRequest {
                 object: ObjectId(r.u64("object")?),
                 size: r.u64("size")?,
                 stale: r.u64("stale components")?,
+                xattrs: match get_bool(r, "has xattrs")? {
+                    false => None,
+                    true => Some(get_xattrs(r)?),
+                },
             },
             23 => Self::Challenge {
                 user: get_str(r, "user")?,
@@ -1283,6 +1346,17 @@ impl MgrRequest {
             },
             44 => Self::S3KeySecret {
                 access_key_id: get_str(r, "access key id")?,
+            },
+            45 => Self::Getxattrs {
+                path: get_str(r, "path")?,
+            },
+            46 => Self::Setxattr {
+                path: get_str(r, "path")?,
+                name: get_xattr_name(r)?,
+                value: match get_bool(r, "has value")? {
+                    false => None,
+                    true => Some(r.blob(XATTR_VALUE_BYTES_MAX, "xattr value")?.to_vec()),
+                },
             },
             38 => Self::Lstat {
                 path: get_str(r, "path")?,
@@ -1397,6 +1471,75 @@ fn get_stat(r: &mut Reader<'_>) -> Result<FileStat, DecodeError> {
         ctime_us: r.u64("ctime")?,
         nlink: r.u32("nlink")?,
     })
+}
+
+/// One extended attribute of a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Xattr {
+    pub name: String,
+    pub value: Vec<u8>,
+}
+
+/// Whether `xattrs` is a set a file may carry: names non-empty, at most
+/// [`XATTR_NAME_BYTES_MAX`], without NUL or control characters, each once; at most
+/// [`XATTRS_PER_FILE_MAX`] of them, of at most [`XATTRS_BYTES_MAX`] names and values.
+pub fn check_xattrs(xattrs: &[Xattr]) -> Result<(), &'static str> {
+    if xattrs.len() > XATTRS_PER_FILE_MAX {
+        return Err("too many extended attributes");
+    }
+    let mut total = 0usize;
+    let mut names = std::collections::BTreeSet::new();
+    for x in xattrs {
+        check_xattr_name(&x.name)?;
+        if !names.insert(x.name.as_str()) {
+            return Err("an extended attribute is named twice");
+        }
+        total += x.name.len() + x.value.len();
+    }
+    if total > XATTRS_BYTES_MAX {
+        return Err("extended attributes too large");
+    }
+    Ok(())
+}
+
+/// Whether `name` can name an extended attribute (see [`check_xattrs`]).
+pub fn check_xattr_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > XATTR_NAME_BYTES_MAX {
+        return Err("extended attribute name empty or too long");
+    }
+    if name.chars().any(char::is_control) {
+        return Err("control character in an extended attribute name");
+    }
+    Ok(())
+}
+
+/// `u32 count`, then per attribute its name (string) and value (blob).
+fn put_xattrs(w: &mut Writer, xattrs: &[Xattr]) {
+    w.u32(xattrs.len() as u32);
+    for x in xattrs {
+        put_str(w, &x.name);
+        w.blob(&x.value);
+    }
+}
+
+fn get_xattr_name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    let b = r.blob(XATTR_NAME_BYTES_MAX, "xattr name")?;
+    String::from_utf8(b.to_vec()).map_err(|_| DecodeError::BadValue("xattr name is not UTF-8"))
+}
+
+fn get_xattrs(r: &mut Reader<'_>) -> Result<Vec<Xattr>, DecodeError> {
+    let n = get_count(r, 8, "xattrs")?;
+    if n > XATTRS_PER_FILE_MAX {
+        return Err(DecodeError::TooLong("xattrs"));
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = get_xattr_name(r)?;
+        let value = r.blob(XATTR_VALUE_BYTES_MAX, "xattr value")?.to_vec();
+        v.push(Xattr { name, value });
+    }
+    check_xattrs(&v).map_err(DecodeError::BadValue)?;
+    Ok(v)
 }
 
 /// A count that precedes a list, checked against the bytes left (each element takes at least
@@ -1599,6 +1742,7 @@ impl MgrReply {
             Self::S3KeyMade { .. } => 16,
             Self::S3Keys(_) => 17,
             Self::S3KeyFound { .. } => 18,
+            Self::Xattrs { .. } => 19,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1652,6 +1796,10 @@ impl MgrReply {
             | Self::S3KeyFound { user: a, secret } => {
                 put_str(&mut w, a);
                 put_str(&mut w, &secret.0);
+            }
+            Self::Xattrs { stat, xattrs } => {
+                put_stat(&mut w, stat);
+                put_xattrs(&mut w, xattrs);
             }
             Self::S3Keys(keys) => {
                 w.u32(keys.len() as u32);
@@ -1741,6 +1889,10 @@ impl MgrReply {
             18 => Self::S3KeyFound {
                 user: get_str(r, "user")?,
                 secret: SecretString(get_str(r, "secret")?),
+            },
+            19 => Self::Xattrs {
+                stat: get_stat(r)?,
+                xattrs: get_xattrs(r)?,
             },
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
@@ -1911,6 +2063,35 @@ mod tests {
                 object: ObjectId(17),
                 size: 12345,
                 stale: 0b100010,
+                xattrs: None,
+            },
+            MgrRequest::Commit {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(17),
+                size: 0,
+                stale: 0,
+                xattrs: Some(vec![
+                    Xattr {
+                        name: "user.s3.etag".into(),
+                        value: b"\"9e107d9d372bb6826bd81d3542a419d6\"".to_vec(),
+                    },
+                    Xattr {
+                        name: "user.empty".into(),
+                        value: vec![],
+                    },
+                ]),
+            },
+            MgrRequest::Getxattrs { path: p() },
+            MgrRequest::Setxattr {
+                path: p(),
+                name: "user.a".into(),
+                value: Some(vec![0, 1, 255]),
+            },
+            MgrRequest::Setxattr {
+                path: p(),
+                name: "user.a".into(),
+                value: None,
             },
             MgrRequest::Abort {
                 path: p(),
@@ -2009,6 +2190,13 @@ mod tests {
         }
         v.push(MgrReply::Challenge([6; 32]));
         v.push(MgrReply::LinkTarget("/abs/target".into()));
+        v.push(MgrReply::Xattrs {
+            stat: stat(),
+            xattrs: vec![Xattr {
+                name: "user.s3.content-type".into(),
+                value: b"text/plain".to_vec(),
+            }],
+        });
         v.push(MgrReply::S3KeyMade {
             access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
             secret: SecretString("s".repeat(40)),
