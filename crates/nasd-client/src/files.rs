@@ -1133,10 +1133,23 @@ impl Client {
         after: &str,
         limit: usize,
     ) -> Result<Vec<DirEntry>, FsError> {
+        self.list_page_with(path, after, limit, None).await
+    }
+
+    /// [`Client::list_page`], each file's entry carrying extended attribute `xattr` (when
+    /// the file has it, this user may read the file, and it is short: an ETag, a checksum).
+    pub async fn list_page_with(
+        &self,
+        path: &str,
+        after: &str,
+        limit: usize,
+        xattr: Option<&str>,
+    ) -> Result<Vec<DirEntry>, FsError> {
         let req = MgrRequest::Readdir {
             path: path.into(),
             after: after.into(),
             limit: limit.min(READDIR_PAGE_ENTRIES_MAX) as u32,
+            xattr: xattr.map(str::to_string),
         };
         match self.request(path, req).await? {
             MgrReply::Entries(e) if e.len() <= limit => Ok(e),

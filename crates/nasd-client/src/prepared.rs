@@ -72,6 +72,7 @@ impl Client {
         path: &str,
         size: u64,
         mode: u32,
+        xattrs: Option<Vec<nasd_proto::manager::Xattr>>,
         fill: F,
     ) -> Option<Result<(), FsError>>
     where
@@ -84,7 +85,7 @@ impl Client {
         let dir = dir_of(path)?;
         let u = self.take_prepared(dir, path, mode).await?;
         let r = match fill(u.clone()).await {
-            Ok(()) => self.finish_upload(u).await,
+            Ok(()) => self.finish_upload_with(u, xattrs).await,
             Err(e) => {
                 self.abort_upload(&u).await;
                 Err(e)

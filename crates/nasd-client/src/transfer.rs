@@ -28,6 +28,7 @@ use crate::files::{
     Client, FsError, Upload, CHUNK_BYTES, TRANSFER_BYTES_IN_FLIGHT_MAX, TRANSFER_IN_FLIGHT_MAX,
     TRANSFER_IN_FLIGHT_MIN,
 };
+use nasd_proto::manager::Xattr;
 use std::fs::File;
 use std::future::Future;
 use std::io;
@@ -382,8 +383,24 @@ impl Client {
         data: &[u8],
         mode: u32,
     ) -> Result<(), FsError> {
+        self.put_bytes_with(path, data, mode, None).await
+    }
+
+    /// [`Client::put_bytes`], the file's extended attributes becoming `xattrs` (when given)
+    /// in the same commit as its content.
+    pub async fn put_bytes_with(
+        self: &Arc<Self>,
+        path: &str,
+        data: &[u8],
+        mode: u32,
+        xattrs: Option<Vec<Xattr>>,
+    ) -> Result<(), FsError> {
         let fill = |u: Upload| async move { self.write_bytes(&u, data).await };
-        if let Some(r) = self.put_prepared(path, data.len() as u64, mode, fill).await {
+        let size = data.len() as u64;
+        if let Some(r) = self
+            .put_prepared(path, size, mode, xattrs.clone(), fill)
+            .await
+        {
             return r;
         }
         let u = self.begin_upload(path, mode).await?;
@@ -392,7 +409,7 @@ impl Client {
             self.abort_upload(&u).await;
         }
         r?;
-        self.finish_upload(u).await
+        self.finish_upload_with(u, xattrs).await
     }
 
     pub(crate) async fn write_bytes(
@@ -504,7 +521,7 @@ impl Client {
             let (f, progress) = (&f, progress.clone());
             async move { self.put_ranges(f, local_path, &u, size, &progress).await }
         };
-        if let Some(r) = self.put_prepared(remote, size, mode, fill).await {
+        if let Some(r) = self.put_prepared(remote, size, mode, None, fill).await {
             r?;
             progress(size);
             return Ok(size);

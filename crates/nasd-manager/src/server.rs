@@ -579,9 +579,15 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
             unreachable!("handled by dispatch")
         }
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),
-        Q::Readdir { path, after, limit } => {
-            MgrReply::Entries(m.readdir(c, &path, &after, limit as usize).await?)
-        }
+        Q::Readdir {
+            path,
+            after,
+            limit,
+            xattr,
+        } => MgrReply::Entries(
+            m.readdir(c, &path, &after, limit as usize, xattr.as_deref())
+                .await?,
+        ),
         Q::Mkdir { path, mode } => {
             m.mkdir(c, &path, mode)?;
             MgrReply::Ok

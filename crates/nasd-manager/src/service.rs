@@ -722,6 +722,7 @@ impl Manager {
         path: &str,
         after: &str,
         limit: usize,
+        xattr: Option<&str>,
     ) -> MgrResult<Vec<DirEntry>> {
         let d = self.resolve(c, path)?;
         if d.kind != FileKind::Dir {
@@ -778,12 +779,30 @@ impl Manager {
                 times[k] = Some((a.logical_size, effective_mtime(&a)));
             }
         }
+        // The attribute asked for, of each file the caller may read (its value tells about
+        // the content: an ETag is the content's MD5).
+        let mut values = vec![None; entries.len()];
+        if let Some(x) = xattr {
+            let st = self.st();
+            for (k, (_, i)) in entries.iter().enumerate() {
+                if i.kind == FileKind::File && may(c, i, R) {
+                    values[k] = st
+                        .xattrs(i.ino)
+                        .map_err(|e| store_err(e, path))?
+                        .into_iter()
+                        .find(|a| a.name == x && a.value.len() <= READDIR_XATTR_BYTES_MAX)
+                        .map(|a| a.value);
+                }
+            }
+        }
         Ok(entries
             .iter()
             .zip(times)
-            .map(|((name, i), t)| DirEntry {
+            .zip(values)
+            .map(|(((name, i), t), xattr)| DirEntry {
                 name: name.clone(),
                 stat: self.stat_of(i, t),
+                xattr,
             })
             .collect())
     }
@@ -1957,7 +1976,7 @@ mod tests {
         m.st()
             .link_new(ROOT_INO, "old\nname", &crate::conformance::dir(0))
             .unwrap();
-        let names: Vec<_> = m.readdir(&a, "/", "", usize::MAX).await.unwrap();
+        let names: Vec<_> = m.readdir(&a, "/", "", usize::MAX, None).await.unwrap();
         assert_eq!(names[0].name, "old\nname");
         m.stat(&a, "/old\nname").await.unwrap();
         m.mkdir(&a, "/old\nname/inside", 0o755).unwrap();

@@ -98,9 +98,13 @@ pub const LIST_ENTRIES_MAX: usize = 16384;
 /// Most entries in one page of a directory ([`MgrRequest::Readdir`]): the largest page, of
 /// entries with the longest name, owner and group, fits one frame.
 pub const READDIR_PAGE_ENTRIES_MAX: usize = 4096;
+/// Largest extended attribute value a directory entry carries ([`MgrRequest::Readdir`]).
+pub const READDIR_XATTR_BYTES_MAX: usize = 128;
 /// Encoded bytes of the largest directory entry: its name, then the stat (ino, kind, mode,
-/// uid, gid, owner, group, size, mtime, ctime, nlink), strings with their 4-byte length.
-const DIR_ENTRY_BYTES_MAX: usize = 3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8 + 4;
+/// uid, gid, owner, group, size, mtime, ctime, nlink), then the attribute asked for, strings
+/// with their 4-byte length.
+const DIR_ENTRY_BYTES_MAX: usize =
+    3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8 + 4 + 1 + 4 + READDIR_XATTR_BYTES_MAX;
 /// Most new files one [`MgrRequest::Prepare`] stages: a batch pays one round trip and one
 /// group commit on each drive; 32 files of the widest layout (44 components) fit one frame
 /// with room to spare, and an abandoned batch leaves at most this many records to expire.
@@ -171,10 +175,15 @@ pub enum MgrRequest {
     /// A page of a directory: the entries named after `after` in byte order (from the first
     /// when `after` is empty), at most `limit` and at most [`READDIR_PAGE_ENTRIES_MAX`]. A
     /// page shorter than asked for is the last.
+    ///
+    /// With `xattr`, each entry carries the value of that extended attribute of its file,
+    /// when the caller may read the file and the value is at most [`READDIR_XATTR_BYTES_MAX`]
+    /// (a listing of S3 objects carries their ETags in one round trip).
     Readdir {
         path: String,
         after: String,
         limit: u32,
+        xattr: Option<String>,
     },
     Mkdir {
         path: String,
@@ -629,6 +638,8 @@ impl fmt::Debug for CapGrant {
 pub struct DirEntry {
     pub name: String,
     pub stat: FileStat,
+    /// The extended attribute a `Readdir` asked for, if the file has it.
+    pub xattr: Option<Vec<u8>>,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -989,10 +1000,22 @@ impl MgrRequest {
                     }
                 }
             }
-            Self::Readdir { path, after, limit } => {
+            Self::Readdir {
+                path,
+                after,
+                limit,
+                xattr,
+            } => {
                 put_str(&mut w, path);
                 put_str(&mut w, after);
                 w.u32(*limit);
+                match xattr {
+                    None => w.u8(0),
+                    Some(x) => {
+                        w.u8(1);
+                        put_str(&mut w, x);
+                    }
+                }
             }
             Self::Prepare { dir, mode, count } => {
                 put_str(&mut w, dir);
@@ -1200,6 +1223,10 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 after: get_str(r, "after")?,
                 limit: r.u32("limit")?,
+                xattr: match get_bool(r, "has xattr")? {
+                    false => None,
+                    true => Some(get_xattr_name(r)?),
+                },
             },
             4 => Self::Mkdir {
                 path: get_str(r, "path")?,
@@ -1769,6 +1796,14 @@ impl MgrReply {
                 for e in es {
                     put_str(&mut w, &e.name);
                     put_stat(&mut w, &e.stat);
+                    match &e.xattr {
+                        None => w.u8(0),
+                        Some(v) => {
+                            debug_assert!(v.len() <= READDIR_XATTR_BYTES_MAX);
+                            w.u8(1);
+                            w.blob(v);
+                        }
+                    }
                 }
             }
             Self::Opened { stat, layout, caps } => put_opened(&mut w, stat, layout, caps),
@@ -1849,12 +1884,16 @@ impl MgrReply {
             },
             4 => Self::Stat(get_stat(r)?),
             5 => {
-                let n = get_count(r, 8 + 61, "entries")?;
+                let n = get_count(r, 8 + 62, "entries")?;
                 let mut es = Vec::with_capacity(n);
                 for _ in 0..n {
                     es.push(DirEntry {
                         name: get_str(r, "name")?,
                         stat: get_stat(r)?,
+                        xattr: match get_bool(r, "has xattr")? {
+                            false => None,
+                            true => Some(r.blob(READDIR_XATTR_BYTES_MAX, "entry xattr")?.to_vec()),
+                        },
                     });
                 }
                 Self::Entries(es)
@@ -1975,6 +2014,13 @@ mod tests {
                 path: p(),
                 after: "b".into(),
                 limit: 100,
+                xattr: None,
+            },
+            MgrRequest::Readdir {
+                path: p(),
+                after: String::new(),
+                limit: 1,
+                xattr: Some("user.s3.etag".into()),
             },
             MgrRequest::Mkdir {
                 path: p(),
@@ -2228,6 +2274,7 @@ mod tests {
                 DirEntry {
                     name: "f".into(),
                     stat: stat(),
+                    xattr: Some(b"\"etag\"".to_vec()),
                 },
                 DirEntry {
                     name: "g".into(),
@@ -2235,6 +2282,7 @@ mod tests {
                         kind: FileKind::Dir,
                         ..stat()
                     },
+                    xattr: None,
                 },
                 DirEntry {
                     name: "l".into(),
@@ -2243,6 +2291,7 @@ mod tests {
                         nlink: 1,
                         ..stat()
                     },
+                    xattr: None,
                 },
             ]),
             MgrReply::Opened {

@@ -341,6 +341,7 @@ pub async fn ls(a: LsArgs) -> anyhow::Result<()> {
         vec![DirEntry {
             name: p.rsplit('/').next().unwrap_or("").to_string(),
             stat: st,
+            xattr: None,
         }]
     };
     // Symbolic links show their targets (one round trip each, only for links).

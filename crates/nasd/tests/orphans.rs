@@ -128,7 +128,10 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
         if before.contains(&ObjectId::FIRST_OBJECT) {
             assert!(after.contains(&ObjectId::FIRST_OBJECT));
         }
-        let e = m.commit(&a, "/kept", d, staged, 0, 0).await.unwrap_err();
+        let e = m
+            .commit(&a, "/kept", d, staged, 0, 0, None)
+            .await
+            .unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
         m.open(&a, "/kept", false).await.unwrap();
     });
