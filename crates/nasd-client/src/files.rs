@@ -415,6 +415,11 @@ impl Client {
         Ok(c)
     }
 
+    /// The user this client logged in as.
+    pub fn user(&self) -> &str {
+        &self.cfg.user
+    }
+
     /// Sets how long a read waits on one component before decoding around it.
     pub fn set_read_deadline_ms(&self, ms: u64) {
         self.read_deadline_ms.store(ms.max(1), Ordering::Relaxed);

@@ -650,6 +650,13 @@ impl Client {
         Ok(size)
     }
 
+    /// Writes the bytes of `src` into upload `u` as [`Client::copy`] does (holes kept) and
+    /// seals it at the source's size; the caller commits or aborts `u`.
+    pub async fn copy_into(self: &Arc<Self>, src: &str, u: &Upload) -> Result<u64, FsError> {
+        self.copy_pieces(src, u, &(Arc::new(|_| {}) as Progress))
+            .await
+    }
+
     /// The pieces of a copy: read by the destination's write granule, so no two writes share
     /// a stripe group; all-zero pieces are left as holes.
     async fn copy_pieces(

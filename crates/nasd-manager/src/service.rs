@@ -1161,6 +1161,7 @@ impl Manager {
     ///
     /// Committing an object the name already holds succeeds, so a client may retry a commit
     /// whose reply it lost.
+    #[allow(clippy::too_many_arguments)] // one per field of the Commit request
     pub async fn commit(
         &self,
         c: &Caller,

@@ -1328,6 +1328,7 @@ impl MetaStore for SqliteStore {
         Self::staged_in(&self.db, obj)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn commit_staged(
         &mut self,
         parent: u64,

@@ -334,6 +334,7 @@ pub trait MetaStore: Send {
     /// becomes now. The committed layout's version is one past the replaced layout's (1 for a
     /// new file), and its stale set is the staged one plus `stale`. A change staged on a base
     /// version the file's layout no longer has is refused (`Conflict`), and nothing changes.
+    #[allow(clippy::too_many_arguments)] // the entry, the upload and what the commit sets
     fn commit_staged(
         &mut self,
         parent: u64,

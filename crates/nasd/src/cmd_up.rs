@@ -49,7 +49,12 @@ fn default_cluster_dir(search: &ConfigSearch) -> PathBuf {
 pub const DRIVES_DEFAULT: usize = 2;
 
 /// `nasd up`. `drives`: the `--drives` given, if any (it must match an existing cluster's).
-pub fn up(data: Option<PathBuf>, drives: Option<usize>, opts: Options) -> anyhow::Result<()> {
+pub fn up(
+    data: Option<PathBuf>,
+    drives: Option<usize>,
+    s3: Option<String>,
+    opts: Options,
+) -> anyhow::Result<()> {
     let search = ConfigSearch::from_env();
     let dir = data.unwrap_or_else(|| default_cluster_dir(&search));
     if let (Some(n), Some(info)) = (drives, nasd_cluster::ClusterFile::load(&dir)?) {
@@ -102,6 +107,13 @@ pub fn up(data: Option<PathBuf>, drives: Option<usize>, opts: Options) -> anyhow
             );
         }
     }
+    if let Some(addr) = &s3 {
+        let pid = crate::cmd_s3::start(c.dir(), addr)?;
+        println!(
+            "  s3       http://{addr} (pid {pid}; buckets under nasd:{})",
+            crate::cmd_s3::ROOT_DEFAULT
+        );
+    }
     if background {
         println!(
             "running in the background; stop with `nasd down --data {}`",
@@ -120,12 +132,16 @@ pub fn up(data: Option<PathBuf>, drives: Option<usize>, opts: Options) -> anyhow
         }
     });
     eprintln!("stopping the cluster");
+    crate::cmd_s3::stop(c.dir());
     drop(c);
     Ok(())
 }
 
 pub fn down(data: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = data.unwrap_or_else(|| default_cluster_dir(&ConfigSearch::from_env()));
+    if let Some(pid) = crate::cmd_s3::stop(&dir) {
+        println!("stopped the S3 gateway (pid {pid})");
+    }
     nasd_cluster::down(&dir, |name, pid| println!("stopped {name} (pid {pid})"))?;
     Ok(())
 }

@@ -55,6 +55,7 @@ mod cmd_heal;
 mod cmd_lab;
 mod cmd_manager;
 mod cmd_obj;
+mod cmd_s3;
 mod cmd_up;
 mod demo;
 mod parse;
@@ -111,6 +112,10 @@ enum Cmd {
         /// Return once the cluster is up; stop it with `nasd down`.
         #[arg(long)]
         background: bool,
+        /// Also serve S3 on ADDR (buckets under nasd:/s3; a gateway user of the cluster's
+        /// own acts for the users whose keys sign requests).
+        #[arg(long, value_name = "ADDR")]
+        s3: Option<String>,
     },
     /// Stop a cluster started with `nasd up --background`.
     Down {
@@ -186,6 +191,9 @@ enum Cmd {
     },
     /// Unmount a `nasd mount`.
     Umount { mountpoint: String },
+    /// The S3 gateway.
+    #[command(subcommand)]
+    S3(cmd_s3::S3Cmd),
     /// Make a hard link LINK to the file TARGET (both nasd:/paths), or with -s a symbolic
     /// link LINK holding TARGET as given (it need not exist; relative targets resolve from
     /// LINK's directory).
@@ -270,9 +278,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             drives,
             drive_capacity,
             background,
+            s3,
         } => cmd_up::up(
             data,
             drives,
+            s3,
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,
                 background,
@@ -305,6 +315,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
         Cmd::Mount { paths } => cmd_fs::mount(paths),
+        Cmd::S3(c) => cmd_s3::run(c),
         Cmd::Umount { mountpoint } => anyhow::Context::with_context(
             nasd_fuse::unmount(std::path::Path::new(&mountpoint)),
             || format!("unmounting {mountpoint}"),

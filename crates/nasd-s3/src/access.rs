@@ -1,0 +1,172 @@
+//! Who a request comes from. s3s checks each request's SigV4 signature (header or presigned
+//! URL, clock skew included) with the secret [`KeyAuth`] fetches from the manager
+//! (`S3KeySecret`, which only a gateway's session may ask); the gateway then acts for the
+//! key's user through a session the manager opened for it (`ActFor`), so every namespace
+//! check is the manager's, made for that user, and the user's password never reaches the
+//! gateway. Secrets and sessions are cached briefly: a revoked key stops working within
+//! [`KEY_CACHE_MS`].
+
+use nasd_client::files::{Client, FsError};
+use nasd_proto::manager::{MgrReply, MgrRequest, MgrStatus};
+use s3s::auth::{S3Auth, SecretKey};
+use s3s::{s3_error, S3Error, S3Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// How long a key's secret (and its user) is used before the manager is asked again.
+pub const KEY_CACHE_MS: u64 = 5_000;
+/// How long the gateway uses a session it opened for a user before it opens a fresh one
+/// (well inside the hour the manager gives such sessions).
+pub const USER_SESSION_MS: u64 = 20 * 60 * 1000;
+/// Keys and users cached at most (the least recently fetched goes first).
+pub const CACHED_MAX: usize = 4096;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+struct KeyEntry {
+    user: String,
+    secret: SecretKey,
+    fetched_ms: u64,
+}
+
+/// The gateway's identity and its caches of keys and user sessions.
+pub struct Access {
+    gateway: Arc<Client>,
+    keys: Mutex<HashMap<String, KeyEntry>>,
+    users: tokio::sync::Mutex<HashMap<String, (Arc<Client>, u64)>>,
+}
+
+impl Access {
+    pub fn new(gateway: Arc<Client>) -> Arc<Access> {
+        Arc::new(Access {
+            gateway,
+            keys: Mutex::new(HashMap::new()),
+            users: tokio::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The gateway's own client.
+    pub fn gateway(&self) -> &Arc<Client> {
+        &self.gateway
+    }
+
+    /// The user of access key `id` and its secret.
+    async fn key(&self, id: &str) -> S3Result<(String, SecretKey)> {
+        let now = now_ms();
+        if let Some(k) = self.keys.lock().expect("keys lock").get(id) {
+            if now < k.fetched_ms + KEY_CACHE_MS {
+                return Ok((k.user.clone(), k.secret.clone()));
+            }
+        }
+        let r = self
+            .gateway
+            .request(
+                "/",
+                MgrRequest::S3KeySecret {
+                    access_key_id: id.to_string(),
+                },
+            )
+            .await;
+        let (user, secret) = match r {
+            Ok(MgrReply::S3KeyFound { user, secret }) => (user, SecretKey::from(secret.0.as_str())),
+            Ok(other) => {
+                return Err(s3_error!(
+                    InternalError,
+                    "unexpected manager reply {other:?}"
+                ))
+            }
+            Err(e) if e.status() == Some(MgrStatus::UnknownUser) => {
+                return Err(s3_error!(InvalidAccessKeyId))
+            }
+            Err(e) => return Err(internal(&e)),
+        };
+        let mut keys = self.keys.lock().expect("keys lock");
+        if keys.len() >= CACHED_MAX {
+            keys.retain(|_, k| now < k.fetched_ms + KEY_CACHE_MS);
+            if keys.len() >= CACHED_MAX {
+                keys.clear();
+            }
+        }
+        keys.insert(
+            id.to_string(),
+            KeyEntry {
+                user: user.clone(),
+                secret: secret.clone(),
+                fetched_ms: now,
+            },
+        );
+        Ok((user, secret))
+    }
+
+    /// A client acting for the user of access key `id` (whose signature s3s checked).
+    pub async fn client_for_key(&self, id: &str) -> S3Result<Arc<Client>> {
+        let (user, _) = self.key(id).await?;
+        self.client_for(&user).await
+    }
+
+    /// A client acting for `user`: a cached session, or a fresh one the manager opens.
+    pub async fn client_for(&self, user: &str) -> S3Result<Arc<Client>> {
+        let now = now_ms();
+        let mut users = self.users.lock().await;
+        if let Some((c, made)) = users.get(user) {
+            if now < made + USER_SESSION_MS {
+                return Ok(c.clone());
+            }
+        }
+        let c = self.gateway.act_for(user).await.map_err(|e| {
+            tracing::warn!("acting for {user}: {e}");
+            match e.status() {
+                Some(MgrStatus::PermissionDenied) => {
+                    s3_error!(AccessDenied, "the gateway may not act for this user")
+                }
+                Some(MgrStatus::UnknownUser) => s3_error!(InvalidAccessKeyId),
+                _ => internal(&e),
+            }
+        })?;
+        if users.len() >= CACHED_MAX {
+            users.retain(|_, (_, made)| now < *made + USER_SESSION_MS);
+            if users.len() >= CACHED_MAX {
+                users.clear();
+            }
+        }
+        users.insert(user.to_string(), (c.clone(), now));
+        Ok(c)
+    }
+
+    /// Forgets the session of `user` (the manager ended it: a password change, a restart
+    /// that lost it), so the next request opens a fresh one.
+    pub async fn forget(&self, user_client: &Arc<Client>) {
+        self.users
+            .lock()
+            .await
+            .retain(|_, (c, _)| !Arc::ptr_eq(c, user_client));
+    }
+}
+
+/// An error the client cannot name as an S3 error: logged, and answered as `InternalError`
+/// or `ServiceUnavailable` (the manager or a drive could not be reached).
+pub fn internal(e: &FsError) -> S3Error {
+    tracing::warn!("{e}");
+    let unavailable = matches!(e, FsError::Manager { error, .. } if error.is_unavailable())
+        || matches!(e, FsError::Drive { .. } | FsError::Layout { .. });
+    if unavailable {
+        s3_error!(ServiceUnavailable, "{e}")
+    } else {
+        s3_error!(InternalError, "{e}")
+    }
+}
+
+/// The secret lookup s3s calls to check a signature.
+pub struct KeyAuth(pub Arc<Access>);
+
+#[async_trait::async_trait]
+impl S3Auth for KeyAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        Ok(self.0.key(access_key).await?.1)
+    }
+}

@@ -1,0 +1,575 @@
+//! The S3 operations over the namespace: buckets are directories under the gateway's root,
+//! objects are files (their metadata in extended attributes, [`crate::meta`]), each request
+//! made by a client acting for the user whose key signed it, so the manager checks every
+//! permission as for that user. Writes are staged uploads committed with their metadata in
+//! one manager transaction: a failed or interrupted PUT leaves nothing visible, and a reader
+//! sees the old object or the new one, never a mix of bytes and metadata.
+
+use crate::access::{internal, Access};
+use crate::digest::{self, Digests};
+use crate::list::{self, Query};
+use crate::meta::{self, ObjectMeta};
+use crate::names::Names;
+use crate::stream::{self, Writer};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use nasd_client::files::{Client, FsError};
+use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Mode of the files the gateway makes (a user's umask of 022 would give the same).
+pub const FILE_MODE: u32 = 0o644;
+/// Mode of the directories (buckets, key prefixes) the gateway makes.
+pub const DIR_MODE: u32 = 0o755;
+/// Objects up to this size arrive whole before they are written (one manager round trip to
+/// create them, through the client's prepared files); larger ones stream.
+pub const SMALL_OBJECT_BYTES: u64 = 1 << 20;
+/// Times a write makes the directories of its key again when a concurrent delete removed
+/// them in between.
+const MKDIR_ATTEMPTS: usize = 3;
+
+/// The gateway: who may do what ([`Access`]) and where buckets live ([`Names`]).
+pub struct Gateway {
+    pub(crate) access: Arc<Access>,
+    pub(crate) names: Names,
+}
+
+impl Gateway {
+    pub fn new(access: Arc<Access>, root: &str) -> Gateway {
+        Gateway {
+            access,
+            names: Names::new(root),
+        }
+    }
+
+    /// The client acting for the request's signer (anonymous requests are refused).
+    pub(crate) async fn user<T>(&self, req: &S3Request<T>) -> S3Result<Arc<Client>> {
+        let Some(c) = &req.credentials else {
+            return Err(s3_error!(AccessDenied, "anonymous requests are not served"));
+        };
+        self.access.client_for_key(&c.access_key).await
+    }
+
+    /// An error about `path` in bucket `bucket` as S3 names it: a missing path is a missing
+    /// bucket when the bucket is what is missing.
+    pub(crate) async fn fs_err(&self, c: &Client, bucket: &str, e: FsError) -> S3Error {
+        match e.status() {
+            Some(MgrStatus::NoSuchPath) | Some(MgrStatus::IsADirectory) => {
+                match self.bucket_exists(c, bucket).await {
+                    Ok(false) => s3_error!(NoSuchBucket),
+                    _ => s3_error!(NoSuchKey),
+                }
+            }
+            Some(MgrStatus::NotADirectory) => s3_error!(
+                InvalidRequest,
+                "a prefix of the key is an object (a key cannot be both an object and a prefix of others)"
+            ),
+            _ => status_err(e),
+        }
+    }
+
+    async fn bucket_exists(&self, c: &Client, bucket: &str) -> S3Result<bool> {
+        let path = self.names.bucket(bucket)?;
+        match c.stat(&path).await {
+            Ok(st) => Ok(st.kind == FileKind::Dir),
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => Ok(false),
+            Err(e) => Err(status_err(e)),
+        }
+    }
+
+    /// Fails with `NoSuchBucket` unless the bucket exists.
+    pub(crate) async fn need_bucket(&self, c: &Client, bucket: &str) -> S3Result<String> {
+        let path = self.names.bucket(bucket)?;
+        if !self.bucket_exists(c, bucket).await? {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        Ok(path)
+    }
+
+    /// Makes the directories between the bucket and `key` (the bucket must exist).
+    pub(crate) async fn make_parents(&self, c: &Client, bucket: &str, key: &str) -> S3Result<()> {
+        self.need_bucket(c, bucket).await?;
+        for d in self.names.parents(bucket, key)? {
+            match c.mkdir(&d, DIR_MODE).await {
+                Ok(()) => {}
+                Err(e) if e.status() == Some(MgrStatus::Exists) => {}
+                Err(e) => return Err(self.fs_err(c, bucket, e).await),
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts an upload to `key`, making its directories when they are missing.
+    pub(crate) async fn begin(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        key: &str,
+        digests: Digests,
+    ) -> S3Result<Writer> {
+        let (path, _) = self.names.key(bucket, key)?;
+        let mut attempt = 0;
+        let upload = loop {
+            attempt += 1;
+            match c.begin_upload(&path, FILE_MODE).await {
+                Ok(u) => break u,
+                Err(e)
+                    if matches!(e.status(), Some(MgrStatus::NoSuchPath))
+                        && attempt < MKDIR_ATTEMPTS =>
+                {
+                    self.make_parents(c, bucket, key).await?;
+                }
+                Err(e) => return Err(self.fs_err(c, bucket, e).await),
+            }
+        };
+        Writer::new(c.clone(), upload, digests)
+            .await
+            .map_err(status_err)
+    }
+
+    /// Writes a whole small object with its metadata (one round trip to create it).
+    async fn put_small(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        key: &str,
+        data: &[u8],
+        m: &ObjectMeta,
+    ) -> S3Result<()> {
+        let (path, _) = self.names.key(bucket, key)?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match c
+                .put_bytes_with(&path, data, FILE_MODE, Some(m.to_xattrs()))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if e.status() == Some(MgrStatus::NoSuchPath) && attempt < MKDIR_ATTEMPTS => {
+                    self.make_parents(c, bucket, key).await?;
+                }
+                Err(e) => return Err(self.fs_err(c, bucket, e).await),
+            }
+        }
+    }
+
+    /// The stat and metadata of object `key` (directories are not objects).
+    pub(crate) async fn object(
+        &self,
+        c: &Client,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<(String, FileStat, ObjectMeta)> {
+        let (path, dir) = self.names.key(bucket, key)?;
+        let (st, x) = match c.getxattrs(&path).await {
+            Ok(v) => v,
+            Err(e) => return Err(self.fs_err(c, bucket, e).await),
+        };
+        let is_object = match st.kind {
+            FileKind::File => !dir,
+            FileKind::Dir => dir,
+            _ => false,
+        };
+        if !is_object {
+            return Err(s3_error!(NoSuchKey));
+        }
+        Ok((path, st, ObjectMeta::from_xattrs(&x)))
+    }
+
+    /// Removes the directories between the bucket and `key` that are now empty, innermost
+    /// first (a key's directories exist only for its keys).
+    async fn prune(&self, c: &Client, bucket: &str, key: &str) {
+        let Ok(parents) = self.names.parents(bucket, key) else {
+            return;
+        };
+        for d in parents.iter().rev() {
+            if c.rmdir(d).await.is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Deletes object `key`; a missing key is not an error (S3 deletes are idempotent).
+    pub(crate) async fn delete(&self, c: &Client, bucket: &str, key: &str) -> S3Result<()> {
+        let (path, dir) = self.names.key(bucket, key)?;
+        let r = if dir {
+            c.rmdir(&path).await
+        } else {
+            c.unlink(&path).await
+        };
+        match r {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.status(),
+                    Some(MgrStatus::NoSuchPath)
+                        | Some(MgrStatus::IsADirectory)
+                        | Some(MgrStatus::NotEmpty)
+                        | Some(MgrStatus::NotADirectory)
+                ) =>
+            {
+                if !self.bucket_exists(c, bucket).await? {
+                    return Err(s3_error!(NoSuchBucket));
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(status_err(e)),
+        }
+        self.prune(c, bucket, key).await;
+        Ok(())
+    }
+
+    /// Streams `body` into a new version of `key` with metadata `m` (its ETag and checksums
+    /// filled in here), checking the claimed digests before anything is committed. Returns
+    /// the metadata committed.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn put_stream(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        key: &str,
+        body: Option<StreamingBlob>,
+        length: Option<u64>,
+        mut m: ObjectMeta,
+        claims: &Claims,
+        trailers: Option<&s3s::TrailingHeaders>,
+    ) -> S3Result<ObjectMeta> {
+        let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
+        let mut body = body;
+        if length.is_some_and(|n| n <= SMALL_OBJECT_BYTES) {
+            let data = collect(&mut body, SMALL_OBJECT_BYTES).await?;
+            digests.update(&data);
+            let (md5, sums) = digests.finish();
+            let claimed = claims.with_trailers(trailers);
+            digest::verify(&md5, claims.content_md5.as_deref(), &sums, &claimed)?;
+            m.etag = Some(hex::encode(md5));
+            m.checksums = sums;
+            self.put_small(c, bucket, key, &data, &m).await?;
+            return Ok(m);
+        }
+        let mut w = self.begin(c, bucket, key, digests).await?;
+        let r: S3Result<()> = async {
+            if let Some(b) = body.as_mut() {
+                while let Some(chunk) = b.next().await {
+                    let chunk = chunk.map_err(|e| {
+                        s3_error!(IncompleteBody, "the request body ended early: {e}")
+                    })?;
+                    w.write(&chunk).await.map_err(status_err)?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            w.abort().await;
+            return Err(e);
+        }
+        let done = w.finish().await.map_err(status_err)?;
+        let claimed = claims.with_trailers(trailers);
+        let checked = match length {
+            Some(n) if n != done.size => Err(s3_error!(IncompleteBody)),
+            _ => digest::verify(
+                &done.md5,
+                claims.content_md5.as_deref(),
+                &done.checksums,
+                &claimed,
+            ),
+        };
+        if let Err(e) = checked {
+            c.abort_upload(&done.upload).await;
+            return Err(e);
+        }
+        m.etag = Some(hex::encode(done.md5));
+        m.checksums = done.checksums;
+        if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
+            return Err(self.fs_err(c, bucket, e).await);
+        }
+        Ok(m)
+    }
+
+    /// A body of `[start, end)` of `path`: whole when small, else streamed a piece at a
+    /// time from the drives.
+    pub(crate) async fn body(
+        &self,
+        c: &Arc<Client>,
+        path: &str,
+        start: u64,
+        end: u64,
+    ) -> S3Result<StreamingBlob> {
+        if end - start <= SMALL_OBJECT_BYTES {
+            let d = c
+                .read_at(path, start, end - start)
+                .await
+                .map_err(status_err)?;
+            if d.len() as u64 != end - start {
+                return Err(s3_error!(
+                    InternalError,
+                    "the object changed while it was read"
+                ));
+            }
+            return Ok(StreamingBlob::from(s3s::Body::from(Bytes::from(d))));
+        }
+        let piece = stream::piece_of(c, path).await.map_err(status_err)?;
+        let s = stream::pieces(c.clone(), path.to_string(), start, end, piece).map(|r| {
+            r.map(Bytes::from).map_err(|e| {
+                tracing::warn!("{e}");
+                std::io::Error::other(e.to_string())
+            })
+        });
+        Ok(StreamingBlob::wrap(SyncStream::new(s)))
+    }
+}
+
+/// A stream s3s can hold (it asks for `Sync`): the inner stream is only ever polled through
+/// `&mut`, so sharing `&` across threads is safe.
+pub(crate) struct SyncStream<S>(std::sync::Mutex<std::pin::Pin<Box<S>>>);
+
+impl<S> SyncStream<S> {
+    pub fn new(s: S) -> Self {
+        SyncStream(std::sync::Mutex::new(Box::pin(s)))
+    }
+}
+
+impl<S: futures_util::Stream> futures_util::Stream for SyncStream<S> {
+    type Item = S::Item;
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        let this = self.get_mut();
+        this.0
+            .get_mut()
+            .expect("stream lock")
+            .as_mut()
+            .poll_next(cx)
+    }
+}
+
+/// Bytes of a refused request's body read before the error is sent: a client still sending
+/// a small body then reads the error instead of a reset connection.
+pub const REFUSED_BODY_BYTES_MAX: u64 = 1 << 20;
+
+/// `e`, once up to [`REFUSED_BODY_BYTES_MAX`] of the request's body has been read.
+pub(crate) async fn refuse(mut body: Option<StreamingBlob>, e: S3Error) -> S3Error {
+    let mut n = 0u64;
+    if let Some(b) = body.as_mut() {
+        while let Some(Ok(chunk)) = b.next().await {
+            n += chunk.len() as u64;
+            if n > REFUSED_BODY_BYTES_MAX {
+                break;
+            }
+        }
+    }
+    e
+}
+
+/// Reads a whole body of at most `max` bytes.
+pub(crate) async fn collect(body: &mut Option<StreamingBlob>, max: u64) -> S3Result<Vec<u8>> {
+    let mut out = vec![];
+    if let Some(b) = body.as_mut() {
+        while let Some(chunk) = b.next().await {
+            let chunk = chunk
+                .map_err(|e| s3_error!(IncompleteBody, "the request body ended early: {e}"))?;
+            if (out.len() + chunk.len()) as u64 > max {
+                return Err(s3_error!(EntityTooLarge));
+            }
+            out.extend_from_slice(&chunk);
+        }
+    }
+    Ok(out)
+}
+
+/// An error the manager or a drive gave, as S3 names it.
+pub(crate) fn status_err(e: FsError) -> S3Error {
+    match e.status() {
+        Some(MgrStatus::PermissionDenied) => s3_error!(AccessDenied),
+        Some(MgrStatus::NoSuchPath) => s3_error!(NoSuchKey),
+        Some(MgrStatus::NotEmpty) => s3_error!(BucketNotEmpty),
+        Some(MgrStatus::NameTooLong) => s3_error!(KeyTooLongError),
+        Some(MgrStatus::BadName) | Some(MgrStatus::InvalidArgument) => {
+            s3_error!(InvalidArgument, "{e}")
+        }
+        Some(MgrStatus::Busy) | Some(MgrStatus::Conflict) => {
+            s3_error!(SlowDown, "another writer holds the object; try again")
+        }
+        Some(MgrStatus::DiskFull) => s3_error!(InternalError, "no space left on the drives"),
+        _ => internal(&e),
+    }
+}
+
+/// The digests a writer claimed, and the algorithms to compute.
+#[derive(Default)]
+pub(crate) struct Claims {
+    pub content_md5: Option<String>,
+    /// Claimed values by algorithm (from headers).
+    pub values: BTreeMap<String, String>,
+    /// Algorithms to compute: claimed, asked for (`x-amz-checksum-algorithm`) or announced
+    /// in a trailer.
+    pub algorithms: Vec<String>,
+}
+
+impl Claims {
+    /// The claims of a request: `x-amz-checksum-*` headers, the algorithm asked for, and
+    /// the trailer it announces (`x-amz-trailer`).
+    pub fn of(headers: &http::HeaderMap, content_md5: Option<String>) -> Claims {
+        let mut c = Claims {
+            content_md5,
+            ..Default::default()
+        };
+        for a in digest::ALGORITHMS {
+            if let Some(v) = headers
+                .get(format!("x-amz-checksum-{a}"))
+                .and_then(|v| v.to_str().ok())
+            {
+                c.values.insert(a.to_string(), v.trim().to_string());
+                c.algorithms.push(a.to_string());
+            }
+        }
+        for h in ["x-amz-checksum-algorithm", "x-amz-sdk-checksum-algorithm"] {
+            if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
+                c.algorithms.push(v.trim().to_ascii_lowercase());
+            }
+        }
+        if let Some(t) = headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()) {
+            for name in t.split(',') {
+                if let Some(a) = name
+                    .trim()
+                    .to_ascii_lowercase()
+                    .strip_prefix("x-amz-checksum-")
+                {
+                    c.algorithms.push(a.to_string());
+                }
+            }
+        }
+        c
+    }
+
+    /// The claimed values, with those the body's trailer carried.
+    pub(crate) fn with_trailers(
+        &self,
+        trailers: Option<&s3s::TrailingHeaders>,
+    ) -> BTreeMap<String, String> {
+        let mut v = self.values.clone();
+        if let Some(h) = trailers.and_then(|t| t.take()) {
+            for a in digest::ALGORITHMS {
+                if let Some(x) = h
+                    .get(format!("x-amz-checksum-{a}"))
+                    .and_then(|x| x.to_str().ok())
+                {
+                    v.insert(a.to_string(), x.trim().to_string());
+                }
+            }
+        }
+        v
+    }
+}
+
+/// An object's mtime as S3 shows it.
+pub(crate) fn last_modified(st: &FileStat) -> Timestamp {
+    Timestamp::from(UNIX_EPOCH + Duration::from_micros(st.mtime_us))
+}
+
+/// The ETag of an object with metadata `m`.
+pub(crate) fn etag_of(st: &FileStat, m: &ObjectMeta) -> ETag {
+    match &m.etag {
+        Some(e) => ETag::Strong(e.clone()),
+        None => ETag::Weak(meta::weak_etag(st)),
+    }
+}
+
+/// The metadata a write gives an object: its content headers and user metadata.
+pub(crate) fn meta_of(
+    content_type: Option<&str>,
+    headers: &http::HeaderMap,
+    user: Option<&Metadata>,
+) -> S3Result<ObjectMeta> {
+    let mut m = ObjectMeta::default();
+    for h in meta::CONTENT_HEADERS {
+        let v = if h == "content-type" {
+            content_type.map(str::to_string)
+        } else {
+            headers
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        if let Some(v) = v {
+            m.content.insert(h.to_string(), v);
+        }
+    }
+    if let Some(u) = user {
+        for (k, v) in u {
+            m.user.insert(k.to_ascii_lowercase(), v.clone());
+        }
+    }
+    nasd_proto::manager::check_xattrs(&m.to_xattrs())
+        .map_err(|e| s3_error!(MetadataTooLarge, "{e}"))?;
+    Ok(m)
+}
+
+/// Whether the request's conditions let it go on, as RFC 9110 §13.2.2 orders them:
+/// `If-Match`, `If-Unmodified-Since`, `If-None-Match`, `If-Modified-Since`.
+pub(crate) fn preconditions(
+    etag: &ETag,
+    st: &FileStat,
+    if_match: Option<&ETagCondition>,
+    if_unmodified_since: Option<&Timestamp>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+) -> S3Result<()> {
+    let matches = |c: &ETagCondition| match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == etag.value(),
+    };
+    let mtime_s = (st.mtime_us / 1_000_000) as i64;
+    let secs = |t: &Timestamp| time::OffsetDateTime::from(t.clone()).unix_timestamp();
+    if let Some(c) = if_match {
+        if !matches(c) {
+            return Err(s3_error!(PreconditionFailed));
+        }
+    } else if let Some(t) = if_unmodified_since {
+        if mtime_s > secs(t) {
+            return Err(s3_error!(PreconditionFailed));
+        }
+    }
+    if let Some(c) = if_none_match {
+        if matches(c) {
+            return Err(not_modified());
+        }
+    } else if let Some(t) = if_modified_since {
+        if mtime_s <= secs(t) {
+            return Err(not_modified());
+        }
+    }
+    Ok(())
+}
+
+fn not_modified() -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::NotModified);
+    e.set_status_code(http::StatusCode::NOT_MODIFIED);
+    e
+}
+
+/// A listing query from a request's parameters.
+pub(crate) fn query(
+    prefix: Option<String>,
+    delimiter: Option<String>,
+    after: Option<String>,
+    max_keys: Option<i32>,
+) -> S3Result<Query> {
+    let max = match max_keys {
+        None => list::MAX_KEYS,
+        Some(n) if n < 0 => return Err(s3_error!(InvalidArgument, "max-keys is negative")),
+        Some(n) => (n as usize).min(list::MAX_KEYS),
+    };
+    Ok(Query {
+        prefix: prefix.unwrap_or_default(),
+        delimiter,
+        after: after.unwrap_or_default(),
+        max_keys: max,
+    })
+}

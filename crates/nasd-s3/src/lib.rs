@@ -1,0 +1,71 @@
+//! An S3-compatible gateway over the nasd client library (issue 11 §1): `aws s3`, boto3,
+//! rclone and `warp` talk to nasd unchanged. The gateway is a nasd client like any other:
+//! every byte it serves comes straight from the drives and is verified before it is sent,
+//! and every byte it takes is on the drives before S3 hears it is stored.
+//!
+//! s3s parses the HTTP, checks SigV4 signatures (headers and presigned URLs, clock skew
+//! within 15 minutes) and writes S3's XML; the gateway maps the API onto the namespace:
+//! - [`access`] — access keys (the manager's `S3KeySecret`, gateways only) and a session per
+//!   user opened through `ActFor`, so the manager checks every permission for that user;
+//! - [`names`] — buckets as directories under a root, keys as paths (never leaving their
+//!   bucket);
+//! - [`gateway`] and [`ops`] — the object and bucket operations; [`multipart`] — multipart
+//!   uploads staged as files until they complete;
+//! - [`meta`] — ETags, content headers, user metadata and checksums as extended attributes
+//!   committed with the content; [`digest`] — MD5 and `x-amz-checksum-*` as bytes stream;
+//! - [`stream`] — bounded-memory streams between HTTP bodies and the drives;
+//! - [`list`] — listings in key order over the directory tree;
+//! - [`server`] — the HTTP(S) server and its limits.
+
+/// Copies the checksums of metadata `$m` into an output that has S3's checksum fields.
+macro_rules! set_checksums {
+    ($out:ident, $m:expr) => {{
+        $out.checksum_crc32 = $m.checksums.get("crc32").cloned();
+        $out.checksum_crc32c = $m.checksums.get("crc32c").cloned();
+        $out.checksum_crc64nvme = $m.checksums.get("crc64nvme").cloned();
+        $out.checksum_sha1 = $m.checksums.get("sha1").cloned();
+        $out.checksum_sha256 = $m.checksums.get("sha256").cloned();
+    }};
+}
+
+/// Sets the content headers of a GET or HEAD answer: the stored ones, unless the request
+/// overrides them (`response-content-type` and the like).
+macro_rules! content_headers {
+    ($out:ident, $m:expr, $i:expr) => {{
+        let stored = |h: &str| $m.content.get(h).cloned();
+        $out.content_type = $i
+            .response_content_type
+            .clone()
+            .or_else(|| stored("content-type"));
+        $out.content_encoding = $i
+            .response_content_encoding
+            .clone()
+            .or_else(|| stored("content-encoding"));
+        $out.content_disposition = $i
+            .response_content_disposition
+            .clone()
+            .or_else(|| stored("content-disposition"));
+        $out.content_language = $i
+            .response_content_language
+            .clone()
+            .or_else(|| stored("content-language"));
+        $out.cache_control = $i
+            .response_cache_control
+            .clone()
+            .or_else(|| stored("cache-control"));
+    }};
+}
+
+pub mod access;
+pub mod digest;
+pub mod gateway;
+pub mod list;
+pub mod meta;
+pub mod multipart;
+pub mod names;
+mod ops;
+pub mod server;
+pub mod stream;
+
+pub use gateway::Gateway;
+pub use server::{serve, ServeError, Tls};

@@ -1,0 +1,130 @@
+//! What S3 keeps about an object beside its bytes, kept as the file's extended attributes
+//! (manager protocol 8): the ETag, the standard content headers, the user metadata
+//! (`x-amz-meta-*`) and the checksums the writer asked for. They are committed with the
+//! content in one manager transaction, so an object's metadata always belongs to its bytes.
+//! Attributes are named `user.s3.*`; a file written another way (`nasd cp`, the mount) has
+//! none, and the gateway serves it with a weak ETag made of its inode, size and mtime.
+
+use nasd_proto::manager::{FileStat, Xattr};
+use std::collections::BTreeMap;
+
+/// The attribute holding an object's ETag, quoted as S3 sends it.
+pub const ETAG: &str = "user.s3.etag";
+const CONTENT: &str = "user.s3.content.";
+const META: &str = "user.s3.meta.";
+const CHECKSUM: &str = "user.s3.checksum.";
+const PARTS: &str = "user.s3.parts";
+
+/// The content headers an object keeps (lower-case header names).
+pub const CONTENT_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-encoding",
+    "content-disposition",
+    "content-language",
+    "cache-control",
+];
+
+/// An object's metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The ETag value without quotes (hex MD5, or `hex-N` for a multipart object).
+    pub etag: Option<String>,
+    /// Content headers by lower-case name ([`CONTENT_HEADERS`]).
+    pub content: BTreeMap<String, String>,
+    /// User metadata by lower-case name (without `x-amz-meta-`).
+    pub user: BTreeMap<String, String>,
+    /// Checksums by algorithm name (`crc32`, `crc32c`, `crc64nvme`, `sha1`, `sha256`), base64.
+    pub checksums: BTreeMap<String, String>,
+    /// Parts of a multipart object.
+    pub parts: Option<u32>,
+}
+
+impl ObjectMeta {
+    /// The attributes that store this metadata.
+    pub fn to_xattrs(&self) -> Vec<Xattr> {
+        let x = |name: String, value: &str| Xattr {
+            name,
+            value: value.as_bytes().to_vec(),
+        };
+        let mut v = vec![];
+        if let Some(e) = &self.etag {
+            v.push(x(ETAG.into(), &quoted(e)));
+        }
+        for (k, val) in &self.content {
+            v.push(x(format!("{CONTENT}{k}"), val));
+        }
+        for (k, val) in &self.user {
+            v.push(x(format!("{META}{k}"), val));
+        }
+        for (k, val) in &self.checksums {
+            v.push(x(format!("{CHECKSUM}{k}"), val));
+        }
+        if let Some(n) = self.parts {
+            v.push(x(PARTS.into(), &n.to_string()));
+        }
+        v
+    }
+
+    /// The metadata stored in `xattrs` (other attributes are ignored; values that are not
+    /// UTF-8 are skipped).
+    pub fn from_xattrs(xattrs: &[Xattr]) -> ObjectMeta {
+        let mut m = ObjectMeta::default();
+        for a in xattrs {
+            let Ok(v) = std::str::from_utf8(&a.value) else {
+                continue;
+            };
+            if a.name == ETAG {
+                m.etag = Some(v.trim_matches('"').to_string());
+            } else if let Some(k) = a.name.strip_prefix(CONTENT) {
+                m.content.insert(k.into(), v.into());
+            } else if let Some(k) = a.name.strip_prefix(META) {
+                m.user.insert(k.into(), v.into());
+            } else if let Some(k) = a.name.strip_prefix(CHECKSUM) {
+                m.checksums.insert(k.into(), v.into());
+            } else if a.name == PARTS {
+                m.parts = v.parse().ok();
+            }
+        }
+        m
+    }
+}
+
+/// `"value"`.
+pub fn quoted(etag: &str) -> String {
+    format!("\"{etag}\"")
+}
+
+/// The ETag of a file the gateway did not write (no `user.s3.etag`): weak, from what
+/// changes whenever its content does.
+pub fn weak_etag(st: &FileStat) -> String {
+    format!("{:x}-{:x}-{:x}", st.ino, st.size, st.mtime_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_round_trips_through_attributes() {
+        let mut m = ObjectMeta {
+            etag: Some("9e107d9d372bb6826bd81d3542a419d6".into()),
+            parts: Some(3),
+            ..Default::default()
+        };
+        m.content.insert("content-type".into(), "text/plain".into());
+        m.user.insert("colour".into(), "blue ünïcode".into());
+        m.checksums.insert("crc32c".into(), "yZRlqg==".into());
+        let x = m.to_xattrs();
+        assert!(x
+            .iter()
+            .any(|a| a.name == ETAG && a.value.starts_with(b"\"")));
+        nasd_proto::manager::check_xattrs(&x).unwrap();
+        let mut with_other = x.clone();
+        with_other.push(Xattr {
+            name: "user.other".into(),
+            value: vec![0xff],
+        });
+        assert_eq!(ObjectMeta::from_xattrs(&with_other), m);
+        assert_eq!(ObjectMeta::from_xattrs(&[]), ObjectMeta::default());
+    }
+}

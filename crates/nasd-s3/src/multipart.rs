@@ -1,0 +1,637 @@
+//! Multipart uploads. An upload is a directory of its own under the gateway's staging
+//! directory (`ROOT/.s3-multipart/ID`, made by the user, mode 0700, so only they and admins
+//! see it): a file `upload` whose attributes name the bucket and key and carry the object's
+//! metadata, and one file per part, each committed with its ETag when its PUT ends — so a
+//! part, once acknowledged, survives a crash of the gateway, and nothing under the bucket
+//! changes until the upload completes. Completing streams the parts, in order, into one
+//! staged upload of the key, committed with the multipart ETag (the MD5 of the parts' MD5s,
+//! `-N`) and the metadata in one manager transaction; aborting removes the directory. An
+//! upload nobody completes or aborts stays listed (`ListMultipartUploads`) until someone
+//! does; its bytes are never visible as an object.
+
+use crate::digest::Digests;
+use crate::gateway::*;
+use crate::meta::{self, ObjectMeta};
+use crate::stream;
+use futures_util::StreamExt;
+use md5::Digest as _;
+use nasd_client::files::Client;
+use nasd_proto::manager::{FileKind, MgrStatus, Xattr};
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The staging directory's name under the root.
+pub const STAGING_DIR: &str = ".s3-multipart";
+/// Smallest part but the last (S3's limit).
+pub const PART_BYTES_MIN: u64 = 5 << 20;
+/// Largest part (S3's limit).
+pub const PART_BYTES_MAX: u64 = 5 << 30;
+/// Highest part number (S3's limit).
+pub const PARTS_MAX: i32 = 10_000;
+const INFO: &str = "upload";
+const X_BUCKET: &str = "user.s3.upload.bucket";
+const X_KEY: &str = "user.s3.upload.key";
+const X_ALGORITHM: &str = "user.s3.upload.algorithm";
+
+/// An upload's record.
+struct Info {
+    bucket: String,
+    key: String,
+    meta: ObjectMeta,
+    algorithm: Option<String>,
+    initiated_us: u64,
+}
+
+fn part_name(n: i32) -> String {
+    format!("{n:05}")
+}
+
+fn check_id(id: &str) -> S3Result<()> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(s3_error!(NoSuchUpload))
+    }
+}
+
+fn check_part(n: i32) -> S3Result<()> {
+    if (1..=PARTS_MAX).contains(&n) {
+        Ok(())
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "part numbers run from 1 to {PARTS_MAX}"
+        ))
+    }
+}
+
+impl Gateway {
+    /// The staging directory.
+    pub fn staging(&self) -> String {
+        format!("{}/{STAGING_DIR}", self.names.root().trim_end_matches('/'))
+    }
+
+    fn upload_dir(&self, id: &str) -> S3Result<String> {
+        check_id(id)?;
+        Ok(format!("{}/{id}", self.staging()))
+    }
+
+    /// The record of upload `id`, which must be for `bucket`/`key`.
+    async fn info(&self, c: &Client, id: &str, bucket: &str, key: &str) -> S3Result<Info> {
+        let dir = self.upload_dir(id)?;
+        let info = read_info(c, &dir)
+            .await
+            .ok_or_else(|| s3_error!(NoSuchUpload))?;
+        if info.bucket != bucket || info.key != key {
+            return Err(s3_error!(NoSuchUpload));
+        }
+        Ok(info)
+    }
+
+    pub(crate) async fn mp_create(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let c = self.user(&req).await?;
+        let i = &req.input;
+        self.names.key(&i.bucket, &i.key)?;
+        self.need_bucket(&c, &i.bucket).await?;
+        let m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        let mut id = [0u8; 16];
+        nasd_crypto::random_bytes(&mut id);
+        let id = hex::encode(id);
+        let dir = self.upload_dir(&id)?;
+        c.mkdir(&dir, 0o700).await.map_err(|e| {
+            tracing::warn!("making {dir}: {e} (is the staging directory there, mode 1777?)");
+            status_err(e)
+        })?;
+        let mut x = m.to_xattrs();
+        x.push(xattr(X_BUCKET, &i.bucket));
+        x.push(xattr(X_KEY, &i.key));
+        let algorithm = i
+            .checksum_algorithm
+            .as_ref()
+            .map(|a| a.as_str().to_ascii_lowercase());
+        if let Some(a) = &algorithm {
+            x.push(xattr(X_ALGORITHM, a));
+        }
+        nasd_proto::manager::check_xattrs(&x).map_err(|e| s3_error!(MetadataTooLarge, "{e}"))?;
+        c.put_bytes_with(&format!("{dir}/{INFO}"), b"", 0o600, Some(x))
+            .await
+            .map_err(status_err)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            upload_id: Some(id),
+            checksum_algorithm: i.checksum_algorithm.clone(),
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn mp_upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let c = self.user(&req).await?;
+        let S3Request {
+            input: i,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        let checked = match check_part(i.part_number) {
+            Ok(()) => self.info(&c, &i.upload_id, &i.bucket, &i.key).await,
+            Err(e) => Err(e),
+        };
+        let info = match checked {
+            Ok(info) => info,
+            Err(e) => return Err(refuse(i.body, e).await),
+        };
+        let dir = self.upload_dir(&i.upload_id)?;
+        let length = i.content_length.and_then(|n| u64::try_from(n).ok());
+        if length.is_some_and(|n| n > PART_BYTES_MAX) {
+            return Err(s3_error!(EntityTooLarge));
+        }
+        let mut claims = Claims::of(&headers, i.content_md5.clone());
+        claims.algorithms.extend(info.algorithm.clone());
+        let m = self
+            .put_file(
+                &c,
+                &format!("{dir}/{}", part_name(i.part_number)),
+                i.body,
+                length,
+                &claims,
+                trailing_headers.as_ref(),
+            )
+            .await?;
+        let mut out = UploadPartOutput {
+            e_tag: m.etag.clone().map(ETag::Strong),
+            ..Default::default()
+        };
+        set_checksums!(out, m);
+        Ok(S3Response::new(out))
+    }
+
+    /// Streams `body` into the file `path` (a part), committed with its ETag and checksums.
+    async fn put_file(
+        &self,
+        c: &Arc<Client>,
+        path: &str,
+        mut body: Option<StreamingBlob>,
+        length: Option<u64>,
+        claims: &Claims,
+        trailers: Option<&s3s::TrailingHeaders>,
+    ) -> S3Result<ObjectMeta> {
+        let u = c
+            .begin_upload(path, 0o600)
+            .await
+            .map_err(|e| match e.status() {
+                Some(MgrStatus::NoSuchPath) => s3_error!(NoSuchUpload),
+                _ => status_err(e),
+            })?;
+        let mut w = stream::Writer::new(
+            c.clone(),
+            u,
+            Digests::new(claims.algorithms.iter().map(String::as_str)),
+        )
+        .await
+        .map_err(status_err)?;
+        let mut failed = None;
+        if let Some(b) = body.as_mut() {
+            while let Some(chunk) = b.next().await {
+                let r = match chunk {
+                    Ok(d) => w.write(&d).await.map_err(status_err),
+                    Err(e) => Err(s3_error!(
+                        IncompleteBody,
+                        "the request body ended early: {e}"
+                    )),
+                };
+                if let Err(e) = r {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            w.abort().await;
+            return Err(e);
+        }
+        let done = w.finish().await.map_err(status_err)?;
+        let checked = match length {
+            Some(n) if n != done.size => Err(s3_error!(IncompleteBody)),
+            _ => crate::digest::verify(
+                &done.md5,
+                claims.content_md5.as_deref(),
+                &done.checksums,
+                &claims.with_trailers(trailers),
+            ),
+        };
+        if let Err(e) = checked {
+            c.abort_upload(&done.upload).await;
+            return Err(e);
+        }
+        let m = ObjectMeta {
+            etag: Some(hex::encode(done.md5)),
+            checksums: done.checksums,
+            ..Default::default()
+        };
+        c.finish_upload_with(done.upload, Some(m.to_xattrs()))
+            .await
+            .map_err(status_err)?;
+        Ok(m)
+    }
+
+    pub(crate) async fn mp_upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let c = self.user(&req).await?;
+        let i = &req.input;
+        check_part(i.part_number)?;
+        let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        let CopySource::Bucket {
+            bucket: sb,
+            key: sk,
+            ..
+        } = &i.copy_source
+        else {
+            return Err(s3_error!(NotImplemented, "copies from access points"));
+        };
+        let (src, st, _) = self.object(&c, sb, sk).await?;
+        let range = match &i.copy_source_range {
+            None => 0..st.size,
+            Some(r) => parse_copy_range(r, st.size)?,
+        };
+        let dir = self.upload_dir(&i.upload_id)?;
+        let path = format!("{dir}/{}", part_name(i.part_number));
+        let u = c.begin_upload(&path, 0o600).await.map_err(status_err)?;
+        let mut w = stream::Writer::new(c.clone(), u, Digests::new(info.algorithm.as_deref()))
+            .await
+            .map_err(status_err)?;
+        let piece = stream::piece_of(&c, &src).await.map_err(status_err)?;
+        let mut pieces = std::pin::pin!(stream::pieces(
+            c.clone(),
+            src,
+            range.start,
+            range.end,
+            piece
+        ));
+        while let Some(p) = pieces.next().await {
+            let r = match p {
+                Ok(d) => w.write(&d).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                w.abort().await;
+                return Err(status_err(e));
+            }
+        }
+        let done = w.finish().await.map_err(status_err)?;
+        let m = ObjectMeta {
+            etag: Some(hex::encode(done.md5)),
+            checksums: done.checksums,
+            ..Default::default()
+        };
+        c.finish_upload_with(done.upload, Some(m.to_xattrs()))
+            .await
+            .map_err(status_err)?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: m.etag.map(ETag::Strong),
+                last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    /// The parts of upload directory `dir` by number: (size, ETag, mtime).
+    async fn parts(&self, c: &Client, dir: &str) -> S3Result<BTreeMap<i32, (u64, String, u64)>> {
+        let mut parts = BTreeMap::new();
+        let mut after = String::new();
+        loop {
+            let page = c
+                .list_page_with(dir, &after, 1000, Some(meta::ETAG))
+                .await
+                .map_err(|e| match e.status() {
+                    Some(MgrStatus::NoSuchPath) => s3_error!(NoSuchUpload),
+                    _ => status_err(e),
+                })?;
+            let Some(last) = page.last() else { break };
+            after = last.name.clone();
+            let n = page.len();
+            for e in page {
+                let (Ok(num), Some(etag)) = (e.name.parse::<i32>(), e.xattr) else {
+                    continue;
+                };
+                let etag = String::from_utf8_lossy(&etag).trim_matches('"').to_string();
+                parts.insert(num, (e.stat.size, etag, e.stat.mtime_us));
+            }
+            if n < 1000 {
+                break;
+            }
+        }
+        Ok(parts)
+    }
+
+    pub(crate) async fn mp_complete(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let c = self.user(&req).await?;
+        let i = &req.input;
+        let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        let dir = self.upload_dir(&i.upload_id)?;
+        let asked: Vec<(i32, String)> = i
+            .multipart_upload
+            .as_ref()
+            .and_then(|m| m.parts.as_ref())
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| {
+                        (
+                            p.part_number.unwrap_or(0),
+                            p.e_tag
+                                .as_ref()
+                                .map(|e| e.value().to_string())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if asked.is_empty() {
+            return Err(s3_error!(MalformedXML, "the upload names no parts"));
+        }
+        if asked.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(s3_error!(InvalidPartOrder));
+        }
+        let have = self.parts(&c, &dir).await?;
+        let mut md5s = md5::Md5::new();
+        for (k, (n, etag)) in asked.iter().enumerate() {
+            let Some((size, e, _)) = have.get(n) else {
+                return Err(s3_error!(InvalidPart, "part {n} was not uploaded"));
+            };
+            if e != etag.trim_matches('"') {
+                return Err(s3_error!(InvalidPart, "part {n} has another ETag"));
+            }
+            if k + 1 < asked.len() && *size < PART_BYTES_MIN {
+                return Err(s3_error!(EntityTooSmall, "part {n} is smaller than 5 MiB"));
+            }
+            md5s.update(hex::decode(e).unwrap_or_default());
+        }
+        let mut w = self
+            .begin(
+                &c,
+                &i.bucket,
+                &i.key,
+                Digests::new(info.algorithm.as_deref()),
+            )
+            .await?;
+        for (n, _) in &asked {
+            let path = format!("{dir}/{}", part_name(*n));
+            let size = have[n].0;
+            let piece = match stream::piece_of(&c, &path).await {
+                Ok(p) => p,
+                Err(e) => {
+                    w.abort().await;
+                    return Err(status_err(e));
+                }
+            };
+            let mut pieces = std::pin::pin!(stream::pieces(c.clone(), path, 0, size, piece));
+            while let Some(p) = pieces.next().await {
+                let r = match p {
+                    Ok(d) => w.write(&d).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = r {
+                    w.abort().await;
+                    return Err(status_err(e));
+                }
+            }
+        }
+        let done = w.finish().await.map_err(status_err)?;
+        let etag = format!("{}-{}", hex::encode(md5s.finalize()), asked.len());
+        let m = ObjectMeta {
+            etag: Some(etag.clone()),
+            checksums: done.checksums,
+            parts: Some(asked.len() as u32),
+            ..info.meta
+        };
+        if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
+            return Err(self.fs_err(&c, &i.bucket, e).await);
+        }
+        remove_upload(&c, &dir).await;
+        let mut out = CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            e_tag: Some(ETag::Strong(etag)),
+            location: Some(format!("/{}/{}", i.bucket, i.key)),
+            ..Default::default()
+        };
+        set_checksums!(out, m);
+        Ok(S3Response::new(out))
+    }
+
+    pub(crate) async fn mp_abort(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let c = self.user(&req).await?;
+        let i = &req.input;
+        self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        remove_upload(&c, &self.upload_dir(&i.upload_id)?).await;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    pub(crate) async fn mp_list_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let c = self.user(&req).await?;
+        let i = &req.input;
+        self.need_bucket(&c, &i.bucket).await?;
+        let staging = self.staging();
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let mut found = vec![];
+        let mut after = String::new();
+        loop {
+            let page = c
+                .list_page(&staging, &after, 1000)
+                .await
+                .map_err(status_err)?;
+            let Some(last) = page.last() else { break };
+            after = last.name.clone();
+            let n = page.len();
+            for e in page {
+                if e.stat.kind != FileKind::Dir || check_id(&e.name).is_err() {
+                    continue;
+                }
+                // Other users' uploads are not readable: skipped.
+                let Some(info) = read_info(&c, &format!("{staging}/{}", e.name)).await else {
+                    continue;
+                };
+                if info.bucket == i.bucket && info.key.starts_with(&prefix) {
+                    found.push((info.key, info.initiated_us, e.name));
+                }
+            }
+            if n < 1000 {
+                break;
+            }
+        }
+        found.sort();
+        if let Some(m) = &i.key_marker {
+            found.retain(|(k, _, _)| k > m);
+        }
+        let truncated = found.len() > max;
+        found.truncate(max);
+        let uploads = found
+            .into_iter()
+            .map(|(key, initiated, id)| MultipartUpload {
+                key: Some(key),
+                upload_id: Some(id),
+                initiated: Some(Timestamp::from(
+                    UNIX_EPOCH + Duration::from_micros(initiated),
+                )),
+                ..Default::default()
+            })
+            .collect::<Vec<_>>();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(i.bucket.clone()),
+            prefix: i.prefix.clone(),
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: uploads.last().and_then(|u| u.key.clone()),
+            uploads: Some(uploads),
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn mp_list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let c = self.user(&req).await?;
+        let i = &req.input;
+        self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        let dir = self.upload_dir(&i.upload_id)?;
+        let have = self.parts(&c, &dir).await?;
+        let marker = i.part_number_marker.unwrap_or(0);
+        let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let mut parts: Vec<Part> = have
+            .range(marker + 1..)
+            .map(|(n, (size, etag, mtime))| Part {
+                part_number: Some(*n),
+                size: Some(*size as i64),
+                e_tag: Some(ETag::Strong(etag.clone())),
+                last_modified: Some(Timestamp::from(UNIX_EPOCH + Duration::from_micros(*mtime))),
+                ..Default::default()
+            })
+            .take(max + 1)
+            .collect();
+        let truncated = parts.len() > max;
+        parts.truncate(max);
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            upload_id: Some(i.upload_id.clone()),
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_part_number_marker: parts.last().and_then(|p| p.part_number),
+            parts: Some(parts),
+            ..Default::default()
+        }))
+    }
+}
+
+fn xattr(name: &str, value: &str) -> Xattr {
+    Xattr {
+        name: name.into(),
+        value: value.as_bytes().to_vec(),
+    }
+}
+
+/// The record of the upload in `dir`, if this client may read it.
+async fn read_info(c: &Client, dir: &str) -> Option<Info> {
+    let (st, x) = c.getxattrs(&format!("{dir}/{INFO}")).await.ok()?;
+    let get = |n: &str| {
+        x.iter()
+            .find(|a| a.name == n)
+            .and_then(|a| String::from_utf8(a.value.clone()).ok())
+    };
+    Some(Info {
+        bucket: get(X_BUCKET)?,
+        key: get(X_KEY)?,
+        algorithm: get(X_ALGORITHM),
+        meta: ObjectMeta::from_xattrs(&x),
+        initiated_us: st.ctime_us,
+    })
+}
+
+/// Removes an upload's directory and everything in it (best effort: what is left is only
+/// ever seen by its user, and listed as an upload to abort).
+async fn remove_upload(c: &Client, dir: &str) {
+    loop {
+        let Ok(page) = c.list_page(dir, "", 1000).await else {
+            break;
+        };
+        if page.is_empty() {
+            break;
+        }
+        for e in &page {
+            if let Err(e) = c.unlink(&format!("{dir}/{}", e.name)).await {
+                tracing::warn!("removing a part of {dir}: {e}");
+                return;
+            }
+        }
+    }
+    if let Err(e) = c.rmdir(dir).await {
+        tracing::warn!("removing {dir}: {e}");
+    }
+}
+
+/// `bytes=first-last` of an object of `size` bytes.
+fn parse_copy_range(r: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let bad = || s3_error!(InvalidArgument, "bad x-amz-copy-source-range {r:?}");
+    let (a, b) = r
+        .strip_prefix("bytes=")
+        .and_then(|s| s.split_once('-'))
+        .ok_or_else(bad)?;
+    let (first, last): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if first > last || last >= size {
+        return Err(s3_error!(InvalidRange));
+    }
+    Ok(first..last + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_ids_cannot_name_other_paths() {
+        assert!(check_id(&"a".repeat(32)).is_ok());
+        for id in [
+            "../x",
+            "",
+            &"a".repeat(31),
+            &"g".repeat(32),
+            "0123456789abcdef0123456789abcd/.",
+        ] {
+            assert!(check_id(id).is_err(), "{id}");
+        }
+    }
+
+    #[test]
+    fn copy_ranges_are_checked() {
+        assert_eq!(parse_copy_range("bytes=0-9", 10).unwrap(), 0..10);
+        assert_eq!(parse_copy_range("bytes=5-5", 10).unwrap(), 5..6);
+        for r in ["bytes=0-10", "bytes=5-4", "0-1", "bytes=a-b", "bytes=-5"] {
+            assert!(parse_copy_range(r, 10).is_err(), "{r}");
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Bytes in and out of the cluster without whole-object buffers. [`Writer`] takes a stream of
+//! any-sized chunks (a request body, pieces of another object) into a staged upload: it cuts
+//! them into pieces of the layout's transfer size (never two writes in one stripe group),
+//! keeps [`PIECES_IN_FLIGHT`] of them on their way to the drives while the next arrives, and
+//! digests every byte on the way. [`pieces`] reads an object back as an ordered stream of
+//! pieces, the next ones fetched while the current one is sent. Memory per transfer is a few
+//! pieces, whatever the object's size.
+
+use crate::digest::Digests;
+use futures_util::stream::{self, Stream, StreamExt};
+use nasd_client::files::{Client, FsError, Upload};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Pieces a transfer keeps in flight at once, each way.
+pub const PIECES_IN_FLIGHT: usize = 4;
+
+/// An upload being filled from a stream of bytes.
+pub struct Writer {
+    client: Arc<Client>,
+    upload: Upload,
+    piece: usize,
+    buf: Vec<u8>,
+    /// Offset of `buf[0]` in the object.
+    off: u64,
+    inflight: tokio::task::JoinSet<Result<(), FsError>>,
+    digests: Digests,
+}
+
+/// What a finished [`Writer`] wrote.
+pub struct Written {
+    pub upload: Upload,
+    pub size: u64,
+    pub md5: [u8; 16],
+    pub checksums: BTreeMap<String, String>,
+}
+
+impl Writer {
+    /// Starts writing `upload`, digesting with `digests`.
+    pub async fn new(
+        client: Arc<Client>,
+        upload: Upload,
+        digests: Digests,
+    ) -> Result<Writer, FsError> {
+        let piece = client.upload_granule(&upload).await?.max(1) as usize;
+        Ok(Writer {
+            client,
+            upload,
+            piece,
+            buf: Vec::with_capacity(piece),
+            off: 0,
+            inflight: tokio::task::JoinSet::new(),
+            digests,
+        })
+    }
+
+    pub async fn write(&mut self, mut data: &[u8]) -> Result<(), FsError> {
+        self.digests.update(data);
+        while !data.is_empty() {
+            let take = (self.piece - self.buf.len()).min(data.len());
+            self.buf.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.buf.len() == self.piece {
+                self.send().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the buffered piece, first waiting for room among the pieces in flight.
+    async fn send(&mut self) -> Result<(), FsError> {
+        while self.inflight.len() >= PIECES_IN_FLIGHT {
+            join_one(&mut self.inflight).await?;
+        }
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(self.piece));
+        let (c, u, off) = (self.client.clone(), self.upload.clone(), self.off);
+        self.off += data.len() as u64;
+        self.inflight
+            .spawn(async move { c.upload_write(&u, off, &data).await });
+        Ok(())
+    }
+
+    /// Sends the rest and waits until every byte is on the drives; the caller commits the
+    /// upload (or aborts it when a digest does not match).
+    pub async fn finish(mut self) -> Result<Written, FsError> {
+        if !self.buf.is_empty() {
+            self.send().await?;
+        }
+        while !self.inflight.is_empty() {
+            join_one(&mut self.inflight).await?;
+        }
+        let size = self.off;
+        self.client.upload_size(&self.upload, size).await?;
+        let (md5, checksums) = self.digests.finish();
+        Ok(Written {
+            upload: self.upload,
+            size,
+            md5,
+            checksums,
+        })
+    }
+
+    /// Gives the upload up (nothing becomes visible).
+    pub async fn abort(mut self) {
+        self.inflight.abort_all();
+        while self.inflight.join_next().await.is_some() {}
+        self.client.abort_upload(&self.upload).await;
+    }
+}
+
+async fn join_one(set: &mut tokio::task::JoinSet<Result<(), FsError>>) -> Result<(), FsError> {
+    match set.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(FsError::Usage(format!("a write task failed: {e}"))),
+        None => Ok(()),
+    }
+}
+
+/// `[start, end)` of `path` as an ordered stream of pieces of at most `piece` bytes, with up
+/// to [`PIECES_IN_FLIGHT`] being read ahead. A piece that comes back short (the file shrank
+/// under the reader) ends the stream with an error.
+pub fn pieces(
+    client: Arc<Client>,
+    path: String,
+    start: u64,
+    end: u64,
+    piece: u64,
+) -> impl Stream<Item = Result<Vec<u8>, FsError>> + Send {
+    let piece = piece.max(1);
+    let offsets = (start..end).step_by(piece as usize);
+    stream::iter(offsets)
+        .map(move |off| {
+            let (c, p) = (client.clone(), path.clone());
+            async move {
+                let len = piece.min(end - off);
+                let d = c.read_at(&p, off, len).await?;
+                if d.len() as u64 != len {
+                    return Err(FsError::Usage(format!(
+                        "{p}: the object changed while it was read"
+                    )));
+                }
+                Ok(d)
+            }
+        })
+        .buffered(PIECES_IN_FLIGHT)
+}
+
+/// The transfer piece of `path` (its layout's natural request size).
+pub async fn piece_of(client: &Client, path: &str) -> Result<u64, FsError> {
+    let o = client.open(path, false).await?;
+    Ok(client.stack(&o)?.transfer_bytes().max(64 << 10))
+}

@@ -1,0 +1,232 @@
+//! `nasd s3 serve` runs the S3 gateway ([`nasd_s3`]) as the configured user, who must be a
+//! gateway (`nasd user gateway NAME on`); `nasd up --s3 ADDR` prepares a local cluster for S3
+//! (a gateway user of its own, the bucket root) and runs the gateway beside it, stopped by
+//! `nasd down` with the rest.
+
+use anyhow::{bail, Context as _};
+use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
+use nasd_client::files::Client;
+use nasd_proto::manager::{FileKind, MgrRequest, MgrStatus};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where buckets live unless `--root` says otherwise: a directory users may create buckets
+/// in (mode 1777, like `/tmp`: each bucket is its creator's).
+pub const ROOT_DEFAULT: &str = "/s3";
+/// The gateway user `nasd up --s3` makes.
+pub const GATEWAY_USER: &str = "s3-gateway";
+const GATEWAY_CONFIG: &str = "s3-gateway.json";
+const GATEWAY_PASSWORD: &str = "s3-gateway.password";
+const GATEWAY_PID: &str = "s3-gateway.pid";
+const GATEWAY_LOG: &str = "s3-gateway.log";
+
+#[derive(clap::Subcommand, Debug)]
+pub enum S3Cmd {
+    /// Serve the S3 API (path-style URLs) until ctrl-c or SIGTERM, as the configured user,
+    /// who must be a gateway: requests signed with a user's access key (`nasd user s3-key
+    /// create`) are served with that user's permissions.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
+    pub listen: String,
+    /// The directory whose subdirectories are the buckets.
+    #[arg(long, value_name = "PATH", default_value = ROOT_DEFAULT)]
+    pub root: String,
+    /// Serve HTTPS with this certificate chain (PEM)...
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// ...and this private key (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+pub fn run(c: S3Cmd) -> anyhow::Result<()> {
+    match c {
+        S3Cmd::Serve(a) => serve(a),
+    }
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some(nasd_s3::Tls::from_pem(c, k)?),
+        _ => None,
+    };
+    crate::runtime()?.block_on(async move {
+        let c = crate::cmd_fs::connect().await?;
+        let root = crate::cmd_fs::remote(&a.root)?;
+        check_root(&c, &root).await?;
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .with_context(|| format!("listening on {}", a.listen))?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!(
+            "S3 gateway on {scheme}://{} (buckets under nasd:{root}, acting as {})",
+            listener.local_addr()?,
+            c.user()
+        );
+        let access = nasd_s3::access::Access::new(c);
+        let stop = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        nasd_s3::serve(listener, access, &root, tls, stop).await;
+        Ok(())
+    })
+}
+
+/// Checks that the bucket root and its staging directory for multipart uploads exist (the
+/// staging directory is made when the gateway may).
+async fn check_root(c: &Client, root: &str) -> anyhow::Result<()> {
+    match c.stat(root).await {
+        Ok(st) if st.kind == FileKind::Dir => {}
+        Ok(_) => bail!("nasd:{root} is not a directory"),
+        Err(e) => bail!("the bucket root nasd:{root}: {e} (an admin makes it: nasd mkdir --mode 1777 nasd:{root})"),
+    }
+    let staging = format!(
+        "{}/{}",
+        root.trim_end_matches('/'),
+        nasd_s3::multipart::STAGING_DIR
+    );
+    match c.stat(&staging).await {
+        Ok(st) if st.kind == FileKind::Dir && st.mode & 0o1777 == 0o1777 => Ok(()),
+        Ok(_) => bail!("nasd:{staging} must be a directory of mode 1777 (nasd chmod 1777 nasd:{staging})"),
+        Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => c
+            .mkdir(&staging, 0o1777)
+            .await
+            .with_context(|| format!("making nasd:{staging} (or an admin makes it: nasd mkdir --mode 1777 nasd:{staging})")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Makes `dir` exist with `mode` (an admin's client).
+async fn mkdir_mode(c: &Client, dir: &str, mode: u32) -> anyhow::Result<()> {
+    match c.mkdir(dir, mode).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.status() == Some(MgrStatus::Exists) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Prepares the cluster in `dir` (whose admin `admin` is) for the gateway: the gateway user
+/// with a random password kept in the cluster directory, its config, and the bucket root.
+/// Returns the gateway's config.
+pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
+    let pw_path = dir.join(GATEWAY_PASSWORD);
+    let cfg_path = dir.join(GATEWAY_CONFIG);
+    if !cfg_path.exists() {
+        let mut pw = [0u8; 16];
+        nasd_crypto::random_bytes(&mut pw);
+        let password = hex::encode(pw);
+        nasd_private::write_file(&pw_path, password.as_bytes())
+            .with_context(|| format!("writing {}", pw_path.display()))?;
+        let r = admin
+            .request(
+                "/",
+                MgrRequest::UserAdd {
+                    name: GATEWAY_USER.into(),
+                    password,
+                    admin: false,
+                    public_key: None,
+                },
+            )
+            .await;
+        match r {
+            Ok(_) => {}
+            Err(e) if e.status() == Some(MgrStatus::Exists) => bail!(
+                "the cluster has a user {GATEWAY_USER} but {} is missing; remove the user or \
+                 restore the file",
+                cfg_path.display()
+            ),
+            Err(e) => return Err(e.into()),
+        }
+        let admin_cfg = ClientFile::load(&dir.join(nasd_client::config::CONFIG_FILE_NAME))?;
+        ClientFile {
+            version: CLIENT_CONFIG_VERSION,
+            manager: admin_cfg.manager,
+            ca: admin_cfg.ca,
+            user: GATEWAY_USER.into(),
+            password_file: Some(pw_path),
+            password_user: Some(GATEWAY_USER.into()),
+        }
+        .save(&cfg_path)?;
+    }
+    admin
+        .request(
+            "/",
+            MgrRequest::UserGateway {
+                name: GATEWAY_USER.into(),
+                on: true,
+            },
+        )
+        .await?;
+    mkdir_mode(admin, ROOT_DEFAULT, 0o1777).await?;
+    let staging = format!("{ROOT_DEFAULT}/{}", nasd_s3::multipart::STAGING_DIR);
+    mkdir_mode(admin, &staging, 0o1777).await?;
+    Ok(cfg_path)
+}
+
+/// Starts `nasd s3 serve` for the cluster in `dir` on `listen`, in a process group of its
+/// own, recording its pid for `nasd down`; returns once it answers.
+pub fn start(dir: &Path, listen: &str) -> anyhow::Result<u32> {
+    use std::os::unix::process::CommandExt as _;
+    let cfg = crate::runtime()?.block_on(async {
+        let admin_cfg =
+            crate::cmd_fs::session_config(&dir.join(nasd_client::config::CONFIG_FILE_NAME))?;
+        let admin = Client::connect(admin_cfg).await?;
+        setup(&admin, dir).await
+    })?;
+    stop(dir);
+    let log = std::fs::File::create(dir.join(GATEWAY_LOG))?;
+    let exe = std::env::current_exe()?;
+    let child = std::process::Command::new(exe)
+        .args(["s3", "serve", "--listen", listen, "--root", ROOT_DEFAULT])
+        .env("NASD_CONFIG", &cfg)
+        .env_remove("NASD_USER")
+        .env_remove("NASD_PASSWORD")
+        .env_remove("NASD_KEY")
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting the S3 gateway")?;
+    let pid = child.id();
+    std::fs::write(dir.join(GATEWAY_PID), pid.to_string())?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(listen).is_err() {
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the S3 gateway did not start; see {}",
+                dir.join(GATEWAY_LOG).display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(pid)
+}
+
+/// Stops the gateway `start` left running for the cluster in `dir`, if any; its pid.
+pub fn stop(dir: &Path) -> Option<u32> {
+    let pid_path = dir.join(GATEWAY_PID);
+    let pid: i32 = std::fs::read_to_string(&pid_path)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let _ = std::fs::remove_file(&pid_path);
+    // The pid may have been reused since: only a gateway is stopped.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if !cmdline.split(|&b| b == 0).any(|a| a == b"serve") {
+        return None;
+    }
+    // SAFETY: kill(2) with a pid read from our own pid file and a valid signal number.
+    let alive = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+    alive.then_some(pid as u32)
+}
