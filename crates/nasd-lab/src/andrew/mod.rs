@@ -28,10 +28,12 @@
 //! - [`proto`]: the baseline server's protocol.
 //! - [`server`]: the baseline server (`nasd lab andrew-server`).
 //! - [`client`]: the baseline's FUSE client (`nasd lab andrew-mount`).
+//! - [`ops`]: single operations timed on each target, to explain the phases.
 //! - [`mount`]: the child processes (mounts, server) and their guards.
 
 pub mod client;
 pub mod mount;
+pub mod ops;
 pub mod phases;
 pub mod proto;
 pub mod server;
@@ -112,6 +114,8 @@ impl Target {
 #[derive(Clone, Debug, Default)]
 struct Results {
     passes: Vec<Pass>,
+    /// Microseconds per single operation ([`ops::OPS`]), once per run.
+    ops: Vec<[f64; 5]>,
 }
 
 /// Whether the benchmark can run here: `None` if so, else what is missing.
@@ -184,6 +188,8 @@ pub fn run(o: &AndrewOptions) -> Result<Report, LabError> {
             check(&tree, TARGETS[t], &pass)?;
             phases::clean(&target)?;
             results[t].passes.push(pass);
+            let ops = ops::measure(&dirs[t].join(format!("ops-{r}")))?;
+            results[t].ops.push(ops);
         }
     }
     drop(baseline_async);
@@ -457,6 +463,45 @@ fn report(tree: &Tree, runs: usize, results: &[Results; TARGETS.len()]) -> Repor
             }));
         }
     }
+    let mut op_table = Table::new(
+        "andrew-ops",
+        "Single operations, microseconds (median over runs)",
+        &[
+            "operation",
+            "local us",
+            "nasd us",
+            "baseline us",
+            "baseline-async us",
+            "nasd/baseline",
+        ],
+    );
+    for (k, op) in ops::OPS.iter().enumerate() {
+        let m: Vec<f64> = results
+            .iter()
+            .map(|r| {
+                let v: Vec<f64> = r.ops.iter().map(|o| o[k]).collect();
+                Summary::of(&v).expect("one run at least").median
+            })
+            .collect();
+        op_table.push(
+            vec![
+                (*op).to_string(),
+                fmt(m[0], 1),
+                fmt(m[1], 1),
+                fmt(m[2], 1),
+                fmt(m[3], 1),
+                fmt(m[1] / m[2], 2),
+            ],
+            json!({
+                "table": "ops",
+                "op": op,
+                "local_us": m[0],
+                "nasd_us": m[1],
+                "baseline_us": m[2],
+                "baseline_async_us": m[3],
+            }),
+        );
+    }
     let (holds, text) = verdict(total_ratio);
     let mut v = Table::new(
         "andrew-verdict",
@@ -496,7 +541,7 @@ fn report(tree: &Tree, runs: usize, results: &[Results; TARGETS.len()]) -> Repor
     ];
     Report {
         experiment: "andrew".into(),
-        tables: vec![table, rows, checks, v],
+        tables: vec![table, op_table, rows, checks, v],
         figures: vec![figure],
         notes,
     }
