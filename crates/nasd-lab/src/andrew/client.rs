@@ -55,6 +55,9 @@ pub fn serve(server: SocketAddr, mountpoint: &Path) -> Result<(), LabError> {
         .map_err(|e| LabError::Baseline(format!("mounting at {}: {e}", mountpoint.display())))
 }
 
+/// A directory as opendir saw it: (inode, kind, name) per entry, `.` and `..` first.
+type Listing = Vec<(u64, FileType, String)>;
+
 /// An open file: its path, and whether it was written since its last commit.
 struct OpenFile {
     path: String,
@@ -68,7 +71,7 @@ pub struct BaselineFs {
     inodes: Inodes,
     files: Mutex<HashMap<u64, OpenFile>>,
     /// Directory listings taken at opendir, by handle.
-    dirs: Mutex<HashMap<u64, Vec<(u64, FileType, String)>>>,
+    dirs: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
 }
 

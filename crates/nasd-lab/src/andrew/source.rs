@@ -342,9 +342,9 @@ fn main_c(modules: &[Module]) -> String {
 }
 
 fn makefile(modules: &[Module]) -> String {
-    let mut s = format!(
+    let mut s = String::from(
         "# Makefile of the Andrew-style benchmark's program. Generated.\n\n\
-         CC = gcc\nCFLAGS = -O1 -pipe -Iinclude\n\nOBJS ="
+         CC = gcc\nCFLAGS = -O1 -pipe -Iinclude\n\nOBJS =",
     );
     for m in modules {
         let _ = write!(s, " \\\n\t{}", m.object());
