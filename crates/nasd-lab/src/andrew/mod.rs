@@ -198,7 +198,8 @@ pub fn run(o: &AndrewOptions) -> Result<Report, LabError> {
     drop(server);
     drop(nasd);
     drop(cluster);
-    Ok(report(&tree, runs, &results))
+    let local_fs = format!("{} ({})", w.display(), fs_kind(w));
+    Ok(report(&tree, runs, &results, &local_fs))
 }
 
 /// `nasd mount nasd:/ MOUNTPOINT` as the cluster's admin.
@@ -337,7 +338,30 @@ pub fn verdict(ratio: f64) -> (bool, String) {
     }
 }
 
-fn report(tree: &Tree, runs: usize, results: &[Results; TARGETS.len()]) -> Report {
+/// The kind of file system `p` is on, by `statfs`'s magic number (the ones a temporary
+/// directory is likely to be on; others by number).
+fn fs_kind(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return "unknown file system".into();
+    };
+    // SAFETY: an all-zero statfs is a valid value for the call to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid statfs, for the call.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return "unknown file system".into();
+    }
+    match st.f_type as u64 {
+        0xef53 => "ext4".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683e => "btrfs".into(),
+        0x794c_7630 => "overlayfs".into(),
+        n => format!("file system type {n:#x}"),
+    }
+}
+
+fn report(tree: &Tree, runs: usize, results: &[Results; TARGETS.len()], local_fs: &str) -> Report {
     let names: Vec<&str> = PHASES.iter().copied().chain(["total"]).collect();
     let mut table = Table::new(
         "andrew",
@@ -524,13 +548,12 @@ fn report(tree: &Tree, runs: usize, results: &[Results; TARGETS.len()]) -> Repor
     );
     let notes = vec![
         format!(
-            "targets: local = a directory in {} (the local file system); nasd = `nasd mount` of a \
+            "targets: local = a directory in {local_fs}; nasd = `nasd mount` of a \
              one-drive cluster whose drive and manager keep their data there too; baseline = the \
              store-and-forward server (`nasd lab andrew-server`) keeping its files there, through \
              its FUSE client (`nasd lab andrew-mount`), names and attributes synced before each \
              reply and data at close (NFSv3); baseline-async = the same server never syncing. \
-             All mounts: FUSE, zero attribute TTL, 4 event-loop threads, loopback TCP.",
-            std::env::temp_dir().display()
+             All mounts: FUSE, zero attribute TTL, 4 event-loop threads, loopback TCP."
         ),
         "every pass is checked: the stat walk found every entry, the bytes read back are the bytes \
          written (one BLAKE3 digest), and the program built prints the generator's checksum; one \
