@@ -1,8 +1,9 @@
 //! `nasd lab andrew --quick --json` end to end: every phase of every target has a time, the
 //! program compiled on each target printed the checksum the generator expects, the bytes read
 //! back on each target are the bytes of the generated tree, the verdict row agrees with the
-//! ratio, and no mount of the run is left behind. It needs /dev/fuse, root (to mount), gcc
-//! and make; without them it says why and passes (skips).
+//! ratio, and no mount of the run is left behind; and a run whose compile fails unmounts and
+//! stops everything it started. It needs /dev/fuse, root (to mount), gcc and make; without
+//! them it says why and passes (skips).
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -10,6 +11,35 @@ use std::time::Instant;
 use nasd_lab::andrew::source::Tree;
 
 const NASD: &str = env!("CARGO_BIN_EXE_nasd");
+
+/// The tests compare the mounts and processes of every run before and after theirs: one run at
+/// a time.
+static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: nasd lab andrew mounts FUSE file systems (root and /dev/fuse)");
+        return false;
+    }
+    true
+}
+
+/// Processes whose command line names a work directory of `nasd lab andrew`.
+fn processes_of_andrew() -> Vec<u32> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains("nasd-lab-andrew-") {
+            v.push(pid);
+        }
+    }
+    v.sort_unstable();
+    v
+}
 
 fn mounts_of_andrew() -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
@@ -22,11 +52,10 @@ fn mounts_of_andrew() -> Vec<String> {
 
 #[test]
 fn every_phase_runs_on_every_target_and_builds_the_right_program() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: nasd lab andrew mounts FUSE file systems (root and /dev/fuse)");
+    if !can_mount() {
         return;
     }
+    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
     let before = mounts_of_andrew();
     let out = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
@@ -134,5 +163,58 @@ fn every_phase_runs_on_every_target_and_builds_the_right_program() {
         mounts_of_andrew(),
         before,
         "a mount of the run was left behind"
+    );
+}
+
+/// A `make` that answers `--version` (so the lab finds it) and fails every build: the first
+/// pass fails after the cluster, both servers and all three mounts are up, and the run must
+/// take them all down again.
+#[test]
+fn a_failed_run_unmounts_and_stops_everything_it_started() {
+    if !can_mount() {
+        return;
+    }
+    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    let (mounts, procs) = (mounts_of_andrew(), processes_of_andrew());
+    let bin = tempfile::tempdir().unwrap();
+    let make = bin.path().join("make");
+    std::fs::write(
+        &make,
+        "#!/bin/sh\n[ \"$1\" = --version ] && exit 0\necho 'make: the build is broken on purpose' >&2\nexit 2\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &make,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = Command::new(NASD)
+        .args(["lab", "andrew", "--quick"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() && stderr.contains("unavailable here") {
+        eprintln!("skipped: {stderr}");
+        return;
+    }
+    assert!(!o.status.success(), "the run passed with a broken make");
+    assert!(stderr.contains("broken on purpose"), "{stderr}");
+    // The first build is the warm-up, which runs once every mount is up.
+    assert!(stderr.contains("warm-up"), "{stderr}");
+    assert_eq!(
+        mounts_of_andrew(),
+        mounts,
+        "a mount of the failed run was left behind"
+    );
+    assert_eq!(
+        processes_of_andrew(),
+        procs,
+        "a process of the failed run was left running"
     );
 }

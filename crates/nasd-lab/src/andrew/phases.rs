@@ -214,7 +214,7 @@ fn run_in(dir: &Path, program: &Path, args: &[&str], timeout_ms: u64) -> Result<
             lines[lines.len().saturating_sub(20)..].join("\n")
         };
         return Err(LabError::Andrew(format!(
-            "{what} in {} exited {status}:\n{tail}",
+            "{what} in {} failed ({status}):\n{tail}",
             dir.display()
         )));
     }
