@@ -25,6 +25,7 @@
 //! # Layout
 //! - [`source`]: the generated tree and the output its program prints.
 //! - [`phases`]: the five phases on a directory, and their checks.
+//! - [`results`]: medians, ratios, the verdict and the report.
 //! - [`proto`]: the baseline server's protocol.
 //! - [`server`]: the baseline server (`nasd lab andrew-server`).
 //! - [`client`]: the baseline's FUSE client (`nasd lab andrew-mount`).
@@ -36,6 +37,7 @@ pub mod mount;
 pub mod ops;
 pub mod phases;
 pub mod proto;
+pub mod results;
 pub mod server;
 pub mod source;
 
@@ -43,14 +45,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nasd_cluster::{Cluster, Options};
-use serde_json::json;
 
 use crate::error::LabError;
-use crate::report::{fmt, Figure, Report, Series, Table};
+use crate::report::Report;
 use crate::scaling::net::{interrupted, Interrupts};
-use crate::stats::Summary;
 use mount::{Mounted, Server};
-use phases::{Pass, PHASES};
+use phases::Pass;
 use server::Durability;
 use source::Tree;
 
@@ -58,18 +58,6 @@ use source::Tree;
 const RUNS_FULL: usize = 5;
 const RUNS_QUICK: usize = 1;
 const RUNS_MAX: usize = 50;
-/// The claim: NASD's total within this fraction of the baseline's.
-const CLAIM_FRACTION: f64 = 0.10;
-
-/// Seed 002 Table 8, seconds per phase (mkdir, copy, stat, read, compile): NFSv3,
-/// NASD/NFS, AFS 3.4a, NASD/AFS.
-pub const SEED_TABLE8: [(&str, [f64; 5]); 4] = [
-    ("NFSv3", [2.0, 9.0, 6.0, 9.0, 33.0]),
-    ("NASD/NFS", [2.0, 9.0, 9.0, 10.0, 35.0]),
-    ("AFS 3.4a", [1.0, 6.0, 3.0, 5.0, 27.0]),
-    ("NASD/AFS", [1.0, 8.0, 3.0, 5.0, 29.0]),
-];
-
 /// How `nasd lab andrew` runs.
 #[derive(Debug, Clone)]
 pub struct AndrewOptions {
@@ -112,10 +100,10 @@ impl Target {
 
 /// One target's passes.
 #[derive(Clone, Debug, Default)]
-struct Results {
-    passes: Vec<Pass>,
+pub struct Results {
+    pub passes: Vec<Pass>,
     /// Microseconds per single operation ([`ops::OPS`]), once per run.
-    ops: Vec<[f64; 5]>,
+    pub ops: Vec<[f64; 5]>,
 }
 
 /// Whether the benchmark can run here: `None` if so, else what is missing.
@@ -199,7 +187,7 @@ pub fn run(o: &AndrewOptions) -> Result<Report, LabError> {
     drop(nasd);
     drop(cluster);
     let local_fs = format!("{} ({})", w.display(), fs_kind(w));
-    Ok(report(&tree, runs, &results, &local_fs))
+    Ok(results::report(&tree, runs, &results, &local_fs))
 }
 
 /// `nasd mount nasd:/ MOUNTPOINT` as the cluster's admin.
@@ -295,49 +283,6 @@ fn check(tree: &Tree, t: Target, p: &Pass) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Median seconds of phase `i` (5: the total) over a target's passes.
-fn summary(r: &Results, i: usize) -> Summary {
-    let v: Vec<f64> = r
-        .passes
-        .iter()
-        .map(|p| {
-            if i < 5 {
-                p.seconds[i]
-            } else {
-                p.seconds.iter().sum()
-            }
-        })
-        .collect();
-    Summary::of(&v).expect("at least one pass, no NaN")
-}
-
-/// The verdict on the seed's claim from the ratio of NASD's total to the baseline's.
-pub fn verdict(ratio: f64) -> (bool, String) {
-    let pct = (ratio - 1.0) * 100.0;
-    if (ratio - 1.0).abs() <= CLAIM_FRACTION + 1e-9 {
-        (
-            true,
-            format!(
-                "confirmed: NASD's total is within {:.0}% of the baseline's ({pct:+.1}%)",
-                CLAIM_FRACTION * 100.0
-            ),
-        )
-    } else if ratio > 1.0 {
-        (
-            false,
-            format!("refuted: NASD is {pct:.1}% slower than the baseline in total"),
-        )
-    } else {
-        (
-            false,
-            format!(
-                "refuted in NASD's favour: NASD is {:.1}% faster than the baseline in total",
-                -pct
-            ),
-        )
-    }
-}
-
 /// The kind of file system `p` is on, by `statfs`'s magic number (the ones a temporary
 /// directory is likely to be on; others by number).
 fn fs_kind(p: &Path) -> String {
@@ -358,236 +303,5 @@ fn fs_kind(p: &Path) -> String {
         0x9123_683e => "btrfs".into(),
         0x794c_7630 => "overlayfs".into(),
         n => format!("file system type {n:#x}"),
-    }
-}
-
-fn report(tree: &Tree, runs: usize, results: &[Results; TARGETS.len()], local_fs: &str) -> Report {
-    let names: Vec<&str> = PHASES.iter().copied().chain(["total"]).collect();
-    let mut table = Table::new(
-        "andrew",
-        &format!(
-            "Andrew-style benchmark (seed 002 §4.2, Table 8): seconds per phase, median of {runs} run(s); \
-             {} files, {} bytes",
-            tree.files.len(),
-            tree.bytes()
-        ),
-        &[
-            "phase",
-            "local s",
-            "nasd s",
-            "baseline s",
-            "baseline-async s",
-            "nasd/baseline",
-            "seed NASD/NFS : NFSv3",
-            "seed NASD/AFS : AFS",
-        ],
-    );
-    let mut rows = Table::new("andrew-runs", "", &[]);
-    for (t, r) in TARGETS.iter().zip(results) {
-        for (i, phase) in names.iter().enumerate() {
-            let s = summary(r, i);
-            let each: Vec<f64> = r
-                .passes
-                .iter()
-                .map(|p| {
-                    if i < 5 {
-                        p.seconds[i]
-                    } else {
-                        p.seconds.iter().sum()
-                    }
-                })
-                .collect();
-            rows.json.push(json!({
-                "table": "andrew",
-                "phase": phase,
-                "target": t.name(),
-                "seconds": s.median,
-                "seconds_min": s.min,
-                "seconds_max": s.max,
-                "seconds_runs": each,
-                "runs": s.runs,
-            }));
-        }
-    }
-    let mut figure = Figure {
-        stem: "andrew".into(),
-        title:
-            "Andrew-style benchmark: seconds per phase (1 mkdir, 2 copy, 3 stat, 4 read, 5 compile)"
-                .into(),
-        x_label: "phase".into(),
-        y_label: "seconds".into(),
-        log_y: false,
-        y_max: None,
-        series: TARGETS
-            .iter()
-            .map(|t| Series {
-                name: t.name().into(),
-                points: vec![],
-            })
-            .collect(),
-    };
-    let seed_ratio = |a: usize, b: usize, i: usize| -> f64 {
-        let sum = |k: usize| -> f64 {
-            if i < 5 {
-                SEED_TABLE8[k].1[i]
-            } else {
-                SEED_TABLE8[k].1.iter().sum()
-            }
-        };
-        sum(a) / sum(b)
-    };
-    let mut total_ratio = 1.0;
-    for (i, phase) in names.iter().enumerate() {
-        let m: Vec<f64> = results.iter().map(|r| summary(r, i).median).collect();
-        let ratio = m[1] / m[2];
-        if i == 5 {
-            total_ratio = ratio;
-        } else {
-            for (s, v) in figure.series.iter_mut().zip(&m) {
-                s.points.push(((i + 1) as f64, *v));
-            }
-        }
-        let (nfs, afs) = (seed_ratio(1, 0, i), seed_ratio(3, 2, i));
-        table.push(
-            vec![
-                (*phase).to_string(),
-                fmt(m[0], 3),
-                fmt(m[1], 3),
-                fmt(m[2], 3),
-                fmt(m[3], 3),
-                fmt(ratio, 2),
-                fmt(nfs, 2),
-                fmt(afs, 2),
-            ],
-            json!({
-                "table": "ratio",
-                "phase": phase,
-                "local_s": m[0],
-                "nasd_s": m[1],
-                "baseline_s": m[2],
-                "baseline_async_s": m[3],
-                "nasd_over_baseline": ratio,
-                "seed_nasd_nfs_over_nfsv3": nfs,
-                "seed_nasd_afs_over_afs": afs,
-            }),
-        );
-    }
-    let mut checks = Table::new("andrew-checks", "", &[]);
-    for (t, r) in TARGETS.iter().zip(results) {
-        for (run, p) in r.passes.iter().enumerate() {
-            checks.json.push(json!({
-                "table": "check",
-                "target": t.name(),
-                "run": run,
-                "entries_stat": p.entries_stat,
-                "files_read": p.files_read,
-                "bytes_read": p.bytes_read,
-                "read_digest": p.read_digest,
-                "program_output": p.program_output,
-            }));
-        }
-    }
-    let mut op_table = Table::new(
-        "andrew-ops",
-        "Single operations, microseconds (median over runs)",
-        &[
-            "operation",
-            "local us",
-            "nasd us",
-            "baseline us",
-            "baseline-async us",
-            "nasd/baseline",
-        ],
-    );
-    for (k, op) in ops::OPS.iter().enumerate() {
-        let m: Vec<f64> = results
-            .iter()
-            .map(|r| {
-                let v: Vec<f64> = r.ops.iter().map(|o| o[k]).collect();
-                Summary::of(&v).expect("one run at least").median
-            })
-            .collect();
-        op_table.push(
-            vec![
-                (*op).to_string(),
-                fmt(m[0], 1),
-                fmt(m[1], 1),
-                fmt(m[2], 1),
-                fmt(m[3], 1),
-                fmt(m[1] / m[2], 2),
-            ],
-            json!({
-                "table": "ops",
-                "op": op,
-                "local_us": m[0],
-                "nasd_us": m[1],
-                "baseline_us": m[2],
-                "baseline_async_us": m[3],
-            }),
-        );
-    }
-    let (holds, text) = verdict(total_ratio);
-    let mut v = Table::new(
-        "andrew-verdict",
-        "The seed's claim: NASD within about 10% of the server-attached case",
-        &["claim", "nasd/baseline total", "verdict"],
-    );
-    v.push(
-        vec![
-            "NASD within 10% of the baseline".into(),
-            fmt(total_ratio, 3),
-            text.clone(),
-        ],
-        json!({
-            "table": "verdict",
-            "claim": "within_10pct",
-            "nasd_over_baseline": total_ratio,
-            "holds": holds,
-            "verdict": text,
-        }),
-    );
-    let notes = vec![
-        format!(
-            "targets: local = a directory in {local_fs}; nasd = `nasd mount` of a \
-             one-drive cluster whose drive and manager keep their data there too; baseline = the \
-             store-and-forward server (`nasd lab andrew-server`) keeping its files there, through \
-             its FUSE client (`nasd lab andrew-mount`), names and attributes synced before each \
-             reply and data at close (NFSv3); baseline-async = the same server never syncing. \
-             All mounts: FUSE, zero attribute TTL, 4 event-loop threads, loopback TCP."
-        ),
-        "every pass is checked: the stat walk found every entry, the bytes read back are the bytes \
-         written (one BLAKE3 digest), and the program built prints the generator's checksum; one \
-         untimed warm-up pass on the local target precedes the runs."
-            .into(),
-        "the seed's ratios are its Table 8's NASD/NFS over NFSv3 and NASD/AFS over AFS 3.4a."
-            .into(),
-    ];
-    Report {
-        experiment: "andrew".into(),
-        tables: vec![table, op_table, rows, checks, v],
-        figures: vec![figure],
-        notes,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_verdict_reads_the_total_ratio() {
-        assert!(verdict(1.05).0);
-        assert!(verdict(0.95).0);
-        assert!(verdict(1.10).0);
-        let (holds, text) = verdict(1.3);
-        assert!(!holds && text.contains("30.0% slower"), "{text}");
-        let (holds, text) = verdict(0.5);
-        assert!(!holds && text.contains("50.0% faster"), "{text}");
-    }
-
-    #[test]
-    fn the_seed_table_totals_are_its_own() {
-        let totals: Vec<f64> = SEED_TABLE8.iter().map(|(_, v)| v.iter().sum()).collect();
-        assert_eq!(totals, vec![59.0, 65.0, 42.0, 46.0]);
     }
 }
