@@ -106,6 +106,38 @@ pub struct Results {
     pub ops: Vec<[f64; 5]>,
 }
 
+/// Work directories are `TMP/nasd-lab-andrew-PID-XXXXXX`: the pid of the lab that made it.
+const WORK_PREFIX: &str = "nasd-lab-andrew-";
+
+/// A lab killed outright (SIGKILL) leaves its work directory and its cluster running (its
+/// mounts and baseline servers end with it: they get SIGTERM when it dies). Stops the clusters
+/// of work directories whose lab is gone, and removes those directories.
+fn remove_abandoned_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(WORK_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if nasd_cluster::process::alive(pid) {
+            continue;
+        }
+        let cluster = e.path().join("cluster");
+        if nasd_cluster::Cluster::is_initialized(&cluster) {
+            let _ = nasd_cluster::down(&cluster, |_, _| {});
+        }
+        if !mount::mounts_under(&e.path()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// Whether the benchmark can run here: `None` if so, else what is missing.
 fn unavailable() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {
@@ -131,8 +163,9 @@ pub fn run(o: &AndrewOptions) -> Result<Report, LabError> {
         return Err(LabError::Unavailable(why));
     }
     let _signals = Interrupts::install();
+    remove_abandoned_runs();
     let work = tempfile::Builder::new()
-        .prefix("nasd-lab-andrew-")
+        .prefix(&format!("{WORK_PREFIX}{}-", std::process::id()))
         .tempdir()
         .map_err(|source| LabError::Output {
             path: std::env::temp_dir(),

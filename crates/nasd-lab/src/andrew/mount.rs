@@ -28,14 +28,38 @@ pub fn is_mounted(dir: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(d))
 }
 
+/// Whether anything is mounted at or under `dir`.
+pub fn mounts_under(dir: &Path) -> bool {
+    let Some(d) = dir.to_str() else {
+        return true;
+    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| m == d || m.starts_with(&format!("{d}/")))
+}
+
 fn log_tail(log: &Path) -> String {
     let s = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// Spawns `cmd` with its output to `log`.
+/// Spawns `cmd` with its output to `log`. The child gets SIGTERM if the lab dies without
+/// running its guards (SIGKILL): a mount then unmounts itself and a server ends, instead of
+/// outliving the run.
 fn spawn(mut cmd: Command, log: &Path, what: &str) -> Result<Child, LabError> {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let f = std::fs::File::create(log)
         .map_err(|e| LabError::Andrew(format!("{}: {e}", log.display())))?;
     let f2 = f
