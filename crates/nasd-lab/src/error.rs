@@ -89,6 +89,12 @@ pub enum LabError {
     /// The SAD server failed or could not be reached.
     #[error("the SAD server: {0}")]
     Sad(String),
+    /// A phase of the Andrew-style benchmark failed, or saw something else than the tree.
+    #[error("{0}")]
+    Andrew(String),
+    /// The Andrew benchmark's baseline file server or its mount failed.
+    #[error("the baseline server: {0}")]
+    Baseline(String),
     /// SIGINT or SIGTERM arrived; the run stopped and cleaned up.
     #[error("interrupted")]
     Interrupted,

@@ -2,7 +2,8 @@
 //! code: the cryptographic cost tables of seed 001 (Tables 1-4, Fig 11), the compression-call cost
 //! model of seed 000 §3.4 (Figs 5-7), the queueing simulation of an under-provisioned digest
 //! unit of seed 000 §5 (Figs 11-17), seed 004's RAID experiments on nasd-ec (Figs 5-11), and seed 002 §4's scaling of NASD
-//! against a server-attached disk on a local cluster. Each experiment returns a [`report::Report`]: tables to print
+//! against a server-attached disk on a local cluster, and its Andrew benchmark (Table 8)
+//! through nasd's FUSE mount against a store-and-forward file server. Each experiment returns a [`report::Report`]: tables to print
 //! (or emit as JSON lines) and figures to write as CSV and SVG. `docs/lab.md` documents every
 //! experiment and the command that reproduces it.
 //!
@@ -18,9 +19,12 @@
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
 //! - [`sim`]: the discrete-event simulation of seed 000 §5 and its experiment.
 //! - [`raid`]: the `raid` experiment (seed 004 Figs 5-11 on nasd-ec's codes).
+//! - [`andrew`]: the `andrew` experiment (seed 002 §4.2 Table 8: the Andrew benchmark's
+//!   phases on a local directory, nasd's mount and a store-and-forward server's mount).
 //! - [`scaling`]: the `scaling` experiment (seed 002 §4: NASD against a server-attached disk
 //!   as client/drive pairs grow, in network namespaces with rate-capped links).
 
+pub mod andrew;
 pub mod counted;
 pub mod crypto;
 pub mod error;

@@ -164,10 +164,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// All tables and notes as text.
+    /// All tables and notes as text. A table without text rows only feeds `--json`.
     pub fn render_text(&self) -> String {
         let mut out = String::new();
-        for t in &self.tables {
+        for t in self.tables.iter().filter(|t| !t.rows.is_empty()) {
             out.push_str(&t.render());
             out.push('\n');
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sim|raid|scaling [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sim|raid|scaling|andrew [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -29,6 +29,16 @@ pub enum Experiment {
     /// The store-and-forward server of `lab scaling` (started by it, in its namespace).
     #[command(hide = true)]
     SadServer(SadServerArgs),
+    /// Seed 002 §4.2 Table 8: the Andrew benchmark's phases (mkdir, copy, stat, read,
+    /// compile) on a local directory, through `nasd mount`, and through a store-and-forward
+    /// file server's FUSE mount (needs /dev/fuse, gcc and make).
+    Andrew(AndrewArgs),
+    /// The store-and-forward file server of `lab andrew` (started by it).
+    #[command(hide = true)]
+    AndrewServer(AndrewServerArgs),
+    /// The FUSE client of `lab andrew`'s file server (started by it).
+    #[command(hide = true)]
+    AndrewMount(AndrewMountArgs),
 }
 
 /// Flags every experiment takes.
@@ -78,6 +88,40 @@ pub struct ScalingArgs {
     pub runs: Option<usize>,
 }
 
+/// Flags of `nasd lab andrew`.
+#[derive(clap::Args, Debug)]
+pub struct AndrewArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Runs per target (default 5; with --quick 1).
+    #[arg(long)]
+    pub runs: Option<usize>,
+}
+
+/// Flags of `nasd lab andrew-server`.
+#[derive(clap::Args, Debug)]
+pub struct AndrewServerArgs {
+    /// Address to serve on.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// The directory whose files it serves.
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// Never sync (default: names and attributes before each reply, data at close).
+    #[arg(long = "async")]
+    pub no_sync: bool,
+}
+
+/// Flags of `nasd lab andrew-mount`.
+#[derive(clap::Args, Debug)]
+pub struct AndrewMountArgs {
+    /// The server's address.
+    #[arg(long, value_name = "ADDR")]
+    pub server: std::net::SocketAddr,
+    /// Where to mount it.
+    pub mountpoint: PathBuf,
+}
+
 /// Flags of `nasd lab sad-server`.
 #[derive(clap::Args, Debug)]
 pub struct SadServerArgs {
@@ -96,6 +140,9 @@ pub struct SadServerArgs {
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let (common, report) = match &args.experiment {
         Experiment::SadServer(a) => return sad_server(a),
+        Experiment::AndrewServer(a) => return andrew_server(a),
+        Experiment::AndrewMount(a) => return andrew_mount(a),
+        Experiment::Andrew(a) => (&a.common, andrew(a)?),
         Experiment::Scaling(a) => (&a.common, scaling(a)?),
         Experiment::Crypto(c) => (c, nasd_lab::crypto::run(&options(c)).context("lab crypto")?),
         Experiment::Model(c) => (
@@ -142,6 +189,52 @@ fn scaling(a: &ScalingArgs) -> anyhow::Result<nasd_lab::Report> {
         runs: a.runs,
     };
     nasd_lab::scaling::run(&o).context("lab scaling")
+}
+
+fn andrew(a: &AndrewArgs) -> anyhow::Result<nasd_lab::Report> {
+    let o = nasd_lab::andrew::AndrewOptions {
+        quick: a.common.quick,
+        seed: a.common.seed,
+        nasd_bin: std::env::current_exe().context("finding the nasd executable")?,
+        runs: a.runs,
+    };
+    nasd_lab::andrew::run(&o).context("lab andrew")
+}
+
+fn andrew_server(a: &AndrewServerArgs) -> anyhow::Result<()> {
+    use nasd_lab::andrew::server::Durability;
+    let d = if a.no_sync {
+        Durability::Async
+    } else {
+        Durability::Stable
+    };
+    nasd_lab::andrew::server::serve(&a.listen, &a.root, d, |addr| {
+        outln!("nasd andrew baseline server listening on {addr}")
+    })?;
+    Ok(())
+}
+
+/// Serves the baseline mount until it is unmounted; SIGINT or SIGTERM unmounts first, as
+/// `nasd mount` does, so the mount point is never left dead.
+fn andrew_mount(a: &AndrewMountArgs) -> anyhow::Result<()> {
+    let rt = crate::runtime()?;
+    let stop = a.mountpoint.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        if let Err(e) = nasd_fuse::unmount(&stop) {
+            eprintln!("nasd: unmounting {}: {e}", stop.display());
+        }
+    });
+    nasd_lab::andrew::client::serve(a.server, &a.mountpoint)?;
+    drop(rt);
+    Ok(())
 }
 
 fn sad_server(a: &SadServerArgs) -> anyhow::Result<()> {
