@@ -53,6 +53,9 @@ pub enum BenchCmd {
     Cluster(crate::bench_cluster::BenchClusterArgs),
     /// Erasure-code encode/decode throughput per kernel, layout and shard size.
     Ec(crate::bench_ec::BenchEcArgs),
+    /// PUT/GET of 64 MiB and 4 KiB objects through the S3 gateway, N clients, beside the
+    /// same through the client library.
+    S3(crate::bench_s3::BenchS3Args),
 }
 
 #[derive(Args, Debug)]
@@ -170,6 +173,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Drive(a) => a,
         BenchCmd::Cluster(a) => return crate::bench_cluster::bench_cluster(a),
         BenchCmd::Ec(a) => return crate::bench_ec::run(a),
+        BenchCmd::S3(a) => return crate::bench_s3::run(a),
     };
     let cpus = allowed_cpus();
     if a.shared_cores || cpus.len() < 2 {

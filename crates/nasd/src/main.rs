@@ -48,6 +48,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 mod bench;
 mod bench_cluster;
 mod bench_ec;
+mod bench_s3;
 mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
