@@ -700,6 +700,43 @@ impl Client {
         }
     }
 
+    /// The first read of a stream of reads that must all come from one version of `path`:
+    /// `len` bytes at `offset`, read as [`Client::read_at`] reads (a refused cached grant is
+    /// replaced by a fresh one), and the grant they came from, for [`Client::read_pinned`].
+    pub async fn read_first(
+        &self,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Vec<u8>, Arc<OpenFile>), FsError> {
+        let (r, o) = self
+            .with_file(path, false, |io| async move { io.read(offset, len).await })
+            .await?;
+        Ok((r.data, o))
+    }
+
+    /// Reads `len` bytes at `offset` with grant `o` only: if the file was replaced since,
+    /// the read fails (its objects are gone) instead of reading the new version, so a
+    /// stream of reads never mixes two versions of a file.
+    pub async fn read_pinned(
+        &self,
+        o: &Arc<OpenFile>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, FsError> {
+        let damaged: Arc<std::sync::Mutex<Vec<Damage>>> = Default::default();
+        let hook: DamageHook = {
+            let d = damaged.clone();
+            Arc::new(move |x| d.lock().expect("damage lock").push(x))
+        };
+        let io = self.stack_with(o, 0, Some(hook))?;
+        let (checked, r) = tokio::join!(self.check_owners(o), io.read(offset, len));
+        checked?;
+        let r = r.map_err(|e| io_err(&o.path, e))?;
+        self.report_damage(&o.path, &damaged).await;
+        Ok(r.data)
+    }
+
     /// Creates a new file (`Exists` if the name is taken; [`Client::begin_upload`] replaces);
     /// one manager round trip that returns the layout and write capabilities.
     pub async fn create(&self, path: &str, mode: u32) -> Result<Arc<OpenFile>, FsError> {

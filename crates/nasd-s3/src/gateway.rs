@@ -314,7 +314,10 @@ impl Gateway {
             return Ok(StreamingBlob::from(s3s::Body::from(Bytes::from(d))));
         }
         let piece = stream::piece_of(c, path).await.map_err(status_err)?;
-        let s = stream::pieces(c.clone(), path.to_string(), start, end, piece).map(|r| {
+        let s = stream::pieces(c.clone(), path.to_string(), start, end, piece)
+            .await
+            .map_err(status_err)?;
+        let s = s.map(|r| {
             r.map(Bytes::from).map_err(|e| {
                 tracing::warn!("{e}");
                 std::io::Error::other(e.to_string())

@@ -271,23 +271,9 @@ impl Gateway {
         let mut w = stream::Writer::new(c.clone(), u, Digests::new(info.algorithm.as_deref()))
             .await
             .map_err(status_err)?;
-        let piece = stream::piece_of(&c, &src).await.map_err(status_err)?;
-        let mut pieces = std::pin::pin!(stream::pieces(
-            c.clone(),
-            src,
-            range.start,
-            range.end,
-            piece
-        ));
-        while let Some(p) = pieces.next().await {
-            let r = match p {
-                Ok(d) => w.write(&d).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = r {
-                w.abort().await;
-                return Err(status_err(e));
-            }
+        if let Err(e) = stream::copy_range(&c, &src, range.start, range.end, &mut w).await {
+            w.abort().await;
+            return Err(status_err(e));
         }
         let done = w.finish().await.map_err(status_err)?;
         let m = ObjectMeta {
@@ -394,23 +380,9 @@ impl Gateway {
         for (n, _) in &asked {
             let path = format!("{dir}/{}", part_name(*n));
             let size = have[n].0;
-            let piece = match stream::piece_of(&c, &path).await {
-                Ok(p) => p,
-                Err(e) => {
-                    w.abort().await;
-                    return Err(status_err(e));
-                }
-            };
-            let mut pieces = std::pin::pin!(stream::pieces(c.clone(), path, 0, size, piece));
-            while let Some(p) = pieces.next().await {
-                let r = match p {
-                    Ok(d) => w.write(&d).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = r {
-                    w.abort().await;
-                    return Err(status_err(e));
-                }
+            if let Err(e) = stream::copy_range(&c, &path, 0, size, &mut w).await {
+                w.abort().await;
+                return Err(status_err(e));
             }
         }
         let done = w.finish().await.map_err(status_err)?;

@@ -6,7 +6,6 @@
 use crate::gateway::*;
 use crate::list;
 use crate::meta::ObjectMeta;
-use futures_util::StreamExt;
 use nasd_proto::manager::{FileKind, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
@@ -392,25 +391,9 @@ impl S3 for Gateway {
                 crate::digest::Digests::new(algorithms),
             )
             .await?;
-        let piece = crate::stream::piece_of(&c, &src)
-            .await
-            .map_err(status_err)?;
-        let mut pieces = std::pin::pin!(crate::stream::pieces(
-            c.clone(),
-            src.clone(),
-            0,
-            st.size,
-            piece
-        ));
-        while let Some(p) = pieces.next().await {
-            let r = match p {
-                Ok(d) => w.write(&d).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = r {
-                w.abort().await;
-                return Err(status_err(e));
-            }
+        if let Err(e) = crate::stream::copy_range(&c, &src, 0, st.size, &mut w).await {
+            w.abort().await;
+            return Err(status_err(e));
         }
         let done = w.finish().await.map_err(status_err)?;
         m.etag = Some(hex::encode(done.md5));

@@ -117,32 +117,57 @@ async fn join_one(set: &mut tokio::task::JoinSet<Result<(), FsError>>) -> Result
 }
 
 /// `[start, end)` of `path` as an ordered stream of pieces of at most `piece` bytes, with up
-/// to [`PIECES_IN_FLIGHT`] being read ahead. A piece that comes back short (the file shrank
-/// under the reader) ends the stream with an error.
-pub fn pieces(
+/// to [`PIECES_IN_FLIGHT`] being read ahead, all from one version of the file: the first
+/// piece is read before the stream is made (so a missing file is an error the caller can
+/// still answer), the others with its grant ([`Client::read_pinned`]), so an object replaced
+/// mid-stream ends the stream with an error instead of mixing versions. A piece that comes
+/// back short (the file shrank) is an error too.
+pub async fn pieces(
     client: Arc<Client>,
     path: String,
     start: u64,
     end: u64,
     piece: u64,
-) -> impl Stream<Item = Result<Vec<u8>, FsError>> + Send {
+) -> Result<impl Stream<Item = Result<Vec<u8>, FsError>> + Send, FsError> {
     let piece = piece.max(1);
-    let offsets = (start..end).step_by(piece as usize);
-    stream::iter(offsets)
+    let short = |p: &str| FsError::Usage(format!("{p}: the object changed while it was read"));
+    let first_len = piece.min(end.saturating_sub(start));
+    let (first, grant) = client.read_first(&path, start, first_len).await?;
+    if first.len() as u64 != first_len {
+        return Err(short(&path));
+    }
+    let offsets = (start + first_len..end).step_by(piece as usize);
+    let rest = stream::iter(offsets)
         .map(move |off| {
-            let (c, p) = (client.clone(), path.clone());
+            let (c, p, g) = (client.clone(), path.clone(), grant.clone());
             async move {
                 let len = piece.min(end - off);
-                let d = c.read_at(&p, off, len).await?;
+                let d = c.read_pinned(&g, off, len).await?;
                 if d.len() as u64 != len {
-                    return Err(FsError::Usage(format!(
-                        "{p}: the object changed while it was read"
-                    )));
+                    return Err(short(&p));
                 }
                 Ok(d)
             }
         })
-        .buffered(PIECES_IN_FLIGHT)
+        .buffered(PIECES_IN_FLIGHT);
+    Ok(stream::once(async move { Ok(first) }).chain(rest))
+}
+
+/// Writes `[start, end)` of `path` (one version of it) into `w`.
+pub async fn copy_range(
+    client: &Arc<Client>,
+    path: &str,
+    start: u64,
+    end: u64,
+    w: &mut Writer,
+) -> Result<(), FsError> {
+    let piece = piece_of(client, path).await?;
+    let s = pieces(client.clone(), path.to_string(), start, end, piece).await?;
+    let mut s = std::pin::pin!(s);
+    while let Some(p) = s.next().await {
+        w.write(&p?).await?;
+    }
+    Ok(())
 }
 
 /// The transfer piece of `path` (its layout's natural request size).

@@ -57,6 +57,7 @@ pub struct BenchS3Args {
 /// SigV4 (AWS's "Signature Version 4" for S3, header form) of one request: the
 /// `Authorization` header for `method` `path` (already URI-encoded, no query) with the
 /// given host and time, payload unsigned.
+#[allow(clippy::too_many_arguments)] // the parts of the canonical request
 fn authorization(
     key_id: &str,
     secret: &str,
@@ -74,7 +75,11 @@ fn authorization(
         ("x-amz-content-sha256".into(), payload_hash.into()),
         ("x-amz-date".into(), amz_date.into()),
     ];
-    headers.extend(extra.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())));
+    headers.extend(
+        extra
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())),
+    );
     headers.sort();
     let canonical_headers: String = headers.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
     let signed: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
@@ -207,7 +212,11 @@ struct Cell {
 
 pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
     let quick = a.quick;
-    let large = if quick { LARGE_BYTES_QUICK } else { LARGE_BYTES };
+    let large = if quick {
+        LARGE_BYTES_QUICK
+    } else {
+        LARGE_BYTES
+    };
     let rounds = if quick { ROUNDS_QUICK } else { ROUNDS };
     let duration = a
         .duration
@@ -291,8 +300,7 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
                     let mut written = vec![];
                     for op in [Op::Put, Op::Get] {
                         let (counts, secs) = run_cell(
-                            path, op, size, round, per_round, &data, &mut conns, &clients,
-                            &written,
+                            path, op, size, round, per_round, &data, &mut conns, &clients, &written,
                         )
                         .await?;
                         let ops: u64 = counts.iter().sum();
@@ -463,7 +471,9 @@ mod tests {
             &[("range", "bytes=0-9")],
         );
         assert!(
-            a.ends_with("Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"),
+            a.ends_with(
+                "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+            ),
             "{a}"
         );
         assert!(a.contains("SignedHeaders=host;range;x-amz-content-sha256;x-amz-date"));
