@@ -7,8 +7,8 @@ use crate::inodes::{join, Inodes};
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nasd_client::files::{Client, FsError};
 use nasd_client::handle::{FileHandle, OpenOptions};
@@ -65,6 +65,31 @@ pub struct NasdFs {
 }
 
 /// The errno a failed client call means to a program.
+/// `name` when it is a `user.` extended attribute (the only namespace the manager keeps).
+fn user_xattr(name: &OsStr) -> Option<&str> {
+    name.to_str().filter(|n| n.starts_with("user."))
+}
+
+/// Answers a get or list of extended attributes: the size when asked for it (`size` 0), the
+/// bytes when they fit, `ERANGE` otherwise.
+fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() <= size as usize {
+        reply.data(value);
+    } else {
+        reply.error(Errno::ERANGE);
+    }
+}
+
+/// An extended attribute refused for its size or name is `E2BIG`/`ERANGE` to the caller.
+fn xattr_errno(e: &FsError) -> Errno {
+    match e.status() {
+        Some(MgrStatus::InvalidArgument) => Errno::E2BIG,
+        _ => errno_of(e),
+    }
+}
+
 pub fn errno_of(e: &FsError) -> Errno {
     let Some(s) = e.status() else {
         return match e.drive_status() {
@@ -417,6 +442,94 @@ impl Filesystem for NasdFs {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(name) = user_xattr(name) else {
+            // Only `user.` attributes are kept; asking for another (the kernel asks for
+            // `security.capability` before writes) costs no round trip.
+            return reply.error(Errno::ENODATA);
+        };
+        let r = self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.client.getxattrs(&p))
+                .map_err(|e| errno_of(&e))
+        });
+        match r {
+            Ok((_, x)) => match x.into_iter().find(|a| a.name == name) {
+                Some(a) => xattr_reply(reply, size, &a.value),
+                None => reply.error(Errno::ENODATA),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.client.getxattrs(&p))
+                .map_err(|e| errno_of(&e))
+        });
+        match r {
+            Ok((_, x)) => {
+                let mut names = vec![];
+                for a in x {
+                    names.extend_from_slice(a.name.as_bytes());
+                    names.push(0);
+                }
+                xattr_reply(reply, size, &names)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let Some(name) = user_xattr(name) else {
+            return reply.error(Errno::ENOTSUP);
+        };
+        let r = self.path(ino).and_then(|p| {
+            self.rt.block_on(async {
+                if flags & (libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+                    let (_, x) = self.client.getxattrs(&p).await.map_err(|e| errno_of(&e))?;
+                    let has = x.iter().any(|a| a.name == name);
+                    if flags & libc::XATTR_CREATE != 0 && has {
+                        return Err(Errno::EEXIST);
+                    }
+                    if flags & libc::XATTR_REPLACE != 0 && !has {
+                        return Err(Errno::ENODATA);
+                    }
+                }
+                self.client
+                    .setxattr(&p, name, Some(value))
+                    .await
+                    .map_err(|e| xattr_errno(&e))
+            })
+        });
+        answer(reply, r)
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = user_xattr(name) else {
+            return reply.error(Errno::ENODATA);
+        };
+        let r = self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.client.setxattr(&p, name, None))
+                .map_err(|e| match e.status() {
+                    Some(MgrStatus::NoSuchPath) => Errno::ENODATA,
+                    _ => xattr_errno(&e),
+                })
+        });
+        answer(reply, r)
     }
 
     fn mkdir(

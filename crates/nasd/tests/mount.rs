@@ -284,3 +284,103 @@ fn the_mount_behaves_as_posix_and_as_the_cluster() {
     let denied = std::fs::read(bob.dir.join("shared")).unwrap_err();
     assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
 }
+
+/// `setxattr(2)` and friends on a path, as `Result`s of errno.
+mod xattr {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    fn c(p: &Path) -> CString {
+        CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    fn errno<T: PartialOrd + Default>(r: T) -> Result<T, i32> {
+        if r < T::default() {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+        } else {
+            Ok(r)
+        }
+    }
+
+    pub fn set(p: &Path, name: &str, value: &[u8], flags: i32) -> Result<(), i32> {
+        let n = CString::new(name).unwrap();
+        // SAFETY: valid C strings and a buffer of the given length.
+        errno(unsafe {
+            libc::setxattr(c(p).as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags)
+        })
+        .map(|_| ())
+    }
+
+    pub fn get(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+        let n = CString::new(name).unwrap();
+        let mut buf = vec![0u8; 65536];
+        // SAFETY: valid C strings and a buffer of the given length.
+        let len = errno(unsafe {
+            libc::getxattr(c(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        })?;
+        buf.truncate(len as usize);
+        Ok(buf)
+    }
+
+    pub fn list(p: &Path) -> Result<Vec<String>, i32> {
+        let mut buf = vec![0u8; 65536];
+        // SAFETY: a valid C string and a buffer of the given length.
+        let len =
+            errno(unsafe { libc::listxattr(c(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
+        Ok(buf[..len as usize]
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8(s.to_vec()).unwrap())
+            .collect())
+    }
+
+    pub fn remove(p: &Path, name: &str) -> Result<(), i32> {
+        let n = CString::new(name).unwrap();
+        // SAFETY: valid C strings.
+        errno(unsafe { libc::removexattr(c(p).as_ptr(), n.as_ptr()) }).map(|_| ())
+    }
+}
+
+#[test]
+fn extended_attributes_through_the_mount_are_the_namespaces() {
+    if !can_mount() {
+        return;
+    }
+    let up = Up::start(2);
+    let m = Mounted::start(&up, "nasd:/", &up.dir.path().join("m"), &[]);
+    let f = m.dir.join("f");
+    std::fs::write(&f, b"data").unwrap();
+    assert_eq!(xattr::get(&f, "user.colour"), Err(libc::ENODATA));
+    xattr::set(&f, "user.colour", b"blue", 0).unwrap();
+    xattr::set(&f, "user.empty", b"", 0).unwrap();
+    assert_eq!(xattr::get(&f, "user.colour").unwrap(), b"blue");
+    assert_eq!(xattr::get(&f, "user.empty").unwrap(), b"");
+    assert_eq!(
+        xattr::list(&f).unwrap(),
+        vec!["user.colour".to_string(), "user.empty".to_string()]
+    );
+    assert_eq!(
+        xattr::set(&f, "user.colour", b"red", libc::XATTR_CREATE),
+        Err(libc::EEXIST)
+    );
+    assert_eq!(
+        xattr::set(&f, "user.none", b"x", libc::XATTR_REPLACE),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        xattr::set(&f, "trusted.x", b"x", 0),
+        Err(libc::ENOTSUP),
+        "only user. attributes"
+    );
+    assert_eq!(
+        xattr::set(&f, "user.big", &vec![7u8; 70 << 10], 0),
+        Err(libc::E2BIG)
+    );
+    // Writing the file keeps its attributes; removing one removes it.
+    std::fs::write(&f, b"new data").unwrap();
+    assert_eq!(xattr::get(&f, "user.colour").unwrap(), b"blue");
+    xattr::remove(&f, "user.colour").unwrap();
+    assert_eq!(xattr::remove(&f, "user.colour"), Err(libc::ENODATA));
+    assert_eq!(xattr::list(&f).unwrap(), vec!["user.empty".to_string()]);
+}
