@@ -307,7 +307,13 @@ mod xattr {
         let n = CString::new(name).unwrap();
         // SAFETY: valid C strings and a buffer of the given length.
         errno(unsafe {
-            libc::setxattr(c(p).as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags)
+            libc::setxattr(
+                c(p).as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
         })
         .map(|_| ())
     }
@@ -317,7 +323,12 @@ mod xattr {
         let mut buf = vec![0u8; 65536];
         // SAFETY: valid C strings and a buffer of the given length.
         let len = errno(unsafe {
-            libc::getxattr(c(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            libc::getxattr(
+                c(p).as_ptr(),
+                n.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
         })?;
         buf.truncate(len as usize);
         Ok(buf)
