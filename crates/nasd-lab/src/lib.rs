@@ -1,8 +1,8 @@
 //! nasd-lab reruns the quantitative claims of the seeds on today's hardware and on nasd's own
 //! code: the cryptographic cost tables of seed 001 (Tables 1-4, Fig 11), the compression-call cost
 //! model of seed 000 §3.4 (Figs 5-7), the queueing simulation of an under-provisioned digest
-//! unit of seed 000 §5 (Figs 11-17), seed 004's RAID experiments on nasd-ec (Figs 5-11), and seed 002 §4's scaling of NASD
-//! against a server-attached disk on a local cluster. Each experiment returns a [`report::Report`]: tables to print
+//! unit of seed 000 §5 (Figs 11-17), seed 004's RAID experiments on nasd-ec (Figs 5-11), seed 002 §4's scaling of NASD
+//! against a server-attached disk on a local cluster, and seed 002 §4.6's informed prefetching. Each experiment returns a [`report::Report`]: tables to print
 //! (or emit as JSON lines) and figures to write as CSV and SVG. `docs/lab.md` documents every
 //! experiment and the command that reproduces it.
 //!
@@ -18,6 +18,8 @@
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
 //! - [`sim`]: the discrete-event simulation of seed 000 §5 and its experiment.
 //! - [`raid`]: the `raid` experiment (seed 004 Figs 5-11 on nasd-ec's codes).
+//! - [`prefetch`]: the `prefetch` experiment (seed 002 §4.6: planar slices through a 64 MiB
+//!   volume from a slow, cold drive, without and with informed prefetching).
 //! - [`scaling`]: the `scaling` experiment (seed 002 §4: NASD against a server-attached disk
 //!   as client/drive pairs grow, in network namespaces with rate-capped links).
 
@@ -27,6 +29,7 @@ pub mod error;
 pub mod model;
 pub mod model_exp;
 pub mod plot;
+pub mod prefetch;
 pub mod raid;
 pub mod report;
 pub mod scaling;

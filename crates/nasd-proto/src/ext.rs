@@ -37,9 +37,8 @@ pub const EXTENSION_NAME_BYTES_MAX: usize = 64;
 pub const HINT_REGIONS_MAX: usize = 2048;
 /// Header bytes besides the args: the fixed fields, a sealed capability, the digest, an AEAD tag.
 const HEADER_OTHER_BYTES_MAX: usize = 512;
-const _: () = assert!(
-    3 + HINT_REGIONS_MAX * 16 + HEADER_OTHER_BYTES_MAX <= crate::message::HEADER_BYTES_MAX
-);
+const _: () =
+    assert!(3 + HINT_REGIONS_MAX * 16 + HEADER_OTHER_BYTES_MAX <= crate::message::HEADER_BYTES_MAX);
 
 /// The informed-prefetching extension's name in the table, and its version.
 pub const EXT_PREFETCH: &str = "prefetch";

@@ -113,16 +113,28 @@ fn op() -> impl Strategy<Value = Op> {
         any::<[u8; 48]>().prop_map(|w| Op::Initialize { wrapped_master: w }),
         any::<[u8; 48]>().prop_map(|w| Op::SetDriveKey { wrapped: w }),
         Just(Op::Inquiry),
-        (any::<bool>(), prop::collection::vec(region(), 0..40)).prop_map(|(replace, regions)| Op::Hint { replace, regions }),
+        (any::<bool>(), prop::collection::vec(region(), 0..40))
+            .prop_map(|(replace, regions)| Op::Hint { replace, regions }),
         any::<u64>().prop_map(|consumed| Op::Consume { consumed }),
     ]
 }
 
 fn drive_info() -> impl Strategy<Value = DriveInfo> {
     let ext = (64u8..=255, any::<u16>(), "[a-z.]{0,64}").prop_map(|(opcode, version, name)| {
-        nasd_proto::ext::Extension { opcode, version, name }
+        nasd_proto::ext::Extension {
+            opcode,
+            version,
+            name,
+        }
     });
-    (any::<u64>(), any::<u64>(), prop::collection::vec(ext, 0..5), scheme(), protection(), "[ -~]{0,40}")
+    (
+        any::<u64>(),
+        any::<u64>(),
+        prop::collection::vec(ext, 0..5),
+        scheme(),
+        protection(),
+        "[ -~]{0,40}",
+    )
         .prop_map(|(a, cache_bytes, extensions, s, p, vendor)| DriveInfo {
             drive: DriveId(a),
             suite: Suite::Blake3,
@@ -275,15 +287,24 @@ proptest! {
 
 #[test]
 fn hints_are_bounded_and_extension_opcodes_are_object_ops() {
-    let too_many = Op::Hint { replace: false, regions: vec![Region::new(0, 1); nasd_proto::ext::HINT_REGIONS_MAX] };
+    let too_many = Op::Hint {
+        replace: false,
+        regions: vec![Region::new(0, 1); nasd_proto::ext::HINT_REGIONS_MAX],
+    };
     let mut args = too_many.encode_args();
     assert!(Op::decode_args(OpCode::Hint, &args).is_ok());
     // one more region than the limit is refused on the count, before the regions are read
     let n = (nasd_proto::ext::HINT_REGIONS_MAX + 1) as u16;
     args[1..3].copy_from_slice(&n.to_le_bytes());
-    assert_eq!(Op::decode_args(OpCode::Hint, &args), Err(DecodeError::TooLong("regions")));
+    assert_eq!(
+        Op::decode_args(OpCode::Hint, &args),
+        Err(DecodeError::TooLong("regions"))
+    );
     // replace must be 0 or 1
-    assert_eq!(Op::decode_args(OpCode::Hint, &[2, 0, 0]), Err(DecodeError::BadValue("hint replace")));
+    assert_eq!(
+        Op::decode_args(OpCode::Hint, &[2, 0, 0]),
+        Err(DecodeError::BadValue("hint replace"))
+    );
     // a hint fits a request header whatever its count
     assert!(too_many.encode_args().len() < nasd_proto::message::HEADER_BYTES_MAX);
     for code in [OpCode::Hint, OpCode::Consume] {
@@ -299,17 +320,41 @@ fn hints_are_bounded_and_extension_opcodes_are_object_ops() {
 #[test]
 fn version_3_layouts_are_pinned() {
     assert_eq!(PROTOCOL_VERSION, 3);
-    let hint = Op::Hint { replace: true, regions: vec![Region::new(0x0102, 0x0304)] };
+    let hint = Op::Hint {
+        replace: true,
+        regions: vec![Region::new(0x0102, 0x0304)],
+    };
     assert_eq!(
         hint.encode_args(),
-        [&[1u8, 1, 0][..], &0x0102u64.to_le_bytes(), &0x0304u64.to_le_bytes()].concat()
+        [
+            &[1u8, 1, 0][..],
+            &0x0102u64.to_le_bytes(),
+            &0x0304u64.to_le_bytes()
+        ]
+        .concat()
     );
-    assert_eq!(Op::Consume { consumed: 7 }.encode_args(), 7u64.to_le_bytes());
+    assert_eq!(
+        Op::Consume { consumed: 7 }.encode_args(),
+        7u64.to_le_bytes()
+    );
     let d = DriveInfo {
-        drive: DriveId(1), suite: Suite::Blake3, block_bytes: 8192, chunk_bytes: 1024, clock_us: 2,
-        nonce_window_ms: 3, capacity_bytes: 4, used_bytes: 5, min_protection: Protection::NONE,
-        vendor: String::new(), partitions: vec![], cache_bytes: 0x10_0000,
-        extensions: vec![nasd_proto::ext::Extension { opcode: 64, version: 1, name: "prefetch".into() }],
+        drive: DriveId(1),
+        suite: Suite::Blake3,
+        block_bytes: 8192,
+        chunk_bytes: 1024,
+        clock_us: 2,
+        nonce_window_ms: 3,
+        capacity_bytes: 4,
+        used_bytes: 5,
+        min_protection: Protection::NONE,
+        vendor: String::new(),
+        partitions: vec![],
+        cache_bytes: 0x10_0000,
+        extensions: vec![nasd_proto::ext::Extension {
+            opcode: 64,
+            version: 1,
+            name: "prefetch".into(),
+        }],
     };
     let b = d.encode();
     // 50 fixed bytes, an empty vendor blob (4), no partitions (4), then the new fields
