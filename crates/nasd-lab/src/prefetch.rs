@@ -60,6 +60,8 @@ pub struct PrefetchOptions {
     pub slices: Option<usize>,
     /// Simulated seek, milliseconds (default [`SEEK_MS_DEFAULT`]).
     pub seek_ms: Option<u64>,
+    /// Simulated spindles (default 3, the seed's drive's disks).
+    pub spindles: Option<usize>,
 }
 
 /// The three plane orientations.
@@ -172,6 +174,7 @@ fn start_drive(o: &PrefetchOptions, dir: &std::path::Path) -> Result<DriveProces
         .remove(0);
     let data = dir.join("drive");
     let seek = o.seek_ms.unwrap_or(SEEK_MS_DEFAULT).to_string();
+    let spindles = spindles(o).to_string();
     let args: Vec<&std::ffi::OsStr> = [
         "drive",
         "run",
@@ -181,6 +184,8 @@ fn start_drive(o: &PrefetchOptions, dir: &std::path::Path) -> Result<DriveProces
         &addr,
         "--seek-ms",
         &seek,
+        "--spindles",
+        &spindles,
         "--cold",
     ]
     .iter()
@@ -191,6 +196,11 @@ fn start_drive(o: &PrefetchOptions, dir: &std::path::Path) -> Result<DriveProces
         .map_err(cluster_err)?;
     nasd_cluster::process::wait_ready(dir, node, &addr, &mut started).map_err(cluster_err)?;
     Ok(DriveProcess { started, addr })
+}
+
+fn spindles(o: &PrefetchOptions) -> usize {
+    o.spindles
+        .unwrap_or(nasd_drive::options::SPINDLES_DEFAULT)
 }
 
 /// Runs the experiment.
@@ -206,6 +216,12 @@ pub fn run(o: &PrefetchOptions) -> Result<Report, LabError> {
         return Err(LabError::Usage(format!(
             "--seek-ms is at most {}",
             nasd_drive::storage::SEEK_MS_MAX
+        )));
+    }
+    if !(1..=nasd_drive::storage::SPINDLES_MAX).contains(&spindles(o)) {
+        return Err(LabError::Usage(format!(
+            "--spindles must be 1 to {}",
+            nasd_drive::storage::SPINDLES_MAX
         )));
     }
     let dir = tempfile::tempdir().map_err(|source| LabError::Output {
@@ -389,7 +405,8 @@ fn build_report(
         "prefetch",
         &format!(
             "Seed 002 §4.6: {n} planar slices through a 256^3 volume of 32-bit values (64 MiB), one drive \
-             with a simulated {seek_ms} ms seek on 3 spindles, cold{}",
+             with a simulated {seek_ms} ms seek on {} spindles, cold{}",
+            spindles(o),
             if o.quick { " (quick)" } else { "" }
         ),
         &[
@@ -429,6 +446,7 @@ fn build_report(
                 "run": if r.hinted { "hinted" } else { "unhinted" },
                 "slices": n,
                 "seek_ms": seek_ms,
+                "spindles": spindles(o),
                 "seconds": r.seconds,
                 "reads": r.reads,
                 "bytes": r.bytes,

@@ -92,6 +92,9 @@ pub struct PrefetchArgs {
     /// The drive's simulated seek before every data read, milliseconds.
     #[arg(long, default_value_t = nasd_lab::prefetch::SEEK_MS_DEFAULT)]
     pub seek_ms: u64,
+    /// The drive's simulated spindles (reads that may wait for a seek at once).
+    #[arg(long, default_value_t = nasd_drive::options::SPINDLES_DEFAULT)]
+    pub spindles: usize,
 }
 
 /// Flags of `nasd lab sad-server`.
@@ -168,6 +171,7 @@ fn prefetch(a: &PrefetchArgs) -> anyhow::Result<nasd_lab::Report> {
         nasd_bin: std::env::current_exe().context("finding the nasd executable")?,
         slices: a.slices,
         seek_ms: Some(a.seek_ms),
+        spindles: Some(a.spindles),
     };
     nasd_lab::prefetch::run(&o).context("lab prefetch")
 }
