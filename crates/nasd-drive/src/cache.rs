@@ -135,9 +135,9 @@ impl BlockCache {
         hit
     }
 
-    /// Whether `phys` is cached with `crc`, without counting a hit; pins it for a stream if so
-    /// (`pin`), so a block several hints share is fetched once.
-    pub fn pin_if_cached(&self, phys: u64, crc: u32) -> bool {
+    /// Whether `phys` is cached with `crc`, without counting a hit; pins it for the stream
+    /// whose hit counter `hits` is if so, so a block several hints share is fetched once.
+    pub fn pin_if_cached(&self, phys: u64, crc: u32, hits: Arc<AtomicU64>) -> bool {
         let mut i = self.inner.lock();
         let i = &mut *i;
         match i.map.get_mut(&phys) {
@@ -145,6 +145,7 @@ impl BlockCache {
                 if e.pins == 0 {
                     i.lru.remove(&e.tick);
                     i.pinned_bytes += BLOCK_BYTES;
+                    e.hits_to = Some(hits);
                 }
                 e.pins += 1;
                 true
@@ -153,10 +154,11 @@ impl BlockCache {
         }
     }
 
-    /// Whether a pinned insert could find room now (free bytes, or unpinned blocks to evict).
-    pub fn has_room(&self) -> bool {
+    /// Whether one more pinned insert could find room (free bytes, or unpinned blocks to
+    /// evict) after `pending` pinned inserts already under way.
+    pub fn has_room(&self, pending: u64) -> bool {
         let i = self.inner.lock();
-        i.pinned_bytes + BLOCK_BYTES <= self.bytes_max
+        i.pinned_bytes + (pending + 1) * BLOCK_BYTES <= self.bytes_max
     }
 
     /// Inserts a checked block read under `generation`; `pinned_for` pins it for a stream whose
@@ -302,7 +304,7 @@ mod tests {
         let hits = Arc::new(AtomicU64::new(0));
         assert!(c.insert(g, 1, 1, block(1), Some(hits.clone())));
         assert!(c.insert(g, 2, 2, block(2), Some(hits.clone())));
-        assert!(!c.has_room());
+        assert!(!c.has_room(0));
         // neither a demand insert nor another pin can push a pinned block out
         assert!(!c.insert(g, 3, 3, block(3), None));
         assert!(!c.insert(g, 3, 3, block(3), Some(hits.clone())));
@@ -311,13 +313,14 @@ mod tests {
         assert!(c.get(1, 1).is_some());
         assert_eq!(hits.load(Ordering::Relaxed), 1);
         // a second pin keeps the block through the first unpin
-        assert!(c.pin_if_cached(1, 1));
+        assert!(c.pin_if_cached(1, 1, hits.clone()));
         assert!(!c.unpin(1));
         assert!(c.get(1, 1).is_some());
         assert!(c.unpin(1));
         assert!(c.get(1, 1).is_none());
         assert_eq!(c.stats().bytes, BLOCK_BYTES);
-        assert!(c.has_room());
+        assert!(c.has_room(0));
+        assert!(!c.has_room(1));
     }
 
     #[test]
@@ -338,7 +341,7 @@ mod tests {
     fn a_zero_byte_cache_holds_nothing() {
         let c = BlockCache::new(0);
         assert!(!c.insert(c.generation(), 1, 1, block(1), None));
-        assert!(!c.has_room());
+        assert!(!c.has_room(0));
         assert_eq!(c.stats().bytes, 0);
     }
 }

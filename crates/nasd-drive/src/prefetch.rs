@@ -171,6 +171,8 @@ struct Job {
 #[derive(Default)]
 struct State {
     streams: HashMap<StreamKey, Stream>,
+    /// Fetches under way, all streams: each may pin a block when it lands.
+    inflight: u64,
 }
 
 struct Shared {
@@ -351,15 +353,17 @@ impl std::fmt::Debug for Prefetcher {
 /// The next job: the first stream (in no particular order) with a block to fetch inside its
 /// budgets. Marks it in flight.
 fn pick(sh: &Shared, st: &mut State) -> Option<Job> {
-    if !sh.cache.has_room() {
+    if !sh.cache.has_room(st.inflight) {
         return None;
     }
-    for (key, s) in st.streams.iter_mut() {
+    let State { streams, inflight } = st;
+    for (key, s) in streams.iter_mut() {
         if s.held_bytes() + BLOCK_BYTES > sh.opts.ahead_bytes {
             continue;
         }
         if let Some((block, last_index)) = s.next_block() {
             s.inflight += 1;
+            *inflight += 1;
             return Some(Job {
                 key: *key,
                 generation: s.generation,
@@ -394,7 +398,11 @@ fn fetcher(sh: &Shared) {
         };
         let fetched = fetch(sh, &job);
         let mut st = sh.state.lock();
+        st.inflight -= 1;
         let Some(s) = st.streams.get_mut(&job.key) else {
+            if let Ok(Some((phys, true))) = fetched {
+                sh.cache.unpin(phys);
+            }
             continue;
         };
         s.inflight -= 1;
@@ -430,7 +438,7 @@ fn fetch(sh: &Shared, job: &Job) -> Result<Option<(u64, bool)>, DriveError> {
     let Some(e) = sh.store.block_entry(job.key.p, job.key.o, job.block)? else {
         return Ok(None);
     };
-    if sh.cache.pin_if_cached(e.phys, e.crc) {
+    if sh.cache.pin_if_cached(e.phys, e.crc, job.hits.clone()) {
         return Ok(Some((e.phys, true)));
     }
     let data = sh.store.load_checked(&e)?;

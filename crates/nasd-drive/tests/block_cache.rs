@@ -9,7 +9,10 @@ use nasd_proto::{Protection, Region, Rights, Scheme};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_block_is_never_served_after_it_changed() {
     let d = TestDrive::start().await;
-    assert!(d.drive.options().cache_bytes > 0, "the default drive caches");
+    assert!(
+        d.drive.options().cache_bytes > 0,
+        "the default drive caches"
+    );
     let c = d.conn().await;
     for scheme in Scheme::ALL {
         let o = d.create(&c, scheme).await;

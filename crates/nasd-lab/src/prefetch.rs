@@ -14,6 +14,7 @@
 //!   reads of 3,076 bytes (four values 1 KiB apart per page: every block of the volume);
 //! - without hints, then on a freshly started (cold) drive with hints: before each slice the
 //!   client hints all its reads in order, and reports every 16 reads consumed.
+//!
 //! Every read is verified as usual; the bytes of both runs are checked against the volume
 //! written, and the drive's counters (blocks prefetched, reads served from its cache) are
 //! reported, so a run whose hints did nothing says so.
@@ -199,8 +200,7 @@ fn start_drive(o: &PrefetchOptions, dir: &std::path::Path) -> Result<DriveProces
 }
 
 fn spindles(o: &PrefetchOptions) -> usize {
-    o.spindles
-        .unwrap_or(nasd_drive::options::SPINDLES_DEFAULT)
+    o.spindles.unwrap_or(nasd_drive::options::SPINDLES_DEFAULT)
 }
 
 /// Runs the experiment.
@@ -480,8 +480,8 @@ fn build_report(
             "seed_with_s": SEED_WITH_S,
         }),
     );
-    let per_plane = |r: &RunResult| -> Vec<(f64, f64)> {
-        // One point per run: the figure compares the two runs' totals beside the seed's.
+    let points = |r: &RunResult| -> Vec<(f64, f64)> {
+        // The run's total at x = 0, the seed's at x = 1.
         vec![
             (0.0, r.seconds),
             (
@@ -509,11 +509,11 @@ fn build_report(
             series: vec![
                 Series {
                     name: "without hints".into(),
-                    points: per_plane(&without),
+                    points: points(&without),
                 },
                 Series {
                     name: "with hints".into(),
-                    points: per_plane(&with),
+                    points: points(&with),
                 },
             ],
         }],

@@ -34,10 +34,13 @@ impl TestDrive {
     /// A drive without a block cache, for tests that change bytes under a running drive: a
     /// cache would (rightly) go on serving its checked copy and hide the change from them.
     pub async fn start_uncached() -> TestDrive {
-        Self::start_with_options(|_| {}, nasd_drive::DriveOptions {
-            cache_bytes: 0,
-            ..Default::default()
-        })
+        Self::start_with_options(
+            |_| {},
+            nasd_drive::DriveOptions {
+                cache_bytes: 0,
+                ..Default::default()
+            },
+        )
         .await
     }
 
