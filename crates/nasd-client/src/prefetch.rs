@@ -203,3 +203,69 @@ impl<'a> HintStream<'a> {
         self.counters
     }
 }
+
+/// The file layer's pass-through (seed 002 §3.4: "the filesystem code on the client resolves the
+/// names and offsets to NASD drives, partitions, objects, and offsets, and then forwards the
+/// specified RPC to the drives"), for files of one object, where a file offset is the object
+/// offset. A file client holds capabilities only for its files, not for the Drive Control
+/// object, so here a drive without the extension is recognized by its authenticated
+/// `UnknownOp` answer rather than by its listing.
+impl crate::files::Client {
+    /// Hints reads of `path` (file offsets, in the order they will be made) to the drive that
+    /// holds it, with the file's read capability; returns the stream's first and next index.
+    pub async fn hint_file(
+        &self,
+        path: &str,
+        replace: bool,
+        regions: Vec<Region>,
+    ) -> Result<(u64, u64), crate::files::FsError> {
+        let (conn, auth, t) = self.single_object(path).await?;
+        conn.hint(&auth, t, replace, regions)
+            .await
+            .map_err(|e| drive_error(path, conn.addr(), e))
+    }
+
+    /// Tells the drive that holds `path` that every hinted read below `consumed` is done.
+    pub async fn consume_file(
+        &self,
+        path: &str,
+        consumed: u64,
+    ) -> Result<StreamCounters, crate::files::FsError> {
+        let (conn, auth, t) = self.single_object(path).await?;
+        conn.consume(&auth, t, consumed)
+            .await
+            .map_err(|e| drive_error(path, conn.addr(), e))
+    }
+
+    async fn single_object(
+        &self,
+        path: &str,
+    ) -> Result<(std::sync::Arc<DriveConn>, Auth, Target), crate::files::FsError> {
+        let o = self.open(path, false).await?;
+        if o.layout.components.len() != 1 {
+            return Err(crate::files::FsError::Layout {
+                path: path.into(),
+                detail: format!(
+                    "hints are passed through for one-object files only; this file is laid out \
+                     as {}",
+                    o.layout.geometry
+                ),
+            });
+        }
+        let (addr, t, auth) = o.component(0).expect("one component");
+        let conn = self
+            .pool()
+            .get(addr)
+            .await
+            .map_err(|e| drive_error(path, addr, e))?;
+        Ok((conn, auth, t))
+    }
+}
+
+fn drive_error(path: &str, drive: &str, error: ClientError) -> crate::files::FsError {
+    crate::files::FsError::Drive {
+        path: path.into(),
+        drive: drive.into(),
+        error,
+    }
+}

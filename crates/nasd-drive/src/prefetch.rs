@@ -73,6 +73,9 @@ pub(crate) struct StreamKey {
 }
 
 struct Stream {
+    /// Unique for the drive's life: a fetch names the stream it was made for, so one landing
+    /// after its stream died does not touch a new stream under the same key.
+    id: u64,
     /// Unconsumed hinted reads; `hints[k]` has index `base + k`.
     hints: VecDeque<Region>,
     base: u64,
@@ -81,7 +84,8 @@ struct Stream {
     size: u64,
     /// The next block to consider: hint index and block number within it (None: its first).
     cursor: (u64, Option<u64>),
-    /// Pinned blocks in fetch order: the last hint index that needs each, and its block.
+    /// Pinned blocks as their fetches landed: the last hint index that needs each, and its
+    /// block.
     pinned: VecDeque<(u64, u64)>,
     inflight: usize,
     /// Bumped when hints are replaced, so fetches of the old hints are not pinned.
@@ -94,8 +98,9 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(size: u64, expiry_ms: u64) -> Stream {
+    fn new(id: u64, size: u64, expiry_ms: u64) -> Stream {
         Stream {
+            id,
             hints: VecDeque::new(),
             base: 0,
             next_index: 0,
@@ -162,6 +167,7 @@ impl Stream {
 
 struct Job {
     key: StreamKey,
+    stream: u64,
     generation: u64,
     block: u64,
     last_index: u64,
@@ -173,6 +179,10 @@ struct State {
     streams: HashMap<StreamKey, Stream>,
     /// Fetches under way, all streams: each may pin a block when it lands.
     inflight: u64,
+    /// Where the next [`pick`] starts looking, so streams take turns.
+    turn: usize,
+    /// The id the next new stream gets.
+    next_stream: u64,
 }
 
 struct Shared {
@@ -240,10 +250,15 @@ impl Prefetcher {
                 self.release(s.pinned);
             }
         }
+        let id = st.next_stream;
         let s = st
             .streams
             .entry(key)
-            .or_insert_with(|| Stream::new(size, expiry_ms));
+            .or_insert_with(|| Stream::new(id, size, expiry_ms));
+        if s.id == id {
+            st.next_stream += 1;
+        }
+        let s = st.streams.get_mut(&key).expect("just made");
         s.size = size;
         s.expiry_ms = expiry_ms;
         s.last_used = Instant::now();
@@ -283,10 +298,10 @@ impl Prefetcher {
             s.hints.pop_front();
             s.base += 1;
         }
-        let mut done = VecDeque::new();
-        while s.pinned.front().is_some_and(|(i, _)| *i < consumed) {
-            done.push_back(s.pinned.pop_front().expect("front"));
-        }
+        // Fetches land out of order, so the consumed blocks are anywhere in the list.
+        let (done, keep): (VecDeque<_>, VecDeque<_>) =
+            s.pinned.drain(..).partition(|(i, _)| *i < consumed);
+        s.pinned = keep;
         if s.cursor.0 < consumed {
             s.cursor = (consumed, None);
         }
@@ -350,27 +365,34 @@ impl std::fmt::Debug for Prefetcher {
     }
 }
 
-/// The next job: the first stream (in no particular order) with a block to fetch inside its
-/// budgets. Marks it in flight.
+/// The next job: a block of the next stream in turn that has one to fetch inside its
+/// budgets (streams take turns, so one client's long hint list cannot starve another's).
+/// Marks it in flight.
 fn pick(sh: &Shared, st: &mut State) -> Option<Job> {
     if !sh.cache.has_room(st.inflight) {
         return None;
     }
-    let State { streams, inflight } = st;
-    for (key, s) in streams.iter_mut() {
+    let keys: Vec<StreamKey> = st.streams.keys().copied().collect();
+    let n = keys.len();
+    st.turn = st.turn.wrapping_add(1);
+    for k in 0..n {
+        let key = &keys[st.turn.wrapping_add(k) % n];
+        let s = st.streams.get_mut(key).expect("listed");
         if s.held_bytes() + BLOCK_BYTES > sh.opts.ahead_bytes {
             continue;
         }
         if let Some((block, last_index)) = s.next_block() {
-            s.inflight += 1;
-            *inflight += 1;
-            return Some(Job {
+            let job = Job {
                 key: *key,
+                stream: s.id,
                 generation: s.generation,
                 block,
                 last_index,
                 hits: s.hits.clone(),
-            });
+            };
+            s.inflight += 1;
+            st.inflight += 1;
+            return Some(job);
         }
     }
     None
@@ -399,11 +421,14 @@ fn fetcher(sh: &Shared) {
         let fetched = fetch(sh, &job);
         let mut st = sh.state.lock();
         st.inflight -= 1;
-        let Some(s) = st.streams.get_mut(&job.key) else {
-            if let Ok(Some((phys, true))) = fetched {
-                sh.cache.unpin(phys);
+        let s = match st.streams.get_mut(&job.key) {
+            Some(s) if s.id == job.stream => s,
+            _ => {
+                if let Ok(Some((phys, true))) = fetched {
+                    sh.cache.unpin(phys);
+                }
+                continue;
             }
-            continue;
         };
         s.inflight -= 1;
         let wanted = s.generation == job.generation && job.last_index >= s.base;
@@ -457,7 +482,7 @@ mod tests {
     use super::*;
 
     fn stream(hints: &[(u64, u64)], size: u64) -> Stream {
-        let mut s = Stream::new(size, u64::MAX);
+        let mut s = Stream::new(0, size, u64::MAX);
         s.hints = hints.iter().map(|&(o, l)| Region::new(o, l)).collect();
         s.next_index = hints.len() as u64;
         s

@@ -330,3 +330,34 @@ fn lab_prefetch_quick_runs_end_to_end() {
     // Not a benchmark: only "not slower beyond noise".
     assert!(ratio["ratio"].as_f64().unwrap() > 0.8, "{ratio}");
 }
+
+/// The file layer passes hints through (seed 002 §3.4) with the file's own read capability:
+/// after a hint, reads of a one-object file are served from blocks the drive fetched ahead, and
+/// the bytes are the file's.
+#[test]
+fn a_file_client_hints_through_the_file_layer() {
+    let up = common::Up::start(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = up.admin_client(&rt);
+    rt.block_on(async {
+        let bytes = common::rand_bytes(2 << 20, 21);
+        c.put_bytes("/vol", &bytes, 0o644).await.unwrap();
+        let reads: Vec<Region> = (0..64u64)
+            .map(|i| Region::new((i * 37 % 256) * BLOCK, 1024))
+            .collect();
+        let (first, next) = c.hint_file("/vol", true, reads.clone()).await.unwrap();
+        assert_eq!(next - first, 64);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        for r in &reads {
+            let got = c.read_at("/vol", r.offset, r.len).await.unwrap();
+            assert_eq!(got, expected(&bytes, *r));
+        }
+        let counters = c.consume_file("/vol", next).await.unwrap();
+        assert!(counters.prefetched_blocks >= 60, "{counters:?}");
+        assert!(counters.cache_hit_blocks > 0, "{counters:?}");
+    });
+}
