@@ -5,9 +5,12 @@
 //! - *pinned* blocks, fetched ahead for a hint stream ([`crate::prefetch`]). A pinned block is
 //!   never evicted; it is dropped when every stream that pinned it has been told its hinted
 //!   reads are consumed (or its hints were replaced);
-//! - *unpinned* blocks, kept after a demand read that used part of a block (the rest is likely
-//!   read next), evicted least recently used first. Whole-block reads bypass the cache, so a
-//!   streaming read does not flush it.
+//! - *unpinned* blocks, only on a drive run with `--cache-reads`: kept after a demand read
+//!   that used part of a block (the rest is likely read next), evicted least recently used
+//!   first. Whole-block reads bypass the cache, so a streaming read does not flush it. Off by
+//!   default because a cached copy answers reads that should reach the media: the manager's
+//!   scrub (and any reread meant to find at-rest damage) would find a block flipped on disk
+//!   only once its verified copy left the cache.
 //!
 //! Why a physical key is safe: blocks are copy-on-write, so the bytes of a physical block do
 //! not change until the block is freed, and [`BlockCache::forget`] drops freed blocks when the
@@ -70,6 +73,8 @@ struct Inner {
 /// A bounded cache of checked physical blocks. See the module documentation.
 pub struct BlockCache {
     bytes_max: u64,
+    /// Demand reads of part of a block insert it (unpinned).
+    cache_reads: bool,
     inner: Mutex<Inner>,
 }
 
@@ -83,16 +88,23 @@ impl std::fmt::Debug for BlockCache {
 }
 
 impl BlockCache {
-    /// A cache of at most `bytes_max` bytes (rounded down to whole blocks).
-    pub fn new(bytes_max: u64) -> Self {
+    /// A cache of at most `bytes_max` bytes (rounded down to whole blocks); `cache_reads`: demand
+    /// reads of part of a block keep it.
+    pub fn new(bytes_max: u64, cache_reads: bool) -> Self {
         BlockCache {
             bytes_max: bytes_max.min(CACHE_BYTES_MAX) / BLOCK_BYTES * BLOCK_BYTES,
+            cache_reads,
             inner: Mutex::new(Inner::default()),
         }
     }
 
     pub fn bytes_max(&self) -> u64 {
         self.bytes_max
+    }
+
+    /// Whether demand reads of part of a block keep it.
+    pub fn caches_reads(&self) -> bool {
+        self.cache_reads
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -276,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_cache_stays_within_its_bound_and_evicts_unpinned_blocks_oldest_first() {
-        let c = BlockCache::new(4 * BLOCK_BYTES + 100);
+        let c = BlockCache::new(4 * BLOCK_BYTES + 100, true);
         assert_eq!(
             c.bytes_max(),
             4 * BLOCK_BYTES,
@@ -299,7 +311,7 @@ mod tests {
 
     #[test]
     fn pinned_blocks_are_never_evicted_and_leave_when_unpinned() {
-        let c = BlockCache::new(2 * BLOCK_BYTES);
+        let c = BlockCache::new(2 * BLOCK_BYTES, true);
         let g = c.generation();
         let hits = Arc::new(AtomicU64::new(0));
         assert!(c.insert(g, 1, 1, block(1), Some(hits.clone())));
@@ -325,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_lookup_needs_the_crc_and_freed_blocks_cannot_come_back() {
-        let c = BlockCache::new(8 * BLOCK_BYTES);
+        let c = BlockCache::new(8 * BLOCK_BYTES, true);
         let g = c.generation();
         assert!(c.insert(g, 1, 7, block(1), None));
         assert!(c.get(1, 8).is_none(), "another CRC is another block");
@@ -339,7 +351,7 @@ mod tests {
 
     #[test]
     fn a_zero_byte_cache_holds_nothing() {
-        let c = BlockCache::new(0);
+        let c = BlockCache::new(0, true);
         assert!(!c.insert(c.generation(), 1, 1, block(1), None));
         assert!(!c.has_room(0));
         assert_eq!(c.stats().bytes, 0);

@@ -260,7 +260,7 @@ impl Drive {
         options: DriveOptions,
     ) -> Result<Arc<Drive>, DriveError> {
         let cache = (options.cache_bytes > 0).then(|| {
-            let c = Arc::new(BlockCache::new(options.cache_bytes));
+            let c = Arc::new(BlockCache::new(options.cache_bytes, options.cache_reads));
             store.set_block_cache(c.clone());
             c
         });

@@ -14,6 +14,9 @@ pub const SPINDLES_DEFAULT: usize = 3;
 pub struct DriveOptions {
     /// Bytes of the block cache; 0 turns the cache off, and the `prefetch` extension with it.
     pub cache_bytes: u64,
+    /// Demand reads of part of a block keep it in the cache (`crate::cache` says why this is
+    /// off by default).
+    pub cache_reads: bool,
     /// The `prefetch` extension's budgets; `None` serves no extension (the Drive Control
     /// object lists none, and `hint`/`consume` are refused as unknown operations).
     pub prefetch: Option<PrefetchOptions>,
@@ -29,6 +32,7 @@ impl Default for DriveOptions {
     fn default() -> Self {
         DriveOptions {
             cache_bytes: CACHE_BYTES_DEFAULT,
+            cache_reads: false,
             prefetch: Some(PrefetchOptions::default()),
             seek_ms: 0,
             spindles: SPINDLES_DEFAULT,

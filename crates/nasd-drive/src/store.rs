@@ -405,8 +405,9 @@ impl Store {
     }
 
     /// Reads `out.len()` bytes at `within` of a block through the block cache: from a cached
-    /// copy (checked against its CRC when it was read), else from storage. A read of part of a
-    /// block loads the whole block, checks it and caches it (the rest is likely read next);
+    /// copy (checked against its CRC when it was read), else from storage. With `--cache-reads`,
+    /// a read of part of a block loads the whole block, checks it and caches it (the rest is
+    /// likely read next);
     /// a whole-block read goes straight to storage and leaves the cache alone, so streaming
     /// reads do not flush it. `generation` was taken before the read's snapshot (`cache`).
     fn read_piece(&self, e: &BlockEntry, out: &mut [u8], within: u64, generation: u64) -> R<()> {
@@ -418,7 +419,7 @@ impl Store {
             out.copy_from_slice(&b[w..w + out.len()]);
             return Ok(());
         }
-        if out.len() as u64 >= BLOCK_BYTES || c.bytes_max() == 0 {
+        if out.len() as u64 >= BLOCK_BYTES || !c.caches_reads() || c.bytes_max() == 0 {
             return self.read_block(e, out, within);
         }
         let b = self.load_checked(e)?;

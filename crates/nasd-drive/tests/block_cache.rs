@@ -1,4 +1,4 @@
-//! The block cache never serves stale bytes: blocks are copy-on-write and the commit that frees
+//! The block cache (with demand reads cached, `--cache-reads`) never serves stale bytes: blocks are copy-on-write and the commit that frees
 //! one drops it from the cache, so a partial read cached before a write, a remove, or a reuse of
 //! the physical block by another object reads the new bytes after it, in every scheme.
 
@@ -8,11 +8,15 @@ use nasd_proto::{Protection, Region, Rights, Scheme};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_block_is_never_served_after_it_changed() {
-    let d = TestDrive::start().await;
-    assert!(
-        d.drive.options().cache_bytes > 0,
-        "the default drive caches"
-    );
+    // Demand reads are cached only with `cache_reads` (nasd drive run --cache-reads).
+    let d = TestDrive::start_with_options(
+        |_| {},
+        nasd_drive::DriveOptions {
+            cache_reads: true,
+            ..Default::default()
+        },
+    )
+    .await;
     let c = d.conn().await;
     for scheme in Scheme::ALL {
         let o = d.create(&c, scheme).await;

@@ -187,6 +187,7 @@ fn start_drive(o: &PrefetchOptions, dir: &std::path::Path) -> Result<DriveProces
         &seek,
         "--spindles",
         &spindles,
+        "--cache-reads",
         "--cold",
     ]
     .iter()

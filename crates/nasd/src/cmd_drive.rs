@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// Bytes of the block cache (0: none, and no prefetch extension).
     #[arg(long, value_parser = parse::bytes, default_value_t = nasd_drive::cache::CACHE_BYTES_DEFAULT)]
     pub cache_bytes: u64,
+    /// Keep blocks that reads used part of in the cache (off by default: a cached copy would
+    /// hide at-rest damage from rereads such as the scrub's until it leaves the cache).
+    #[arg(long)]
+    pub cache_reads: bool,
     /// Serve no extension: the Drive Control object lists none.
     #[arg(long)]
     pub no_prefetch: bool,
@@ -136,6 +140,7 @@ impl RunArgs {
         );
         Ok(nasd_drive::DriveOptions {
             cache_bytes: self.cache_bytes,
+            cache_reads: self.cache_reads,
             prefetch: (!self.no_prefetch).then_some(prefetch::PrefetchOptions {
                 ahead_bytes: self.prefetch_ahead_bytes,
                 fetchers: self.fetchers,
