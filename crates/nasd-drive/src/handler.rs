@@ -260,9 +260,7 @@ impl Drive {
         options: DriveOptions,
     ) -> Result<Arc<Drive>, DriveError> {
         let cache = (options.cache_bytes > 0).then(|| {
-            let c = Arc::new(BlockCache::new(options.cache_bytes, options.cache_reads));
-            store.set_block_cache(c.clone());
-            c
+            store.block_cache_or_init(|| BlockCache::new(options.cache_bytes, options.cache_reads))
         });
         let prefetcher = match (&cache, options.prefetch) {
             (Some(c), Some(p)) if options.prefetching() => {

@@ -334,12 +334,13 @@ impl Store {
         f(&self.state.read())
     }
 
-    /// Gives the store a block cache; reads use it from now on. Once only.
-    pub fn set_block_cache(&self, cache: Arc<crate::cache::BlockCache>) {
-        assert!(
-            self.block_cache.set(cache).is_ok(),
-            "the block cache is set once"
-        );
+    /// The store's block cache, made by `make` if it has none yet (a second drive opened over
+    /// the same store shares the first one's); reads use it from now on.
+    pub fn block_cache_or_init(
+        &self,
+        make: impl FnOnce() -> crate::cache::BlockCache,
+    ) -> Arc<crate::cache::BlockCache> {
+        self.block_cache.get_or_init(|| Arc::new(make())).clone()
     }
 
     /// Drops freed physical blocks from the block cache (the commit that frees them landed).
