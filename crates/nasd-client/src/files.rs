@@ -371,6 +371,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// The drive connections this client shares among its files.
+    pub(crate) fn pool(&self) -> &Arc<ConnPool> {
+        &self.pool
+    }
+
     /// Connects and logs in.
     pub async fn connect(cfg: SessionConfig) -> Result<Arc<Client>, FsError> {
         let s = Session::connect(&cfg)

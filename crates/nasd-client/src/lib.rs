@@ -13,6 +13,8 @@
 //! - [`wire`] — building request frames and verifying replies (pure, tested byte for byte).
 //! - [`conn`] — [`DriveConn`], one pipelined TCP connection to a drive.
 //! - [`object`] — typed helpers, one per operation of seed 002 Tables 1-3.
+//! - [`prefetch`] — drive extensions: the Drive Control listing, and the `prefetch`
+//!   extension's hints and consume notifications (seed 002 §2.2, §3.4, §4.6).
 //! - [`error`] — [`ClientError`].
 //! - [`userkey`] — Ed25519 user key files and login signatures.
 //! - [`files`] — files through the manager: uploads, reads, namespace operations;
@@ -42,6 +44,7 @@ pub mod layer;
 pub mod memio;
 pub mod object;
 pub mod pool;
+pub mod prefetch;
 pub mod prepared;
 pub mod session;
 pub mod striped;

@@ -27,6 +27,9 @@
 //! no protection (a client must treat them as unauthenticated).
 
 use crate::audit::{Audit, AuditRecord};
+use crate::cache::{BlockCache, CacheStats};
+use crate::options::DriveOptions;
+use crate::prefetch::{Prefetcher, StreamKey};
 use crate::replay_floor::ReplayFloor;
 use crate::store::{Material, Store};
 use crate::writer::{Job, JobOut, Writer};
@@ -110,6 +113,10 @@ pub struct Drive {
     /// Reply nonces: a random start drawn at open, then one step per reply, so every reply's
     /// nonce is unique for the drive's life without a system call per reply.
     reply_nonces: AtomicU64,
+    options: DriveOptions,
+    cache: Option<Arc<BlockCache>>,
+    /// The `prefetch` extension (seed 002 §4.6), when served.
+    prefetcher: Option<Prefetcher>,
 }
 
 /// A refusal or failure with its status and a human detail for the reply.
@@ -148,6 +155,9 @@ fn rights_for(op: OpCode) -> Rights {
         OpCode::FastCopy => Rights::FASTCOPY,
         OpCode::Flush => Rights::FLUSH,
         OpCode::BlocksRequired => Rights::BLOCKSREQUIRED,
+        // Hints can warm the cache with an object's bytes and a consume reports on them: only
+        // a reader may (seed 002 §2.2: an extension must not circumvent the manager's policy).
+        OpCode::Hint | OpCode::Consume => Rights::READ,
         _ => Rights(u32::MAX),
     }
 }
@@ -166,6 +176,15 @@ impl Drive {
     /// directory that anyone but its owner may access (it holds the keys and every object),
     /// and names a missing data file instead of making an empty one.
     pub fn open_with(data_dir: &Path, passphrase: Option<&[u8]>) -> Result<Arc<Drive>, DriveError> {
+        Self::open_with_options(data_dir, passphrase, DriveOptions::default())
+    }
+
+    /// [`Drive::open_with`] with run-time options (cache, prefetching, a slow and cold disk).
+    pub fn open_with_options(
+        data_dir: &Path,
+        passphrase: Option<&[u8]>,
+        options: DriveOptions,
+    ) -> Result<Arc<Drive>, DriveError> {
         nasd_private::check_tree(data_dir).map_err(|e| DriveError::Config(e.to_string()))?;
         let existing = |name: &str| {
             let path = data_dir.join(name);
@@ -186,7 +205,15 @@ impl Drive {
             })
         };
         let meta = Arc::new(existing("meta.redb")?);
-        let data = Arc::new(existing("data.blk")?);
+        let mut data: Arc<dyn crate::storage::Storage> = Arc::new(existing("data.blk")?);
+        if options.slow() {
+            data = Arc::new(crate::storage::SlowDisk::new(
+                data,
+                options.seek_ms,
+                options.spindles,
+                options.cold,
+            ));
+        }
         let store = Arc::new(Store::open_with(meta, data, passphrase)?);
         let floor_path = data_dir.join(NONCE_FLOOR_FILE);
         // A drive without a floor file (made before it existed; `init` makes one) may have
@@ -197,7 +224,13 @@ impl Drive {
             now_us() + NONCE_WINDOW_MS * 1000
         };
         let floor = Arc::new(crate::storage::FileStorage::open(&floor_path)?);
-        Self::with_parts(store, floor, fresh, Some(&data_dir.join("audit.log")))
+        Self::with_parts_options(
+            store,
+            floor,
+            fresh,
+            Some(&data_dir.join("audit.log")),
+            options,
+        )
     }
 
     /// A drive over an already opened store with a fresh in-memory replay floor (tests use
@@ -214,6 +247,27 @@ impl Drive {
         fresh_floor_us: u64,
         audit: Option<&Path>,
     ) -> Result<Arc<Drive>, DriveError> {
+        Self::with_parts_options(store, floor, fresh_floor_us, audit, DriveOptions::default())
+    }
+
+    /// [`Drive::with_parts`] with run-time options. The options' slow disk is not applied
+    /// here: the store's storage is already open.
+    pub fn with_parts_options(
+        store: Arc<Store>,
+        floor: Arc<dyn crate::storage::Storage>,
+        fresh_floor_us: u64,
+        audit: Option<&Path>,
+        options: DriveOptions,
+    ) -> Result<Arc<Drive>, DriveError> {
+        let cache = (options.cache_bytes > 0).then(|| {
+            store.block_cache_or_init(|| BlockCache::new(options.cache_bytes, options.cache_reads))
+        });
+        let prefetcher = match (&cache, options.prefetch) {
+            (Some(c), Some(p)) if options.prefetching() => {
+                Some(Prefetcher::start(store.clone(), c.clone(), p))
+            }
+            _ => None,
+        };
         let (floor, floor_us) = ReplayFloor::open(floor, fresh_floor_us)?;
         let mut nonces = NonceCache::new(NONCE_WINDOW_MS, NONCE_CACHE_ENTRIES_MAX);
         nonces.set_floor(floor_us);
@@ -226,7 +280,34 @@ impl Drive {
             metrics: Metrics::default(),
             clock: Box::new(now_us),
             reply_nonces: AtomicU64::new(nasd_crypto::random_u64()),
+            options,
+            cache,
+            prefetcher,
         }))
+    }
+
+    pub fn options(&self) -> &DriveOptions {
+        &self.options
+    }
+
+    /// The block cache's counters (all zero without a cache).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    /// The extensions this drive serves, for its Drive Control object (seed 002 §3.4).
+    pub fn extensions(&self) -> Vec<nasd_proto::ext::Extension> {
+        if self.prefetcher.is_none() {
+            return vec![];
+        }
+        [OpCode::Hint, OpCode::Consume]
+            .into_iter()
+            .map(|op| nasd_proto::ext::Extension {
+                opcode: op as u8,
+                version: nasd_proto::ext::EXT_PREFETCH_VERSION,
+                name: nasd_proto::ext::EXT_PREFETCH.into(),
+            })
+            .collect()
     }
 
     /// Replaces the clock (tests).
@@ -293,6 +374,8 @@ impl Drive {
                     min_protection: p.min_protection,
                 })
                 .collect(),
+            cache_bytes: self.cache.as_ref().map_or(0, |c| c.bytes_max()),
+            extensions: self.extensions(),
         }
     }
 
@@ -966,6 +1049,48 @@ impl Drive {
                 vec![],
                 Material::None,
             )),
+            Op::Hint { replace, regions } => {
+                let (first_index, next_index) = self.prefetcher()?.hint(
+                    self.stream_key(h, a),
+                    a.cap.map_or(u64::MAX, |c| c.expiry_ms),
+                    *replace,
+                    regions,
+                )?;
+                Ok((
+                    ReplyBody::Hinted {
+                        first_index,
+                        next_index,
+                    },
+                    vec![],
+                    Material::None,
+                ))
+            }
+            Op::Consume { consumed } => {
+                let c = self.prefetcher()?.consume(self.stream_key(h, a), *consumed);
+                Ok((ReplyBody::Consumed(c), vec![], Material::None))
+            }
+        }
+    }
+
+    fn prefetcher(&self) -> Result<&Prefetcher, Refusal> {
+        self.prefetcher.as_ref().ok_or_else(|| {
+            Refusal(
+                Status::UnknownOp,
+                "this drive does not serve the prefetch extension".into(),
+            )
+        })
+    }
+
+    /// A hint stream belongs to the object and to what the request proved it holds, so only
+    /// that holder can add to it, consume it or hear its counters.
+    fn stream_key(&self, h: &RequestHeader, a: &Authed) -> StreamKey {
+        StreamKey {
+            p: h.partition,
+            o: h.object,
+            principal: match &a.cap {
+                Some(c) => Principal::Capability(*c),
+                None => Principal::Key(h.key_type as u8, h.partition.0),
+            },
         }
     }
 
@@ -1084,9 +1209,10 @@ impl Drive {
 }
 
 /// Who a request's nonce is booked to in the replay cache: what its digest proved it holds.
-/// Principals share the cache fairly (`nasd_crypto::nonce`).
-#[derive(Hash)]
-enum Principal {
+/// Principals share the cache fairly (`nasd_crypto::nonce`). Hint streams are owned by one
+/// too (`crate::prefetch`), so no other holder can consume or replace them.
+#[derive(Hash, Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Principal {
     Capability(CapabilityArgs),
     /// A key of the hierarchy: its type and the partition named.
     Key(u8, u16),
@@ -1120,9 +1246,10 @@ fn nonce_refusal(e: NonceError) -> Refusal {
 
 fn op_regions(op: &Op) -> &[Region] {
     match op {
-        Op::Read { regions } | Op::Write { regions, .. } | Op::BlocksRequired { regions } => {
-            regions
-        }
+        Op::Read { regions }
+        | Op::Write { regions, .. }
+        | Op::BlocksRequired { regions }
+        | Op::Hint { regions, .. } => regions,
         _ => &[],
     }
 }

@@ -16,15 +16,21 @@
 //! - [`tree_cache`]: tree nodes computed for reads, kept consistent with commits.
 //! - [`writer`]: the single writer thread, jobs, transactions, group commit.
 //! - [`handler`]: request decoding, every check of seed 002 §2.4, replies.
+//! - [`cache`]: the block cache, bounded in bytes.
+//! - [`prefetch`]: the `prefetch` extension's hint streams and fetcher threads (seed 002 §4.6).
+//! - [`options`]: run-time options (cache size, prefetch budgets, a slow and cold disk).
 //! - [`server`]: the TCP server (tokio), time and memory limits, graceful shutdown.
 //! - [`conns`]: the connection table: limits in all and per source, unproved peers give way.
 //! - [`audit`]: the append-only audit trail.
 //! - [`init`]: creating a drive and its key files.
 
 pub mod audit;
+pub mod cache;
 pub mod conns;
 pub mod handler;
 pub mod init;
+pub mod options;
+pub mod prefetch;
 pub mod records;
 pub mod replay_floor;
 pub mod server;
@@ -35,6 +41,7 @@ pub mod writer;
 
 pub use handler::{Drive, Metrics};
 pub use init::{init, is_sealed, seal_keys, InitOptions, InitReport};
+pub use options::DriveOptions;
 pub use server::serve;
 
 use nasd_proto::{ObjectId, PartitionId, Status};

@@ -248,8 +248,9 @@ async fn connection(
         tokio::spawn(async move {
             // Reads run on the runtime's worker: page-cache reads and snapshot lookups are short,
             // and a hop to the blocking pool would cost more than the work. Mutations wait for
-            // the writer thread's commit, so they wait on the blocking pool.
-            let reply = if mutates(&body) {
+            // the writer thread's commit, and reads of a slow disk (`DriveOptions::slow`) wait
+            // for its seeks, so they wait on the blocking pool.
+            let reply = if mutates(&body) || d.options().slow() {
                 tokio::task::spawn_blocking(move || d.handle(body))
                     .await
                     .ok()

@@ -1,7 +1,8 @@
 //! The storage seam (redb's `StorageBackend` idea): every byte the drive persists goes through
 //! [`Storage`], so tests can put a simulated disk underneath that loses unsynced writes on a
 //! crash ([`SimDisk`]) or fails chosen operations ([`Faulty`]), while production uses real files
-//! with `pread`/`pwrite`/`fdatasync` ([`FileStorage`]).
+//! with `pread`/`pwrite`/`fdatasync` ([`FileStorage`]). [`SlowDisk`] makes a drive "slow and
+//! cold" for experiments (seed 002 §4.6's prefetching only matters when reads wait for a disk).
 
 use parking_lot::Mutex;
 use std::fmt;
@@ -30,6 +31,11 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         if self.size()? < len {
             self.set_len(len)?;
         }
+        Ok(())
+    }
+    /// A hint: the operating system may forget cached copies of these bytes, so the next read
+    /// of them goes to the device. `len` 0 means to the end.
+    fn drop_cached(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
 }
@@ -77,6 +83,22 @@ impl Storage for FileStorage {
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+    fn drop_cached(&self, offset: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open descriptor; the advice changes no data.
+        let r = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok(())
+    }
     fn reserve(&self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
         if self.size()? >= len {
@@ -92,6 +114,102 @@ impl Storage for FileStorage {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+/// Most simulated spindles of a [`SlowDisk`].
+pub const SPINDLES_MAX: usize = 64;
+/// Longest simulated seek of a [`SlowDisk`], milliseconds.
+pub const SEEK_MS_MAX: u64 = 1_000;
+
+/// A slow, cold disk for experiments: every read waits `seek_ms` (a simulated seek and
+/// rotation), at most `spindles` reads wait at once (the seed's drive striped over three
+/// disks, 002 §4.6), and with `cold` every read is followed by `posix_fadvise(DONTNEED)` of its
+/// bytes, so no read is served from the page cache of an earlier one and the
+/// experiment measures what the drive's own cache and prefetching do. Writes, sizes and syncs
+/// pass through unchanged. (`O_DIRECT` would need aligned buffers on every path; the page
+/// cache advice keeps the storage code as it is and is enough once the seek dominates.)
+pub struct SlowDisk {
+    inner: Arc<dyn Storage>,
+    seek: std::time::Duration,
+    cold: bool,
+    spindles: usize,
+    busy: Mutex<usize>,
+    free: parking_lot::Condvar,
+    reads: AtomicU64,
+}
+
+impl fmt::Debug for SlowDisk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlowDisk")
+            .field("seek", &self.seek)
+            .field("cold", &self.cold)
+            .field("spindles", &self.spindles)
+            .finish()
+    }
+}
+
+impl SlowDisk {
+    /// Wraps `inner`; with `cold`, first asks the operating system to forget all of it.
+    pub fn new(inner: Arc<dyn Storage>, seek_ms: u64, spindles: usize, cold: bool) -> Self {
+        assert!(seek_ms <= SEEK_MS_MAX && (1..=SPINDLES_MAX).contains(&spindles));
+        if cold {
+            // Best effort: a storage that keeps no OS cache has nothing to drop.
+            let _ = inner.drop_cached(0, 0);
+        }
+        SlowDisk {
+            inner,
+            seek: std::time::Duration::from_millis(seek_ms),
+            cold,
+            spindles,
+            busy: Mutex::new(0),
+            free: parking_lot::Condvar::new(),
+            reads: AtomicU64::new(0),
+        }
+    }
+
+    /// Reads that went to the inner storage.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+}
+
+impl Storage for SlowDisk {
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        {
+            let mut busy = self.busy.lock();
+            while *busy >= self.spindles {
+                self.free.wait(&mut busy);
+            }
+            *busy += 1;
+        }
+        std::thread::sleep(self.seek);
+        let r = self.inner.read(offset, out);
+        if self.cold {
+            let _ = self.inner.drop_cached(offset, out.len() as u64);
+        }
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        *self.busy.lock() -= 1;
+        self.free.notify_one();
+        r
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.inner.write(offset, data)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        self.inner.reserve(len)
+    }
+    fn drop_cached(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.drop_cached(offset, len)
     }
 }
 

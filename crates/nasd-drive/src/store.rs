@@ -109,6 +109,8 @@ pub struct Store {
     pub(crate) writer_cpu_ns: std::sync::atomic::AtomicU64,
     /// With sealed keys (`nasd drive init --seal-keys`), what seals and opens them.
     pub(crate) seal: Option<KeySeal>,
+    /// The block cache, once the drive gives the store one (`crate::cache`).
+    pub(crate) block_cache: std::sync::OnceLock<Arc<crate::cache::BlockCache>>,
 }
 
 /// The key in the `drive` table under which a sealed drive keeps its [`SealHeader`].
@@ -315,6 +317,7 @@ impl Store {
             tree_cache: Default::default(),
             writer_cpu_ns: Default::default(),
             seal,
+            block_cache: Default::default(),
         })
     }
 
@@ -331,7 +334,35 @@ impl Store {
         f(&self.state.read())
     }
 
-    fn reader(&self) -> ReaderGuard<'_> {
+    /// The store's block cache, made by `make` if it has none yet (a second drive opened over
+    /// the same store shares the first one's); reads use it from now on.
+    pub fn block_cache_or_init(
+        &self,
+        make: impl FnOnce() -> crate::cache::BlockCache,
+    ) -> Arc<crate::cache::BlockCache> {
+        self.block_cache.get_or_init(|| Arc::new(make())).clone()
+    }
+
+    /// Drops freed physical blocks from the block cache (the commit that frees them landed).
+    pub(crate) fn forget_freed(&self, freed: &[u64]) {
+        if let Some(c) = self.block_cache.get() {
+            c.forget(freed);
+        }
+    }
+
+    /// The block-map entry of block `b` of an object, or `None` for a hole.
+    pub(crate) fn block_entry(&self, p: PartitionId, o: ObjectId, b: u64) -> R<Option<BlockEntry>> {
+        let r = self.db.begin_read().map_err(db_err)?;
+        let blocks = r.open_table(BLOCKS).map_err(db_err)?;
+        let e = blocks.get((p.0, o.0, b)).map_err(db_err)?;
+        e.map(|v| {
+            BlockEntry::decode(v.value())
+                .map_err(|e| DriveError::Corrupt(format!("block entry: {e}")))
+        })
+        .transpose()
+    }
+
+    pub(crate) fn reader(&self) -> ReaderGuard<'_> {
         let mut a = self.alloc.lock();
         let epoch = a.epoch;
         *a.readers.entry(epoch).or_insert(0) += 1;
@@ -374,6 +405,30 @@ impl Store {
         Ok(())
     }
 
+    /// Reads `out.len()` bytes at `within` of a block through the block cache: from a cached
+    /// copy (checked against its CRC when it was read), else from storage. With `--cache-reads`,
+    /// a read of part of a block loads the whole block, checks it and caches it (the rest is
+    /// likely read next);
+    /// a whole-block read goes straight to storage and leaves the cache alone, so streaming
+    /// reads do not flush it. `generation` was taken before the read's snapshot (`cache`).
+    fn read_piece(&self, e: &BlockEntry, out: &mut [u8], within: u64, generation: u64) -> R<()> {
+        let Some(c) = self.block_cache.get() else {
+            return self.read_block(e, out, within);
+        };
+        let w = within as usize;
+        if let Some(b) = c.get(e.phys, e.crc) {
+            out.copy_from_slice(&b[w..w + out.len()]);
+            return Ok(());
+        }
+        if out.len() as u64 >= BLOCK_BYTES || !c.caches_reads() || c.bytes_max() == 0 {
+            return self.read_block(e, out, within);
+        }
+        let b = self.load_checked(e)?;
+        out.copy_from_slice(&b[w..w + out.len()]);
+        c.insert(generation, e.phys, e.crc, b.into(), None);
+        Ok(())
+    }
+
     /// Reads a whole physical block and checks its at-rest CRC: used wherever the drive itself
     /// hashes stored bytes, so it never MACs bytes the disk corrupted.
     pub(crate) fn load_checked(&self, e: &BlockEntry) -> R<Vec<u8>> {
@@ -402,6 +457,7 @@ impl Store {
         integrity: bool,
         cost: &mut Cost,
     ) -> R<ReadOut> {
+        let generation = self.block_cache.get().map_or(0, |c| c.generation());
         let _g = self.reader();
         let suite = self.suite();
         let version = self.tree_cache.version((p.0, o.0));
@@ -458,7 +514,7 @@ impl Store {
             for pc in pieces::split(reg.offset, reg.len, BLOCK_BYTES) {
                 let dst = &mut data[at..at + pc.len as usize];
                 if let Some(e) = entry(pc.unit)? {
-                    self.read_block(&e, dst, pc.offset - pc.unit * BLOCK_BYTES)?;
+                    self.read_piece(&e, dst, pc.offset - pc.unit * BLOCK_BYTES, generation)?;
                 }
                 at += pc.len as usize;
             }

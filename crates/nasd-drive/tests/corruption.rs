@@ -1,6 +1,7 @@
 //! On-disk corruption: bytes flipped in the data file or in the stored integrity metadata make
 //! reads fail with an integrity error (detected by the client's verifier, or by the drive's
 //! at-rest check where the drive itself hashes stored bytes) and never return wrong bytes.
+//! These drives run without a block cache: one would serve the copy it checked before the flip.
 
 mod common;
 use common::*;
@@ -32,7 +33,7 @@ fn is_integrity_failure(e: &ClientError) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipped_data_bytes_are_detected_in_every_scheme() {
-    let d = TestDrive::start().await;
+    let d = TestDrive::start_uncached().await;
     let c = d.conn().await;
     for scheme in Scheme::ALL {
         let o = d.create(&c, scheme).await;
@@ -79,7 +80,7 @@ async fn flipped_data_bytes_are_detected_in_every_scheme() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipped_metadata_is_detected() {
-    let d = TestDrive::start().await;
+    let d = TestDrive::start_uncached().await;
     let c = d.conn().await;
     for scheme in Scheme::ALL {
         let o = d.create(&c, scheme).await;
@@ -111,7 +112,7 @@ async fn flipped_metadata_is_detected() {
 async fn a_write_over_a_corrupt_block_does_not_launder_it() {
     // A partial write must merge with the old block; if that block is corrupt the write is
     // refused rather than hashing the bad bytes into fresh, valid-looking metadata.
-    let d = TestDrive::start().await;
+    let d = TestDrive::start_uncached().await;
     let c = d.conn().await;
     let o = d.create(&c, Scheme::Tree).await;
     let a = d.mint(d.cap_args(o, Rights::ALL), 0);
@@ -151,7 +152,7 @@ async fn a_write_over_a_corrupt_block_does_not_launder_it() {
 /// fails the read, and the drive never vouches for corrupt bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_chunk_is_checked_whole_before_the_drive_vouches_for_its_piece() {
-    let d = TestDrive::start().await;
+    let d = TestDrive::start_uncached().await;
     let c = d.conn().await;
     let o = d.create(&c, Scheme::Tree).await;
     let all = d.mint(d.cap_args(o, Rights::ALL), 0);

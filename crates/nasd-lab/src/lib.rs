@@ -3,7 +3,8 @@
 //! model of seed 000 §3.4 (Figs 5-7), the queueing simulation of an under-provisioned digest
 //! unit of seed 000 §5 (Figs 11-17), seed 004's RAID experiments on nasd-ec (Figs 5-11), and seed 002 §4's scaling of NASD
 //! against a server-attached disk on a local cluster, and its Andrew benchmark (Table 8)
-//! through nasd's FUSE mount against a store-and-forward file server. Each experiment returns a [`report::Report`]: tables to print
+//! through nasd's FUSE mount against a store-and-forward file server, and seed 002 §4.6's
+//! informed prefetching. Each experiment returns a [`report::Report`]: tables to print
 //! (or emit as JSON lines) and figures to write as CSV and SVG. `docs/lab.md` documents every
 //! experiment and the command that reproduces it.
 //!
@@ -21,6 +22,8 @@
 //! - [`raid`]: the `raid` experiment (seed 004 Figs 5-11 on nasd-ec's codes).
 //! - [`andrew`]: the `andrew` experiment (seed 002 §4.2 Table 8: the Andrew benchmark's
 //!   phases on a local directory, nasd's mount and a store-and-forward server's mount).
+//! - [`prefetch`]: the `prefetch` experiment (seed 002 §4.6: planar slices through a 64 MiB
+//!   volume from a slow, cold drive, without and with informed prefetching).
 //! - [`scaling`]: the `scaling` experiment (seed 002 §4: NASD against a server-attached disk
 //!   as client/drive pairs grow, in network namespaces with rate-capped links).
 
@@ -31,6 +34,7 @@ pub mod error;
 pub mod model;
 pub mod model_exp;
 pub mod plot;
+pub mod prefetch;
 pub mod raid;
 pub mod report;
 pub mod scaling;

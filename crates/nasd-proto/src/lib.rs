@@ -11,6 +11,8 @@
 //! - [`capability`]: `capability_args` (seed 002 Fig 1).
 //! - [`attr`]: object attributes (seed 002 Table 5).
 //! - [`ops`]: operation arguments (Tables 1-3) and reply bodies.
+//! - [`ext`]: drive extensions and their table in Drive Control (seed 002 §2.2, §3.4), the
+//!   first being informed prefetching (§4.6).
 //! - [`message`]: frames, handshake, request and reply envelopes.
 //! - [`status`]: stable status codes.
 //! - `io` (feature `tokio`): frames on an async stream.
@@ -18,6 +20,7 @@
 pub mod attr;
 pub mod capability;
 pub mod codec;
+pub mod ext;
 #[cfg(feature = "tokio")]
 pub mod io;
 pub mod manager;
@@ -48,7 +51,11 @@ pub use types::{
 ///   another drive that shares the key; a `tree` read whose capability does not cover the
 ///   chunk-widened range returns only bytes inside the capability, its cut edge chunks proved by
 ///   drive-hashed pieces in the reply MAC (protocol §10.4, §11.4).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// - 3: drive extensions (seed 002 §2.2, §3.4). Opcodes from 64 are extensions, authorized by
+///   a capability like object operations, their arguments in the MAC-covered `args`; `DriveInfo`
+///   (inquiry and the Drive Control object) ends with the block cache's size and the extension
+///   table. The first extension, `prefetch` v1 (§4.6): `hint` (64) and `consume` (65).
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Why bytes could not be decoded. Never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,6 +4,7 @@
 
 use crate::attr::{AttrMask, Attributes};
 use crate::codec::{Reader, Writer};
+use crate::ext::{Extension, StreamCounters, HINT_REGIONS_MAX};
 use crate::types::{DriveId, ObjectId, PartitionId, Protection, Region, Scheme, Suite};
 use crate::DecodeError;
 
@@ -41,6 +42,7 @@ opcodes! {
     CreatePartition = 16, RemovePartition = 17, ResizePartition = 18, FlushPartition = 19,
     SetPartitionKey = 20, SetWorkingKey = 21, SetMinProtection = 22,
     Initialize = 32, SetDriveKey = 33, Inquiry = 34,
+    Hint = 64, Consume = 65,
 }
 
 impl OpCode {
@@ -65,11 +67,18 @@ impl OpCode {
             OpCode::Initialize => "initialize",
             OpCode::SetDriveKey => "setdrivekey",
             OpCode::Inquiry => "inquiry",
+            OpCode::Hint => "hint",
+            OpCode::Consume => "consume",
         }
     }
-    /// Object operations of Table 1 (the only ones a capability can authorize).
+    /// Object operations of Table 1 and extension operations on one object: the only ones a
+    /// capability can authorize.
     pub fn is_object_op(self) -> bool {
-        (self as u8) < 16
+        (self as u8) < 16 || self.is_extension()
+    }
+    /// Extension operations (seed 002 §3.4), listed in the Drive Control object.
+    pub fn is_extension(self) -> bool {
+        (self as u8) >= crate::ext::EXTENSION_OPCODE_MIN
     }
 }
 
@@ -136,6 +145,17 @@ pub enum Op {
         wrapped: [u8; WRAPPED_KEY_BYTES],
     },
     Inquiry,
+    /// Extension `prefetch` (seed 002 §4.6): the reads the client will make of the request's
+    /// object, in order; `replace` drops the stream's earlier hints first.
+    Hint {
+        replace: bool,
+        regions: Vec<Region>,
+    },
+    /// Extension `prefetch`: the client has consumed every hinted read whose index is below
+    /// `consumed`.
+    Consume {
+        consumed: u64,
+    },
 }
 
 fn put_regions(w: &mut Writer, regions: &[Region]) {
@@ -147,8 +167,12 @@ fn put_regions(w: &mut Writer, regions: &[Region]) {
 }
 
 fn get_regions(r: &mut Reader<'_>) -> Result<Vec<Region>, DecodeError> {
+    get_regions_max(r, REGIONS_MAX)
+}
+
+fn get_regions_max(r: &mut Reader<'_>, max: usize) -> Result<Vec<Region>, DecodeError> {
     let n = r.u16("region count")? as usize;
-    if n > REGIONS_MAX {
+    if n > max {
         return Err(DecodeError::TooLong("regions"));
     }
     if r.remaining() < n * 16 {
@@ -187,6 +211,8 @@ impl Op {
             Op::Initialize { .. } => OpCode::Initialize,
             Op::SetDriveKey { .. } => OpCode::SetDriveKey,
             Op::Inquiry => OpCode::Inquiry,
+            Op::Hint { .. } => OpCode::Hint,
+            Op::Consume { .. } => OpCode::Consume,
         }
     }
 
@@ -245,6 +271,15 @@ impl Op {
                 w.u8(*drive_wide as u8);
                 w.u8(protection.bits());
             }
+            Op::Hint { replace, regions } => {
+                debug_assert!(regions.len() <= HINT_REGIONS_MAX, "callers bound hints");
+                w.u8(*replace as u8);
+                w.u16(regions.len() as u16);
+                for r in regions {
+                    r.put(&mut w);
+                }
+            }
+            Op::Consume { consumed } => w.u64(*consumed),
             Op::Remove | Op::GetAttr | Op::FastCopy | Op::FlushPartition | Op::Inquiry => {}
         }
         w.into_vec()
@@ -330,6 +365,13 @@ impl Op {
             OpCode::FastCopy => Op::FastCopy,
             OpCode::FlushPartition => Op::FlushPartition,
             OpCode::Inquiry => Op::Inquiry,
+            OpCode::Hint => Op::Hint {
+                replace: get_bool(&mut r, "hint replace")?,
+                regions: get_regions_max(&mut r, HINT_REGIONS_MAX)?,
+            },
+            OpCode::Consume => Op::Consume {
+                consumed: r.u64("consumed")?,
+            },
         };
         r.finish("op args")?;
         Ok(op)
@@ -361,6 +403,10 @@ pub struct DriveInfo {
     pub min_protection: Protection,
     pub vendor: String,
     pub partitions: Vec<PartitionInfo>,
+    /// Bytes of the drive's block cache (seed 002 Table 4's physical parameters); 0 = none.
+    pub cache_bytes: u64,
+    /// The extensions the drive serves (seed 002 §3.4), [`crate::ext`].
+    pub extensions: Vec<Extension>,
 }
 
 impl DriveInfo {
@@ -385,6 +431,8 @@ impl DriveInfo {
             w.u8(p.default_scheme as u8);
             w.u8(p.min_protection.bits());
         }
+        w.u64(self.cache_bytes);
+        crate::ext::put_table(&mut w, &self.extensions);
         w.into_vec()
     }
     pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
@@ -402,6 +450,8 @@ impl DriveInfo {
             vendor: String::from_utf8(r.blob(256, "vendor")?.to_vec())
                 .map_err(|_| DecodeError::BadValue("vendor utf-8"))?,
             partitions: vec![],
+            cache_bytes: 0,
+            extensions: vec![],
         };
         let n = r.u32("partition count")? as usize;
         if n > PARTITIONS_MAX {
@@ -417,6 +467,8 @@ impl DriveInfo {
                 min_protection: Protection::from_bits(r.u8("min protection")?)?,
             });
         }
+        d.cache_bytes = r.u64("cache bytes")?;
+        d.extensions = crate::ext::get_table(&mut r)?;
         r.finish("drive info")?;
         Ok(d)
     }
@@ -456,6 +508,14 @@ pub enum ReplyBody {
         maximum: u64,
     },
     Drive(Box<DriveInfo>),
+    /// `hint`: the index the stream gave this hint's first region, and the index its next
+    /// hinted region will get.
+    Hinted {
+        first_index: u64,
+        next_index: u64,
+    },
+    /// `consume`: the counters of the caller's own stream.
+    Consumed(StreamCounters),
 }
 
 impl ReplyBody {
@@ -500,6 +560,18 @@ impl ReplyBody {
                 w.u64(*maximum);
             }
             ReplyBody::Drive(d) => return d.encode(),
+            ReplyBody::Hinted {
+                first_index,
+                next_index,
+            } => {
+                w.u64(*first_index);
+                w.u64(*next_index);
+            }
+            ReplyBody::Consumed(c) => {
+                w.u64(c.prefetched_blocks);
+                w.u64(c.cache_hit_blocks);
+                w.u64(c.dropped_blocks);
+            }
         }
         w.into_vec()
     }
@@ -528,6 +600,15 @@ impl ReplyBody {
                 maximum: r.u64("maximum")?,
             },
             OpCode::Inquiry => return Ok(ReplyBody::Drive(Box::new(DriveInfo::decode(b)?))),
+            OpCode::Hint => ReplyBody::Hinted {
+                first_index: r.u64("first index")?,
+                next_index: r.u64("next index")?,
+            },
+            OpCode::Consume => ReplyBody::Consumed(StreamCounters {
+                prefetched_blocks: r.u64("prefetched blocks")?,
+                cache_hit_blocks: r.u64("cache hit blocks")?,
+                dropped_blocks: r.u64("dropped blocks")?,
+            }),
             _ => ReplyBody::Empty,
         };
         r.finish("reply body")?;

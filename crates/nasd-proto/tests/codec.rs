@@ -113,7 +113,50 @@ fn op() -> impl Strategy<Value = Op> {
         any::<[u8; 48]>().prop_map(|w| Op::Initialize { wrapped_master: w }),
         any::<[u8; 48]>().prop_map(|w| Op::SetDriveKey { wrapped: w }),
         Just(Op::Inquiry),
+        (any::<bool>(), prop::collection::vec(region(), 0..40))
+            .prop_map(|(replace, regions)| Op::Hint { replace, regions }),
+        any::<u64>().prop_map(|consumed| Op::Consume { consumed }),
     ]
+}
+
+fn drive_info() -> impl Strategy<Value = DriveInfo> {
+    let ext = (64u8..=255, any::<u16>(), "[a-z.]{0,64}").prop_map(|(opcode, version, name)| {
+        nasd_proto::ext::Extension {
+            opcode,
+            version,
+            name,
+        }
+    });
+    (
+        any::<u64>(),
+        any::<u64>(),
+        prop::collection::vec(ext, 0..5),
+        scheme(),
+        protection(),
+        "[ -~]{0,40}",
+    )
+        .prop_map(|(a, cache_bytes, extensions, s, p, vendor)| DriveInfo {
+            drive: DriveId(a),
+            suite: Suite::Blake3,
+            block_bytes: 8192,
+            chunk_bytes: 1024,
+            clock_us: a / 3,
+            nonce_window_ms: 30_000,
+            capacity_bytes: a / 5,
+            used_bytes: a / 7,
+            min_protection: p,
+            vendor,
+            partitions: vec![PartitionInfo {
+                id: PartitionId(1),
+                quota_bytes: a,
+                used_bytes: a / 2,
+                objects: 3,
+                default_scheme: s,
+                min_protection: p,
+            }],
+            cache_bytes,
+            extensions,
+        })
 }
 
 proptest! {
@@ -184,9 +227,23 @@ proptest! {
             (OpCode::Create, ReplyBody::Object { object: ObjectId(a) }),
             (OpCode::GetAttr, ReplyBody::Attrs),
             (OpCode::Remove, ReplyBody::Empty),
+            (OpCode::Hint, ReplyBody::Hinted { first_index: a, next_index: b }),
+            (OpCode::Consume, ReplyBody::Consumed(nasd_proto::ext::StreamCounters {
+                prefetched_blocks: a, cache_hit_blocks: b, dropped_blocks: a ^ b })),
         ];
         for (code, body) in cases {
             prop_assert_eq!(ReplyBody::decode(code, &body.encode()).unwrap(), body);
+        }
+    }
+
+    #[test]
+    fn drive_info_round_trips_with_its_extension_table(d in drive_info()) {
+        let b = d.encode();
+        prop_assert_eq!(DriveInfo::decode(&b).unwrap(), d.clone());
+        prop_assert_eq!(ReplyBody::decode(OpCode::Inquiry, &b).unwrap(), ReplyBody::Drive(Box::new(d)));
+        // every strict prefix is malformed, never a shorter value
+        for cut in [0, b.len() / 2, b.len() - 1] {
+            prop_assert!(DriveInfo::decode(&b[..cut]).is_err());
         }
     }
 
@@ -226,6 +283,92 @@ proptest! {
             let _ = Op::decode_args(h.op, &h.args);
         }
     }
+}
+
+#[test]
+fn hints_are_bounded_and_extension_opcodes_are_object_ops() {
+    let too_many = Op::Hint {
+        replace: false,
+        regions: vec![Region::new(0, 1); nasd_proto::ext::HINT_REGIONS_MAX],
+    };
+    let mut args = too_many.encode_args();
+    assert!(Op::decode_args(OpCode::Hint, &args).is_ok());
+    // one more region than the limit is refused on the count, before the regions are read
+    let n = (nasd_proto::ext::HINT_REGIONS_MAX + 1) as u16;
+    args[1..3].copy_from_slice(&n.to_le_bytes());
+    assert_eq!(
+        Op::decode_args(OpCode::Hint, &args),
+        Err(DecodeError::TooLong("regions"))
+    );
+    // replace must be 0 or 1
+    assert_eq!(
+        Op::decode_args(OpCode::Hint, &[2, 0, 0]),
+        Err(DecodeError::BadValue("hint replace"))
+    );
+    // a hint fits a request header whatever its count
+    assert!(too_many.encode_args().len() < nasd_proto::message::HEADER_BYTES_MAX);
+    for code in [OpCode::Hint, OpCode::Consume] {
+        assert!(code.is_extension() && code.is_object_op());
+        assert_eq!(OpCode::from_u8(code as u8).unwrap(), code);
+    }
+    assert!(!OpCode::Inquiry.is_object_op() && !OpCode::Read.is_extension());
+}
+
+/// Pins the wire bytes of the version-3 additions: a hint's arguments and the end of
+/// `DriveInfo` (cache size, then the extension table), byte by byte as `docs/protocol.md` §7
+/// and §13 lay them out.
+#[test]
+fn version_3_layouts_are_pinned() {
+    assert_eq!(PROTOCOL_VERSION, 3);
+    let hint = Op::Hint {
+        replace: true,
+        regions: vec![Region::new(0x0102, 0x0304)],
+    };
+    assert_eq!(
+        hint.encode_args(),
+        [
+            &[1u8, 1, 0][..],
+            &0x0102u64.to_le_bytes(),
+            &0x0304u64.to_le_bytes()
+        ]
+        .concat()
+    );
+    assert_eq!(
+        Op::Consume { consumed: 7 }.encode_args(),
+        7u64.to_le_bytes()
+    );
+    let d = DriveInfo {
+        drive: DriveId(1),
+        suite: Suite::Blake3,
+        block_bytes: 8192,
+        chunk_bytes: 1024,
+        clock_us: 2,
+        nonce_window_ms: 3,
+        capacity_bytes: 4,
+        used_bytes: 5,
+        min_protection: Protection::NONE,
+        vendor: String::new(),
+        partitions: vec![],
+        cache_bytes: 0x10_0000,
+        extensions: vec![nasd_proto::ext::Extension {
+            opcode: 64,
+            version: 1,
+            name: "prefetch".into(),
+        }],
+    };
+    let b = d.encode();
+    // 50 fixed bytes, an empty vendor blob (4), no partitions (4), then the new fields
+    let tail = &b[58..];
+    let want = [
+        &0x10_0000u64.to_le_bytes()[..],
+        &1u16.to_le_bytes(),
+        &[64],
+        &1u16.to_le_bytes(),
+        &8u32.to_le_bytes(),
+        b"prefetch",
+    ]
+    .concat();
+    assert_eq!(tail, &want[..]);
 }
 
 #[test]

@@ -66,6 +66,8 @@ pub enum DriveCmd {
         /// For a drive with sealed keys.
         #[command(flatten)]
         passphrase: PassphraseArgs,
+        #[command(flatten)]
+        run: RunArgs,
     },
     /// Seal the keys of a stopped drive under a passphrase, or change the passphrase of a sealed
     /// one (the new one from $NASD_DRIVE_NEW_PASSPHRASE, --new-passphrase-file, or asked).
@@ -80,6 +82,74 @@ pub enum DriveCmd {
     },
     /// Ask a drive what it is (inquiry, seed 002 Table 3).
     Info(AdminArgs),
+}
+
+/// Run-time options of `nasd drive run`: the block cache, the `prefetch` extension (seed 002
+/// §4.6), and a slow and cold disk for experiments.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Bytes of the block cache (0: none, and no prefetch extension).
+    #[arg(long, value_parser = parse::bytes, default_value_t = nasd_drive::cache::CACHE_BYTES_DEFAULT)]
+    pub cache_bytes: u64,
+    /// Keep blocks that reads used part of in the cache (off by default: a cached copy would
+    /// hide at-rest damage from rereads such as the scrub's until it leaves the cache).
+    #[arg(long)]
+    pub cache_reads: bool,
+    /// Serve no extension: the Drive Control object lists none.
+    #[arg(long)]
+    pub no_prefetch: bool,
+    /// Bytes one hint stream may hold fetched ahead and not yet consumed.
+    #[arg(long, value_parser = parse::bytes, default_value_t = nasd_drive::prefetch::AHEAD_BYTES_DEFAULT)]
+    pub prefetch_ahead_bytes: u64,
+    /// Prefetch reads in flight, drive-wide (fetcher threads).
+    #[arg(long, default_value_t = nasd_drive::prefetch::FETCHERS_DEFAULT)]
+    pub fetchers: usize,
+    /// Experiments: wait this long before every data read (a simulated seek), milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub seek_ms: u64,
+    /// Experiments: reads that may wait for a seek at once (simulated disks).
+    #[arg(long, default_value_t = nasd_drive::options::SPINDLES_DEFAULT)]
+    pub spindles: usize,
+    /// Experiments: drop every data read's bytes from the page cache after it (cold reads).
+    #[arg(long)]
+    pub cold: bool,
+}
+
+impl RunArgs {
+    pub fn options(&self) -> anyhow::Result<nasd_drive::DriveOptions> {
+        use nasd_drive::{prefetch, storage};
+        anyhow::ensure!(
+            self.cache_bytes <= nasd_drive::cache::CACHE_BYTES_MAX,
+            "--cache-bytes is at most {}",
+            nasd_drive::cache::CACHE_BYTES_MAX
+        );
+        anyhow::ensure!(
+            (1..=prefetch::FETCHERS_MAX).contains(&self.fetchers),
+            "--fetchers must be 1 to {}",
+            prefetch::FETCHERS_MAX
+        );
+        anyhow::ensure!(
+            self.seek_ms <= storage::SEEK_MS_MAX,
+            "--seek-ms is at most {}",
+            storage::SEEK_MS_MAX
+        );
+        anyhow::ensure!(
+            (1..=storage::SPINDLES_MAX).contains(&self.spindles),
+            "--spindles must be 1 to {}",
+            storage::SPINDLES_MAX
+        );
+        Ok(nasd_drive::DriveOptions {
+            cache_bytes: self.cache_bytes,
+            cache_reads: self.cache_reads,
+            prefetch: (!self.no_prefetch).then_some(prefetch::PrefetchOptions {
+                ahead_bytes: self.prefetch_ahead_bytes,
+                fetchers: self.fetchers,
+            }),
+            seek_ms: self.seek_ms,
+            spindles: self.spindles,
+            cold: self.cold,
+        })
+    }
 }
 
 /// Where a sealed drive's passphrase comes from: $NASD_DRIVE_PASSPHRASE, this file (which
@@ -261,7 +331,9 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             data,
             listen,
             passphrase: pf,
+            run,
         } => {
+            let options = run.options()?;
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .with_env_filter(
@@ -269,14 +341,14 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
-            let drive = match nasd_drive::Drive::open(&data) {
+            let drive = match nasd_drive::Drive::open_with_options(&data, None, options) {
                 Err(nasd_drive::DriveError::Sealed) => {
                     let p = passphrase(
                         "NASD_DRIVE_PASSPHRASE",
                         pf.passphrase_file.as_deref(),
                         "passphrase for the drive's keys: ",
                     )?;
-                    nasd_drive::Drive::open_with(&data, Some(&p))
+                    nasd_drive::Drive::open_with_options(&data, Some(&p), options)
                 }
                 r => r,
             }
@@ -298,6 +370,15 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             outln!("used             {} bytes", d.used_bytes);
             outln!("min protection   {}", d.min_protection);
             outln!("nonce window     {} ms", d.nonce_window_ms);
+            outln!("block cache      {} bytes", d.cache_bytes);
+            for e in &d.extensions {
+                outln!(
+                    "extension        {} v{} opcode {}",
+                    e.name,
+                    e.version,
+                    e.opcode
+                );
+            }
             outln!(
                 "clock offset     {} us (drive minus this host)",
                 conn.welcome().clock_offset_us

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sim|raid|scaling|andrew [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sim|raid|scaling|andrew|prefetch [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -26,6 +26,9 @@ pub enum Experiment {
     /// Seed 002 §4 Figs 2a, 3, 4: striped NASD against a server-attached disk as client/drive
     /// pairs grow, each host in a network namespace behind a rate-capped link (needs root).
     Scaling(ScalingArgs),
+    /// Seed 002 §4.6: 25 planar slices through a 64 MiB volume from a slow, cold drive, without
+    /// and with informed prefetching (hints and read notifications).
+    Prefetch(PrefetchArgs),
     /// The store-and-forward server of `lab scaling` (started by it, in its namespace).
     #[command(hide = true)]
     SadServer(SadServerArgs),
@@ -122,6 +125,22 @@ pub struct AndrewMountArgs {
     pub mountpoint: PathBuf,
 }
 
+/// Flags of `nasd lab prefetch`.
+#[derive(clap::Args, Debug)]
+pub struct PrefetchArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Slices to render (default 25; with --quick 3, one per orientation).
+    #[arg(long)]
+    pub slices: Option<usize>,
+    /// The drive's simulated seek before every data read, milliseconds.
+    #[arg(long, default_value_t = nasd_lab::prefetch::SEEK_MS_DEFAULT)]
+    pub seek_ms: u64,
+    /// The drive's simulated spindles (reads that may wait for a seek at once).
+    #[arg(long, default_value_t = nasd_drive::options::SPINDLES_DEFAULT)]
+    pub spindles: usize,
+}
+
 /// Flags of `nasd lab sad-server`.
 #[derive(clap::Args, Debug)]
 pub struct SadServerArgs {
@@ -144,6 +163,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         Experiment::AndrewMount(a) => return andrew_mount(a),
         Experiment::Andrew(a) => (&a.common, andrew(a)?),
         Experiment::Scaling(a) => (&a.common, scaling(a)?),
+        Experiment::Prefetch(a) => (&a.common, prefetch(a)?),
         Experiment::Crypto(c) => (c, nasd_lab::crypto::run(&options(c)).context("lab crypto")?),
         Experiment::Model(c) => (
             c,
@@ -235,6 +255,18 @@ fn andrew_mount(a: &AndrewMountArgs) -> anyhow::Result<()> {
     nasd_lab::andrew::client::serve(a.server, &a.mountpoint)?;
     drop(rt);
     Ok(())
+}
+
+fn prefetch(a: &PrefetchArgs) -> anyhow::Result<nasd_lab::Report> {
+    let o = nasd_lab::prefetch::PrefetchOptions {
+        quick: a.common.quick,
+        seed: a.common.seed,
+        nasd_bin: std::env::current_exe().context("finding the nasd executable")?,
+        slices: a.slices,
+        seek_ms: Some(a.seek_ms),
+        spindles: Some(a.spindles),
+    };
+    nasd_lab::prefetch::run(&o).context("lab prefetch")
 }
 
 fn sad_server(a: &SadServerArgs) -> anyhow::Result<()> {

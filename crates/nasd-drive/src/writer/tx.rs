@@ -85,6 +85,10 @@ impl<'a> Tx<'a> {
         let committed = w.commit().map_err(db_err);
         store.tree_cache.end_change(&changed);
         committed?;
+        if !freed.is_empty() {
+            // Cached copies of freed blocks go now: their numbers may be reused (`cache`).
+            store.forget_freed(&freed);
+        }
         let mut a = store.alloc.lock();
         a.epoch += 1;
         let e = a.epoch;

@@ -31,7 +31,27 @@ impl TestDrive {
         Self::start_with(|_| {}).await
     }
 
+    /// A drive without a block cache, for tests that change bytes under a running drive: a
+    /// cache would (rightly) go on serving its checked copy and hide the change from them.
+    pub async fn start_uncached() -> TestDrive {
+        Self::start_with_options(
+            |_| {},
+            nasd_drive::DriveOptions {
+                cache_bytes: 0,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
     pub async fn start_with(f: impl FnOnce(&mut InitOptions)) -> TestDrive {
+        Self::start_with_options(f, Default::default()).await
+    }
+
+    pub async fn start_with_options(
+        f: impl FnOnce(&mut InitOptions),
+        options: nasd_drive::DriveOptions,
+    ) -> TestDrive {
         let dir = tempfile::tempdir().unwrap();
         let mut o = InitOptions::new(dir.path().join("drive"));
         o.partition = Some(P);
@@ -39,7 +59,7 @@ impl TestDrive {
         o.capacity_bytes = Some(1 << 30);
         f(&mut o);
         let r = init(&o).unwrap();
-        let drive = Drive::open(&o.data_dir).unwrap();
+        let drive = Drive::open_with_options(&o.data_dir, None, options).unwrap();
         Self::serve(
             dir,
             drive,

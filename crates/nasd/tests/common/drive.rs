@@ -51,6 +51,11 @@ impl Drop for TestDrive {
 
 impl TestDrive {
     pub fn start() -> TestDrive {
+        Self::start_with(&[])
+    }
+
+    /// [`TestDrive::start`] with more `nasd drive run` flags (`--cache-bytes`, `--seek-ms` ...).
+    pub fn start_with(run_args: &[&str]) -> TestDrive {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("drive");
         ok(&[
@@ -61,13 +66,13 @@ impl TestDrive {
             "--partition",
             "1",
         ]);
-        let (child, addr) = Self::run(&data);
+        let (child, addr) = Self::run(&data, run_args);
         TestDrive { child, addr, dir }
     }
 
     /// Serves a drive already initialized in `dir/drive`.
     pub fn start_on(dir: tempfile::TempDir) -> TestDrive {
-        let (child, addr) = Self::run(&dir.path().join("drive"));
+        let (child, addr) = Self::run(&dir.path().join("drive"), &[]);
         TestDrive { child, addr, dir }
     }
 
@@ -80,13 +85,13 @@ impl TestDrive {
     pub fn restart(&mut self, signal: i32) {
         unsafe { libc::kill(self.child.id() as i32, signal) };
         self.child.wait().unwrap();
-        let (child, addr) = Self::run(&self.data());
+        let (child, addr) = Self::run(&self.data(), &[]);
         self.child = child;
         self.addr = addr;
     }
 
     /// `nasd drive run` on a free loopback port: the process and its address.
-    fn run(data: &Path) -> (Child, String) {
+    fn run(data: &Path, run_args: &[&str]) -> (Child, String) {
         let mut child = Command::new(NASD)
             .args([
                 "drive",
@@ -96,6 +101,7 @@ impl TestDrive {
                 "--listen",
                 "127.0.0.1:0",
             ])
+            .args(run_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
