@@ -137,15 +137,6 @@ impl Access {
         users.insert(user.to_string(), (c.clone(), now));
         Ok(c)
     }
-
-    /// Forgets the session of `user` (the manager ended it: a password change, a restart
-    /// that lost it), so the next request opens a fresh one.
-    pub async fn forget(&self, user_client: &Arc<Client>) {
-        self.users
-            .lock()
-            .await
-            .retain(|_, (c, _)| !Arc::ptr_eq(c, user_client));
-    }
 }
 
 /// An error the client cannot name as an S3 error: logged, and answered as `InternalError`

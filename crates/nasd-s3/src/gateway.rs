@@ -251,38 +251,8 @@ impl Gateway {
             self.put_small(c, bucket, key, &data, &m).await?;
             return Ok(m);
         }
-        let mut w = self.begin(c, bucket, key, digests).await?;
-        let r: S3Result<()> = async {
-            if let Some(b) = body.as_mut() {
-                while let Some(chunk) = b.next().await {
-                    let chunk = chunk.map_err(|e| {
-                        s3_error!(IncompleteBody, "the request body ended early: {e}")
-                    })?;
-                    w.write(&chunk).await.map_err(status_err)?;
-                }
-            }
-            Ok(())
-        }
-        .await;
-        if let Err(e) = r {
-            w.abort().await;
-            return Err(e);
-        }
-        let done = w.finish().await.map_err(status_err)?;
-        let claimed = claims.with_trailers(trailers);
-        let checked = match length {
-            Some(n) if n != done.size => Err(s3_error!(IncompleteBody)),
-            _ => digest::verify(
-                &done.md5,
-                claims.content_md5.as_deref(),
-                &done.checksums,
-                &claimed,
-            ),
-        };
-        if let Err(e) = checked {
-            c.abort_upload(&done.upload).await;
-            return Err(e);
-        }
+        let w = self.begin(c, bucket, key, digests).await?;
+        let done = receive(c, w, body, length, claims, trailers).await?;
         m.etag = Some(hex::encode(done.md5));
         m.checksums = done.checksums;
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
@@ -325,6 +295,49 @@ impl Gateway {
         });
         Ok(StreamingBlob::wrap(SyncStream::new(s)))
     }
+}
+
+/// Streams `body` through `w` and checks it: the length announced, the digests claimed.
+/// Returns the upload, written and checked, for the caller to commit; on any failure it is
+/// aborted, so nothing of it ever becomes visible.
+pub(crate) async fn receive(
+    c: &Client,
+    mut w: Writer,
+    mut body: Option<StreamingBlob>,
+    length: Option<u64>,
+    claims: &Claims,
+    trailers: Option<&s3s::TrailingHeaders>,
+) -> S3Result<stream::Written> {
+    let r: S3Result<()> = async {
+        if let Some(b) = body.as_mut() {
+            while let Some(chunk) = b.next().await {
+                let chunk = chunk
+                    .map_err(|e| s3_error!(IncompleteBody, "the request body ended early: {e}"))?;
+                w.write(&chunk).await.map_err(status_err)?;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        w.abort().await;
+        return Err(e);
+    }
+    let done = w.finish().await.map_err(status_err)?;
+    let checked = match length {
+        Some(n) if n != done.size => Err(s3_error!(IncompleteBody)),
+        _ => digest::verify(
+            &done.md5,
+            claims.content_md5.as_deref(),
+            &done.checksums,
+            &claims.with_trailers(trailers),
+        ),
+    };
+    if let Err(e) = checked {
+        c.abort_upload(&done.upload).await;
+        return Err(e);
+    }
+    Ok(done)
 }
 
 /// A stream s3s can hold (it asks for `Sync`): the inner stream is only ever polled through

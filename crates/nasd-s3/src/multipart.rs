@@ -13,7 +13,6 @@ use crate::digest::Digests;
 use crate::gateway::*;
 use crate::meta::{self, ObjectMeta};
 use crate::stream;
-use futures_util::StreamExt;
 use md5::Digest as _;
 use nasd_client::files::Client;
 use nasd_proto::manager::{FileKind, MgrStatus, Xattr};
@@ -180,7 +179,7 @@ impl Gateway {
         &self,
         c: &Arc<Client>,
         path: &str,
-        mut body: Option<StreamingBlob>,
+        body: Option<StreamingBlob>,
         length: Option<u64>,
         claims: &Claims,
         trailers: Option<&s3s::TrailingHeaders>,
@@ -192,47 +191,11 @@ impl Gateway {
                 Some(MgrStatus::NoSuchPath) => s3_error!(NoSuchUpload),
                 _ => status_err(e),
             })?;
-        let mut w = stream::Writer::new(
-            c.clone(),
-            u,
-            Digests::new(claims.algorithms.iter().map(String::as_str)),
-        )
-        .await
-        .map_err(status_err)?;
-        let mut failed = None;
-        if let Some(b) = body.as_mut() {
-            while let Some(chunk) = b.next().await {
-                let r = match chunk {
-                    Ok(d) => w.write(&d).await.map_err(status_err),
-                    Err(e) => Err(s3_error!(
-                        IncompleteBody,
-                        "the request body ended early: {e}"
-                    )),
-                };
-                if let Err(e) = r {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if let Some(e) = failed {
-            w.abort().await;
-            return Err(e);
-        }
-        let done = w.finish().await.map_err(status_err)?;
-        let checked = match length {
-            Some(n) if n != done.size => Err(s3_error!(IncompleteBody)),
-            _ => crate::digest::verify(
-                &done.md5,
-                claims.content_md5.as_deref(),
-                &done.checksums,
-                &claims.with_trailers(trailers),
-            ),
-        };
-        if let Err(e) = checked {
-            c.abort_upload(&done.upload).await;
-            return Err(e);
-        }
+        let digests = Digests::new(claims.algorithms.iter().map(String::as_str));
+        let w = stream::Writer::new(c.clone(), u, digests)
+            .await
+            .map_err(status_err)?;
+        let done = receive(c, w, body, length, claims, trailers).await?;
         let m = ObjectMeta {
             etag: Some(hex::encode(done.md5)),
             checksums: done.checksums,
