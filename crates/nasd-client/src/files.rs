@@ -411,7 +411,7 @@ impl Client {
         };
         let cfg = SessionConfig {
             user: user.to_string(),
-            credential: nasd_proto::manager::Credential::Token(token),
+            credential: nasd_proto::manager::Credential::Token(token.0),
             signing_key: None,
             ..self.cfg.clone()
         };

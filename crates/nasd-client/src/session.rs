@@ -210,7 +210,7 @@ impl Session {
             } => {
                 s.uid = uid;
                 s.admin = admin;
-                s.token = token;
+                s.token = token.0;
                 s.expires_ms = expires_ms;
                 Ok(s)
             }

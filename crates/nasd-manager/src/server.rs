@@ -413,7 +413,7 @@ async fn login(
     let reply = MgrReply::LoginOk {
         uid: ok.caller.uid,
         admin: ok.caller.admin,
-        token: ok.token,
+        token: SessionToken(ok.token),
         expires_ms: ok.expires_ms,
     };
     let token_hash = users::token_hash(&ok.token);
@@ -506,7 +506,7 @@ async fn act_for(
     Ok(MgrReply::LoginOk {
         uid: ok.caller.uid,
         admin: ok.caller.admin,
-        token: ok.token,
+        token: SessionToken(ok.token),
         expires_ms: ok.expires_ms,
     })
 }

@@ -739,6 +739,17 @@ pub struct ClusterStatus {
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretString(pub String);
 
+/// A session token as a `LoginOk` carries it: whoever holds it is the user until it expires,
+/// so `Debug` (an "unexpected reply" message, a log line) never prints it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SessionToken(pub [u8; TOKEN_BYTES]);
+
+impl fmt::Debug for SessionToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionToken(..)")
+    }
+}
+
 impl fmt::Debug for SecretString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "<secret, {} bytes>", self.0.len())
@@ -762,7 +773,7 @@ pub enum MgrReply {
     LoginOk {
         uid: u32,
         admin: bool,
-        token: [u8; TOKEN_BYTES],
+        token: SessionToken,
         expires_ms: u64,
     },
     Stat(FileStat),
@@ -1786,7 +1797,7 @@ impl MgrReply {
             } => {
                 w.u32(*uid);
                 w.u8(*admin as u8);
-                w.bytes(token);
+                w.bytes(&token.0);
                 w.u64(*expires_ms);
             }
             Self::Stat(s) => put_stat(&mut w, s),
@@ -1879,7 +1890,7 @@ impl MgrReply {
             3 => Self::LoginOk {
                 uid: r.u32("uid")?,
                 admin: get_bool(r, "admin")?,
-                token: r.array("token")?,
+                token: SessionToken(r.array("token")?),
                 expires_ms: r.u64("expires")?,
             },
             4 => Self::Stat(get_stat(r)?),
@@ -1980,6 +1991,18 @@ impl MgrReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_prints_a_session_token() {
+        let r = MgrReply::LoginOk {
+            uid: 1,
+            admin: false,
+            token: SessionToken([0xab; TOKEN_BYTES]),
+            expires_ms: 2,
+        };
+        let shown = format!("{r:?}");
+        assert!(!shown.contains("171") && !shown.contains("ab"), "{shown}");
+    }
     use crate::types::{Protection, Region, Rights};
 
     fn stat() -> FileStat {
@@ -2266,7 +2289,7 @@ mod tests {
             MgrReply::LoginOk {
                 uid: 1,
                 admin: true,
-                token: [9; 32],
+                token: SessionToken([9; 32]),
                 expires_ms: 5,
             },
             MgrReply::Stat(stat()),
