@@ -1157,11 +1157,21 @@ impl Client {
 
     /// Every entry of directory `path`, in name order, read a page at a time.
     pub async fn list(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        self.list_with(path, None).await
+    }
+
+    /// [`Client::list`], each file's entry carrying extended attribute `xattr`
+    /// ([`Client::list_page_with`]).
+    pub async fn list_with(
+        &self,
+        path: &str,
+        xattr: Option<&str>,
+    ) -> Result<Vec<DirEntry>, FsError> {
         let mut all: Vec<DirEntry> = vec![];
         loop {
             let after = all.last().map(|e| e.name.clone()).unwrap_or_default();
             let page = self
-                .list_page(path, &after, READDIR_PAGE_ENTRIES_MAX)
+                .list_page_with(path, &after, READDIR_PAGE_ENTRIES_MAX, xattr)
                 .await?;
             let last = page.len() < READDIR_PAGE_ENTRIES_MAX;
             all.extend(page);

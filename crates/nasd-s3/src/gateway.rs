@@ -340,6 +340,40 @@ pub(crate) async fn receive(
     Ok(done)
 }
 
+/// Copies `range` of `src` (one version of it) through `w` and commits it with metadata
+/// `m`, given the copy's ETag and checksums; on any failure the upload is aborted.
+pub(crate) async fn copy_commit(
+    c: &Arc<Client>,
+    mut w: Writer,
+    src: &str,
+    range: std::ops::Range<u64>,
+    m: ObjectMeta,
+) -> S3Result<ObjectMeta> {
+    if let Err(e) = stream::copy_range(c, src, range.start, range.end, &mut w).await {
+        w.abort().await;
+        return Err(status_err(e));
+    }
+    let done = w.finish().await.map_err(status_err)?;
+    commit(c, done, m).await
+}
+
+/// Commits a written upload with metadata `m`, given the upload's ETag and checksums.
+pub(crate) async fn commit(
+    c: &Client,
+    done: stream::Written,
+    m: ObjectMeta,
+) -> S3Result<ObjectMeta> {
+    let m = ObjectMeta {
+        etag: Some(hex::encode(done.md5)),
+        checksums: done.checksums,
+        ..m
+    };
+    c.finish_upload_with(done.upload, Some(m.to_xattrs()))
+        .await
+        .map_err(status_err)?;
+    Ok(m)
+}
+
 /// A stream s3s can hold (it asks for `Sync`): the inner stream is only ever polled through
 /// `&mut`, so sharing `&` across threads is safe.
 pub(crate) struct SyncStream<S>(std::sync::Mutex<std::pin::Pin<Box<S>>>);

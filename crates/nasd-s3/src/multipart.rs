@@ -28,6 +28,8 @@ pub const STAGING_DIR: &str = ".s3-multipart";
 pub const PART_BYTES_MIN: u64 = 5 << 20;
 /// Largest part (S3's limit).
 pub const PART_BYTES_MAX: u64 = 5 << 30;
+/// Most uploads or parts one listing returns (S3's limit).
+pub const LISTED_MAX: usize = 1000;
 /// Highest part number (S3's limit).
 pub const PARTS_MAX: i32 = 10_000;
 const INFO: &str = "upload";
@@ -196,15 +198,7 @@ impl Gateway {
             .await
             .map_err(status_err)?;
         let done = receive(c, w, body, length, claims, trailers).await?;
-        let m = ObjectMeta {
-            etag: Some(hex::encode(done.md5)),
-            checksums: done.checksums,
-            ..Default::default()
-        };
-        c.finish_upload_with(done.upload, Some(m.to_xattrs()))
-            .await
-            .map_err(status_err)?;
-        Ok(m)
+        commit(c, done, ObjectMeta::default()).await
     }
 
     pub(crate) async fn mp_upload_part_copy(
@@ -231,22 +225,10 @@ impl Gateway {
         let dir = self.upload_dir(&i.upload_id)?;
         let path = format!("{dir}/{}", part_name(i.part_number));
         let u = c.begin_upload(&path, 0o600).await.map_err(status_err)?;
-        let mut w = stream::Writer::new(c.clone(), u, Digests::new(info.algorithm.as_deref()))
+        let w = stream::Writer::new(c.clone(), u, Digests::new(info.algorithm.as_deref()))
             .await
             .map_err(status_err)?;
-        if let Err(e) = stream::copy_range(&c, &src, range.start, range.end, &mut w).await {
-            w.abort().await;
-            return Err(status_err(e));
-        }
-        let done = w.finish().await.map_err(status_err)?;
-        let m = ObjectMeta {
-            etag: Some(hex::encode(done.md5)),
-            checksums: done.checksums,
-            ..Default::default()
-        };
-        c.finish_upload_with(done.upload, Some(m.to_xattrs()))
-            .await
-            .map_err(status_err)?;
+        let m = copy_commit(&c, w, &src, range, ObjectMeta::default()).await?;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: m.etag.map(ETag::Strong),
@@ -259,29 +241,20 @@ impl Gateway {
 
     /// The parts of upload directory `dir` by number: (size, ETag, mtime).
     async fn parts(&self, c: &Client, dir: &str) -> S3Result<BTreeMap<i32, (u64, String, u64)>> {
+        let entries = c
+            .list_with(dir, Some(meta::ETAG))
+            .await
+            .map_err(|e| match e.status() {
+                Some(MgrStatus::NoSuchPath) => s3_error!(NoSuchUpload),
+                _ => status_err(e),
+            })?;
         let mut parts = BTreeMap::new();
-        let mut after = String::new();
-        loop {
-            let page = c
-                .list_page_with(dir, &after, 1000, Some(meta::ETAG))
-                .await
-                .map_err(|e| match e.status() {
-                    Some(MgrStatus::NoSuchPath) => s3_error!(NoSuchUpload),
-                    _ => status_err(e),
-                })?;
-            let Some(last) = page.last() else { break };
-            after = last.name.clone();
-            let n = page.len();
-            for e in page {
-                let (Ok(num), Some(etag)) = (e.name.parse::<i32>(), e.xattr) else {
-                    continue;
-                };
-                let etag = String::from_utf8_lossy(&etag).trim_matches('"').to_string();
-                parts.insert(num, (e.stat.size, etag, e.stat.mtime_us));
-            }
-            if n < 1000 {
-                break;
-            }
+        for e in entries {
+            let (Ok(num), Some(etag)) = (e.name.parse::<i32>(), e.xattr) else {
+                continue;
+            };
+            let etag = String::from_utf8_lossy(&etag).trim_matches('"').to_string();
+            parts.insert(num, (e.stat.size, etag, e.stat.mtime_us));
         }
         Ok(parts)
     }
@@ -391,31 +364,20 @@ impl Gateway {
         self.need_bucket(&c, &i.bucket).await?;
         let staging = self.staging();
         let prefix = i.prefix.clone().unwrap_or_default();
-        let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let max = i
+            .max_uploads
+            .map_or(LISTED_MAX, |n| n.clamp(0, LISTED_MAX as i32) as usize);
         let mut found = vec![];
-        let mut after = String::new();
-        loop {
-            let page = c
-                .list_page(&staging, &after, 1000)
-                .await
-                .map_err(status_err)?;
-            let Some(last) = page.last() else { break };
-            after = last.name.clone();
-            let n = page.len();
-            for e in page {
-                if e.stat.kind != FileKind::Dir || check_id(&e.name).is_err() {
-                    continue;
-                }
-                // Other users' uploads are not readable: skipped.
-                let Some(info) = read_info(&c, &format!("{staging}/{}", e.name)).await else {
-                    continue;
-                };
-                if info.bucket == i.bucket && info.key.starts_with(&prefix) {
-                    found.push((info.key, info.initiated_us, e.name));
-                }
+        for e in c.list(&staging).await.map_err(status_err)? {
+            if e.stat.kind != FileKind::Dir || check_id(&e.name).is_err() {
+                continue;
             }
-            if n < 1000 {
-                break;
+            // Other users' uploads are not readable: skipped.
+            let Some(info) = read_info(&c, &format!("{staging}/{}", e.name)).await else {
+                continue;
+            };
+            if info.bucket == i.bucket && info.key.starts_with(&prefix) {
+                found.push((info.key, info.initiated_us, e.name));
             }
         }
         found.sort();
@@ -456,7 +418,9 @@ impl Gateway {
         let dir = self.upload_dir(&i.upload_id)?;
         let have = self.parts(&c, &dir).await?;
         let marker = i.part_number_marker.unwrap_or(0);
-        let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let max = i
+            .max_parts
+            .map_or(LISTED_MAX, |n| n.clamp(0, LISTED_MAX as i32) as usize);
         let mut parts: Vec<Part> = have
             .range(marker + 1..)
             .map(|(n, (size, etag, mtime))| Part {
@@ -510,14 +474,8 @@ async fn read_info(c: &Client, dir: &str) -> Option<Info> {
 /// Removes an upload's directory and everything in it (best effort: what is left is only
 /// ever seen by its user, and listed as an upload to abort).
 async fn remove_upload(c: &Client, dir: &str) {
-    loop {
-        let Ok(page) = c.list_page(dir, "", 1000).await else {
-            break;
-        };
-        if page.is_empty() {
-            break;
-        }
-        for e in &page {
+    if let Ok(entries) = c.list(dir).await {
+        for e in &entries {
             if let Err(e) = c.unlink(&format!("{dir}/{}", e.name)).await {
                 tracing::warn!("removing a part of {dir}: {e}");
                 return;

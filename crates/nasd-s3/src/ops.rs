@@ -23,28 +23,20 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<ListBucketsOutput>> {
         let c = self.user(&req).await?;
         let root = self.names.root();
-        let mut buckets = vec![];
-        let mut after = String::new();
-        loop {
-            let page = c.list_page(&root, &after, 1000).await.map_err(status_err)?;
-            let Some(last) = page.last() else { break };
-            after = last.name.clone();
-            let n = page.len();
-            for e in page {
-                if e.stat.kind == FileKind::Dir && crate::names::check_bucket(&e.name).is_ok() {
-                    buckets.push(Bucket {
-                        name: Some(e.name),
-                        creation_date: Some(Timestamp::from(
-                            UNIX_EPOCH + Duration::from_micros(e.stat.ctime_us),
-                        )),
-                        bucket_region: None,
-                    });
-                }
-            }
-            if n < 1000 {
-                break;
-            }
-        }
+        let buckets = c
+            .list(&root)
+            .await
+            .map_err(status_err)?
+            .into_iter()
+            .filter(|e| e.stat.kind == FileKind::Dir && crate::names::check_bucket(&e.name).is_ok())
+            .map(|e| Bucket {
+                name: Some(e.name),
+                creation_date: Some(Timestamp::from(
+                    UNIX_EPOCH + Duration::from_micros(e.stat.ctime_us),
+                )),
+                bucket_region: None,
+            })
+            .collect();
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
             ..Default::default()
@@ -303,7 +295,11 @@ impl S3 for Gateway {
         let i = &req.input;
         self.need_bucket(&c, &i.bucket).await?;
         if i.delete.objects.len() > list::MAX_KEYS {
-            return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
+            return Err(s3_error!(
+                MalformedXML,
+                "at most {} keys per request",
+                list::MAX_KEYS
+            ));
         }
         let quiet = i.delete.quiet == Some(true);
         let (mut deleted, mut errors) = (vec![], vec![]);
@@ -373,7 +369,7 @@ impl S3 for Gateway {
                 "copying an object to itself needs the REPLACE metadata directive"
             ));
         }
-        let mut m = if replace {
+        let m = if replace {
             meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?
         } else {
             ObjectMeta {
@@ -383,7 +379,7 @@ impl S3 for Gateway {
             }
         };
         let algorithms: Vec<&str> = sm.checksums.keys().map(String::as_str).collect();
-        let mut w = self
+        let w = self
             .begin(
                 &c,
                 &i.bucket,
@@ -391,16 +387,7 @@ impl S3 for Gateway {
                 crate::digest::Digests::new(algorithms),
             )
             .await?;
-        if let Err(e) = crate::stream::copy_range(&c, &src, 0, st.size, &mut w).await {
-            w.abort().await;
-            return Err(status_err(e));
-        }
-        let done = w.finish().await.map_err(status_err)?;
-        m.etag = Some(hex::encode(done.md5));
-        m.checksums = done.checksums;
-        c.finish_upload_with(done.upload, Some(m.to_xattrs()))
-            .await
-            .map_err(status_err)?;
+        let m = copy_commit(&c, w, &src, 0..st.size, m).await?;
         let (_, nst, _) = self.object(&c, &i.bucket, &i.key).await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {

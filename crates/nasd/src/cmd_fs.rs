@@ -488,20 +488,7 @@ pub fn mount(paths: Vec<String>) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let c = rt.block_on(connect())?;
     let mp = std::path::PathBuf::from(&mountpoint);
-    let stop = mp.clone();
-    rt.spawn(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        if let Err(e) = nasd_fuse::unmount(&stop) {
-            eprintln!("nasd: unmounting {}: {e}", stop.display());
-        }
-    });
+    crate::unmount_on_signal(&rt, mp.clone());
     nasd_fuse::serve(c, rt.handle().clone(), &remote, &mp)
         .with_context(|| format!("mounting nasd:{remote} at {mountpoint}"))
 }

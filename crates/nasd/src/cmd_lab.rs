@@ -238,20 +238,7 @@ fn andrew_server(a: &AndrewServerArgs) -> anyhow::Result<()> {
 /// `nasd mount` does, so the mount point is never left dead.
 fn andrew_mount(a: &AndrewMountArgs) -> anyhow::Result<()> {
     let rt = crate::runtime()?;
-    let stop = a.mountpoint.clone();
-    rt.spawn(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        if let Err(e) = nasd_fuse::unmount(&stop) {
-            eprintln!("nasd: unmounting {}: {e}", stop.display());
-        }
-    });
+    crate::unmount_on_signal(&rt, a.mountpoint.clone());
     nasd_lab::andrew::client::serve(a.server, &a.mountpoint)?;
     drop(rt);
     Ok(())

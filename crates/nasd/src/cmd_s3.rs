@@ -69,15 +69,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             c.user()
         );
         let access = nasd_s3::access::Access::new(c);
-        let stop = async {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        };
-        nasd_s3::serve(listener, access, &root, tls, stop).await;
+        nasd_s3::serve(listener, access, &root, tls, crate::terminated()).await;
         Ok(())
     })
 }

@@ -123,14 +123,7 @@ pub fn up(
         return Ok(());
     }
     println!("ctrl-c stops the cluster");
-    crate::runtime()?.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    });
+    crate::runtime()?.block_on(crate::terminated());
     eprintln!("stopping the cluster");
     crate::cmd_s3::stop(c.dir());
     drop(c);

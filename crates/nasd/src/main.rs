@@ -264,6 +264,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// Completes at the first ctrl-c or SIGTERM (an operator's stop).
+pub(crate) async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Unmounts `mountpoint` at the first ctrl-c or SIGTERM, so a FUSE server stopped by a
+/// signal never leaves a dead mount point behind.
+pub(crate) fn unmount_on_signal(rt: &tokio::runtime::Runtime, mountpoint: std::path::PathBuf) {
+    rt.spawn(async move {
+        terminated().await;
+        if let Err(e) = nasd_fuse::unmount(&mountpoint) {
+            eprintln!("nasd: unmounting {}: {e}", mountpoint.display());
+        }
+    });
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Drive(c) => cmd_drive::run_drive(c),
