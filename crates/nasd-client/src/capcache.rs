@@ -119,6 +119,15 @@ impl CapCache {
     pub fn clear(&self) {
         self.map.lock().expect("capcache lock").clear();
     }
+
+    /// Forgets every grant for file `ino`, and for paths through the name `name` (a callback
+    /// break: [`crate::callbacks`]).
+    pub fn invalidate_broken(&self, ino: u64, name: &str) {
+        self.map
+            .lock()
+            .expect("capcache lock")
+            .retain(|(path, _), o| o.stat.ino != ino && !crate::callbacks::names(path, name));
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! are in [`crate::transfer`].
 
 use crate::auth::Capability;
+use crate::callbacks::{AttrKind, Cached, CallbackState};
 use crate::capcache::{CapCache, OpenFile};
 use crate::component::ComponentIo;
 use crate::escape::shown;
@@ -131,6 +132,24 @@ pub fn fs_specific_ino(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> Option<u64> {
     Some(u64::from_le_bytes(
         b[FS_INO_AT..FS_INO_AT + 8].try_into().expect("8 bytes"),
     ))
+}
+
+/// The directory part of an absolute path (`/` for a name in the root).
+fn parent_of(path: &str) -> &str {
+    let p = path.trim_end_matches('/');
+    match p.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &p[..i],
+    }
+}
+
+/// Mode, uid and gid in a version-1 `fs_specific` record (at 2, 6 and 10).
+fn fs_specific_owner(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> Option<(u32, u32, u32)> {
+    if b[0] != FS_RECORD_VERSION {
+        return None;
+    }
+    let at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    Some((at(2), at(6), at(10)))
 }
 
 /// Version byte of the manager's `fs_specific` record, and where its inode number lies.
@@ -368,6 +387,8 @@ pub struct Client {
     pub(crate) prepared: crate::prepared::Pools,
     /// Manager round trips so far (for benchmarks and tests).
     pub manager_round_trips: AtomicU64,
+    /// AFS callbacks: the channel's state and the attributes it keeps true.
+    pub callbacks: CallbackState,
 }
 
 impl Client {
@@ -393,6 +414,7 @@ impl Client {
             prepared: Default::default(),
             manager_round_trips: AtomicU64::new(1),
             read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
+            callbacks: CallbackState::default(),
         }))
     }
 
@@ -442,6 +464,7 @@ impl Client {
     /// Sends a request to the manager; reconnects (and logs in again) once if the connection
     /// was lost, e.g. because the manager restarted.
     pub async fn request(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
+        self.own_change(&req);
         let mut g = self.session.lock().await;
         let mut last = None;
         // After a lost connection, the session it carried is resumed with its token (still
@@ -498,6 +521,212 @@ impl Client {
         Err(FsError::Manager {
             path: path.into(),
             error: last.expect("set in the loop"),
+        })
+    }
+
+    /// Drops cached attributes a request of this client's own may change (the manager breaks
+    /// only other sessions' callbacks). A change to a file drops the file and its directory; a
+    /// change to names drops everything, since a renamed or removed directory takes every path
+    /// below it along.
+    fn own_change(&self, req: &MgrRequest) {
+        use MgrRequest as Q;
+        match req {
+            Q::Login { .. }
+            | Q::Stat { .. }
+            | Q::Lstat { .. }
+            | Q::Getxattrs { .. }
+            | Q::Readdir { .. }
+            | Q::Readlink { .. }
+            | Q::Open { write: false, .. }
+            | Q::Create {
+                exclusive: false, ..
+            }
+            | Q::Prepare { .. }
+            | Q::StageWrite { .. }
+            | Q::Renew { .. }
+            | Q::Abort { .. }
+            | Q::Repair { .. }
+            | Q::LayoutGet { .. }
+            | Q::Status
+            | Q::UserList
+            | Q::DriveList
+            | Q::Challenge { .. }
+            | Q::ActFor { .. }
+            | Q::S3KeyList { .. }
+            | Q::S3KeySecret { .. }
+            | Q::WaitBreaks { .. } => {}
+            Q::Open { path, .. }
+            | Q::ReturnCapability { path, .. }
+            | Q::Commit { path, .. }
+            | Q::Chmod { path, .. }
+            | Q::Chown { path, .. }
+            | Q::Truncate { path, .. }
+            | Q::Utimes { path, .. }
+            | Q::Setxattr { path, .. } => {
+                self.callbacks.forget(path);
+                self.callbacks.forget(parent_of(path));
+            }
+            _ => self.callbacks.clear(),
+        }
+    }
+
+    /// Starts this client's callback channel (seed 002 §3.2, [`crate::callbacks`]): from now
+    /// on stats are cached while the manager promises to tell of changes, and every break is
+    /// applied here and handed to the hooks added with [`CallbackState::add_hook`]. The
+    /// channel runs until the client is dropped, reconnecting after failures.
+    pub fn enable_callbacks(self: &Arc<Self>) {
+        if self.callbacks.live(now_ms()) {
+            return;
+        }
+        self.callbacks.set_enabled();
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(c) = weak.upgrade() else { return };
+                let r = c.run_channel().await;
+                c.callbacks.polling(false, 0);
+                c.drop_cached();
+                tracing::debug!("callback channel closed: {r:?}");
+                drop(c);
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    crate::callbacks::CHANNEL_RETRY_MS,
+                ))
+                .await;
+            }
+        });
+    }
+
+    /// Forgets every cached stat and capability, and tells the hooks (a reset break).
+    fn drop_cached(&self) {
+        self.caps.clear();
+        self.callbacks.apply(&CallbackBreak {
+            seq: 0,
+            ino: 0,
+            parent: 0,
+            name: String::new(),
+        });
+    }
+
+    /// One connection of the callback channel, polled until it fails or the client is gone.
+    async fn run_channel(self: &Arc<Self>) -> Result<(), FsError> {
+        let Some((token, _)) = self.token().await else {
+            return Err(FsError::Usage("not logged in".into()));
+        };
+        let cfg = SessionConfig {
+            credential: Credential::Token(token),
+            signing_key: None,
+            ..self.cfg.clone()
+        };
+        let mut s = Session::connect(&cfg)
+            .await
+            .map_err(|error| FsError::Manager {
+                path: "/".into(),
+                error,
+            })?;
+        // Whatever was cached before this channel's first poll is unknown to it.
+        self.drop_cached();
+        let me = Arc::downgrade(self);
+        drop(cfg);
+        let mut acked = 0;
+        loop {
+            let Some(c) = me.upgrade() else {
+                return Ok(());
+            };
+            c.callbacks.polling(true, 0);
+            drop(c);
+            let req = MgrRequest::WaitBreaks {
+                acked,
+                wait_ms: BREAK_WAIT_MS_MAX,
+            };
+            let r = s.request(&req).await;
+            let Some(c) = me.upgrade() else {
+                return Ok(());
+            };
+            c.callbacks.polling(false, now_ms());
+            let breaks = match r {
+                Ok(MgrReply::Breaks(b)) => b,
+                Ok(other) => {
+                    return Err(FsError::Usage(format!(
+                        "callback channel: unexpected reply {other:?}"
+                    )))
+                }
+                Err(error) => {
+                    return Err(FsError::Manager {
+                        path: "/".into(),
+                        error,
+                    })
+                }
+            };
+            for b in &breaks {
+                if b.ino == 0 {
+                    c.drop_cached();
+                } else {
+                    c.caps.invalidate_broken(b.ino, &b.name);
+                    c.callbacks.apply(b);
+                }
+                acked = acked.max(b.seq);
+            }
+        }
+    }
+
+    /// A stat from the callback cache, else straight from the drive (for `Stat` of a
+    /// one-object file whose read grant is cached: seed 002 §3, no manager round trip), else
+    /// from the manager with `req`.
+    async fn stat_cached(
+        &self,
+        path: &str,
+        kind: AttrKind,
+        req: MgrRequest,
+    ) -> Result<FileStat, FsError> {
+        let now = now_ms();
+        if let Some(c) = self.callbacks.get(path, kind, now) {
+            return Ok(c.stat);
+        }
+        if kind == AttrKind::Stat {
+            if let Some(st) = self.stat_from_drive(path, now).await {
+                return Ok(st);
+            }
+        }
+        let epoch = self.callbacks.epoch();
+        let stat = self.stat_by(path, req).await?;
+        let c = Cached {
+            stat: stat.clone(),
+            xattrs: None,
+            fetched_ms: now,
+        };
+        self.callbacks.put(path, kind, c, epoch);
+        Ok(stat)
+    }
+
+    /// The stat of a one-object file from its drive's attributes under the cached read grant
+    /// (`None` when there is none, or the drive refuses it: revoked, replaced, removed).
+    /// Size and modify time are the object's; mode and owners are checked against its
+    /// `fs_specific` record (a chmod or chown revokes the grant anyway).
+    async fn stat_from_drive(&self, path: &str, now: u64) -> Option<FileStat> {
+        let o = self.caps.get(path, false, true, now)?;
+        if o.layout.components.len() != 1 || o.stat.kind != FileKind::File {
+            return None;
+        }
+        let c = &o.layout.components[0];
+        let io = ComponentIo::new(self.pool.clone(), 0, c.addr.clone(), o.caps[0].clone());
+        let a = match io.getattr().await {
+            Ok(a) => a,
+            Err(e) => {
+                if grant_refused(&e) {
+                    self.caps.invalidate(path);
+                }
+                return None;
+            }
+        };
+        check_owner(&a.fs_specific, o.stat.ino).ok()?;
+        let (mode, uid, gid) = fs_specific_owner(&a.fs_specific)?;
+        if (mode, uid, gid) != (o.stat.mode, o.stat.uid, o.stat.gid) {
+            return None;
+        }
+        Some(FileStat {
+            size: a.logical_size,
+            mtime_us: a.file_mtime_us(),
+            ..o.stat.clone()
         })
     }
 
@@ -1135,8 +1364,8 @@ impl Client {
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileStat, FsError> {
-        self.stat_by(path, MgrRequest::Stat { path: path.into() })
-            .await
+        let req = MgrRequest::Stat { path: path.into() };
+        self.stat_cached(path, AttrKind::Stat, req).await
     }
 
     /// A `Stat` or `Lstat` request and its `Stat` reply.
@@ -1151,8 +1380,8 @@ impl Client {
 
     /// [`Client::stat`] of the last name itself: a symbolic link is not followed.
     pub async fn lstat(&self, path: &str) -> Result<FileStat, FsError> {
-        self.stat_by(path, MgrRequest::Lstat { path: path.into() })
-            .await
+        let req = MgrRequest::Lstat { path: path.into() };
+        self.stat_cached(path, AttrKind::Lstat, req).await
     }
 
     /// Every entry of directory `path`, in name order, read a page at a time.
@@ -1260,11 +1489,26 @@ impl Client {
     }
     /// The stat and extended attributes of `path` (one manager round trip).
     pub async fn getxattrs(&self, path: &str) -> Result<(FileStat, Vec<Xattr>), FsError> {
+        let now = now_ms();
+        if let Some(c) = self.callbacks.get(path, AttrKind::Xattrs, now) {
+            if let Some(x) = c.xattrs {
+                return Ok((c.stat, (*x).clone()));
+            }
+        }
+        let epoch = self.callbacks.epoch();
         match self
             .request(path, MgrRequest::Getxattrs { path: path.into() })
             .await?
         {
-            MgrReply::Xattrs { stat, xattrs } => Ok((stat, xattrs)),
+            MgrReply::Xattrs { stat, xattrs } => {
+                let c = Cached {
+                    stat: stat.clone(),
+                    xattrs: Some(Arc::new(xattrs.clone())),
+                    fetched_ms: now,
+                };
+                self.callbacks.put(path, AttrKind::Xattrs, c, epoch);
+                Ok((stat, xattrs))
+            }
             other => Err(FsError::Usage(format!(
                 "{}: unexpected manager reply {other:?}",
                 shown(path)

@@ -32,6 +32,7 @@
 //! - [`escape`] — printing untrusted names safely.
 
 pub mod auth;
+pub mod callbacks;
 pub mod capcache;
 pub mod component;
 pub mod config;

@@ -25,6 +25,7 @@
 //!   private to its user, checked at start.
 
 pub mod backoff;
+pub mod callbacks;
 pub mod conformance;
 pub mod conns;
 pub mod drives;

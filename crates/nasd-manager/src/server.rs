@@ -17,7 +17,7 @@ use crate::backoff::LoginBackoff;
 use crate::conns::{ConnId, ConnTable};
 use crate::service::{Caller, Manager};
 use crate::store::DriveRecord;
-use crate::{drives, now_ms, scrub, users, MgrError};
+use crate::{callbacks, drives, now_ms, scrub, users, MgrError};
 use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
 use nasd_proto::{DecodeError, DriveId};
@@ -322,6 +322,12 @@ async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrRep
             let mut st = sh.mgr.store.lock().expect("store lock");
             users::s3_key_revoke(st.as_mut(), c, &user, &access_key_id).map(|()| MgrReply::Ok)
         }
+        MgrRequest::WaitBreaks { acked, wait_ms } => Ok(MgrReply::Breaks(
+            sh.mgr
+                .callbacks
+                .poll(c.session, acked, wait_ms, now_ms())
+                .await,
+        )),
         req => handle(&sh.mgr, c, req).await,
     };
     if let Err(e) = &r {
@@ -562,7 +568,24 @@ fn db(e: crate::store::StoreError) -> MgrError {
     MgrError::new(MgrStatus::Internal, e.to_string())
 }
 
+/// Runs a request, with AFS callbacks around it (seed 002 §3.2, [`callbacks`]): a change is
+/// answered only once every other session holding a callback on what it changed was told;
+/// a reply that hands out a file's stat or capabilities registers a callback.
 async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
+    if m.callbacks.idle() {
+        return handle_op(m, c, req).await;
+    }
+    let changes = callbacks::touched(m, c, &req);
+    let r = handle_op(m, c, req).await?;
+    let now = now_ms();
+    if !changes.is_empty() {
+        m.callbacks.break_and_wait(&changes, c.session, now).await;
+    }
+    callbacks::register_reply(&m.callbacks, c.session, &r, now);
+    Ok(r)
+}
+
+async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
     use MgrRequest as Q;
     let req_name = req.name();
     Ok(match req {
@@ -575,7 +598,8 @@ async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrRepl
         | Q::S3KeyCreate { .. }
         | Q::S3KeyList { .. }
         | Q::S3KeyRevoke { .. }
-        | Q::S3KeySecret { .. } => {
+        | Q::S3KeySecret { .. }
+        | Q::WaitBreaks { .. } => {
             unreachable!("handled by dispatch")
         }
         Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),

@@ -338,6 +338,8 @@ pub struct Manager {
     pub pool: Arc<nasd_client::pool::ConnPool>,
     /// Progress of the drive replacement and the background scrub.
     pub heal: crate::heal::HealState,
+    /// AFS callbacks and the channels that carry their breaks (seed 002 §3.2).
+    pub callbacks: crate::callbacks::Callbacks,
 }
 
 impl Manager {
@@ -367,6 +369,7 @@ impl Manager {
             min_protection,
             pool: Arc::new(nasd_client::pool::ConnPool::new()),
             heal: Default::default(),
+            callbacks: Default::default(),
         }))
     }
 
@@ -434,7 +437,12 @@ impl Manager {
 
     /// The parent directory of `path` (with write and search permission checked when
     /// `modify`) and the last name.
-    fn parent<'p>(&self, c: &Caller, path: &'p str, modify: bool) -> MgrResult<(Inode, &'p str)> {
+    pub(crate) fn parent<'p>(
+        &self,
+        c: &Caller,
+        path: &'p str,
+        modify: bool,
+    ) -> MgrResult<(Inode, &'p str)> {
         let names = split_path(path)?;
         let Some((last, _)) = names.split_last() else {
             return Err(MgrError::new(
@@ -776,7 +784,7 @@ impl Manager {
             .collect();
         while let Some(r) = set.join_next().await {
             if let Ok((k, Some(a))) = r {
-                times[k] = Some((a.logical_size, effective_mtime(&a)));
+                times[k] = Some((a.logical_size, a.file_mtime_us()));
             }
         }
         // The attribute asked for, of each file the caller may read (its value tells about
@@ -1828,16 +1836,6 @@ impl Manager {
             }
         }
         Ok(())
-    }
-}
-
-/// A file's modify time: the time `utimes` set, unless data was written after that.
-pub fn effective_mtime(a: &Attributes) -> u64 {
-    if a.fs_attribute_modify_time_us != 0 && a.data_modify_time_us <= a.fs_attribute_modify_time_us
-    {
-        a.fs_data_modify_time_us
-    } else {
-        a.data_modify_time_us
     }
 }
 

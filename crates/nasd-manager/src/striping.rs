@@ -12,7 +12,7 @@
 //!   sizes include padding and parity); a one-object file's are its object's attributes.
 
 use crate::drives::{self, MANAGER_PROTECTION};
-use crate::service::{effective_mtime, FsAttr, Manager};
+use crate::service::{FsAttr, Manager};
 use crate::store::{FileLayout, Inode, ObjRef};
 use crate::{MgrError, MgrResult};
 use nasd_client::layer::FileIo;
@@ -362,7 +362,7 @@ impl Manager {
         match &i.layout {
             Some(l) if l.sized_by_object() => {
                 let a = self.object_attributes(l.first()).await?;
-                Ok((a.logical_size, effective_mtime(&a)))
+                Ok((a.logical_size, a.file_mtime_us()))
             }
             Some(_) => Ok((i.size.unwrap_or(0), i.mtime_us)),
             None => Ok((0, i.mtime_us)),

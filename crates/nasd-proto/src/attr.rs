@@ -88,6 +88,18 @@ impl AttrMask {
 }
 
 impl Attributes {
+    /// The file's modify time as a file system shows it: the time a `utimes` set
+    /// (`fs_data_modify_time_us`), unless data was written after that.
+    pub fn file_mtime_us(&self) -> u64 {
+        if self.fs_attribute_modify_time_us != 0
+            && self.data_modify_time_us <= self.fs_attribute_modify_time_us
+        {
+            self.fs_data_modify_time_us
+        } else {
+            self.data_modify_time_us
+        }
+    }
+
     pub const BYTES: usize = 357;
 
     pub fn encode(&self) -> Vec<u8> {

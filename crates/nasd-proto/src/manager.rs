@@ -73,7 +73,13 @@ use std::fmt;
 ///   [`MgrRequest::Setxattr`]; [`MgrRequest::Commit`] may carry a file's whole new set, which
 ///   replaces the old one in the same transaction as the content (an object's metadata never
 ///   belongs to another version of its bytes).
-pub const MANAGER_PROTOCOL_VERSION: u16 = 8;
+/// - 9: AFS callbacks (seed 002 §3.2). [`MgrRequest::WaitBreaks`] is a long poll a client
+///   sends on a connection of its own (its callback channel, logged in with the session's
+///   token); while a session polls, its `Stat`, `Lstat`, `Getxattrs` and `Open` register
+///   callbacks on the files they name, and a change to a file (a store, its attributes, its
+///   names) does not complete until every other polling session holding a callback on it has
+///   acknowledged the [`CallbackBreak`] ([`MgrReply::Breaks`]) or its callback ran out.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 9;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
 pub const XATTR_NAME_BYTES_MAX: usize = 255;
 /// Largest value of one extended attribute, and of all of a file's names and values together
@@ -430,6 +436,35 @@ pub enum MgrRequest {
     /// Ends the session this connection logged in with: the manager forgets its token, so it
     /// logs in nowhere again, and the connection is logged out.
     Logout,
+    /// The callback channel's long poll (seed 002 §3.2): acknowledges every break up to
+    /// sequence number `acked`, then waits up to `wait_ms` (at most [`BREAK_WAIT_MS_MAX`]) for
+    /// breaks newer than it, answered with [`MgrReply::Breaks`] (empty when none came). A
+    /// session holds callbacks only while it polls.
+    WaitBreaks {
+        acked: u64,
+        wait_ms: u32,
+    },
+}
+
+/// Longest wait of one [`MgrRequest::WaitBreaks`], in ms; a client polls again at once, so a
+/// connection is never idle longer than this.
+pub const BREAK_WAIT_MS_MAX: u32 = 20_000;
+/// How long a callback that `Stat`, `Lstat` or `Getxattrs` registers lasts, in ms (an `Open`'s
+/// lasts as long as its capabilities); a client trusts what it cached under one no longer.
+pub const CALLBACK_LEASE_MS: u64 = 30_000;
+/// Most breaks in one [`MgrReply::Breaks`].
+pub const BREAKS_PER_REPLY_MAX: usize = 1024;
+
+/// A callback break: file `ino` changed (its bytes or attributes), or, with `name`, the name
+/// `name` of it in directory `parent` was removed, replaced or renamed. The receiver drops
+/// what it cached about the file (and that name) before acknowledging `seq`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CallbackBreak {
+    pub seq: u64,
+    pub ino: u64,
+    /// The directory holding `name` (0 when no name is involved).
+    pub parent: u64,
+    pub name: String,
 }
 
 /// Stable status codes of manager replies.
@@ -822,6 +857,8 @@ pub enum MgrReply {
     LayoutSpec(String),
     Scrubbed(ScrubReport),
     Status(ClusterStatus),
+    /// Callback breaks for the polling session, oldest first ([`MgrRequest::WaitBreaks`]).
+    Breaks(Vec<CallbackBreak>),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -939,6 +976,7 @@ impl MgrRequest {
             Self::Status => "status",
             Self::DriveReplace { .. } => "drive replace",
             Self::Prepare { .. } => "prepare",
+            Self::WaitBreaks { .. } => "wait breaks",
         }
     }
 
@@ -991,6 +1029,7 @@ impl MgrRequest {
             Self::S3KeySecret { .. } => 44,
             Self::Getxattrs { .. } => 45,
             Self::Setxattr { .. } => 46,
+            Self::WaitBreaks { .. } => 47,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -1122,6 +1161,10 @@ impl MgrRequest {
                 put_public_key(&mut w, public_key);
             }
             Self::UserList | Self::DriveList | Self::Logout | Self::Status => {}
+            Self::WaitBreaks { acked, wait_ms } => {
+                w.u64(*acked);
+                w.u32(*wait_ms);
+            }
             Self::LayoutGet { path } | Self::StageWrite { path } => put_str(&mut w, path),
             Self::Repair {
                 path,
@@ -1323,6 +1366,10 @@ impl MgrRequest {
                 user: get_str(r, "user")?,
             },
             24 => Self::Logout,
+            47 => Self::WaitBreaks {
+                acked: r.u64("acked")?,
+                wait_ms: r.u32("wait ms")?,
+            },
             25 => Self::Abort {
                 path: get_str(r, "path")?,
                 drive: DriveId(r.u64("drive")?),
@@ -1781,6 +1828,7 @@ impl MgrReply {
             Self::S3Keys(_) => 17,
             Self::S3KeyFound { .. } => 18,
             Self::Xattrs { .. } => 19,
+            Self::Breaks(_) => 20,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1846,6 +1894,16 @@ impl MgrReply {
             Self::Xattrs { stat, xattrs } => {
                 put_stat(&mut w, stat);
                 put_xattrs(&mut w, xattrs);
+            }
+            Self::Breaks(bs) => {
+                debug_assert!(bs.len() <= BREAKS_PER_REPLY_MAX);
+                w.u32(bs.len() as u32);
+                for b in bs {
+                    w.u64(b.seq);
+                    w.u64(b.ino);
+                    w.u64(b.parent);
+                    put_str(&mut w, &b.name);
+                }
             }
             Self::S3Keys(keys) => {
                 w.u32(keys.len() as u32);
@@ -1944,6 +2002,22 @@ impl MgrReply {
                 stat: get_stat(r)?,
                 xattrs: get_xattrs(r)?,
             },
+            20 => {
+                let n = get_count(r, 28, "breaks")?;
+                if n > BREAKS_PER_REPLY_MAX {
+                    return Err(DecodeError::BadValue("breaks"));
+                }
+                let mut bs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    bs.push(CallbackBreak {
+                        seq: r.u64("seq")?,
+                        ino: r.u64("ino")?,
+                        parent: r.u64("parent")?,
+                        name: get_str(r, "name")?,
+                    });
+                }
+                Self::Breaks(bs)
+            }
             10 => Self::Challenge(r.array("challenge")?),
             7 => {
                 let n = get_count(r, 13, "users")?;
@@ -2112,6 +2186,10 @@ mod tests {
                 public_key: Some([9; 32]),
             },
             MgrRequest::Logout,
+            MgrRequest::WaitBreaks {
+                acked: 7,
+                wait_ms: 20_000,
+            },
             MgrRequest::UserList,
             MgrRequest::GroupAdd {
                 name: "staff".into(),
@@ -2259,6 +2337,20 @@ mod tests {
         }
         v.push(MgrReply::Challenge([6; 32]));
         v.push(MgrReply::LinkTarget("/abs/target".into()));
+        v.push(MgrReply::Breaks(vec![
+            CallbackBreak {
+                seq: 1,
+                ino: 42,
+                parent: 0,
+                name: String::new(),
+            },
+            CallbackBreak {
+                seq: 2,
+                ino: 43,
+                parent: 1,
+                name: "naïve name".into(),
+            },
+        ]));
         v.push(MgrReply::Xattrs {
             stat: stat(),
             xattrs: vec![Xattr {
