@@ -258,24 +258,31 @@ impl Registry {
     /// drive's health unchecked meanwhile.
     pub async fn check_health(&self) {
         let checks = self.ids().into_iter().map(|d| async move {
+            // A connection the drive closed (it restarted since) is not a verdict on the
+            // drive: the check connects again and asks once more.
             let inquiry = async {
-                let (c, rec) = self.conn(d).await?;
-                let auth = Auth::Key {
-                    kind: KeyType::Drive,
-                    key: rec.drive_key.clone(),
-                    suite: rec.suite,
-                    drive: rec.drive,
-                };
-                c.inquiry(
-                    &auth,
-                    Target {
+                for attempt in 0..2 {
+                    let (c, rec) = self.conn(d).await?;
+                    let auth = Auth::Key {
+                        kind: KeyType::Drive,
+                        key: rec.drive_key.clone(),
+                        suite: rec.suite,
+                        drive: rec.drive,
+                    };
+                    let t = Target {
                         partition: rec.partition,
                         object: ObjectId(0),
                         protection: MANAGER_PROTECTION,
-                    },
-                )
-                .await
-                .map_err(|e| drive_err(d, e))
+                    };
+                    match c.inquiry(&auth, t).await {
+                        Ok(info) => return Ok(info),
+                        Err(e) if e.status().is_none() && attempt == 0 => {
+                            self.drop_conn(d, &e.to_string());
+                        }
+                        Err(e) => return Err(drive_err(d, e)),
+                    }
+                }
+                unreachable!("the loop returns on its second attempt")
             };
             let timeout = std::time::Duration::from_millis(HEALTH_CHECK_TIMEOUT_MS);
             match tokio::time::timeout(timeout, inquiry).await {

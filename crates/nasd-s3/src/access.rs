@@ -128,6 +128,9 @@ impl Access {
                 _ => internal(&e),
             }
         })?;
+        // Stats and metadata are cached under AFS callbacks, so a GET of an object read
+        // before costs no manager round trip (seed 002 §3.2).
+        c.enable_callbacks();
         if users.len() >= CACHED_MAX {
             users.retain(|_, (_, made)| now < *made + USER_SESSION_MS);
             if users.len() >= CACHED_MAX {
