@@ -12,7 +12,8 @@
 //! The cache is trusted only while the channel is live: a poll is waiting at the manager, or
 //! one was answered less than [`TRUST_AFTER_ANSWER_MS`] ago (the manager stops waiting for a
 //! channel that went quiet for its grace period). A channel that fails, or a reset break (`ino`
-//! 0: the manager restarted, or breaks were lost), drops everything cached.
+//! 0: the manager restarted, or breaks were lost), drops every cached stat; cached
+//! capabilities stay, since drives judge them, so reads go on while the manager restarts.
 
 use nasd_proto::manager::{CallbackBreak, FileStat, Xattr, CALLBACK_LEASE_MS};
 use std::collections::HashMap;

@@ -596,9 +596,10 @@ impl Client {
         });
     }
 
-    /// Forgets every cached stat and capability, and tells the hooks (a reset break).
+    /// Forgets every cached stat, and tells the hooks (a reset break). Cached capabilities
+    /// stay: the drives judge them (a revoked one is refused there), and reads go on with
+    /// them while the manager restarts, as they do without callbacks.
     fn drop_cached(&self) {
-        self.caps.clear();
         self.callbacks.apply(&CallbackBreak {
             seq: 0,
             ino: 0,
