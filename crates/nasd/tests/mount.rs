@@ -395,3 +395,46 @@ fn extended_attributes_through_the_mount_are_the_namespaces() {
     assert_eq!(xattr::remove(&f, "user.colour"), Err(libc::ENODATA));
     assert_eq!(xattr::list(&f).unwrap(), vec!["user.empty".to_string()]);
 }
+
+/// Two mounts with AFS callbacks (seed 002 §3.2): the kernel of each keeps pages, attributes
+/// and names, and a change made through the other drops them before the change returns, so
+/// the next read, stat or lookup sees it at once, not after a time to live.
+#[test]
+fn a_change_on_one_mount_drops_what_the_other_mount_cached() {
+    if !can_mount() {
+        return;
+    }
+    let up = Up::start(1);
+    let a = Mounted::start(&up, "nasd:/", &up.dir.path().join("a"), &[]);
+    let b = Mounted::start(&up, "nasd:/", &up.dir.path().join("b"), &[]);
+    std::fs::write(a.dir.join("f"), b"one").unwrap();
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(b.dir.join("f")).unwrap(), b"one");
+    }
+    // Same length, so no size change could give the new bytes away.
+    std::fs::write(a.dir.join("f"), b"two").unwrap();
+    assert_eq!(std::fs::read(b.dir.join("f")).unwrap(), b"two");
+    // Attributes.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+    assert_eq!(mode(&b.dir.join("f")), 0o644);
+    std::fs::set_permissions(
+        a.dir.join("f"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    assert_eq!(mode(&b.dir.join("f")), 0o600);
+    // Names.
+    assert!(b.dir.join("f").exists());
+    std::fs::rename(a.dir.join("f"), a.dir.join("g")).unwrap();
+    assert!(!b.dir.join("f").exists(), "a renamed name still resolves");
+    assert_eq!(std::fs::read(b.dir.join("g")).unwrap(), b"two");
+    std::fs::create_dir(a.dir.join("d")).unwrap();
+    std::fs::write(a.dir.join("d/x"), b"x").unwrap();
+    assert_eq!(std::fs::read(b.dir.join("d/x")).unwrap(), b"x");
+    std::fs::rename(a.dir.join("d"), a.dir.join("e")).unwrap();
+    assert!(!b.dir.join("d/x").exists(), "a path through a renamed directory");
+    assert_eq!(std::fs::read(b.dir.join("e/x")).unwrap(), b"x");
+    // And the other way round.
+    std::fs::write(b.dir.join("e/x"), b"y").unwrap();
+    assert_eq!(std::fs::read(a.dir.join("e/x")).unwrap(), b"y");
+}
