@@ -20,9 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How long the kernel may keep names and attributes: not at all, so every open sees what
-/// other clients closed (close-to-open consistency).
-const TTL: Duration = Duration::ZERO;
+/// How long the kernel may keep names and attributes while the client's callback channel
+/// polls: a change elsewhere breaks the callback and drops them at once ([`crate::invalidate`]),
+/// and a break that got lost (the channel failed) is healed within this time.
+pub const CACHED_TTL: Duration = Duration::from_secs(1);
 /// The block size `stat` shows: large, so `cp` and friends move data in large requests.
 const BLOCK_BYTES: u32 = 1 << 20;
 /// Largest write the kernel sends in one request (it caps this by its own limit).
@@ -55,7 +56,7 @@ type Listing = Vec<(u64, FileType, String)>;
 pub struct NasdFs {
     client: Arc<Client>,
     rt: tokio::runtime::Handle,
-    inodes: Inodes,
+    inodes: Arc<Inodes>,
     files: Mutex<HashMap<u64, Arc<Open>>>,
     /// Files created here and not committed yet, by path: this mount shows them.
     pending: Mutex<HashMap<String, Arc<Open>>>,
@@ -163,12 +164,46 @@ impl NasdFs {
         Ok(NasdFs {
             client,
             rt,
-            inodes: Inodes::new(remote, st.ino),
+            inodes: Arc::new(Inodes::new(remote, st.ino)),
             files: Default::default(),
             pending: Default::default(),
             dirs: Default::default(),
             next_fh: AtomicU64::new(1),
         })
+    }
+
+    /// The inode table (the callback hook maps the manager's numbers with it).
+    pub fn inodes(&self) -> Arc<Inodes> {
+        self.inodes.clone()
+    }
+
+    /// Whether the kernel may cache: while callbacks tell of every change elsewhere. Without
+    /// them nothing is kept, so every open sees what other clients closed (close-to-open
+    /// consistency, as NFS gives).
+    fn cached(&self) -> bool {
+        self.client.callbacks.live(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        )
+    }
+
+    /// How long the kernel may keep a name or attributes given now.
+    fn ttl(&self) -> Duration {
+        if self.cached() {
+            CACHED_TTL
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// How an open file's pages are kept: across opens while callbacks tell of changes.
+    fn open_flags(&self) -> FopenFlags {
+        if self.cached() {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
     }
 
     fn attr(&self, s: &FileStat) -> FileAttr {
@@ -253,7 +288,7 @@ impl NasdFs {
                 if let Some(s) = self.open_size(path) {
                     a.size = s;
                 }
-                reply.entry(&TTL, &a, Generation(0))
+                reply.entry(&self.ttl(), &a, Generation(0))
             }
             Err(e) => reply.error(e),
         }
@@ -361,7 +396,7 @@ impl Filesystem for NasdFs {
                     a.size = s;
                     a.blocks = s.div_ceil(512);
                 }
-                reply.attr(&TTL, &a)
+                reply.attr(&self.ttl(), &a)
             }
             Err(e) => reply.error(e),
         }
@@ -427,7 +462,7 @@ impl Filesystem for NasdFs {
             Ok(a)
         })();
         match r {
-            Ok(a) => reply.attr(&TTL, &a),
+            Ok(a) => reply.attr(&self.ttl(), &a),
             Err(e) => reply.error(e),
         }
     }
@@ -675,7 +710,7 @@ impl Filesystem for NasdFs {
             Ok(self.add_open(h, &path).0)
         })();
         match r {
-            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(fuser::FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -719,11 +754,11 @@ impl Filesystem for NasdFs {
         })();
         match r {
             Ok((fh, a)) => reply.created(
-                &TTL,
+                &self.ttl(),
                 &a,
                 Generation(0),
                 fuser::FileHandle(fh),
-                FopenFlags::empty(),
+                self.open_flags(),
             ),
             Err(e) => reply.error(e),
         }

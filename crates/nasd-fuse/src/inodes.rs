@@ -37,6 +37,16 @@ impl Inodes {
         self.paths.lock().expect("inodes lock").get(&ino).cloned()
     }
 
+    /// Every kernel inode number the mount has shown.
+    pub fn known(&self) -> Vec<u64> {
+        self.paths
+            .lock()
+            .expect("inodes lock")
+            .keys()
+            .copied()
+            .collect()
+    }
+
     /// Records that the kernel's inode `ino` is at `path`.
     pub fn saw(&self, ino: u64, path: &str) {
         let mut p = self.paths.lock().expect("inodes lock");

@@ -10,11 +10,15 @@
 //! a new or truncated file is staged and appears under its name when it is closed (or
 //! synced): close-to-open consistency, as NFS gives. A file made here and not yet closed is
 //! still visible through this mount (lookups and attributes come from its open handle).
-//! Attributes and names are not cached by the kernel (a zero time to live), so a file
-//! closed on one mount is seen whole on every other at its next open.
+//! The client holds AFS callbacks (seed 002 §3.2), and while its channel polls the kernel
+//! keeps pages across opens and names and attributes for a second: another client's change
+//! breaks the callback, and [`invalidate`] drops what the kernel kept before the change
+//! returns. Without the channel nothing is kept (a zero time to live, pages dropped at
+//! open), so a file closed on one mount is still seen whole on every other at its next open.
 
 mod fs;
 mod inodes;
+mod invalidate;
 
 pub use fs::{errno_of, NasdFs};
 pub use inodes::Inodes;
@@ -47,8 +51,11 @@ pub fn serve(
     remote: &str,
     mountpoint: &Path,
 ) -> std::io::Result<()> {
-    let fs = NasdFs::new(client, rt, remote)?;
-    fuser::mount(fs, mountpoint, &config())
+    let fs = NasdFs::new(client.clone(), rt.clone(), remote)?;
+    let inodes = fs.inodes();
+    let session = fuser::Session::new(fs, mountpoint, &config())?;
+    invalidate::start(&client, &rt, session.notifier(), inodes);
+    session.run()
 }
 
 /// Unmounts `mountpoint` (the kernel ends the serving process's session).
