@@ -288,7 +288,9 @@ fn notes(local_fs: &str) -> Vec<String> {
              store-and-forward server (`nasd lab andrew-server`) keeping its files there, through \
              its FUSE client (`nasd lab andrew-mount`), names and attributes synced before each \
              reply and data at close (NFSv3); baseline-async = the same server never syncing. \
-             All mounts: FUSE, zero attribute TTL, 4 event-loop threads, loopback TCP."
+             All mounts: FUSE, 4 event-loop threads, loopback TCP; the baseline's kernel keeps \
+             no names, attributes or pages (zero TTL, as NFS with noac), nasd's keeps them under \
+             AFS callbacks (names and attributes 1 s, pages across opens, dropped by a break)."
         ),
         "every pass is checked: the stat walk found every entry, the bytes read back are the bytes \
          written (one BLAKE3 digest), and the program built prints the generator's checksum; one \
