@@ -1,0 +1,6 @@
+//! WIP
+pub mod block;
+pub mod codec;
+pub mod hctr2;
+pub mod keys;
+pub use hpke::rand_core;
