@@ -73,6 +73,8 @@ const _: () = assert!(crate::block::MAX_BLOCK_BYTES as usize - COMP_LEN_BYTES - 
 
 /// KDF context of COMP-EINT's tag key `K_m`.
 const TAG_KEY_CONTEXT: &str = "nasd-e2e 2026 comp tag key v1";
+/// KDF context of the key commitment bound into Merkle leaves.
+const KEY_COMMITMENT_CONTEXT: &str = "nasd-e2e 2026 key commitment v1";
 
 /// How a block was protected (write) or checked (read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -191,6 +193,8 @@ fn store_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> EintError {
 struct VersionKeys {
     cipher: BlockCipher,
     tag_key: Zeroizing<[u8; 32]>,
+    /// κ of [`crate::merkle::leaf_hash`]: binds leaves to this key.
+    commitment: [u8; 32],
 }
 
 impl VersionKeys {
@@ -198,6 +202,7 @@ impl VersionKeys {
         VersionKeys {
             cipher: BlockCipher::new(file_id, key),
             tag_key: Zeroizing::new(blake3::derive_key(TAG_KEY_CONTEXT, key.expose())),
+            commitment: blake3::derive_key(KEY_COMMITMENT_CONTEXT, key.expose()),
         }
     }
 
@@ -549,7 +554,7 @@ impl EintFile {
         let needs_leaf = self.record.scheme == Scheme::Mt
             || self.entropy.writer_is_random_looking(plaintext);
         if needs_leaf {
-            let leaf = leaf_hash(index, ctr, &c);
+            let leaf = leaf_hash(index, ctr, &keys.commitment, &c);
             Ok((c, leaf, BlockCheck::MerkleLeaf))
         } else {
             Ok((c, empty(0), BlockCheck::LowEntropy))
@@ -647,7 +652,7 @@ impl EintFile {
             m.check = BlockCheck::LowEntropy;
             return Ok((p, m));
         }
-        let leaf = leaf_hash(index, ctr, &c);
+        let leaf = leaf_hash(index, ctr, &keys.commitment, &c);
         if !self.verify_leaf(store, &mut m, index, leaf)? {
             return Err(match self.record.scheme {
                 Scheme::Mt => EintError::MerklePath { index },

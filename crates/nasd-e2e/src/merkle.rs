@@ -7,7 +7,12 @@
 //! serves MT-EINT's dense tree (a leaf for every block) and RAND-EINT's sparse one (leaves only for
 //! random-looking blocks, B.3 "a *sparse* Merkle tree keyed by block index").
 //!
-//! - leaf `ℓ_i = BLAKE3("nasd-e2e leaf v1" ‖ i ‖ ctr_i ‖ C_i)` (B.3's `H("leaf" ‖ i ‖ ctr_i ‖ C_i)`),
+//! - leaf `ℓ_i = BLAKE3("nasd-e2e leaf v1" ‖ i ‖ ctr_i ‖ κ ‖ C_i)`: B.3's
+//!   `H("leaf" ‖ i ‖ ctr_i ‖ C_i)` plus `κ = BLAKE3-KDF("… key commitment", K_f)`, a one-way
+//!   commitment to the file key the block was written under. Without it a leaf vouches for the
+//!   ciphertext only, and a reader handed a wrong key (HPKE base mode lets anyone who knows a
+//!   user's public key wrap *some* key to it) would accept garbage; with it the wrong key fails
+//!   the leaf like tampering does,
 //! - node `BLAKE3("nasd-e2e node v1" ‖ left ‖ right)` (B.3's `H("node" ‖ l ‖ r)`).
 //!
 //! Every non-empty node, the root included, is stored in the untrusted store, so a tree grows by
@@ -30,11 +35,17 @@ pub const NODE_CACHE_ENTRY_BYTES: usize = NODE_BYTES + 8;
 /// Tree levels above the leaves that a `u64` block index can need.
 pub const HEIGHT_MAX: u32 = 64;
 
-/// The leaf of block `index` at write count `ctr` with stored ciphertext `ciphertext`.
-pub fn leaf_hash(index: u64, ctr: u64, ciphertext: &[u8]) -> Hash {
+/// The leaf of block `index` at write count `ctr` with stored ciphertext `ciphertext`, written
+/// under the file key whose commitment is `key_commitment` (see the module docs).
+pub fn leaf_hash(index: u64, ctr: u64, key_commitment: &[u8; 32], ciphertext: &[u8]) -> Hash {
     hash_parts(
         b"nasd-e2e leaf v1",
-        &[&index.to_le_bytes(), &ctr.to_le_bytes(), ciphertext],
+        &[
+            &index.to_le_bytes(),
+            &ctr.to_le_bytes(),
+            key_commitment,
+            ciphertext,
+        ],
     )
 }
 
