@@ -32,7 +32,8 @@ pub const MAX_BLOCK_BYTES: u32 = 65536;
 pub const TWEAK_BYTES: usize = 32;
 
 const _: () = assert!(MIN_BLOCK_BYTES as usize >= HCTR2_BLOCK_BYTES);
-const _: () = assert!(DEFAULT_BLOCK_BYTES >= MIN_BLOCK_BYTES && DEFAULT_BLOCK_BYTES <= MAX_BLOCK_BYTES);
+const _: () =
+    assert!(DEFAULT_BLOCK_BYTES >= MIN_BLOCK_BYTES && DEFAULT_BLOCK_BYTES <= MAX_BLOCK_BYTES);
 
 /// Whether `b` is an allowed block size.
 pub fn valid_block_bytes(b: u32) -> bool {
@@ -80,14 +81,12 @@ impl BlockCipher {
     /// Enciphers `buf` in place as block `index` at write count `ctr`. `buf` must hold at least
     /// 16 bytes: pad a short tail with [`pad_tail`] first.
     pub fn encrypt_in_place(&self, index: u64, ctr: u64, buf: &mut [u8]) {
-        self.hctr2
-            .encrypt(&tweak(self.file_id, index, ctr), buf);
+        self.hctr2.encrypt(&tweak(self.file_id, index, ctr), buf);
     }
 
     /// Deciphers `buf` in place as block `index` at write count `ctr`.
     pub fn decrypt_in_place(&self, index: u64, ctr: u64, buf: &mut [u8]) {
-        self.hctr2
-            .decrypt(&tweak(self.file_id, index, ctr), buf);
+        self.hctr2.decrypt(&tweak(self.file_id, index, ctr), buf);
     }
 
     /// The ciphertext of plaintext block `plain` (padded to 16 bytes if shorter).
@@ -124,6 +123,41 @@ pub fn pad_tail(plain: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entropy::tests::{prng_bytes, text_bytes};
+    use crate::entropy::EntropyTest;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// RAND-EINT's premise (B.2): any single-bit change to a ciphertext block turns the whole
+        /// deciphered block into bytes that pass `IsRand`, whatever the plaintext was.
+        #[test]
+        fn a_flipped_bit_deciphers_to_random_looking_bytes(
+            seed in any::<u64>(),
+            kind in 0u8..3,
+            bit in 0usize..4096 * 8,
+            ctr in 1u64..1000,
+        ) {
+            let c = cipher();
+            let plain = match kind {
+                0 => text_bytes(seed, 4096),
+                1 => vec![0u8; 4096],
+                _ => {
+                    let mut v = vec![0u8; 4096];
+                    prng_bytes(seed, &mut v[..64]);
+                    v
+                }
+            };
+            let mut s = c.encrypt(7, ctr, &plain);
+            s[bit / 8] ^= 1 << (bit % 8);
+            let garbled = c.decrypt(7, ctr, &s, 4096).unwrap();
+            prop_assert!(EntropyTest::new(4096).is_random_looking(&garbled));
+            let same = garbled.iter().zip(&plain).filter(|(a, b)| a == b).count();
+            // Uniform bytes agree with a fixed block in 16 places on average.
+            prop_assert!(same < 64, "{same} bytes survived");
+        }
+    }
 
     fn cipher() -> BlockCipher {
         BlockCipher::new(FileId::from_u128(9), &FileKey::from_bytes([3; 32]))

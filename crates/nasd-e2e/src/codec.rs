@@ -39,10 +39,6 @@ impl<'a> Reader<'a> {
         Reader { buf, what }
     }
 
-    pub(crate) fn remaining(&self) -> usize {
-        self.buf.len()
-    }
-
     pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.buf.len() < n {
             return Err(DecodeError::Truncated {
@@ -171,7 +167,7 @@ mod tests {
             r.check_count(2, 2, 8),
             Err(DecodeError::Truncated { .. })
         ));
-        assert_eq!(r.check_count(u64::MAX, u64::MAX, 1).is_err(), true);
+        assert!(r.check_count(u64::MAX, u64::MAX, 1).is_err());
         assert_eq!(
             r.finish(),
             Err(DecodeError::Trailing {

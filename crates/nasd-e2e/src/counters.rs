@@ -112,7 +112,10 @@ impl CounterIntervals {
             key_version,
         });
         if i < old.last {
-            pieces.push(Interval { first: i + 1, ..old });
+            pieces.push(Interval {
+                first: i + 1,
+                ..old
+            });
         }
         self.runs.splice(k..=k, pieces);
         self.merge_around(k + mid);
@@ -148,9 +151,7 @@ impl CounterIntervals {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         out.push(Self::FORMAT_VERSION);
-        // Runs are at most one per block and inc() refuses nothing, so the count can exceed
-        // u32 only for files of 2^32 blocks written block by block in alternation; the
-        // decoder's limit is far below that, and writers check `within_limits` first.
+        // Writers keep the list within COUNTER_INTERVALS_MAX (`within_limits`), far below u32.
         out.extend_from_slice(&(self.runs.len() as u32).to_le_bytes());
         for r in &self.runs {
             out.extend_from_slice(&r.first.to_le_bytes());

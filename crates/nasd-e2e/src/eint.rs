@@ -46,7 +46,8 @@
 //! Truncating a file by whole blocks is not supported yet.
 
 use crate::block::{pad_tail, stored_len, valid_block_bytes, BlockCipher};
-use crate::counters::{CounterIntervals, COUNTER_INTERVALS_MAX};
+use crate::codec::DecodeError;
+use crate::counters::CounterIntervals;
 use crate::entropy::EntropyTest;
 use crate::keys::{FileId, FileKey, KeyVersion};
 use crate::merkle::{
@@ -54,7 +55,6 @@ use crate::merkle::{
 };
 use crate::record::{Scheme, TrustedRecord};
 use crate::store::{MetaKey, UntrustedStore};
-use crate::codec::DecodeError;
 use std::collections::BTreeMap;
 use subtle::ConstantTimeEq;
 use thiserror::Error;
@@ -69,7 +69,9 @@ pub const COMP_LEN_BYTES: usize = 2;
 /// `COMP_LEN_BYTES + COMP_TAG_BYTES` = 18 bytes, which any compressible block does at level 1.
 pub const COMP_DEFLATE_LEVEL: u8 = 1;
 
-const _: () = assert!(crate::block::MAX_BLOCK_BYTES as usize - COMP_LEN_BYTES - COMP_TAG_BYTES <= u16::MAX as usize);
+const _: () = assert!(
+    crate::block::MAX_BLOCK_BYTES as usize - COMP_LEN_BYTES - COMP_TAG_BYTES <= u16::MAX as usize
+);
 
 /// KDF context of COMP-EINT's tag key `K_m`.
 const TAG_KEY_CONTEXT: &str = "nasd-e2e 2026 comp tag key v1";
@@ -428,10 +430,7 @@ impl EintFile {
         if let Some(c) = &self.counters {
             return Ok(c.clone());
         }
-        let enc = io
-            .store
-            .read_meta(MetaKey::Counters)
-            .map_err(store_err)?;
+        let enc = io.store.read_meta(MetaKey::Counters).map_err(store_err)?;
         let enc = match enc {
             Some(e) => e,
             // A file never written has no list; its record holds the empty list's digest.
@@ -507,14 +506,12 @@ impl EintFile {
         let ctr = counters
             .inc(index, key_version)
             .ok_or(EintError::CounterLimit)?;
-        if counters.intervals().len() as u64 > COUNTER_INTERVALS_MAX {
+        if !counters.within_limits() {
             return Err(EintError::CounterLimit);
         }
         let (ciphertext, leaf, check) = self.protect(index, ctr, key_version, plaintext)?;
         let root = self.update_tree(store, &mut m, index, blocks, leaf)?;
-        store
-            .write_block(index, &ciphertext)
-            .map_err(store_err)?;
+        store.write_block(index, &ciphertext).map_err(store_err)?;
         m.data_bytes_written += ciphertext.len() as u64;
         let enc = counters.encode();
         store
@@ -542,8 +539,7 @@ impl EintFile {
         let keys = self.keys_for(key_version)?;
         if self.record.scheme == Scheme::Comp {
             let capacity = stored_len(plaintext.len());
-            if let Some(mut frame) =
-                keys.comp_frame(self.file_id, index, ctr, plaintext, capacity)
+            if let Some(mut frame) = keys.comp_frame(self.file_id, index, ctr, plaintext, capacity)
             {
                 keys.cipher.encrypt_in_place(index, ctr, &mut frame);
                 return Ok((frame, empty(0), BlockCheck::CompressedTag));
@@ -551,8 +547,8 @@ impl EintFile {
         }
         let mut c = pad_tail(plaintext);
         keys.cipher.encrypt_in_place(index, ctr, &mut c);
-        let needs_leaf = self.record.scheme == Scheme::Mt
-            || self.entropy.writer_is_random_looking(plaintext);
+        let needs_leaf =
+            self.record.scheme == Scheme::Mt || self.entropy.writer_is_random_looking(plaintext);
         if needs_leaf {
             let leaf = leaf_hash(index, ctr, &keys.commitment, &c);
             Ok((c, leaf, BlockCheck::MerkleLeaf))
@@ -618,12 +614,10 @@ impl EintFile {
         let mut m = OpMetrics::default();
         self.cache.sync(&self.record.root);
         let counters = self.load_counters(&mut Io { store, m: &mut m })?;
-        let (ctr, key_version) = counters
-            .get(index)
-            .ok_or(EintError::OutOfRange {
-                index,
-                blocks: self.record.blocks,
-            })?;
+        let (ctr, key_version) = counters.get(index).ok_or(EintError::OutOfRange {
+            index,
+            blocks: self.record.blocks,
+        })?;
         let c = store
             .read_block(index)
             .map_err(store_err)?
@@ -743,4 +737,66 @@ fn write_nodes<S: UntrustedStore>(
         cache.put((level, index), h);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn keys() -> VersionKeys {
+        VersionKeys::new(FileId([1; 16]), &FileKey::from_bytes([2; 32]))
+    }
+
+    #[test]
+    fn comp_frames_round_trip_and_fit_only_when_compressible() {
+        let k = keys();
+        let text = b"integrity ".repeat(410)[..4096].to_vec();
+        let frame = k.comp_frame(FileId([1; 16]), 3, 1, &text, 4096).unwrap();
+        assert_eq!(frame.len(), 4096);
+        assert_eq!(
+            k.open_comp_frame(FileId([1; 16]), 3, 1, &frame, 4096),
+            Some(text.clone())
+        );
+        assert_eq!(
+            k.open_comp_frame(FileId([1; 16]), 3, 2, &frame, 4096),
+            None,
+            "counter bound"
+        );
+        assert_eq!(
+            k.open_comp_frame(FileId([1; 16]), 4, 1, &frame, 4096),
+            None,
+            "index bound"
+        );
+        assert_eq!(
+            k.open_comp_frame(FileId([1; 16]), 3, 1, &frame, 4095),
+            None,
+            "length bound"
+        );
+        let mut random = vec![0u8; 4096];
+        crate::entropy::tests::prng_bytes(5, &mut random);
+        assert!(k.comp_frame(FileId([1; 16]), 3, 1, &random, 4096).is_none());
+        assert!(k.comp_frame(FileId([1; 16]), 3, 1, b"tiny", 16).is_none());
+    }
+
+    proptest! {
+        /// Deciphered garbage never panics the frame parser and never passes it.
+        #[test]
+        fn comp_frame_parser_is_total(
+            frame in proptest::collection::vec(any::<u8>(), 0..600),
+            len in 0usize..1200,
+        ) {
+            prop_assert_eq!(keys().open_comp_frame(FileId([1; 16]), 0, 1, &frame, len), None);
+        }
+
+        #[test]
+        fn comp_frame_parser_with_a_plausible_header_is_total(
+            zlen in 0u16..600,
+            rest in proptest::collection::vec(any::<u8>(), 18..600),
+        ) {
+            let mut frame = zlen.to_le_bytes().to_vec();
+            frame.extend_from_slice(&rest);
+            prop_assert_eq!(keys().open_comp_frame(FileId([1; 16]), 0, 1, &frame, 512), None);
+        }
+    }
 }

@@ -69,11 +69,11 @@ pub fn entropy_bits_per_byte(data: &[u8]) -> f64 {
     }
     let n = data.len() as f64;
     let mut sum_n_log_n = 0.0;
-    for v in 0..256 {
-        let c = h[0][v] + h[1][v] + h[2][v] + h[3][v];
-        if c > 0 {
-            let c = f64::from(c);
-            sum_n_log_n += c * c.log2();
+    for (((a, b), c), d) in h[0].iter().zip(&h[1]).zip(&h[2]).zip(&h[3]) {
+        let count = a + b + c + d;
+        if count > 0 {
+            let count = f64::from(count);
+            sum_n_log_n += count * count.log2();
         }
     }
     n.log2() - sum_n_log_n / n
@@ -134,8 +134,22 @@ pub(crate) mod tests {
     /// Text-like bytes: words from a small vocabulary, as low-entropy data.
     pub(crate) fn text_bytes(seed: u64, len: usize) -> Vec<u8> {
         const WORDS: [&str; 16] = [
-            "the", "drive", "object", "capability", "manager", "client", "block", "integrity",
-            "of", "and", "to", "a", "network", "attached", "secure", "storage",
+            "the",
+            "drive",
+            "object",
+            "capability",
+            "manager",
+            "client",
+            "block",
+            "integrity",
+            "of",
+            "and",
+            "to",
+            "a",
+            "network",
+            "attached",
+            "secure",
+            "storage",
         ];
         let mut r = vec![0u8; len];
         prng_bytes(seed, &mut r);
@@ -143,7 +157,11 @@ pub(crate) mod tests {
         let mut k = 0;
         while out.len() < len {
             out.extend_from_slice(WORDS[(r[k % len] % 16) as usize].as_bytes());
-            out.push(if r[(k + 7) % len] % 11 == 0 { b'\n' } else { b' ' });
+            out.push(if r[(k + 7) % len].is_multiple_of(11) {
+                b'\n'
+            } else {
+                b' '
+            });
             k += 1;
         }
         out.truncate(len);
@@ -175,7 +193,10 @@ pub(crate) mod tests {
         assert!((log2_p + 64.0).abs() < 1e-6);
         let test = EntropyTest::new(4096);
         assert!(!test.is_random_looking(&text_bytes(2, 4096)));
-        assert!(test.is_random_looking(&text_bytes(2, 100)), "tails need leaves");
+        assert!(
+            test.is_random_looking(&text_bytes(2, 100)),
+            "tails need leaves"
+        );
     }
 
     /// `2b·ln2·(8 − Ĥ)` of a uniform block is approximately χ² with 255 degrees of freedom. At a
@@ -212,9 +233,13 @@ pub(crate) mod tests {
         // Theory (Harris 1975's expansion of the plug-in entropy's bias, to second order):
         // mean 8 − 255/(2b·ln2) − (256² − 1)/(12b²·ln2); sd sqrt(2·255)/(2b·ln2).
         let b = BLOCK as f64;
-        let theory = 8.0 - df / scale - (256.0 * 256.0 - 1.0) / (12.0 * b * b * std::f64::consts::LN_2);
+        let theory =
+            8.0 - df / scale - (256.0 * 256.0 - 1.0) / (12.0 * b * b * std::f64::consts::LN_2);
         assert!((mean - theory).abs() < 1e-4, "mean {mean}, theory {theory}");
-        assert!((sd / ((2.0 * df).sqrt() / scale) - 1.0).abs() < 0.1, "sd {sd}");
+        assert!(
+            (sd / ((2.0 * df).sqrt() / scale) - 1.0).abs() < 0.1,
+            "sd {sd}"
+        );
         let expected = n / 1024.0;
         eprintln!(
             "IsRand at 4 KiB: {below_weak} of {n} uniform blocks below τ_w = {tau_weak:.5} \
@@ -225,6 +250,10 @@ pub(crate) mod tests {
             (below_weak as f64) < 2.5 * expected && (below_weak as f64) > expected / 4.0,
             "{below_weak} of {n} below τ_w = {tau_weak:.5}, expected about {expected:.1}"
         );
-        assert!(min_h - test.tau() > 0.6, "closest approach {min_h} to τ {}", test.tau());
+        assert!(
+            min_h - test.tau() > 0.6,
+            "closest approach {min_h} to τ {}",
+            test.tau()
+        );
     }
 }

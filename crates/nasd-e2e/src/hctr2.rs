@@ -86,7 +86,7 @@ impl Hctr2 {
     /// The tweakable hash `H(T, X)`.
     fn hash(&self, tweak: &[u8], msg: &[u8]) -> [u8; 16] {
         let mut p = self.polyval.clone();
-        let awkward = msg.len() % HCTR2_BLOCK_BYTES != 0;
+        let awkward = !msg.len().is_multiple_of(HCTR2_BLOCK_BYTES);
         let lengthint = (tweak.len() as u128) * 16 + 2 + u128::from(awkward);
         p.update(&[Array::from(lengthint.to_le_bytes())]);
         p.update_padded(tweak);
@@ -129,7 +129,10 @@ impl Hctr2 {
 
     /// Encrypts `buf` (at least 16 bytes) in place under `tweak`.
     pub fn encrypt(&self, tweak: &[u8], buf: &mut [u8]) {
-        assert!(buf.len() >= HCTR2_BLOCK_BYTES, "HCTR2 needs 16 bytes or more");
+        assert!(
+            buf.len() >= HCTR2_BLOCK_BYTES,
+            "HCTR2 needs 16 bytes or more"
+        );
         let (m, n) = buf.split_at_mut(HCTR2_BLOCK_BYTES);
         let mut mm = [0u8; 16];
         mm.copy_from_slice(m);
@@ -149,7 +152,10 @@ impl Hctr2 {
 
     /// Decrypts `buf` (at least 16 bytes) in place under `tweak`.
     pub fn decrypt(&self, tweak: &[u8], buf: &mut [u8]) {
-        assert!(buf.len() >= HCTR2_BLOCK_BYTES, "HCTR2 needs 16 bytes or more");
+        assert!(
+            buf.len() >= HCTR2_BLOCK_BYTES,
+            "HCTR2 needs 16 bytes or more"
+        );
         let (u, v) = buf.split_at_mut(HCTR2_BLOCK_BYTES);
         let mut uu = [0u8; 16];
         uu.copy_from_slice(u);

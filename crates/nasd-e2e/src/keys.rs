@@ -330,7 +330,11 @@ fn seal_secret(
 ) -> Result<WrappedSecret, WrapError> {
     let (enc, ct) = hpke_seal_base(to, info, aad, secret, rng)?;
     // The ciphertext of a 32-byte plaintext is always 48 bytes; anything else is a library bug.
-    assert_eq!(ct.len(), WRAPPED_SECRET_BYTES, "ChaCha20-Poly1305 expands by 16");
+    assert_eq!(
+        ct.len(),
+        WRAPPED_SECRET_BYTES,
+        "ChaCha20-Poly1305 expands by 16"
+    );
     let mut ciphertext = [0u8; WRAPPED_SECRET_BYTES];
     ciphertext.copy_from_slice(&ct);
     Ok(WrappedSecret { enc, ciphertext })
@@ -706,12 +710,26 @@ mod tests {
         // Revocation: version 2 for the group only; alice cannot open it.
         let k2 = FileKey::generate();
         kf.remove_principal(Principal::User(10));
-        kf.wrap_for(Principal::Group(20), staff.public(), f, 2, &k2, &mut os_rng())
-            .unwrap();
+        kf.wrap_for(
+            Principal::Group(20),
+            staff.public(),
+            f,
+            2,
+            &k2,
+            &mut os_rng(),
+        )
+        .unwrap();
         assert_eq!(kf.latest_version(), Some(2));
         assert!(kf.unwrap(Principal::User(10), &alice, f, 2).is_err());
         assert!(matches!(
-            kf.wrap_for(Principal::Group(20), staff.public(), f, 2, &k2, &mut os_rng()),
+            kf.wrap_for(
+                Principal::Group(20),
+                staff.public(),
+                f,
+                2,
+                &k2,
+                &mut os_rng()
+            ),
             Err(WrapError::Duplicate { .. })
         ));
         let back = KeyFile::decode(&kf.encode()).unwrap();

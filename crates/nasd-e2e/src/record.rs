@@ -166,7 +166,10 @@ mod tests {
             others.push(TrustedRecord { scheme: s, ..r });
         }
         others.push(TrustedRecord { length: 9001, ..r });
-        others.push(TrustedRecord { key_version: 8, ..r });
+        others.push(TrustedRecord {
+            key_version: 8,
+            ..r
+        });
         others.push(TrustedRecord { root: [3; 32], ..r });
         others.push(TrustedRecord {
             counters_digest: [3; 32],

@@ -109,7 +109,11 @@ impl WriterKey {
     }
 }
 
-fn verify(pk: &WriterPublicKey, msg: &[u8], sig: &[u8; SIGNATURE_BYTES]) -> Result<(), SignatureError> {
+fn verify(
+    pk: &WriterPublicKey,
+    msg: &[u8],
+    sig: &[u8; SIGNATURE_BYTES],
+) -> Result<(), SignatureError> {
     let vk =
         ed25519_dalek::VerifyingKey::from_bytes(&pk.0).map_err(|_| SignatureError::BadPublicKey)?;
     // Strict verification refuses non-canonical and small-order encodings (no malleability).
@@ -161,7 +165,10 @@ mod tests {
             Err(SignatureError::Invalid)
         );
         assert!(pk.verify_block(f, 4, 2, &c, &sig).is_err());
-        assert!(pk.verify_block(f, 3, 1, &c, &sig).is_err(), "an old counter");
+        assert!(
+            pk.verify_block(f, 3, 1, &c, &sig).is_err(),
+            "an old counter"
+        );
         assert!(pk.verify_block(f, 3, 2, b"other", &sig).is_err());
         let mut bad = sig;
         bad[0] ^= 1;

@@ -28,8 +28,18 @@ fn prng(seed: u64, len: usize) -> Vec<u8> {
 /// Low-entropy, compressible content (words), unique per seed.
 fn text(seed: u64, len: usize) -> Vec<u8> {
     const WORDS: [&str; 12] = [
-        "drive", "object", "capability ", "manager", "client ", "block", "tree", "leaf", "the ",
-        "of ", "nasd\n", "seed ",
+        "drive",
+        "object",
+        "capability ",
+        "manager",
+        "client ",
+        "block",
+        "tree",
+        "leaf",
+        "the ",
+        "of ",
+        "nasd\n",
+        "seed ",
     ];
     let r = prng(seed, len);
     let mut out = format!("seed {seed}: ").into_bytes();
@@ -146,8 +156,14 @@ fn block_swapped_between_positions() {
         w.store.blocks.insert(t, b);
         w.store.blocks.insert(other, a);
         let la = MetaKey::Node { level: 0, index: t };
-        let lb = MetaKey::Node { level: 0, index: other };
-        let (na, nb) = (w.store.meta.get(&la).cloned(), w.store.meta.get(&lb).cloned());
+        let lb = MetaKey::Node {
+            level: 0,
+            index: other,
+        };
+        let (na, nb) = (
+            w.store.meta.get(&la).cloned(),
+            w.store.meta.get(&lb).cloned(),
+        );
         for (k, v) in [(la, nb), (lb, na)] {
             match v {
                 Some(v) => w.store.meta.insert(k, v),
@@ -161,15 +177,19 @@ fn block_swapped_between_positions() {
 fn block_swapped_between_files() {
     // The other file shares the key (B.1 allows files with one access list to share one) and has
     // the same layout, so only the tweak's file id tells the blocks apart.
-    for_all("cross-file swap", &[TEXT_BLOCK, RANDOM_BLOCK, TAIL_BLOCK], |w, t| {
-        let other = World::new(w.writer.record().scheme, OTHER_FILE);
-        w.store.blocks.insert(t, other.store.blocks[&t].clone());
-        if let Some(leaf) = other.store.meta.get(&MetaKey::Node { level: 0, index: t }) {
-            w.store
-                .meta
-                .insert(MetaKey::Node { level: 0, index: t }, leaf.clone());
-        }
-    });
+    for_all(
+        "cross-file swap",
+        &[TEXT_BLOCK, RANDOM_BLOCK, TAIL_BLOCK],
+        |w, t| {
+            let other = World::new(w.writer.record().scheme, OTHER_FILE);
+            w.store.blocks.insert(t, other.store.blocks[&t].clone());
+            if let Some(leaf) = other.store.meta.get(&MetaKey::Node { level: 0, index: t }) {
+                w.store
+                    .meta
+                    .insert(MetaKey::Node { level: 0, index: t }, leaf.clone());
+            }
+        },
+    );
 }
 
 /// The drive answers with the state before the latest write of block `t`: the block alone, the
@@ -180,7 +200,11 @@ fn rollback_to_an_older_version() {
         for_all(scope, &[TEXT_BLOCK, RANDOM_BLOCK, TAIL_BLOCK], |w, t| {
             let before = w.store.clone();
             let len = content(t, 0).len();
-            let newer = if t == TAIL_BLOCK { text(77, len) } else { content(t, 1) };
+            let newer = if t == TAIL_BLOCK {
+                text(77, len)
+            } else {
+                content(t, 1)
+            };
             w.writer.write_block(&mut w.store, t, &newer).unwrap();
             assert_eq!(w.read(t).unwrap(), newer);
             match scope {
@@ -250,7 +274,10 @@ fn truncated_or_extended_file() {
         w.store.blocks.insert(6, extra);
         assert!(matches!(
             w.read(6),
-            Err(EintError::OutOfRange { index: 6, blocks: 6 })
+            Err(EintError::OutOfRange {
+                index: 6,
+                blocks: 6
+            })
         ));
         assert_eq!(w.writer.record().length, 5 * B as u64 + 1000);
     }
@@ -271,7 +298,10 @@ fn side_metadata_tampered() {
             };
             for &t in targets {
                 expect_detected(scheme, t, "sibling tampered", |w| {
-                    let k = MetaKey::Node { level, index: (t >> level) ^ 1 };
+                    let k = MetaKey::Node {
+                        level,
+                        index: (t >> level) ^ 1,
+                    };
                     match w.store.meta.get_mut(&k) {
                         Some(v) => v[0] ^= 1,
                         None => {
@@ -279,16 +309,24 @@ fn side_metadata_tampered() {
                         }
                     }
                 });
-                expect_detected(scheme, t, "block replaced, its leaf and path deleted", |w| {
-                    let leaf = MetaKey::Node { level: 0, index: t };
-                    assert!(w.store.meta.remove(&leaf).is_some(), "the leaf was stored");
-                    // Deleting a leaf changes nothing the reader uses unless the path goes
-                    // through it; delete the path too, as a drive hiding the block would.
-                    for l in 1..=3u8 {
-                        w.store.meta.remove(&MetaKey::Node { level: l, index: t >> l });
-                    }
-                    w.store.blocks.insert(t, vec![0; w.store.blocks[&t].len()]);
-                });
+                expect_detected(
+                    scheme,
+                    t,
+                    "block replaced, its leaf and path deleted",
+                    |w| {
+                        let leaf = MetaKey::Node { level: 0, index: t };
+                        assert!(w.store.meta.remove(&leaf).is_some(), "the leaf was stored");
+                        // Deleting a leaf changes nothing the reader uses unless the path goes
+                        // through it; delete the path too, as a drive hiding the block would.
+                        for l in 1..=3u8 {
+                            w.store.meta.remove(&MetaKey::Node {
+                                level: l,
+                                index: t >> l,
+                            });
+                        }
+                        w.store.blocks.insert(t, vec![0; w.store.blocks[&t].len()]);
+                    },
+                );
             }
         }
     }
@@ -300,7 +338,10 @@ fn side_metadata_tampered() {
     });
     // MT-EINT: even a low-entropy block's leaf is checked.
     expect_detected(Scheme::Mt, TEXT_BLOCK, "sibling flipped", |w| {
-        let k = MetaKey::Node { level: 0, index: TEXT_BLOCK ^ 1 };
+        let k = MetaKey::Node {
+            level: 0,
+            index: TEXT_BLOCK ^ 1,
+        };
         w.store.meta.get_mut(&k).unwrap()[31] ^= 1;
     });
 }
@@ -327,10 +368,16 @@ fn a_tampered_stored_leaf_stops_the_next_write_of_its_block() {
     for scheme in Scheme::ALL {
         let mut w = World::new(scheme, FILE);
         let mut writer = reader_for(FILE, *w.writer.record());
-        let k = MetaKey::Node { level: 0, index: RANDOM_BLOCK };
+        let k = MetaKey::Node {
+            level: 0,
+            index: RANDOM_BLOCK,
+        };
         w.store.meta.get_mut(&k).unwrap()[0] ^= 1;
         let r = writer.write_block(&mut w.store, RANDOM_BLOCK, &text(1, B));
-        assert!(matches!(r, Err(EintError::MerklePath { index: 3 })), "{r:?}");
+        assert!(
+            matches!(r, Err(EintError::MerklePath { index: 3 })),
+            "{r:?}"
+        );
     }
 }
 
@@ -398,11 +445,23 @@ fn key_versions() {
 fn writes_keep_the_file_shape() {
     let mut w = World::new(Scheme::Rand, FILE);
     let bad = |r: Result<_, EintError>| matches!(r, Err(EintError::BadWrite { .. }));
-    assert!(bad(w.writer.write_block(&mut w.store, 1, &[1; 100])), "short middle block");
-    assert!(bad(w.writer.write_block(&mut w.store, 6, &[1; B])), "append after a short tail");
+    assert!(
+        bad(w.writer.write_block(&mut w.store, 1, &[1; 100])),
+        "short middle block"
+    );
+    assert!(
+        bad(w.writer.write_block(&mut w.store, 6, &[1; B])),
+        "append after a short tail"
+    );
     assert!(bad(w.writer.write_block(&mut w.store, 8, &[1; B])), "gap");
-    assert!(bad(w.writer.write_block(&mut w.store, 5, &[])), "empty block");
-    assert!(bad(w.writer.write_block(&mut w.store, 5, &[1; B + 1])), "oversized block");
+    assert!(
+        bad(w.writer.write_block(&mut w.store, 5, &[])),
+        "empty block"
+    );
+    assert!(
+        bad(w.writer.write_block(&mut w.store, 5, &[1; B + 1])),
+        "oversized block"
+    );
     // Fill the tail, then append.
     w.writer.write_block(&mut w.store, 5, &text(1, B)).unwrap();
     w.writer.write_block(&mut w.store, 6, &text(2, 10)).unwrap();

@@ -46,7 +46,10 @@ impl TryRng for Replay {
         Ok(u64::from_le_bytes(b))
     }
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
-        assert!(dst.len() <= self.0.len(), "asked for more randomness than the vector has");
+        assert!(
+            dst.len() <= self.0.len(),
+            "asked for more randomness than the vector has"
+        );
         let rest = self.0.split_off(dst.len());
         dst.copy_from_slice(&self.0);
         self.0 = rest;
@@ -61,11 +64,17 @@ fn rfc9180_a2_1_base_x25519_chacha20poly1305() {
     let recipient = SecretKey::derive(&v["ikmR"]);
     assert_eq!(recipient.public().0.as_slice(), v["pkRm"].as_slice());
     // The library stores X25519 secrets clamped (RFC 7748 §5), which X25519 applies anyway.
-    assert_eq!(recipient.to_bytes().as_slice(), clamp(&v["skRm"]).as_slice());
+    assert_eq!(
+        recipient.to_bytes().as_slice(),
+        clamp(&v["skRm"]).as_slice()
+    );
     let from_rfc = SecretKey::from_bytes(&v["skRm"].clone().try_into().unwrap()).unwrap();
     assert_eq!(from_rfc.public().0.as_slice(), v["pkRm"].as_slice());
     let ephemeral = SecretKey::derive(&v["ikmE"]);
-    assert_eq!(ephemeral.to_bytes().as_slice(), clamp(&v["skEm"]).as_slice());
+    assert_eq!(
+        ephemeral.to_bytes().as_slice(),
+        clamp(&v["skEm"]).as_slice()
+    );
     assert_eq!(ephemeral.public().0.as_slice(), v["pkEm"].as_slice());
 
     let mut rng = Replay(v["ikmE"].clone());
