@@ -141,6 +141,8 @@ pub enum EintError {
     MissingKey { key_version: KeyVersion },
     #[error("block size {0} is not allowed")]
     BlockSize(u32),
+    #[error("the record's block count {blocks} disagrees with its length {length}")]
+    InconsistentRecord { blocks: u64, length: u64 },
     #[error("a block counter or the counter interval list reached its limit")]
     CounterLimit,
     #[error("block {index} is missing from the store")]
@@ -360,9 +362,7 @@ impl EintFile {
         record: TrustedRecord,
         cache_bytes: usize,
     ) -> Result<EintFile, EintError> {
-        if !valid_block_bytes(record.block_bytes) {
-            return Err(EintError::BlockSize(record.block_bytes));
-        }
+        check_record(&record)?;
         Ok(EintFile {
             file_id,
             record,
@@ -398,9 +398,7 @@ impl EintFile {
     /// Adopts a record read anew from the manager (another writer committed, or a commit of
     /// ours lost); drops everything verified under the old one.
     pub fn set_record(&mut self, record: TrustedRecord) -> Result<(), EintError> {
-        if !valid_block_bytes(record.block_bytes) {
-            return Err(EintError::BlockSize(record.block_bytes));
-        }
+        check_record(&record)?;
         if record.block_bytes != self.record.block_bytes {
             self.entropy = EntropyTest::new(record.block_bytes);
         }
@@ -471,7 +469,7 @@ impl EintFile {
         if len == 0 || len > b || index > r.blocks {
             return Err(bad());
         }
-        let whole_before = r.length == r.blocks * u64::from(r.block_bytes);
+        let whole_before = r.length.is_multiple_of(u64::from(r.block_bytes));
         if index + 1 < r.blocks && len != b {
             return Err(bad());
         }
@@ -480,7 +478,10 @@ impl EintFile {
         }
         let blocks = r.blocks.max(index + 1);
         let length = if index + 1 == blocks {
-            index * u64::from(r.block_bytes) + len as u64
+            index
+                .checked_mul(u64::from(r.block_bytes))
+                .and_then(|s| s.checked_add(len as u64))
+                .ok_or_else(bad)?
         } else {
             r.length
         };
@@ -702,6 +703,21 @@ impl EintFile {
     }
 }
 
+/// A record [`EintFile`] can work with: an allowed block size and a block count that matches
+/// the length (what [`TrustedRecord::decode`] checks, for records built in code).
+fn check_record(record: &TrustedRecord) -> Result<(), EintError> {
+    if !valid_block_bytes(record.block_bytes) {
+        return Err(EintError::BlockSize(record.block_bytes));
+    }
+    if record.blocks != TrustedRecord::blocks_for(record.length, record.block_bytes) {
+        return Err(EintError::InconsistentRecord {
+            blocks: record.blocks,
+            length: record.length,
+        });
+    }
+    Ok(())
+}
+
 /// Folds a leaf up its path: the root, and every node on the path from the leaf up to and
 /// including the root, with its position.
 fn fold_path(index: u64, leaf: Hash, siblings: &[Hash]) -> (Hash, Vec<(NodePos, Hash)>) {
@@ -746,6 +762,35 @@ mod tests {
 
     fn keys() -> VersionKeys {
         VersionKeys::new(FileId([1; 16]), &FileKey::from_bytes([2; 32]))
+    }
+
+    #[test]
+    fn inconsistent_records_are_refused() {
+        let f = EintFile::create(
+            FileId([1; 16]),
+            Scheme::Mt,
+            4096,
+            1,
+            &FileKey::from_bytes([2; 32]),
+            0,
+        )
+        .unwrap();
+        let bad = TrustedRecord {
+            blocks: 2,
+            ..*f.record()
+        };
+        assert!(matches!(
+            EintFile::open(FileId([1; 16]), bad, 0),
+            Err(EintError::InconsistentRecord { .. })
+        ));
+        let odd = TrustedRecord {
+            block_bytes: 4000,
+            ..*f.record()
+        };
+        assert!(matches!(
+            EintFile::open(FileId([1; 16]), odd, 0),
+            Err(EintError::BlockSize(4000))
+        ));
     }
 
     #[test]
