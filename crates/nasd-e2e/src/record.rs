@@ -1,0 +1,206 @@
+//! The trusted record: seed 003's constant trusted storage per file (requirements B.3).
+//!
+//! The file manager keeps one fixed-size record per file; it is the only integrity state the
+//! client trusts. Everything else (ciphertext blocks, Merkle nodes, counter intervals) lives on
+//! untrusted drives and is checked against it. Writers replace it by compare-and-swap on
+//! [`TrustedRecord::hash`] (`CommitIntegrity { old_record_hash, new_record }`).
+//!
+//! Encoding, [`TrustedRecord::ENCODED_BYTES`] = 90 bytes, little-endian:
+//!
+//! ```text
+//! offset  size  field
+//!      0     1  format version = 1
+//!      1     1  scheme: 1 MT-EINT, 2 RAND-EINT, 3 COMP-EINT
+//!      2     4  block_bytes
+//!      6     8  blocks          (= ceil(length / block_bytes))
+//!     14     8  length          (file length in bytes)
+//!     22     4  key_version     (key used by new writes)
+//!     26    32  root            (Merkle root; see crate::merkle)
+//!     58    32  counters_digest (crate::counters)
+//! ```
+
+use crate::block::valid_block_bytes;
+use crate::codec::{hash_parts, DecodeError, Reader};
+use crate::keys::KeyVersion;
+
+/// Which of seed 003's integrity constructions protects a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// MT-EINT: a Merkle tree over every encrypted block.
+    Mt = 1,
+    /// RAND-EINT: an entropy test, and Merkle leaves only for random-looking blocks.
+    Rand = 2,
+    /// COMP-EINT: a MAC tag compressed into the block, RAND-EINT for blocks that do not fit.
+    Comp = 3,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 3] = [Scheme::Mt, Scheme::Rand, Scheme::Comp];
+
+    pub fn from_u8(v: u8) -> Option<Scheme> {
+        match v {
+            1 => Some(Scheme::Mt),
+            2 => Some(Scheme::Rand),
+            3 => Some(Scheme::Comp),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Mt => "MT-EINT",
+            Scheme::Rand => "RAND-EINT",
+            Scheme::Comp => "COMP-EINT",
+        }
+    }
+}
+
+/// The trusted record of one file (TrustedRecord v1 of B.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrustedRecord {
+    pub scheme: Scheme,
+    pub block_bytes: u32,
+    pub blocks: u64,
+    pub length: u64,
+    pub key_version: KeyVersion,
+    pub root: [u8; 32],
+    pub counters_digest: [u8; 32],
+}
+
+impl TrustedRecord {
+    const FORMAT_VERSION: u8 = 1;
+    /// Bytes of the encoding: the trusted storage per file.
+    pub const ENCODED_BYTES: usize = 1 + 1 + 4 + 8 + 8 + 4 + 32 + 32;
+
+    /// Blocks of a file of `length` bytes.
+    pub fn blocks_for(length: u64, block_bytes: u32) -> u64 {
+        length.div_ceil(u64::from(block_bytes))
+    }
+
+    /// True length of block `i` (the last block may be short), or `None` past the end.
+    pub fn block_len(&self, i: u64) -> Option<usize> {
+        if i >= self.blocks {
+            return None;
+        }
+        let start = i * u64::from(self.block_bytes);
+        Some((self.length - start).min(u64::from(self.block_bytes)) as usize)
+    }
+
+    pub fn encode(&self) -> [u8; Self::ENCODED_BYTES] {
+        let mut out = [0u8; Self::ENCODED_BYTES];
+        out[0] = Self::FORMAT_VERSION;
+        out[1] = self.scheme as u8;
+        out[2..6].copy_from_slice(&self.block_bytes.to_le_bytes());
+        out[6..14].copy_from_slice(&self.blocks.to_le_bytes());
+        out[14..22].copy_from_slice(&self.length.to_le_bytes());
+        out[22..26].copy_from_slice(&self.key_version.to_le_bytes());
+        out[26..58].copy_from_slice(&self.root);
+        out[58..90].copy_from_slice(&self.counters_digest);
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<TrustedRecord, DecodeError> {
+        let mut r = Reader::new(b, "trusted record");
+        r.version(Self::FORMAT_VERSION)?;
+        let scheme = Scheme::from_u8(r.u8()?).ok_or(r.invalid("unknown scheme"))?;
+        let block_bytes = r.u32()?;
+        let blocks = r.u64()?;
+        let length = r.u64()?;
+        let rec = TrustedRecord {
+            scheme,
+            block_bytes,
+            blocks,
+            length,
+            key_version: r.u32()?,
+            root: r.array()?,
+            counters_digest: r.array()?,
+        };
+        r.finish()?;
+        if !valid_block_bytes(block_bytes) {
+            return Err(DecodeError::Invalid {
+                what: "trusted record",
+                why: "block size not allowed",
+            });
+        }
+        if blocks != Self::blocks_for(length, block_bytes) {
+            return Err(DecodeError::Invalid {
+                what: "trusted record",
+                why: "block count disagrees with length",
+            });
+        }
+        Ok(rec)
+    }
+
+    /// The hash a commit compares and swaps on: BLAKE3 over a label and the encoding.
+    pub fn hash(&self) -> [u8; 32] {
+        hash_parts(b"nasd-e2e trusted record v1", &[&self.encode()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> TrustedRecord {
+        TrustedRecord {
+            scheme: Scheme::Rand,
+            block_bytes: 4096,
+            blocks: 3,
+            length: 9000,
+            key_version: 7,
+            root: [1; 32],
+            counters_digest: [2; 32],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_hash_changes_with_every_field() {
+        let r = sample();
+        assert_eq!(TrustedRecord::decode(&r.encode()).unwrap(), r);
+        assert_eq!(r.block_len(0), Some(4096));
+        assert_eq!(r.block_len(2), Some(808));
+        assert_eq!(r.block_len(3), None);
+        let mut others = vec![];
+        for s in Scheme::ALL {
+            others.push(TrustedRecord { scheme: s, ..r });
+        }
+        others.push(TrustedRecord { length: 9001, ..r });
+        others.push(TrustedRecord {
+            key_version: 8,
+            ..r
+        });
+        others.push(TrustedRecord { root: [3; 32], ..r });
+        others.push(TrustedRecord {
+            counters_digest: [3; 32],
+            ..r
+        });
+        for o in others.iter().filter(|o| **o != r) {
+            assert_ne!(o.hash(), r.hash());
+        }
+    }
+
+    #[test]
+    fn decoder_checks_consistency() {
+        let mut b = sample().encode();
+        b[6] = 4; // blocks = 4 with length 9000
+        assert!(TrustedRecord::decode(&b).is_err());
+        let mut b = sample().encode();
+        b[2..6].copy_from_slice(&3000u32.to_le_bytes());
+        assert!(TrustedRecord::decode(&b).is_err());
+        let mut b = sample().encode();
+        b[1] = 9;
+        assert!(TrustedRecord::decode(&b).is_err());
+        assert!(TrustedRecord::decode(&sample().encode()[..89]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            if let Ok(r) = TrustedRecord::decode(&bytes) {
+                let enc = r.encode();
+                prop_assert_eq!(enc.as_slice(), bytes.as_slice());
+            }
+        }
+    }
+}
