@@ -73,7 +73,18 @@ use std::fmt;
 ///   [`MgrRequest::Setxattr`]; [`MgrRequest::Commit`] may carry a file's whole new set, which
 ///   replaces the old one in the same transaction as the content (an object's metadata never
 ///   belongs to another version of its bytes).
-pub const MANAGER_PROTOCOL_VERSION: u16 = 8;
+/// - 9: quota escrow (seed 002 §3.2). Every request for a write capability — `Open` with
+///   `write`, `Create`, `StageWrite`, `Renew`, `Prepare` — carries `extend_by`, the bytes past
+///   the file's current size (for a fresh upload's objects, past 0; for `Renew`, past the
+///   grant's current limit) the writer asks to write. For a file whose owner has a quota the
+///   manager escrows them against it and bounds every capability's region to match;
+///   `Opened`, `Staged` and each [`PreparedFile`] say how far writes may go (`write_end`,
+///   [`WRITE_END_UNBOUNDED`] when no quota applies). [`MgrStatus::QuotaExceeded`] refuses an
+///   extension past the quota. [`MgrRequest::QuotaSet`] (admins) and [`MgrRequest::QuotaGet`]
+///   (answered with [`MgrReply::Quotas`]) set and show per-user quotas.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 9;
+/// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
+pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
 pub const XATTR_NAME_BYTES_MAX: usize = 255;
 /// Largest value of one extended attribute, and of all of a file's names and values together
@@ -197,15 +208,21 @@ pub enum MgrRequest {
     /// With `exclusive: false`, the reply is [`MgrReply::Staged`]: a fresh object, invisible
     /// under any name, that the client fills and then [`MgrRequest::Commit`]s as the file's
     /// content (replacing an existing file's, or linking a new name).
+    ///
+    /// `extend_by`: bytes of content the writer asks to write (seed 002 §3.2's escrow); see
+    /// [`MANAGER_PROTOCOL_VERSION`] 9.
     Create {
         path: String,
         mode: u32,
         exclusive: bool,
+        extend_by: u64,
     },
-    /// GetCapability (`write: false`) or GetWCapability (`write: true`).
+    /// GetCapability (`write: false`) or GetWCapability (`write: true`). A writer asks to
+    /// grow the file by `extend_by` bytes past its current size (0 for a reader).
     Open {
         path: String,
         write: bool,
+        extend_by: u64,
     },
     /// ReturnCapability: the client is done writing under `audit_id`. When it holds the file's
     /// write lease, the lease ends and every capability for the file's objects is revoked at
@@ -362,10 +379,13 @@ pub enum MgrRequest {
     },
     /// Asks for a fresh write capability for a staged upload that is still running (answered
     /// with [`MgrReply::Staged`]); the upload's record is kept from expiring meanwhile.
+    /// `extend_by` moves the grant's `write_end` that many bytes further (0: only a fresh
+    /// lifetime).
     Renew {
         path: String,
         drive: DriveId,
         object: ObjectId,
+        extend_by: u64,
     },
     /// Stages `count` (at most [`PREPARED_FILES_MAX`]) new files of mode `mode` in directory
     /// `dir` before their names are known, answered with [`MgrReply::Prepared`]. Each is a
@@ -375,10 +395,13 @@ pub enum MgrRequest {
     /// [`MgrStatus::Exists`]: an existing file is overwritten through `Create`, which keeps
     /// its inode). `Abort` and `Renew` name a prepared file by `dir/`. Unused ones expire as
     /// any staged upload does.
+    /// Each file may hold `extend_by` bytes; under a quota fewer files than `count` may
+    /// come back, as many as the quota has room for.
     Prepare {
         dir: String,
         mode: u32,
         count: u32,
+        extend_by: u64,
     },
     /// The layout spec a directory gives new files (inherited from its parent when it has
     /// none of its own), answered with [`MgrReply::LayoutSpec`].
@@ -396,8 +419,10 @@ pub enum MgrRequest {
     /// [`MgrReply::Staged`] with the copies; the writer changes them and [`MgrRequest::Commit`]s,
     /// which swaps them in atomically, so no crash leaves data and parity disagreeing. Takes
     /// the file's write lease.
+    /// `extend_by`: bytes past the file's current size the change may grow it by.
     StageWrite {
         path: String,
+        extend_by: u64,
     },
     /// A reader found `len` bytes at `offset` of component `component` of the file damaged
     /// (refused by the drive's integrity check, or unreadable) and served it from the others;
@@ -430,6 +455,17 @@ pub enum MgrRequest {
     /// Ends the session this connection logged in with: the manager forgets its token, so it
     /// logs in nowhere again, and the connection is logged out.
     Logout,
+    /// Sets `user`'s quota to `limit` bytes of files they own, or removes it (`None`); admins
+    /// only. A new quota counts the user's files first.
+    QuotaSet {
+        user: String,
+        limit: Option<u64>,
+    },
+    /// The quota of `user` (their own, or an admin's for anyone), or with `""` every quota
+    /// the caller may see; answered with [`MgrReply::Quotas`].
+    QuotaGet {
+        user: String,
+    },
 }
 
 /// Stable status codes of manager replies.
@@ -463,10 +499,12 @@ pub enum MgrStatus {
     Conflict = 23,
     /// A path went through more than [`SYMLINK_HOPS_MAX`] symbolic links (ELOOP).
     TooManyLinks = 24,
+    /// A write would take the file's owner past their quota (seed 002 §3.2; EDQUOT).
+    QuotaExceeded = 25,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 24] = [
+    pub const ALL: [MgrStatus; 25] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -491,6 +529,7 @@ impl MgrStatus {
         Self::Busy,
         Self::Conflict,
         Self::TooManyLinks,
+        Self::QuotaExceeded,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -521,6 +560,7 @@ impl MgrStatus {
             Self::Busy => "another client is writing the file",
             Self::Conflict => "the file changed while the write was staged",
             Self::TooManyLinks => "too many levels of symbolic links",
+            Self::QuotaExceeded => "disk quota exceeded",
         }
     }
 }
@@ -616,6 +656,9 @@ pub struct PreparedFile {
     pub layout: Layout,
     /// `caps[i]` is the write capability for `layout.components[i]`.
     pub caps: Vec<CapGrant>,
+    /// Writes may go up to this logical offset (exclusive); [`WRITE_END_UNBOUNDED`] when no
+    /// quota bounds them.
+    pub write_end: u64,
 }
 
 /// A capability as the manager hands it out: public args and the secret key.
@@ -648,6 +691,17 @@ pub struct UserInfo {
     pub uid: u32,
     pub admin: bool,
     pub groups: Vec<String>,
+}
+
+/// One user's quota (seed 002 §3.2): the limit, the bytes of files they own (logical sizes,
+/// as of the last settlement), and the bytes escrowed for writes in flight.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct QuotaInfo {
+    pub user: String,
+    pub uid: u32,
+    pub limit: u64,
+    pub used: u64,
+    pub escrowed: u64,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -778,11 +832,14 @@ pub enum MgrReply {
     },
     Stat(FileStat),
     Entries(Vec<DirEntry>),
-    /// `caps[i]` is the capability for `layout.components[i]`.
+    /// `caps[i]` is the capability for `layout.components[i]`; `write_end` is how far
+    /// writes under them may go ([`WRITE_END_UNBOUNDED`] for read capabilities and when no
+    /// quota bounds them).
     Opened {
         stat: FileStat,
         layout: Layout,
         caps: Vec<CapGrant>,
+        write_end: u64,
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
@@ -793,6 +850,7 @@ pub enum MgrReply {
         stat: FileStat,
         layout: Layout,
         caps: Vec<CapGrant>,
+        write_end: u64,
         replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
@@ -822,6 +880,8 @@ pub enum MgrReply {
     LayoutSpec(String),
     Scrubbed(ScrubReport),
     Status(ClusterStatus),
+    /// Quotas ([`MgrRequest::QuotaGet`], and the one [`MgrRequest::QuotaSet`] set).
+    Quotas(Vec<QuotaInfo>),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -939,6 +999,8 @@ impl MgrRequest {
             Self::Status => "status",
             Self::DriveReplace { .. } => "drive replace",
             Self::Prepare { .. } => "prepare",
+            Self::QuotaSet { .. } => "quota set",
+            Self::QuotaGet { .. } => "quota get",
         }
     }
 
@@ -991,6 +1053,8 @@ impl MgrRequest {
             Self::S3KeySecret { .. } => 44,
             Self::Getxattrs { .. } => 45,
             Self::Setxattr { .. } => 46,
+            Self::QuotaSet { .. } => 47,
+            Self::QuotaGet { .. } => 48,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -1028,11 +1092,28 @@ impl MgrRequest {
                     }
                 }
             }
-            Self::Prepare { dir, mode, count } => {
+            Self::Prepare {
+                dir,
+                mode,
+                count,
+                extend_by,
+            } => {
                 put_str(&mut w, dir);
                 w.u32(*mode);
                 w.u32(*count);
+                w.u64(*extend_by);
             }
+            Self::QuotaSet { user, limit } => {
+                put_str(&mut w, user);
+                match limit {
+                    None => w.u8(0),
+                    Some(l) => {
+                        w.u8(1);
+                        w.u64(*l);
+                    }
+                }
+            }
+            Self::QuotaGet { user } => put_str(&mut w, user),
             Self::Stat { path } | Self::Rmdir { path } | Self::Unlink { path } => {
                 put_str(&mut w, path)
             }
@@ -1044,14 +1125,21 @@ impl MgrRequest {
                 path,
                 mode,
                 exclusive,
+                extend_by,
             } => {
                 put_str(&mut w, path);
                 w.u32(*mode);
                 w.u8(*exclusive as u8);
+                w.u64(*extend_by);
             }
-            Self::Open { path, write } => {
+            Self::Open {
+                path,
+                write,
+                extend_by,
+            } => {
                 put_str(&mut w, path);
                 w.u8(*write as u8);
+                w.u64(*extend_by);
             }
             Self::ReturnCapability { path, audit_id } => {
                 put_str(&mut w, path);
@@ -1122,7 +1210,11 @@ impl MgrRequest {
                 put_public_key(&mut w, public_key);
             }
             Self::UserList | Self::DriveList | Self::Logout | Self::Status => {}
-            Self::LayoutGet { path } | Self::StageWrite { path } => put_str(&mut w, path),
+            Self::LayoutGet { path } => put_str(&mut w, path),
+            Self::StageWrite { path, extend_by } => {
+                put_str(&mut w, path);
+                w.u64(*extend_by);
+            }
             Self::Repair {
                 path,
                 component,
@@ -1197,15 +1289,21 @@ impl MgrRequest {
                 path,
                 drive,
                 object,
-            }
-            | Self::Renew {
-                path,
-                drive,
-                object,
             } => {
                 put_str(&mut w, path);
                 w.u64(drive.0);
                 w.u64(object.0);
+            }
+            Self::Renew {
+                path,
+                drive,
+                object,
+                extend_by,
+            } => {
+                put_str(&mut w, path);
+                w.u64(drive.0);
+                w.u64(object.0);
+                w.u64(*extend_by);
             }
         }
         w.into_vec()
@@ -1250,10 +1348,12 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 mode: r.u32("mode")?,
                 exclusive: get_bool(r, "exclusive")?,
+                extend_by: r.u64("extend by")?,
             },
             7 => Self::Open {
                 path: get_str(r, "path")?,
                 write: get_bool(r, "write")?,
+                extend_by: r.u64("extend by")?,
             },
             8 => Self::ReturnCapability {
                 path: get_str(r, "path")?,
@@ -1332,6 +1432,7 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
+                extend_by: r.u64("extend by")?,
             },
             27 => Self::LayoutGet {
                 path: get_str(r, "path")?,
@@ -1342,6 +1443,7 @@ impl MgrRequest {
             },
             29 => Self::StageWrite {
                 path: get_str(r, "path")?,
+                extend_by: r.u64("extend by")?,
             },
             30 => Self::Repair {
                 path: get_str(r, "path")?,
@@ -1407,6 +1509,17 @@ impl MgrRequest {
                 dir: get_str(r, "directory")?,
                 mode: r.u32("mode")?,
                 count: r.u32("count")?,
+                extend_by: r.u64("extend by")?,
+            },
+            47 => Self::QuotaSet {
+                user: get_str(r, "user")?,
+                limit: match get_bool(r, "has limit")? {
+                    false => None,
+                    true => Some(r.u64("limit")?),
+                },
+            },
+            48 => Self::QuotaGet {
+                user: get_str(r, "user")?,
             },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
@@ -1457,7 +1570,11 @@ fn put_layout(w: &mut Writer, l: &Layout) {
     }
 }
 
-fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, Vec<CapGrant>), DecodeError> {
+/// A grant as `Opened`, `Staged` and `Prepared` carry it: stat, layout, one capability per
+/// component, then `u64 write_end`.
+type Grant = (FileStat, Layout, Vec<CapGrant>, u64);
+
+fn get_opened(r: &mut Reader<'_>) -> Result<Grant, DecodeError> {
     let stat = get_stat(r)?;
     let layout = get_layout(r)?;
     // One grant per component, in order.
@@ -1468,10 +1585,11 @@ fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, Vec<CapGrant>), D
             key: r.array("capability key")?,
         });
     }
-    Ok((stat, layout, caps))
+    let write_end = r.u64("write end")?;
+    Ok((stat, layout, caps, write_end))
 }
 
-fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant]) {
+fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant], write_end: u64) {
     debug_assert_eq!(caps.len(), layout.components.len());
     put_stat(w, stat);
     put_layout(w, layout);
@@ -1479,6 +1597,7 @@ fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant
         cap.args.put(w);
         w.bytes(&cap.key);
     }
+    w.u64(write_end);
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -1781,6 +1900,7 @@ impl MgrReply {
             Self::S3Keys(_) => 17,
             Self::S3KeyFound { .. } => 18,
             Self::Xattrs { .. } => 19,
+            Self::Quotas(_) => 20,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1817,21 +1937,38 @@ impl MgrReply {
                     }
                 }
             }
-            Self::Opened { stat, layout, caps } => put_opened(&mut w, stat, layout, caps),
+            Self::Opened {
+                stat,
+                layout,
+                caps,
+                write_end,
+            } => put_opened(&mut w, stat, layout, caps, *write_end),
             Self::Staged {
                 stat,
                 layout,
                 caps,
+                write_end,
                 replaces,
             } => {
-                put_opened(&mut w, stat, layout, caps);
+                put_opened(&mut w, stat, layout, caps, *write_end);
                 w.u8(*replaces as u8);
+            }
+            Self::Quotas(qs) => {
+                debug_assert!(qs.len() <= LIST_ENTRIES_MAX);
+                w.u32(qs.len() as u32);
+                for q in qs {
+                    put_str(&mut w, &q.user);
+                    w.u32(q.uid);
+                    w.u64(q.limit);
+                    w.u64(q.used);
+                    w.u64(q.escrowed);
+                }
             }
             Self::Prepared(files) => {
                 debug_assert!(files.len() <= PREPARED_FILES_MAX as usize);
                 w.u32(files.len() as u32);
                 for f in files {
-                    put_opened(&mut w, &f.stat, &f.layout, &f.caps);
+                    put_opened(&mut w, &f.stat, &f.layout, &f.caps, f.write_end);
                 }
             }
             Self::LayoutSpec(spec) | Self::LinkTarget(spec) => put_str(&mut w, spec),
@@ -1910,17 +2047,38 @@ impl MgrReply {
                 Self::Entries(es)
             }
             6 => {
-                let (stat, layout, caps) = get_opened(r)?;
-                Self::Opened { stat, layout, caps }
+                let (stat, layout, caps, write_end) = get_opened(r)?;
+                Self::Opened {
+                    stat,
+                    layout,
+                    caps,
+                    write_end,
+                }
             }
             9 => {
-                let (stat, layout, caps) = get_opened(r)?;
+                let (stat, layout, caps, write_end) = get_opened(r)?;
                 Self::Staged {
                     stat,
                     layout,
                     caps,
+                    write_end,
                     replaces: get_bool(r, "replaces")?,
                 }
+            }
+            20 => {
+                // user (4 + name), uid, limit, used, escrowed.
+                let n = get_count(r, 4 + 4 + 3 * 8, "quotas")?;
+                let mut qs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    qs.push(QuotaInfo {
+                        user: get_str(r, "user")?,
+                        uid: r.u32("uid")?,
+                        limit: r.u64("limit")?,
+                        used: r.u64("used")?,
+                        escrowed: r.u64("escrowed")?,
+                    });
+                }
+                Self::Quotas(qs)
             }
             11 => Self::LayoutSpec(get_str(r, "layout spec")?),
             15 => Self::LinkTarget(get_str(r, "link target")?),
@@ -1976,8 +2134,13 @@ impl MgrReply {
                 }
                 let mut files = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    let (stat, layout, caps) = get_opened(r)?;
-                    files.push(PreparedFile { stat, layout, caps });
+                    let (stat, layout, caps, write_end) = get_opened(r)?;
+                    files.push(PreparedFile {
+                        stat,
+                        layout,
+                        caps,
+                        write_end,
+                    });
                 }
                 Self::Prepared(files)
             }
@@ -2054,10 +2217,23 @@ mod tests {
                 path: p(),
                 mode: 0o644,
                 exclusive: true,
+                extend_by: 0,
+            },
+            MgrRequest::Create {
+                path: p(),
+                mode: 0o600,
+                exclusive: false,
+                extend_by: 64 << 20,
             },
             MgrRequest::Open {
                 path: p(),
                 write: true,
+                extend_by: u64::MAX,
+            },
+            MgrRequest::Open {
+                path: p(),
+                write: false,
+                extend_by: 0,
             },
             MgrRequest::ReturnCapability {
                 path: p(),
@@ -2171,11 +2347,25 @@ mod tests {
                 path: p(),
                 drive: DriveId(3),
                 object: ObjectId(19),
+                extend_by: 1 << 20,
             },
             MgrRequest::Prepare {
                 dir: p(),
                 mode: 0o640,
                 count: 16,
+                extend_by: 1 << 20,
+            },
+            MgrRequest::QuotaSet {
+                user: "bob".into(),
+                limit: Some(10 << 30),
+            },
+            MgrRequest::QuotaSet {
+                user: "bob".into(),
+                limit: None,
+            },
+            MgrRequest::QuotaGet { user: "bob".into() },
+            MgrRequest::QuotaGet {
+                user: String::new(),
             },
             MgrRequest::Symlink {
                 path: p(),
@@ -2206,7 +2396,10 @@ mod tests {
                 path: p(),
                 spec: "rs:4+2".into(),
             },
-            MgrRequest::StageWrite { path: p() },
+            MgrRequest::StageWrite {
+                path: p(),
+                extend_by: 7,
+            },
             MgrRequest::Repair {
                 path: p(),
                 component: 5,
@@ -2227,10 +2420,18 @@ mod tests {
 
     #[test]
     fn a_prepared_reply_past_its_limit_is_refused() {
-        let MgrReply::Opened { stat, layout, caps } = base_replies()[5].clone() else {
+        let MgrReply::Opened {
+            stat, layout, caps, ..
+        } = base_replies()[5].clone()
+        else {
             panic!("reply 5 is Opened");
         };
-        let one = PreparedFile { stat, layout, caps };
+        let one = PreparedFile {
+            stat,
+            layout,
+            caps,
+            write_end: WRITE_END_UNBOUNDED,
+        };
         let ok = MgrReply::Prepared(vec![one; PREPARED_FILES_MAX as usize]).encode(1);
         assert!(MgrReply::decode(&ok).is_ok());
         // The count sits right after the header (4 magic, 2 version, 1 kind, 8 id, 1 tag).
@@ -2244,20 +2445,50 @@ mod tests {
 
     fn replies() -> Vec<MgrReply> {
         let mut v = base_replies();
-        if let MgrReply::Opened { stat, layout, caps } = v[5].clone() {
-            for replaces in [false, true] {
+        if let MgrReply::Opened {
+            stat, layout, caps, ..
+        } = v[5].clone()
+        {
+            for (replaces, write_end) in [(false, 1 << 20), (true, WRITE_END_UNBOUNDED)] {
                 v.push(MgrReply::Staged {
                     stat: stat.clone(),
                     layout: layout.clone(),
                     caps: caps.clone(),
+                    write_end,
                     replaces,
                 });
             }
-            let one = PreparedFile { stat, layout, caps };
+            let one = PreparedFile {
+                stat,
+                layout,
+                caps,
+                write_end: 4096,
+            };
             v.push(MgrReply::Prepared(vec![]));
             v.push(MgrReply::Prepared(vec![one; 3]));
         }
         v.push(MgrReply::Challenge([6; 32]));
+        v.push(MgrReply::Quotas(vec![]));
+        v.push(MgrReply::Quotas(vec![
+            QuotaInfo {
+                user: "alice".into(),
+                uid: 1000,
+                limit: 1 << 30,
+                used: 12345,
+                escrowed: 64 << 20,
+            },
+            QuotaInfo {
+                user: "bob".into(),
+                uid: 1001,
+                limit: 0,
+                used: 1,
+                escrowed: 0,
+            },
+        ]));
+        v.push(MgrReply::error(
+            MgrStatus::QuotaExceeded,
+            "/a: alice: limit 1 used 1 escrowed 0",
+        ));
         v.push(MgrReply::LinkTarget("/abs/target".into()));
         v.push(MgrReply::Xattrs {
             stat: stat(),
@@ -2348,6 +2579,7 @@ mod tests {
                         key: [5 + i as u8; 32],
                     })
                     .collect(),
+                write_end: 3 << 20,
             },
             MgrReply::LayoutSpec("raid6x:8/256K".into()),
             MgrReply::Scrubbed(ScrubReport {
@@ -2413,6 +2645,42 @@ mod tests {
                 detail: String::new(),
             }]),
         ]
+    }
+
+    /// The version 9 fields byte by byte, as docs/manager.md describes them: `extend_by`
+    /// ends an `Open`, `write_end` follows the capabilities, `QuotaExceeded` is status 25.
+    #[test]
+    fn version_9_fields_are_where_the_docs_say() {
+        let open = MgrRequest::Open {
+            path: "/f".into(),
+            write: true,
+            extend_by: 0x0102_0304_0506_0708,
+        }
+        .encode(5);
+        let mut want = b"NSDM".to_vec();
+        want.extend_from_slice(&9u16.to_le_bytes());
+        want.push(KIND_REQUEST);
+        want.extend_from_slice(&5u64.to_le_bytes());
+        want.push(7);
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"/f");
+        want.push(1);
+        want.extend_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(open, want);
+        let MgrReply::Opened { write_end, .. } = &base_replies()[5] else {
+            panic!("reply 5 is Opened");
+        };
+        let b = base_replies()[5].encode(1);
+        assert_eq!(b[b.len() - 8..], write_end.to_le_bytes());
+        let e = MgrReply::error(MgrStatus::QuotaExceeded, "").encode(1);
+        assert_eq!(e[16..18], 25u16.to_le_bytes());
+        let q = MgrRequest::QuotaSet {
+            user: "u".into(),
+            limit: Some(9),
+        }
+        .encode(1);
+        assert_eq!(q[15], 47);
+        assert_eq!(q[16..], [1, 0, 0, 0, b'u', 1, 9, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
