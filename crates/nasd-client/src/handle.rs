@@ -600,10 +600,16 @@ impl Client {
             }
             Ok(())
         };
+        // Under a quota the grant's escrow must reach the furthest run.
+        let end = runs
+            .iter()
+            .map(|(off, run)| off + run.len() as u64)
+            .max()
+            .unwrap_or(0);
         if o.layout.components.len() > 1 {
-            return self.change(path, apply).await;
+            return self.change(path, end, apply).await;
         }
-        self.with_file(path, true, apply).await.map(|_| ())
+        self.with_file_to(path, true, end, apply).await.map(|_| ())
     }
 
     /// Reads back up to `len` bytes at `off` of an upload's staged objects (up to the end of
