@@ -553,8 +553,9 @@ impl Client {
 
     /// [`Client::open`], a write grant letting writes reach logical offset `need_end` (its
     /// quota escrow covers them: seed 002 §3.2). The escrow asked for is what `need_end`
-    /// passes the file's size as this client last saw it, and, if the file is smaller at the
-    /// manager, what it passes the size the reply gives.
+    /// passes the file's size as this client last saw it (0 when it has seen none: the
+    /// writers of this crate open the file for reading first), and, if the file is smaller
+    /// at the manager, what it passes the size the reply gives.
     pub async fn open_to(
         &self,
         path: &str,

@@ -239,9 +239,9 @@ impl Manager {
             end,
             expires_ms: expiry_ms,
         };
-        self.st()
-            .escrow_file(&e, now_ms(), extend_by > 0)
-            .map_err(|e| self.quota_err(e, path))?;
+        // The store's guard goes before the error is worded (which reads the store).
+        let taken = self.st().escrow_file(&e, now_ms(), extend_by > 0);
+        taken.map_err(|e| self.quota_err(e, path))?;
         Ok(WriteBound { end, expiry_ms })
     }
 

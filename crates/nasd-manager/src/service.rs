@@ -1551,9 +1551,8 @@ impl Manager {
             base,
             ..escrow.expect("the owner has a quota")
         };
-        self.st()
-            .escrow_staged(key, &escrow, now_ms())
-            .map_err(|e| self.quota_err(e, path))?;
+        let renewed = self.st().escrow_staged(key, &escrow, now_ms());
+        renewed.map_err(|e| self.quota_err(e, path))?;
         Ok(bound)
     }
 
@@ -2062,9 +2061,8 @@ impl Manager {
             end: size.max(now_size),
             expires_ms: now_ms(),
         };
-        self.st()
-            .escrow_file(&intent, now_ms(), size > now_size)
-            .map_err(|e| self.quota_err(e, path))?;
+        let taken = self.st().escrow_file(&intent, now_ms(), size > now_size);
+        taken.map_err(|e| self.quota_err(e, path))?;
         let r = self.truncate_layout(path, i, size).await;
         self.settle(i.ino, !had_escrow).await?;
         r

@@ -1169,7 +1169,11 @@ mod tests {
                     Some(nasd_proto::Status::RegionOutsideCapability),
                     "seed {seed} {spec}"
                 );
-                assert_eq!(s.missed(), 0, "seed {seed} {spec}: a refusal is not a lost drive");
+                assert_eq!(
+                    s.missed(),
+                    0,
+                    "seed {seed} {spec}: a refusal is not a lost drive"
+                );
             }
         }
     }
