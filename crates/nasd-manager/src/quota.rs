@@ -233,6 +233,11 @@ impl Manager {
             .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
         let geo = crate::striping::geometry_of(&l.geometry)?;
         let end = escrow_end(&geo, size, extend_by);
+        if end <= size {
+            // Nothing can grow: writes stay within the file's bytes, and nothing needs
+            // settling (an escrow already held keeps its own end and expiry).
+            return Ok(WriteBound { end, expiry_ms });
+        }
         let e = FileEscrow {
             ino: i.ino,
             uid: i.uid,

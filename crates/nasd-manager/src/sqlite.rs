@@ -2245,6 +2245,11 @@ mod tests {
         // Version 6: names are counted, and a file has no link target.
         let f = s.inode(9).unwrap().unwrap();
         assert_eq!((s.links(&f).unwrap(), f.target), (1, None));
+        // Version 8: no quota yet; one set charges the old file 0 until it is measured.
+        assert_eq!((f.charged, s.quotas().unwrap()), (None, vec![]));
+        assert!(s.set_quota(0, 1 << 20).unwrap());
+        assert_eq!(s.inode(9).unwrap().unwrap().charged, Some(0));
+        assert!(s.remove_quota(0).unwrap());
         let fresh = crate::conformance::file(0, 0);
         assert_eq!(s.reserve_inode(ROOT_INO, &fresh).unwrap(), 10);
         assert_eq!(s.expire_staged(6).unwrap(), vec![old]);
