@@ -293,7 +293,8 @@ impl Manager {
             match self.settle(e.ino, true).await {
                 Ok(()) => tracing::debug!(ino = e.ino, "escrow settled"),
                 Err(err) => {
-                    tracing::warn!(ino = e.ino, "escrow not settled yet: {}", err.detail);
+                    // Retried at every health check while a drive is down: quietly.
+                    tracing::debug!(ino = e.ino, "escrow not settled yet: {}", err.detail);
                     left += 1;
                 }
             }

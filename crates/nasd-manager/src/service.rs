@@ -963,6 +963,8 @@ impl Manager {
         }
         let spec = self.layout_spec_for(&dir)?;
         let count = self.prepared_room(c, &spec, count, extend_by, dir_path)?;
+        // One escrow per file, all expiring with the capabilities minted below.
+        let (escrow, bound) = self.staged_escrow(c.uid, &spec, 0, extend_by)?;
         let made = futures_util::future::join_all((0..count).map(|_| async {
             let i = self.reserve_inode(c, &dir, mode)?;
             match self.create_layout(&spec, &i).await {
@@ -988,7 +990,6 @@ impl Manager {
                     continue;
                 }
             };
-            let (escrow, bound) = self.staged_escrow(c.uid, &spec, 0, extend_by)?;
             if let Err(e) = self.record_new_file(c, &i, &marker, dir_path, escrow).await {
                 failure.get_or_insert(e);
                 continue;

@@ -310,3 +310,82 @@ fn the_escrow_of_aborted_and_abandoned_writers_comes_back() {
         quota(&up, "alice") == (100 << 20, 2 << 20, 0)
     });
 }
+
+/// Whether this process may mount (root and /dev/fuse); the mount test is skipped otherwise.
+fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !(root && Path::new("/dev/fuse").exists()) {
+        eprintln!("skipped: mounting needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+fn mounted(dir: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// `nasd mount` of `remote` at `dir` as alice, unmounted (and its process gone) when dropped.
+struct Mount(std::process::Child, std::path::PathBuf);
+
+impl Mount {
+    fn start(up: &Up, remote: &str, dir: &Path) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut child = std::process::Command::new(NASD)
+            .args(["mount", remote, dir.to_str().unwrap()])
+            .env("NASD_CONFIG", up.config())
+            .envs(ALICE)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !mounted(dir) {
+            assert!(child.try_wait().unwrap().is_none(), "nasd mount exited");
+            assert!(t0.elapsed() < Duration::from_secs(30), "not mounted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mount(child, dir.to_path_buf())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(NASD)
+            .args(["umount", self.1.to_str().unwrap()])
+            .status();
+        let t0 = Instant::now();
+        while self.0.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn through_the_mount_a_write_past_the_quota_is_edquot() {
+    if !can_mount() {
+        return;
+    }
+    let up = cluster_with_alice(1);
+    up.ok(&["quota", "set", "alice", "8M"]);
+    let dir = up.dir.path().join("mnt");
+    let m = Mount::start(&up, "nasd:/alice", &dir);
+    use std::io::Write as _;
+    // Within the quota: written and charged.
+    std::fs::write(m.1.join("fits"), rand_bytes(3 << 20, 1)).unwrap();
+    assert_eq!(quota(&up, "alice").1, 3 << 20);
+    // Past it: a write or the sync that sends it fails with EDQUOT, and nothing is left.
+    let mut f = std::fs::File::create(m.1.join("big")).unwrap();
+    let wrote = f.write_all(&rand_bytes(16 << 20, 2));
+    let e = wrote.and_then(|_| f.sync_all()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
+    drop(f);
+    assert_eq!(quota(&up, "alice"), (8 << 20, 3 << 20, 0));
+    drop(m);
+}
