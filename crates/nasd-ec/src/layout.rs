@@ -616,7 +616,7 @@ impl Layout {
     /// `u64::MAX`.
     pub fn write_bound(&self, end: u64) -> u64 {
         match (self.parity_per_stripe(), self.group_bytes()) {
-            (p, Some(gb)) if p > 0 => end.div_ceil(gb).checked_mul(gb).unwrap_or(u64::MAX),
+            (p, Some(gb)) if p > 0 => end.div_ceil(gb).saturating_mul(gb),
             _ => end,
         }
     }
