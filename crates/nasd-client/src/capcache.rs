@@ -25,6 +25,10 @@ pub struct OpenFile {
     pub issued_ms: u64,
     /// Whether the components' `fs_specific` records were checked to name this file's inode.
     pub owner_checked: Arc<std::sync::atomic::AtomicBool>,
+    /// How far writes under these capabilities may go (logical offset, exclusive): the end of
+    /// the quota escrow the manager took for them (seed 002 §3.2), or
+    /// [`nasd_proto::manager::WRITE_END_UNBOUNDED`].
+    pub write_end: u64,
 }
 
 impl OpenFile {
@@ -43,6 +47,10 @@ impl OpenFile {
     }
     pub fn readable(&self) -> bool {
         self.rights().contains(nasd_proto::Rights::READ)
+    }
+    /// Whether the capabilities cover whole objects (no quota bounds their regions).
+    pub fn whole(&self) -> bool {
+        self.write_end == nasd_proto::manager::WRITE_END_UNBOUNDED
     }
     /// Where component `i` lives and what authorizes a request on it: the drive's address,
     /// the object, and its capability. For tools and tests that talk to one drive directly.
@@ -89,11 +97,15 @@ impl CapCache {
             }) && if write { o.writable() } else { o.readable() }
         };
         let own = m.get(&(path.to_string(), write)).filter(|o| ok(o));
-        // A write grant that includes READ serves reads too; only a write grant (which came
-        // with the file's write lease) serves writes.
+        // A write grant that includes READ serves reads too, unless a quota bounds its
+        // regions (a read past them would be refused); only a write grant (which came with
+        // the file's write lease) serves writes.
         let other = || {
             (!write)
-                .then(|| m.get(&(path.to_string(), true)).filter(|o| ok(o)))
+                .then(|| {
+                    m.get(&(path.to_string(), true))
+                        .filter(|o| ok(o) && o.whole())
+                })
                 .flatten()
         };
         own.or_else(other).cloned()
@@ -180,7 +192,27 @@ mod tests {
             )],
             issued_ms: issued,
             owner_checked: Default::default(),
+            write_end: manager::WRITE_END_UNBOUNDED,
         }
+    }
+
+    /// A write grant whose regions a quota bounds is never used for reads (a read past its
+    /// regions would be refused by the drive); a whole one is.
+    #[test]
+    fn only_whole_write_grants_serve_reads() {
+        let c = CapCache::new();
+        let rw = Rights::READ.union(Rights::WRITE);
+        c.put(true, of("/w", rw, 1000, 5000));
+        assert!(c.get("/w", false, true, 1000).is_some());
+        c.put(
+            true,
+            OpenFile {
+                write_end: 4096,
+                ..of("/q", rw, 1000, 5000)
+            },
+        );
+        assert!(c.get("/q", true, true, 1000).is_some());
+        assert!(c.get("/q", false, true, 1000).is_none());
     }
 
     #[test]

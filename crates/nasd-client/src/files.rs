@@ -11,6 +11,14 @@
 //! the upload's one included, so repeated access costs none. While the manager is down, cached
 //! capabilities keep the data path open until they expire. Streaming transfers of whole files
 //! are in [`crate::transfer`].
+//!
+//! Quotas (seed 002 §3.2): every request for write capabilities says how many bytes past the
+//! file's size the writer means to write (`extend_by`). For a file whose owner has a quota
+//! the manager escrows them and bounds the capabilities' regions to match, and the grant says
+//! how far writes may go ([`OpenFile::write_end`]); a writer that would pass it asks for more
+//! first — the exact amount when it knows the file's size, else [`ESCROW_CHUNK_BYTES`] at a
+//! time, so a stream of unknown length writes under a quota in chunks. Grants of users
+//! without a quota are unbounded and cost nothing more.
 
 use crate::auth::Capability;
 use crate::callbacks::{AttrKind, Cached, CallbackState};
@@ -54,6 +62,11 @@ pub const COMMIT_RETRY_EACH_MS_MAX: u64 = 2_000;
 pub const CHANGE_ATTEMPTS_MAX: usize = 8;
 /// Most damaged ranges one read reports to the manager for repair.
 pub const REPAIR_REPORTS_MAX: usize = 16;
+/// Bytes of quota escrow a writer asks for at a time when it does not know how much it will
+/// write (a stream, a handle): at several hundred MB/s that is a few manager round trips a
+/// second, and an abandoned writer holds at most this much of its owner's quota until its
+/// capability expires. Near the limit the writer asks for exactly what the next write needs.
+pub const ESCROW_CHUNK_BYTES: u64 = 64 << 20;
 
 const _: () = assert!(CHUNK_BYTES <= nasd_proto::DATA_BYTES_MAX);
 
@@ -245,7 +258,13 @@ impl FsError {
     }
 }
 
-fn open_file(path: &str, stat: FileStat, layout: Layout, caps: Vec<CapGrant>) -> OpenFile {
+fn open_file(
+    path: &str,
+    stat: FileStat,
+    layout: Layout,
+    caps: Vec<CapGrant>,
+    write_end: u64,
+) -> OpenFile {
     let caps = caps
         .into_iter()
         .zip(&layout.components)
@@ -263,6 +282,7 @@ fn open_file(path: &str, stat: FileStat, layout: Layout, caps: Vec<CapGrant>) ->
         layout,
         issued_ms: now_ms(),
         owner_checked: Default::default(),
+        write_end,
     }
 }
 
@@ -310,7 +330,7 @@ impl Upload {
         f: nasd_proto::manager::PreparedFile,
     ) -> Result<Upload, FsError> {
         check_grants(dir, &f.layout, &f.caps)?;
-        let grant = open_file(dir, f.stat.clone(), f.layout.clone(), f.caps);
+        let grant = open_file(dir, f.stat.clone(), f.layout.clone(), f.caps, f.write_end);
         // The objects were just made for this file by the manager.
         grant.owner_checked.store(true, Ordering::Release);
         Ok(Upload {
@@ -737,9 +757,16 @@ impl Client {
 
     fn opened(&self, path: &str, write: bool, r: MgrReply) -> Result<Arc<OpenFile>, FsError> {
         match r {
-            MgrReply::Opened { stat, layout, caps } => {
+            MgrReply::Opened {
+                stat,
+                layout,
+                caps,
+                write_end,
+            } => {
                 check_grants(path, &layout, &caps)?;
-                Ok(self.caps.put(write, open_file(path, stat, layout, caps)))
+                Ok(self
+                    .caps
+                    .put(write, open_file(path, stat, layout, caps, write_end)))
             }
             other => Err(FsError::Usage(format!(
                 "{}: unexpected manager reply {other:?}",
@@ -751,34 +778,67 @@ impl Client {
     /// A grant for `path`: from the cache while fresh, else from the manager; while the
     /// manager cannot be reached, a cached grant that has not expired.
     pub async fn open(&self, path: &str, write: bool) -> Result<Arc<OpenFile>, FsError> {
+        self.open_to(path, write, 0).await
+    }
+
+    /// [`Client::open`], a write grant letting writes reach logical offset `need_end` (its
+    /// quota escrow covers them: seed 002 §3.2). The escrow asked for is what `need_end`
+    /// passes the file's size as this client last saw it (0 when it has seen none: the
+    /// writers of this crate open the file for reading first), and, if the file is smaller
+    /// at the manager, what it passes the size the reply gives.
+    pub async fn open_to(
+        &self,
+        path: &str,
+        write: bool,
+        need_end: u64,
+    ) -> Result<Arc<OpenFile>, FsError> {
         let now = now_ms();
-        if let Some(o) = self.caps.get(path, write, true, now) {
+        let covers = |o: &Arc<OpenFile>| !write || o.write_end >= need_end;
+        if let Some(o) = self.caps.get(path, write, true, now).filter(covers) {
             return Ok(o);
         }
-        let stale = self.caps.get(path, write, false, now);
+        let stale = self.caps.get(path, write, false, now).filter(covers);
         if let Some(o) = &stale {
             if now < self.manager_down_until_ms.load(Ordering::Relaxed) {
                 return Ok(o.clone());
             }
         }
-        match self
-            .request(
-                path,
-                MgrRequest::Open {
-                    path: path.into(),
-                    write,
-                },
-            )
-            .await
-        {
-            Ok(r) => self.opened(path, write, r),
-            Err(e) => match (&e, stale) {
-                (FsError::Manager { error, .. }, Some(o)) if error.is_unavailable() => {
-                    tracing::info!("manager unreachable; using the cached capability for {path}");
-                    Ok(o)
+        let seen = self
+            .caps
+            .get(path, false, false, now)
+            .or_else(|| self.caps.get(path, true, false, now))
+            .map_or(0, |o| o.stat.size);
+        let mut extend_by = if write {
+            need_end.saturating_sub(seen)
+        } else {
+            0
+        };
+        let mut attempts = 0;
+        let e = loop {
+            attempts += 1;
+            let open = MgrRequest::Open {
+                path: path.into(),
+                write,
+                extend_by,
+            };
+            match self.request(path, open).await {
+                Ok(r) => {
+                    let o = self.opened(path, write, r)?;
+                    if covers(&o) || attempts > 1 {
+                        return Ok(o);
+                    }
+                    // The file is smaller than this client thought: ask for the rest.
+                    extend_by = need_end.saturating_sub(o.stat.size);
                 }
-                _ => Err(e),
-            },
+                Err(e) => break e,
+            }
+        };
+        match (&e, stale) {
+            (FsError::Manager { error, .. }, Some(o)) if error.is_unavailable() => {
+                tracing::info!("manager unreachable; using the cached capability for {path}");
+                Ok(o)
+            }
+            _ => Err(e),
         }
     }
 
@@ -906,7 +966,23 @@ impl Client {
         F: Fn(Arc<dyn FileIo>) -> Fut,
         Fut: Future<Output = Result<T, IoError>>,
     {
-        let mut o = self.open(path, write).await?;
+        self.with_file_to(path, write, 0, f).await
+    }
+
+    /// [`Client::with_file`] for writes reaching logical offset `need_end` (the grant's quota
+    /// escrow covers them, [`Client::open_to`]).
+    pub(crate) async fn with_file_to<T, F, Fut>(
+        &self,
+        path: &str,
+        write: bool,
+        need_end: u64,
+        f: F,
+    ) -> Result<(T, Arc<OpenFile>), FsError>
+    where
+        F: Fn(Arc<dyn FileIo>) -> Fut,
+        Fut: Future<Output = Result<T, IoError>>,
+    {
+        let mut o = self.open_to(path, write, need_end).await?;
         let mut refreshed = false;
         let damaged: Arc<std::sync::Mutex<Vec<Damage>>> = Default::default();
         let hook: DamageHook = {
@@ -925,7 +1001,7 @@ impl Client {
                 Err(e) if !refreshed && grant_refused(&e) => {
                     refreshed = true;
                     self.caps.invalidate(path);
-                    o = self.open(path, write).await?;
+                    o = self.open_to(path, write, need_end).await?;
                 }
                 Err(e) => {
                     checked?;
@@ -983,6 +1059,7 @@ impl Client {
                     path: path.into(),
                     mode,
                     exclusive: true,
+                    extend_by: 0,
                 },
             )
             .await?;
@@ -991,28 +1068,48 @@ impl Client {
 
     /// Starts writing `path`: the manager stages fresh objects for the content, whether the
     /// file exists or not (one manager round trip). `mode` is a new file's mode; an existing
-    /// file keeps its own.
+    /// file keeps its own. Under a quota the upload escrows [`ESCROW_CHUNK_BYTES`] at first
+    /// (or nothing, when not even that fits) and more as its writes need.
     pub async fn begin_upload(&self, path: &str, mode: u32) -> Result<Upload, FsError> {
+        self.begin_upload_sized(path, mode, None).await
+    }
+
+    /// [`Client::begin_upload`] of content whose size is known (`Some`): under a quota it is
+    /// escrowed in one piece, so the upload needs no further round trip for escrow.
+    pub async fn begin_upload_sized(
+        &self,
+        path: &str,
+        mode: u32,
+        size: Option<u64>,
+    ) -> Result<Upload, FsError> {
         self.caps.invalidate(path);
-        let r = self
-            .request(
-                path,
-                MgrRequest::Create {
-                    path: path.into(),
-                    mode,
-                    exclusive: false,
-                },
-            )
-            .await?;
+        let create = |extend_by| MgrRequest::Create {
+            path: path.into(),
+            mode,
+            exclusive: false,
+            extend_by,
+        };
+        let r = match self
+            .request(path, create(size.unwrap_or(ESCROW_CHUNK_BYTES)))
+            .await
+        {
+            // A stream of unknown length near its owner's quota starts with no escrow and
+            // asks for what each write needs.
+            Err(e) if size.is_none() && e.status() == Some(MgrStatus::QuotaExceeded) => {
+                self.request(path, create(0)).await?
+            }
+            r => r?,
+        };
         match r {
             MgrReply::Staged {
                 stat,
                 layout,
                 caps,
+                write_end,
                 replaces,
             } => {
                 check_grants(path, &layout, &caps)?;
-                let grant = open_file(path, stat.clone(), layout.clone(), caps);
+                let grant = open_file(path, stat.clone(), layout.clone(), caps, write_end);
                 // The staged objects were just made for this file by the manager.
                 grant.owner_checked.store(true, Ordering::Release);
                 Ok(Upload {
@@ -1049,13 +1146,17 @@ impl Client {
 
     /// Writes `data` at `offset` of an upload, renewing its capabilities when they are due
     /// (or when a drive refused them as expired).
+    ///
+    /// Under a quota a write past the upload's escrow asks for more first
+    /// ([`Client::upload_grant`]).
     pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        let g = self.upload_grant(u, None).await?;
+        let end = offset + data.len() as u64;
+        let g = self.upload_grant(u, None, end).await?;
         let missed = || u.missed.load(Ordering::Acquire);
         let io = self.stack_with(&g, missed(), None)?;
         let r = match io.write(offset, data).await {
             Err(e) if e.status() == Some(Status::CapabilityExpired) => {
-                let g = self.upload_grant(u, Some(&g)).await?;
+                let g = self.upload_grant(u, Some(&g), end).await?;
                 let io = self.stack_with(&g, missed(), None)?;
                 let r = io.write(offset, data).await;
                 u.missed.fetch_or(io.missed(), Ordering::AcqRel);
@@ -1086,33 +1187,56 @@ impl Client {
         Ok(())
     }
 
-    /// The upload's grant, renewed first when it is past three quarters of its life, or when
-    /// `expired` (the grant a drive just refused) is still the current one. While the
-    /// manager cannot be reached, a grant that has not expired is used as it is.
+    /// The upload's grant, renewed first when it is past three quarters of its life, when
+    /// `expired` (the grant a drive just refused) is still the current one, or when its
+    /// quota escrow stops short of `need_end` (then it asks for at least
+    /// [`ESCROW_CHUNK_BYTES`] more, or exactly what is missing when that much does not fit).
+    /// While the manager cannot be reached, a grant that has not expired and covers
+    /// `need_end` is used as it is.
     async fn upload_grant(
         &self,
         u: &Upload,
         expired: Option<&Arc<OpenFile>>,
+        need_end: u64,
     ) -> Result<Arc<OpenFile>, FsError> {
         let mut g = u.grant.lock().await;
         let now = now_ms();
-        let due = match expired {
-            Some(old) => Arc::ptr_eq(old, &g),
-            None => g.needs_renewal(now),
-        };
+        let short = need_end.saturating_sub(g.write_end);
+        let due = short > 0
+            || match expired {
+                Some(old) => Arc::ptr_eq(old, &g),
+                None => g.needs_renewal(now),
+            };
         if !due {
             return Ok(g.clone());
         }
         let (drive, object) = u.key();
-        let renew = MgrRequest::Renew {
+        let renew = |extend_by| MgrRequest::Renew {
             path: u.path.clone(),
             drive,
             object,
+            extend_by,
         };
-        match self.request(&u.path, renew).await {
-            Ok(MgrReply::Staged { layout, caps, .. }) => {
+        let ask = if short > 0 {
+            short.max(ESCROW_CHUNK_BYTES)
+        } else {
+            0
+        };
+        let r = match self.request(&u.path, renew(ask)).await {
+            Err(e) if ask > short && e.status() == Some(MgrStatus::QuotaExceeded) => {
+                self.request(&u.path, renew(short)).await
+            }
+            r => r,
+        };
+        match r {
+            Ok(MgrReply::Staged {
+                layout,
+                caps,
+                write_end,
+                ..
+            }) => {
                 check_grants(&u.path, &layout, &caps)?;
-                let fresh = open_file(&u.path, u.stat.clone(), layout, caps);
+                let fresh = open_file(&u.path, u.stat.clone(), layout, caps, write_end);
                 fresh.owner_checked.store(true, Ordering::Release);
                 *g = Arc::new(fresh);
                 Ok(g.clone())
@@ -1122,7 +1246,7 @@ impl Client {
                 shown(&u.path)
             ))),
             Err(FsError::Manager { error, .. })
-                if error.is_unavailable() && expired.is_none() && g.usable(now) =>
+                if error.is_unavailable() && expired.is_none() && g.usable(now) && short == 0 =>
             {
                 tracing::info!(
                     "manager unreachable ({error}); writing under the current capability"
@@ -1166,6 +1290,8 @@ impl Client {
             // The staged objects are now the file's: keep the upload's capabilities for reading
             // it back without a manager round trip (not for writing: an upload holds no write
             // lease).
+            // A grant a quota bounds is not kept for reads (a read past its regions fails).
+            Ok(()) if !u.grant.lock().await.whole() => {}
             Ok(()) => {
                 let g = u.grant.lock().await.clone();
                 let mut o = (*g).clone();
@@ -1219,20 +1345,38 @@ impl Client {
     /// the layout layer, and the commit swaps them in with the file's new size, marking stale
     /// whatever the writes could not reach. A crash or failure at any point leaves the file
     /// as it was; if another change committed first, this one starts over on the new version.
-    pub async fn change<F, Fut>(&self, path: &str, f: F) -> Result<(), FsError>
+    ///
+    /// `end` is the furthest logical offset `f` writes to: under a quota, what passes the
+    /// file's size is escrowed for the change (seed 002 §3.2).
+    pub async fn change<F, Fut>(&self, path: &str, end: u64, f: F) -> Result<(), FsError>
     where
         F: Fn(Arc<dyn FileIo>) -> Fut,
         Fut: Future<Output = Result<(), IoError>>,
     {
+        let seen = self
+            .caps
+            .get(path, false, false, now_ms())
+            .map_or(0, |o| o.stat.size);
+        let mut extend_by = end.saturating_sub(seen);
         let mut attempt = 0;
         loop {
             attempt += 1;
             self.caps.invalidate(path);
             let r = self
-                .request(path, MgrRequest::StageWrite { path: path.into() })
+                .request(
+                    path,
+                    MgrRequest::StageWrite {
+                        path: path.into(),
+                        extend_by,
+                    },
+                )
                 .await?;
             let MgrReply::Staged {
-                stat, layout, caps, ..
+                stat,
+                layout,
+                caps,
+                write_end,
+                ..
             } = r
             else {
                 return Err(FsError::Usage(format!(
@@ -1242,7 +1386,13 @@ impl Client {
             };
             check_grants(path, &layout, &caps)?;
             let key = staged_key(&layout);
-            let grant = open_file(path, stat, layout, caps);
+            if write_end < end && attempt < CHANGE_ATTEMPTS_MAX {
+                // The file is smaller than this client thought: ask for the rest.
+                self.abort_staged(path, key).await;
+                extend_by = end.saturating_sub(stat.size);
+                continue;
+            }
+            let grant = open_file(path, stat, layout, caps, write_end);
             let io = self.stack_with(&grant, 0, None)?;
             let done = async {
                 f(io.clone()).await?;
@@ -1302,14 +1452,20 @@ impl Client {
     /// spread over several objects as a copy-on-write [`Client::change`].
     pub async fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
         let o = self.open(path, false).await?;
+        let end = offset + data.len() as u64;
         if o.layout.components.len() > 1 {
             return self
-                .change(path, |io| async move { io.write(offset, data).await })
+                .change(path, end, |io| async move { io.write(offset, data).await })
                 .await;
         }
-        self.with_file(path, true, |io| async move { io.write(offset, data).await })
-            .await
-            .map(|_| ())
+        self.with_file_to(
+            path,
+            true,
+            end,
+            |io| async move { io.write(offset, data).await },
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Reads up to `len` bytes at `offset` (fewer at the end of the file).
@@ -1603,6 +1759,36 @@ impl Client {
         )
         .await
     }
+    /// Sets `user`'s quota to `limit` bytes, or removes it (`None`); admins only. Returns the
+    /// quota as set (none when removed).
+    pub async fn quota_set(
+        &self,
+        user: &str,
+        limit: Option<u64>,
+    ) -> Result<Vec<QuotaInfo>, FsError> {
+        let req = MgrRequest::QuotaSet {
+            user: user.into(),
+            limit,
+        };
+        self.quotas(req).await
+    }
+
+    /// `user`'s quota (one's own, or anyone's for an admin), or with `""` every quota this
+    /// user may see.
+    pub async fn quota_get(&self, user: &str) -> Result<Vec<QuotaInfo>, FsError> {
+        self.quotas(MgrRequest::QuotaGet { user: user.into() })
+            .await
+    }
+
+    async fn quotas(&self, req: MgrRequest) -> Result<Vec<QuotaInfo>, FsError> {
+        match self.request("/", req).await? {
+            MgrReply::Quotas(q) => Ok(q),
+            other => Err(FsError::Usage(format!(
+                "quota: unexpected manager reply {other:?}"
+            ))),
+        }
+    }
+
     /// Tells the manager the writer is done with a capability (NASD/AFS ReturnCapability).
     pub async fn return_capability(&self, path: &str) -> Result<(), FsError> {
         let Some(o) = self.caps.get(path, true, false, now_ms()) else {

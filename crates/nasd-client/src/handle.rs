@@ -419,10 +419,16 @@ impl FileHandle {
         self.commit(&mut st).await
     }
 
-    /// Syncs and ends the handle.
+    /// Syncs and ends the handle. A new or truncated file whose writes failed is given up
+    /// at once (its staged objects' space and quota escrow come back), since nothing can
+    /// retry them once the handle is gone.
     pub async fn close(self) -> Result<(), FsError> {
         let mut st = self.st.lock().await;
-        self.commit(&mut st).await
+        let r = self.commit(&mut st).await;
+        if let (Err(_), Base::Staged { upload }) = (&r, &st.base) {
+            self.client.abort_upload(upload).await;
+        }
+        r
     }
 
     /// Gives up what the handle wrote and did not flush; a staged file never appears.
@@ -600,10 +606,16 @@ impl Client {
             }
             Ok(())
         };
+        // Under a quota the grant's escrow must reach the furthest run.
+        let end = runs
+            .iter()
+            .map(|(off, run)| off + run.len() as u64)
+            .max()
+            .unwrap_or(0);
         if o.layout.components.len() > 1 {
-            return self.change(path, apply).await;
+            return self.change(path, end, apply).await;
         }
-        self.with_file(path, true, apply).await.map(|_| ())
+        self.with_file_to(path, true, end, apply).await.map(|_| ())
     }
 
     /// Reads back up to `len` bytes at `off` of an upload's staged objects (up to the end of

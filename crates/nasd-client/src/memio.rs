@@ -1,6 +1,7 @@
 //! An in-memory [`FileIo`]: the stand-in a layer above is tested against, alone, with faults
 //! injected behind the seam — a component that is unreachable, or whose bytes fail
-//! verification, exactly as a drive's would.
+//! verification, exactly as a drive's would — and a capability region, outside which reads
+//! and writes are refused as a drive refuses them (seed 002 §2.4 check 7).
 
 use crate::layer::{FileIo, IoError, IoFuture, ReadOut};
 use crate::ClientError;
@@ -26,6 +27,10 @@ pub struct MemIo {
     pub index: usize,
     bytes: Mutex<Vec<u8>>,
     fault: Mutex<Fault>,
+    /// Requests must end at or before this object offset (the capability's region).
+    region_end: Mutex<u64>,
+    /// Requests refused for ending past it.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl MemIo {
@@ -34,7 +39,40 @@ impl MemIo {
             index,
             bytes: Mutex::new(vec![]),
             fault: Mutex::new(Fault::None),
+            region_end: Mutex::new(u64::MAX),
+            refused: Default::default(),
         }
+    }
+
+    /// How many requests ended past the region (a layer that reads around refusals would
+    /// otherwise hide them).
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Refuses every later read or write that does not end by `end`, as a drive refuses a
+    /// request outside its capability's region `[0, end)`.
+    pub fn set_region_end(&self, end: u64) {
+        *self.region_end.lock().expect("memio lock") = end;
+    }
+
+    fn check_region(&self, op: &'static str, offset: u64, len: u64) -> Result<(), IoError> {
+        let end = *self.region_end.lock().expect("memio lock");
+        if offset.checked_add(len).is_some_and(|e| e <= end) {
+            return Ok(());
+        }
+        self.refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(IoError::Drive {
+            component: self.index,
+            addr: format!("mem:{}", self.index),
+            error: ClientError::Refused {
+                op,
+                status: nasd_proto::Status::RegionOutsideCapability,
+                detail: format!("region {offset}+{len} outside capability region 0+{end}"),
+                authenticated: true,
+            },
+        })
     }
 
     pub fn set_fault(&self, f: Fault) {
@@ -78,6 +116,7 @@ impl FileIo for MemIo {
     fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
         Box::pin(async move {
             self.check(Some((offset, len)))?;
+            self.check_region("read", offset, len)?;
             let slow = match *self.fault.lock().expect("memio lock") {
                 Fault::SlowMs(ms) => ms,
                 _ => 0,
@@ -99,6 +138,7 @@ impl FileIo for MemIo {
     fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()> {
         Box::pin(async move {
             self.check(None)?;
+            self.check_region("write", offset, data.len() as u64)?;
             let mut b = self.bytes.lock().expect("memio lock");
             let end = offset as usize + data.len();
             if b.len() < end {

@@ -136,10 +136,13 @@ impl Client {
         if ask == 0 {
             return None;
         }
+        // Each file may hold a small file's bytes: under a quota they are escrowed, and the
+        // manager prepares only as many files as the quota has room for.
         let req = MgrRequest::Prepare {
             dir: dir.to_string(),
             mode,
             count: ask,
+            extend_by: PREPARED_FILE_BYTES_MAX,
         };
         let files = match self.request(dir, req).await {
             Ok(MgrReply::Prepared(files)) => files,

@@ -403,7 +403,7 @@ impl Client {
         {
             return r;
         }
-        let u = self.begin_upload(path, mode).await?;
+        let u = self.begin_upload_sized(path, mode, Some(size)).await?;
         let r = self.write_bytes(&u, data).await;
         if r.is_err() {
             self.abort_upload(&u).await;
@@ -526,7 +526,7 @@ impl Client {
             progress(size);
             return Ok(size);
         }
-        let u = self.begin_upload(remote, mode).await?;
+        let u = self.begin_upload_sized(remote, mode, Some(size)).await?;
         let r = self.put_ranges(&f, local_path, &u, size, &progress).await;
         if r.is_err() {
             self.abort_upload(&u).await;

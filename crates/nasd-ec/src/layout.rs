@@ -608,6 +608,29 @@ impl Layout {
         end
     }
 
+    /// The logical offset below which writes that stay below `end` may touch bytes, for the
+    /// bounds of seed 002 §3.2's quota escrow: a parity layout's writer reads and rewrites
+    /// whole units of every group a write touches (read-modify-write of a partial group, and
+    /// the parity of a short last group is a full unit), so its bound is `end` rounded up to a
+    /// whole group; every other layout writes only the bytes asked for. Saturates at
+    /// `u64::MAX`.
+    pub fn write_bound(&self, end: u64) -> u64 {
+        match (self.parity_per_stripe(), self.group_bytes()) {
+            (p, Some(gb)) if p > 0 => end.div_ceil(gb).saturating_mul(gb),
+            _ => end,
+        }
+    }
+
+    /// The object bytes `[0, n)` of component `c` that writes of a file staying below logical
+    /// offset `end` (and the reads its parity writes make) may touch: the component's length
+    /// for a file of [`Layout::write_bound`]`(end)` bytes, so whole units of every group the
+    /// writes reach, parity included. A capability for the component with this region lets
+    /// such writes through and nothing past them (seed 002 §3.2: the escrowed size is the
+    /// capability's maximum offset).
+    pub fn component_bound(&self, c: usize, end: u64) -> u64 {
+        self.component_len(c, self.write_bound(end))
+    }
+
     /// The 5-byte form (module doc).
     pub fn encode(&self) -> [u8; LAYOUT_ENCODED_BYTES] {
         let (a, b) = match self.code {
@@ -984,6 +1007,81 @@ mod tests {
         assert_eq!(layout.component(5, Role::Parity(0)), 5);
         assert_eq!(layout.component(5, Role::Parity(1)), 0);
         assert_eq!(layout.component(5, Role::Data(0)), 1);
+    }
+
+    /// The naive bound: every byte a writer staying below logical `end` may touch, found
+    /// by walking units. Data pieces of the range for layouts without parity; for parity
+    /// layouts, every unit (data and parity) of every group the range reaches, since a
+    /// partial group is read and rewritten whole.
+    fn naive_bound(layout: &Layout, end: u64) -> Vec<u64> {
+        let mut out = vec![0u64; layout.components()];
+        match layout
+            .group_bytes()
+            .filter(|_| layout.parity_per_stripe() > 0)
+        {
+            None => {
+                for e in layout.map(0, end) {
+                    let (lo, hi) = match layout.code() {
+                        Code::Mirror { .. } => (0, layout.components()),
+                        _ => (e.component, e.component + 1),
+                    };
+                    for b in &mut out[lo..hi] {
+                        *b = (*b).max(e.object_offset + e.len);
+                    }
+                }
+            }
+            Some(gb) => {
+                let u = layout.unit_bytes().unwrap() as u64;
+                for g in 0..end.div_ceil(gb) {
+                    for gu in layout.group_units(g) {
+                        out[gu.component] = out[gu.component].max(gu.object_offset + u);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+        /// Escrow bounds (seed 002 §3.2) against the naive walk, for every code.
+        #[test]
+        fn component_bounds_match_a_walk_over_units(
+            code in 0usize..5,
+            a in 1u8..7,
+            b in 1u8..4,
+            unit_log2 in 12u32..14,
+            end in 0u64..(1 << 20),
+        ) {
+            let code = match code {
+                0 => Code::Single,
+                1 => Code::Raid0 { n: a + 1 },
+                2 => Code::Mirror { n: a + 1 },
+                3 => Code::Rs { k: a, m: b },
+                _ => Code::Raid6x { k: a },
+            };
+            let unit = code.is_striped().then_some(1u32 << unit_log2);
+            let layout = Layout::new(code, unit).unwrap();
+            let wb = layout.write_bound(end);
+            proptest::prop_assert!(wb >= end);
+            proptest::prop_assert!(wb - end < layout.group_bytes().unwrap_or(1).max(1));
+            let naive = naive_bound(&layout, end);
+            for (c, want) in naive.iter().enumerate() {
+                proptest::prop_assert_eq!(layout.component_bound(c, end), *want, "component {}", c);
+                // Never below what the file's own bytes occupy.
+                proptest::prop_assert!(layout.component_bound(c, end) >= layout.component_len(c, end));
+            }
+        }
+    }
+
+    #[test]
+    fn write_bounds_saturate() {
+        assert_eq!(l("rs:4+2").write_bound(u64::MAX), u64::MAX);
+        assert_eq!(l("raid0:4").write_bound(u64::MAX - 1), u64::MAX - 1);
+        assert_eq!(l("rs:2+1/4K").write_bound(1), 8192);
+        assert_eq!(l("rs:2+1/4K").component_bound(2, 1), 4096);
+        assert_eq!(l("raid0:2/4K").component_bound(1, 4096), 0);
+        assert_eq!(l("raid0:2/4K").component_bound(1, 4097), 1);
     }
 
     #[test]

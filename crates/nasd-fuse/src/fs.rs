@@ -109,6 +109,7 @@ pub fn errno_of(e: &FsError) -> Errno {
         MgrStatus::BadName | MgrStatus::InvalidArgument => Errno::EINVAL,
         MgrStatus::TooManyLinks => Errno::ELOOP,
         MgrStatus::DiskFull => Errno::ENOSPC,
+        MgrStatus::QuotaExceeded => Errno::EDQUOT,
         MgrStatus::Busy => Errno::EBUSY,
         MgrStatus::NotLoggedIn | MgrStatus::SessionExpired | MgrStatus::WrongPassword => {
             Errno::EACCES
@@ -956,6 +957,7 @@ mod tests {
             (MgrStatus::PermissionDenied, Errno::EACCES),
             (MgrStatus::NameTooLong, Errno::ENAMETOOLONG),
             (MgrStatus::TooManyLinks, Errno::ELOOP),
+            (MgrStatus::QuotaExceeded, Errno::EDQUOT),
             (MgrStatus::IsADirectory, Errno::EISDIR),
         ] {
             assert_eq!(errno_of(&mgr(s)), want, "{s:?}");

@@ -22,6 +22,7 @@ pub fn dir(uid: u32) -> Inode {
         acv: 0,
         root: None,
         target: None,
+        charged: None,
     }
 }
 
@@ -61,6 +62,217 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     directory_pages(&mut make());
     posix_names(&mut make());
     extended_attributes(&mut make());
+    quotas(&mut make());
+}
+
+/// A user's usage, and the sum of their files' charges: always equal.
+fn usage<S: MetaStore>(s: &S, uid: u32) -> u64 {
+    let used = s.quota(uid).unwrap().map_or(0, |q| q.used_bytes);
+    let charged: u64 = s
+        .files_owned(uid, 0, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|i| i.charged.unwrap_or(0))
+        .sum();
+    assert_eq!(used, charged, "usage of {uid} is the sum of its charges");
+    used
+}
+
+/// A file of `uid` on object `object`, linked as `name`.
+fn linked_file<S: MetaStore>(s: &mut S, uid: u32, name: &str, object: u64) -> u64 {
+    let ino = s.reserve_inode(ROOT_INO, &file(uid, 0)).unwrap();
+    s.link_reserved(ROOT_INO, name, ino, &FileLayout::single(obj(object)), 0)
+        .unwrap();
+    ino
+}
+
+/// Quotas (seed 002 §3.2): usage is the sum of a user's files' charges and moves in the
+/// transaction that creates, replaces, removes, re-owns or re-sizes a file; escrows are
+/// checked against the limit where they are taken, and only growth is refused.
+fn quotas<S: MetaStore>(s: &mut S) {
+    let over = |r: StoreResult<()>| match r {
+        Err(StoreError::QuotaExceeded { uid: 5, .. }) => {}
+        r => panic!("expected QuotaExceeded, got {r:?}"),
+    };
+    // A file made before the quota: uncharged; a new quota charges it 0 until measured.
+    let f = linked_file(s, 5, "f", 16);
+    assert_eq!(s.inode(f).unwrap().unwrap().charged, None);
+    assert_eq!(s.quota(5).unwrap(), None);
+    assert!(s.set_quota(5, 2000).unwrap());
+    assert_eq!(s.inode(f).unwrap().unwrap().charged, Some(0));
+    assert!(s.settle_charge(f, 0, 100).unwrap());
+    assert!(!s.settle_charge(f, 0, 50).unwrap(), "settled meanwhile");
+    assert_eq!(usage(s, 5), 100);
+    // Setting it again keeps the usage.
+    assert!(!s.set_quota(5, 2000).unwrap());
+    assert_eq!(s.quotas().unwrap()[0].used_bytes, 100);
+
+    // A new file's upload escrows its bytes until its capabilities expire (at 100).
+    let g = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    assert_eq!(s.inode(g).unwrap().unwrap().charged, Some(0));
+    let escrow = |base, end, expires_ms| {
+        Some(StagedEscrow {
+            uid: 5,
+            base,
+            end,
+            expires_ms,
+        })
+    };
+    let up = Staged {
+        path: "/g".into(),
+        new_file: true,
+        uid: 5,
+        escrow: escrow(0, 1500, 100),
+        ..staged(17, 10, g)
+    };
+    s.put_staged(&up).unwrap();
+    assert_eq!(s.escrowed(5, 10).unwrap(), 1500);
+    assert_eq!(s.escrowed(5, 100).unwrap(), 0, "expired");
+    // 100 used + 1500 escrowed + 500 > 2000: refused, nothing recorded.
+    let h = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    let refused = Staged {
+        path: "/h".into(),
+        new_file: true,
+        escrow: escrow(0, 500, 100),
+        ..staged(18, 10, h)
+    };
+    over(s.put_staged(&refused));
+    assert_eq!(s.staged(obj(18)).unwrap(), None);
+    s.forget_reserved(h).unwrap();
+    // A renewal may grow it within the limit only.
+    let mut more = escrow(0, 1900, 100).unwrap();
+    s.escrow_staged(obj(17), &more, 20).unwrap();
+    more.end = 1901;
+    over(s.escrow_staged(obj(17), &more, 20));
+    assert_eq!(s.escrowed(5, 20).unwrap(), 1900);
+    // The commit charges what was written, and the escrow goes with the record.
+    let commit = |s: &mut S, charge, now| {
+        s.commit_staged(ROOT_INO, "g", obj(17), None, None, 0, None, charge, now)
+    };
+    assert_eq!(commit(s, None, 30), Err(StoreError::ChargeNeeded));
+    commit(s, Some(1200), 30).unwrap();
+    assert_eq!(s.inode(g).unwrap().unwrap().charged, Some(1200));
+    assert_eq!((usage(s, 5), s.escrowed(5, 30).unwrap()), (1300, 0));
+
+    // An overwrite whose escrow expired before its commit: its growth must fit now.
+    s.put_staged(&Staged {
+        escrow: escrow(0, 600, 40),
+        ..staged(19, 30, f)
+    })
+    .unwrap();
+    let over_commit = s.commit_staged(
+        ROOT_INO,
+        "f",
+        obj(19),
+        Some(f),
+        None,
+        0,
+        None,
+        Some(801),
+        50,
+    );
+    assert!(
+        matches!(
+            over_commit,
+            Err(StoreError::QuotaExceeded { asked: 701, .. })
+        ),
+        "{over_commit:?}"
+    );
+    s.commit_staged(
+        ROOT_INO,
+        "f",
+        obj(19),
+        Some(f),
+        None,
+        0,
+        None,
+        Some(800),
+        50,
+    )
+    .unwrap();
+    assert_eq!(usage(s, 5), 2000);
+
+    // File escrows: growth past the limit is refused, rewriting within the file is not.
+    let fe = |end, expires_ms| FileEscrow {
+        ino: f,
+        uid: 5,
+        end,
+        expires_ms,
+    };
+    over(s.escrow_file(&fe(801, 60), 50, true));
+    s.escrow_file(&fe(800, 60), 50, true).unwrap();
+    assert_eq!(s.file_escrow(f).unwrap(), Some(fe(800, 60)));
+    // Extending never moves the end or the expiry back.
+    s.escrow_file(&fe(10, 55), 50, false).unwrap();
+    assert_eq!(s.file_escrow(f).unwrap(), Some(fe(800, 60)));
+    assert_eq!(s.file_escrows_expired(59).unwrap(), vec![]);
+    assert_eq!(s.file_escrows_expired(60).unwrap(), vec![fe(800, 60)]);
+    s.settle_file(f, 700, true).unwrap();
+    assert_eq!((usage(s, 5), s.file_escrow(f).unwrap()), (1900, None));
+    // A file escrow holds end - charged until settled, expired or not.
+    s.escrow_file(&fe(750, 70), 60, true).unwrap();
+    assert_eq!(s.escrowed(5, 1000).unwrap(), 50);
+    s.settle_file(f, 700, true).unwrap();
+
+    // Truncation (a new size through the layout) charges the new size.
+    s.swap_layout(f, 2, &FileLayout::single(obj(19)), Some(300))
+        .unwrap();
+    assert_eq!(usage(s, 5), 1500);
+    // The last name going takes the charge along; a hard link keeps it.
+    s.link(g, ROOT_INO, "g2").unwrap();
+    s.unlink(ROOT_INO, "g").unwrap();
+    assert_eq!(usage(s, 5), 1500);
+    s.unlink(ROOT_INO, "g2").unwrap();
+    assert_eq!(usage(s, 5), 300);
+    // A new file committed over another takes its place and its charge.
+    let n = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    s.put_staged(&Staged {
+        path: "/f".into(),
+        new_file: true,
+        ..staged(20, 60, n)
+    })
+    .unwrap();
+    s.commit_staged(ROOT_INO, "f", obj(20), Some(f), None, 0, None, Some(40), 60)
+        .unwrap();
+    assert_eq!(usage(s, 5), 40);
+
+    // A chown moves the charge; a new owner with a quota needs the file's size.
+    s.set_quota(6, 10).unwrap();
+    let mut i = s.inode(n).unwrap().unwrap();
+    i.uid = 6;
+    i.charged = None;
+    assert_eq!(s.update_inode(&i), Err(StoreError::ChargeNeeded));
+    i.charged = Some(40);
+    s.update_inode(&i).unwrap();
+    assert_eq!((usage(s, 5), usage(s, 6)), (0, 40));
+    // An owner without a quota: no charge.
+    i.uid = 7;
+    s.update_inode(&i).unwrap();
+    assert_eq!(
+        (usage(s, 6), s.inode(n).unwrap().unwrap().charged),
+        (0, None)
+    );
+
+    // Removing a quota forgets charges and escrows.
+    let k = linked_file(s, 5, "k", 21);
+    s.settle_charge(k, 0, 9).unwrap();
+    s.escrow_file(
+        &FileEscrow {
+            ino: k,
+            uid: 5,
+            end: 20,
+            expires_ms: 99,
+        },
+        60,
+        true,
+    )
+    .unwrap();
+    assert!(s.remove_quota(5).unwrap());
+    assert!(!s.remove_quota(5).unwrap());
+    assert_eq!(s.quota(5).unwrap(), None);
+    assert_eq!(s.inode(k).unwrap().unwrap().charged, None);
+    assert_eq!(s.file_escrow(k).unwrap(), None);
+    assert_eq!(s.escrowed(5, 0).unwrap(), 0);
 }
 
 /// A directory read a page at a time: every entry once, in byte order of the names, whatever
@@ -140,6 +352,7 @@ fn staged(object: u64, created_ms: u64, ino: u64) -> Staged {
         ino,
         new_file: false,
         base_version: None,
+        escrow: None,
     }
 }
 
@@ -157,12 +370,32 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         vec![ObjectId(16)]
     );
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.layout.first(), None, None, 0, None),
+        s.commit_staged(
+            ROOT_INO,
+            "f",
+            a.layout.first(),
+            None,
+            None,
+            0,
+            None,
+            None,
+            0
+        ),
         Err(StoreError::Exists),
         "the caller checked an empty name: nothing commits"
     );
     let old = s
-        .commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0, None)
+        .commit_staged(
+            ROOT_INO,
+            "f",
+            a.layout.first(),
+            Some(f),
+            None,
+            0,
+            None,
+            None,
+            0,
+        )
         .unwrap();
     assert_eq!(
         old.as_ref().and_then(first).map(|o| o.object),
@@ -175,7 +408,17 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     );
     assert_eq!(s.staged(a.layout.first()).unwrap(), None);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0, None),
+        s.commit_staged(
+            ROOT_INO,
+            "f",
+            a.layout.first(),
+            Some(f),
+            None,
+            0,
+            None,
+            None,
+            0
+        ),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -193,7 +436,17 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         .unwrap();
     assert!(f2 > f);
     assert_eq!(
-        s.commit_staged(ROOT_INO, "f", b.layout.first(), Some(f2), None, 0, None),
+        s.commit_staged(
+            ROOT_INO,
+            "f",
+            b.layout.first(),
+            Some(f2),
+            None,
+            0,
+            None,
+            None,
+            0
+        ),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -206,7 +459,17 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     let c = staged(19, 30, d);
     s.put_staged(&c).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "d", c.layout.first(), Some(d), None, 0, None),
+        s.commit_staged(
+            ROOT_INO,
+            "d",
+            c.layout.first(),
+            Some(d),
+            None,
+            0,
+            None,
+            None,
+            0
+        ),
         Err(StoreError::IsADirectory)
     );
     assert_eq!(s.expire_staged(20).unwrap(), vec![]);
@@ -268,17 +531,47 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     let b = new(21, 11, r2);
     s.put_staged(&b).unwrap();
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", b.layout.first(), None, None, 0, None),
+        s.commit_staged(
+            ROOT_INO,
+            "n",
+            b.layout.first(),
+            None,
+            None,
+            0,
+            None,
+            None,
+            0
+        ),
         Ok(None)
     );
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r2));
     assert_eq!(
-        s.commit_staged(ROOT_INO, "n", a.layout.first(), None, None, 0, None),
+        s.commit_staged(
+            ROOT_INO,
+            "n",
+            a.layout.first(),
+            None,
+            None,
+            0,
+            None,
+            None,
+            0
+        ),
         Err(StoreError::Exists),
         "the caller checked an empty name"
     );
     let old = s
-        .commit_staged(ROOT_INO, "n", a.layout.first(), Some(r2), None, 0, None)
+        .commit_staged(
+            ROOT_INO,
+            "n",
+            a.layout.first(),
+            Some(r2),
+            None,
+            0,
+            None,
+            None,
+            0,
+        )
         .unwrap();
     assert_eq!(old.map(|i| i.ino), Some(r2));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));
@@ -617,8 +910,18 @@ fn extended_attributes<S: MetaStore>(s: &mut S) {
     );
     let a = staged(17, 10, f);
     s.put_staged(&a).unwrap();
-    s.commit_staged(ROOT_INO, "f", a.layout.first(), Some(f), None, 0, None)
-        .unwrap();
+    s.commit_staged(
+        ROOT_INO,
+        "f",
+        a.layout.first(),
+        Some(f),
+        None,
+        0,
+        None,
+        None,
+        0,
+    )
+    .unwrap();
     assert_eq!(
         s.xattrs(f).unwrap().len(),
         2,
@@ -634,6 +937,8 @@ fn extended_attributes<S: MetaStore>(s: &mut S) {
         None,
         0,
         Some(&[x("user.s3.etag", b"e")]),
+        None,
+        0,
     )
     .unwrap();
     assert_eq!(s.xattrs(f).unwrap(), vec![x("user.s3.etag", b"e")]);

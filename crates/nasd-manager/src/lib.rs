@@ -15,6 +15,8 @@
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
 //! - [`lease`]: write leases, one writer per file (seed 002 §3.2).
+//! - [`quota`]: per-user quotas and the escrow of write capabilities against them (seed 002
+//!   §3.2): capability regions bound by the escrow, settlement when capabilities end.
 //! - [`heal`]: scrub of files against their drives' trees and their codes, rebuild of
 //!   components, drive replacement, cluster status.
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
@@ -31,6 +33,7 @@ pub mod conns;
 pub mod drives;
 pub mod heal;
 pub mod lease;
+pub mod quota;
 pub mod scrub;
 pub mod server;
 pub mod service;

@@ -624,8 +624,15 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             path,
             mode,
             exclusive,
-        } => m.create(c, &path, mode, exclusive).await?,
-        Q::Open { path, write } => m.open(c, &path, write).await?,
+            extend_by,
+        } => m.create(c, &path, mode, exclusive, extend_by).await?,
+        Q::Open {
+            path,
+            write,
+            extend_by,
+        } => m.open(c, &path, write, extend_by).await?,
+        Q::QuotaSet { user, limit } => MgrReply::Quotas(m.quota_set(c, &user, limit).await?),
+        Q::QuotaGet { user } => MgrReply::Quotas(m.quota_get(c, &user)?),
         Q::Commit {
             path,
             drive,
@@ -646,7 +653,7 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             m.setxattr(c, &path, &name, value.as_deref())?;
             MgrReply::Ok
         }
-        Q::StageWrite { path } => m.stage_write(c, &path).await?,
+        Q::StageWrite { path, extend_by } => m.stage_write(c, &path, extend_by).await?,
         Q::Repair {
             path,
             component,
@@ -686,7 +693,8 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             path,
             drive,
             object,
-        } => m.renew(c, &path, drive, object).await?,
+            extend_by,
+        } => m.renew(c, &path, drive, object, extend_by).await?,
         Q::Symlink { path, target } => {
             m.symlink(c, &path, &target)?;
             MgrReply::Ok
@@ -697,9 +705,12 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             m.link(c, &existing, &new)?;
             MgrReply::Ok
         }
-        Q::Prepare { dir, mode, count } => {
-            MgrReply::Prepared(m.prepare(c, &dir, mode, count).await?)
-        }
+        Q::Prepare {
+            dir,
+            mode,
+            count,
+            extend_by,
+        } => MgrReply::Prepared(m.prepare(c, &dir, mode, count, extend_by).await?),
         Q::ReturnCapability { path, audit_id } => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
             m.return_capability(c, &path).await?;
@@ -888,8 +899,9 @@ pub async fn rotate_at_start(m: &Manager) -> Vec<DriveId> {
 }
 
 /// Checks health and rotates on the policy's schedule (retrying, at each health check, the
-/// drives in `pending` that missed the start-up rotation), and scrubs orphaned objects at
-/// start and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
+/// drives in `pending` that missed the start-up rotation), settles the quota escrows of files
+/// whose write capabilities expired (also those a restart left), and scrubs orphaned objects
+/// at start and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
 pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::task::JoinHandle<()> {
     crate::heal::start_scrubber(m.clone());
     tokio::spawn(async move {
@@ -916,6 +928,8 @@ pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::ta
                     if m.revocations_pending() {
                         m.complete_revocations().await;
                     }
+                    // Quota escrows of committed files whose capabilities are dead.
+                    m.settle_expired_escrows().await;
                 }
                 _ = orphans.tick() => {
                     if let Err(e) = scrub::reclaim_orphans(&m, scrub::ORPHAN_GRACE_MS).await {

@@ -8,7 +8,9 @@
 //! its directory names (or an ancestor's, or the cluster's default). Owner, group, mode and
 //! inode number are mirrored into every component's `fs_specific` attribute ([`FsAttr`]).
 //! Capabilities are minted per component: read/getattr to readers, time-limited write
-//! capabilities to writers, whole-object regions, rights never wider than the mode allows.
+//! capabilities to writers, rights never wider than the mode allows; regions cover whole
+//! objects unless the file's owner has a quota, when write capabilities end where the escrow
+//! taken for them does ([`crate::quota`], seed 002 §3.2).
 //! Revocation (chmod, chown, unlink, rename over a file) bumps the components'
 //! access_control_version with a `setattr`, or removes the objects.
 //!
@@ -27,6 +29,7 @@
 
 use crate::drives::{self, Registry, MANAGER_PROTECTION};
 use crate::lease::{Holder, Leases};
+use crate::quota::{escrow_end, WriteBound};
 use crate::store::*;
 use crate::striping::{tolerated, Grant};
 use crate::{now_ms, now_us, MgrError, MgrResult};
@@ -240,6 +243,7 @@ fn new_inode(c: &Caller, dir: &Inode, kind: FileKind, mode: u32, target: Option<
         acv: 0,
         root: None,
         target: target.map(str::to_string),
+        charged: None,
     }
 }
 
@@ -317,6 +321,15 @@ pub(crate) fn store_err(e: StoreError, path: &str) -> MgrError {
         StoreError::NotEmpty => MgrStatus::NotEmpty,
         StoreError::NotADirectory => MgrStatus::NotADirectory,
         StoreError::IsADirectory => MgrStatus::IsADirectory,
+        e @ StoreError::QuotaExceeded { .. } => {
+            return MgrError::new(MgrStatus::QuotaExceeded, format!("{path}: {e}"))
+        }
+        StoreError::ChargeNeeded => {
+            return MgrError::new(
+                MgrStatus::Conflict,
+                format!("{path}: the owner's quota changed meanwhile; nothing was done, try again"),
+            )
+        }
         StoreError::Db(d) => return MgrError::new(MgrStatus::Internal, d),
     };
     MgrError::new(status, path.to_string())
@@ -629,12 +642,15 @@ impl Manager {
         i: &Inode,
         grant: Grant,
     ) -> MgrResult<(Layout, Vec<CapGrant>)> {
-        let (rights, ttl) = match grant {
+        let (rights, bound) = match grant {
             Grant::Read => (
                 Rights::READ.union(Rights::GETATTR),
-                self.policy.read_cap_ttl_ms,
+                WriteBound {
+                    end: WRITE_END_UNBOUNDED,
+                    expiry_ms: now_ms() + self.policy.read_cap_ttl_ms,
+                },
             ),
-            Grant::Write => {
+            Grant::Write(bound) => {
                 let mut r = Rights::WRITE
                     .union(Rights::GETATTR)
                     .union(Rights::FLUSH)
@@ -642,10 +658,10 @@ impl Manager {
                 if may(c, i, R) {
                     r = r.union(Rights::READ);
                 }
-                (r, self.policy.write_cap_ttl_ms)
+                (r, bound)
             }
         };
-        self.mint_layout(&c.name, path, i, rights, ttl)
+        self.mint_layout(&c.name, path, i, rights, bound)
     }
 
     /// The layout spec new files under `dir` get: the nearest one named by `dir` or an
@@ -851,12 +867,16 @@ impl Manager {
     ///
     /// A crash at any step leaves at most an unreachable object and a reservation, which the
     /// orphan scrub reclaims.
+    ///
+    /// The writer may write `extend_by` bytes of content, escrowed against the owner's quota
+    /// when there is one (seed 002 §3.2).
     pub async fn create(
         &self,
         c: &Caller,
         path: &str,
         mode: u32,
         exclusive: bool,
+        extend_by: u64,
     ) -> MgrResult<MgrReply> {
         let (dir, name) = self.parent(c, path, false)?;
         if !may(c, &dir, X) {
@@ -881,7 +901,7 @@ impl Manager {
                     format!("{path}: a symbolic link; write to its target"),
                 ));
             }
-            return self.stage_overwrite(c, path, i).await;
+            return self.stage_overwrite(c, path, i, extend_by).await;
         }
         if !may(c, &dir, W | X) {
             return Err(denied(path, "write permission on the parent directory"));
@@ -889,6 +909,9 @@ impl Manager {
         // The name is about to be made: it must be clean.
         check_new_name(path, name)?;
         let spec = self.layout_spec_for(&dir)?;
+        let geo = crate::striping::geometry_of(&spec)?;
+        // A new file is its creator's: refuse before any drive work if the quota is full.
+        self.precheck(c.uid, escrow_end(&geo, 0, extend_by), path)?;
         let i = self.reserve_inode(c, &dir, mode).map_err(|e| e.at(path))?;
         let layout = match self.create_layout(&spec, &i).await {
             Ok(l) => l,
@@ -905,9 +928,10 @@ impl Manager {
             ..i
         };
         if exclusive {
-            self.link_new_file(c, path, dir.ino, name, i).await
+            self.link_new_file(c, path, dir.ino, name, i, extend_by)
+                .await
         } else {
-            self.stage_new_file(c, path, i).await
+            self.stage_new_file(c, path, i, extend_by).await
         }
     }
 
@@ -917,12 +941,16 @@ impl Manager {
     /// stages for a new name, recorded at the directory's marker path (`dir/`) instead of a
     /// file's: its objects are made on every drive at once, so each drive group-commits the
     /// batch. The directory must be writable now; the commit checks again.
+    ///
+    /// Under a quota each file escrows `extend_by` bytes, and only as many files are prepared
+    /// as the quota has room for (at least one, else `QuotaExceeded`).
     pub async fn prepare(
         &self,
         c: &Caller,
         dir_path: &str,
         mode: u32,
         count: u32,
+        extend_by: u64,
     ) -> MgrResult<Vec<PreparedFile>> {
         if count == 0 || count > PREPARED_FILES_MAX {
             return Err(MgrError::new(
@@ -942,6 +970,9 @@ impl Manager {
             return Err(denied(dir_path, "write permission on the directory"));
         }
         let spec = self.layout_spec_for(&dir)?;
+        let count = self.prepared_room(c, &spec, count, extend_by, dir_path)?;
+        // One escrow per file, all expiring with the capabilities minted below.
+        let (escrow, bound) = self.staged_escrow(c.uid, &spec, 0, extend_by)?;
         let made = futures_util::future::join_all((0..count).map(|_| async {
             let i = self.reserve_inode(c, &dir, mode)?;
             match self.create_layout(&spec, &i).await {
@@ -967,15 +998,16 @@ impl Manager {
                     continue;
                 }
             };
-            if let Err(e) = self.record_new_file(c, &i, &marker, dir_path).await {
+            if let Err(e) = self.record_new_file(c, &i, &marker, dir_path, escrow).await {
                 failure.get_or_insert(e);
                 continue;
             }
-            let (layout, caps) = self.mint(c, dir_path, &i, Grant::Write)?;
+            let (layout, caps) = self.mint(c, dir_path, &i, Grant::Write(bound))?;
             files.push(PreparedFile {
                 stat: self.stat_of(&i, Some((0, i.mtime_us))),
                 layout,
                 caps,
+                write_end: bound.end,
             });
         }
         match failure {
@@ -983,6 +1015,35 @@ impl Manager {
             Some(e) if files.is_empty() => Err(e),
             _ => Ok(files),
         }
+    }
+
+    /// How many of `count` prepared files of `extend_by` bytes each `c`'s quota has room
+    /// for: all without a quota; `QuotaExceeded` when not even one fits.
+    fn prepared_room(
+        &self,
+        c: &Caller,
+        spec: &str,
+        count: u32,
+        extend_by: u64,
+        path: &str,
+    ) -> MgrResult<u32> {
+        let each = escrow_end(&crate::striping::geometry_of(spec)?, 0, extend_by);
+        self.precheck(c.uid, each, path)?;
+        let st = self.st();
+        let Some(q) = st.quota(c.uid).map_err(|e| store_err(e, path))? else {
+            return Ok(count);
+        };
+        if each == 0 {
+            return Ok(count);
+        }
+        let escrowed = st
+            .escrowed(c.uid, now_ms())
+            .map_err(|e| store_err(e, path))?;
+        let room = q
+            .limit_bytes
+            .saturating_sub(q.used_bytes)
+            .saturating_sub(escrowed);
+        Ok(count.min((room / each).min(u32::MAX as u64) as u32).max(1))
     }
 
     /// A new file's inode, stored without a name; its number is the file's from now on.
@@ -1011,7 +1072,9 @@ impl Manager {
         self.forget_reservation(i.ino);
     }
 
-    /// Exclusive create: links the reserved inode (holding its empty objects) as `name`.
+    /// Exclusive create: links the reserved inode (holding its empty objects) as `name`. Its
+    /// write capabilities write the committed objects, so their escrow is the file's own,
+    /// taken before the name shows (settled when they expire).
     async fn link_new_file(
         &self,
         c: &Caller,
@@ -1019,18 +1082,28 @@ impl Manager {
         dir: u64,
         name: &str,
         i: Inode,
+        extend_by: u64,
     ) -> MgrResult<MgrReply> {
         let layout = i.layout.clone().expect("created above");
+        let expiry = self.write_expiry();
+        let bound = match self.escrow_in_place(path, &i, 0, extend_by, expiry) {
+            Ok(b) => b,
+            Err(e) => {
+                self.undo_create(&i).await;
+                return Err(e);
+            }
+        };
         let linked = self.st().link_reserved(dir, name, i.ino, &layout, i.acv);
         if let Err(e) = linked {
             self.undo_create(&i).await;
             return Err(store_err(e, path));
         }
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
         Ok(MgrReply::Opened {
             stat: self.stat_of(&i, Some((0, i.mtime_us))),
             layout,
             caps,
+            write_end: bound.end,
         })
     }
 
@@ -1043,6 +1116,7 @@ impl Manager {
         i: &Inode,
         staged_at: &str,
         path: &str,
+        escrow: Option<StagedEscrow>,
     ) -> MgrResult<()> {
         let staged = Staged {
             layout: i.layout.clone().expect("created above"),
@@ -1054,11 +1128,12 @@ impl Manager {
             ino: i.ino,
             new_file: true,
             base_version: None,
+            escrow,
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
             self.undo_create(i).await;
-            return Err(store_err(e, path));
+            return Err(self.quota_err(e, path));
         }
         Ok(())
     }
@@ -1066,13 +1141,28 @@ impl Manager {
     /// Non-exclusive create of a new name: records the upload as staged (so a manager restart
     /// does not lose it) and returns write capabilities for its objects. The name appears only
     /// when [`Manager::commit`] links it.
-    async fn stage_new_file(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
-        self.record_new_file(c, &i, path, path).await?;
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
+    async fn stage_new_file(
+        &self,
+        c: &Caller,
+        path: &str,
+        i: Inode,
+        extend_by: u64,
+    ) -> MgrResult<MgrReply> {
+        let geometry = &i.layout.as_ref().expect("created above").geometry;
+        let (escrow, bound) = match self.staged_escrow(c.uid, geometry, 0, extend_by) {
+            Ok(x) => x,
+            Err(e) => {
+                self.undo_create(&i).await;
+                return Err(e);
+            }
+        };
+        self.record_new_file(c, &i, path, path, escrow).await?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
         Ok(MgrReply::Staged {
             stat: self.stat_of(&i, Some((0, i.mtime_us))),
             layout,
             caps,
+            write_end: bound.end,
             replaces: false,
         })
     }
@@ -1083,7 +1173,16 @@ impl Manager {
     /// touch its directory). The old content stays in place and readable until
     /// [`Manager::commit`]; an overwrite that never commits is aborted by the client or
     /// expires, and its object is removed.
-    async fn stage_overwrite(&self, c: &Caller, path: &str, i: Inode) -> MgrResult<MgrReply> {
+    ///
+    /// The new content is charged to the file's owner: its `extend_by` bytes are escrowed in
+    /// full, since the staged objects sit beside the old content until the commit.
+    async fn stage_overwrite(
+        &self,
+        c: &Caller,
+        path: &str,
+        i: Inode,
+        extend_by: u64,
+    ) -> MgrResult<MgrReply> {
         if i.kind == FileKind::Dir {
             return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
         }
@@ -1097,6 +1196,9 @@ impl Manager {
             .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))?;
         // The new content takes the layout the directory gives new files now.
         let spec = self.layout_spec_for(&dir)?;
+        let geo = crate::striping::geometry_of(&spec)?;
+        self.precheck(i.uid, escrow_end(&geo, 0, extend_by), path)?;
+        let (escrow, bound) = self.staged_escrow(i.uid, &spec, 0, extend_by)?;
         let layout = self
             .create_layout(&spec, &i)
             .await
@@ -1111,11 +1213,12 @@ impl Manager {
             ino: i.ino,
             new_file: false,
             base_version: None,
+            escrow,
         };
         let put = self.st().put_staged(&staged);
         if let Err(e) = put {
             self.remove_objects(&layout.components).await;
-            return Err(store_err(e, path));
+            return Err(self.quota_err(e, path));
         }
         let times = self.file_times(&i).await.ok();
         let next = Inode {
@@ -1124,11 +1227,12 @@ impl Manager {
             acv: 0,
             ..i.clone()
         };
-        let (layout, caps) = self.mint(c, path, &next, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &next, Grant::Write(bound))?;
         Ok(MgrReply::Staged {
             stat: self.stat_of(&i, times),
             layout,
             caps,
+            write_end: bound.end,
             replaces: true,
         })
     }
@@ -1240,10 +1344,33 @@ impl Manager {
             // old version. Start over from the current objects.
             return Err(store_err(StoreError::Conflict, path));
         }
+        // Quota: the new content is charged to the file's owner, at its size as the manager
+        // keeps it (a layout over several objects), or as its object says (the writer's word
+        // is not taken for a one-object file).
+        let owner = match &current {
+            Some(i) if !s.new_file => i.uid,
+            _ => c.uid,
+        };
+        let mut charge = (!s.layout.sized_by_object()).then_some(size);
+        if charge.is_none() && self.has_quota(owner)? {
+            charge = Some(self.staged_size(&s, path).await?);
+        }
         let size = (!s.layout.sized_by_object()).then_some(size);
-        let old = self
-            .st()
-            .commit_staged(
+        let mut committed = self.st().commit_staged(
+            dir.ino,
+            name,
+            s.layout.key(),
+            current.as_ref().map(|i| i.ino),
+            size,
+            stale,
+            xattrs,
+            charge,
+            now_ms(),
+        );
+        if committed == Err(StoreError::ChargeNeeded) {
+            // The owner's quota appeared since: measure and commit again.
+            let charge = Some(self.staged_size(&s, path).await?);
+            committed = self.st().commit_staged(
                 dir.ino,
                 name,
                 s.layout.key(),
@@ -1251,8 +1378,11 @@ impl Manager {
                 size,
                 stale,
                 xattrs,
-            )
-            .map_err(|e| store_err(e, path))?;
+                charge,
+                now_ms(),
+            );
+        }
+        let old = committed.map_err(|e| self.quota_err(e, path))?;
         if s.base_version.is_some() {
             self.leases.release(s.ino, c.holder(), now_ms());
         }
@@ -1260,6 +1390,15 @@ impl Manager {
             self.remove_objects(&l.not_in(Some(&s.layout))).await;
         }
         Ok(())
+    }
+
+    /// The logical size of the staged one-object upload `s`, from its object.
+    async fn staged_size(&self, s: &Staged, path: &str) -> MgrResult<u64> {
+        Ok(self
+            .object_attributes(s.layout.first())
+            .await
+            .map_err(|e| e.at(path))?
+            .logical_size)
     }
 
     /// Whether `c` may commit the prepared file `s` as `dir`/`name` (`path`): only into the
@@ -1335,12 +1474,16 @@ impl Manager {
     /// would let the caller start it now (a writer whose permission was taken away gets no
     /// new capability); its record is moved to now, so it does not expire while the upload
     /// runs. The capability comes in a `Staged` reply, as from `create`.
+    ///
+    /// Under a quota the escrow is renewed with the capability, and `extend_by` moves its end
+    /// further (seed 002 §3.2: a writer asks for more before writing past it).
     pub async fn renew(
         &self,
         c: &Caller,
         path: &str,
         drive: nasd_proto::DriveId,
         object: ObjectId,
+        extend_by: u64,
     ) -> MgrResult<MgrReply> {
         let s = self.staged_for(c, path, drive, object)?.ok_or_else(|| {
             MgrError::new(
@@ -1379,16 +1522,47 @@ impl Manager {
         if s.base_version.is_some() {
             self.take_lease(c, path, &i).await?;
         }
-        self.st()
-            .touch_staged(s.layout.key(), now_ms())
-            .map_err(|e| store_err(e, path))?;
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write)?;
+        let bound = self.renew_escrow(&s, &i, extend_by, path)?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
         Ok(MgrReply::Staged {
             stat: self.stat_of(&i, None),
             layout,
             caps,
+            write_end: bound.end,
             replaces: !s.new_file,
         })
+    }
+
+    /// Renews the escrow of the staged upload `s` of file `i` (and the record's time): its end
+    /// moves `extend_by` further. An upload staged before its owner had a quota starts one
+    /// (from 0 for an upload, from the file's size for a copy-on-write change).
+    fn renew_escrow(
+        &self,
+        s: &Staged,
+        i: &Inode,
+        extend_by: u64,
+        path: &str,
+    ) -> MgrResult<WriteBound> {
+        let key = s.layout.key();
+        if !self.has_quota(i.uid)? {
+            self.st()
+                .touch_staged(key, now_ms())
+                .map_err(|e| store_err(e, path))?;
+            return Ok(self.unbounded());
+        }
+        let (base, from) = match s.escrow {
+            Some(e) => (e.base, e.end),
+            None if s.base_version.is_some() => (i.size.unwrap_or(0), i.size.unwrap_or(0)),
+            None => (0, 0),
+        };
+        let (escrow, bound) = self.staged_escrow(i.uid, &s.layout.geometry, from, extend_by)?;
+        let escrow = StagedEscrow {
+            base,
+            ..escrow.expect("the owner has a quota")
+        };
+        let renewed = self.st().escrow_staged(key, &escrow, now_ms());
+        renewed.map_err(|e| self.quota_err(e, path))?;
+        Ok(bound)
     }
 
     /// Gives up a staged upload: forgets it and removes its object now, so its space comes
@@ -1419,53 +1593,90 @@ impl Manager {
         Ok(())
     }
 
-    /// GetCapability / GetWCapability of NASD/AFS.
-    pub async fn open(&self, c: &Caller, path: &str, write: bool) -> MgrResult<MgrReply> {
+    /// GetCapability / GetWCapability of NASD/AFS. A writer may grow the file by `extend_by`
+    /// bytes past its size now, escrowed against the owner's quota (seed 002 §3.2).
+    pub async fn open(
+        &self,
+        c: &Caller,
+        path: &str,
+        write: bool,
+        extend_by: u64,
+    ) -> MgrResult<MgrReply> {
         let i = self.resolve(c, path)?;
         if i.kind == FileKind::Dir {
             return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
         }
-        let (want, grant) = if write {
-            (W, Grant::Write)
-        } else {
-            (R, Grant::Read)
-        };
-        if !may(c, &i, want) {
-            return Err(denied(
-                path,
-                if write {
-                    "write permission on the file"
-                } else {
-                    "read permission on the file"
-                },
-            ));
+        if write {
+            return self.open_write(c, path, i, extend_by).await;
         }
-        let i = if write {
-            if i.layout.as_ref().is_some_and(|l| !l.sized_by_object()) {
-                return Err(MgrError::new(
-                    MgrStatus::InvalidArgument,
-                    format!(
-                        "{path}: a file spread over several objects is changed copy-on-write (StageWrite), never in place"
-                    ),
-                ));
-            }
-            self.take_lease(c, path, &i).await?
-        } else {
-            i
-        };
+        if !may(c, &i, R) {
+            return Err(denied(path, "read permission on the file"));
+        }
         let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
-        let (layout, caps) = self.mint(c, path, &i, grant)?;
+        let (layout, caps) = self.mint(c, path, &i, Grant::Read)?;
         Ok(MgrReply::Opened {
             stat: self.stat_of(&i, Some(times)),
             layout,
             caps,
+            write_end: WRITE_END_UNBOUNDED,
+        })
+    }
+
+    /// GetWCapability: the file's write lease, then capabilities for its committed objects
+    /// (one-object files only), with the file's escrow taken first under a quota.
+    async fn open_write(
+        &self,
+        c: &Caller,
+        path: &str,
+        i: Inode,
+        extend_by: u64,
+    ) -> MgrResult<MgrReply> {
+        if !may(c, &i, W) {
+            return Err(denied(path, "write permission on the file"));
+        }
+        if i.layout.as_ref().is_some_and(|l| !l.sized_by_object()) {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!(
+                    "{path}: a file spread over several objects is changed copy-on-write (StageWrite), never in place"
+                ),
+            ));
+        }
+        let had = self
+            .leases
+            .holder(i.ino, now_ms())
+            .is_some_and(|(h, _)| h == c.holder());
+        let i = self.take_lease(c, path, &i).await?;
+        let escrowed = async {
+            let (size, mtime) = self.file_times(&i).await.map_err(|e| e.at(path))?;
+            let expiry = self.write_expiry();
+            let bound = self.escrow_in_place(path, &i, size, extend_by, expiry)?;
+            Ok::<_, MgrError>((bound, (size, mtime)))
+        };
+        let (bound, times) = match escrowed.await {
+            Ok(x) => x,
+            Err(e) => {
+                // A lease taken for this request only goes with it.
+                if !had {
+                    self.leases.release(i.ino, c.holder(), now_ms());
+                }
+                return Err(e);
+            }
+        };
+        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
+        Ok(MgrReply::Opened {
+            stat: self.stat_of(&i, Some(times)),
+            layout,
+            caps,
+            write_end: bound.end,
         })
     }
 
     /// `StageWrite`: copies of the file's components for a copy-on-write change, recorded as
     /// staged (so a manager restart keeps it), with write capabilities for them; takes the
-    /// file's write lease, which the change's commit or abort ends.
-    pub async fn stage_write(&self, c: &Caller, path: &str) -> MgrResult<MgrReply> {
+    /// file's write lease, which the change's commit or abort ends. The change may grow the
+    /// file by `extend_by` bytes past its size, escrowed against the owner's quota.
+    pub async fn stage_write(&self, c: &Caller, path: &str, extend_by: u64) -> MgrResult<MgrReply> {
         let i = self.resolve(c, path)?;
         if i.kind == FileKind::Dir {
             return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
@@ -1476,6 +1687,20 @@ impl Manager {
         let i = self.take_lease(c, path, &i).await?;
         let release = || self.leases.release(i.ino, c.holder(), now_ms());
         let l = i.layout.clone().expect("a file has a layout");
+        // The copies start as the file is: the escrow counts from its size.
+        let escrowed = async {
+            let (size, _) = self.file_times(&i).await.map_err(|e| e.at(path))?;
+            let geo = crate::striping::geometry_of(&l.geometry)?;
+            self.precheck(i.uid, escrow_end(&geo, size, extend_by) - size, path)?;
+            self.staged_escrow(i.uid, &l.geometry, size, extend_by)
+        };
+        let (escrow, bound) = match escrowed.await {
+            Ok(x) => x,
+            Err(e) => {
+                release();
+                return Err(e);
+            }
+        };
         let staged = match self.stage_copies(&l).await {
             Ok(s) => s,
             Err(e) => {
@@ -1493,36 +1718,45 @@ impl Manager {
             ino: i.ino,
             new_file: false,
             base_version: Some(l.version),
+            escrow,
         };
         let put = self.st().put_staged(&record);
         if let Err(e) = put {
             self.remove_objects(&staged.not_in(Some(&l))).await;
             release();
-            return Err(store_err(e, path));
+            return Err(self.quota_err(e, path));
         }
         let times = self.file_times(&i).await.ok();
         let next = Inode {
             layout: Some(staged),
             ..i.clone()
         };
-        let (layout, caps) = self.mint(c, path, &next, Grant::Write)?;
+        let (layout, caps) = self.mint(c, path, &next, Grant::Write(bound))?;
         Ok(MgrReply::Staged {
             stat: self.stat_of(&i, times),
             layout,
             caps,
+            write_end: bound.end,
             replaces: true,
         })
     }
 
     /// `ReturnCapability`: the writer is done. If it held the file's write lease, the lease
     /// ends and every capability for the file's objects is revoked now (seed 002 §3.2), so the
-    /// returned one stops working at once.
+    /// returned one stops working at once. Under a quota the file is then measured, its size
+    /// charged and its escrow let go ("when the capability is returned ... the file manager
+    /// examines the object to determine its new size").
     pub async fn return_capability(&self, c: &Caller, path: &str) -> MgrResult<()> {
         let i = self.resolve(c, path)?;
         if i.kind == FileKind::Dir || !self.leases.release(i.ino, c.holder(), now_ms()) {
             return Ok(());
         }
+        let tracked = i.charged.is_some();
+        let ino = i.ino;
         self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        if tracked {
+            self.settle(ino, true).await.map_err(|e| e.at(path))?;
+        }
         Ok(())
     }
 
@@ -1758,8 +1992,11 @@ impl Manager {
         Ok(())
     }
 
+    /// Under quotas the file's charge moves from its old owner to its new one (measured now),
+    /// in the same transaction as the new owner.
     pub async fn chown(&self, c: &Caller, path: &str, owner: &str, group: &str) -> MgrResult<()> {
         let mut i = self.resolve(c, path)?;
+        let was = i.uid;
         if !owner.is_empty() {
             let u = self
                 .st()
@@ -1785,6 +2022,9 @@ impl Manager {
             }
             i.gid = g.gid;
         }
+        if i.uid != was && i.kind == FileKind::File && self.has_quota(i.uid)? {
+            i.charged = Some(self.file_times(&i).await.map_err(|e| e.at(path))?.0);
+        }
         self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
         Ok(())
     }
@@ -1803,11 +2043,38 @@ impl Manager {
             .holder(i.ino, now_ms())
             .is_some_and(|(h, _)| h == c.holder());
         let i = self.take_lease(c, path, &i).await?;
-        let r = self.truncate_layout(path, &i, size).await;
+        let r = self.truncate_charged(path, &i, size).await;
         if !had {
             self.leases.release(i.ino, c.holder(), now_ms());
         }
         r.map_err(|e| e.at(path))
+    }
+
+    /// [`Manager::truncate_layout`], under the owner's quota when there is one: the change is
+    /// recorded first as a file escrow reaching the larger of the two sizes (checked when it
+    /// grows the file), so a crash in between leaves the file to be measured and settled;
+    /// then the file is measured, and the escrow goes unless a writer's was there already.
+    async fn truncate_charged(&self, path: &str, i: &Inode, size: u64) -> MgrResult<()> {
+        if i.charged.is_none() {
+            return self.truncate_layout(path, i, size).await;
+        }
+        let (now_size, _) = self.file_times(i).await?;
+        let had_escrow = self
+            .st()
+            .file_escrow(i.ino)
+            .map_err(|e| store_err(e, path))?
+            .is_some();
+        let intent = FileEscrow {
+            ino: i.ino,
+            uid: i.uid,
+            end: size.max(now_size),
+            expires_ms: now_ms(),
+        };
+        let taken = self.st().escrow_file(&intent, now_ms(), size > now_size);
+        taken.map_err(|e| self.quota_err(e, path))?;
+        let r = self.truncate_layout(path, i, size).await;
+        self.settle(i.ino, !had_escrow).await?;
+        r
     }
 
     pub async fn utimes(&self, c: &Caller, path: &str, mtime_us: u64) -> MgrResult<()> {
@@ -1886,6 +2153,7 @@ mod tests {
             ino: 5,
             new_file: true,
             base_version: None,
+            escrow: None,
         };
         assert_eq!(s.path, "/a/b/");
         assert_eq!(prepared_marker(&[]), "/");

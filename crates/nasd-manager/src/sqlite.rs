@@ -4,7 +4,7 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 7 (the `meta` row `schema` holds it):
+//! Schema version 8 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT)
@@ -12,7 +12,8 @@
 //! members(gid INT, uid INT, PK(gid, uid))
 //! inodes(ino INTEGER PK, kind INT, mode INT, uid INT, gid INT, parent INT, ctime_us INT,
 //!        mtime_us INT, acv INT, root BLOB NULL, geometry TEXT NULL, layout_version INT,
-//!        stale INT, size INT NULL, dir_layout TEXT NULL, target TEXT NULL)
+//!        stale INT, size INT NULL, dir_layout TEXT NULL, target TEXT NULL,
+//!        charged INT NULL)   charged: a file's bytes counted against its owner's quota
 //! xattrs(ino INT, name TEXT, value BLOB, PK(ino, name))
 //! components(ino INT, idx INT, drive INT, part INT, object INT, PK(ino, idx))
 //!        index components_drive(drive, object)
@@ -23,11 +24,15 @@
 //! s3_keys(access_key TEXT PK, uid INT, secret TEXT, created_ms INT)
 //! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
 //!        created_ms INT, ino INT NULL, new_file INT, geometry TEXT, base_version INT NULL,
-//!        stale INT, PK(drive, object))
+//!        stale INT, escrow_uid INT NULL, escrow_base INT NULL, escrow_end INT NULL,
+//!        escrow_expires_ms INT NULL, PK(drive, object))
 //! staged_components(drive0 INT, object0 INT, idx INT, drive INT, part INT, object INT,
 //!        PK(drive0, object0, idx))   index staged_components_obj(drive, object)
 //! reserved(ino INTEGER PK, created_ms INT)
 //! revocations(ino INTEGER PK)   a revocation stored but maybe not yet on every drive
+//! quotas(uid INTEGER PK, limit_bytes INT, used_bytes INT)   used = SUM(inodes.charged)
+//! escrows(ino INTEGER PK, uid INT, end_bytes INT, expires_ms INT)   a committed file's
+//!        objects may grow to end_bytes until expires_ms, and are settled after
 //! ```
 //! A file's layout is its `inodes` row (geometry, version, stale bits, size) and its
 //! `components` rows; a staged upload is keyed by its first component, and
@@ -41,7 +46,9 @@
 //! Version 2 added `staged.ino`, `staged.new_file` and `reserved` (version-1 staged rows keep a
 //! NULL `ino`, so they can only expire); version 3 moved a file's object into `components`
 //! and added layouts, sizes and directory layouts; version 4 `revocations`; version 6
-//! symbolic and hard links, gateways and S3 keys; version 7 extended attributes.
+//! symbolic and hard links, gateways and S3 keys; version 7 extended attributes; version 8
+//! quotas (`quotas`, `escrows`, `inodes.charged`, the `staged.escrow_*` columns). No user has
+//! a quota after the migration: usage is counted when one is first set.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -51,7 +58,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -94,7 +101,8 @@ CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
     mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
     ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, root BLOB,
     geometry TEXT, layout_version INTEGER NOT NULL DEFAULT 1,
-    stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT, target TEXT);
+    stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT, target TEXT,
+    charged INTEGER);
 CREATE INDEX dirents_ino ON dirents(ino);
 ALTER TABLE users ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN via INTEGER;
@@ -104,11 +112,16 @@ CREATE TABLE staged(drive INTEGER NOT NULL, part INTEGER NOT NULL,
     object INTEGER NOT NULL, acv INTEGER NOT NULL, uid INTEGER NOT NULL, path TEXT NOT NULL,
     mode INTEGER NOT NULL, created_ms INTEGER NOT NULL, ino INTEGER,
     new_file INTEGER NOT NULL DEFAULT 0, geometry TEXT NOT NULL DEFAULT 'single',
-    base_version INTEGER, stale INTEGER NOT NULL DEFAULT 0,
+    base_version INTEGER, stale INTEGER NOT NULL DEFAULT 0, escrow_uid INTEGER,
+    escrow_base INTEGER, escrow_end INTEGER, escrow_expires_ms INTEGER,
     PRIMARY KEY(drive, object));
 CREATE TABLE revocations(ino INTEGER PRIMARY KEY);
 CREATE TABLE xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,
     PRIMARY KEY(ino, name));
+CREATE TABLE quotas(uid INTEGER PRIMARY KEY, limit_bytes INTEGER NOT NULL,
+    used_bytes INTEGER NOT NULL);
+CREATE TABLE escrows(ino INTEGER PRIMARY KEY, uid INTEGER NOT NULL,
+    end_bytes INTEGER NOT NULL, expires_ms INTEGER NOT NULL);
 ";
 
 /// What version 3 adds to any database (new, or migrated from 2).
@@ -132,11 +145,12 @@ const MIGRATIONS: &[Migration] = &[
     migrate_4_to_5,
     migrate_5_to_6,
     migrate_6_to_7,
+    migrate_7_to_8,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
 const STAGED_COLS: &str = "drive, part, object, acv, uid, path, mode, created_ms, ino, new_file, \
-     geometry, base_version, stale";
+     geometry, base_version, stale, escrow_uid, escrow_base, escrow_end, escrow_expires_ms";
 
 /// A staged row; its components are read separately ([`SqliteStore::staged_components`]).
 fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
@@ -159,11 +173,20 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
         ino: r.get::<_, Option<i64>>(8)?.unwrap_or(0) as u64,
         new_file: r.get::<_, i64>(9)? != 0,
         base_version: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
+        escrow: match r.get::<_, Option<u32>>(13)? {
+            None => None,
+            Some(uid) => Some(StagedEscrow {
+                uid,
+                base: r.get::<_, i64>(14)? as u64,
+                end: r.get::<_, i64>(15)? as u64,
+                expires_ms: r.get::<_, i64>(16)? as u64,
+            }),
+        },
     })
 }
 
 const INODE_COLS: &str = "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root, \
-     geometry, layout_version, stale, size, dir_layout, target";
+     geometry, layout_version, stale, size, dir_layout, target, charged";
 
 /// An inodes row, its columns from `at` on; a file's components are read separately
 /// ([`SqliteStore::fill_layout`]).
@@ -195,6 +218,7 @@ fn inode_at(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         size: r.get::<_, Option<i64>>(at + 13)?.map(|v| v as u64),
         dir_layout: r.get(at + 14)?,
         target: r.get(at + 15)?,
+        charged: r.get::<_, Option<i64>>(at + 16)?.map(|v| v as u64),
     })
 }
 
@@ -310,6 +334,29 @@ fn migrate_6_to_7(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
              PRIMARY KEY(ino, name));",
     )
     .map_err(db)
+}
+
+/// Schema 7 to 8: quotas. `quotas` per user; `inodes.charged`, a file's bytes counted against
+/// its owner's quota (NULL: the owner has none); escrows of staged uploads in `staged`, and of
+/// committed files in `escrows`. No quota exists yet, so nothing needs counting.
+fn migrate_7_to_8(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "ALTER TABLE inodes ADD COLUMN charged INTEGER;
+         ALTER TABLE staged ADD COLUMN escrow_uid INTEGER;
+         ALTER TABLE staged ADD COLUMN escrow_base INTEGER;
+         ALTER TABLE staged ADD COLUMN escrow_end INTEGER;
+         ALTER TABLE staged ADD COLUMN escrow_expires_ms INTEGER;
+         CREATE TABLE quotas(uid INTEGER PRIMARY KEY, limit_bytes INTEGER NOT NULL,
+             used_bytes INTEGER NOT NULL);
+         CREATE TABLE escrows(ino INTEGER PRIMARY KEY, uid INTEGER NOT NULL,
+             end_bytes INTEGER NOT NULL, expires_ms INTEGER NOT NULL);",
+    )
+    .map_err(db)
+}
+
+/// A byte count as SQLite stores it: at most `i64::MAX` (no file or quota comes near).
+fn db_bytes(v: u64) -> i64 {
+    v.min(i64::MAX as u64) as i64
 }
 
 /// The column names of `table` (one of this module's own).
@@ -455,8 +502,41 @@ impl SqliteStore {
         Ok(true)
     }
 
-    /// Stores inode `i` (and its layout) inside `tx`.
+    /// Stores inode `i` (and its layout) inside `tx`. A file that changes owner takes its
+    /// charge from the old owner's quota to the new one's (`i.charged`, `ChargeNeeded` when
+    /// the new owner has a quota and it is `None`), with its file escrow.
     fn update_inode_in(tx: &Connection, i: &Inode) -> StoreResult<()> {
+        let before: Option<(u32, Option<i64>)> = tx
+            .query_row(
+                "SELECT uid, charged FROM inodes WHERE ino = ?1",
+                params![i.ino as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db)?;
+        if let Some((old_uid, old_charge)) = before.filter(|(u, _)| *u != i.uid) {
+            if let Some(c) = old_charge {
+                Self::move_usage(tx, old_uid, c as u64, 0)?;
+            }
+            let charge = match Self::quota_in(tx, i.uid)? {
+                Some(_) if i.kind == FileKind::File => {
+                    let c = i.charged.ok_or(StoreError::ChargeNeeded)?;
+                    Self::move_usage(tx, i.uid, 0, c)?;
+                    Some(db_bytes(c))
+                }
+                _ => None,
+            };
+            tx.execute(
+                "UPDATE inodes SET charged = ?2 WHERE ino = ?1",
+                params![i.ino as i64, charge],
+            )
+            .map_err(db)?;
+            tx.execute(
+                "UPDATE escrows SET uid = ?2 WHERE ino = ?1",
+                params![i.ino as i64, i.uid],
+            )
+            .map_err(db)?;
+        }
         let n = tx
             .execute(
                 "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7,
@@ -697,7 +777,7 @@ impl SqliteStore {
         let tx = self.db.transaction().map_err(db)?;
         let key = s.layout.key();
         tx.execute(
-            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
+            &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
             params![
                 key.drive.0 as i64,
                 key.partition.0 as i64,
@@ -712,9 +792,20 @@ impl SqliteStore {
                 s.layout.geometry,
                 s.base_version.map(|v| v as i64),
                 s.layout.stale as i64,
+                s.escrow.map(|e| e.uid),
+                s.escrow.map(|e| db_bytes(e.base)),
+                s.escrow.map(|e| db_bytes(e.end)),
+                s.escrow.map(|e| db_bytes(e.expires_ms)),
             ],
         )
         .map_err(db)?;
+        if let Some(e) = s.escrow {
+            // The record's time is now; the row just written does not count twice.
+            let held = e.held(s.created_ms);
+            if held > 0 {
+                Self::room(&tx, e.uid, s.created_ms, held, Skip::Staged(key))?;
+            }
+        }
         tx.execute(
             "DELETE FROM staged_components WHERE drive0 = ?1 AND object0 = ?2",
             params![key.drive.0 as i64, key.object.0 as i64],
@@ -750,8 +841,8 @@ impl SqliteStore {
         let l = i.layout.as_ref();
         tx.execute(
             "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root,
-                 geometry, layout_version, stale, size, dir_layout, target)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 geometry, layout_version, stale, size, dir_layout, target, charged)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
                 ino.map(|v| v as i64),
                 i.kind as u8,
@@ -769,6 +860,8 @@ impl SqliteStore {
                 i.size.map(|v| v as i64),
                 i.dir_layout,
                 i.target,
+                // A new file of a user with a quota starts charged nothing (it is empty).
+                (i.kind == FileKind::File && Self::quota_in(tx, i.uid)?.is_some()).then_some(0i64),
             ],
         )
         .map_err(db)?;
@@ -790,6 +883,137 @@ impl SqliteStore {
         }
         tx.commit().map_err(db)?;
         Ok(Some(s))
+    }
+
+    fn quota_in(tx: &Connection, uid: u32) -> StoreResult<Option<Quota>> {
+        tx.prepare_cached("SELECT uid, limit_bytes, used_bytes FROM quotas WHERE uid = ?1")
+            .map_err(db)?
+            .query_row(params![uid], |r| {
+                Ok(Quota {
+                    uid: r.get(0)?,
+                    limit_bytes: r.get::<_, i64>(1)? as u64,
+                    used_bytes: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .optional()
+            .map_err(db)
+    }
+
+    /// Moves `uid`'s usage from a charge of `old` bytes to one of `new` (nothing without a
+    /// quota).
+    fn move_usage(tx: &Connection, uid: u32, old: u64, new: u64) -> StoreResult<()> {
+        if old == new {
+            return Ok(());
+        }
+        let Some(q) = Self::quota_in(tx, uid)? else {
+            return Ok(());
+        };
+        let used = q.used_bytes.saturating_sub(old).saturating_add(new);
+        tx.execute(
+            "UPDATE quotas SET used_bytes = ?2 WHERE uid = ?1",
+            params![uid, db_bytes(used)],
+        )
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// Sets file `ino`'s charge to `bytes`, its owner's usage moving by the difference;
+    /// nothing for a file whose owner has no quota (no charge).
+    fn charge_in(tx: &Connection, ino: u64, bytes: u64) -> StoreResult<()> {
+        let row: Option<(u32, Option<i64>)> = tx
+            .query_row(
+                "SELECT uid, charged FROM inodes WHERE ino = ?1",
+                params![ino as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db)?;
+        let Some((uid, Some(old))) = row else {
+            return Ok(());
+        };
+        Self::move_usage(tx, uid, old as u64, bytes)?;
+        tx.execute(
+            "UPDATE inodes SET charged = ?2 WHERE ino = ?1",
+            params![ino as i64, db_bytes(bytes)],
+        )
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// Bytes escrowed for `uid` at `now_ms`, leaving out the escrow `skip` names (the one
+    /// being replaced).
+    fn escrowed_in(tx: &Connection, uid: u32, now_ms: u64, skip: Skip) -> StoreResult<u64> {
+        let (sd, so, sf) = match skip {
+            Skip::Nothing => (None, None, None),
+            Skip::Staged(o) => (Some(o.drive.0 as i64), Some(o.object.0 as i64), None),
+            Skip::File(ino) => (None, None, Some(ino as i64)),
+        };
+        let mut total = 0u64;
+        {
+            let mut st = tx
+                .prepare_cached(
+                    "SELECT escrow_end, escrow_base FROM staged WHERE escrow_uid = ?1
+                     AND escrow_expires_ms > ?2 AND NOT (drive IS ?3 AND object IS ?4)",
+                )
+                .map_err(db)?;
+            let rows = st
+                .query_map(params![uid, db_bytes(now_ms), sd, so], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+                })
+                .map_err(db)?;
+            for row in rows {
+                let (end, base) = row.map_err(db)?;
+                total = total.saturating_add(end.saturating_sub(base));
+            }
+        }
+        let mut st = tx
+            .prepare_cached(
+                "SELECT e.end_bytes, i.charged FROM escrows e LEFT JOIN inodes i ON i.ino = e.ino
+                 WHERE e.uid = ?1 AND NOT (e.ino IS ?2)",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![uid, sf], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get::<_, Option<i64>>(1)?.unwrap_or(0) as u64,
+                ))
+            })
+            .map_err(db)?;
+        for row in rows {
+            let (end, charged) = row.map_err(db)?;
+            total = total.saturating_add(end.saturating_sub(charged));
+        }
+        Ok(total)
+    }
+
+    /// Whether `uid`'s quota has room for `asked` more bytes besides what it uses and every
+    /// other escrow (`skip`) holds: `QuotaExceeded` otherwise. Always room without a quota.
+    fn room(tx: &Connection, uid: u32, now_ms: u64, asked: u64, skip: Skip) -> StoreResult<()> {
+        let Some(q) = Self::quota_in(tx, uid)? else {
+            return Ok(());
+        };
+        let escrowed = Self::escrowed_in(tx, uid, now_ms, skip)?;
+        if crate::quota::fits(q.limit_bytes, q.used_bytes, escrowed, asked) {
+            return Ok(());
+        }
+        Err(StoreError::QuotaExceeded {
+            uid,
+            limit: q.limit_bytes,
+            used: q.used_bytes,
+            escrowed,
+            asked,
+        })
+    }
+
+    fn file_escrow_in(tx: &Connection, ino: u64) -> StoreResult<Option<FileEscrow>> {
+        tx.query_row(
+            "SELECT ino, uid, end_bytes, expires_ms FROM escrows WHERE ino = ?1",
+            params![ino as i64],
+            file_escrow_of,
+        )
+        .optional()
+        .map_err(db)
     }
 
     fn dir_inode(tx: &Connection, ino: u64) -> StoreResult<Inode> {
@@ -835,8 +1059,22 @@ impl SqliteStore {
         .transpose()
     }
 
-    /// Deletes an inodes row and its components.
+    /// Deletes an inodes row and its components; its charge leaves its owner's usage, and its
+    /// file escrow goes.
     fn delete_inode(tx: &Connection, ino: u64) -> StoreResult<()> {
+        let charged: Option<(u32, Option<i64>)> = tx
+            .query_row(
+                "SELECT uid, charged FROM inodes WHERE ino = ?1",
+                params![ino as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db)?;
+        if let Some((uid, Some(c))) = charged {
+            Self::move_usage(tx, uid, c as u64, 0)?;
+        }
+        tx.execute("DELETE FROM escrows WHERE ino = ?1", params![ino as i64])
+            .map_err(db)?;
         tx.execute("DELETE FROM components WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         Self::put_xattrs(tx, ino, &[])?;
@@ -876,6 +1114,23 @@ impl SqliteStore {
         .map_err(db)?;
         Ok(())
     }
+}
+
+/// The escrow a quota check leaves out: the one its caller is about to replace.
+#[derive(Clone, Copy)]
+enum Skip {
+    Nothing,
+    Staged(ObjRef),
+    File(u64),
+}
+
+fn file_escrow_of(r: &Row<'_>) -> rusqlite::Result<FileEscrow> {
+    Ok(FileEscrow {
+        ino: r.get::<_, i64>(0)? as u64,
+        uid: r.get(1)?,
+        end: r.get::<_, i64>(2)? as u64,
+        expires_ms: r.get::<_, i64>(3)? as u64,
+    })
 }
 
 fn s3_key_of(r: &Row<'_>) -> rusqlite::Result<S3Key> {
@@ -1338,6 +1593,8 @@ impl MetaStore for SqliteStore {
         size: Option<u64>,
         stale: u64,
         xattrs: Option<&[Xattr]>,
+        charge: Option<u64>,
+        now_ms: u64,
     ) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
         let mut s = Self::staged_at(&tx, obj)?.ok_or(StoreError::NotFound)?;
@@ -1379,6 +1636,27 @@ impl MetaStore for SqliteStore {
         }
         s.layout.version = old_version.map_or(1, |v| v + 1);
         s.layout.stale |= stale;
+        // Quota (seed 002 §3.2): the new content's size is charged to the file's owner; growth
+        // the upload's live escrow does not cover must fit now.
+        let target = Self::inode_in(&tx, s.ino)?.ok_or(StoreError::NotFound)?;
+        if Self::quota_in(&tx, target.uid)?.is_some() {
+            let charge = charge.ok_or(StoreError::ChargeNeeded)?;
+            let before = target.charged.unwrap_or(0);
+            let covered = s
+                .escrow
+                .is_some_and(|e| e.held(now_ms) > 0 && charge <= e.end);
+            if !covered && charge > before {
+                Self::room(&tx, target.uid, now_ms, charge - before, Skip::Staged(obj))?;
+            }
+            if target.charged.is_none() {
+                tx.execute(
+                    "UPDATE inodes SET charged = 0 WHERE ino = ?1",
+                    params![s.ino as i64],
+                )
+                .map_err(db)?;
+            }
+            Self::charge_in(&tx, s.ino, charge)?;
+        }
         Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
         tx.execute(
             "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
@@ -1413,6 +1691,9 @@ impl MetaStore for SqliteStore {
             ..layout.clone()
         };
         Self::set_layout(&tx, ino, &next, i.acv, size.or(i.size))?;
+        if let Some(n) = size {
+            Self::charge_in(&tx, ino, n)?;
+        }
         if size.is_some() {
             tx.execute(
                 "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
@@ -1664,6 +1945,194 @@ impl MetaStore for SqliteStore {
             .map_err(db)?;
         Ok(())
     }
+
+    fn quota(&self, uid: u32) -> StoreResult<Option<Quota>> {
+        Self::quota_in(&self.db, uid)
+    }
+
+    fn quotas(&self) -> StoreResult<Vec<Quota>> {
+        let mut st = self
+            .db
+            .prepare("SELECT uid, limit_bytes, used_bytes FROM quotas ORDER BY uid")
+            .map_err(db)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(Quota {
+                    uid: r.get(0)?,
+                    limit_bytes: r.get::<_, i64>(1)? as u64,
+                    used_bytes: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn set_quota(&mut self, uid: u32, limit_bytes: u64) -> StoreResult<bool> {
+        let tx = self.db.transaction().map_err(db)?;
+        let new = Self::quota_in(&tx, uid)?.is_none();
+        if new {
+            tx.execute(
+                "INSERT INTO quotas(uid, limit_bytes, used_bytes) VALUES (?1, ?2, 0)",
+                params![uid, db_bytes(limit_bytes)],
+            )
+            .map_err(db)?;
+            tx.execute(
+                "UPDATE inodes SET charged = 0 WHERE uid = ?1 AND kind = ?2",
+                params![uid, FileKind::File as u8],
+            )
+            .map_err(db)?;
+        } else {
+            tx.execute(
+                "UPDATE quotas SET limit_bytes = ?2 WHERE uid = ?1",
+                params![uid, db_bytes(limit_bytes)],
+            )
+            .map_err(db)?;
+        }
+        tx.commit().map_err(db)?;
+        Ok(new)
+    }
+
+    fn remove_quota(&mut self, uid: u32) -> StoreResult<bool> {
+        let tx = self.db.transaction().map_err(db)?;
+        let had = tx
+            .execute("DELETE FROM quotas WHERE uid = ?1", params![uid])
+            .map_err(db)?
+            > 0;
+        tx.execute_batch(&format!(
+            "UPDATE inodes SET charged = NULL WHERE uid = {uid};
+             DELETE FROM escrows WHERE uid = {uid};
+             UPDATE staged SET escrow_uid = NULL, escrow_base = NULL, escrow_end = NULL,
+                 escrow_expires_ms = NULL WHERE escrow_uid = {uid};"
+        ))
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(had)
+    }
+
+    fn files_owned(&self, uid: u32, after: u64, limit: usize) -> StoreResult<Vec<Inode>> {
+        let found: Vec<Inode> = {
+            let mut st = self
+                .db
+                .prepare(&format!(
+                    "SELECT {INODE_COLS} FROM inodes WHERE uid = ?1 AND kind = ?2 AND ino > ?3
+                     ORDER BY ino LIMIT ?4"
+                ))
+                .map_err(db)?;
+            let rows = st
+                .query_map(
+                    params![
+                        uid,
+                        FileKind::File as u8,
+                        after as i64,
+                        limit.min(i64::MAX as usize) as i64
+                    ],
+                    inode_of,
+                )
+                .map_err(db)?;
+            rows.collect::<Result<_, _>>().map_err(db)?
+        };
+        found
+            .into_iter()
+            .map(|i| Self::fill_layout(&self.db, i))
+            .collect()
+    }
+
+    fn settle_charge(&mut self, ino: u64, seen: u64, bytes: u64) -> StoreResult<bool> {
+        let tx = self.db.transaction().map_err(db)?;
+        let now: Option<Option<i64>> = tx
+            .query_row(
+                "SELECT charged FROM inodes WHERE ino = ?1",
+                params![ino as i64],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        if now != Some(Some(db_bytes(seen))) {
+            return Ok(false);
+        }
+        Self::charge_in(&tx, ino, bytes)?;
+        tx.commit().map_err(db)?;
+        Ok(true)
+    }
+
+    fn escrowed(&self, uid: u32, now_ms: u64) -> StoreResult<u64> {
+        Self::escrowed_in(&self.db, uid, now_ms, Skip::Nothing)
+    }
+
+    fn escrow_file(&mut self, e: &FileEscrow, now_ms: u64, check: bool) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let i = Self::inode_in(&tx, e.ino)?.ok_or(StoreError::NotFound)?;
+        let charged = i.charged.unwrap_or(0);
+        let old = Self::file_escrow_in(&tx, e.ino)?;
+        let end = old.map_or(e.end, |o| o.end.max(e.end));
+        let expires_ms = old.map_or(e.expires_ms, |o| o.expires_ms.max(e.expires_ms));
+        let held_before = old.map_or(0, |o| o.end.saturating_sub(charged));
+        let held = end.saturating_sub(charged);
+        if check && held > held_before {
+            Self::room(&tx, e.uid, now_ms, held, Skip::File(e.ino))?;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO escrows(ino, uid, end_bytes, expires_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![e.ino as i64, e.uid, db_bytes(end), db_bytes(expires_ms)],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn file_escrow(&self, ino: u64) -> StoreResult<Option<FileEscrow>> {
+        Self::file_escrow_in(&self.db, ino)
+    }
+
+    fn file_escrows_expired(&self, now_ms: u64) -> StoreResult<Vec<FileEscrow>> {
+        let mut st = self
+            .db
+            .prepare(
+                "SELECT ino, uid, end_bytes, expires_ms FROM escrows WHERE expires_ms <= ?1
+                 ORDER BY ino",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![db_bytes(now_ms)], file_escrow_of)
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn settle_file(&mut self, ino: u64, bytes: u64, end_escrow: bool) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        Self::charge_in(&tx, ino, bytes)?;
+        if end_escrow {
+            tx.execute("DELETE FROM escrows WHERE ino = ?1", params![ino as i64])
+                .map_err(db)?;
+        }
+        tx.commit().map_err(db)
+    }
+
+    fn escrow_staged(&mut self, obj: ObjRef, e: &StagedEscrow, now_ms: u64) -> StoreResult<()> {
+        self.relaxed(|st| {
+            let tx = st.db.transaction().map_err(db)?;
+            let s = Self::staged_at(&tx, obj)?.ok_or(StoreError::NotFound)?;
+            let held_before = s.escrow.map_or(0, |o| o.held(now_ms));
+            let held = e.held(now_ms);
+            if held > held_before {
+                Self::room(&tx, e.uid, now_ms, held, Skip::Staged(obj))?;
+            }
+            tx.execute(
+                "UPDATE staged SET escrow_uid = ?3, escrow_base = ?4, escrow_end = ?5,
+                     escrow_expires_ms = ?6, created_ms = ?7 WHERE drive = ?1 AND object = ?2",
+                params![
+                    obj.drive.0 as i64,
+                    obj.object.0 as i64,
+                    e.uid,
+                    db_bytes(e.base),
+                    db_bytes(e.end),
+                    db_bytes(e.expires_ms),
+                    db_bytes(now_ms)
+                ],
+            )
+            .map_err(db)?;
+            tx.commit().map_err(db)
+        })
+    }
 }
 
 /// The id for a new row named `name` in `table` (users or groups): `Exists` if the name is
@@ -1769,13 +2238,18 @@ mod tests {
         let old = s.staged(obj).unwrap().unwrap();
         assert_eq!((old.ino, old.new_file, old.path.as_str()), (0, false, "/f"));
         assert_eq!(
-            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0, None),
+            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0, None, None, 0),
             Err(StoreError::NotFound)
         );
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));
         // Version 6: names are counted, and a file has no link target.
         let f = s.inode(9).unwrap().unwrap();
         assert_eq!((s.links(&f).unwrap(), f.target), (1, None));
+        // Version 8: no quota yet; one set charges the old file 0 until it is measured.
+        assert_eq!((f.charged, s.quotas().unwrap()), (None, vec![]));
+        assert!(s.set_quota(0, 1 << 20).unwrap());
+        assert_eq!(s.inode(9).unwrap().unwrap().charged, Some(0));
+        assert!(s.remove_quota(0).unwrap());
         let fresh = crate::conformance::file(0, 0);
         assert_eq!(s.reserve_inode(ROOT_INO, &fresh).unwrap(), 10);
         assert_eq!(s.expire_staged(6).unwrap(), vec![old]);

@@ -11,6 +11,15 @@
 //! bounded: kind, mode, owner, group, times, the file's layout (a geometry over at most
 //! `COMPONENTS_MAX` component objects, seed 002 §3.3), its access_control_version, and room
 //! for a 32-byte trusted root (seed 003's constant trusted storage).
+//!
+//! Quotas (seed 002 §3.2): a user with a [`Quota`] has every file they own carry a charge
+//! ([`Inode::charged`], the file's logical size when last settled), and the quota's
+//! `used_bytes` is the sum of those charges. Every method that creates, deletes, re-owns or
+//! re-sizes a file moves `used_bytes` in the same transaction, so usage survives any crash.
+//! Escrows — bytes reserved for writes in flight — are [`StagedEscrow`]s in staged records
+//! and [`FileEscrow`]s on committed files; a method that takes or grows one checks, in the
+//! same transaction, that `used + escrowed` stays within the limit
+//! ([`StoreError::QuotaExceeded`]).
 
 use nasd_crypto::Key;
 use nasd_proto::manager::{FileKind, Xattr};
@@ -34,6 +43,19 @@ pub enum StoreError {
     /// The file's layout is no longer at the version the change was based on.
     #[error("the file's layout changed")]
     Conflict,
+    /// The owner's quota has no room for what was asked (nothing changed).
+    #[error("user {uid} is over quota: limit {limit} bytes, {used} used, {escrowed} escrowed, {asked} more asked")]
+    QuotaExceeded {
+        uid: u32,
+        limit: u64,
+        used: u64,
+        escrowed: u64,
+        asked: u64,
+    },
+    /// The file's owner has a quota and the change did not say what to charge for it
+    /// (nothing changed; the caller measures the file and asks again).
+    #[error("the owner has a quota: the file's size is needed")]
+    ChargeNeeded,
     #[error("metadata store: {0}")]
     Db(String),
 }
@@ -155,6 +177,55 @@ pub struct Inode {
     pub root: Option<[u8; 32]>,
     /// Symbolic links: the target, as given.
     pub target: Option<String>,
+    /// Files whose owner has a quota: the bytes charged to it, the file's logical size when
+    /// it was last settled (`None` otherwise). Read from the store; writes of an inode change
+    /// it only when the owner changes (a chown gives the new owner's charge here).
+    pub charged: Option<u64>,
+}
+
+/// A user's quota (seed 002 §3.2's volume quota, per user): the most bytes of files (logical
+/// sizes) the user may own, and the bytes charged now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quota {
+    pub uid: u32,
+    pub limit_bytes: u64,
+    /// The sum of the charges of the files the user owns.
+    pub used_bytes: u64,
+}
+
+/// Bytes escrowed for a staged upload (seed 002 §3.2): its capabilities let writes reach
+/// logical offset `end`, of which `base` bytes were there already (a copy-on-write change
+/// starts from the file's size; an upload from 0), so `end - base` is held against `uid`'s
+/// quota until `expires_ms` (the capabilities' expiry) or the record goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagedEscrow {
+    pub uid: u32,
+    pub base: u64,
+    pub end: u64,
+    pub expires_ms: u64,
+}
+
+impl StagedEscrow {
+    /// The bytes held at `now_ms` (none once expired).
+    pub fn held(&self, now_ms: u64) -> u64 {
+        if self.expires_ms > now_ms {
+            self.end.saturating_sub(self.base)
+        } else {
+            0
+        }
+    }
+}
+
+/// Bytes escrowed on a committed file whose objects may grow until `expires_ms`: in-place
+/// writes under a write lease, or a truncation in flight. Until settled — the file measured,
+/// its charge set, the escrow gone — it holds `end - charged` against `uid`'s quota, expired
+/// or not (the bytes may be on the drive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileEscrow {
+    pub ino: u64,
+    pub uid: u32,
+    pub end: u64,
+    pub expires_ms: u64,
 }
 
 /// A registered drive and the keys the manager shares with its partition.
@@ -199,6 +270,8 @@ pub struct Staged {
     /// copies were taken from; the commit is refused once the file's layout moved on. `None`
     /// for an upload, which replaces whatever is there.
     pub base_version: Option<u64>,
+    /// The escrow its capabilities hold when the file's owner has a quota.
+    pub escrow: Option<StagedEscrow>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,7 +391,8 @@ pub trait MetaStore: Send {
         acv: u64,
     ) -> StoreResult<()>;
     /// Records a staged upload; for a new file, in the same transaction, its reserved inode
-    /// takes the object.
+    /// takes the object. With an escrow, the owner's quota must have room for it
+    /// (`QuotaExceeded`, nothing recorded).
     fn put_staged(&mut self, s: &Staged) -> StoreResult<()>;
     /// The staged upload that `obj` is a component of.
     fn staged(&self, obj: ObjRef) -> StoreResult<Option<Staged>>;
@@ -334,6 +408,11 @@ pub trait MetaStore: Send {
     /// becomes now. The committed layout's version is one past the replaced layout's (1 for a
     /// new file), and its stale set is the staged one plus `stale`. A change staged on a base
     /// version the file's layout no longer has is refused (`Conflict`), and nothing changes.
+    ///
+    /// Quotas: when the file's owner has one, `charge` (the new content's logical size) becomes
+    /// the file's charge and the owner's usage moves by the difference (`ChargeNeeded` without
+    /// it). Growth the upload's live escrow does not cover (it expired, or the content passes
+    /// its end) must fit the quota now (`QuotaExceeded`); `now_ms` says which escrows live.
     #[allow(clippy::too_many_arguments)] // the entry, the upload and what the commit sets
     fn commit_staged(
         &mut self,
@@ -344,12 +423,14 @@ pub trait MetaStore: Send {
         size: Option<u64>,
         stale: u64,
         xattrs: Option<&[Xattr]>,
+        charge: Option<u64>,
+        now_ms: u64,
     ) -> StoreResult<Option<Inode>>;
     /// Replaces the layout of file `ino` by `layout` (a rebuilt component, a component marked
     /// stale, components cut short) provided its version is still `expected`; the stored
     /// version becomes `expected + 1`, which is returned. With `size`, the file's size becomes
-    /// that and its modify time now. `Conflict` if the layout moved on, `NotFound` if the
-    /// file is gone.
+    /// that and its modify time now (and its charge, when its owner has a quota). `Conflict`
+    /// if the layout moved on, `NotFound` if the file is gone.
     fn swap_layout(
         &mut self,
         ino: u64,
@@ -394,4 +475,37 @@ pub trait MetaStore: Send {
 
     fn get_meta(&self, key: &str) -> StoreResult<Option<Vec<u8>>>;
     fn put_meta(&mut self, key: &str, value: &[u8]) -> StoreResult<()>;
+
+    fn quota(&self, uid: u32) -> StoreResult<Option<Quota>>;
+    /// Every quota, by uid.
+    fn quotas(&self) -> StoreResult<Vec<Quota>>;
+    /// Gives `uid` a limit of `limit_bytes`; returns whether the quota is new. A new quota
+    /// starts with nothing used and every file of `uid` charged 0, in one transaction; the
+    /// caller then measures each file ([`MetaStore::settle_charge`]). An existing one keeps
+    /// its usage.
+    fn set_quota(&mut self, uid: u32, limit_bytes: u64) -> StoreResult<bool>;
+    /// Forgets `uid`'s quota, its files' charges and its escrows; whether it had one.
+    fn remove_quota(&mut self, uid: u32) -> StoreResult<bool>;
+    /// Files `uid` owns (linked or reserved), in inode order from `after`, at most `limit`.
+    fn files_owned(&self, uid: u32, after: u64, limit: usize) -> StoreResult<Vec<Inode>>;
+    /// If file `ino`'s charge is still `seen` (nobody settled it meanwhile), makes it `bytes`
+    /// and moves its owner's usage by the difference; whether it did.
+    fn settle_charge(&mut self, ino: u64, seen: u64, bytes: u64) -> StoreResult<bool>;
+    /// Bytes escrowed for `uid` at `now_ms`: live staged escrows and every file escrow.
+    fn escrowed(&self, uid: u32, now_ms: u64) -> StoreResult<u64>;
+    /// Takes or extends the escrow of file `e.ino` (its end and expiry never move back). The
+    /// bytes it adds must fit `e.uid`'s quota (`QuotaExceeded`, nothing changed) when
+    /// `check`; an escrow that only renews, or a truncation that shrinks, passes unchecked.
+    fn escrow_file(&mut self, e: &FileEscrow, now_ms: u64, check: bool) -> StoreResult<()>;
+    fn file_escrow(&self, ino: u64) -> StoreResult<Option<FileEscrow>>;
+    /// File escrows that expired by `now_ms` (their capabilities are dead: settle them).
+    fn file_escrows_expired(&self, now_ms: u64) -> StoreResult<Vec<FileEscrow>>;
+    /// Settles file `ino`, measured at `bytes`: its charge becomes that (usage moves by the
+    /// difference) and, with `end_escrow`, its file escrow goes. A file that is gone only
+    /// loses its escrow.
+    fn settle_file(&mut self, ino: u64, bytes: u64, end_escrow: bool) -> StoreResult<()>;
+    /// Replaces the escrow of the staged upload `obj` (a renewal) and moves its record's time
+    /// to `now_ms`; bytes it adds beyond what it held live must fit the quota
+    /// (`QuotaExceeded`). `NotFound` if nothing is staged.
+    fn escrow_staged(&mut self, obj: ObjRef, e: &StagedEscrow, now_ms: u64) -> StoreResult<()>;
 }

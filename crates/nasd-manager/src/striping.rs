@@ -21,9 +21,7 @@ use nasd_client::striped::Striped;
 use nasd_client::Capability;
 use nasd_ec::Layout as Geometry;
 use nasd_proto::manager::{CapGrant, Component, Layout, MgrStatus};
-use nasd_proto::{
-    AttrMask, Attributes, CapabilityArgs, DriveId, ObjectId, Op, Region, ReplyBody, Rights,
-};
+use nasd_proto::{AttrMask, Attributes, CapabilityArgs, DriveId, ObjectId, Op, ReplyBody, Rights};
 use std::sync::Arc;
 
 /// The layout every file gets when neither its directory nor an ancestor names one, unless
@@ -46,11 +44,11 @@ pub fn tolerated(l: &FileLayout) -> usize {
     geometry_of(&l.geometry).map_or(0, |g| g.tolerated_failures())
 }
 
-/// What capabilities for a file allow.
+/// What capabilities for a file allow: reading, or writing as far as the bound says.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Grant {
     Read,
-    Write,
+    Write(crate::quota::WriteBound),
 }
 
 impl Manager {
@@ -371,14 +369,17 @@ impl Manager {
 
     /// The layout of `i` as the wire carries it, and one capability per component, minted
     /// from `i`'s access_control_version: read/getattr to readers, time-limited write
-    /// capabilities to writers, whole-object regions, rights never wider than the mode allows.
+    /// capabilities to writers, rights never wider than the mode allows. Regions are whole
+    /// objects unless a quota bounds the writes (`bound.end`, seed 002 §3.2), when each
+    /// component's region ends where writes below that logical offset can reach
+    /// ([`crate::quota::regions`]).
     pub(crate) fn mint_layout(
         &self,
         user: &str,
         path: &str,
         i: &Inode,
         rights: Rights,
-        ttl_ms: u64,
+        bound: crate::quota::WriteBound,
     ) -> MgrResult<(Layout, Vec<CapGrant>)> {
         let l = i
             .layout
@@ -386,7 +387,8 @@ impl Manager {
             .ok_or_else(|| MgrError::new(MgrStatus::IsADirectory, path.to_string()))?;
         // Pair assertion with the drive's check (STYLE.md): never wider than the policy.
         debug_assert!(!rights.contains(Rights::SETATTR) && !rights.contains(Rights::REMOVE));
-        let expiry_ms = crate::now_ms() + ttl_ms;
+        let expiry_ms = bound.expiry_ms;
+        let regions = crate::quota::regions(&geometry_of(&l.geometry)?, bound.end);
         let audit_id = nasd_crypto::random_u64();
         let mut components = Vec::with_capacity(l.components.len());
         let mut caps = Vec::with_capacity(l.components.len());
@@ -401,7 +403,7 @@ impl Manager {
                 drive: o.drive,
                 partition: o.partition,
                 object: o.object,
-                region: Region::new(0, u64::MAX),
+                region: regions[k],
                 rights,
                 expiry_ms,
                 audit_id,
@@ -421,7 +423,7 @@ impl Manager {
                 key: *cap.key.expose(),
             });
         }
-        tracing::info!(audit_id, user, path, rights = %rights, components = components.len(), "capabilities issued");
+        tracing::info!(audit_id, user, path, rights = %rights, components = components.len(), write_end = bound.end, "capabilities issued");
         Ok((
             Layout {
                 version: l.version,

@@ -79,7 +79,18 @@ use std::fmt;
 ///   callbacks on the files they name, and a change to a file (a store, its attributes, its
 ///   names) does not complete until every other polling session holding a callback on it has
 ///   acknowledged the [`CallbackBreak`] ([`MgrReply::Breaks`]) or its callback ran out.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 9;
+/// - 10: quota escrow (seed 002 §3.2). Every request for a write capability — `Open` with
+///   `write`, `Create`, `StageWrite`, `Renew`, `Prepare` — carries `extend_by`, the bytes past
+///   the file's current size (for a fresh upload's objects, past 0; for `Renew`, past the
+///   grant's current limit) the writer asks to write. For a file whose owner has a quota the
+///   manager escrows them against it and bounds every capability's region to match;
+///   `Opened`, `Staged` and each [`PreparedFile`] say how far writes may go (`write_end`,
+///   [`WRITE_END_UNBOUNDED`] when no quota applies). [`MgrStatus::QuotaExceeded`] refuses an
+///   extension past the quota. [`MgrRequest::QuotaSet`] (admins) and [`MgrRequest::QuotaGet`]
+///   (answered with [`MgrReply::Quotas`]) set and show per-user quotas.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 10;
+/// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
+pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
 pub const XATTR_NAME_BYTES_MAX: usize = 255;
 /// Largest value of one extended attribute, and of all of a file's names and values together
@@ -203,15 +214,21 @@ pub enum MgrRequest {
     /// With `exclusive: false`, the reply is [`MgrReply::Staged`]: a fresh object, invisible
     /// under any name, that the client fills and then [`MgrRequest::Commit`]s as the file's
     /// content (replacing an existing file's, or linking a new name).
+    ///
+    /// `extend_by`: bytes of content the writer asks to write (seed 002 §3.2's escrow); see
+    /// [`MANAGER_PROTOCOL_VERSION`] 9.
     Create {
         path: String,
         mode: u32,
         exclusive: bool,
+        extend_by: u64,
     },
-    /// GetCapability (`write: false`) or GetWCapability (`write: true`).
+    /// GetCapability (`write: false`) or GetWCapability (`write: true`). A writer asks to
+    /// grow the file by `extend_by` bytes past its current size (0 for a reader).
     Open {
         path: String,
         write: bool,
+        extend_by: u64,
     },
     /// ReturnCapability: the client is done writing under `audit_id`. When it holds the file's
     /// write lease, the lease ends and every capability for the file's objects is revoked at
@@ -368,10 +385,13 @@ pub enum MgrRequest {
     },
     /// Asks for a fresh write capability for a staged upload that is still running (answered
     /// with [`MgrReply::Staged`]); the upload's record is kept from expiring meanwhile.
+    /// `extend_by` moves the grant's `write_end` that many bytes further (0: only a fresh
+    /// lifetime).
     Renew {
         path: String,
         drive: DriveId,
         object: ObjectId,
+        extend_by: u64,
     },
     /// Stages `count` (at most [`PREPARED_FILES_MAX`]) new files of mode `mode` in directory
     /// `dir` before their names are known, answered with [`MgrReply::Prepared`]. Each is a
@@ -381,10 +401,13 @@ pub enum MgrRequest {
     /// [`MgrStatus::Exists`]: an existing file is overwritten through `Create`, which keeps
     /// its inode). `Abort` and `Renew` name a prepared file by `dir/`. Unused ones expire as
     /// any staged upload does.
+    /// Each file may hold `extend_by` bytes; under a quota fewer files than `count` may
+    /// come back, as many as the quota has room for.
     Prepare {
         dir: String,
         mode: u32,
         count: u32,
+        extend_by: u64,
     },
     /// The layout spec a directory gives new files (inherited from its parent when it has
     /// none of its own), answered with [`MgrReply::LayoutSpec`].
@@ -402,8 +425,10 @@ pub enum MgrRequest {
     /// [`MgrReply::Staged`] with the copies; the writer changes them and [`MgrRequest::Commit`]s,
     /// which swaps them in atomically, so no crash leaves data and parity disagreeing. Takes
     /// the file's write lease.
+    /// `extend_by`: bytes past the file's current size the change may grow it by.
     StageWrite {
         path: String,
+        extend_by: u64,
     },
     /// A reader found `len` bytes at `offset` of component `component` of the file damaged
     /// (refused by the drive's integrity check, or unreadable) and served it from the others;
@@ -443,6 +468,17 @@ pub enum MgrRequest {
     WaitBreaks {
         acked: u64,
         wait_ms: u32,
+    },
+    /// Sets `user`'s quota to `limit` bytes of files they own, or removes it (`None`); admins
+    /// only. A new quota counts the user's files first.
+    QuotaSet {
+        user: String,
+        limit: Option<u64>,
+    },
+    /// The quota of `user` (their own, or an admin's for anyone), or with `""` every quota
+    /// the caller may see; answered with [`MgrReply::Quotas`].
+    QuotaGet {
+        user: String,
     },
 }
 
@@ -498,10 +534,12 @@ pub enum MgrStatus {
     Conflict = 23,
     /// A path went through more than [`SYMLINK_HOPS_MAX`] symbolic links (ELOOP).
     TooManyLinks = 24,
+    /// A write would take the file's owner past their quota (seed 002 §3.2; EDQUOT).
+    QuotaExceeded = 25,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 24] = [
+    pub const ALL: [MgrStatus; 25] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -526,6 +564,7 @@ impl MgrStatus {
         Self::Busy,
         Self::Conflict,
         Self::TooManyLinks,
+        Self::QuotaExceeded,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -556,6 +595,7 @@ impl MgrStatus {
             Self::Busy => "another client is writing the file",
             Self::Conflict => "the file changed while the write was staged",
             Self::TooManyLinks => "too many levels of symbolic links",
+            Self::QuotaExceeded => "disk quota exceeded",
         }
     }
 }
@@ -651,6 +691,9 @@ pub struct PreparedFile {
     pub layout: Layout,
     /// `caps[i]` is the write capability for `layout.components[i]`.
     pub caps: Vec<CapGrant>,
+    /// Writes may go up to this logical offset (exclusive); [`WRITE_END_UNBOUNDED`] when no
+    /// quota bounds them.
+    pub write_end: u64,
 }
 
 /// A capability as the manager hands it out: public args and the secret key.
@@ -683,6 +726,17 @@ pub struct UserInfo {
     pub uid: u32,
     pub admin: bool,
     pub groups: Vec<String>,
+}
+
+/// One user's quota (seed 002 §3.2): the limit, the bytes of files they own (logical sizes,
+/// as of the last settlement), and the bytes escrowed for writes in flight.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct QuotaInfo {
+    pub user: String,
+    pub uid: u32,
+    pub limit: u64,
+    pub used: u64,
+    pub escrowed: u64,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -813,11 +867,14 @@ pub enum MgrReply {
     },
     Stat(FileStat),
     Entries(Vec<DirEntry>),
-    /// `caps[i]` is the capability for `layout.components[i]`.
+    /// `caps[i]` is the capability for `layout.components[i]`; `write_end` is how far
+    /// writes under them may go ([`WRITE_END_UNBOUNDED`] for read capabilities and when no
+    /// quota bounds them).
     Opened {
         stat: FileStat,
         layout: Layout,
         caps: Vec<CapGrant>,
+        write_end: u64,
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
@@ -828,6 +885,7 @@ pub enum MgrReply {
         stat: FileStat,
         layout: Layout,
         caps: Vec<CapGrant>,
+        write_end: u64,
         replaces: bool,
     },
     Challenge([u8; CHALLENGE_BYTES]),
@@ -859,6 +917,8 @@ pub enum MgrReply {
     Status(ClusterStatus),
     /// Callback breaks for the polling session, oldest first ([`MgrRequest::WaitBreaks`]).
     Breaks(Vec<CallbackBreak>),
+    /// Quotas ([`MgrRequest::QuotaGet`], and the one [`MgrRequest::QuotaSet`] set).
+    Quotas(Vec<QuotaInfo>),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -977,6 +1037,8 @@ impl MgrRequest {
             Self::DriveReplace { .. } => "drive replace",
             Self::Prepare { .. } => "prepare",
             Self::WaitBreaks { .. } => "wait breaks",
+            Self::QuotaSet { .. } => "quota set",
+            Self::QuotaGet { .. } => "quota get",
         }
     }
 
@@ -1030,6 +1092,8 @@ impl MgrRequest {
             Self::Getxattrs { .. } => 45,
             Self::Setxattr { .. } => 46,
             Self::WaitBreaks { .. } => 47,
+            Self::QuotaSet { .. } => 48,
+            Self::QuotaGet { .. } => 49,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -1067,11 +1131,28 @@ impl MgrRequest {
                     }
                 }
             }
-            Self::Prepare { dir, mode, count } => {
+            Self::Prepare {
+                dir,
+                mode,
+                count,
+                extend_by,
+            } => {
                 put_str(&mut w, dir);
                 w.u32(*mode);
                 w.u32(*count);
+                w.u64(*extend_by);
             }
+            Self::QuotaSet { user, limit } => {
+                put_str(&mut w, user);
+                match limit {
+                    None => w.u8(0),
+                    Some(l) => {
+                        w.u8(1);
+                        w.u64(*l);
+                    }
+                }
+            }
+            Self::QuotaGet { user } => put_str(&mut w, user),
             Self::Stat { path } | Self::Rmdir { path } | Self::Unlink { path } => {
                 put_str(&mut w, path)
             }
@@ -1083,14 +1164,21 @@ impl MgrRequest {
                 path,
                 mode,
                 exclusive,
+                extend_by,
             } => {
                 put_str(&mut w, path);
                 w.u32(*mode);
                 w.u8(*exclusive as u8);
+                w.u64(*extend_by);
             }
-            Self::Open { path, write } => {
+            Self::Open {
+                path,
+                write,
+                extend_by,
+            } => {
                 put_str(&mut w, path);
                 w.u8(*write as u8);
+                w.u64(*extend_by);
             }
             Self::ReturnCapability { path, audit_id } => {
                 put_str(&mut w, path);
@@ -1165,7 +1253,11 @@ impl MgrRequest {
                 w.u64(*acked);
                 w.u32(*wait_ms);
             }
-            Self::LayoutGet { path } | Self::StageWrite { path } => put_str(&mut w, path),
+            Self::LayoutGet { path } => put_str(&mut w, path),
+            Self::StageWrite { path, extend_by } => {
+                put_str(&mut w, path);
+                w.u64(*extend_by);
+            }
             Self::Repair {
                 path,
                 component,
@@ -1240,15 +1332,21 @@ impl MgrRequest {
                 path,
                 drive,
                 object,
-            }
-            | Self::Renew {
-                path,
-                drive,
-                object,
             } => {
                 put_str(&mut w, path);
                 w.u64(drive.0);
                 w.u64(object.0);
+            }
+            Self::Renew {
+                path,
+                drive,
+                object,
+                extend_by,
+            } => {
+                put_str(&mut w, path);
+                w.u64(drive.0);
+                w.u64(object.0);
+                w.u64(*extend_by);
             }
         }
         w.into_vec()
@@ -1293,10 +1391,12 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 mode: r.u32("mode")?,
                 exclusive: get_bool(r, "exclusive")?,
+                extend_by: r.u64("extend by")?,
             },
             7 => Self::Open {
                 path: get_str(r, "path")?,
                 write: get_bool(r, "write")?,
+                extend_by: r.u64("extend by")?,
             },
             8 => Self::ReturnCapability {
                 path: get_str(r, "path")?,
@@ -1379,6 +1479,7 @@ impl MgrRequest {
                 path: get_str(r, "path")?,
                 drive: DriveId(r.u64("drive")?),
                 object: ObjectId(r.u64("object")?),
+                extend_by: r.u64("extend by")?,
             },
             27 => Self::LayoutGet {
                 path: get_str(r, "path")?,
@@ -1389,6 +1490,7 @@ impl MgrRequest {
             },
             29 => Self::StageWrite {
                 path: get_str(r, "path")?,
+                extend_by: r.u64("extend by")?,
             },
             30 => Self::Repair {
                 path: get_str(r, "path")?,
@@ -1454,6 +1556,17 @@ impl MgrRequest {
                 dir: get_str(r, "directory")?,
                 mode: r.u32("mode")?,
                 count: r.u32("count")?,
+                extend_by: r.u64("extend by")?,
+            },
+            48 => Self::QuotaSet {
+                user: get_str(r, "user")?,
+                limit: match get_bool(r, "has limit")? {
+                    false => None,
+                    true => Some(r.u64("limit")?),
+                },
+            },
+            49 => Self::QuotaGet {
+                user: get_str(r, "user")?,
             },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
@@ -1504,7 +1617,11 @@ fn put_layout(w: &mut Writer, l: &Layout) {
     }
 }
 
-fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, Vec<CapGrant>), DecodeError> {
+/// A grant as `Opened`, `Staged` and `Prepared` carry it: stat, layout, one capability per
+/// component, then `u64 write_end`.
+type Grant = (FileStat, Layout, Vec<CapGrant>, u64);
+
+fn get_opened(r: &mut Reader<'_>) -> Result<Grant, DecodeError> {
     let stat = get_stat(r)?;
     let layout = get_layout(r)?;
     // One grant per component, in order.
@@ -1515,10 +1632,11 @@ fn get_opened(r: &mut Reader<'_>) -> Result<(FileStat, Layout, Vec<CapGrant>), D
             key: r.array("capability key")?,
         });
     }
-    Ok((stat, layout, caps))
+    let write_end = r.u64("write end")?;
+    Ok((stat, layout, caps, write_end))
 }
 
-fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant]) {
+fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant], write_end: u64) {
     debug_assert_eq!(caps.len(), layout.components.len());
     put_stat(w, stat);
     put_layout(w, layout);
@@ -1526,6 +1644,7 @@ fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant
         cap.args.put(w);
         w.bytes(&cap.key);
     }
+    w.u64(write_end);
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -1829,6 +1948,7 @@ impl MgrReply {
             Self::S3KeyFound { .. } => 18,
             Self::Xattrs { .. } => 19,
             Self::Breaks(_) => 20,
+            Self::Quotas(_) => 21,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1865,21 +1985,38 @@ impl MgrReply {
                     }
                 }
             }
-            Self::Opened { stat, layout, caps } => put_opened(&mut w, stat, layout, caps),
+            Self::Opened {
+                stat,
+                layout,
+                caps,
+                write_end,
+            } => put_opened(&mut w, stat, layout, caps, *write_end),
             Self::Staged {
                 stat,
                 layout,
                 caps,
+                write_end,
                 replaces,
             } => {
-                put_opened(&mut w, stat, layout, caps);
+                put_opened(&mut w, stat, layout, caps, *write_end);
                 w.u8(*replaces as u8);
+            }
+            Self::Quotas(qs) => {
+                debug_assert!(qs.len() <= LIST_ENTRIES_MAX);
+                w.u32(qs.len() as u32);
+                for q in qs {
+                    put_str(&mut w, &q.user);
+                    w.u32(q.uid);
+                    w.u64(q.limit);
+                    w.u64(q.used);
+                    w.u64(q.escrowed);
+                }
             }
             Self::Prepared(files) => {
                 debug_assert!(files.len() <= PREPARED_FILES_MAX as usize);
                 w.u32(files.len() as u32);
                 for f in files {
-                    put_opened(&mut w, &f.stat, &f.layout, &f.caps);
+                    put_opened(&mut w, &f.stat, &f.layout, &f.caps, f.write_end);
                 }
             }
             Self::LayoutSpec(spec) | Self::LinkTarget(spec) => put_str(&mut w, spec),
@@ -1968,17 +2105,38 @@ impl MgrReply {
                 Self::Entries(es)
             }
             6 => {
-                let (stat, layout, caps) = get_opened(r)?;
-                Self::Opened { stat, layout, caps }
+                let (stat, layout, caps, write_end) = get_opened(r)?;
+                Self::Opened {
+                    stat,
+                    layout,
+                    caps,
+                    write_end,
+                }
             }
             9 => {
-                let (stat, layout, caps) = get_opened(r)?;
+                let (stat, layout, caps, write_end) = get_opened(r)?;
                 Self::Staged {
                     stat,
                     layout,
                     caps,
+                    write_end,
                     replaces: get_bool(r, "replaces")?,
                 }
+            }
+            21 => {
+                // user (4 + name), uid, limit, used, escrowed.
+                let n = get_count(r, 4 + 4 + 3 * 8, "quotas")?;
+                let mut qs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    qs.push(QuotaInfo {
+                        user: get_str(r, "user")?,
+                        uid: r.u32("uid")?,
+                        limit: r.u64("limit")?,
+                        used: r.u64("used")?,
+                        escrowed: r.u64("escrowed")?,
+                    });
+                }
+                Self::Quotas(qs)
             }
             11 => Self::LayoutSpec(get_str(r, "layout spec")?),
             15 => Self::LinkTarget(get_str(r, "link target")?),
@@ -2050,8 +2208,13 @@ impl MgrReply {
                 }
                 let mut files = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    let (stat, layout, caps) = get_opened(r)?;
-                    files.push(PreparedFile { stat, layout, caps });
+                    let (stat, layout, caps, write_end) = get_opened(r)?;
+                    files.push(PreparedFile {
+                        stat,
+                        layout,
+                        caps,
+                        write_end,
+                    });
                 }
                 Self::Prepared(files)
             }
@@ -2128,10 +2291,23 @@ mod tests {
                 path: p(),
                 mode: 0o644,
                 exclusive: true,
+                extend_by: 0,
+            },
+            MgrRequest::Create {
+                path: p(),
+                mode: 0o600,
+                exclusive: false,
+                extend_by: 64 << 20,
             },
             MgrRequest::Open {
                 path: p(),
                 write: true,
+                extend_by: u64::MAX,
+            },
+            MgrRequest::Open {
+                path: p(),
+                write: false,
+                extend_by: 0,
             },
             MgrRequest::ReturnCapability {
                 path: p(),
@@ -2249,11 +2425,25 @@ mod tests {
                 path: p(),
                 drive: DriveId(3),
                 object: ObjectId(19),
+                extend_by: 1 << 20,
             },
             MgrRequest::Prepare {
                 dir: p(),
                 mode: 0o640,
                 count: 16,
+                extend_by: 1 << 20,
+            },
+            MgrRequest::QuotaSet {
+                user: "bob".into(),
+                limit: Some(10 << 30),
+            },
+            MgrRequest::QuotaSet {
+                user: "bob".into(),
+                limit: None,
+            },
+            MgrRequest::QuotaGet { user: "bob".into() },
+            MgrRequest::QuotaGet {
+                user: String::new(),
             },
             MgrRequest::Symlink {
                 path: p(),
@@ -2284,7 +2474,10 @@ mod tests {
                 path: p(),
                 spec: "rs:4+2".into(),
             },
-            MgrRequest::StageWrite { path: p() },
+            MgrRequest::StageWrite {
+                path: p(),
+                extend_by: 7,
+            },
             MgrRequest::Repair {
                 path: p(),
                 component: 5,
@@ -2305,10 +2498,18 @@ mod tests {
 
     #[test]
     fn a_prepared_reply_past_its_limit_is_refused() {
-        let MgrReply::Opened { stat, layout, caps } = base_replies()[5].clone() else {
+        let MgrReply::Opened {
+            stat, layout, caps, ..
+        } = base_replies()[5].clone()
+        else {
             panic!("reply 5 is Opened");
         };
-        let one = PreparedFile { stat, layout, caps };
+        let one = PreparedFile {
+            stat,
+            layout,
+            caps,
+            write_end: WRITE_END_UNBOUNDED,
+        };
         let ok = MgrReply::Prepared(vec![one; PREPARED_FILES_MAX as usize]).encode(1);
         assert!(MgrReply::decode(&ok).is_ok());
         // The count sits right after the header (4 magic, 2 version, 1 kind, 8 id, 1 tag).
@@ -2322,20 +2523,50 @@ mod tests {
 
     fn replies() -> Vec<MgrReply> {
         let mut v = base_replies();
-        if let MgrReply::Opened { stat, layout, caps } = v[5].clone() {
-            for replaces in [false, true] {
+        if let MgrReply::Opened {
+            stat, layout, caps, ..
+        } = v[5].clone()
+        {
+            for (replaces, write_end) in [(false, 1 << 20), (true, WRITE_END_UNBOUNDED)] {
                 v.push(MgrReply::Staged {
                     stat: stat.clone(),
                     layout: layout.clone(),
                     caps: caps.clone(),
+                    write_end,
                     replaces,
                 });
             }
-            let one = PreparedFile { stat, layout, caps };
+            let one = PreparedFile {
+                stat,
+                layout,
+                caps,
+                write_end: 4096,
+            };
             v.push(MgrReply::Prepared(vec![]));
             v.push(MgrReply::Prepared(vec![one; 3]));
         }
         v.push(MgrReply::Challenge([6; 32]));
+        v.push(MgrReply::Quotas(vec![]));
+        v.push(MgrReply::Quotas(vec![
+            QuotaInfo {
+                user: "alice".into(),
+                uid: 1000,
+                limit: 1 << 30,
+                used: 12345,
+                escrowed: 64 << 20,
+            },
+            QuotaInfo {
+                user: "bob".into(),
+                uid: 1001,
+                limit: 0,
+                used: 1,
+                escrowed: 0,
+            },
+        ]));
+        v.push(MgrReply::error(
+            MgrStatus::QuotaExceeded,
+            "/a: alice: limit 1 used 1 escrowed 0",
+        ));
         v.push(MgrReply::LinkTarget("/abs/target".into()));
         v.push(MgrReply::Breaks(vec![
             CallbackBreak {
@@ -2440,6 +2671,7 @@ mod tests {
                         key: [5 + i as u8; 32],
                     })
                     .collect(),
+                write_end: 3 << 20,
             },
             MgrReply::LayoutSpec("raid6x:8/256K".into()),
             MgrReply::Scrubbed(ScrubReport {
@@ -2505,6 +2737,42 @@ mod tests {
                 detail: String::new(),
             }]),
         ]
+    }
+
+    /// The version 10 fields byte by byte, as docs/manager.md describes them: `extend_by`
+    /// ends an `Open`, `write_end` follows the capabilities, `QuotaExceeded` is status 25.
+    #[test]
+    fn version_10_fields_are_where_the_docs_say() {
+        let open = MgrRequest::Open {
+            path: "/f".into(),
+            write: true,
+            extend_by: 0x0102_0304_0506_0708,
+        }
+        .encode(5);
+        let mut want = b"NSDM".to_vec();
+        want.extend_from_slice(&10u16.to_le_bytes());
+        want.push(KIND_REQUEST);
+        want.extend_from_slice(&5u64.to_le_bytes());
+        want.push(7);
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"/f");
+        want.push(1);
+        want.extend_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(open, want);
+        let MgrReply::Opened { write_end, .. } = &base_replies()[5] else {
+            panic!("reply 5 is Opened");
+        };
+        let b = base_replies()[5].encode(1);
+        assert_eq!(b[b.len() - 8..], write_end.to_le_bytes());
+        let e = MgrReply::error(MgrStatus::QuotaExceeded, "").encode(1);
+        assert_eq!(e[16..18], 25u16.to_le_bytes());
+        let q = MgrRequest::QuotaSet {
+            user: "u".into(),
+            limit: Some(9),
+        }
+        .encode(1);
+        assert_eq!(q[15], 48);
+        assert_eq!(q[16..], [1, 0, 0, 0, b'u', 1, 9, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -447,6 +447,9 @@ pub(crate) fn status_err(e: FsError) -> S3Error {
             s3_error!(SlowDown, "another writer holds the object; try again")
         }
         Some(MgrStatus::DiskFull) => s3_error!(InternalError, "no space left on the drives"),
+        // S3 has no quota error of its own; AccessDenied with the reason is what AWS
+        // services answer for an account limit.
+        Some(MgrStatus::QuotaExceeded) => s3_error!(AccessDenied, "{e}"),
         _ => internal(&e),
     }
 }

@@ -21,6 +21,10 @@
 //! cannot survive K lost drives (single, raid0:N, mirror:N with N <= K, ...) is not read
 //! degraded; it says so instead.
 //!
+//! `--quota BYTES` gives the bench's user a quota for the run (the one it had, if any, comes
+//! back after): every write is then escrowed against it and its capabilities' regions bound
+//! (seed 002 §3.2), which is how the cost of quota escrow is measured against a run without.
+//!
 //! Layouts are parsed before anything runs (`nasd_ec::Layout`'s text form: `single`,
 //! `raid0:N[/UNIT]`, `mirror:N`, `rs:K+M[/UNIT]`, `raid6x:K[/UNIT]`). A layout the cluster
 //! cannot serve (more drives than it has, an I/O error) is reported with its error and left out of later rounds; the other layouts go on,
@@ -91,6 +95,10 @@ pub struct BenchClusterArgs {
     /// layouts need).
     #[arg(long, value_name = "N")]
     pub drives: Option<usize>,
+    /// Give the bench's user (an admin) a quota of BYTES for the run, so every write is
+    /// escrowed against it (suffixes K, M, G, T); its own quota, if any, is put back after.
+    #[arg(long, value_name = "BYTES", value_parser = crate::parse::bytes)]
+    pub quota: Option<u64>,
 }
 
 /// One `--layout` entry: what `layout_set` is given, checked here so a typo fails before a
@@ -262,6 +270,10 @@ pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
         s
     };
     let clients = rt.block_on(connect_workers(session, plan.workers))?;
+    let before = match a.quota {
+        Some(q) => Some(rt.block_on(set_quota(&clients[0], Some(q)))?),
+        None => None,
+    };
     let base = format!("/bench-{:x}", nasd_crypto::random_u64() & 0xffff_ffff);
     let mut runs = rt.block_on(make_dirs(&clients[0], &base, &plan.layouts))?;
     for r in 0..plan.rounds {
@@ -289,6 +301,9 @@ pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
         }
     }
     rt.block_on(remove_dirs(&clients[0], &base, &runs));
+    if let Some(before) = before {
+        rt.block_on(set_quota(&clients[0], before))?;
+    }
     print(&plan, &runs, a.json);
     drop(clients);
     drop(own);
@@ -306,6 +321,16 @@ pub fn bench_cluster(a: BenchClusterArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Sets the quota of `c`'s user to `limit` (`None`: none); returns the limit it had.
+async fn set_quota(c: &Arc<Client>, limit: Option<u64>) -> anyhow::Result<Option<u64>> {
+    let user = c.user().to_string();
+    let had = c.quota_get(&user).await?.first().map(|q| q.limit);
+    c.quota_set(&user, limit)
+        .await
+        .with_context(|| format!("--quota: setting {user}'s quota (an admin's to set)"))?;
+    Ok(had)
 }
 
 /// `n` clients: the first logs in with `cfg`, the others with its session token (so the

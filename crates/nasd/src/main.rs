@@ -11,6 +11,7 @@
 //! - [`cmd_up`]: `nasd up|down`: a local cluster of processes ([`nasd_cluster`]).
 //! - [`cmd_fs`]: `nasd ls|cat|stat|mkdir|rm|mv|chmod|chown|truncate|touch|user|group|login|logout`.
 //! - [`cmd_cp`]: `nasd cp` (modes, times, holes, destinations).
+//! - [`cmd_quota`]: `nasd quota set|show` (per-user quotas, seed 002 §3.2).
 //! - [`demo`]: `nasd demo`.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
 
@@ -56,6 +57,7 @@ mod cmd_heal;
 mod cmd_lab;
 mod cmd_manager;
 mod cmd_obj;
+mod cmd_quota;
 mod cmd_s3;
 mod cmd_up;
 mod demo;
@@ -241,6 +243,9 @@ enum Cmd {
     /// Groups (admin).
     #[command(subcommand)]
     Group(cmd_fs::GroupCmd),
+    /// Per-user quotas on the bytes of files a user owns.
+    #[command(subcommand)]
+    Quota(cmd_quota::QuotaCmd),
     /// Log in and keep a session token for later commands. The session lasts the manager's
     /// session_ttl_ms (12 h by default), until `nasd logout`, or until the password or key of
     /// the user changes.
@@ -357,6 +362,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => runtime()?.block_on(cmd_fs::touch(paths, mtime, no_create)),
         Cmd::User(c) => runtime()?.block_on(cmd_fs::user(c)),
         Cmd::Group(c) => runtime()?.block_on(cmd_fs::group(c)),
+        Cmd::Quota(c) => runtime()?.block_on(cmd_quota::run(c)),
         Cmd::Login { user, key } => runtime()?.block_on(cmd_fs::login(user, key)),
         Cmd::Logout { user } => runtime()?.block_on(cmd_fs::logout(user)),
     }

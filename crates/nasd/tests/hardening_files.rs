@@ -938,7 +938,7 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
             }
             r => panic!("a new file was not staged: {r:?}"),
         };
-        let obj = staged(m.create(&a, "/new", 0o644, false).await.unwrap());
+        let obj = staged(m.create(&a, "/new", 0o644, false, 0).await.unwrap());
         let e = m.stat(&a, "/new").await.unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
         assert!(m
@@ -949,7 +949,7 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
         assert!(partition_contents(&m, d).await.unwrap().contains(&obj));
 
         // A clean failure aborts: the object goes at once.
-        let obj2 = staged(m.create(&a, "/new2", 0o644, false).await.unwrap());
+        let obj2 = staged(m.create(&a, "/new2", 0o644, false, 0).await.unwrap());
         m.abort(&a, "/new2", d, obj2).await.unwrap();
         assert!(!partition_contents(&m, d).await.unwrap().contains(&obj2));
 

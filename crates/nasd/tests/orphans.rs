@@ -77,11 +77,11 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
 
         // A referenced file, a staged overwrite of it that is never committed, and an object
         // created as if the manager crashed before committing its name.
-        let kept = match m.create(&a, "/kept", 0o644, true).await.unwrap() {
+        let kept = match m.create(&a, "/kept", 0o644, true, 0).await.unwrap() {
             MgrReply::Opened { layout, .. } => layout.components[0].object,
             r => panic!("{r:?}"),
         };
-        let staged = match m.create(&a, "/kept", 0o644, false).await.unwrap() {
+        let staged = match m.create(&a, "/kept", 0o644, false, 0).await.unwrap() {
             MgrReply::Staged { layout, .. } => layout.components[0].object,
             r => panic!("{r:?}"),
         };
@@ -133,6 +133,6 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
             .await
             .unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
-        m.open(&a, "/kept", false).await.unwrap();
+        m.open(&a, "/kept", false, 0).await.unwrap();
     });
 }
