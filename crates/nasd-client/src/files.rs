@@ -574,6 +574,7 @@ impl Client {
             | Q::ActFor { .. }
             | Q::S3KeyList { .. }
             | Q::S3KeySecret { .. }
+            | Q::QuotaGet { .. }
             | Q::WaitBreaks { .. } => {}
             Q::Open { path, .. }
             | Q::ReturnCapability { path, .. }
