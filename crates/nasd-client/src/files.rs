@@ -1296,6 +1296,9 @@ impl Client {
             Ok(()) => {
                 let g = u.grant.lock().await.clone();
                 let mut o = (*g).clone();
+                // A prepared file's grant was made for its directory: keep it under the
+                // file's own name.
+                o.path = u.path.clone();
                 o.stat.size = size;
                 for (c, stale) in o.layout.components.iter_mut().zip(0..) {
                     c.stale |= u.missed.load(Ordering::Acquire) >> stale & 1 == 1;

@@ -742,6 +742,35 @@ fn bench_cluster_reports_healthy_and_degraded_cells_as_json() {
 /// A directory larger than one listing page (manager protocol 5 reads directories a page at a
 /// time; one reply used to carry them whole, and past 16,384 entries nothing listed): the
 /// client library and `nasd ls` see every entry once, in name order.
+/// Regression: the read grant kept after an upload into a prepared file was cached under the
+/// directory's path, so a later stat of the directory (served from a cached grant) said it
+/// was a file, and a recursive download made a file of it.
+#[test]
+fn a_directory_filled_through_prepared_files_still_stats_as_a_directory() {
+    use nasd_proto::manager::FileKind;
+    let up = Up::start(1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = up.admin_client(&rt);
+    up.ok(&["mkdir", "nasd:/d"]);
+    rt.block_on(async {
+        // Past PREPARE_AFTER_CREATES small creates, the client fills prepared files.
+        for i in 0..8 {
+            let body = format!("file {i}");
+            c.put_bytes(&format!("/d/f{i}"), body.as_bytes(), 0o644)
+                .await
+                .unwrap();
+        }
+        let d = c.stat("/d").await.unwrap();
+        assert_eq!(d.kind, FileKind::Dir, "{d:?}");
+        for i in 0..8 {
+            let f = c.stat(&format!("/d/f{i}")).await.unwrap();
+            assert_eq!((f.kind, f.size), (FileKind::File, 6), "{f:?}");
+            let got = c.get_bytes(&format!("/d/f{i}")).await.unwrap();
+            assert_eq!(got, format!("file {i}").into_bytes());
+        }
+    });
+}
+
 #[test]
 fn a_directory_larger_than_a_page_lists_whole() {
     use nasd_proto::manager::READDIR_PAGE_ENTRIES_MAX;
@@ -935,9 +964,13 @@ fn a_gateway_acts_for_users_without_their_credentials() {
             .expect("alice is no gateway"),
     );
     up.ok(&["user", "gateway", "gw", "off"]);
-    // (Capabilities it already holds run out on their own, as after a logout.)
+    // The manager refuses the session; capabilities it already holds (and the stats a
+    // drive serves under them) run out on their own, as after a logout.
+    let stat = MgrRequest::Stat {
+        path: "/bob.txt".into(),
+    };
     assert!(
-        rt.block_on(bob.stat("/bob.txt")).is_err(),
+        rt.block_on(bob.request("/bob.txt", stat)).is_err(),
         "the gateway's session for bob ended with its flag"
     );
     assert_eq!(
