@@ -29,7 +29,7 @@ const BLOCK_BYTES: u32 = 1 << 20;
 /// Largest write the kernel sends in one request (it caps this by its own limit).
 const MAX_WRITE_BYTES: u32 = 1 << 20;
 /// Largest read-ahead the kernel asks for (seed 002 §4.5's largest window).
-const MAX_READAHEAD_BYTES: u32 = 8 << 20;
+pub(crate) const MAX_READAHEAD_BYTES: u32 = 8 << 20;
 
 /// An open file and the path it is at.
 struct Open {
@@ -430,10 +430,25 @@ impl Filesystem for NasdFs {
                     .map_err(e)?;
             }
             if uid.is_some() || gid.is_some() {
-                // Owners are nasd users, named at the manager: chown there (`nasd chown`).
+                // The mount shows the manager's uids and gids, so the kernel's numbers name
+                // nasd users and groups; the manager decides who may give what away.
                 let now = self.stat_path(&path)?;
-                if uid.is_some_and(|u| u != now.uid) || gid.is_some_and(|g| g != now.gid) {
-                    return Err(Errno::EPERM);
+                let owner = uid.filter(|&u| u != now.uid).map(|u| u.to_string());
+                let group = gid.filter(|&g| g != now.gid).map(|g| g.to_string());
+                if owner.is_some() || group.is_some() {
+                    self.rt
+                        .block_on(self.client.chown(
+                            &path,
+                            owner.as_deref().unwrap_or(""),
+                            group.as_deref().unwrap_or(""),
+                        ))
+                        .map_err(|x| match x.status() {
+                            // chown(2): EPERM when the caller may not give the file away, and
+                            // EINVAL for an id no user or group of the cluster has.
+                            Some(MgrStatus::PermissionDenied) => Errno::EPERM,
+                            Some(MgrStatus::UnknownUser | MgrStatus::UnknownGroup) => Errno::EINVAL,
+                            _ => e(x),
+                        })?;
                 }
             }
             if let Some(size) = size {
@@ -778,7 +793,7 @@ impl Filesystem for NasdFs {
     ) {
         let r = self.open_file(fh.0).and_then(|o| {
             self.rt
-                .block_on(o.h.read_at(offset, u64::from(size)))
+                .block_on(o.h.read_bytes(offset, u64::from(size)))
                 .map_err(|e| errno_of(&e))
         });
         match r {

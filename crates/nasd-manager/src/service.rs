@@ -1998,22 +1998,25 @@ impl Manager {
         let mut i = self.resolve(c, path)?;
         let was = i.uid;
         if !owner.is_empty() {
-            let u = self
-                .st()
-                .user_by_name(owner)
-                .map_err(|e| store_err(e, owner))?
-                .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, owner.to_string()))?;
+            // A number names a uid, as GNU chown reads one (names never start with a digit).
+            let u = match owner.parse::<u32>() {
+                Ok(uid) => self.st().user_by_uid(uid),
+                Err(_) => self.st().user_by_name(owner),
+            }
+            .map_err(|e| store_err(e, owner))?
+            .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, owner.to_string()))?;
             if !c.admin && u.uid != i.uid {
                 return Err(denied(path, "only an admin may give a file away"));
             }
             i.uid = u.uid;
         }
         if !group.is_empty() {
-            let g = self
-                .st()
-                .group_by_name(group)
-                .map_err(|e| store_err(e, group))?
-                .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
+            let g = match group.parse::<u32>() {
+                Ok(gid) => self.st().group_by_gid(gid),
+                Err(_) => self.st().group_by_name(group),
+            }
+            .map_err(|e| store_err(e, group))?
+            .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
             if !c.admin && (i.uid != c.uid || !c.groups.contains(&g.gid)) {
                 return Err(denied(
                     path,

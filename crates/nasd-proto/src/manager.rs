@@ -88,7 +88,9 @@ use std::fmt;
 ///   [`WRITE_END_UNBOUNDED`] when no quota applies). [`MgrStatus::QuotaExceeded`] refuses an
 ///   extension past the quota. [`MgrRequest::QuotaSet`] (admins) and [`MgrRequest::QuotaGet`]
 ///   (answered with [`MgrReply::Quotas`]) set and show per-user quotas.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 10;
+/// - 11: [`MgrRequest::Chown`] takes a decimal uid or gid as well as a name (the mount's
+///   `chown` passes the kernel's numbers); the encoding is unchanged.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 11;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -312,7 +314,8 @@ pub enum MgrRequest {
         path: String,
         mode: u32,
     },
-    /// Empty strings leave owner or group unchanged.
+    /// Empty strings leave owner or group unchanged; a decimal number names a uid or gid
+    /// (names never start with a digit), as GNU chown reads one.
     Chown {
         path: String,
         owner: String,
@@ -2750,7 +2753,7 @@ mod tests {
         }
         .encode(5);
         let mut want = b"NSDM".to_vec();
-        want.extend_from_slice(&10u16.to_le_bytes());
+        want.extend_from_slice(&MANAGER_PROTOCOL_VERSION.to_le_bytes());
         want.push(KIND_REQUEST);
         want.extend_from_slice(&5u64.to_le_bytes());
         want.push(7);

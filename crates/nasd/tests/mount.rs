@@ -292,6 +292,28 @@ fn the_mount_behaves_as_posix_and_as_the_cluster() {
     .unwrap();
     let denied = std::fs::read(bob.dir.join("shared")).unwrap_err();
     assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
+
+    // chown(2) through the mount: the kernel's numbers are the cluster's uids and gids; an
+    // admin gives a file away, its new owner may not, and an id no user has is EINVAL.
+    std::fs::create_dir(root.join("bobs")).unwrap();
+    up.ok(&["chown", "bob", "nasd:/bobs"]);
+    let bob_uid = std::fs::metadata(root.join("bobs")).unwrap().uid();
+    let admin_uid = std::fs::metadata(root.join("shared")).unwrap().uid();
+    assert_ne!(bob_uid, admin_uid);
+    std::os::unix::fs::chown(root.join("shared"), Some(bob_uid), None).unwrap();
+    assert_eq!(
+        std::fs::metadata(root.join("shared")).unwrap().uid(),
+        bob_uid
+    );
+    assert!(up.ok(&["ls", "-l", "nasd:/shared"]).contains("bob"));
+    assert_eq!(
+        std::fs::read(bob.dir.join("shared")).unwrap(),
+        b"second, longer"
+    );
+    let refused = std::os::unix::fs::chown(bob.dir.join("shared"), Some(admin_uid), None);
+    assert_eq!(refused.unwrap_err().raw_os_error(), Some(libc::EPERM));
+    let unknown = std::os::unix::fs::chown(root.join("shared"), Some(4_242_424), None);
+    assert_eq!(unknown.unwrap_err().raw_os_error(), Some(libc::EINVAL));
 }
 
 /// `setxattr(2)` and friends on a path, as `Result`s of errno.
