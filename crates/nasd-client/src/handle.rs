@@ -107,6 +107,14 @@ impl Overlay {
     }
 
     /// Copies the runs' bytes that fall in `[off, off + out.len())` into `out`.
+    /// Whether any written run touches `[off, end)`.
+    fn touches(&self, off: u64, end: u64) -> bool {
+        let first = self.runs.range(..=off).next_back().map_or(off, |(&s, _)| s);
+        self.runs
+            .range(first..end)
+            .any(|(&s, r)| s.max(off) < (s + r.len() as u64).min(end))
+    }
+
     fn read_into(&self, off: u64, out: &mut [u8]) {
         let end = off + out.len() as u64;
         let first = self.runs.range(..=off).next_back().map_or(off, |(&s, _)| s);
@@ -142,7 +150,7 @@ struct State {
     dirty: Overlay,
     /// Read-ahead: the window cached (offset, bytes), where the last read ended, the next
     /// window's size.
-    ahead: Option<(u64, Arc<Vec<u8>>)>,
+    ahead: Option<(u64, Arc<Window>)>,
     /// The window after it, being fetched while the reader consumes this one.
     next: Option<Prefetch>,
     last_end: u64,
@@ -158,7 +166,90 @@ struct State {
 struct Prefetch {
     start: u64,
     end: u64,
-    task: tokio::task::JoinHandle<Result<Vec<u8>, FsError>>,
+    task: tokio::task::JoinHandle<Result<Window, FsError>>,
+}
+
+/// A read-ahead window: the verified pieces as they came from the cluster, each
+/// `step` bytes but the last, kept apart so serving a read copies its bytes once.
+struct Window {
+    step: u64,
+    pieces: Vec<Vec<u8>>,
+}
+
+/// Bytes a read returned: a slice of the read-ahead window it came from (no copy), or bytes
+/// of its own. Dereferences to the bytes.
+pub struct ReadBytes(Held);
+
+enum Held {
+    Window {
+        window: Arc<Window>,
+        piece: usize,
+        from: usize,
+        to: usize,
+    },
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Held::Window {
+                window,
+                piece,
+                from,
+                to,
+            } => &window.pieces[*piece][*from..*to],
+            Held::Owned(v) => v,
+        }
+    }
+}
+
+impl ReadBytes {
+    fn owned(v: Vec<u8>) -> ReadBytes {
+        ReadBytes(Held::Owned(v))
+    }
+
+    pub fn into_vec(self) -> Vec<u8> {
+        match self.0 {
+            Held::Owned(v) => v,
+            Held::Window { .. } => self.to_vec(),
+        }
+    }
+}
+
+impl Window {
+    /// `[from, to)` as a slice of one piece, when it lies in one.
+    fn slice(self: &Arc<Self>, from: u64, to: u64) -> ReadBytes {
+        let (i, within) = ((from / self.step) as usize, (from % self.step) as usize);
+        match self.pieces.get(i) {
+            Some(p) if within + (to - from) as usize <= p.len() => ReadBytes(Held::Window {
+                window: self.clone(),
+                piece: i,
+                from: within,
+                to: within + (to - from) as usize,
+            }),
+            _ => ReadBytes::owned(self.copy_out(from, to)),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.pieces.iter().map(|p| p.len() as u64).sum()
+    }
+
+    /// Bytes `[from, to)` of the window (offsets within it).
+    fn copy_out(&self, from: u64, to: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity((to - from) as usize);
+        let mut at = from;
+        while at < to {
+            let (i, within) = ((at / self.step) as usize, at % self.step);
+            let Some(p) = self.pieces.get(i) else { break };
+            let b = (within + (to - at)).min(p.len() as u64);
+            out.extend_from_slice(&p[within as usize..b as usize]);
+            at += b - within;
+        }
+        out
+    }
 }
 
 /// Write-behind batches of [`DIRTY_BYTES_MAX`] in flight at once: the writer fills the next
@@ -274,15 +365,31 @@ impl FileHandle {
 
     /// Up to `len` bytes at `off` (fewer at the end of the file).
     pub async fn read_at(&self, off: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        self.read_bytes(off, len).await.map(ReadBytes::into_vec)
+    }
+
+    /// [`FileHandle::read_at`] without copying what the read-ahead window already holds (a
+    /// front end hands the slice straight to the kernel or the network).
+    pub async fn read_bytes(&self, off: u64, len: u64) -> Result<ReadBytes, FsError> {
         let mut st = self.st.lock().await;
         let end = (off.saturating_add(len)).min(st.size);
         if off >= end {
-            return Ok(vec![]);
+            return Ok(ReadBytes::owned(vec![]));
         }
-        let mut out = vec![0u8; (end - off) as usize];
         if matches!(st.base, Base::Staged { .. }) {
             Self::settle(&mut st).await?;
         }
+        // The common case of a reader: committed bytes nobody wrote over, served with one copy.
+        if let Base::Committed { size, cut } = st.base {
+            if end <= size.min(cut) && !st.dirty.touches(off, end) {
+                let got = self.read_ahead(&mut st, off, end).await?;
+                if got.len() as u64 == end - off {
+                    st.last_end = end;
+                    return Ok(got);
+                }
+            }
+        }
+        let mut out = vec![0u8; (end - off) as usize];
         match &st.base {
             Base::Committed { size, cut } => {
                 let base_end = end.min(*size).min(*cut);
@@ -301,12 +408,12 @@ impl FileHandle {
         }
         st.dirty.read_into(off, &mut out);
         st.last_end = end;
-        Ok(out)
+        Ok(ReadBytes::owned(out))
     }
 
     /// Bytes `[off, end)` of the committed file, through the read-ahead window; while a
     /// sequential reader consumes one window the next is fetched.
-    async fn read_ahead(&self, st: &mut State, off: u64, end: u64) -> Result<Vec<u8>, FsError> {
+    async fn read_ahead(&self, st: &mut State, off: u64, end: u64) -> Result<ReadBytes, FsError> {
         let Base::Committed { size, cut } = st.base else {
             unreachable!("read ahead only over the committed file")
         };
@@ -342,7 +449,7 @@ impl FileHandle {
             }
         }
         let (at, w) = st.ahead.clone().expect("filled above");
-        let w_end = at + w.len() as u64;
+        let w_end = at + w.len();
         // A sequential reader past the middle of its window: fetch the next one now.
         if sequential && st.next.is_none() && end >= at + (w_end - at) / 2 && w_end < limit {
             st.window = (st.window * 2).min(READ_AHEAD_MAX_BYTES);
@@ -354,9 +461,9 @@ impl FileHandle {
                 task: tokio::spawn(read_pieces(client, path, w_end, next_end)),
             });
         }
-        let from = ((off - at) as usize).min(w.len());
-        let to = ((end - at) as usize).min(w.len()).max(from);
-        Ok(w[from..to].to_vec())
+        let from = (off - at).min(w.len());
+        let to = (end - at).min(w.len()).max(from);
+        Ok(w.slice(from, to))
     }
 
     /// Writes `data` at `off` (past the end: the gap reads as zeros).
@@ -545,19 +652,26 @@ async fn read_pieces(
     path: String,
     off: u64,
     end: u64,
-) -> Result<Vec<u8>, FsError> {
+) -> Result<Window, FsError> {
     let o = client.open(&path, false).await?;
     let step = client.stack(&o)?.transfer_bytes().max(1 << 20);
     let starts: Vec<u64> = (off..end).step_by(step as usize).collect();
-    let mut out = Vec::with_capacity((end - off) as usize);
+    let mut out = Window {
+        step,
+        pieces: Vec::with_capacity(starts.len()),
+    };
     for batch in starts.chunks(PIECES_IN_FLIGHT) {
         let reads = batch
             .iter()
             .map(|&s| client.read_at(&path, s, step.min(end - s)));
-        for r in futures_util::future::join_all(reads).await {
+        for (r, &s) in futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .zip(batch)
+        {
             let piece = r?;
-            let short = (piece.len() as u64) < step.min(end - off - out.len() as u64);
-            out.extend_from_slice(&piece);
+            let short = (piece.len() as u64) < step.min(end - s);
+            out.pieces.push(piece);
             if short {
                 // The file is shorter than it was: what is missing reads as zeros.
                 return Ok(out);

@@ -54,8 +54,62 @@ pub fn serve(
     let fs = NasdFs::new(client.clone(), rt.clone(), remote)?;
     let inodes = fs.inodes();
     let session = fuser::Session::new(fs, mountpoint, &config())?;
+    if let Err(e) = raise_readahead(mountpoint) {
+        tracing::debug!("kernel read-ahead of the mount left at its default: {e}");
+    }
     invalidate::start(&client, &rt, session.notifier(), inodes);
     session.run()
+}
+
+/// The kernel reads ahead at most its backing device's `read_ahead_kb` (128 KiB by default)
+/// and FUSE's init may only lower it; raising it for this mount (root may) lets sequential
+/// reads arrive as requests of up to 1 MiB, several in flight, up to
+/// [`fs::MAX_READAHEAD_BYTES`] ahead (seed 002 §4.5's largest window). The mount is found in
+/// `/proc/self/mountinfo`, since a `stat` of it would wait for this very file system.
+fn raise_readahead(mountpoint: &Path) -> std::io::Result<()> {
+    let want = mountpoint.canonicalize()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let dev = info
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let point = unescape_mountinfo(f.get(4)?);
+            (Path::new(&point) == want).then(|| f.get(2).map(|d| d.to_string()))?
+        })
+        .ok_or_else(|| std::io::Error::other("the mount is not in /proc/self/mountinfo"))?;
+    std::fs::write(
+        format!("/sys/class/bdi/{dev}/read_ahead_kb"),
+        (fs::MAX_READAHEAD_BYTES / 1024).to_string(),
+    )
+}
+
+/// A mount point as `/proc/self/mountinfo` spells it: space, tab, newline and backslash as
+/// `\ooo` octal escapes.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|o| o.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let value = octal.and_then(|o| {
+            let v = o.iter().fold(0u32, |v, &c| v * 8 + u32::from(c - b'0'));
+            u8::try_from(v).ok()
+        });
+        match (b[i], value) {
+            (b'\\', Some(v)) => {
+                out.push(v);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Unmounts `mountpoint` (the kernel ends the serving process's session).
@@ -80,5 +134,15 @@ pub fn unmount(mountpoint: &Path) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::other(format!("fusermount3 -u exited {s}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(super::unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(super::unescape_mountinfo("/mnt/x\\134y"), "/mnt/x\\y");
+        assert_eq!(super::unescape_mountinfo("/plain\\9"), "/plain\\9");
     }
 }
