@@ -16,10 +16,12 @@
 //! - [`pieces`]: splitting regions at block, sub-block and chunk boundaries; write-form hashes.
 //! - [`adhash`]: 256-bit sums and the sub-block hash with its index bound in.
 //! - [`tree`]: leaves, merges, zero subtrees, proofs and their verification.
+//! - [`track`]: a writer's own account of an object's tree top, for pinning it (MT-EINT).
 //! - [`verify`]: the client-side check of a read reply, for every scheme.
 
 pub mod adhash;
 pub mod pieces;
+pub mod track;
 pub mod tree;
 pub mod verify;
 
