@@ -763,6 +763,7 @@ impl Client {
                 layout,
                 caps,
                 write_end,
+                ..
             } => {
                 check_grants(path, &layout, &caps)?;
                 Ok(self
@@ -1108,6 +1109,7 @@ impl Client {
                 caps,
                 write_end,
                 replaces,
+                ..
             } => {
                 check_grants(path, &layout, &caps)?;
                 let grant = open_file(path, stat.clone(), layout.clone(), caps, write_end);
@@ -1284,6 +1286,7 @@ impl Client {
             size,
             stale: u.missed.load(Ordering::Acquire),
             xattrs,
+            e2e: None,
         };
         let r = self.commit(&u.path, commit).await;
         self.caps.invalidate(&u.path);
@@ -1416,6 +1419,7 @@ impl Client {
                 size,
                 stale: io.missed(),
                 xattrs: None,
+                e2e: None,
             };
             let r = self.commit(path, commit).await;
             self.caps.invalidate(path);

@@ -133,8 +133,26 @@ impl TrustedRecord {
 
     /// The hash a commit compares and swaps on: BLAKE3 over a label and the encoding.
     pub fn hash(&self) -> [u8; 32] {
-        hash_parts(b"nasd-e2e trusted record v1", &[&self.encode()])
+        hash_encoded(&self.encode())
     }
+}
+
+/// [`TrustedRecord::hash`] of a record as stored (its encoding), for a party that keeps
+/// records without reading them.
+pub fn hash_encoded(encoded: &[u8]) -> [u8; 32] {
+    hash_parts(b"nasd-e2e trusted record v1", &[encoded])
+}
+
+/// What a compare-and-swap at the manager names a file's end-to-end state by: its record and
+/// the side data readers check against it (key wraps, counters, pins), so a commit built on an
+/// older state — before a share or an unshare changed the wraps — is refused. No state (a file
+/// never written encrypted) is all zeros.
+pub fn state_hash(record: &[u8], side: &[u8]) -> [u8; 32] {
+    if record.is_empty() && side.is_empty() {
+        return [0; 32];
+    }
+    let len = (record.len() as u64).to_le_bytes();
+    hash_parts(b"nasd-e2e state v1", &[&len, record, side])
 }
 
 #[cfg(test)]

@@ -343,7 +343,8 @@ pub(crate) fn touched(m: &Manager, c: &Caller, req: &MgrRequest) -> Vec<Changed>
         | Q::Utimes { path, .. }
         | Q::Chmod { path, .. }
         | Q::Chown { path, .. }
-        | Q::Setxattr { path, .. } => out.extend(file(path)),
+        | Q::Setxattr { path, .. }
+        | Q::E2eUpdate { path, .. } => out.extend(file(path)),
         Q::Commit { path, .. } => match entry(path) {
             Some((_, _, Some(ino))) => out.push(Changed::file(ino)),
             Some((dir, _, None)) => out.push(Changed::file(dir)),

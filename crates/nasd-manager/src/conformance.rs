@@ -2,7 +2,7 @@
 //! call [`run`] with a constructor of empty stores.
 
 use crate::store::*;
-use nasd_proto::manager::{FileKind, Xattr};
+use nasd_proto::manager::{E2eCommit, E2eState, FileKind, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// A fresh directory inode owned by `uid`.
@@ -20,7 +20,7 @@ pub fn dir(uid: u32) -> Inode {
         size: None,
         dir_layout: None,
         acv: 0,
-        root: None,
+        e2e: None,
         target: None,
         charged: None,
     }
@@ -63,6 +63,171 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     posix_names(&mut make());
     extended_attributes(&mut make());
     quotas(&mut make());
+    end_to_end(&mut make());
+}
+
+/// A state whose record (a real `TrustedRecord` encoding) has key version `key_version`.
+fn e2e_state(key_version: u32, side: &[u8]) -> E2eState {
+    let record = nasd_e2e::TrustedRecord {
+        scheme: nasd_e2e::Scheme::Mt,
+        block_bytes: 65536,
+        blocks: 1,
+        length: 5,
+        key_version,
+        root: [key_version as u8; 32],
+        counters_digest: [2; 32],
+    };
+    E2eState {
+        record: record.encode().to_vec(),
+        writer: 5,
+        signature: vec![9; 64],
+        side: side.to_vec(),
+    }
+}
+
+fn hash(e: &E2eState) -> [u8; 32] {
+    nasd_e2e::record::state_hash(&e.record, &e.side)
+}
+
+/// End-to-end state (issue 10): commits carry it, compare-and-swap on the state it built on,
+/// never go back a key version; `set_e2e` swaps it alone; users' keys and groups' key pairs
+/// with their wraps.
+fn end_to_end<S: MetaStore>(s: &mut S) {
+    let f = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
+    s.link_reserved(ROOT_INO, "f", f, &FileLayout::single(obj(16)), 0)
+        .unwrap();
+    let commit = |s: &mut S, object: u64, e2e: Option<E2eCommit>| {
+        s.put_staged(&Staged {
+            base_version: None,
+            ..staged(object, 10, f)
+        })
+        .unwrap();
+        let r = s.commit_staged(
+            ROOT_INO,
+            "f",
+            obj(object),
+            Some(f),
+            Some(5),
+            0,
+            None,
+            None,
+            e2e.as_ref(),
+            0,
+        );
+        if r.is_err() {
+            s.abort_staged(obj(object)).unwrap();
+        }
+        r.map(|_| ())
+    };
+    let v1 = e2e_state(1, b"wraps v1");
+    commit(
+        s,
+        17,
+        Some(E2eCommit {
+            expect: [0; 32],
+            state: v1.clone(),
+        }),
+    )
+    .unwrap();
+    assert_eq!(s.inode(f).unwrap().unwrap().e2e, Some(v1.clone()));
+    // A change built on another state is refused, and nothing changes.
+    let v2 = e2e_state(1, b"wraps v2");
+    let stale = E2eCommit {
+        expect: [3; 32],
+        state: v2.clone(),
+    };
+    assert_eq!(commit(s, 18, Some(stale)), Err(StoreError::Conflict));
+    assert_eq!(s.inode(f).unwrap().unwrap().e2e, Some(v1.clone()));
+    commit(
+        s,
+        19,
+        Some(E2eCommit {
+            expect: hash(&v1),
+            state: v2.clone(),
+        }),
+    )
+    .unwrap();
+    // set_e2e: a share or unshare swaps the state alone, on the state it read.
+    let v3 = e2e_state(2, b"wraps v3");
+    assert_eq!(s.set_e2e(f, &hash(&v1), &v3), Err(StoreError::Conflict));
+    s.set_e2e(f, &hash(&v2), &v3).unwrap();
+    assert_eq!(s.inode(f).unwrap().unwrap().e2e, Some(v3.clone()));
+    assert_eq!(
+        s.set_e2e(999_999, &hash(&v3), &v3),
+        Err(StoreError::NotFound)
+    );
+    // An upload (no expectation) may not go back a key version, but may keep or raise it.
+    let old_key = e2e_state(1, b"old key");
+    assert_eq!(
+        commit(
+            s,
+            20,
+            Some(E2eCommit {
+                expect: [0; 32],
+                state: old_key
+            })
+        ),
+        Err(StoreError::Conflict)
+    );
+    let v4 = e2e_state(2, b"same key");
+    commit(
+        s,
+        21,
+        Some(E2eCommit {
+            expect: [0; 32],
+            state: v4,
+        }),
+    )
+    .unwrap();
+    // A plaintext commit leaves the file plaintext.
+    commit(s, 22, None).unwrap();
+    assert_eq!(s.inode(f).unwrap().unwrap().e2e, None);
+
+    // Users' keys.
+    let g = s.add_group("crew").unwrap();
+    let a = s.add_user("ann", "phc", false, g).unwrap();
+    let b = s.add_user("ben", "phc", false, g).unwrap();
+    assert_eq!(s.user_keys(a).unwrap(), None);
+    let k = UserKeys {
+        enc_public: [1; 32],
+        sign_public: [2; 32],
+        sealed: vec![3; 80],
+    };
+    s.set_user_keys(a, &k).unwrap();
+    assert_eq!(s.user_keys(a).unwrap(), Some(k.clone()));
+    assert_eq!(s.set_user_keys(424_242, &k), Err(StoreError::NotFound));
+    // Groups: members, key versions, wraps of the current version only.
+    assert_eq!(s.members_of(g).unwrap(), vec![a, b]);
+    assert_eq!(s.group_key(g).unwrap(), (0, None));
+    s.set_group_key(g, 1, &[7; 32], &[(a, vec![1; 93])])
+        .unwrap();
+    assert_eq!(s.group_key(g).unwrap(), (1, Some([7; 32])));
+    assert_eq!(s.group_wrap(g, a).unwrap(), Some(vec![1; 93]));
+    assert_eq!(s.group_wrap(g, b).unwrap(), None);
+    s.set_group_key(g, 1, &[7; 32], &[(b, vec![2; 93])])
+        .unwrap();
+    assert_eq!(s.group_wrap(g, b).unwrap(), Some(vec![2; 93]));
+    assert_eq!(
+        s.set_group_key(g, 1, &[8; 32], &[]),
+        Err(StoreError::Conflict),
+        "same version, another key"
+    );
+    assert_eq!(
+        s.set_group_key(g, 0, &[7; 32], &[]),
+        Err(StoreError::Conflict)
+    );
+    s.set_group_key(g, 2, &[8; 32], &[(b, vec![4; 93])])
+        .unwrap();
+    assert_eq!(
+        s.group_wrap(g, a).unwrap(),
+        None,
+        "a new key pair drops old wraps"
+    );
+    assert_eq!(s.group_wrap(g, b).unwrap(), Some(vec![4; 93]));
+    assert_eq!(
+        s.set_group_key(9_999, 1, &[7; 32], &[]),
+        Err(StoreError::NotFound)
+    );
 }
 
 /// A user's usage, and the sum of their files' charges: always equal.
@@ -147,7 +312,18 @@ fn quotas<S: MetaStore>(s: &mut S) {
     assert_eq!(s.escrowed(5, 20).unwrap(), 1900);
     // The commit charges what was written, and the escrow goes with the record.
     let commit = |s: &mut S, charge, now| {
-        s.commit_staged(ROOT_INO, "g", obj(17), None, None, 0, None, charge, now)
+        s.commit_staged(
+            ROOT_INO,
+            "g",
+            obj(17),
+            None,
+            None,
+            0,
+            None,
+            charge,
+            None,
+            now,
+        )
     };
     assert_eq!(commit(s, None, 30), Err(StoreError::ChargeNeeded));
     commit(s, Some(1200), 30).unwrap();
@@ -169,6 +345,7 @@ fn quotas<S: MetaStore>(s: &mut S) {
         0,
         None,
         Some(801),
+        None,
         50,
     );
     assert!(
@@ -187,6 +364,7 @@ fn quotas<S: MetaStore>(s: &mut S) {
         0,
         None,
         Some(800),
+        None,
         50,
     )
     .unwrap();
@@ -232,8 +410,19 @@ fn quotas<S: MetaStore>(s: &mut S) {
         ..staged(20, 60, n)
     })
     .unwrap();
-    s.commit_staged(ROOT_INO, "f", obj(20), Some(f), None, 0, None, Some(40), 60)
-        .unwrap();
+    s.commit_staged(
+        ROOT_INO,
+        "f",
+        obj(20),
+        Some(f),
+        None,
+        0,
+        None,
+        Some(40),
+        None,
+        60,
+    )
+    .unwrap();
     assert_eq!(usage(s, 5), 40);
 
     // A chown moves the charge; a new owner with a quota needs the file's size.
@@ -379,6 +568,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
             0,
             None,
             None,
+            None,
             0
         ),
         Err(StoreError::Exists),
@@ -392,6 +582,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
             Some(f),
             None,
             0,
+            None,
             None,
             None,
             0,
@@ -415,6 +606,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
             Some(f),
             None,
             0,
+            None,
             None,
             None,
             0
@@ -445,6 +637,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
             0,
             None,
             None,
+            None,
             0
         ),
         Err(StoreError::NotFound)
@@ -466,6 +659,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
             Some(d),
             None,
             0,
+            None,
             None,
             None,
             0
@@ -540,6 +734,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
             0,
             None,
             None,
+            None,
             0
         ),
         Ok(None)
@@ -555,6 +750,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
             0,
             None,
             None,
+            None,
             0
         ),
         Err(StoreError::Exists),
@@ -568,6 +764,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
             Some(r2),
             None,
             0,
+            None,
             None,
             None,
             0,
@@ -783,10 +980,11 @@ fn namespace<S: MetaStore>(s: &mut S) {
     let mut upd = fi.clone();
     upd.mode = 0o600;
     upd.acv = 3;
-    upd.root = Some([7; 32]);
+    upd.e2e = Some(e2e_state(1, b"side"));
     s.update_inode(&upd).unwrap();
     let back = s.inode(f).unwrap().unwrap();
-    assert_eq!((back.mode, back.acv, back.root), (0o600, 3, Some([7; 32])));
+    assert_eq!((back.mode, back.acv), (0o600, 3));
+    assert_eq!(back.e2e, Some(e2e_state(1, b"side")));
     assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 1);
     let gone = s.unlink(d, "f").unwrap().expect("its last name");
     assert_eq!(gone.ino, f);
@@ -919,6 +1117,7 @@ fn extended_attributes<S: MetaStore>(s: &mut S) {
         0,
         None,
         None,
+        None,
         0,
     )
     .unwrap();
@@ -937,6 +1136,7 @@ fn extended_attributes<S: MetaStore>(s: &mut S) {
         None,
         0,
         Some(&[x("user.s3.etag", b"e")]),
+        None,
         None,
         0,
     )

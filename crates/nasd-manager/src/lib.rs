@@ -14,6 +14,8 @@
 //! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
+//! - [`e2e`]: end-to-end protection (issue 10): directory policies, files' trusted records
+//!   and side data, users' and groups' public keys and wraps; nothing the manager can unwrap.
 //! - [`lease`]: write leases, one writer per file (seed 002 §3.2).
 //! - [`quota`]: per-user quotas and the escrow of write capabilities against them (seed 002
 //!   §3.2): capability regions bound by the escrow, settlement when capabilities end.
@@ -31,6 +33,7 @@ pub mod callbacks;
 pub mod conformance;
 pub mod conns;
 pub mod drives;
+pub mod e2e;
 pub mod heal;
 pub mod lease;
 pub mod quota;

@@ -640,11 +640,31 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             size,
             stale,
             xattrs,
+            e2e,
         } => {
-            m.commit(c, &path, drive, object, size, stale, xattrs.as_deref())
+            m.commit(c, &path, drive, object, size, stale, xattrs.as_deref(), e2e)
                 .await?;
             MgrReply::Ok
         }
+        Q::E2eUpdate { path, update } => {
+            m.e2e_update(c, &path, update)?;
+            MgrReply::Ok
+        }
+        Q::UserKeySet { user, keys } => {
+            m.user_key_set(c, &user, &keys)?;
+            MgrReply::Ok
+        }
+        Q::UserKeyGet { uids } => MgrReply::UserKeys(m.user_key_get(c, &uids)?),
+        Q::GroupKeySet {
+            group,
+            version,
+            public,
+            wraps,
+        } => {
+            m.group_key_set(c, &group, version, &public, &wraps)?;
+            MgrReply::Ok
+        }
+        Q::GroupKeyGet { gids } => MgrReply::GroupKeys(m.group_key_get(c, &gids)?),
         Q::Getxattrs { path } => {
             let (stat, xattrs) = m.getxattrs(c, &path).await?;
             MgrReply::Xattrs { stat, xattrs }

@@ -51,6 +51,10 @@ pub struct Policy {
     /// The layout of files whose directory (and every ancestor) names none.
     #[serde(default = "default_layout")]
     pub default_layout: String,
+    /// The end-to-end policy of files whose directory (and every ancestor) names none
+    /// (issue 10): encrypted, MT-EINT, versions signed for readers, 64 KiB blocks.
+    #[serde(default = "default_e2e", with = "policy_spec")]
+    pub default_e2e: E2ePolicy,
     /// The background scrub's read rate, bytes per second (0: no background scrub).
     #[serde(default = "default_scrub_rate")]
     pub scrub_bytes_per_s: u64,
@@ -72,6 +76,27 @@ fn default_layout() -> String {
     crate::striping::DEFAULT_LAYOUT.into()
 }
 
+fn default_e2e() -> E2ePolicy {
+    E2ePolicy::plaintext()
+}
+
+/// A policy in the config file as its options (`encrypted,mt,auth=2,block=64K`).
+mod policy_spec {
+    use nasd_proto::manager::E2ePolicy;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &E2ePolicy, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&crate::e2e::DirSpec::of_policy(p).render())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<E2ePolicy, D::Error> {
+        let spec = String::deserialize(d)?;
+        crate::e2e::DirSpec::parse_stored(&spec)
+            .policy
+            .ok_or_else(|| serde::de::Error::custom(format!("not a policy: {spec:?}")))
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Policy {
@@ -82,6 +107,7 @@ impl Default for Policy {
             health_check_ms: 2_000,
             cap_min_protection: "integrity-data".into(),
             default_layout: default_layout(),
+            default_e2e: default_e2e(),
             scrub_bytes_per_s: default_scrub_rate(),
             scrub_interval_ms: default_scrub_interval(),
         }
@@ -241,7 +267,7 @@ fn new_inode(c: &Caller, dir: &Inode, kind: FileKind, mode: u32, target: Option<
         size: None,
         dir_layout: None,
         acv: 0,
-        root: None,
+        e2e: None,
         target: target.map(str::to_string),
         charged: None,
     }
@@ -335,7 +361,7 @@ pub(crate) fn store_err(e: StoreError, path: &str) -> MgrError {
     MgrError::new(status, path.to_string())
 }
 
-fn denied(path: &str, what: &str) -> MgrError {
+pub(crate) fn denied(path: &str, what: &str) -> MgrError {
     MgrError::new(MgrStatus::PermissionDenied, format!("{path}: {what}"))
 }
 
@@ -670,8 +696,12 @@ impl Manager {
         let st = self.st();
         let mut cur = dir.clone();
         loop {
-            if let Some(s) = &cur.dir_layout {
-                return Ok(s.clone());
+            if let Some(g) = cur
+                .dir_layout
+                .as_deref()
+                .and_then(|s| crate::e2e::DirSpec::parse_stored(s).geometry)
+            {
+                return Ok(g);
             }
             if cur.ino == ROOT_INO {
                 return Ok(self.policy.default_layout.clone());
@@ -685,13 +715,16 @@ impl Manager {
         }
     }
 
-    /// The layout spec new files under the directory `path` get.
+    /// The layout spec new files under the directory `path` get: the geometry, then the
+    /// end-to-end policy's options.
     pub fn layout_get(&self, c: &Caller, path: &str) -> MgrResult<String> {
         let d = self.resolve(c, path)?;
         if d.kind != FileKind::Dir {
             return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
         }
-        self.layout_spec_for(&d)
+        let geometry = self.layout_spec_for(&d)?;
+        let policy = self.policy_for(&d)?;
+        Ok(format!("{geometry},{}", self.show_policy(&policy)))
     }
 
     /// Sets the layout spec of the directory `path` (its owner or an admin; `""` forgets it).
@@ -711,10 +744,27 @@ impl Manager {
         if spec.is_empty() {
             d.dir_layout = None;
         } else {
-            let geo = crate::striping::geometry_of(spec)?;
-            geo.check_drives(self.drives.count())
-                .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("{path}: {e}")))?;
-            d.dir_layout = Some(geo.to_string());
+            // What the spec leaves out stays as the directory has it now.
+            let (geometry, policy) = self.merge_spec(&d, spec, path)?;
+            let geometry = match geometry {
+                Some(g) => {
+                    let geo = crate::striping::geometry_of(&g)?;
+                    geo.check_drives(self.drives.count()).map_err(|e| {
+                        MgrError::new(MgrStatus::InvalidArgument, format!("{path}: {e}"))
+                    })?;
+                    geo.to_string()
+                }
+                None => self.layout_spec_for(&d)?,
+            };
+            let policy = match policy {
+                Some(p) => p,
+                None => self.policy_for(&d)?,
+            };
+            let spec = crate::e2e::DirSpec {
+                geometry: Some(geometry),
+                policy: Some(policy),
+            };
+            d.dir_layout = Some(spec.render());
         }
         self.st().update_inode(&d).map_err(|e| store_err(e, path))
     }
@@ -767,7 +817,7 @@ impl Manager {
             let Some(o) = i
                 .layout
                 .as_ref()
-                .filter(|l| l.sized_by_object())
+                .filter(|_| i.sized_by_object())
                 .map(|l| l.first())
             else {
                 continue;
@@ -794,7 +844,7 @@ impl Manager {
         let mut times: Vec<Option<(u64, u64)>> = entries
             .iter()
             .map(|(_, i)| match &i.layout {
-                Some(l) if l.sized_by_object() => None,
+                Some(_) if i.sized_by_object() => None,
                 _ => Some((i.size.unwrap_or(0), i.mtime_us)),
             })
             .collect();
@@ -970,6 +1020,7 @@ impl Manager {
             return Err(denied(dir_path, "write permission on the directory"));
         }
         let spec = self.layout_spec_for(&dir)?;
+        let policy = self.policy_for(&dir)?;
         let count = self.prepared_room(c, &spec, count, extend_by, dir_path)?;
         // One escrow per file, all expiring with the capabilities minted below.
         let (escrow, bound) = self.staged_escrow(c.uid, &spec, 0, extend_by)?;
@@ -1008,6 +1059,7 @@ impl Manager {
                 layout,
                 caps,
                 write_end: bound.end,
+                policy: policy.clone(),
             });
         }
         match failure {
@@ -1104,6 +1156,8 @@ impl Manager {
             layout,
             caps,
             write_end: bound.end,
+            policy: self.policy_of_file(&i)?,
+            e2e: None,
         })
     }
 
@@ -1164,6 +1218,8 @@ impl Manager {
             caps,
             write_end: bound.end,
             replaces: false,
+            policy: self.policy_of_file(&i)?,
+            e2e: None,
         })
     }
 
@@ -1234,6 +1290,8 @@ impl Manager {
             caps,
             write_end: bound.end,
             replaces: true,
+            policy: self.policy_of_file(&i)?,
+            e2e: i.e2e.clone(),
         })
     }
 
@@ -1283,10 +1341,16 @@ impl Manager {
         size: u64,
         stale: u64,
         xattrs: Option<&[Xattr]>,
+        e2e: Option<E2eCommit>,
     ) -> MgrResult<()> {
         if let Some(x) = xattrs {
             check_xattrs(x).map_err(|e| invalid_xattrs(path, e))?;
         }
+        // The manager says who committed a version, never the writer.
+        let e2e = e2e.map(|mut e| {
+            e.state.writer = c.uid;
+            e
+        });
         let (dir, name) = self.parent(c, path, false)?;
         let current = self.entry(&dir, name, path)?;
         let Some(s) = self.staged_for(c, path, drive, object)? else {
@@ -1351,11 +1415,13 @@ impl Manager {
             Some(i) if !s.new_file => i.uid,
             _ => c.uid,
         };
-        let mut charge = (!s.layout.sized_by_object()).then_some(size);
+        // An encrypted file's size is kept here: its object may hold padding.
+        let kept_here = !s.layout.sized_by_object() || e2e.is_some();
+        let mut charge = kept_here.then_some(size);
         if charge.is_none() && self.has_quota(owner)? {
             charge = Some(self.staged_size(&s, path).await?);
         }
-        let size = (!s.layout.sized_by_object()).then_some(size);
+        let size = kept_here.then_some(size);
         let mut committed = self.st().commit_staged(
             dir.ino,
             name,
@@ -1365,6 +1431,7 @@ impl Manager {
             stale,
             xattrs,
             charge,
+            e2e.as_ref(),
             now_ms(),
         );
         if committed == Err(StoreError::ChargeNeeded) {
@@ -1379,6 +1446,7 @@ impl Manager {
                 stale,
                 xattrs,
                 charge,
+                e2e.as_ref(),
                 now_ms(),
             );
         }
@@ -1530,6 +1598,8 @@ impl Manager {
             caps,
             write_end: bound.end,
             replaces: !s.new_file,
+            policy: self.policy_of_file(&i)?,
+            e2e: i.e2e.clone(),
         })
     }
 
@@ -1619,6 +1689,8 @@ impl Manager {
             layout,
             caps,
             write_end: WRITE_END_UNBOUNDED,
+            policy: self.policy_of_file(&i)?,
+            e2e: i.e2e.clone(),
         })
     }
 
@@ -1640,6 +1712,13 @@ impl Manager {
                 format!(
                     "{path}: a file spread over several objects is changed copy-on-write (StageWrite), never in place"
                 ),
+            ));
+        }
+        if i.e2e.is_some() {
+            // Its new content and its trusted record must commit together (seed 003).
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: an encrypted file is changed copy-on-write (StageWrite), never in place"),
             ));
         }
         let had = self
@@ -1669,6 +1748,8 @@ impl Manager {
             layout,
             caps,
             write_end: bound.end,
+            policy: self.policy_of_file(&i)?,
+            e2e: i.e2e.clone(),
         })
     }
 
@@ -1738,6 +1819,8 @@ impl Manager {
             caps,
             write_end: bound.end,
             replaces: true,
+            policy: self.policy_of_file(&i)?,
+            e2e: i.e2e.clone(),
         })
     }
 
@@ -2040,6 +2123,14 @@ impl Manager {
         if !may(c, &i, W) {
             return Err(denied(path, "write permission on the file"));
         }
+        if i.e2e.is_some() {
+            // Cutting re-encrypts the new last block and changes the trusted record: only a
+            // writer holding the key can (seed 003).
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: an encrypted file is cut by its writer (a copy-on-write change), not by the manager"),
+            ));
+        }
         // The change holds the write lease; one the caller held before stays theirs.
         let had = self
             .leases
@@ -2088,7 +2179,7 @@ impl Manager {
         match i
             .layout
             .as_ref()
-            .filter(|l| l.sized_by_object())
+            .filter(|_| i.sized_by_object())
             .map(|l| l.first())
         {
             Some(o) => {

@@ -4,16 +4,20 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 8 (the `meta` row `schema` holds it):
+//! Schema version 9 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
-//! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT)
-//! groups(gid INTEGER PK, name TEXT UNIQUE)
+//! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT,
+//!        e2e_keys BLOB NULL)   e2e_keys: the user's public keys and sealed secret (UserKeys)
+//! groups(gid INTEGER PK, name TEXT UNIQUE, key_version INT, key_public BLOB NULL)
+//! group_wraps(gid INT, uid INT, version INT, wrap BLOB, PK(gid, uid))   the group's secret
+//!        of `version` wrapped to member `uid`
 //! members(gid INT, uid INT, PK(gid, uid))
 //! inodes(ino INTEGER PK, kind INT, mode INT, uid INT, gid INT, parent INT, ctime_us INT,
-//!        mtime_us INT, acv INT, root BLOB NULL, geometry TEXT NULL, layout_version INT,
+//!        mtime_us INT, acv INT, e2e BLOB NULL, geometry TEXT NULL, layout_version INT,
 //!        stale INT, size INT NULL, dir_layout TEXT NULL, target TEXT NULL,
-//!        charged INT NULL)   charged: a file's bytes counted against its owner's quota
+//!        charged INT NULL)   charged: a file's bytes counted against its owner's quota;
+//!        e2e: an encrypted file's end-to-end state (E2eState encoding)
 //! xattrs(ino INT, name TEXT, value BLOB, PK(ino, name))
 //! components(ino INT, idx INT, drive INT, part INT, object INT, PK(ino, idx))
 //!        index components_drive(drive, object)
@@ -48,17 +52,19 @@
 //! and added layouts, sizes and directory layouts; version 4 `revocations`; version 6
 //! symbolic and hard links, gateways and S3 keys; version 7 extended attributes; version 8
 //! quotas (`quotas`, `escrows`, `inodes.charged`, the `staged.escrow_*` columns). No user has
-//! a quota after the migration: usage is counted when one is first set.
+//! a quota after the migration: usage is counted when one is first set. Version 9 end-to-end
+//! protection: `inodes.root` (never written) became `inodes.e2e`, users gained `e2e_keys`,
+//! groups a key pair, and `group_wraps` holds its secret wrapped to members.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
 use nasd_crypto::Key;
-use nasd_proto::manager::{FileKind, Xattr};
+use nasd_proto::manager::{E2eCommit, E2eState, FileKind, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -99,7 +105,7 @@ CREATE TABLE IF NOT EXISTS reserved(ino INTEGER PRIMARY KEY, created_ms INTEGER 
 const SCHEMA_NEW: &str = "
 CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
     mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, parent INTEGER NOT NULL,
-    ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, root BLOB,
+    ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, e2e BLOB,
     geometry TEXT, layout_version INTEGER NOT NULL DEFAULT 1,
     stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT, target TEXT,
     charged INTEGER);
@@ -122,6 +128,11 @@ CREATE TABLE quotas(uid INTEGER PRIMARY KEY, limit_bytes INTEGER NOT NULL,
     used_bytes INTEGER NOT NULL);
 CREATE TABLE escrows(ino INTEGER PRIMARY KEY, uid INTEGER NOT NULL,
     end_bytes INTEGER NOT NULL, expires_ms INTEGER NOT NULL);
+ALTER TABLE users ADD COLUMN e2e_keys BLOB;
+ALTER TABLE groups ADD COLUMN key_version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE groups ADD COLUMN key_public BLOB;
+CREATE TABLE group_wraps(gid INTEGER NOT NULL, uid INTEGER NOT NULL,
+    version INTEGER NOT NULL, wrap BLOB NOT NULL, PRIMARY KEY(gid, uid));
 ";
 
 /// What version 3 adds to any database (new, or migrated from 2).
@@ -146,6 +157,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_5_to_6,
     migrate_6_to_7,
     migrate_7_to_8,
+    migrate_8_to_9,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -185,14 +197,14 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
     })
 }
 
-const INODE_COLS: &str = "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root, \
+const INODE_COLS: &str = "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, e2e, \
      geometry, layout_version, stale, size, dir_layout, target, charged";
 
 /// An inodes row, its columns from `at` on; a file's components are read separately
 /// ([`SqliteStore::fill_layout`]).
 fn inode_at(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
     let kind: u8 = r.get(at + 1)?;
-    let root: Option<Vec<u8>> = r.get(at + 9)?;
+    let e2e: Option<Vec<u8>> = r.get(at + 9)?;
     let geometry: Option<String> = r.get(at + 10)?;
     Ok(Inode {
         ino: r.get::<_, i64>(at)? as u64,
@@ -204,7 +216,7 @@ fn inode_at(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         ctime_us: r.get::<_, i64>(at + 6)? as u64,
         mtime_us: r.get::<_, i64>(at + 7)? as u64,
         acv: r.get::<_, i64>(at + 8)? as u64,
-        root: root.and_then(|v| v.try_into().ok()),
+        e2e: e2e_of(e2e),
         layout: geometry
             .map(|geometry| -> rusqlite::Result<FileLayout> {
                 Ok(FileLayout {
@@ -352,6 +364,55 @@ fn migrate_7_to_8(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
              end_bytes INTEGER NOT NULL, expires_ms INTEGER NOT NULL);",
     )
     .map_err(db)
+}
+
+/// Schema 8 to 9: end-to-end protection (issue 10). The never-written `inodes.root` becomes
+/// `inodes.e2e`; users gain their keys, groups a key pair and its wraps to members. Files
+/// stay as they were: plaintext.
+fn migrate_8_to_9(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "ALTER TABLE inodes RENAME COLUMN root TO e2e;
+         UPDATE inodes SET e2e = NULL;
+         ALTER TABLE users ADD COLUMN e2e_keys BLOB;
+         ALTER TABLE groups ADD COLUMN key_version INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE groups ADD COLUMN key_public BLOB;
+         CREATE TABLE group_wraps(gid INTEGER NOT NULL, uid INTEGER NOT NULL,
+             version INTEGER NOT NULL, wrap BLOB NOT NULL, PRIMARY KEY(gid, uid));",
+    )
+    .map_err(db)
+}
+
+/// An end-to-end state as its column holds it.
+fn e2e_blob(e: &Option<E2eState>) -> Option<Vec<u8>> {
+    e.as_ref().map(|e| {
+        let mut w = nasd_proto::codec::Writer::new();
+        e.put(&mut w);
+        w.into_vec()
+    })
+}
+
+/// The column's state; a value that does not decode reads as none (never written by us).
+fn e2e_of(b: Option<Vec<u8>>) -> Option<E2eState> {
+    let b = b?;
+    let mut r = nasd_proto::codec::Reader::new(&b);
+    let e = E2eState::get(&mut r).ok()?;
+    r.finish("e2e state").ok()?;
+    Some(e)
+}
+
+/// nasd-e2e's `state_hash` of a file's state (zeros: none).
+fn state_hash_of(e: &Option<E2eState>) -> [u8; 32] {
+    match e {
+        None => [0; 32],
+        Some(e) => nasd_e2e::record::state_hash(&e.record, &e.side),
+    }
+}
+
+/// Whether `new` may replace `old` by key version: an unreadable record counts as version 0.
+fn key_version_of(e: &Option<E2eState>) -> u32 {
+    e.as_ref()
+        .and_then(|e| nasd_e2e::TrustedRecord::decode(&e.record).ok())
+        .map_or(0, |r| r.key_version)
 }
 
 /// A byte count as SQLite stores it: at most `i64::MAX` (no file or quota comes near).
@@ -539,7 +600,7 @@ impl SqliteStore {
         }
         let n = tx
             .execute(
-                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, root = ?7,
+                "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, e2e = ?7,
                      size = ?8, dir_layout = ?9 WHERE ino = ?1",
                 params![
                     i.ino as i64,
@@ -548,7 +609,7 @@ impl SqliteStore {
                     i.gid,
                     i.mtime_us as i64,
                     i.acv as i64,
-                    i.root.map(|r| r.to_vec()),
+                    e2e_blob(&i.e2e),
                     i.size.map(|v| v as i64),
                     i.dir_layout,
                 ],
@@ -840,7 +901,7 @@ impl SqliteStore {
     fn insert_inode(tx: &Connection, ino: Option<u64>, parent: u64, i: &Inode) -> StoreResult<u64> {
         let l = i.layout.as_ref();
         tx.execute(
-            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, root,
+            "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, e2e,
                  geometry, layout_version, stale, size, dir_layout, target, charged)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
@@ -853,7 +914,7 @@ impl SqliteStore {
                 i.ctime_us as i64,
                 i.mtime_us as i64,
                 i.acv as i64,
-                i.root.map(|r| r.to_vec()),
+                e2e_blob(&i.e2e),
                 l.map(|l| l.geometry.clone()),
                 l.map_or(1, |l| l.version as i64),
                 l.map_or(0, |l| l.stale as i64),
@@ -1290,6 +1351,129 @@ impl MetaStore for SqliteStore {
         Ok(())
     }
 
+    fn members_of(&self, gid: u32) -> StoreResult<Vec<u32>> {
+        let mut st = self
+            .db
+            .prepare(
+                "SELECT uid FROM members WHERE gid = ?1 UNION SELECT uid FROM users WHERE gid = ?1 ORDER BY 1",
+            )
+            .map_err(db)?;
+        let rows = st.query_map(params![gid], |r| r.get(0)).map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn user_keys(&self, uid: u32) -> StoreResult<Option<UserKeys>> {
+        let b: Option<Vec<u8>> = self
+            .db
+            .query_row(
+                "SELECT e2e_keys FROM users WHERE uid = ?1",
+                params![uid],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?
+            .flatten();
+        Ok(b.and_then(|b| {
+            let mut r = nasd_proto::codec::Reader::new(&b);
+            UserKeys::get(&mut r).ok()
+        }))
+    }
+
+    fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()> {
+        let mut w = nasd_proto::codec::Writer::new();
+        keys.put(&mut w);
+        let n = self
+            .db
+            .execute(
+                "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
+                params![uid, w.into_vec()],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)> {
+        let (v, p): (u32, Option<Vec<u8>>) = self
+            .db
+            .query_row(
+                "SELECT key_version, key_public FROM groups WHERE gid = ?1",
+                params![gid],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db)?
+            .ok_or(StoreError::NotFound)?;
+        Ok((v, p.and_then(|p| p.try_into().ok())))
+    }
+
+    fn set_group_key(
+        &mut self,
+        gid: u32,
+        version: u32,
+        public: &[u8; 32],
+        wraps: &[(u32, Vec<u8>)],
+    ) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let (v, p): (u32, Option<Vec<u8>>) = tx
+            .query_row(
+                "SELECT key_version, key_public FROM groups WHERE gid = ?1",
+                params![gid],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db)?
+            .ok_or(StoreError::NotFound)?;
+        if version < v || (version == v && p.as_deref() != Some(&public[..])) {
+            return Err(StoreError::Conflict);
+        }
+        if version > v {
+            tx.execute(
+                "UPDATE groups SET key_version = ?2, key_public = ?3 WHERE gid = ?1",
+                params![gid, version, public.to_vec()],
+            )
+            .map_err(db)?;
+            tx.execute("DELETE FROM group_wraps WHERE gid = ?1", params![gid])
+                .map_err(db)?;
+        }
+        for (uid, wrap) in wraps {
+            tx.execute(
+                "INSERT OR REPLACE INTO group_wraps(gid, uid, version, wrap) VALUES (?1, ?2, ?3, ?4)",
+                params![gid, uid, version, wrap],
+            )
+            .map_err(db)?;
+        }
+        tx.commit().map_err(db)
+    }
+
+    fn group_wrap(&self, gid: u32, uid: u32) -> StoreResult<Option<Vec<u8>>> {
+        self.db
+            .query_row(
+                "SELECT w.wrap FROM group_wraps w JOIN groups g ON g.gid = w.gid
+                 WHERE w.gid = ?1 AND w.uid = ?2 AND w.version = g.key_version",
+                params![gid, uid],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)
+    }
+
+    fn set_e2e(&mut self, ino: u64, expect: &[u8; 32], state: &E2eState) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let i = Self::inode_in(&tx, ino)?.ok_or(StoreError::NotFound)?;
+        if *expect != state_hash_of(&i.e2e) {
+            return Err(StoreError::Conflict);
+        }
+        tx.execute(
+            "UPDATE inodes SET e2e = ?2 WHERE ino = ?1",
+            params![ino as i64, e2e_blob(&Some(state.clone()))],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
     fn groups_of(&self, uid: u32) -> StoreResult<Vec<u32>> {
         let mut st = self
             .db
@@ -1594,6 +1778,7 @@ impl MetaStore for SqliteStore {
         stale: u64,
         xattrs: Option<&[Xattr]>,
         charge: Option<u64>,
+        e2e: Option<&E2eCommit>,
         now_ms: u64,
     ) -> StoreResult<Option<Inode>> {
         let tx = self.db.transaction().map_err(db)?;
@@ -1639,6 +1824,15 @@ impl MetaStore for SqliteStore {
         // Quota (seed 002 §3.2): the new content's size is charged to the file's owner; growth
         // the upload's live escrow does not cover must fit now.
         let target = Self::inode_in(&tx, s.ino)?.ok_or(StoreError::NotFound)?;
+        // End to end: a change builds on the state it read; no commit goes back a key version.
+        if let Some(c) = e2e {
+            if c.expect != [0; 32] && c.expect != state_hash_of(&target.e2e) {
+                return Err(StoreError::Conflict);
+            }
+            if key_version_of(&Some(c.state.clone())) < key_version_of(&target.e2e) {
+                return Err(StoreError::Conflict);
+            }
+        }
         if Self::quota_in(&tx, target.uid)?.is_some() {
             let charge = charge.ok_or(StoreError::ChargeNeeded)?;
             let before = target.charged.unwrap_or(0);
@@ -1666,6 +1860,11 @@ impl MetaStore for SqliteStore {
         if let Some(x) = xattrs {
             Self::put_xattrs(&tx, s.ino, x)?;
         }
+        tx.execute(
+            "UPDATE inodes SET e2e = ?2 WHERE ino = ?1",
+            params![s.ino as i64, e2e_blob(&e2e.map(|c| c.state.clone()))],
+        )
+        .map_err(db)?;
         Self::delete_staged(&tx, obj)?;
         tx.commit().map_err(db)?;
         Ok(replaced)
@@ -2238,7 +2437,7 @@ mod tests {
         let old = s.staged(obj).unwrap().unwrap();
         assert_eq!((old.ino, old.new_file, old.path.as_str()), (0, false, "/f"));
         assert_eq!(
-            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0, None, None, 0),
+            s.commit_staged(ROOT_INO, "f", obj, Some(9), None, 0, None, None, None, 0),
             Err(StoreError::NotFound)
         );
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));

@@ -9,8 +9,9 @@
 //! which a power failure (not a process crash) may lose until the next durable change: losing
 //! them fails that upload's commit and leaves nothing visible. Per-file state is small and
 //! bounded: kind, mode, owner, group, times, the file's layout (a geometry over at most
-//! `COMPONENTS_MAX` component objects, seed 002 §3.3), its access_control_version, and room
-//! for a 32-byte trusted root (seed 003's constant trusted storage).
+//! `COMPONENTS_MAX` component objects, seed 002 §3.3), its access_control_version, and, for
+//! an encrypted file, its end-to-end state: seed 003's constant-size trusted record and side
+//! data the manager stores for readers without being able to read it (issue 10).
 //!
 //! Quotas (seed 002 §3.2): a user with a [`Quota`] has every file they own carry a charge
 //! ([`Inode::charged`], the file's logical size when last settled), and the quota's
@@ -22,7 +23,7 @@
 //! ([`StoreError::QuotaExceeded`]).
 
 use nasd_crypto::Key;
-use nasd_proto::manager::{FileKind, Xattr};
+use nasd_proto::manager::{E2eCommit, E2eState, FileKind, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// The root directory's inode number.
@@ -40,8 +41,8 @@ pub enum StoreError {
     NotADirectory,
     #[error("is a directory")]
     IsADirectory,
-    /// The file's layout is no longer at the version the change was based on.
-    #[error("the file's layout changed")]
+    /// The file's layout, or its end-to-end state, is no longer what the change was based on.
+    #[error("the file changed")]
     Conflict,
     /// The owner's quota has no room for what was asked (nothing changed).
     #[error("user {uid} is over quota: limit {limit} bytes, {used} used, {escrowed} escrowed, {asked} more asked")]
@@ -150,6 +151,15 @@ impl FileLayout {
     }
 }
 
+impl Inode {
+    /// Whether the file's size and modify time are its one object's (a plaintext one-object
+    /// file). An encrypted file's object is longer than its content when the content is
+    /// shorter than a cipher block, so the manager keeps its size, as for a striped file.
+    pub fn sized_by_object(&self) -> bool {
+        self.e2e.is_none() && self.layout.as_ref().is_some_and(|l| l.sized_by_object())
+    }
+}
+
 /// One file or directory. Bounded size: no per-block state at the manager.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
@@ -173,8 +183,10 @@ pub struct Inode {
     pub dir_layout: Option<String>,
     /// The object's current access_control_version (seed 002 §2.4); bumped to revoke.
     pub acv: u64,
-    /// Trusted per-file root (seed 003), unused until end-to-end integrity lands.
-    pub root: Option<[u8; 32]>,
+    /// Files written encrypted (issue 10): seed 003's trusted record, the writer who committed
+    /// it and their signature, and the side data readers check against it. Constant size per
+    /// file in what the manager trusts (the record); the side data it only stores.
+    pub e2e: Option<E2eState>,
     /// Symbolic links: the target, as given.
     pub target: Option<String>,
     /// Files whose owner has a quota: the bytes charged to it, the file's logical size when
@@ -323,6 +335,32 @@ pub trait MetaStore: Send {
     /// Adds a group; `Exists` if the name is taken. Returns the new gid.
     fn add_group(&mut self, name: &str) -> StoreResult<u32>;
     fn add_member(&mut self, gid: u32, uid: u32) -> StoreResult<()>;
+    /// The members of `gid`: users with it as primary group and those added to it.
+    fn members_of(&self, gid: u32) -> StoreResult<Vec<u32>>;
+
+    /// A user's end-to-end keys (issue 10), if set.
+    fn user_keys(&self, uid: u32) -> StoreResult<Option<UserKeys>>;
+    /// Sets a user's end-to-end keys. `NotFound` for an unknown uid.
+    fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()>;
+    /// A group's key pair: its version (0: none yet) and public half.
+    fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)>;
+    /// Makes `version` with `public` the group's key pair, dropping wraps of older versions,
+    /// and stores `wraps` of its secret to members (uid, wrap). The same version again with
+    /// the same public key adds wraps; an older version, or the same with another public
+    /// key, is `Conflict`. `NotFound` for an unknown group.
+    fn set_group_key(
+        &mut self,
+        gid: u32,
+        version: u32,
+        public: &[u8; 32],
+        wraps: &[(u32, Vec<u8>)],
+    ) -> StoreResult<()>;
+    /// The wrap of the group's current secret to `uid`, if there is one.
+    fn group_wrap(&self, gid: u32, uid: u32) -> StoreResult<Option<Vec<u8>>>;
+    /// Replaces file `ino`'s end-to-end state, provided its current state is the one `expect`
+    /// names (nasd-e2e's `state_hash`; zeros: none); `Conflict` otherwise, `NotFound` if the
+    /// file is gone.
+    fn set_e2e(&mut self, ino: u64, expect: &[u8; 32], state: &E2eState) -> StoreResult<()>;
     /// Every group `uid` belongs to, its primary group included.
     fn groups_of(&self, uid: u32) -> StoreResult<Vec<u32>>;
 
@@ -413,6 +451,13 @@ pub trait MetaStore: Send {
     /// the file's charge and the owner's usage moves by the difference (`ChargeNeeded` without
     /// it). Growth the upload's live escrow does not cover (it expired, or the content passes
     /// its end) must fit the quota now (`QuotaExceeded`); `now_ms` says which escrows live.
+    ///
+    /// End to end (issue 10): with `e2e`, the file's state becomes its state in the same
+    /// transaction, provided the file's current state is the one its `expect` names (when
+    /// `expect` is not zeros: a copy-on-write change) and its record's key version is not
+    /// older than the current record's (an upload started before an `unshare` must not commit
+    /// content under the key it revoked); `Conflict` otherwise. Without `e2e` the file is
+    /// plaintext from now on.
     #[allow(clippy::too_many_arguments)] // the entry, the upload and what the commit sets
     fn commit_staged(
         &mut self,
@@ -424,6 +469,7 @@ pub trait MetaStore: Send {
         stale: u64,
         xattrs: Option<&[Xattr]>,
         charge: Option<u64>,
+        e2e: Option<&E2eCommit>,
         now_ms: u64,
     ) -> StoreResult<Option<Inode>>;
     /// Replaces the layout of file `ino` by `layout` (a rebuilt component, a component marked

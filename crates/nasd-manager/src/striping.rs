@@ -358,7 +358,7 @@ impl Manager {
     /// kept here.
     pub(crate) async fn file_times(&self, i: &Inode) -> MgrResult<(u64, u64)> {
         match &i.layout {
-            Some(l) if l.sized_by_object() => {
+            Some(l) if i.sized_by_object() => {
                 let a = self.object_attributes(l.first()).await?;
                 Ok((a.logical_size, a.file_mtime_us()))
             }

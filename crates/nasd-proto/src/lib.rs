@@ -11,6 +11,8 @@
 //! - [`capability`]: `capability_args` (seed 002 Fig 1).
 //! - [`attr`]: object attributes (seed 002 Table 5).
 //! - [`ops`]: operation arguments (Tables 1-3) and reply bodies.
+//! - [`e2e`]: the manager protocol's end-to-end protection types (policies, per-file state,
+//!   user and group keys; issue 10).
 //! - [`ext`]: drive extensions and their table in Drive Control (seed 002 §2.2, §3.4), the
 //!   first being informed prefetching (§4.6).
 //! - [`message`]: frames, handshake, request and reply envelopes.
@@ -20,6 +22,7 @@
 pub mod attr;
 pub mod capability;
 pub mod codec;
+pub mod e2e;
 pub mod ext;
 #[cfg(feature = "tokio")]
 pub mod io;

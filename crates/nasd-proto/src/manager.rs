@@ -17,6 +17,10 @@
 
 use crate::capability::CapabilityArgs;
 use crate::codec::{Reader, Writer};
+pub use crate::e2e::{
+    E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo, UserKeys,
+    WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+};
 use crate::types::{DriveId, ObjectId, PartitionId, Suite};
 use crate::DecodeError;
 use std::fmt;
@@ -90,7 +94,20 @@ use std::fmt;
 ///   (answered with [`MgrReply::Quotas`]) set and show per-user quotas.
 /// - 11: [`MgrRequest::Chown`] takes a decimal uid or gid as well as a name (the mount's
 ///   `chown` passes the kernel's numbers); the encoding is unchanged.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 11;
+/// - 12: end-to-end protection (issue 10; seeds 001, 003). Every grant (`Opened`, `Staged`,
+///   each [`PreparedFile`]) ends with the [`E2ePolicy`] a writer of the file follows (its
+///   directory's: encrypted or not, the integrity construction, the writer authentication
+///   scheme, the block size, further readers) and the file's [`E2eState`] if it has one
+///   (seed 003's trusted record, the writer who committed it and their signature, and the side
+///   data readers check against it: key file, counter intervals, pins or tree nodes).
+///   [`MgrRequest::Commit`] may carry a new state with the hash of the record it replaces
+///   ([`E2eCommit`], compare-and-swap: [`MgrStatus::Conflict`] when another version came
+///   first); [`MgrRequest::E2eUpdate`] replaces the state alone (new key wraps). Users'
+///   public keys and password-sealed secrets: [`MgrRequest::UserKeySet`],
+///   [`MgrRequest::UserKeyGet`] ([`MgrReply::UserKeys`]); groups' key pairs and their wraps
+///   to members: [`MgrRequest::GroupKeySet`], [`MgrRequest::GroupKeyGet`]
+///   ([`MgrReply::GroupKeys`]). Layout specs take protection options after the geometry.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 12;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -378,6 +395,9 @@ pub enum MgrRequest {
         size: u64,
         stale: u64,
         xattrs: Option<Vec<Xattr>>,
+        /// The file's new end-to-end state, swapped in with the content if the file's record
+        /// is still the one `expect` names (else `Conflict`, and nothing changes).
+        e2e: Option<E2eCommit>,
     },
     /// Gives up a staged upload: the manager forgets it and removes its object now, so its
     /// space comes back without waiting for the orphan scrub.
@@ -482,6 +502,38 @@ pub enum MgrRequest {
     /// the caller may see; answered with [`MgrReply::Quotas`].
     QuotaGet {
         user: String,
+    },
+    /// Replaces a file's end-to-end state without changing its content (new key wraps after
+    /// `nasd share`, `unshare` or `chmod`), if its record is still the one `expect` names;
+    /// the file's owner or an admin.
+    E2eUpdate {
+        path: String,
+        update: E2eCommit,
+    },
+    /// Sets `user`'s end-to-end keys: the user's own, or an admin's for a user that has none
+    /// yet (`user add`).
+    UserKeySet {
+        user: String,
+        keys: UserKeys,
+    },
+    /// The end-to-end public keys of the users `uids` (at most [`KEY_LIST_MAX`]; users without
+    /// keys are left out), answered with [`MgrReply::UserKeys`]; the caller's own entry also
+    /// carries their sealed secret.
+    UserKeyGet {
+        uids: Vec<u32>,
+    },
+    /// Gives group `group` key pair `version` (greater than its current one), its public half
+    /// and the wraps of its secret to members (uid, wrap); admins only. Wraps of the current
+    /// version may be added later with the same version and public key.
+    GroupKeySet {
+        group: String,
+        version: u32,
+        public: [u8; 32],
+        wraps: Vec<(u32, Vec<u8>)>,
+    },
+    /// The key pairs of groups `gids`, answered with [`MgrReply::GroupKeys`].
+    GroupKeyGet {
+        gids: Vec<u32>,
     },
 }
 
@@ -697,6 +749,8 @@ pub struct PreparedFile {
     /// Writes may go up to this logical offset (exclusive); [`WRITE_END_UNBOUNDED`] when no
     /// quota bounds them.
     pub write_end: u64,
+    /// What the file's writer follows (the directory's policy).
+    pub policy: E2ePolicy,
 }
 
 /// A capability as the manager hands it out: public args and the secret key.
@@ -878,6 +932,10 @@ pub enum MgrReply {
         layout: Layout,
         caps: Vec<CapGrant>,
         write_end: u64,
+        /// What a writer of the file follows (its directory's policy).
+        policy: E2ePolicy,
+        /// The file's end-to-end state, if it has one.
+        e2e: Option<E2eState>,
     },
     Users(Vec<UserInfo>),
     Drives(Vec<DriveStatus>),
@@ -890,6 +948,9 @@ pub enum MgrReply {
         caps: Vec<CapGrant>,
         write_end: u64,
         replaces: bool,
+        policy: E2ePolicy,
+        /// The end-to-end state of the file the upload replaces or changes, if any.
+        e2e: Option<E2eState>,
     },
     Challenge([u8; CHALLENGE_BYTES]),
     /// The target of a symbolic link ([`MgrRequest::Readlink`]).
@@ -922,6 +983,10 @@ pub enum MgrReply {
     Breaks(Vec<CallbackBreak>),
     /// Quotas ([`MgrRequest::QuotaGet`], and the one [`MgrRequest::QuotaSet`] set).
     Quotas(Vec<QuotaInfo>),
+    /// Users' end-to-end public keys ([`MgrRequest::UserKeyGet`]).
+    UserKeys(Vec<UserKeyInfo>),
+    /// Groups' key pairs ([`MgrRequest::GroupKeyGet`]).
+    GroupKeys(Vec<GroupKeyInfo>),
 }
 
 fn put_str(w: &mut Writer, s: &str) {
@@ -1042,6 +1107,11 @@ impl MgrRequest {
             Self::WaitBreaks { .. } => "wait breaks",
             Self::QuotaSet { .. } => "quota set",
             Self::QuotaGet { .. } => "quota get",
+            Self::E2eUpdate { .. } => "e2e update",
+            Self::UserKeySet { .. } => "user key set",
+            Self::UserKeyGet { .. } => "user key get",
+            Self::GroupKeySet { .. } => "group key set",
+            Self::GroupKeyGet { .. } => "group key get",
         }
     }
 
@@ -1097,6 +1167,11 @@ impl MgrRequest {
             Self::WaitBreaks { .. } => 47,
             Self::QuotaSet { .. } => 48,
             Self::QuotaGet { .. } => 49,
+            Self::E2eUpdate { .. } => 50,
+            Self::UserKeySet { .. } => 51,
+            Self::UserKeyGet { .. } => 52,
+            Self::GroupKeySet { .. } => 53,
+            Self::GroupKeyGet { .. } => 54,
         };
         put_header(&mut w, KIND_REQUEST, request_id, tag);
         match self {
@@ -1156,6 +1231,37 @@ impl MgrRequest {
                 }
             }
             Self::QuotaGet { user } => put_str(&mut w, user),
+            Self::E2eUpdate { path, update } => {
+                put_str(&mut w, path);
+                update.put(&mut w);
+            }
+            Self::UserKeySet { user, keys } => {
+                put_str(&mut w, user);
+                keys.put(&mut w);
+            }
+            Self::UserKeyGet { uids: ids } | Self::GroupKeyGet { gids: ids } => {
+                debug_assert!(ids.len() <= KEY_LIST_MAX);
+                w.u32(ids.len() as u32);
+                for id in ids {
+                    w.u32(*id);
+                }
+            }
+            Self::GroupKeySet {
+                group,
+                version,
+                public,
+                wraps,
+            } => {
+                put_str(&mut w, group);
+                w.u32(*version);
+                w.bytes(public);
+                debug_assert!(wraps.len() <= KEY_LIST_MAX);
+                w.u32(wraps.len() as u32);
+                for (uid, wrap) in wraps {
+                    w.u32(*uid);
+                    w.blob(wrap);
+                }
+            }
             Self::Stat { path } | Self::Rmdir { path } | Self::Unlink { path } => {
                 put_str(&mut w, path)
             }
@@ -1305,6 +1411,7 @@ impl MgrRequest {
                 size,
                 stale,
                 xattrs,
+                e2e,
             } => {
                 put_str(&mut w, path);
                 w.u64(drive.0);
@@ -1316,6 +1423,13 @@ impl MgrRequest {
                     Some(x) => {
                         w.u8(1);
                         put_xattrs(&mut w, x);
+                    }
+                }
+                match e2e {
+                    None => w.u8(0),
+                    Some(c) => {
+                        w.u8(1);
+                        c.put(&mut w);
                     }
                 }
             }
@@ -1464,6 +1578,10 @@ impl MgrRequest {
                     false => None,
                     true => Some(get_xattrs(r)?),
                 },
+                e2e: match get_bool(r, "has e2e")? {
+                    false => None,
+                    true => Some(E2eCommit::get(r)?),
+                },
             },
             23 => Self::Challenge {
                 user: get_str(r, "user")?,
@@ -1571,6 +1689,40 @@ impl MgrRequest {
             49 => Self::QuotaGet {
                 user: get_str(r, "user")?,
             },
+            50 => Self::E2eUpdate {
+                path: get_str(r, "path")?,
+                update: E2eCommit::get(r)?,
+            },
+            51 => Self::UserKeySet {
+                user: get_str(r, "user")?,
+                keys: UserKeys::get(r)?,
+            },
+            52 => Self::UserKeyGet {
+                uids: get_ids(r, "uids")?,
+            },
+            53 => {
+                let group = get_str(r, "group")?;
+                let version = r.u32("group key version")?;
+                let public = r.array("group public key")?;
+                let n = r.u32("group wraps")? as usize;
+                if n > KEY_LIST_MAX || n.saturating_mul(8) > r.remaining() {
+                    return Err(DecodeError::TooLong("group wraps"));
+                }
+                let mut wraps = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let uid = r.u32("wrap uid")?;
+                    wraps.push((uid, r.blob(GROUP_WRAP_BYTES_MAX, "group wrap")?.to_vec()));
+                }
+                Self::GroupKeySet {
+                    group,
+                    version,
+                    public,
+                    wraps,
+                }
+            }
+            54 => Self::GroupKeyGet {
+                gids: get_ids(r, "gids")?,
+            },
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
@@ -1621,8 +1773,16 @@ fn put_layout(w: &mut Writer, l: &Layout) {
 }
 
 /// A grant as `Opened`, `Staged` and `Prepared` carry it: stat, layout, one capability per
-/// component, then `u64 write_end`.
-type Grant = (FileStat, Layout, Vec<CapGrant>, u64);
+/// component, `u64 write_end`, then (version 12) the writer's [`E2ePolicy`] and `u8 has_e2e`
+/// with the file's [`E2eState`].
+struct Grant {
+    stat: FileStat,
+    layout: Layout,
+    caps: Vec<CapGrant>,
+    write_end: u64,
+    policy: E2ePolicy,
+    e2e: Option<E2eState>,
+}
 
 fn get_opened(r: &mut Reader<'_>) -> Result<Grant, DecodeError> {
     let stat = get_stat(r)?;
@@ -1636,10 +1796,31 @@ fn get_opened(r: &mut Reader<'_>) -> Result<Grant, DecodeError> {
         });
     }
     let write_end = r.u64("write end")?;
-    Ok((stat, layout, caps, write_end))
+    let policy = E2ePolicy::get(r)?;
+    let e2e = match get_bool(r, "has e2e")? {
+        false => None,
+        true => Some(E2eState::get(r)?),
+    };
+    Ok(Grant {
+        stat,
+        layout,
+        caps,
+        write_end,
+        policy,
+        e2e,
+    })
 }
 
-fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant], write_end: u64) {
+#[allow(clippy::too_many_arguments)] // a grant's fields, as they go on the wire
+fn put_opened(
+    w: &mut Writer,
+    stat: &FileStat,
+    layout: &Layout,
+    caps: &[CapGrant],
+    write_end: u64,
+    policy: &E2ePolicy,
+    e2e: Option<&E2eState>,
+) {
     debug_assert_eq!(caps.len(), layout.components.len());
     put_stat(w, stat);
     put_layout(w, layout);
@@ -1648,6 +1829,14 @@ fn put_opened(w: &mut Writer, stat: &FileStat, layout: &Layout, caps: &[CapGrant
         w.bytes(&cap.key);
     }
     w.u64(write_end);
+    policy.put(w);
+    match e2e {
+        None => w.u8(0),
+        Some(e) => {
+            w.u8(1);
+            e.put(w);
+        }
+    }
 }
 
 fn put_stat(w: &mut Writer, s: &FileStat) {
@@ -1751,6 +1940,15 @@ fn get_xattrs(r: &mut Reader<'_>) -> Result<Vec<Xattr>, DecodeError> {
 
 /// A count that precedes a list, checked against the bytes left (each element takes at least
 /// `min_bytes`) before anything is allocated.
+/// `u32 n` (at most [`KEY_LIST_MAX`]) then `n` u32 ids.
+fn get_ids(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u32>, DecodeError> {
+    let n = r.u32(what)? as usize;
+    if n > KEY_LIST_MAX || n.saturating_mul(4) > r.remaining() {
+        return Err(DecodeError::TooLong(what));
+    }
+    (0..n).map(|_| r.u32(what)).collect()
+}
+
 fn get_count(
     r: &mut Reader<'_>,
     min_bytes: usize,
@@ -1952,6 +2150,8 @@ impl MgrReply {
             Self::Xattrs { .. } => 19,
             Self::Breaks(_) => 20,
             Self::Quotas(_) => 21,
+            Self::UserKeys(_) => 22,
+            Self::GroupKeys(_) => 23,
         };
         put_header(&mut w, KIND_REPLY, request_id, tag);
         match self {
@@ -1993,16 +2193,46 @@ impl MgrReply {
                 layout,
                 caps,
                 write_end,
-            } => put_opened(&mut w, stat, layout, caps, *write_end),
+                policy,
+                e2e,
+            } => put_opened(&mut w, stat, layout, caps, *write_end, policy, e2e.as_ref()),
             Self::Staged {
                 stat,
                 layout,
                 caps,
                 write_end,
                 replaces,
+                policy,
+                e2e,
             } => {
-                put_opened(&mut w, stat, layout, caps, *write_end);
+                put_opened(&mut w, stat, layout, caps, *write_end, policy, e2e.as_ref());
                 w.u8(*replaces as u8);
+            }
+            Self::UserKeys(us) => {
+                debug_assert!(us.len() <= KEY_LIST_MAX);
+                w.u32(us.len() as u32);
+                for u in us {
+                    w.u32(u.uid);
+                    put_str(&mut w, &u.name);
+                    u.keys.put(&mut w);
+                }
+            }
+            Self::GroupKeys(gs) => {
+                debug_assert!(gs.len() <= KEY_LIST_MAX);
+                w.u32(gs.len() as u32);
+                for g in gs {
+                    w.u32(g.gid);
+                    put_str(&mut w, &g.name);
+                    w.u32(g.version);
+                    put_public_key(&mut w, &g.public);
+                    w.blob(&g.wrap);
+                    debug_assert!(g.missing.len() <= KEY_LIST_MAX);
+                    w.u32(g.missing.len() as u32);
+                    for (uid, pk) in &g.missing {
+                        w.u32(*uid);
+                        w.bytes(pk);
+                    }
+                }
             }
             Self::Quotas(qs) => {
                 debug_assert!(qs.len() <= LIST_ENTRIES_MAX);
@@ -2019,7 +2249,15 @@ impl MgrReply {
                 debug_assert!(files.len() <= PREPARED_FILES_MAX as usize);
                 w.u32(files.len() as u32);
                 for f in files {
-                    put_opened(&mut w, &f.stat, &f.layout, &f.caps, f.write_end);
+                    put_opened(
+                        &mut w,
+                        &f.stat,
+                        &f.layout,
+                        &f.caps,
+                        f.write_end,
+                        &f.policy,
+                        None,
+                    );
                 }
             }
             Self::LayoutSpec(spec) | Self::LinkTarget(spec) => put_str(&mut w, spec),
@@ -2108,23 +2346,68 @@ impl MgrReply {
                 Self::Entries(es)
             }
             6 => {
-                let (stat, layout, caps, write_end) = get_opened(r)?;
+                let g = get_opened(r)?;
                 Self::Opened {
-                    stat,
-                    layout,
-                    caps,
-                    write_end,
+                    stat: g.stat,
+                    layout: g.layout,
+                    caps: g.caps,
+                    write_end: g.write_end,
+                    policy: g.policy,
+                    e2e: g.e2e,
                 }
             }
             9 => {
-                let (stat, layout, caps, write_end) = get_opened(r)?;
+                let g = get_opened(r)?;
                 Self::Staged {
-                    stat,
-                    layout,
-                    caps,
-                    write_end,
+                    stat: g.stat,
+                    layout: g.layout,
+                    caps: g.caps,
+                    write_end: g.write_end,
                     replaces: get_bool(r, "replaces")?,
+                    policy: g.policy,
+                    e2e: g.e2e,
                 }
+            }
+            22 => {
+                // uid, name (4 + name), two keys, sealed (4 + bytes).
+                let n = get_count(r, 4 + 4 + 64 + 4, "user keys")?;
+                let mut us = Vec::with_capacity(n);
+                for _ in 0..n {
+                    us.push(UserKeyInfo {
+                        uid: r.u32("uid")?,
+                        name: get_str(r, "user")?,
+                        keys: UserKeys::get(r)?,
+                    });
+                }
+                Self::UserKeys(us)
+            }
+            23 => {
+                let n = get_count(r, 4 + 4 + 4 + 1 + 4 + 4, "group keys")?;
+                let mut gs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let gid = r.u32("gid")?;
+                    let name = get_str(r, "group")?;
+                    let version = r.u32("group key version")?;
+                    let public = get_public_key(r)?;
+                    let wrap = r.blob(GROUP_WRAP_BYTES_MAX, "group wrap")?.to_vec();
+                    let m = r.u32("missing wraps")? as usize;
+                    if m > KEY_LIST_MAX || m.saturating_mul(36) > r.remaining() {
+                        return Err(DecodeError::TooLong("missing wraps"));
+                    }
+                    let mut missing = Vec::with_capacity(m);
+                    for _ in 0..m {
+                        missing.push((r.u32("uid")?, r.array("public key")?));
+                    }
+                    gs.push(GroupKeyInfo {
+                        gid,
+                        name,
+                        version,
+                        public,
+                        wrap,
+                        missing,
+                    });
+                }
+                Self::GroupKeys(gs)
             }
             21 => {
                 // user (4 + name), uid, limit, used, escrowed.
@@ -2211,12 +2494,16 @@ impl MgrReply {
                 }
                 let mut files = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    let (stat, layout, caps, write_end) = get_opened(r)?;
+                    let g = get_opened(r)?;
+                    if g.e2e.is_some() {
+                        return Err(DecodeError::BadValue("a prepared file with e2e state"));
+                    }
                     files.push(PreparedFile {
-                        stat,
-                        layout,
-                        caps,
-                        write_end,
+                        stat: g.stat,
+                        layout: g.layout,
+                        caps: g.caps,
+                        write_end: g.write_end,
+                        policy: g.policy,
                     });
                 }
                 Self::Prepared(files)
@@ -2258,6 +2545,18 @@ mod tests {
             mtime_us: 1_700_000_000_000_000,
             ctime_us: 1_600_000_000_000_000,
             nlink: 2,
+        }
+    }
+
+    fn sample_e2e_commit() -> E2eCommit {
+        E2eCommit {
+            expect: [4; 32],
+            state: E2eState {
+                record: vec![1; 90],
+                writer: 1000,
+                signature: vec![2; 64],
+                side: vec![3; 500],
+            },
         }
     }
 
@@ -2390,7 +2689,40 @@ mod tests {
                 size: 12345,
                 stale: 0b100010,
                 xattrs: None,
+                e2e: None,
             },
+            MgrRequest::Commit {
+                path: p(),
+                drive: DriveId(3),
+                object: ObjectId(17),
+                size: 12345,
+                stale: 0,
+                xattrs: None,
+                e2e: Some(sample_e2e_commit()),
+            },
+            MgrRequest::E2eUpdate {
+                path: p(),
+                update: sample_e2e_commit(),
+            },
+            MgrRequest::UserKeySet {
+                user: "alice".into(),
+                keys: UserKeys {
+                    enc_public: [1; 32],
+                    sign_public: [2; 32],
+                    sealed: vec![3; 90],
+                },
+            },
+            MgrRequest::UserKeyGet { uids: vec![] },
+            MgrRequest::UserKeyGet {
+                uids: vec![0, 1000, u32::MAX],
+            },
+            MgrRequest::GroupKeySet {
+                group: "staff".into(),
+                version: 3,
+                public: [9; 32],
+                wraps: vec![(1000, vec![7; 93]), (1001, vec![])],
+            },
+            MgrRequest::GroupKeyGet { gids: vec![100] },
             MgrRequest::Commit {
                 path: p(),
                 drive: DriveId(3),
@@ -2407,6 +2739,7 @@ mod tests {
                         value: vec![],
                     },
                 ]),
+                e2e: None,
             },
             MgrRequest::Getxattrs { path: p() },
             MgrRequest::Setxattr {
@@ -2512,6 +2845,7 @@ mod tests {
             layout,
             caps,
             write_end: WRITE_END_UNBOUNDED,
+            policy: E2ePolicy::default(),
         };
         let ok = MgrReply::Prepared(vec![one; PREPARED_FILES_MAX as usize]).encode(1);
         assert!(MgrReply::decode(&ok).is_ok());
@@ -2537,6 +2871,11 @@ mod tests {
                     caps: caps.clone(),
                     write_end,
                     replaces,
+                    policy: E2ePolicy {
+                        readers: vec![Principal::User(3), Principal::Group(4)],
+                        ..E2ePolicy::default()
+                    },
+                    e2e: replaces.then(|| sample_e2e_commit().state),
                 });
             }
             let one = PreparedFile {
@@ -2544,11 +2883,40 @@ mod tests {
                 layout,
                 caps,
                 write_end: 4096,
+                policy: E2ePolicy::plaintext(),
             };
             v.push(MgrReply::Prepared(vec![]));
             v.push(MgrReply::Prepared(vec![one; 3]));
         }
         v.push(MgrReply::Challenge([6; 32]));
+        v.push(MgrReply::UserKeys(vec![]));
+        v.push(MgrReply::UserKeys(vec![UserKeyInfo {
+            uid: 1000,
+            name: "alice".into(),
+            keys: UserKeys {
+                enc_public: [1; 32],
+                sign_public: [2; 32],
+                sealed: vec![],
+            },
+        }]));
+        v.push(MgrReply::GroupKeys(vec![
+            GroupKeyInfo {
+                gid: 100,
+                name: "staff".into(),
+                version: 0,
+                public: None,
+                wrap: vec![],
+                missing: vec![],
+            },
+            GroupKeyInfo {
+                gid: 101,
+                name: "ops".into(),
+                version: 2,
+                public: Some([8; 32]),
+                wrap: vec![1; 93],
+                missing: vec![(1002, [3; 32])],
+            },
+        ]));
         v.push(MgrReply::Quotas(vec![]));
         v.push(MgrReply::Quotas(vec![
             QuotaInfo {
@@ -2675,6 +3043,8 @@ mod tests {
                     })
                     .collect(),
                 write_end: 3 << 20,
+                policy: E2ePolicy::default(),
+                e2e: None,
             },
             MgrReply::LayoutSpec("raid6x:8/256K".into()),
             MgrReply::Scrubbed(ScrubReport {
@@ -2766,7 +3136,9 @@ mod tests {
             panic!("reply 5 is Opened");
         };
         let b = base_replies()[5].encode(1);
-        assert_eq!(b[b.len() - 8..], write_end.to_le_bytes());
+        // write_end, then (version 12) the 5-byte default policy and `has_e2e` 0.
+        assert_eq!(b[b.len() - 14..b.len() - 6], write_end.to_le_bytes());
+        assert_eq!(b[b.len() - 6..], [1, 0, 2, 16, 0, 0]);
         let e = MgrReply::error(MgrStatus::QuotaExceeded, "").encode(1);
         assert_eq!(e[16..18], 25u16.to_le_bytes());
         let q = MgrRequest::QuotaSet {

@@ -1,0 +1,490 @@
+//! End-to-end protection at the file manager (issue 10; seeds 001 and 003). The manager is
+//! trusted for policy and for a few bytes per file, never for file keys in clear (requirements
+//! B.1): it keeps
+//!
+//! - each directory's [`E2ePolicy`] (in its layout spec, after the geometry: `rs:4+2,mt,auth=2`)
+//!   and hands it to the writers of new files below it;
+//! - each encrypted file's [`E2eState`]: seed 003's constant-size trusted record, swapped by
+//!   compare-and-swap on commit, the user who committed it, their signature, and side data
+//!   it stores but cannot read (the key file of wraps, counter intervals, pins);
+//! - users' public keys and their secrets sealed under their passwords (only the user gets
+//!   theirs back), and groups' key pairs with the secret wrapped to each member (seed 001
+//!   §3.2: "each member of the group needs a copy of the group's private key").
+//!
+//! Nothing here unwraps anything: every secret the manager stores is sealed to a password it
+//! does not keep or wrapped to a private key it never sees.
+
+use crate::service::{denied, store_err, Caller, Manager};
+use crate::store::{Inode, StoreError};
+use crate::{MgrError, MgrResult};
+use nasd_proto::e2e::{
+    BLOCK_LOG2_MAX, BLOCK_LOG2_MIN, GROUP_WRAP_BYTES_MAX, POLICY_READERS_MAX,
+    SEALED_SECRET_BYTES_MAX,
+};
+use nasd_proto::manager::*;
+
+/// A directory's stored spec: the geometry and the policy it set (either may be absent in
+/// specs stored before version 12, which then come from its ancestors).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DirSpec {
+    pub geometry: Option<String>,
+    pub policy: Option<E2ePolicy>,
+}
+
+/// One protection option of a layout spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Opt {
+    Encrypted(bool),
+    Eint(Eint),
+    Auth(WriterAuth),
+    Block(u8),
+    Reader(Principal),
+    NoReaders,
+}
+
+/// Splits a spec into its geometry (the first part, unless it is an option) and options.
+fn split(spec: &str) -> (Option<&str>, Vec<&str>) {
+    let parts: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    match parts.first() {
+        Some(first) if parse_opt(first, &|_, _| None).is_none() => {
+            (Some(*first), parts[1..].to_vec())
+        }
+        _ => (None, parts),
+    }
+}
+
+/// Parses one option; `name` resolves a user (`false`) or group (`true`) name to its id.
+fn parse_opt(s: &str, name: &dyn Fn(&str, bool) -> Option<u32>) -> Option<Opt> {
+    Some(match s {
+        "encrypted" => Opt::Encrypted(true),
+        "plain" | "plaintext" => Opt::Encrypted(false),
+        "mt" => Opt::Eint(Eint::Mt),
+        "rand" => Opt::Eint(Eint::Rand),
+        "comp" => Opt::Eint(Eint::Comp),
+        "noreaders" => Opt::NoReaders,
+        _ => {
+            let (k, v) = s.split_once('=')?;
+            match k {
+                "auth" => Opt::Auth(WriterAuth::from_u8(v.parse().ok()?).ok()?),
+                "block" => {
+                    let bytes = match v.strip_suffix(['K', 'k']) {
+                        Some(k) => k.parse::<u32>().ok()?.checked_mul(1024)?,
+                        None => v.parse::<u32>().ok()?,
+                    };
+                    let log2 = bytes.trailing_zeros() as u8;
+                    if !bytes.is_power_of_two()
+                        || !(BLOCK_LOG2_MIN..=BLOCK_LOG2_MAX).contains(&log2)
+                    {
+                        return None;
+                    }
+                    Opt::Block(log2)
+                }
+                "reader" => Opt::Reader(match v.split_once(':') {
+                    Some(("u", id)) => Principal::User(id.parse().ok()?),
+                    Some(("g", id)) => Principal::Group(id.parse().ok()?),
+                    _ => match v.strip_prefix('@') {
+                        Some(g) => Principal::Group(name(g, true)?),
+                        None => Principal::User(name(v, false)?),
+                    },
+                }),
+                _ => return None,
+            }
+        }
+    })
+}
+
+fn apply(mut p: E2ePolicy, opts: &[Opt]) -> E2ePolicy {
+    for o in opts {
+        match o {
+            Opt::Encrypted(e) => p.encrypted = *e,
+            Opt::Eint(e) => p.eint = *e,
+            Opt::Auth(a) => p.auth = *a,
+            Opt::Block(b) => p.block_log2 = *b,
+            Opt::Reader(r) => {
+                if !p.readers.contains(r) {
+                    p.readers.push(*r);
+                }
+            }
+            Opt::NoReaders => p.readers.clear(),
+        }
+    }
+    p
+}
+
+/// The canonical options of a policy, readers by id (`reader=u:ID`, `reader=g:ID`).
+fn render_policy(p: &E2ePolicy) -> String {
+    let mut s = format!(
+        "{},{},auth={},block={}K",
+        if p.encrypted { "encrypted" } else { "plain" },
+        p.eint.name(),
+        p.auth as u8,
+        p.block_bytes() / 1024
+    );
+    for r in &p.readers {
+        match r {
+            Principal::User(u) => s.push_str(&format!(",reader=u:{u}")),
+            Principal::Group(g) => s.push_str(&format!(",reader=g:{g}")),
+        }
+    }
+    s
+}
+
+impl DirSpec {
+    /// A spec as the store holds it (ids, never names); anything unreadable counts as absent.
+    pub fn parse_stored(s: &str) -> DirSpec {
+        let (geometry, opts) = split(s);
+        let parsed: Option<Vec<Opt>> = opts.iter().map(|o| parse_opt(o, &|_, _| None)).collect();
+        DirSpec {
+            geometry: geometry.map(str::to_string),
+            policy: parsed
+                .filter(|p| !p.is_empty())
+                .map(|p| apply(E2ePolicy::plaintext(), &p)),
+        }
+    }
+
+    /// A spec of a policy alone.
+    pub fn of_policy(p: &E2ePolicy) -> DirSpec {
+        DirSpec {
+            geometry: None,
+            policy: Some(p.clone()),
+        }
+    }
+
+    /// How the store holds it.
+    pub fn render(&self) -> String {
+        match (&self.geometry, &self.policy) {
+            (Some(g), Some(p)) => format!("{g},{}", render_policy(p)),
+            (Some(g), None) => g.clone(),
+            (None, Some(p)) => render_policy(p),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+impl Manager {
+    /// The policy files created in directory `dir` follow: the nearest spec that sets one,
+    /// else the cluster's default.
+    pub fn policy_for(&self, dir: &Inode) -> MgrResult<E2ePolicy> {
+        let st = self.st();
+        let mut cur = dir.clone();
+        loop {
+            if let Some(p) = cur
+                .dir_layout
+                .as_deref()
+                .and_then(|s| DirSpec::parse_stored(s).policy)
+            {
+                return Ok(p);
+            }
+            if cur.ino == crate::store::ROOT_INO {
+                return Ok(self.policy.default_e2e.clone());
+            }
+            cur = st
+                .inode(cur.parent)
+                .map_err(|e| store_err(e, "directory"))?
+                .ok_or_else(|| {
+                    MgrError::new(MgrStatus::Internal, "a directory's parent is gone")
+                })?;
+        }
+    }
+
+    /// The policy a writer of file `i` follows: its directory's.
+    pub fn policy_of_file(&self, i: &Inode) -> MgrResult<E2ePolicy> {
+        let dir = self
+            .st()
+            .inode(i.parent)
+            .map_err(|e| store_err(e, "directory"))?;
+        match dir {
+            Some(d) if d.kind == FileKind::Dir => self.policy_for(&d),
+            _ => Ok(self.policy.default_e2e.clone()),
+        }
+    }
+
+    /// A layout spec from a client (`[GEOMETRY][,OPTION]...`) merged into what directory `d`
+    /// has now: the geometry part, when given, replaces the geometry; options change the
+    /// policy. Names of readers (`reader=NAME`, `reader=@GROUP`) are resolved to ids.
+    pub(crate) fn merge_spec(
+        &self,
+        d: &Inode,
+        spec: &str,
+        path: &str,
+    ) -> MgrResult<(Option<String>, Option<E2ePolicy>)> {
+        let (geometry, opts) = split(spec);
+        let st = self.st();
+        let name = |n: &str, group: bool| -> Option<u32> {
+            if group {
+                st.group_by_name(n).ok().flatten().map(|g| g.gid)
+            } else {
+                st.user_by_name(n).ok().flatten().map(|u| u.uid)
+            }
+        };
+        let mut parsed = Vec::with_capacity(opts.len());
+        for o in &opts {
+            parsed.push(parse_opt(o, &name).ok_or_else(|| {
+                MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!(
+                        "{path}: unknown layout option {o:?} (options: encrypted, plain, mt, rand, \
+                         comp, auth=1|2|3, block=1K..64K, reader=USER, reader=@GROUP, noreaders)"
+                    ),
+                )
+            })?);
+        }
+        drop(st);
+        let policy = if parsed.is_empty() {
+            None
+        } else {
+            let p = apply(self.policy_for(d)?, &parsed);
+            if p.readers.len() > POLICY_READERS_MAX {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!("{path}: at most {POLICY_READERS_MAX} further readers"),
+                ));
+            }
+            Some(p)
+        };
+        Ok((geometry.map(str::to_string), policy))
+    }
+
+    /// A policy as `LayoutGet` shows it: readers by name where they still have one.
+    pub(crate) fn show_policy(&self, p: &E2ePolicy) -> String {
+        let st = self.st();
+        let mut s = render_policy(&E2ePolicy {
+            readers: vec![],
+            ..p.clone()
+        });
+        for r in &p.readers {
+            let shown = match *r {
+                Principal::User(u) => st
+                    .user_by_uid(u)
+                    .ok()
+                    .flatten()
+                    .map_or(format!("u:{u}"), |u| u.name),
+                Principal::Group(g) => st
+                    .group_by_gid(g)
+                    .ok()
+                    .flatten()
+                    .map_or(format!("g:{g}"), |g| format!("@{}", g.name)),
+            };
+            s.push_str(&format!(",reader={shown}"));
+        }
+        s
+    }
+
+    /// Replaces file `path`'s end-to-end state without a content change (`nasd share`,
+    /// `unshare`, `chmod`): the owner or an admin, and only if the state is still the one the
+    /// update names. A state whose record is unchanged keeps its writer and signature (only
+    /// wraps changed); one with a new record (a new key version) names the caller as writer.
+    pub fn e2e_update(&self, c: &Caller, path: &str, update: E2eCommit) -> MgrResult<()> {
+        let i = self.resolve(c, path)?;
+        if i.kind != FileKind::File {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: not a file"),
+            ));
+        }
+        if !c.admin && i.uid != c.uid {
+            return Err(denied(
+                path,
+                "only the owner may change who can decrypt a file",
+            ));
+        }
+        let Some(current) = &i.e2e else {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: the file is not encrypted"),
+            ));
+        };
+        let mut state = update.state;
+        if state.record == current.record {
+            state.writer = current.writer;
+            state.signature = current.signature.clone();
+        } else {
+            state.writer = c.uid;
+        }
+        self.st()
+            .set_e2e(i.ino, &update.expect, &state)
+            .map_err(|e| match e {
+                StoreError::Conflict => MgrError::new(
+                    MgrStatus::Conflict,
+                    format!("{path}: the file's keys or content changed meanwhile; read it again"),
+                ),
+                e => store_err(e, path),
+            })
+    }
+
+    /// Sets `user`'s keys: their own, or an admin's for a user that has none yet.
+    pub fn user_key_set(&self, c: &Caller, user: &str, keys: &UserKeys) -> MgrResult<()> {
+        if keys.sealed.len() > SEALED_SECRET_BYTES_MAX {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                "sealed secret too long",
+            ));
+        }
+        let mut st = self.st();
+        let u = st
+            .user_by_name(user)
+            .map_err(|e| store_err(e, user))?
+            .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.to_string()))?;
+        let has = st.user_keys(u.uid).map_err(|e| store_err(e, user))?;
+        let may = u.uid == c.uid || (c.admin && has.is_none());
+        if !may {
+            return Err(MgrError::new(
+                MgrStatus::PermissionDenied,
+                format!(
+                    "{user}: only the user sets their keys (an admin only for a user without any)"
+                ),
+            ));
+        }
+        st.set_user_keys(u.uid, keys)
+            .map_err(|e| store_err(e, user))
+    }
+
+    /// Public keys of the users `uids` that have them; the caller's own entry with its sealed
+    /// secret.
+    pub fn user_key_get(&self, c: &Caller, uids: &[u32]) -> MgrResult<Vec<UserKeyInfo>> {
+        let st = self.st();
+        let mut out = Vec::with_capacity(uids.len());
+        for &uid in uids {
+            let Some(u) = st.user_by_uid(uid).map_err(|e| store_err(e, "user"))? else {
+                continue;
+            };
+            let Some(mut keys) = st.user_keys(uid).map_err(|e| store_err(e, "user"))? else {
+                continue;
+            };
+            if uid != c.uid {
+                keys.sealed.clear();
+            }
+            out.push(UserKeyInfo {
+                uid,
+                name: u.name,
+                keys,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Gives `group` a key pair (or more wraps of its current one); admins only, and wraps only
+    /// to members.
+    pub fn group_key_set(
+        &self,
+        c: &Caller,
+        group: &str,
+        version: u32,
+        public: &[u8; 32],
+        wraps: &[(u32, Vec<u8>)],
+    ) -> MgrResult<()> {
+        if !c.admin {
+            return Err(denied(group, "only an admin sets a group's keys"));
+        }
+        let mut st = self.st();
+        let g = st
+            .group_by_name(group)
+            .map_err(|e| store_err(e, group))?
+            .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
+        let members = st.members_of(g.gid).map_err(|e| store_err(e, group))?;
+        for (uid, wrap) in wraps {
+            if !members.contains(uid) || wrap.len() > GROUP_WRAP_BYTES_MAX {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!("{group}: a wrap for uid {uid}, who is not a member"),
+                ));
+            }
+        }
+        st.set_group_key(g.gid, version, public, wraps)
+            .map_err(|e| match e {
+                StoreError::Conflict => MgrError::new(
+                    MgrStatus::Conflict,
+                    format!("{group}: key version {version} is not newer than the group's"),
+                ),
+                e => store_err(e, group),
+            })
+    }
+
+    /// Key pairs of the groups `gids`: version, public half, the caller's wrap, and members
+    /// with keys but no wrap of the current version.
+    pub fn group_key_get(&self, c: &Caller, gids: &[u32]) -> MgrResult<Vec<GroupKeyInfo>> {
+        let st = self.st();
+        let mut out = Vec::with_capacity(gids.len());
+        for &gid in gids {
+            let Some(g) = st.group_by_gid(gid).map_err(|e| store_err(e, "group"))? else {
+                continue;
+            };
+            let (version, public) = st.group_key(gid).map_err(|e| store_err(e, &g.name))?;
+            let wrap = st
+                .group_wrap(gid, c.uid)
+                .map_err(|e| store_err(e, &g.name))?
+                .unwrap_or_default();
+            let mut missing = vec![];
+            if public.is_some() {
+                for uid in st.members_of(gid).map_err(|e| store_err(e, &g.name))? {
+                    let has = st.group_wrap(gid, uid).map_err(|e| store_err(e, &g.name))?;
+                    let keys = st.user_keys(uid).map_err(|e| store_err(e, &g.name))?;
+                    if let (None, Some(k)) = (has, keys) {
+                        missing.push((uid, k.enc_public));
+                    }
+                }
+            }
+            out.push(GroupKeyInfo {
+                gid,
+                name: g.name,
+                version,
+                public,
+                wrap,
+                missing,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_split_into_geometry_and_options_and_render_back() {
+        let s = DirSpec::parse_stored("rs:4+2/1M,encrypted,rand,auth=1,block=4K,reader=u:7");
+        assert_eq!(s.geometry.as_deref(), Some("rs:4+2/1M"));
+        let p = s.policy.clone().unwrap();
+        assert!(p.encrypted);
+        assert_eq!(
+            (p.eint, p.auth, p.block_log2),
+            (Eint::Rand, WriterAuth::Signed, 12)
+        );
+        assert_eq!(p.readers, vec![Principal::User(7)]);
+        assert_eq!(DirSpec::parse_stored(&s.render()), s);
+        // A spec stored before version 12: geometry only, the policy inherited.
+        let old = DirSpec::parse_stored("raid6x:8/256K");
+        assert_eq!(
+            (old.geometry.as_deref(), old.policy),
+            (Some("raid6x:8/256K"), None)
+        );
+        // Options only.
+        let o = DirSpec::parse_stored("plain,comp");
+        assert_eq!(o.geometry, None);
+        assert!(!o.policy.as_ref().unwrap().encrypted);
+    }
+
+    #[test]
+    fn bad_options_are_not_options() {
+        for bad in [
+            "block=3K",
+            "block=128K",
+            "block=512",
+            "auth=4",
+            "reader=",
+            "reader=x:1",
+        ] {
+            assert_eq!(parse_opt(bad, &|_, _| None), None, "{bad}");
+        }
+        assert_eq!(
+            parse_opt("reader=@staff", &|n, g| (g && n == "staff").then_some(5)),
+            Some(Opt::Reader(Principal::Group(5)))
+        );
+        assert_eq!(parse_opt("block=64K", &|_, _| None), Some(Opt::Block(16)));
+    }
+}
