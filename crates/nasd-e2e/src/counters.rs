@@ -14,8 +14,10 @@
 //! unverified ([R] in the requirements: only the end of the paper is in `seeds/`).
 //!
 //! Encoding (little-endian, canonical): `version u8 = 1 ‖ count u32 ‖ count × (first u64 ‖
-//! last u64 ‖ ctr u64 ‖ key_version u32)`. The intervals cover `0..blocks` without gaps, every
-//! `ctr ≥ 1`, and neighbours differ, so a list has exactly one encoding and one digest.
+//! last u64 ‖ ctr u64 ‖ key_version u32)`. The intervals cover `0..blocks` without gaps and
+//! neighbours differ, so a list has exactly one encoding and one digest. A run with `ctr = 0`
+//! (and key version 0) is a hole: blocks never written, which read as zeros and have no
+//! ciphertext (a sparse file, or a write past the end); every written block has `ctr ≥ 1`.
 
 use crate::codec::{hash_parts, DecodeError, Reader};
 use crate::keys::KeyVersion;
@@ -79,14 +81,32 @@ impl CounterIntervals {
         self.find(i).map(|k| self.runs[k].state())
     }
 
-    /// Counts one more write of block `i` under `key_version` and returns the new `ctr_i`.
-    /// `i` may be the block count, which appends a block with counter 1. `None` if `i` is past
-    /// that or the counter would overflow.
-    pub fn inc(&mut self, i: u64, key_version: KeyVersion) -> Option<u64> {
-        let blocks = self.blocks();
-        if i > blocks {
-            return None;
+    /// Whether block `i` is a hole (never written: zeros, nothing stored).
+    pub fn is_hole(&self, i: u64) -> bool {
+        self.get(i).is_some_and(|(ctr, _)| ctr == 0)
+    }
+
+    /// Grows the list to `blocks` blocks with a hole (a file extended with zeros).
+    pub fn extend(&mut self, blocks: u64) {
+        let have = self.blocks();
+        if blocks <= have {
+            return;
         }
+        self.runs.push(Interval {
+            first: have,
+            last: blocks - 1,
+            ctr: 0,
+            key_version: 0,
+        });
+        self.merge_around(self.runs.len() - 1);
+    }
+
+    /// Counts one more write of block `i` under `key_version` and returns the new `ctr_i`.
+    /// `i` may be at or past the block count: blocks between the end and `i` become a hole,
+    /// and `i` gets counter 1. `None` if the counter would overflow.
+    pub fn inc(&mut self, i: u64, key_version: KeyVersion) -> Option<u64> {
+        self.extend(i);
+        let blocks = self.blocks();
         if i == blocks {
             self.runs.push(Interval {
                 first: i,
@@ -187,8 +207,8 @@ impl CounterIntervals {
             if iv.last < iv.first {
                 return Err(r.invalid("interval ends before it starts"));
             }
-            if iv.ctr == 0 {
-                return Err(r.invalid("a written block has counter 0"));
+            if iv.ctr == 0 && iv.key_version != 0 {
+                return Err(r.invalid("a hole has a key version"));
             }
             if runs.last().is_some_and(|p| p.state() == iv.state()) {
                 return Err(r.invalid("neighbouring intervals are equal"));
@@ -228,7 +248,15 @@ mod tests {
         assert_eq!(c.intervals().len(), 1);
         assert_eq!(c.get(999), Some((2, 1)));
         assert_eq!(c.get(1000), None);
-        assert_eq!(c.inc(1001, 1), None, "no gaps");
+        assert_eq!(c.inc(1002, 1), Some(1), "a write past the end");
+        assert_eq!(c.get(1000), Some((0, 0)), "leaves a hole");
+        assert!(c.is_hole(1001) && !c.is_hole(1002) && !c.is_hole(999));
+        assert_eq!(c.intervals().len(), 3);
+        assert_eq!(c.inc(1000, 1), Some(1), "a hole written");
+        assert_eq!(c.intervals().len(), 4);
+        c.extend(2000);
+        assert_eq!((c.blocks(), c.get(1999)), (2000, Some((0, 0))));
+        assert_eq!(CounterIntervals::decode(&c.encode()).unwrap(), c);
     }
 
     #[test]
@@ -264,7 +292,7 @@ mod tests {
         gap[5 + 28] = 9; // second interval's first
         assert!(CounterIntervals::decode(&gap).is_err());
         let mut zero = good.clone();
-        zero[5 + 16..5 + 24].fill(0); // first interval's ctr
+        zero[5 + 16..5 + 24].fill(0); // first interval's ctr: a hole, but with a key version
         assert!(CounterIntervals::decode(&zero).is_err());
         let mut equal = good.clone();
         equal[5 + 28 + 16] = 1; // second interval's ctr equal to the first's
@@ -301,17 +329,17 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Inc(i, v) => {
-                        let i = i.min(oracle.len() as u64 + 1);
+                        let i = i.min(oracle.len() as u64 + 5);
                         let got = c.inc(i, v);
                         if i < oracle.len() as u64 {
                             let e = &mut oracle[i as usize];
                             *e = (e.0 + 1, v);
                             prop_assert_eq!(got, Some(e.0));
-                        } else if i == oracle.len() as u64 {
+                        } else {
+                            // Past the end: the blocks skipped are a hole.
+                            oracle.resize(i as usize, (0, 0));
                             oracle.push((1, v));
                             prop_assert_eq!(got, Some(1));
-                        } else {
-                            prop_assert_eq!(got, None);
                         }
                     }
                     Op::Truncate(n) => {

@@ -38,8 +38,10 @@
 //! [`EintFile::storage`] reports untrusted integrity storage and trusted storage
 //! ([`TrustedRecord::ENCODED_BYTES`] per file). Running time is measured by the caller.
 //!
-//! **Writes**: block `i < blocks − 1` must be written whole; the last block may be short; block
-//! `blocks` appends (after a whole last block). A node fetched for a write is verified against the
+//! **Writes**: block `i < blocks − 1` must be written whole; the last block may be short; a
+//! block at or past `blocks` appends (after a whole last block), and blocks skipped between the
+//! end and it become holes: counter 0, no ciphertext, read as zeros ([`EintFile::extend`]
+//! makes them too). A node fetched for a write is verified against the
 //! current root before the new root is computed from it, as B.3's MT-EINT shortcut demands; a
 //! RAND/COMP write of a low-entropy block over a block the store says had no leaf touches no tree
 //! node at all (a leaf left behind by a lying store binds an older counter and never matches again).
@@ -466,14 +468,14 @@ impl EintFile {
             block_bytes: r.block_bytes,
             blocks: r.blocks,
         };
-        if len == 0 || len > b || index > r.blocks {
+        if len == 0 || len > b {
             return Err(bad());
         }
         let whole_before = r.length.is_multiple_of(u64::from(r.block_bytes));
         if index + 1 < r.blocks && len != b {
             return Err(bad());
         }
-        if index == r.blocks && !whole_before {
+        if index >= r.blocks && !whole_before {
             return Err(bad());
         }
         let blocks = r.blocks.max(index + 1);
@@ -602,6 +604,59 @@ impl EintFile {
         Ok(new_root)
     }
 
+    /// Grows the file to `length` bytes with a hole (zeros, nothing stored). The last block
+    /// must be whole first (rewrite it padded); `BadWrite` otherwise.
+    pub fn extend<S: UntrustedStore>(
+        &mut self,
+        store: &mut S,
+        length: u64,
+    ) -> Result<OpMetrics, EintError> {
+        let r = self.record;
+        if length <= r.length {
+            return Ok(OpMetrics::default());
+        }
+        if !r.length.is_multiple_of(u64::from(r.block_bytes)) {
+            return Err(EintError::BadWrite {
+                index: r.blocks,
+                len: 0,
+                block_bytes: r.block_bytes,
+                blocks: r.blocks,
+            });
+        }
+        let mut m = OpMetrics::default();
+        self.cache.sync(&r.root);
+        let mut counters = self.load_counters(&mut Io {
+            store: &*store,
+            m: &mut m,
+        })?;
+        let blocks = TrustedRecord::blocks_for(length, r.block_bytes);
+        counters.extend(blocks);
+        if !counters.within_limits() {
+            return Err(EintError::CounterLimit);
+        }
+        // The tree grows taller with the file: the old root, lifted, is its left spine.
+        let (h_old, h) = (height_for(r.blocks), height_for(blocks));
+        let mut lifted = Vec::new();
+        let mut root = r.root;
+        for l in h_old..h {
+            root = node_hash(&root, &empty(l));
+            lifted.push((((l + 1) as u8, 0u64), root));
+        }
+        write_nodes(store, &mut m, &mut self.cache, &lifted)?;
+        let enc = counters.encode();
+        store
+            .write_meta(MetaKey::Counters, &enc)
+            .map_err(store_err)?;
+        m.integrity_bytes_written += enc.len() as u64;
+        self.record.blocks = blocks;
+        self.record.length = length;
+        self.record.root = root;
+        self.record.counters_digest = crate::counters::digest_of_encoding(&enc);
+        self.counters = Some(counters);
+        self.cache.set_root(root);
+        Ok(m)
+    }
+
     /// Reads block `index`, checks it against the trusted record and returns its plaintext.
     pub fn read_block<S: UntrustedStore>(
         &mut self,
@@ -619,6 +674,11 @@ impl EintFile {
             index,
             blocks: self.record.blocks,
         })?;
+        if ctr == 0 {
+            // A hole: the authenticated counters say nothing was ever written here.
+            m.check = BlockCheck::LowEntropy;
+            return Ok((vec![0; len], m));
+        }
         let c = store
             .read_block(index)
             .map_err(store_err)?
@@ -822,6 +882,38 @@ mod tests {
         crate::entropy::tests::prng_bytes(5, &mut random);
         assert!(k.comp_frame(FileId([1; 16]), 3, 1, &random, 4096).is_none());
         assert!(k.comp_frame(FileId([1; 16]), 3, 1, b"tiny", 16).is_none());
+    }
+
+    #[test]
+    fn writes_past_the_end_leave_holes_that_read_as_zeros() {
+        for scheme in Scheme::ALL {
+            let key = FileKey::from_bytes([2; 32]);
+            let mut f = EintFile::create(FileId([1; 16]), scheme, 4096, 1, &key, 0).unwrap();
+            let mut st = crate::store::MemStore::new();
+            let data: Vec<u8> = (0..4096u32).map(|i| (i * 31 % 251) as u8).collect();
+            f.write_block(&mut st, 3, &data).unwrap();
+            assert_eq!(f.record().blocks, 4);
+            for i in 0..3 {
+                assert_eq!(f.read_block(&st, i).unwrap().0, vec![0; 4096], "{scheme:?}");
+            }
+            assert_eq!(st.blocks.len(), 1, "nothing stored for holes");
+            assert_eq!(f.read_block(&st, 3).unwrap().0, data);
+            f.extend(&mut st, 6 * 4096 + 100).unwrap();
+            assert_eq!(f.record().blocks, 7);
+            assert_eq!(f.read_block(&st, 6).unwrap().0, vec![0; 100]);
+            assert_eq!(
+                f.read_block(&st, 3).unwrap().0,
+                data,
+                "{scheme:?} after the lift"
+            );
+            // A reader opening the record afresh agrees.
+            let mut g = EintFile::open(FileId([1; 16]), *f.record(), 0).unwrap();
+            g.add_key(1, &key);
+            assert_eq!(g.read_block(&st, 3).unwrap().0, data);
+            assert_eq!(g.read_block(&st, 1).unwrap().0, vec![0; 4096]);
+            // Extending past a short last block is refused: it must be rewritten whole first.
+            assert!(f.extend(&mut st, 8 * 4096).is_err());
+        }
     }
 
     proptest! {

@@ -30,6 +30,8 @@
 //! - [`merkle`]: leaves, nodes, empty subtrees, tree heights, the node cache.
 //! - [`store`]: the untrusted-store trait and the in-memory store.
 //! - [`eint`]: MT-, RAND- and COMP-EINT, their errors and metrics.
+//! - [`side`]: an encrypted file's side data in a cluster (file id, signer, key file, counters,
+//!   pins of the drives' trees or RAND/COMP tree nodes) and the MT pins' root.
 //! - [`sign`]: Ed25519 block and record signatures.
 //! - `codec` (private): total little-endian decoding shared by the encodings.
 
@@ -42,6 +44,7 @@ pub mod hctr2;
 pub mod keys;
 pub mod merkle;
 pub mod record;
+pub mod side;
 pub mod sign;
 pub mod store;
 
