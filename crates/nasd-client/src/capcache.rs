@@ -29,6 +29,13 @@ pub struct OpenFile {
     /// the quota escrow the manager took for them (seed 002 §3.2), or
     /// [`nasd_proto::manager::WRITE_END_UNBOUNDED`].
     pub write_end: u64,
+    /// The end-to-end policy a writer of the file follows (its directory's).
+    pub policy: nasd_proto::manager::E2ePolicy,
+    /// The file's end-to-end state, if it is encrypted (issue 10).
+    pub e2e: Option<nasd_proto::manager::E2eState>,
+    /// The encryption layer for this grant, once made (shared by the grant's clones: a
+    /// reader's keys are unwrapped once, an upload's writer state lives here).
+    pub crypt: Arc<tokio::sync::OnceCell<Arc<crate::e2e::crypt::CryptFile>>>,
 }
 
 impl OpenFile {
@@ -193,6 +200,9 @@ mod tests {
             issued_ms: issued,
             owner_checked: Default::default(),
             write_end: manager::WRITE_END_UNBOUNDED,
+            policy: manager::E2ePolicy::plaintext(),
+            e2e: None,
+            crypt: Default::default(),
         }
     }
 

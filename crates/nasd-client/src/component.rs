@@ -4,8 +4,13 @@
 //! up with the component's index and drive, for the layout layer to route around (a degraded
 //! read) or the namespace to renew the capability. Scatter-gather reads and writes go out as
 //! one drive request per [`REGIONS_MAX`] regions and [`DATA_BYTES_MAX`] bytes.
+//!
+//! A component of an encrypted MT file carries a pin ([`crate::e2e::pins`]): a reader's checks
+//! every reply's size and tree top against what the file's writer pinned at the manager; a
+//! writer's keeps the object's tree top itself, reading what it needs with proofs first.
 
 use crate::auth::{Auth, Capability};
+use crate::e2e::pins::{chunk_proofs, need_regions, ComponentPin, PinMode};
 use crate::layer::{held, FileIo, IoError, IoFuture, ReadOut, Span};
 use crate::object::Target;
 use crate::pool::ConnPool;
@@ -23,6 +28,7 @@ pub struct ComponentIo {
     pub addr: String,
     auth: Auth,
     target: Target,
+    pin: Option<Arc<ComponentPin>>,
 }
 
 impl ComponentIo {
@@ -49,7 +55,203 @@ impl ComponentIo {
             addr,
             auth,
             target,
+            pin: None,
         }
+    }
+
+    /// This component, checking its replies against `pin` (a reader's) or keeping track of
+    /// its tree (a writer's).
+    pub fn with_pin(mut self, pin: Arc<ComponentPin>) -> ComponentIo {
+        self.pin = Some(pin);
+        self
+    }
+
+    /// A reply's object must be the pinned one (MT-EINT): its size and tree top.
+    fn check_pinned(
+        &self,
+        pin: &ComponentPin,
+        r: &crate::object::ReadResult,
+    ) -> Result<(), IoError> {
+        let ok = r
+            .tree
+            .as_ref()
+            .is_some_and(|t| pin.matches(r.logical_size, &t.top));
+        if ok {
+            return Ok(());
+        }
+        Err(self.err(ClientError::Integrity {
+            op: "read",
+            what: format!(
+                "the object is not the version the file's writer pinned (drive reports {} bytes{}): an older, another or a forged copy",
+                r.logical_size,
+                if r.tree.is_none() { " and no tree top" } else { "" }
+            ),
+        }))
+    }
+
+    /// Reads `regions` as one request, checked against the pin if there is one (a writer's
+    /// track is read with its writes drained).
+    async fn read_regions(
+        &self,
+        regions: Vec<Region>,
+    ) -> Result<crate::object::ReadResult, IoError> {
+        let (auth, t) = (&self.auth, self.target);
+        let read = || {
+            self.run(|c| {
+                let regions = regions.clone();
+                async move { c.read(auth, t, regions).await }
+            })
+        };
+        let Some(pin) = &self.pin else {
+            return read().await;
+        };
+        let _alone = match pin.mode {
+            PinMode::Track(_) => Some(pin.gate.write().await),
+            PinMode::Check(_) => None,
+        };
+        let r = read().await?;
+        self.check_pinned(pin, &r)?;
+        Ok(r)
+    }
+
+    /// Brings a writer's track to where `plan` holds: reads the chunks it needs, with proofs,
+    /// and installs them (checked against the track's own top). Called with the gate held
+    /// alone.
+    async fn fill_track(
+        &self,
+        pin: &ComponentPin,
+        plan: impl Fn(
+            &nasd_crypto::integrity::track::TreeTrack,
+        ) -> Result<(), nasd_crypto::integrity::track::Need>,
+    ) -> Result<(), IoError> {
+        let PinMode::Track(track) = &pin.mode else {
+            return Ok(());
+        };
+        for _ in 0..2 {
+            let (need, size) = {
+                let t = track.lock().expect("track lock");
+                match plan(&t) {
+                    Ok(()) => return Ok(()),
+                    Err(need) => (need, t.size()),
+                }
+            };
+            let regions: Vec<Region> = need_regions(&need, size)
+                .into_iter()
+                .map(|(o, l)| Region::new(o, l))
+                .collect();
+            let (auth, t) = (&self.auth, self.target);
+            let r = self
+                .run(|c| {
+                    let regions = regions.clone();
+                    async move { c.read(auth, t, regions).await }
+                })
+                .await?;
+            let bad = |what: String| self.err(ClientError::Integrity { op: "read", what });
+            let tv = r
+                .tree
+                .as_ref()
+                .ok_or_else(|| bad("a tree read without its top".into()))?;
+            let chunks = chunk_proofs(&need, size, &r.data, &tv.proofs)
+                .ok_or_else(|| bad("a tree read whose proofs do not match its regions".into()))?;
+            let mut cost = nasd_crypto::Cost::default();
+            track
+                .lock()
+                .expect("track lock")
+                .install(r.logical_size, &tv.top, &chunks, &mut cost)
+                .map_err(|e| {
+                    bad(format!(
+                        "the object is not what this writer left it as: {e}"
+                    ))
+                })?;
+        }
+        Err(self.err(ClientError::Integrity {
+            op: "write",
+            what: "the object's tree could not be brought up to date".into(),
+        }))
+    }
+
+    /// Sends one batch of spans as a drive write.
+    async fn send(&self, batch: &[Span], bytes: &[u8]) -> Result<(), IoError> {
+        let (auth, t) = (&self.auth, self.target);
+        let regions: Vec<Region> = batch.iter().map(|&(o, l)| Region::new(o, l)).collect();
+        self.run(|c| {
+            let regions = regions.clone();
+            async move {
+                let form = c
+                    .known_scheme(t.partition, t.object)
+                    .unwrap_or(Scheme::Tree);
+                c.write_regions(auth, t, regions, form, false, bytes).await
+            }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// A writer's write: each span folded into the track before it is sent; a span the track
+    /// cannot take at once waits for the writes in flight, reads what it needs, then goes.
+    async fn write_tracked(
+        &self,
+        pin: &ComponentPin,
+        spans: &[Span],
+        data: &[u8],
+    ) -> Result<(), IoError> {
+        let PinMode::Track(track) = &pin.mode else {
+            return Err(self.err(ClientError::Usage(
+                "a reader's component was written".into(),
+            )));
+        };
+        let mut cost = nasd_crypto::Cost::default();
+        let mut at = 0usize;
+        let mut k = 0;
+        while k < spans.len() {
+            // The spans the track takes now, sent under the shared gate.
+            let shared = pin.gate.read().await;
+            let mut n = 0;
+            {
+                let mut t = track.lock().expect("track lock");
+                let mut off = at;
+                for &(o, l) in &spans[k..] {
+                    if t.plan_write(o, l).is_err() {
+                        break;
+                    }
+                    t.apply_write(o, &data[off..off + l as usize], &mut cost);
+                    off += l as usize;
+                    n += 1;
+                }
+            }
+            if n > 0 {
+                let bytes: usize = spans[k..k + n].iter().map(|s| s.1 as usize).sum();
+                self.write_batches(&spans[k..k + n], &data[at..at + bytes])
+                    .await?;
+                at += bytes;
+                k += n;
+                continue;
+            }
+            drop(shared);
+            // One span alone: drain, bring the track up to date, apply, send.
+            let _alone = pin.gate.write().await;
+            let (o, l) = spans[k];
+            self.fill_track(pin, |t| t.plan_write(o, l)).await?;
+            track
+                .lock()
+                .expect("track lock")
+                .apply_write(o, &data[at..at + l as usize], &mut cost);
+            self.write_batches(&spans[k..k + 1], &data[at..at + l as usize])
+                .await?;
+            at += l as usize;
+            k += 1;
+        }
+        Ok(())
+    }
+
+    async fn write_batches(&self, spans: &[Span], data: &[u8]) -> Result<(), IoError> {
+        let mut at = 0usize;
+        for batch in batches(spans) {
+            let n: usize = batch.iter().map(|s| s.1 as usize).sum();
+            self.send(&batch, &data[at..at + n]).await?;
+            at += n;
+        }
+        Ok(())
     }
 
     fn err(&self, error: ClientError) -> IoError {
@@ -98,10 +300,7 @@ impl ComponentIo {
 impl FileIo for ComponentIo {
     fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
         Box::pin(async move {
-            let (auth, t) = (&self.auth, self.target);
-            let r = self
-                .run(|c| async move { c.read(auth, t, vec![Region::new(offset, len)]).await })
-                .await?;
+            let r = self.read_regions(vec![Region::new(offset, len)]).await?;
             Ok(ReadOut {
                 data: r.data,
                 size: r.logical_size,
@@ -111,19 +310,13 @@ impl FileIo for ComponentIo {
 
     fn read_vectored<'a>(&'a self, spans: &'a [Span]) -> IoFuture<'a, ReadOut> {
         Box::pin(async move {
-            let (auth, t) = (&self.auth, self.target);
             let mut out = ReadOut {
                 data: Vec::with_capacity(spans.iter().map(|s| s.1).sum::<u64>() as usize),
                 size: 0,
             };
             for batch in batches(spans) {
                 let regions: Vec<Region> = batch.iter().map(|&(o, l)| Region::new(o, l)).collect();
-                let r = self
-                    .run(|c| {
-                        let regions = regions.clone();
-                        async move { c.read(auth, t, regions).await }
-                    })
-                    .await?;
+                let r = self.read_regions(regions).await?;
                 let want: u64 = batch.iter().map(|&s| held(s, r.logical_size)).sum();
                 if r.data.len() as u64 != want {
                     return Err(self.err(ClientError::Integrity {
@@ -148,30 +341,20 @@ impl FileIo for ComponentIo {
 
     fn write_vectored<'a>(&'a self, spans: &'a [Span], data: &'a [u8]) -> IoFuture<'a, ()> {
         Box::pin(async move {
-            let (auth, t) = (&self.auth, self.target);
-            let mut at = 0usize;
-            for batch in batches(spans) {
-                let n: usize = batch.iter().map(|s| s.1 as usize).sum();
-                let bytes = &data[at..at + n];
-                at += n;
-                let regions: Vec<Region> = batch.iter().map(|&(o, l)| Region::new(o, l)).collect();
-                self.run(|c| {
-                    let regions = regions.clone();
-                    async move {
-                        let form = c
-                            .known_scheme(t.partition, t.object)
-                            .unwrap_or(Scheme::Tree);
-                        c.write_regions(auth, t, regions, form, false, bytes).await
-                    }
-                })
-                .await?;
+            match &self.pin {
+                Some(pin) => self.write_tracked(pin, spans, data).await,
+                None => self.write_batches(spans, data).await,
             }
-            Ok(())
         })
     }
 
     fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()> {
         Box::pin(async move {
+            if let Some(pin) = &self.pin {
+                return self
+                    .write_tracked(pin, &[(offset, data.len() as u64)], data)
+                    .await;
+            }
             let (auth, t) = (&self.auth, self.target);
             self.run(|c| async move { c.write(auth, t, offset, data).await })
                 .await

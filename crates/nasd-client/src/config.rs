@@ -12,6 +12,8 @@
 //!  "password_file": "/path/admin.password",   optional, mode 0600
 //!  "password_user": "admin"}           optional: whose password that file holds
 //! session-USER.token                   beside the config: hex of a 32-byte token, mode 0600
+//! e2e-USER.key                         beside the config: hex of the user's 32-byte end-to-end
+//!                                      seed (identity), mode 0600
 //! ```
 //!
 //! Which config a command uses, first found wins ([`ConfigSearch::find`]): `$NASD_CONFIG`;
@@ -386,6 +388,12 @@ impl ClientFile {
 /// Where `nasd login` keeps `user`'s session token: beside the config.
 pub fn token_path(config: &Path, user: &str) -> PathBuf {
     config.with_file_name(format!("session-{user}.token"))
+}
+
+/// Where the client keeps `user`'s end-to-end key (issue 10): beside the config, mode 0600,
+/// so commands that log in with the saved token can decrypt.
+pub fn e2e_key_path(config: &Path, user: &str) -> PathBuf {
+    config.with_file_name(format!("e2e-{user}.key"))
 }
 
 /// The session token saved for `user`, if there is a readable one.

@@ -107,6 +107,10 @@ pub enum FsError {
     /// disagree than its code corrects. Nothing wrong was returned or written.
     #[error("nasd:{}: {detail}", shown(.path))]
     Layout { path: String, detail: String },
+    /// End-to-end protection refused (issue 10): the side data does not match the trusted
+    /// record, a signature does not verify, a key cannot be had. Nothing was returned.
+    #[error("nasd:{}: {detail}", shown(.path))]
+    E2e { path: String, detail: String },
     #[error("{}: {source}", shown(.path))]
     Local {
         path: String,
@@ -258,12 +262,16 @@ impl FsError {
     }
 }
 
+/// The end-to-end part of a grant: the writer's policy and the file's state.
+type E2ePart = (E2ePolicy, Option<E2eState>);
+
 fn open_file(
     path: &str,
     stat: FileStat,
     layout: Layout,
     caps: Vec<CapGrant>,
     write_end: u64,
+    (policy, e2e): E2ePart,
 ) -> OpenFile {
     let caps = caps
         .into_iter()
@@ -283,6 +291,9 @@ fn open_file(
         issued_ms: now_ms(),
         owner_checked: Default::default(),
         write_end,
+        policy,
+        e2e,
+        crypt: Default::default(),
     }
 }
 
@@ -330,7 +341,14 @@ impl Upload {
         f: nasd_proto::manager::PreparedFile,
     ) -> Result<Upload, FsError> {
         check_grants(dir, &f.layout, &f.caps)?;
-        let grant = open_file(dir, f.stat.clone(), f.layout.clone(), f.caps, f.write_end);
+        let grant = open_file(
+            dir,
+            f.stat.clone(),
+            f.layout.clone(),
+            f.caps,
+            f.write_end,
+            (f.policy, None),
+        );
         // The objects were just made for this file by the manager.
         grant.owner_checked.store(true, Ordering::Release);
         Ok(Upload {
@@ -395,7 +413,7 @@ fn stale_mask(l: &Layout) -> u64 {
 
 /// A connection to a nasd cluster as one user.
 pub struct Client {
-    cfg: SessionConfig,
+    pub(crate) cfg: SessionConfig,
     /// How long a read waits on one component of a layout with redundancy before decoding
     /// around it, in ms.
     read_deadline_ms: AtomicU64,
@@ -409,6 +427,8 @@ pub struct Client {
     pub manager_round_trips: AtomicU64,
     /// AFS callbacks: the channel's state and the attributes it keeps true.
     pub callbacks: CallbackState,
+    /// End-to-end keys: this user's, others' public ones, group secrets (issue 10).
+    pub(crate) keyring: crate::e2e::keyring::Keyring,
 }
 
 impl Client {
@@ -435,7 +455,28 @@ impl Client {
             manager_round_trips: AtomicU64::new(1),
             read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
             callbacks: CallbackState::default(),
+            keyring: Default::default(),
         }))
+    }
+
+    /// The uid this client is logged in as.
+    pub async fn uid(&self) -> Result<u32, FsError> {
+        if let Some(s) = self.session.lock().await.as_ref() {
+            return Ok(s.uid);
+        }
+        // Reconnect (a lost connection is resumed by the next request).
+        self.request("/", MgrRequest::UserKeyGet { uids: vec![] })
+            .await?;
+        self.session
+            .lock()
+            .await
+            .as_ref()
+            .map(|s| s.uid)
+            .ok_or_else(|| FsError::Usage("not logged in".into()))
+    }
+
+    pub(crate) fn cfg_user(&self) -> String {
+        self.cfg.user.clone()
     }
 
     /// A client acting for `user`, for a trusted front end (an S3 gateway, a file server)
@@ -459,6 +500,10 @@ impl Client {
         };
         let c = Client::connect(cfg).await?;
         c.set_read_deadline_ms(self.read_deadline_ms.load(Ordering::Relaxed));
+        // It decrypts what is wrapped for this (the gateway's) user, and signs as it.
+        if let Ok(id) = self.identity().await {
+            c.set_identity_source(crate::e2e::keyring::IdentitySource::Borrowed(id));
+        }
         Ok(c)
     }
 
@@ -726,7 +771,8 @@ impl Client {
     /// `fs_specific` record (a chmod or chown revokes the grant anyway).
     async fn stat_from_drive(&self, path: &str, now: u64) -> Option<FileStat> {
         let o = self.caps.get(path, false, true, now)?;
-        if o.layout.components.len() != 1 || o.stat.kind != FileKind::File {
+        // An encrypted file's size is its record's, not its object's (a short tail is padded).
+        if o.layout.components.len() != 1 || o.stat.kind != FileKind::File || o.e2e.is_some() {
             return None;
         }
         let c = &o.layout.components[0];
@@ -763,12 +809,12 @@ impl Client {
                 layout,
                 caps,
                 write_end,
-                ..
+                policy,
+                e2e,
             } => {
                 check_grants(path, &layout, &caps)?;
-                Ok(self
-                    .caps
-                    .put(write, open_file(path, stat, layout, caps, write_end)))
+                let o = open_file(path, stat, layout, caps, write_end, (policy, e2e));
+                Ok(self.caps.put(write, o))
             }
             other => Err(FsError::Usage(format!(
                 "{}: unexpected manager reply {other:?}",
@@ -858,6 +904,8 @@ impl Client {
         missed: u64,
         damage: Option<DamageHook>,
     ) -> Result<Arc<dyn FileIo>, FsError> {
+        // An encrypted file: pins on its components, the encryption layer on top.
+        let crypt = o.crypt.get();
         let parts: Vec<Arc<dyn FileIo>> = o
             .layout
             .components
@@ -865,25 +913,80 @@ impl Client {
             .zip(&o.caps)
             .enumerate()
             .map(|(i, (c, cap))| {
-                Arc::new(ComponentIo::new(
-                    self.pool.clone(),
-                    i,
-                    c.addr.clone(),
-                    cap.clone(),
-                )) as Arc<dyn FileIo>
+                let io = ComponentIo::new(self.pool.clone(), i, c.addr.clone(), cap.clone());
+                let io = match crypt.and_then(|f| f.pins.get(i)) {
+                    Some(pin) => io.with_pin(pin.clone()),
+                    None => io,
+                };
+                Arc::new(io) as Arc<dyn FileIo>
             })
             .collect();
         let deadline =
             std::time::Duration::from_millis(self.read_deadline_ms.load(Ordering::Relaxed));
-        crate::striped::stack(
+        // Components whose pin the writer could not learn are read around, as stale ones.
+        let unpinned = crypt.map_or(0, |f| {
+            f.pins
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.pin().known)
+                .fold(0u64, |m, (i, _)| m | 1 << i)
+        });
+        let size = crypt.map_or(o.stat.size, |f| f.stored_end());
+        let layout = crate::striped::stack(
             &o.layout.geometry,
             parts,
-            o.stat.size,
-            stale_mask(&o.layout) | missed,
+            size,
+            stale_mask(&o.layout) | missed | unpinned,
             damage,
             deadline,
         )
-        .map_err(|e| io_err(&o.path, e))
+        .map_err(|e| io_err(&o.path, e))?;
+        Ok(match crypt {
+            Some(f) => Arc::new(crate::e2e::crypt::CryptIo {
+                file: f.clone(),
+                lower: layout,
+            }),
+            None => layout,
+        })
+    }
+
+    /// The encryption layer of an encrypted file's grant, made once per grant (its keys
+    /// unwrapped, its side data checked against its record and signature).
+    pub(crate) async fn ensure_crypt(&self, o: &OpenFile) -> Result<(), FsError> {
+        let Some(e) = &o.e2e else {
+            return Ok(());
+        };
+        o.crypt
+            .get_or_try_init(|| self.open_crypt(&o.path, &o.layout, e, false))
+            .await?;
+        Ok(())
+    }
+
+    /// The writer state of an encrypted upload: made at its first use (a fresh key wrapped
+    /// for the file's readers); `None` for a plaintext one.
+    pub(crate) async fn upload_crypt(
+        &self,
+        u: &Upload,
+    ) -> Result<Option<Arc<crate::e2e::crypt::CryptFile>>, FsError> {
+        let g = u.grant.lock().await.clone();
+        if !g.policy.encrypted {
+            return Ok(None);
+        }
+        let f = g
+            .crypt
+            .get_or_try_init(|| {
+                self.new_crypt(
+                    &u.path,
+                    u.stat.uid,
+                    u.stat.gid,
+                    u.stat.mode,
+                    &u.layout,
+                    &g.policy,
+                    g.e2e.as_ref(),
+                )
+            })
+            .await?;
+        Ok(Some(f.clone()))
     }
 
     /// Asks the manager to rewrite the ranges a read found damaged (read repair); failures
@@ -985,6 +1088,7 @@ impl Client {
         Fut: Future<Output = Result<T, IoError>>,
     {
         let mut o = self.open_to(path, write, need_end).await?;
+        self.ensure_crypt(&o).await?;
         let mut refreshed = false;
         let damaged: Arc<std::sync::Mutex<Vec<Damage>>> = Default::default();
         let hook: DamageHook = {
@@ -1004,6 +1108,7 @@ impl Client {
                     refreshed = true;
                     self.caps.invalidate(path);
                     o = self.open_to(path, write, need_end).await?;
+                    self.ensure_crypt(&o).await?;
                 }
                 Err(e) => {
                     checked?;
@@ -1042,6 +1147,7 @@ impl Client {
             let d = damaged.clone();
             Arc::new(move |x| d.lock().expect("damage lock").push(x))
         };
+        self.ensure_crypt(o).await?;
         let io = self.stack_with(o, 0, Some(hook))?;
         let (checked, r) = tokio::join!(self.check_owners(o), io.read(offset, len));
         checked?;
@@ -1091,10 +1197,11 @@ impl Client {
             exclusive: false,
             extend_by,
         };
-        let r = match self
-            .request(path, create(size.unwrap_or(ESCROW_CHUNK_BYTES)))
-            .await
-        {
+        // An encrypted content shorter than a cipher block is stored padded to one.
+        let escrow = size.map_or(ESCROW_CHUNK_BYTES, |s| {
+            s.max(nasd_e2e::hctr2::HCTR2_BLOCK_BYTES as u64)
+        });
+        let r = match self.request(path, create(escrow)).await {
             // A stream of unknown length near its owner's quota starts with no escrow and
             // asks for what each write needs.
             Err(e) if size.is_none() && e.status() == Some(MgrStatus::QuotaExceeded) => {
@@ -1109,10 +1216,18 @@ impl Client {
                 caps,
                 write_end,
                 replaces,
-                ..
+                policy,
+                e2e,
             } => {
                 check_grants(path, &layout, &caps)?;
-                let grant = open_file(path, stat.clone(), layout.clone(), caps, write_end);
+                let grant = open_file(
+                    path,
+                    stat.clone(),
+                    layout.clone(),
+                    caps,
+                    write_end,
+                    (policy, e2e),
+                );
                 // The staged objects were just made for this file by the manager.
                 grant.owner_checked.store(true, Ordering::Release);
                 Ok(Upload {
@@ -1141,6 +1256,7 @@ impl Client {
     /// [`Client::upload_granule`], and the layout's own write granule (its parity group;
     /// 1 when writes need no alignment).
     pub async fn upload_granules(&self, u: &Upload) -> Result<(u64, u64), FsError> {
+        self.upload_crypt(u).await?;
         let g = u.grant.lock().await.clone();
         let io = self.stack(&g)?;
         let granule = io.write_granule().max(1);
@@ -1153,6 +1269,7 @@ impl Client {
     /// Under a quota a write past the upload's escrow asks for more first
     /// ([`Client::upload_grant`]).
     pub async fn upload_write(&self, u: &Upload, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        self.upload_crypt(u).await?;
         let end = offset + data.len() as u64;
         let g = self.upload_grant(u, None, end).await?;
         let missed = || u.missed.load(Ordering::Acquire);
@@ -1181,6 +1298,14 @@ impl Client {
     /// capability cannot set the size otherwise); for other layouts the commit carries it.
     pub async fn upload_size(&self, u: &Upload, size: u64) -> Result<(), FsError> {
         if u.end.load(Ordering::Relaxed) >= size {
+            return Ok(());
+        }
+        if self.upload_crypt(u).await?.is_some() {
+            // Encrypted: the rest is a hole in the counters (the partial last block padded).
+            let g = u.grant.lock().await.clone();
+            let io = self.stack_with(&g, u.missed.load(Ordering::Acquire), None)?;
+            io.set_size(size).await.map_err(|e| io_err(&u.path, e))?;
+            u.end.fetch_max(size, Ordering::Relaxed);
             return Ok(());
         }
         if u.layout.components.len() == 1 {
@@ -1239,7 +1364,16 @@ impl Client {
                 ..
             }) => {
                 check_grants(&u.path, &layout, &caps)?;
-                let fresh = open_file(&u.path, u.stat.clone(), layout, caps, write_end);
+                // The upload's policy, the state it replaces and its writer state stay.
+                let mut fresh = open_file(
+                    &u.path,
+                    u.stat.clone(),
+                    layout,
+                    caps,
+                    write_end,
+                    (g.policy.clone(), g.e2e.clone()),
+                );
+                fresh.crypt = g.crypt.clone();
                 fresh.owner_checked.store(true, Ordering::Release);
                 *g = Arc::new(fresh);
                 Ok(g.clone())
@@ -1278,7 +1412,27 @@ impl Client {
     ) -> Result<(), FsError> {
         self.caps.invalidate(&u.path);
         let (drive, object) = u.key();
-        let size = u.end.load(Ordering::Relaxed);
+        let mut size = u.end.load(Ordering::Relaxed);
+        let g = u.grant.lock().await.clone();
+        let mut e2e = None;
+        if g.policy.encrypted {
+            // An upload that wrote nothing still needs its (empty) encrypted version.
+            let f = match self.upload_crypt(&u).await {
+                Ok(f) => f.expect("an encrypted upload has a writer state"),
+                Err(e) => {
+                    self.abort_upload(&u).await;
+                    return Err(e);
+                }
+            };
+            size = f.length();
+            match self.crypt_commit(&f, g.policy.auth, [0; 32]).await {
+                Ok(c) => e2e = Some(c),
+                Err(e) => {
+                    self.abort_upload(&u).await;
+                    return Err(e);
+                }
+            }
+        }
         let commit = MgrRequest::Commit {
             path: u.path.clone(),
             drive,
@@ -1286,7 +1440,7 @@ impl Client {
             size,
             stale: u.missed.load(Ordering::Acquire),
             xattrs,
-            e2e: None,
+            e2e: e2e.clone(),
         };
         let r = self.commit(&u.path, commit).await;
         self.caps.invalidate(&u.path);
@@ -1303,6 +1457,12 @@ impl Client {
                 // file's own name.
                 o.path = u.path.clone();
                 o.stat.size = size;
+                // Reads of the new version go through the writer's own layer (its tracks
+                // are the pins), under the state just committed.
+                o.e2e = e2e.map(|c| E2eState {
+                    writer: o.stat.uid,
+                    ..c.state
+                });
                 for (c, stale) in o.layout.components.iter_mut().zip(0..) {
                     c.stale |= u.missed.load(Ordering::Acquire) >> stale & 1 == 1;
                 }
@@ -1383,6 +1543,8 @@ impl Client {
                 layout,
                 caps,
                 write_end,
+                policy,
+                e2e,
                 ..
             } = r
             else {
@@ -1399,7 +1561,22 @@ impl Client {
                 extend_by = end.saturating_sub(stat.size);
                 continue;
             }
-            let grant = open_file(path, stat, layout, caps, write_end);
+            // An encrypted file changes under its writer's state: the copies' tracks start
+            // at the pins, the counters and keys at the version the change builds on.
+            let expect = crate::e2e::state_hash(e2e.as_ref());
+            let auth = policy.auth;
+            let grant = open_file(path, stat, layout, caps, write_end, (policy, e2e));
+            if let Some(e) = &grant.e2e {
+                match self.open_crypt(path, &grant.layout, e, true).await {
+                    Ok(f) => {
+                        let _ = grant.crypt.set(f);
+                    }
+                    Err(err) => {
+                        self.abort_staged(path, key).await;
+                        return Err(err);
+                    }
+                }
+            }
             let io = self.stack_with(&grant, 0, None)?;
             let done = async {
                 f(io.clone()).await?;
@@ -1412,6 +1589,16 @@ impl Client {
                     return Err(io_err(path, e));
                 }
             };
+            let e2e = match grant.crypt.get() {
+                None => None,
+                Some(f) => match self.crypt_commit(f, auth, expect).await {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        self.abort_staged(path, key).await;
+                        return Err(e);
+                    }
+                },
+            };
             let commit = MgrRequest::Commit {
                 path: path.into(),
                 drive: key.0,
@@ -1419,7 +1606,7 @@ impl Client {
                 size,
                 stale: io.missed(),
                 xattrs: None,
-                e2e: None,
+                e2e,
             };
             let r = self.commit(path, commit).await;
             self.caps.invalidate(path);
@@ -1461,7 +1648,7 @@ impl Client {
     pub async fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
         let o = self.open(path, false).await?;
         let end = offset + data.len() as u64;
-        if o.layout.components.len() > 1 {
+        if o.layout.components.len() > 1 || o.e2e.is_some() {
             return self
                 .change(path, end, |io| async move { io.write(offset, data).await })
                 .await;

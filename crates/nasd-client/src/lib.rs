@@ -20,7 +20,7 @@
 //! - [`files`] — files through the manager: uploads, reads, namespace operations;
 //!   [`capcache`] keeps their capabilities; [`session`] is the manager connection.
 //! - The file stack under [`files`], one interface between its layers ([`layer`]):
-//!   [`striped`] (the layout: stripes, mirrors, erasure codes) over [`component`] (one object
+//!   [`e2e`] (encryption, keys and end-to-end integrity, issue 10) over [`striped`] (the layout: stripes, mirrors, erasure codes) over [`component`] (one object
 //!   on one drive, through the connection [`pool`]); [`memio`] is the in-memory layer tests
 //!   put underneath instead.
 //! - [`transfer`] — streaming copies to, from and within the cluster (holes kept, downloads
@@ -37,6 +37,7 @@ pub mod capcache;
 pub mod component;
 pub mod config;
 pub mod conn;
+pub mod e2e;
 pub mod error;
 pub mod escape;
 pub mod files;

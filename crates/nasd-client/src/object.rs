@@ -26,6 +26,17 @@ pub struct ReadResult {
     pub data: Vec<u8>,
     pub logical_size: u64,
     pub scheme: Scheme,
+    /// A `tree` object's top as the reply MAC covered it and the data was checked against,
+    /// with each region's proof nodes (`None` for other schemes, and when the reply carried no
+    /// data digest). What a writer pins and a reader compares with its pin (MT-EINT).
+    pub tree: Option<TreeView>,
+}
+
+/// A verified `tree` read's top and proofs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeView {
+    pub top: nasd_crypto::Digest,
+    pub proofs: Vec<Vec<nasd_crypto::Digest>>,
 }
 
 /// What a write did.
@@ -99,11 +110,26 @@ impl DriveConn {
     ) -> Result<ReadResult, ClientError> {
         let r = self.call(auth, t, &Op::Read { regions }, &[]).await?;
         match r.body {
-            ReplyBody::Read(rr) => Ok(ReadResult {
-                data: r.data,
-                logical_size: rr.logical_size,
-                scheme: rr.scheme,
-            }),
+            ReplyBody::Read(rr) => {
+                // The reply was checked before `call` returned; under integrity-data the
+                // trailer's top and proofs are what the data verified against.
+                let tree = (rr.scheme == Scheme::Tree && r.protection.integrity_data())
+                    .then(|| {
+                        nasd_crypto::integrity::verify::decode_tree_trailer(
+                            &rr.trailer,
+                            rr.regions.len(),
+                        )
+                        .ok()
+                        .map(|(top, proofs)| TreeView { top, proofs })
+                    })
+                    .flatten();
+                Ok(ReadResult {
+                    data: r.data,
+                    logical_size: rr.logical_size,
+                    scheme: rr.scheme,
+                    tree,
+                })
+            }
             _ => Err(unexpected(OpCode::Read)),
         }
     }

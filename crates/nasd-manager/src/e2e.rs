@@ -167,8 +167,20 @@ impl DirSpec {
 
 impl Manager {
     /// The policy files created in directory `dir` follow: the nearest spec that sets one,
-    /// else the cluster's default.
+    /// else the cluster's default; with who "everyone" is (the groups all users are in as
+    /// their primary group), for files whose mode lets others read.
     pub fn policy_for(&self, dir: &Inode) -> MgrResult<E2ePolicy> {
+        let mut p = self.stored_policy_for(dir)?;
+        let st = self.st();
+        for name in [crate::users::USERS_GROUP, crate::users::ADMIN_GROUP] {
+            if let Some(g) = st.group_by_name(name).map_err(|e| store_err(e, name))? {
+                p.everyone.push(Principal::Group(g.gid));
+            }
+        }
+        Ok(p)
+    }
+
+    fn stored_policy_for(&self, dir: &Inode) -> MgrResult<E2ePolicy> {
         let st = self.st();
         let mut cur = dir.clone();
         loop {
@@ -237,7 +249,7 @@ impl Manager {
         let policy = if parsed.is_empty() {
             None
         } else {
-            let p = apply(self.policy_for(d)?, &parsed);
+            let p = apply(self.stored_policy_for(d)?, &parsed);
             if p.readers.len() > POLICY_READERS_MAX {
                 return Err(MgrError::new(
                     MgrStatus::InvalidArgument,
@@ -387,10 +399,15 @@ impl Manager {
             .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
         let members = st.members_of(g.gid).map_err(|e| store_err(e, group))?;
         for (uid, wrap) in wraps {
-            if !members.contains(uid) || wrap.len() > GROUP_WRAP_BYTES_MAX {
+            // Members, and admins, who keep every group's secret to wrap it to new members.
+            let admin = st
+                .user_by_uid(*uid)
+                .map_err(|e| store_err(e, group))?
+                .is_some_and(|u| u.admin);
+            if !(members.contains(uid) || admin) || wrap.len() > GROUP_WRAP_BYTES_MAX {
                 return Err(MgrError::new(
                     MgrStatus::InvalidArgument,
-                    format!("{group}: a wrap for uid {uid}, who is not a member"),
+                    format!("{group}: a wrap for uid {uid}, who is neither a member nor an admin"),
                 ));
             }
         }
@@ -404,12 +421,23 @@ impl Manager {
             })
     }
 
-    /// Key pairs of the groups `gids`: version, public half, the caller's wrap, and members
-    /// with keys but no wrap of the current version.
-    pub fn group_key_get(&self, c: &Caller, gids: &[u32]) -> MgrResult<Vec<GroupKeyInfo>> {
+    /// Key pairs of the groups `gids` and `names`: version, public half, the caller's wrap,
+    /// and members with keys but no wrap of the current version.
+    pub fn group_key_get(
+        &self,
+        c: &Caller,
+        gids: &[u32],
+        names: &[String],
+    ) -> MgrResult<Vec<GroupKeyInfo>> {
         let st = self.st();
-        let mut out = Vec::with_capacity(gids.len());
-        for &gid in gids {
+        let mut all = gids.to_vec();
+        for n in names {
+            if let Some(g) = st.group_by_name(n).map_err(|e| store_err(e, n))? {
+                all.push(g.gid);
+            }
+        }
+        let mut out = Vec::with_capacity(all.len());
+        for gid in all {
             let Some(g) = st.group_by_gid(gid).map_err(|e| store_err(e, "group"))? else {
                 continue;
             };

@@ -664,7 +664,7 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             m.group_key_set(c, &group, version, &public, &wraps)?;
             MgrReply::Ok
         }
-        Q::GroupKeyGet { gids } => MgrReply::GroupKeys(m.group_key_get(c, &gids)?),
+        Q::GroupKeyGet { gids, names } => MgrReply::GroupKeys(m.group_key_get(c, &gids, &names)?),
         Q::Getxattrs { path } => {
             let (stat, xattrs) = m.getxattrs(c, &path).await?;
             MgrReply::Xattrs { stat, xattrs }

@@ -10,7 +10,8 @@
 //! E2ePolicy   := u8 flags (bit 0: encrypted), u8 eint (0 MT, 1 RAND, 2 COMP),
 //!                u8 auth (1 signature checked by the drive, 2 signature for readers,
 //!                3 keyed hash only), u8 block_log2 (10..=16),
-//!                u8 n (<= POLICY_READERS_MAX), n x Principal
+//!                u8 n (<= POLICY_READERS_MAX), n x Principal (readers),
+//!                u8 m (<= POLICY_READERS_MAX), m x Principal (everyone)
 //! Principal   := u8 kind (1 user, 2 group), u32 id
 //! E2eState    := blob record (<= E2E_RECORD_BYTES_MAX), u32 writer,
 //!                blob signature (0 or 64 bytes), blob side (<= E2E_SIDE_BYTES_MAX)
@@ -142,6 +143,9 @@ pub struct E2ePolicy {
     /// Principals every new file's key is also wrapped for, beyond those its mode lets read
     /// (a gateway's user, say).
     pub readers: Vec<Principal>,
+    /// Who "others" are (the groups every user belongs to): a file whose mode lets others
+    /// read has its key wrapped for them. Filled in by the manager in grants; not stored.
+    pub everyone: Vec<Principal>,
 }
 
 impl Default for E2ePolicy {
@@ -154,6 +158,7 @@ impl Default for E2ePolicy {
             auth: WriterAuth::SignedForReaders,
             block_log2: BLOCK_LOG2_MAX,
             readers: vec![],
+            everyone: vec![],
         }
     }
 }
@@ -177,9 +182,12 @@ impl E2ePolicy {
         w.u8(self.eint as u8);
         w.u8(self.auth as u8);
         w.u8(self.block_log2);
-        w.u8(self.readers.len() as u8);
-        for p in &self.readers {
-            p.put(w);
+        for list in [&self.readers, &self.everyone] {
+            debug_assert!(list.len() <= POLICY_READERS_MAX);
+            w.u8(list.len() as u8);
+            for p in list {
+                p.put(w);
+            }
         }
     }
 
@@ -194,20 +202,24 @@ impl E2ePolicy {
         if !(BLOCK_LOG2_MIN..=BLOCK_LOG2_MAX).contains(&block_log2) {
             return Err(DecodeError::BadValue("block size"));
         }
-        let n = r.u8("policy readers")? as usize;
-        if n > POLICY_READERS_MAX {
-            return Err(DecodeError::TooLong("policy readers"));
+        let mut lists = [vec![], vec![]];
+        for list in &mut lists {
+            let n = r.u8("policy readers")? as usize;
+            if n > POLICY_READERS_MAX {
+                return Err(DecodeError::TooLong("policy readers"));
+            }
+            for _ in 0..n {
+                list.push(Principal::get(r)?);
+            }
         }
-        let mut readers = Vec::with_capacity(n);
-        for _ in 0..n {
-            readers.push(Principal::get(r)?);
-        }
+        let [readers, everyone] = lists;
         Ok(E2ePolicy {
             encrypted: flags == 1,
             eint,
             auth,
             block_log2,
             readers,
+            everyone,
         })
     }
 
@@ -362,15 +374,15 @@ mod tests {
     #[test]
     fn the_default_policy_encodes_as_documented() {
         let b = E2ePolicy::default().encode();
-        assert_eq!(b, [1, 0, 2, 16, 0]);
+        assert_eq!(b, [1, 0, 2, 16, 0, 0]);
         let p = E2ePolicy {
             readers: vec![Principal::User(7), Principal::Group(0x0102_0304)],
             ..E2ePolicy::plaintext()
         };
         assert_eq!(
             p.encode(),
-            [0, 0, 2, 16, 2, 1, 7, 0, 0, 0, 2, 4, 3, 2, 1],
-            "flags, eint, auth, block, n, principals"
+            [0, 0, 2, 16, 2, 1, 7, 0, 0, 0, 2, 4, 3, 2, 1, 0],
+            "flags, eint, auth, block, n, principals, m"
         );
         assert_eq!(E2ePolicy::decode(&p.encode()).unwrap(), p);
     }

@@ -531,9 +531,11 @@ pub enum MgrRequest {
         public: [u8; 32],
         wraps: Vec<(u32, Vec<u8>)>,
     },
-    /// The key pairs of groups `gids`, answered with [`MgrReply::GroupKeys`].
+    /// The key pairs of groups `gids` and of the groups named `names`, answered with
+    /// [`MgrReply::GroupKeys`] (unknown ones left out).
     GroupKeyGet {
         gids: Vec<u32>,
+        names: Vec<String>,
     },
 }
 
@@ -1239,11 +1241,22 @@ impl MgrRequest {
                 put_str(&mut w, user);
                 keys.put(&mut w);
             }
-            Self::UserKeyGet { uids: ids } | Self::GroupKeyGet { gids: ids } => {
+            Self::UserKeyGet { uids: ids } => {
                 debug_assert!(ids.len() <= KEY_LIST_MAX);
                 w.u32(ids.len() as u32);
                 for id in ids {
                     w.u32(*id);
+                }
+            }
+            Self::GroupKeyGet { gids, names } => {
+                debug_assert!(gids.len() <= KEY_LIST_MAX && names.len() <= KEY_LIST_MAX);
+                w.u32(gids.len() as u32);
+                for id in gids {
+                    w.u32(*id);
+                }
+                w.u32(names.len() as u32);
+                for n in names {
+                    put_str(&mut w, n);
                 }
             }
             Self::GroupKeySet {
@@ -1720,9 +1733,17 @@ impl MgrRequest {
                     wraps,
                 }
             }
-            54 => Self::GroupKeyGet {
-                gids: get_ids(r, "gids")?,
-            },
+            54 => {
+                let gids = get_ids(r, "gids")?;
+                let n = get_count(r, 4, "group names")?;
+                if n > KEY_LIST_MAX {
+                    return Err(DecodeError::TooLong("group names"));
+                }
+                let names = (0..n)
+                    .map(|_| get_str(r, "group name"))
+                    .collect::<Result<_, _>>()?;
+                Self::GroupKeyGet { gids, names }
+            }
             _ => return Err(DecodeError::BadValue("request tag")),
         };
         r.finish("manager request")?;
@@ -2722,7 +2743,10 @@ mod tests {
                 public: [9; 32],
                 wraps: vec![(1000, vec![7; 93]), (1001, vec![])],
             },
-            MgrRequest::GroupKeyGet { gids: vec![100] },
+            MgrRequest::GroupKeyGet {
+                gids: vec![100],
+                names: vec!["users".into(), "admin".into()],
+            },
             MgrRequest::Commit {
                 path: p(),
                 drive: DriveId(3),
@@ -3136,9 +3160,9 @@ mod tests {
             panic!("reply 5 is Opened");
         };
         let b = base_replies()[5].encode(1);
-        // write_end, then (version 12) the 5-byte default policy and `has_e2e` 0.
-        assert_eq!(b[b.len() - 14..b.len() - 6], write_end.to_le_bytes());
-        assert_eq!(b[b.len() - 6..], [1, 0, 2, 16, 0, 0]);
+        // write_end, then (version 12) the 6-byte default policy and `has_e2e` 0.
+        assert_eq!(b[b.len() - 15..b.len() - 7], write_end.to_le_bytes());
+        assert_eq!(b[b.len() - 7..], [1, 0, 2, 16, 0, 0, 0]);
         let e = MgrReply::error(MgrStatus::QuotaExceeded, "").encode(1);
         assert_eq!(e[16..18], 25u16.to_le_bytes());
         let q = MgrRequest::QuotaSet {

@@ -42,8 +42,12 @@ pub fn session_config(config: &Path) -> anyhow::Result<SessionConfig> {
 }
 
 pub async fn connect() -> anyhow::Result<Arc<Client>> {
-    let cfg = session_config(&config_path()?)?;
-    Ok(Client::connect(cfg).await?)
+    let path = config_path()?;
+    let cfg = session_config(&path)?;
+    let cache = nasd_client::config::e2e_key_path(&path, &cfg.user);
+    let c = Client::connect(cfg).await?;
+    c.set_identity_source(nasd_client::e2e::keyring::IdentitySource::Login { cache: Some(cache) });
+    Ok(c)
 }
 
 /// A remote path: `nasd:/x` or, where only remote paths make sense, `/x`.
@@ -596,16 +600,7 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
                 Some(p) => (String::new(), Some(nasd_client::userkey::read_public(&p)?)),
                 None => (read_password(&format!("password for {name}: "))?, None),
             };
-            c.request(
-                "/",
-                MgrRequest::UserAdd {
-                    name: name.clone(),
-                    password,
-                    admin,
-                    public_key,
-                },
-            )
-            .await?;
+            c.add_user(&name, &password, admin, public_key).await?;
             println!("user {name} added");
         }
         UserCmd::Passwd { name, public_key } => {
@@ -618,6 +613,10 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             } else {
                 "password"
             };
+            // One's own end-to-end seed goes under the new password before the old one ends.
+            if public_key.is_none() && name == c.user() {
+                c.reseal_own_keys(&password).await?;
+            }
             c.request(
                 "/",
                 MgrRequest::UserPasswd {
@@ -730,6 +729,7 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
         GroupCmd::Add { name } => {
             c.request("/", MgrRequest::GroupAdd { name: name.clone() })
                 .await?;
+            c.sync_group_keys(vec![name.clone()]).await?;
             println!("group {name} added");
         }
         GroupCmd::Member { group, user } => {
@@ -741,6 +741,7 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
                 },
             )
             .await?;
+            c.sync_group_keys(vec![group.clone()]).await?;
             println!("{user} is now a member of {group}");
         }
     }
@@ -778,6 +779,11 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
         signing_key,
     })
     .await?;
+    // The end-to-end key: unsealed (or made) now, kept beside the token for later commands.
+    c.set_identity_source(nasd_client::e2e::keyring::IdentitySource::Login {
+        cache: Some(nasd_client::config::e2e_key_path(&path, &user)),
+    });
+    c.identity().await?;
     let (token, expires_ms) = c.token().await.context("no session")?;
     nasd_client::config::save_token(&path, &user, &token)?;
     if cfg.user != user {

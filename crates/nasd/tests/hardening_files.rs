@@ -959,7 +959,10 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
         let r = reclaim_orphans(&m, 5).await.unwrap();
         assert_eq!((r.expired_staged, r.removed), (1, 1), "{r:?}");
         assert!(!partition_contents(&m, d).await.unwrap().contains(&obj));
-        let e = m.commit(&a, "/new", d, obj, 0, 0, None).await.unwrap_err();
+        let e = m
+            .commit(&a, "/new", d, obj, 0, 0, None, None)
+            .await
+            .unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");
         assert!(m
             .readdir(&a, "/", "", usize::MAX, None)

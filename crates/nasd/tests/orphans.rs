@@ -129,7 +129,7 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
             assert!(after.contains(&ObjectId::FIRST_OBJECT));
         }
         let e = m
-            .commit(&a, "/kept", d, staged, 0, 0, None)
+            .commit(&a, "/kept", d, staged, 0, 0, None, None)
             .await
             .unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");

@@ -33,7 +33,8 @@ pub fn encode_tree_trailer<P: AsRef<[Digest]>>(top: &Digest, proofs: &[P]) -> Ve
     w.into_vec()
 }
 
-fn decode_tree_trailer(
+/// Decodes a `tree` read trailer: the top and, per region, its proof nodes.
+pub fn decode_tree_trailer(
     b: &[u8],
     regions: usize,
 ) -> Result<(Digest, Vec<Vec<Digest>>), VerifyError> {

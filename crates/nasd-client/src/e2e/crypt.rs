@@ -1,0 +1,712 @@
+//! The encryption layer of the file stack (issue 10; requirements B.2, B.3): above the layout
+//! ("encrypt, then stripe"), below the namespace, behind the same [`FileIo`] seam as every
+//! other layer, so drives store, MAC and erasure-code ciphertext only.
+//!
+//! A file is cut into blocks of the policy's size (64 KiB, seed 001 §3.3.1). Block `i` is
+//! enciphered with HCTR2-AES-256 ([`nasd_e2e::block`]), a length-preserving wide-block cipher,
+//! under the tweak `file_id ‖ i ‖ ctr_i`, where `ctr_i` counts the writes of block `i` (the
+//! counter intervals, [`nasd_e2e::counters`]), so object offsets are file offsets and a
+//! rewritten block never repeats a tweak. A tail shorter than 16 bytes is stored padded to 16
+//! (the true length is in the trusted record). Blocks never written are holes: counter 0,
+//! nothing stored, zeros when read.
+//!
+//! Integrity against an untrusted drive (seed 003), per the file's construction:
+//! - **MT-EINT**: the drives' own Merkle trees, pinned ([`super::pins`]): components check
+//!   every reply against the pins, this layer only deciphers;
+//! - **RAND-EINT** and **COMP-EINT**: nasd-e2e's [`EintFile`] over the ciphertext read from the
+//!   layout and the side data kept at the manager (counters, the sparse tree's nodes).
+//!
+//! Writes read back the blocks they cover only in part (read-modify-write), bump the counters
+//! of the blocks they write, and update the record, which the namespace commits with the
+//! content (a staged upload or a copy-on-write change: never in place).
+
+use super::pins::ComponentPin;
+use crate::layer::{FileIo, IoError, IoFuture, ReadOut, Span};
+use nasd_e2e::block::{pad_tail, stored_len, BlockCipher};
+use nasd_e2e::counters::CounterIntervals;
+use nasd_e2e::keys::{FileKey, KeyFile, KeyVersion};
+use nasd_e2e::side::{pins_root, Integrity, Pin, Side};
+use nasd_e2e::store::{MetaKey, UntrustedStore};
+use nasd_e2e::{EintFile, FileId, Scheme, TrustedRecord};
+use nasd_proto::manager::Eint;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Blocks a read or write enciphers on all cores at once from this many on (a lone 64 KiB
+/// block is not worth a thread hand-off).
+const PARALLEL_BLOCKS_MIN: usize = 4;
+
+/// One encrypted file as a stack sees it: its keys and counters, and (for a writer) what it
+/// changed. Shared by every stack built for the file's grant or upload.
+pub struct CryptFile {
+    pub path: String,
+    pub file_id: FileId,
+    pub block: u64,
+    pub scheme: Eint,
+    /// One per component for MT-EINT (a reader's checks, a writer's tracks); empty otherwise.
+    pub pins: Vec<Arc<ComponentPin>>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for CryptFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CryptFile")
+            .field("path", &self.path)
+            .field("scheme", &self.scheme)
+            .field("block", &self.block)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    length: u64,
+    counters: CounterIntervals,
+    /// The key version new writes use.
+    key_version: KeyVersion,
+    ciphers: BTreeMap<KeyVersion, Arc<BlockCipher>>,
+    key_file: KeyFile,
+    /// RAND/COMP: the construction and its side data (counters and tree nodes).
+    eint: Option<(EintFile, BTreeMap<MetaKey, Vec<u8>>)>,
+}
+
+/// The side data of a RAND/COMP file as the construction's untrusted store, with the
+/// ciphertext of the blocks at hand.
+struct SideStore<'a> {
+    blocks: &'a mut BTreeMap<u64, Vec<u8>>,
+    meta: &'a mut BTreeMap<MetaKey, Vec<u8>>,
+}
+
+impl UntrustedStore for SideStore<'_> {
+    type Error = std::convert::Infallible;
+    fn read_block(&self, index: u64) -> Result<Option<Vec<u8>>, Self::Error> {
+        Ok(self.blocks.get(&index).cloned())
+    }
+    fn write_block(&mut self, index: u64, ciphertext: &[u8]) -> Result<(), Self::Error> {
+        self.blocks.insert(index, ciphertext.to_vec());
+        Ok(())
+    }
+    fn read_meta(&self, key: MetaKey) -> Result<Option<Vec<u8>>, Self::Error> {
+        Ok(self.meta.get(&key).cloned())
+    }
+    fn write_meta(&mut self, key: MetaKey, value: &[u8]) -> Result<(), Self::Error> {
+        self.meta.insert(key, value.to_vec());
+        Ok(())
+    }
+    fn delete_meta(&mut self, key: MetaKey) -> Result<(), Self::Error> {
+        self.meta.remove(&key);
+        Ok(())
+    }
+    fn integrity_bytes_stored(&self) -> Result<u64, Self::Error> {
+        Ok(self.meta.values().map(|v| v.len() as u64).sum())
+    }
+}
+
+fn scheme_of(e: Eint) -> Scheme {
+    match e {
+        Eint::Mt => Scheme::Mt,
+        Eint::Rand => Scheme::Rand,
+        Eint::Comp => Scheme::Comp,
+    }
+}
+
+fn eint_of(s: Scheme) -> Eint {
+    match s {
+        Scheme::Mt => Eint::Mt,
+        Scheme::Rand => Eint::Rand,
+        Scheme::Comp => Eint::Comp,
+    }
+}
+
+/// Why the encryption layer refused.
+fn refused(path: &str, what: impl std::fmt::Display) -> IoError {
+    IoError::Uncorrectable(format!("{path}: end-to-end check failed: {what}"))
+}
+
+impl CryptFile {
+    /// A new, empty file (or a new version replacing one): `key` at `key_version`, wrapped in
+    /// `key_file`; `pins` for MT.
+    #[allow(clippy::too_many_arguments)] // what a new version is made of
+    pub fn create(
+        path: &str,
+        file_id: FileId,
+        scheme: Eint,
+        block: u32,
+        key_version: KeyVersion,
+        key: &FileKey,
+        key_file: KeyFile,
+        pins: Vec<Arc<ComponentPin>>,
+    ) -> Result<CryptFile, String> {
+        let eint = match scheme {
+            Eint::Mt => None,
+            _ => Some((
+                EintFile::create(file_id, scheme_of(scheme), block, key_version, key, 0)
+                    .map_err(|e| e.to_string())?,
+                BTreeMap::new(),
+            )),
+        };
+        let mut ciphers = BTreeMap::new();
+        ciphers.insert(key_version, Arc::new(BlockCipher::new(file_id, key)));
+        Ok(CryptFile {
+            path: path.into(),
+            file_id,
+            block: u64::from(block),
+            scheme,
+            pins,
+            inner: Mutex::new(Inner {
+                length: 0,
+                counters: CounterIntervals::new(),
+                key_version,
+                ciphers,
+                key_file,
+                eint,
+            }),
+        })
+    }
+
+    /// A committed version: its record and side data, checked against each other, and the
+    /// keys of the versions its blocks use (`keys`). For MT, `pins` (one per component) were
+    /// made from the side's pins by the caller.
+    pub fn open(
+        path: &str,
+        record: &TrustedRecord,
+        side: &Side,
+        keys: &BTreeMap<KeyVersion, FileKey>,
+        pins: Vec<Arc<ComponentPin>>,
+    ) -> Result<CryptFile, String> {
+        if nasd_e2e::counters::digest_of_encoding(&side.counters) != record.counters_digest {
+            return Err("the counter intervals are not the record's".into());
+        }
+        let counters = CounterIntervals::decode(&side.counters).map_err(|e| e.to_string())?;
+        if counters.blocks() != record.blocks {
+            return Err("the counter intervals do not cover the record's blocks".into());
+        }
+        let eint = match (record.scheme, &side.integrity) {
+            (Scheme::Mt, Integrity::Pins(p)) => {
+                if pins_root(side.file_id, p) != record.root {
+                    return Err("the pins are not the record's".into());
+                }
+                None
+            }
+            (Scheme::Rand | Scheme::Comp, Integrity::Nodes(nodes)) => {
+                let mut f = EintFile::open(side.file_id, *record, 0).map_err(|e| e.to_string())?;
+                for (v, k) in keys {
+                    f.add_key(*v, k);
+                }
+                f.rotate_key(
+                    record.key_version,
+                    keys.get(&record.key_version)
+                        .ok_or("no key for the record's version")?,
+                );
+                let mut meta: BTreeMap<MetaKey, Vec<u8>> = nodes
+                    .iter()
+                    .map(|&(level, index, h)| (MetaKey::Node { level, index }, h.to_vec()))
+                    .collect();
+                meta.insert(MetaKey::Counters, side.counters.clone());
+                Some((f, meta))
+            }
+            _ => return Err("the side data is not of the record's construction".into()),
+        };
+        let ciphers = keys
+            .iter()
+            .map(|(v, k)| (*v, Arc::new(BlockCipher::new(side.file_id, k))))
+            .collect();
+        Ok(CryptFile {
+            path: path.into(),
+            file_id: side.file_id,
+            block: u64::from(record.block_bytes),
+            scheme: eint_of(record.scheme),
+            pins,
+            inner: Mutex::new(Inner {
+                length: record.length,
+                counters,
+                key_version: record.key_version,
+                ciphers,
+                key_file: side.key_file.clone(),
+                eint,
+            }),
+        })
+    }
+
+    pub fn length(&self) -> u64 {
+        self.inner.lock().expect("crypt lock").length
+    }
+
+    /// Where the stored bytes end: past the last written block (a short tail is padded to
+    /// 16 bytes; a hole at the end stores nothing).
+    pub fn stored_end(&self) -> u64 {
+        let i = self.inner.lock().expect("crypt lock");
+        let last = i
+            .counters
+            .intervals()
+            .iter()
+            .rev()
+            .find(|r| r.ctr > 0)
+            .map(|r| r.last);
+        match last {
+            None => 0,
+            Some(b) => b * self.block + stored_len(self.block_len(b, i.length)) as u64,
+        }
+    }
+
+    /// Switches new writes to a new key (after an unshare, B.1): old blocks keep theirs.
+    pub fn rotate(&self, key_version: KeyVersion, key: &FileKey, key_file: KeyFile) {
+        let mut i = self.inner.lock().expect("crypt lock");
+        i.ciphers
+            .insert(key_version, Arc::new(BlockCipher::new(self.file_id, key)));
+        i.key_version = key_version;
+        i.key_file = key_file;
+        if let Some((f, _)) = &mut i.eint {
+            f.rotate_key(key_version, key);
+        }
+    }
+
+    /// The key file and its current version.
+    pub fn key_file(&self) -> (KeyFile, KeyVersion) {
+        let i = self.inner.lock().expect("crypt lock");
+        (i.key_file.clone(), i.key_version)
+    }
+
+    /// The trusted record and side data of the file as written so far (pins from the
+    /// components' tracks), for the commit; `signer` is the uid whose key signs it.
+    pub fn state(&self, signer: Option<u32>) -> (TrustedRecord, Side) {
+        let i = self.inner.lock().expect("crypt lock");
+        let counters = i.counters.encode();
+        let (root, integrity) = match &i.eint {
+            None => {
+                let pins: Vec<Pin> = self.pins.iter().map(|p| p.pin()).collect();
+                (pins_root(self.file_id, &pins), Integrity::Pins(pins))
+            }
+            Some((f, meta)) => {
+                let nodes = meta
+                    .iter()
+                    .filter_map(|(k, v)| match k {
+                        MetaKey::Node { level, index } => {
+                            Some((*level, *index, v.as_slice().try_into().ok()?))
+                        }
+                        MetaKey::Counters => None,
+                    })
+                    .collect();
+                (f.record().root, Integrity::Nodes(nodes))
+            }
+        };
+        let record = TrustedRecord {
+            scheme: scheme_of(self.scheme),
+            block_bytes: self.block as u32,
+            blocks: i.counters.blocks(),
+            length: i.length,
+            key_version: i.key_version,
+            root,
+            counters_digest: nasd_e2e::counters::digest_of_encoding(&counters),
+        };
+        let side = Side {
+            file_id: self.file_id,
+            signer,
+            key_file: i.key_file.clone(),
+            counters,
+            integrity,
+        };
+        (record, side)
+    }
+
+    /// Bytes block `i` holds in a file of `length` bytes.
+    fn block_len(&self, i: u64, length: u64) -> usize {
+        length.saturating_sub(i * self.block).min(self.block) as usize
+    }
+}
+
+/// The encryption layer over `lower` (module docs).
+pub struct CryptIo {
+    pub file: Arc<CryptFile>,
+    pub lower: Arc<dyn FileIo>,
+}
+
+/// One block to encipher or decipher: index, counter, key version, bytes.
+struct Work {
+    index: u64,
+    ctr: u64,
+    kv: KeyVersion,
+    bytes: Vec<u8>,
+}
+
+impl CryptIo {
+    fn f(&self) -> &CryptFile {
+        &self.file
+    }
+
+    /// Plaintext of blocks `[b0, b1)` as they are now (holes as zeros), at most `length`.
+    async fn read_blocks(&self, b0: u64, b1: u64) -> Result<Vec<u8>, IoError> {
+        let f = self.f();
+        let (length, plan, ciphers) = {
+            let i = f.inner.lock().expect("crypt lock");
+            let plan: Vec<(u64, u64, KeyVersion)> = (b0..b1.min(i.counters.blocks()))
+                .map(|b| {
+                    let (ctr, kv) = i.counters.get(b).expect("inside the counters");
+                    (b, ctr, kv)
+                })
+                .collect();
+            (i.length, plan, i.ciphers.clone())
+        };
+        let end = (b1 * f.block).min(length);
+        let start = b0 * f.block;
+        if start >= end {
+            return Ok(vec![]);
+        }
+        // One lower read for every written block (holes are not read).
+        let spans: Vec<Span> = plan
+            .iter()
+            .filter(|p| p.1 != 0)
+            .map(|&(b, _, _)| (b * f.block, stored_len(f.block_len(b, length)) as u64))
+            .collect();
+        let got = if spans.is_empty() {
+            ReadOut::default()
+        } else {
+            self.lower.read_vectored(&spans).await?
+        };
+        let want: u64 = spans.iter().map(|s| s.1).sum();
+        if got.data.len() as u64 != want {
+            return Err(refused(
+                &f.path,
+                format!(
+                    "the layout returned {} bytes of {want} stored",
+                    got.data.len()
+                ),
+            ));
+        }
+        let mut at = 0usize;
+        let mut work = Vec::with_capacity(spans.len());
+        let mut blocks: Vec<(u64, usize, Option<usize>)> = Vec::with_capacity(plan.len());
+        for &(b, ctr, kv) in &plan {
+            let len = f.block_len(b, length);
+            if ctr == 0 {
+                blocks.push((b, len, None));
+                continue;
+            }
+            let n = stored_len(len);
+            blocks.push((b, len, Some(work.len())));
+            work.push(Work {
+                index: b,
+                ctr,
+                kv,
+                bytes: got.data[at..at + n].to_vec(),
+            });
+            at += n;
+        }
+        let plain = self.decipher(work, &ciphers, length)?;
+        let mut out = Vec::with_capacity((end - start) as usize);
+        for (_, len, w) in blocks {
+            match w {
+                None => out.resize(out.len() + len, 0),
+                Some(k) => out.extend_from_slice(&plain[k]),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deciphers `work`: MT by the block cipher alone (the components checked the pins);
+    /// RAND/COMP through the construction, which checks each block.
+    fn decipher(
+        &self,
+        work: Vec<Work>,
+        ciphers: &BTreeMap<KeyVersion, Arc<BlockCipher>>,
+        length: u64,
+    ) -> Result<Vec<Vec<u8>>, IoError> {
+        let f = self.f();
+        if f.scheme == Eint::Mt {
+            let one = |w: Work| -> Result<Vec<u8>, IoError> {
+                let c = ciphers
+                    .get(&w.kv)
+                    .ok_or_else(|| refused(&f.path, format!("no key for key version {}", w.kv)))?;
+                let len = f.block_len(w.index, length);
+                c.decrypt(w.index, w.ctr, &w.bytes, len)
+                    .ok_or_else(|| refused(&f.path, format!("block {} does not decipher", w.index)))
+            };
+            return if work.len() >= PARALLEL_BLOCKS_MIN {
+                work.into_par_iter().map(one).collect()
+            } else {
+                work.into_iter().map(one).collect()
+            };
+        }
+        let mut i = f.inner.lock().expect("crypt lock");
+        let (eint, meta) = i
+            .eint
+            .as_mut()
+            .expect("RAND/COMP files have a construction");
+        let mut blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let order: Vec<u64> = work.iter().map(|w| w.index).collect();
+        for w in work {
+            blocks.insert(w.index, w.bytes);
+        }
+        let store = SideStore {
+            blocks: &mut blocks,
+            meta,
+        };
+        order
+            .into_iter()
+            .map(|b| {
+                eint.read_block(&store, b)
+                    .map(|(p, _)| p)
+                    .map_err(|e| refused(&f.path, e))
+            })
+            .collect()
+    }
+
+    /// Enciphers new plaintext blocks (whole ones, and the file's last possibly short),
+    /// counting their writes; returns the stored bytes in order.
+    fn encipher(&self, blocks: Vec<(u64, Vec<u8>)>) -> Result<Vec<u8>, IoError> {
+        let f = self.f();
+        let mut i = f.inner.lock().expect("crypt lock");
+        let kv = i.key_version;
+        if let Some((eint, meta)) = i.eint.as_mut() {
+            let mut out_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+            let mut store = SideStore {
+                blocks: &mut out_blocks,
+                meta,
+            };
+            let mut out = vec![];
+            for (b, p) in &blocks {
+                eint.write_block(&mut store, *b, p)
+                    .map_err(|e| refused(&f.path, e))?;
+                out.extend_from_slice(&store.blocks[b]);
+            }
+            // The construction keeps its own counters; the layer reads holes from them.
+            let enc = store
+                .meta
+                .get(&MetaKey::Counters)
+                .cloned()
+                .unwrap_or_default();
+            let length = eint.record().length;
+            i.counters = CounterIntervals::decode(&enc).map_err(|e| refused(&f.path, e))?;
+            i.length = length;
+            return Ok(out);
+        }
+        let cipher = i.ciphers.get(&kv).cloned().expect("the write key is held");
+        let mut work = Vec::with_capacity(blocks.len());
+        for (b, p) in blocks {
+            let ctr = i
+                .counters
+                .inc(b, kv)
+                .ok_or_else(|| refused(&f.path, "a block counter overflowed"))?;
+            work.push(Work {
+                index: b,
+                ctr,
+                kv,
+                bytes: pad_tail(&p),
+            });
+        }
+        drop(i);
+        let one = |mut w: Work| {
+            cipher.encrypt_in_place(w.index, w.ctr, &mut w.bytes);
+            w.bytes
+        };
+        let parts: Vec<Vec<u8>> = if work.len() >= PARALLEL_BLOCKS_MIN {
+            work.into_par_iter().map(one).collect()
+        } else {
+            work.into_iter().map(one).collect()
+        };
+        Ok(parts.concat())
+    }
+
+    /// Rewrites the partial last block `b` (now `old_len` bytes) as `new_len` bytes: cut
+    /// short, or padded with zeros.
+    async fn rewrite_tail(&self, b: u64, new_len: usize) -> Result<(), IoError> {
+        let f = self.f();
+        let mut p = self.read_blocks(b, b + 1).await?;
+        p.resize(new_len, 0);
+        let stored = self.encipher(vec![(b, p)])?;
+        {
+            let mut i = f.inner.lock().expect("crypt lock");
+            i.length = i.length.max(b * f.block + new_len as u64);
+        }
+        self.lower.write(b * f.block, &stored).await
+    }
+
+    async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), IoError> {
+        let f = self.f();
+        let bs = f.block;
+        let end = offset + data.len() as u64;
+        let old = f.length();
+        let (b0, b1) = (offset / bs, end.div_ceil(bs));
+        let new_len = old.max(end);
+        // The old last block, if partial and before the write, becomes whole (zeros after).
+        let old_last = old.div_ceil(bs).checked_sub(1);
+        if let Some(t) = old_last.filter(|&t| t < b0 && !old.is_multiple_of(bs)) {
+            self.rewrite_tail(t, bs as usize).await?;
+        }
+        // Blocks the write covers only in part keep their other bytes.
+        let head = (!offset.is_multiple_of(bs) || (end < (b0 + 1) * bs && end < old)) && b0 * bs < old;
+        let tail = b1 - 1 > b0 && !end.is_multiple_of(bs) && end < old;
+        let first_old = if head {
+            self.read_blocks(b0, b0 + 1).await?
+        } else {
+            vec![]
+        };
+        let last_old = if tail {
+            self.read_blocks(b1 - 1, b1).await?
+        } else {
+            vec![]
+        };
+        let mut blocks = Vec::with_capacity((b1 - b0) as usize);
+        for b in b0..b1 {
+            let len = f.block_len(b, new_len);
+            let mut p = if b == b0 && head {
+                first_old.clone()
+            } else if b == b1 - 1 && tail {
+                last_old.clone()
+            } else {
+                vec![]
+            };
+            p.resize(len, 0);
+            let (lo, hi) = ((b * bs).max(offset), ((b + 1) * bs).min(end));
+            let at = (lo - b * bs) as usize;
+            p[at..at + (hi - lo) as usize]
+                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            blocks.push((b, p));
+        }
+        let stored = self.encipher(blocks)?;
+        {
+            let mut i = f.inner.lock().expect("crypt lock");
+            i.length = i.length.max(new_len);
+        }
+        self.lower.write(b0 * bs, &stored).await
+    }
+
+    async fn set_len(&self, size: u64) -> Result<(), IoError> {
+        let f = self.f();
+        let bs = f.block;
+        let old = f.length();
+        if size == old {
+            return Ok(());
+        }
+        let tail_partial = |len: u64| !len.is_multiple_of(bs);
+        if size < old {
+            if f.scheme != Eint::Mt {
+                return Err(IoError::Usage(format!(
+                    "{}: cutting a {}-EINT file short is not supported; rewrite it (nasd rekey) or use MT",
+                    f.path,
+                    f.scheme.name()
+                )));
+            }
+            let nb = size.div_ceil(bs);
+            {
+                let mut i = f.inner.lock().expect("crypt lock");
+                i.counters.truncate(nb);
+            }
+            if tail_partial(size) && nb > 0 {
+                // Read under the old length, then cut.
+                let b = nb - 1;
+                let mut p = self.read_blocks(b, b + 1).await?;
+                p.truncate((size - b * bs) as usize);
+                f.inner.lock().expect("crypt lock").length = size;
+                let stored = self.encipher(vec![(b, p)])?;
+                return self.lower.write(b * bs, &stored).await;
+            }
+            f.inner.lock().expect("crypt lock").length = size;
+            return Ok(());
+        }
+        // Growing: a partial last block is padded, then a hole.
+        if tail_partial(old) {
+            let b = old / bs;
+            let len = ((b + 1) * bs).min(size) - b * bs;
+            self.rewrite_tail(b, len as usize).await?;
+        }
+        let mut i = f.inner.lock().expect("crypt lock");
+        let blocks = size.div_ceil(bs);
+        match i.eint.as_mut() {
+            None => i.counters.extend(blocks),
+            Some((eint, meta)) => {
+                let mut none = BTreeMap::new();
+                let mut store = SideStore {
+                    blocks: &mut none,
+                    meta,
+                };
+                eint.extend(&mut store, size)
+                    .map_err(|e| refused(&f.path, e))?;
+                let enc = store
+                    .meta
+                    .get(&MetaKey::Counters)
+                    .cloned()
+                    .unwrap_or_default();
+                i.counters = CounterIntervals::decode(&enc).map_err(|e| refused(&f.path, e))?;
+            }
+        }
+        i.length = size;
+        Ok(())
+    }
+}
+
+impl FileIo for CryptIo {
+    fn read(&self, offset: u64, len: u64) -> IoFuture<'_, ReadOut> {
+        Box::pin(async move {
+            let f = self.f();
+            let length = f.length();
+            let end = offset.saturating_add(len).min(length);
+            if offset >= end {
+                return Ok(ReadOut {
+                    data: vec![],
+                    size: length,
+                });
+            }
+            let (b0, b1) = (offset / f.block, end.div_ceil(f.block));
+            let plain = self.read_blocks(b0, b1).await?;
+            let at = (offset - b0 * f.block) as usize;
+            let n = (end - offset) as usize;
+            if plain.len() < at + n {
+                return Err(refused(&f.path, "blocks shorter than the record says"));
+            }
+            let data = if at == 0 && plain.len() == n {
+                plain
+            } else {
+                plain[at..at + n].to_vec()
+            };
+            Ok(ReadOut { data, size: length })
+        })
+    }
+
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> IoFuture<'a, ()> {
+        Box::pin(async move {
+            if data.is_empty() {
+                return Ok(());
+            }
+            self.write_at(offset, data).await
+        })
+    }
+
+    fn size(&self) -> IoFuture<'_, u64> {
+        Box::pin(async move { Ok(self.f().length()) })
+    }
+
+    fn set_size(&self, size: u64) -> IoFuture<'_, ()> {
+        Box::pin(async move { self.set_len(size).await })
+    }
+
+    /// Whole blocks, and the layout's own granule.
+    fn write_granule(&self) -> u64 {
+        lcm(self.f().block, self.lower.write_granule().max(1))
+    }
+
+    fn transfer_bytes(&self) -> u64 {
+        let g = self.write_granule();
+        self.lower.transfer_bytes().div_ceil(g) * g
+    }
+
+    fn missed(&self) -> u64 {
+        self.lower.missed()
+    }
+
+    fn available(&self) -> bool {
+        self.lower.available()
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}

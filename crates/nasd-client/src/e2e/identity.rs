@@ -1,0 +1,206 @@
+//! A user's end-to-end identity (seed 001 §3.2: "a key pair per UID"): an X25519 key pair
+//! that file keys are wrapped to (HPKE) and an Ed25519 key pair that signs the versions the
+//! user writes (schemes 1 and 2), both derived from one 32-byte secret seed.
+//!
+//! Where the seed lives:
+//! - a user who logs in with a **password** has a random seed, sealed under the password with
+//!   Argon2id and AES-256-GCM-SIV (nasd-crypto's [`KeySeal`], the drives' key sealing) and kept
+//!   at the manager, which returns it only to its user; `user add` makes it (the admin's client
+//!   knows the new password then), or the user's first login does;
+//! - a user who logs in with an **Ed25519 key file** has a seed derived from that key, so the
+//!   key file is all they need;
+//! - the client keeps the seed it used in a 0600 file beside its session token
+//!   ([`crate::config`]), so commands that log in with the saved token can decrypt too, and a
+//!   password login skips the Argon2id work when the file is there and matches.
+
+use crate::auth::write_secret_file;
+use nasd_crypto::seal::{KeySeal, SealHeader, SEALED_KEY_BYTES, SEAL_HEADER_BYTES};
+use nasd_crypto::Key;
+use nasd_e2e::sign::{WriterKey, WriterPublicKey};
+use nasd_e2e::{PublicKey, SecretKey};
+use nasd_proto::manager::UserKeys;
+use std::path::Path;
+use zeroize::Zeroizing;
+
+const X25519_CONTEXT: &str = "nasd 2026 user x25519 key v1";
+const ED25519_CONTEXT: &str = "nasd 2026 user ed25519 key v1";
+const FROM_LOGIN_KEY_CONTEXT: &str = "nasd 2026 user e2e seed from login key v1";
+/// The slot the sealed seed is bound to (AES-GCM-SIV associated data).
+const SEAL_SLOT: &str = "user e2e seed v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("the password does not open this user's end-to-end key (changed elsewhere?)")]
+    WrongPassword,
+    #[error("the stored end-to-end key does not decode")]
+    Malformed,
+    #[error("the end-to-end keys at the manager are not this user's seed's")]
+    Mismatch,
+}
+
+/// A user's end-to-end keys (module docs). Secrets are zeroized; `Debug` shows public keys.
+pub struct Identity {
+    pub uid: u32,
+    seed: Zeroizing<[u8; 32]>,
+    enc: SecretKey,
+    sign: WriterKey,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("uid", &self.uid)
+            .field("sign_public", &self.sign.public())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    pub fn from_seed(uid: u32, seed: &[u8; 32]) -> Identity {
+        let x = Zeroizing::new(blake3::derive_key(X25519_CONTEXT, seed));
+        let e = Zeroizing::new(blake3::derive_key(ED25519_CONTEXT, seed));
+        Identity {
+            uid,
+            seed: Zeroizing::new(*seed),
+            enc: SecretKey::derive(x.as_ref()),
+            sign: WriterKey::from_seed(&e),
+        }
+    }
+
+    /// A fresh identity from the OS CSPRNG.
+    pub fn generate(uid: u32) -> Identity {
+        let mut seed = Zeroizing::new([0u8; 32]);
+        getrandom::fill(seed.as_mut()).expect("the OS random source works");
+        Identity::from_seed(uid, &seed)
+    }
+
+    /// The identity of a user who logs in with an Ed25519 key file (its 32-byte seed).
+    pub fn from_login_key(uid: u32, login_seed: &[u8; 32]) -> Identity {
+        let seed = Zeroizing::new(blake3::derive_key(FROM_LOGIN_KEY_CONTEXT, login_seed));
+        Identity::from_seed(uid, &seed)
+    }
+
+    pub fn enc_public(&self) -> PublicKey {
+        self.enc.public()
+    }
+
+    pub fn sign_public(&self) -> WriterPublicKey {
+        self.sign.public()
+    }
+
+    pub fn enc_secret(&self) -> &SecretKey {
+        &self.enc
+    }
+
+    pub fn signer(&self) -> &WriterKey {
+        &self.sign
+    }
+
+    /// The public keys (and, with a password, the sealed seed) to register at the manager.
+    pub fn user_keys(&self, password: Option<&str>) -> UserKeys {
+        UserKeys {
+            enc_public: self.enc_public().0,
+            sign_public: self.sign_public().0,
+            sealed: password.map(|p| self.seal(p)).unwrap_or_default(),
+        }
+    }
+
+    /// Whether `keys` are this identity's public keys.
+    pub fn matches(&self, keys: &UserKeys) -> bool {
+        keys.enc_public == self.enc_public().0 && keys.sign_public == self.sign_public().0
+    }
+
+    /// The seed sealed under `password`: the seal header, then the sealed seed.
+    fn seal(&self, password: &str) -> Vec<u8> {
+        let seal = KeySeal::create(password.as_bytes()).expect("Argon2id parameters are valid");
+        let key = Key::from_bytes(*self.seed);
+        let mut out = seal.header().encode().to_vec();
+        out.extend_from_slice(&seal.seal(SEAL_SLOT, &key));
+        out
+    }
+
+    /// Opens a seed sealed under `password` ([`Identity::user_keys`]).
+    pub fn unseal(uid: u32, sealed: &[u8], password: &str) -> Result<Identity, IdentityError> {
+        if sealed.len() != SEAL_HEADER_BYTES + SEALED_KEY_BYTES {
+            return Err(IdentityError::Malformed);
+        }
+        let header = SealHeader::decode(&sealed[..SEAL_HEADER_BYTES])
+            .map_err(|_| IdentityError::Malformed)?;
+        let seal = KeySeal::unlock(password.as_bytes(), &header)
+            .map_err(|_| IdentityError::WrongPassword)?;
+        let boxed: [u8; SEALED_KEY_BYTES] = sealed[SEAL_HEADER_BYTES..]
+            .try_into()
+            .map_err(|_| IdentityError::Malformed)?;
+        let key = seal
+            .open(SEAL_SLOT, &boxed)
+            .ok_or(IdentityError::WrongPassword)?;
+        Ok(Identity::from_seed(uid, key.expose()))
+    }
+
+    /// Keeps the seed in `path` (0600), for later commands that log in with a saved token.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        write_secret_file(path, hex::encode(*self.seed).as_bytes())
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    /// The identity kept in `path`, if there is one that decodes.
+    pub fn load(uid: u32, path: &Path) -> Option<Identity> {
+        let text = Zeroizing::new(std::fs::read_to_string(path).ok()?);
+        let bytes = Zeroizing::new(hex::decode(text.trim()).ok()?);
+        let seed: [u8; 32] = bytes.as_slice().try_into().ok()?;
+        let seed = Zeroizing::new(seed);
+        Some(Identity::from_seed(uid, &seed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_seed_opens_with_its_password_only() {
+        let id = Identity::from_seed(7, &[3; 32]);
+        let keys = id.user_keys(Some("correct horse"));
+        let back = Identity::unseal(7, &keys.sealed, "correct horse").unwrap();
+        assert!(back.matches(&keys));
+        assert!(matches!(
+            Identity::unseal(7, &keys.sealed, "wrong"),
+            Err(IdentityError::WrongPassword)
+        ));
+        assert!(matches!(
+            Identity::unseal(7, &keys.sealed[1..], "correct horse"),
+            Err(IdentityError::Malformed)
+        ));
+        assert!(
+            !format!("{id:?}").contains("03030303"),
+            "Debug hides the seed"
+        );
+    }
+
+    #[test]
+    fn login_keys_and_seeds_give_distinct_stable_identities() {
+        let a = Identity::from_login_key(1, &[9; 32]);
+        let b = Identity::from_login_key(1, &[9; 32]);
+        assert!(a.matches(&b.user_keys(None)));
+        let c = Identity::from_seed(1, &[9; 32]);
+        assert!(
+            !a.matches(&c.user_keys(None)),
+            "a login key is not used as a seed"
+        );
+    }
+
+    #[test]
+    fn a_saved_identity_loads_back_and_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("e2e-alice.key");
+        let id = Identity::generate(1000);
+        id.save(&p).unwrap();
+        let back = Identity::load(1000, &p).unwrap();
+        assert!(back.matches(&id.user_keys(None)));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}

@@ -1,0 +1,528 @@
+//! The client's keys (seed 001 §3.2-3.3): its user's [`Identity`], the public keys of users
+//! and groups it wraps file keys to, the group secrets it unwrapped, and the key files it
+//! makes and opens.
+//!
+//! A new file's key is wrapped for every principal that may read it (requirements B.1):
+//! its owner, the writer, its group when the mode lets the group read, "everyone" (the groups
+//! all users are in) when the mode lets others read, and the directory policy's further
+//! readers. A principal without a key pair gets no wrap: it cannot decrypt until the owner
+//! shares the file again (`nasd share`). Public keys and group key pairs come from the manager
+//! and are kept [`KEYS_TTL_MS`]; a group's secret, once unwrapped, for the client's life.
+
+use super::identity::Identity;
+use crate::files::{now_ms, Client, FsError};
+use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
+use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
+use nasd_proto::manager::{
+    Credential, GroupKeyInfo, MgrReply, MgrRequest, Principal, UserKeys, KEY_LIST_MAX,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// How long fetched public keys and group key pairs are used before asking again, in ms: a
+/// user's new key or a group's new key pair is picked up within this time.
+pub const KEYS_TTL_MS: u64 = 60_000;
+
+/// Most entries each key cache holds (then it starts over).
+pub const KEY_CACHE_ENTRIES_MAX: usize = 4096;
+
+/// Where this client's identity comes from.
+#[derive(Clone)]
+pub enum IdentitySource {
+    /// Its login: a password unseals the seed kept at the manager (or makes one), a login key
+    /// derives it, a saved token finds it in the cache file.
+    Login { cache: Option<PathBuf> },
+    /// A gateway's client acting for a user decrypts with the gateway's own identity (files it
+    /// serves are wrapped for it by their directory's policy).
+    Borrowed(Arc<Identity>),
+}
+
+/// The client's keys (module docs).
+pub struct Keyring {
+    source: Mutex<IdentitySource>,
+    identity: tokio::sync::OnceCell<Arc<Identity>>,
+    users: Mutex<HashMap<u32, (UserKeys, u64)>>,
+    groups: Mutex<HashMap<u32, (GroupKeyInfo, u64)>>,
+    group_secrets: Mutex<HashMap<(u32, u32), Arc<SecretKey>>>,
+}
+
+impl Default for Keyring {
+    fn default() -> Keyring {
+        Keyring {
+            source: Mutex::new(IdentitySource::Login { cache: None }),
+            identity: Default::default(),
+            users: Default::default(),
+            groups: Default::default(),
+            group_secrets: Default::default(),
+        }
+    }
+}
+
+fn put_bounded<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>, k: K, v: V) {
+    if m.len() >= KEY_CACHE_ENTRIES_MAX {
+        m.clear();
+    }
+    m.insert(k, v);
+}
+
+fn e2e_err(path: &str, what: impl std::fmt::Display) -> FsError {
+    FsError::E2e {
+        path: path.into(),
+        detail: what.to_string(),
+    }
+}
+
+impl Client {
+    /// Where this client's identity comes from (the binary names the cache file beside the
+    /// session token; a gateway lends its own to the clients acting for users).
+    pub fn set_identity_source(&self, source: IdentitySource) {
+        *self.keyring.source.lock().expect("keyring lock") = source;
+    }
+
+    /// This client's user's identity: loaded, unsealed or made (and registered) on first use.
+    pub async fn identity(&self) -> Result<Arc<Identity>, FsError> {
+        self.keyring
+            .identity
+            .get_or_try_init(|| self.load_identity())
+            .await
+            .cloned()
+    }
+
+    async fn load_identity(&self) -> Result<Arc<Identity>, FsError> {
+        let source = self.keyring.source.lock().expect("keyring lock").clone();
+        let cache = match source {
+            IdentitySource::Borrowed(id) => return Ok(id),
+            IdentitySource::Login { cache } => cache,
+        };
+        let uid = self.uid().await?;
+        let registered = self.user_keys(&[uid], true).await?.remove(&uid);
+        let cached = cache.as_deref().and_then(|p| Identity::load(uid, p));
+        let me = self.cfg_user();
+        let id = match (registered, cached) {
+            (Some(keys), Some(id)) if id.matches(&keys) => id,
+            (Some(keys), _) => {
+                let id = match (&self.cfg.signing_key, &self.cfg.credential) {
+                    (Some(k), _) => Identity::from_login_key(uid, k.expose()),
+                    (None, Credential::Password(p)) => Identity::unseal(uid, &keys.sealed, p)
+                        .map_err(|e| e2e_err("/", format!("{me}: {e}")))?,
+                    _ => {
+                        return Err(e2e_err(
+                            "/",
+                            format!("{me}: this client has no end-to-end key; log in with your password or key (nasd login)"),
+                        ))
+                    }
+                };
+                if !id.matches(&keys) {
+                    return Err(e2e_err(
+                        "/",
+                        format!("{me}: the end-to-end keys at the manager are not this login's"),
+                    ));
+                }
+                id
+            }
+            (None, _) => {
+                let (id, password) = match (&self.cfg.signing_key, &self.cfg.credential) {
+                    (Some(k), _) => (Identity::from_login_key(uid, k.expose()), None),
+                    (None, Credential::Password(p)) => (Identity::generate(uid), Some(p.as_str())),
+                    _ => {
+                        return Err(e2e_err(
+                            "/",
+                            format!("{me}: no end-to-end key yet; log in with your password or key once (nasd login)"),
+                        ))
+                    }
+                };
+                let req = MgrRequest::UserKeySet {
+                    user: me.clone(),
+                    keys: id.user_keys(password),
+                };
+                self.request("/", req).await?;
+                self.forget_user_keys(uid);
+                id
+            }
+        };
+        if let Some(p) = &cache {
+            if let Err(e) = id.save(p) {
+                tracing::warn!("could not keep the end-to-end key in {}: {e}", p.display());
+            }
+        }
+        Ok(Arc::new(id))
+    }
+
+    /// Adds a user (admins) with their end-to-end keys: a password user's are made here and
+    /// sealed under the password (the admin knows it now), and the user gets a wrap of their
+    /// primary group's key; a key user makes theirs at their first login, and gets group
+    /// wraps at an admin's next group command ([`Client::sync_group_keys`]).
+    pub async fn add_user(
+        &self,
+        name: &str,
+        password: &str,
+        admin: bool,
+        public_key: Option<[u8; 32]>,
+    ) -> Result<(), FsError> {
+        self.request(
+            "/",
+            MgrRequest::UserAdd {
+                name: name.into(),
+                password: password.into(),
+                admin,
+                public_key,
+            },
+        )
+        .await?;
+        if public_key.is_some() {
+            return Ok(());
+        }
+        let r = self.request("/", MgrRequest::UserList).await?;
+        let MgrReply::Users(us) = r else {
+            return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
+        };
+        let Some(u) = us.into_iter().find(|u| u.name == name) else {
+            return Err(FsError::Usage(format!(
+                "user {name} was added but is not listed"
+            )));
+        };
+        let id = Identity::generate(u.uid);
+        let req = MgrRequest::UserKeySet {
+            user: name.into(),
+            keys: id.user_keys(Some(password)),
+        };
+        self.request("/", req).await?;
+        self.forget_user_keys(u.uid);
+        self.sync_group_keys(u.groups).await?;
+        Ok(())
+    }
+
+    /// Seals this user's end-to-end seed under their new password (after `user passwd` of
+    /// oneself), so the next password login opens it.
+    pub async fn reseal_own_keys(&self, new_password: &str) -> Result<(), FsError> {
+        let id = self.identity().await?;
+        let req = MgrRequest::UserKeySet {
+            user: self.cfg_user(),
+            keys: id.user_keys(Some(new_password)),
+        };
+        self.request("/", req).await?;
+        self.forget_user_keys(id.uid);
+        Ok(())
+    }
+
+    fn forget_user_keys(&self, uid: u32) {
+        self.keyring
+            .users
+            .lock()
+            .expect("keyring lock")
+            .remove(&uid);
+    }
+
+    /// The registered keys of `uids` (those that have some), from the cache when fresh.
+    pub(crate) async fn user_keys(
+        &self,
+        uids: &[u32],
+        fresh: bool,
+    ) -> Result<HashMap<u32, UserKeys>, FsError> {
+        let now = now_ms();
+        let mut out = HashMap::new();
+        let mut ask = vec![];
+        {
+            let c = self.keyring.users.lock().expect("keyring lock");
+            for &u in uids {
+                match c.get(&u) {
+                    Some((k, at)) if !fresh && now < at + KEYS_TTL_MS => {
+                        out.insert(u, k.clone());
+                    }
+                    _ => ask.push(u),
+                }
+            }
+        }
+        ask.sort_unstable();
+        ask.dedup();
+        for chunk in ask.chunks(KEY_LIST_MAX) {
+            let r = self
+                .request(
+                    "/",
+                    MgrRequest::UserKeyGet {
+                        uids: chunk.to_vec(),
+                    },
+                )
+                .await?;
+            let MgrReply::UserKeys(us) = r else {
+                return Err(FsError::Usage(format!("user keys: unexpected reply {r:?}")));
+            };
+            let mut c = self.keyring.users.lock().expect("keyring lock");
+            for u in us {
+                put_bounded(&mut c, u.uid, (u.keys.clone(), now));
+                out.insert(u.uid, u.keys);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Key pairs of groups `gids`, from the cache when fresh.
+    pub(crate) async fn group_infos(
+        &self,
+        gids: &[u32],
+        fresh: bool,
+    ) -> Result<HashMap<u32, GroupKeyInfo>, FsError> {
+        let now = now_ms();
+        let mut out = HashMap::new();
+        let mut ask = vec![];
+        {
+            let c = self.keyring.groups.lock().expect("keyring lock");
+            for &g in gids {
+                match c.get(&g) {
+                    Some((k, at)) if !fresh && now < at + KEYS_TTL_MS => {
+                        out.insert(g, k.clone());
+                    }
+                    _ => ask.push(g),
+                }
+            }
+        }
+        ask.sort_unstable();
+        ask.dedup();
+        if ask.is_empty() {
+            return Ok(out);
+        }
+        for g in self.group_key_get(ask, vec![]).await? {
+            let mut c = self.keyring.groups.lock().expect("keyring lock");
+            put_bounded(&mut c, g.gid, (g.clone(), now));
+            out.insert(g.gid, g);
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn group_key_get(
+        &self,
+        gids: Vec<u32>,
+        names: Vec<String>,
+    ) -> Result<Vec<GroupKeyInfo>, FsError> {
+        let r = self
+            .request("/", MgrRequest::GroupKeyGet { gids, names })
+            .await?;
+        match r {
+            MgrReply::GroupKeys(gs) => Ok(gs),
+            other => Err(FsError::Usage(format!(
+                "group keys: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    /// The secret of group `g`'s current key pair, unwrapped with this user's key.
+    async fn group_secret(&self, g: &GroupKeyInfo) -> Result<Arc<SecretKey>, FsError> {
+        if let Some(s) = self
+            .keyring
+            .group_secrets
+            .lock()
+            .expect("keyring lock")
+            .get(&(g.gid, g.version))
+        {
+            return Ok(s.clone());
+        }
+        if g.wrap.is_empty() {
+            return Err(e2e_err(
+                "/",
+                format!("no wrap of group {}'s key for this user", g.name),
+            ));
+        }
+        let id = self.identity().await?;
+        let wrap = GroupKeyWrap::decode(&g.wrap).map_err(|e| e2e_err("/", e))?;
+        let sk = Arc::new(
+            wrap.unwrap(id.enc_secret())
+                .map_err(|e| e2e_err("/", format!("group {}'s key: {e}", g.name)))?,
+        );
+        put_bounded(
+            &mut self.keyring.group_secrets.lock().expect("keyring lock"),
+            (g.gid, g.version),
+            sk.clone(),
+        );
+        Ok(sk)
+    }
+
+    /// The principals a file with owner `uid`, group `gid` and `mode`, written by this
+    /// client's user under `policy`, is readable by.
+    pub(crate) async fn readers_of(
+        &self,
+        uid: u32,
+        gid: u32,
+        mode: u32,
+        readers: &[Principal],
+        everyone: &[Principal],
+    ) -> Result<Vec<Principal>, FsError> {
+        let mut out = vec![Principal::User(uid), Principal::User(self.uid().await?)];
+        if mode & 0o040 != 0 {
+            out.push(Principal::Group(gid));
+        }
+        if mode & 0o004 != 0 {
+            out.extend_from_slice(everyone);
+        }
+        out.extend_from_slice(readers);
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// A key file wrapping `key` (version `kv` of file `file_id`) for each of `readers` that
+    /// has a key pair; those without one are logged and left out.
+    pub(crate) async fn make_key_file(
+        &self,
+        path: &str,
+        file_id: FileId,
+        kv: KeyVersion,
+        key: &FileKey,
+        readers: &[Principal],
+    ) -> Result<KeyFile, FsError> {
+        let uids: Vec<u32> = readers
+            .iter()
+            .filter_map(|p| match p {
+                Principal::User(u) => Some(*u),
+                _ => None,
+            })
+            .collect();
+        let gids: Vec<u32> = readers
+            .iter()
+            .filter_map(|p| match p {
+                Principal::Group(g) => Some(*g),
+                _ => None,
+            })
+            .collect();
+        let users = self.user_keys(&uids, false).await?;
+        let groups = self.group_infos(&gids, false).await?;
+        let mut to: Vec<(KeyPrincipal, PublicKey)> = vec![];
+        for u in uids {
+            match users.get(&u) {
+                Some(k) => to.push((KeyPrincipal::User(u), PublicKey(k.enc_public))),
+                None => tracing::debug!("{path}: user {u} has no key pair yet: no wrap"),
+            }
+        }
+        for g in gids {
+            match groups.get(&g).and_then(|i| i.public) {
+                Some(pk) => to.push((KeyPrincipal::Group(g), PublicKey(pk))),
+                None => tracing::debug!("{path}: group {g} has no key pair yet: no wrap"),
+            }
+        }
+        if to.is_empty() {
+            return Err(e2e_err(path, "nobody who may read the file has a key pair"));
+        }
+        let mut kf = KeyFile::new();
+        let mut rng = nasd_e2e::keys::os_rng();
+        for (p, pk) in to {
+            kf.wrap_for(p, pk, file_id, kv, key, &mut rng)
+                .map_err(|e| e2e_err(path, e))?;
+        }
+        Ok(kf)
+    }
+
+    /// The key of version `kv` of a file, unwrapped from its key file with this user's key or
+    /// a group's this user holds ("permission denied" when none opens it).
+    pub(crate) async fn open_key_file(
+        &self,
+        path: &str,
+        kf: &KeyFile,
+        file_id: FileId,
+        kv: KeyVersion,
+    ) -> Result<FileKey, FsError> {
+        let id = self.identity().await?;
+        if kf.find(KeyPrincipal::User(id.uid), kv).is_some() {
+            return kf
+                .unwrap(KeyPrincipal::User(id.uid), id.enc_secret(), file_id, kv)
+                .map_err(|e| e2e_err(path, format!("key version {kv}: {e}")));
+        }
+        let gids: Vec<u32> = kf
+            .entries()
+            .iter()
+            .filter(|e| e.key_version == kv)
+            .filter_map(|e| match e.principal {
+                KeyPrincipal::Group(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        for (gid, info) in self.group_infos(&gids, false).await? {
+            let Ok(sk) = self.group_secret(&info).await else {
+                continue;
+            };
+            if let Ok(k) = kf.unwrap(KeyPrincipal::Group(gid), &sk, file_id, kv) {
+                return Ok(k);
+            }
+        }
+        Err(FsError::Manager {
+            path: path.into(),
+            error: crate::session::SessionError::Refused {
+                op: "decrypt",
+                status: nasd_proto::manager::MgrStatus::PermissionDenied,
+                detail: format!(
+                    "the file's key is not wrapped for {} or a group of theirs",
+                    self.cfg_user()
+                ),
+            },
+        })
+    }
+
+    /// Completes group key wraps: every group the caller may see gets a key pair if it has
+    /// none (admins), and members with keys but no wrap get one. Returns the wraps made.
+    pub async fn sync_group_keys(&self, names: Vec<String>) -> Result<usize, FsError> {
+        let id = self.identity().await?;
+        let mut made = 0;
+        for g in self.group_key_get(vec![], names).await? {
+            let (sk, version, fresh) = match g.public {
+                None => (Arc::new(SecretKey::generate()), 1, true),
+                Some(_) => match self.group_secret(&g).await {
+                    Ok(sk) => (sk, g.version, false),
+                    Err(_) => continue,
+                },
+            };
+            let mut to: Vec<(u32, PublicKey)> = g
+                .missing
+                .iter()
+                .map(|(u, pk)| (*u, PublicKey(*pk)))
+                .collect();
+            if fresh {
+                to.push((id.uid, id.enc_public()));
+                let members = self.group_members_with_keys(&g.name).await?;
+                to.extend(members);
+            }
+            to.sort_by_key(|t| t.0);
+            to.dedup_by_key(|t| t.0);
+            if to.is_empty() {
+                continue;
+            }
+            let mut rng = nasd_e2e::keys::os_rng();
+            let mut wraps = vec![];
+            for (uid, pk) in &to {
+                let w = GroupKeyWrap::wrap(g.gid, version, &sk, *uid, *pk, &mut rng)
+                    .map_err(|e| e2e_err("/", e))?;
+                wraps.push((*uid, w.encode()));
+            }
+            made += wraps.len();
+            let req = MgrRequest::GroupKeySet {
+                group: g.name.clone(),
+                version,
+                public: sk.public().0,
+                wraps,
+            };
+            self.request("/", req).await?;
+            self.keyring
+                .groups
+                .lock()
+                .expect("keyring lock")
+                .remove(&g.gid);
+        }
+        Ok(made)
+    }
+
+    /// The members of group `name` that have key pairs (for a group's first key pair).
+    async fn group_members_with_keys(&self, name: &str) -> Result<Vec<(u32, PublicKey)>, FsError> {
+        let r = self.request("/", MgrRequest::UserList).await?;
+        let MgrReply::Users(us) = r else {
+            return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
+        };
+        let uids: Vec<u32> = us
+            .iter()
+            .filter(|u| u.groups.iter().any(|g| g == name))
+            .map(|u| u.uid)
+            .collect();
+        let keys = self.user_keys(&uids, true).await?;
+        Ok(keys
+            .into_iter()
+            .map(|(u, k)| (u, PublicKey(k.enc_public)))
+            .collect())
+    }
+}

@@ -1,0 +1,273 @@
+//! End-to-end protection in the client (issue 10; seeds 001 and 003; requirements Part 2 B):
+//! files are encrypted and authenticated by their writer before a byte leaves the client, and
+//! checked by their reader against a few trusted bytes kept at the file manager, so neither
+//! drives nor the disks under them learn file contents or can change or roll back a file
+//! undetected. The manager holds policy, the trusted records and wrapped keys it cannot open.
+//!
+//! # Layout
+//! - [`identity`]: a user's X25519 and Ed25519 keys from one seed, sealed under the password.
+//! - [`keyring`]: public keys of users and groups, group secrets, key files made and opened.
+//! - [`pins`]: MT-EINT over the drives' trees: readers check every reply against the writer's
+//!   pins; writers keep track of their objects' tops.
+//! - [`crypt`]: the encryption layer of the file stack, above the layout.
+//!
+//! What a version carries at the manager ([`nasd_proto::manager::E2eState`]): the trusted
+//! record (nasd-e2e's [`TrustedRecord`]), the writer's Ed25519 signature over it (seed 001
+//! schemes 1 and 2: one signature per version, not per block) and the side data
+//! ([`nasd_e2e::side::Side`]). A reader checks, before it trusts a byte: the side against the
+//! record (counters digest, pins root), the signature with the signer's public key (when the
+//! version carries one), and then every block against the record as it reads.
+
+pub mod crypt;
+pub mod identity;
+pub mod keyring;
+pub mod pins;
+
+use crate::files::{Client, FsError};
+use crypt::CryptFile;
+use nasd_e2e::keys::KeyVersion;
+use nasd_e2e::side::{Integrity, Side};
+use nasd_e2e::sign::WriterPublicKey;
+use nasd_e2e::{FileId, FileKey, TrustedRecord};
+use nasd_proto::manager::{E2eCommit, E2ePolicy, E2eState, Eint, Layout, WriterAuth};
+use pins::ComponentPin;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Who wrote a version and whether their signature verifies (what `nasd stat` shows).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Provenance {
+    /// The user the manager says committed the version.
+    pub writer: u32,
+    /// The user whose key signed it, if any (a gateway signs for the users it acts for).
+    pub signer: Option<u32>,
+    /// `Some(true)`: the signature verifies with the signer's key; `Some(false)`: it does
+    /// not; `None`: the version carries no signature (scheme 3).
+    pub verified: Option<bool>,
+    pub scheme: Eint,
+    pub key_version: KeyVersion,
+}
+
+fn e2e_err(path: &str, what: impl std::fmt::Display) -> FsError {
+    FsError::E2e {
+        path: path.into(),
+        detail: what.to_string(),
+    }
+}
+
+/// A version's record and side data, decoded.
+pub fn decode_state(path: &str, e: &E2eState) -> Result<(TrustedRecord, Side), FsError> {
+    let record = TrustedRecord::decode(&e.record).map_err(|x| e2e_err(path, x))?;
+    let side = Side::decode(&e.side).map_err(|x| e2e_err(path, x))?;
+    Ok((record, side))
+}
+
+impl Client {
+    /// Whether a version's signature verifies (and by whom), checked with the signer's
+    /// registered Ed25519 key.
+    pub async fn provenance(&self, path: &str, e: &E2eState) -> Result<Provenance, FsError> {
+        let (record, side) = decode_state(path, e)?;
+        let verified = match (side.signer, e.signature.as_slice()) {
+            (Some(uid), sig) if sig.len() == 64 => {
+                let keys = self.user_keys(&[uid], false).await?;
+                Some(keys.get(&uid).is_some_and(|k| {
+                    let sig: [u8; 64] = sig.try_into().expect("64 bytes");
+                    WriterPublicKey(k.sign_public)
+                        .verify_record(side.file_id, &record, &sig)
+                        .is_ok()
+                }))
+            }
+            (Some(_), _) => Some(false),
+            (None, _) => None,
+        };
+        Ok(Provenance {
+            writer: e.writer,
+            signer: side.signer,
+            verified,
+            scheme: crypt_eint(&record),
+            key_version: record.key_version,
+        })
+    }
+
+    /// The encryption layer's view of a committed version for reading (pins checked by the
+    /// components) or changing (pins tracked): the side checked against the record, the
+    /// signature against the signer's key, the keys its blocks use unwrapped.
+    pub(crate) async fn open_crypt(
+        &self,
+        path: &str,
+        layout: &Layout,
+        e: &E2eState,
+        write: bool,
+    ) -> Result<Arc<CryptFile>, FsError> {
+        let (record, side) = decode_state(path, e)?;
+        let p = self.provenance(path, e).await?;
+        if p.verified == Some(false) {
+            return Err(e2e_err(
+                path,
+                format!(
+                    "the version's signature does not verify with user {}'s key: refusing it",
+                    p.signer.unwrap_or(p.writer)
+                ),
+            ));
+        }
+        let counters = nasd_e2e::counters::CounterIntervals::decode(&side.counters)
+            .map_err(|x| e2e_err(path, x))?;
+        let mut versions: Vec<KeyVersion> = counters
+            .intervals()
+            .iter()
+            .filter(|i| i.ctr > 0)
+            .map(|i| i.key_version)
+            .collect();
+        versions.push(record.key_version);
+        versions.sort_unstable();
+        versions.dedup();
+        let mut keys = BTreeMap::new();
+        for v in versions {
+            // A writer needs the current key; older ones only where blocks still use them.
+            match self
+                .open_key_file(path, &side.key_file, side.file_id, v)
+                .await
+            {
+                Ok(k) => {
+                    keys.insert(v, k);
+                }
+                Err(e) if v == record.key_version || !write => return Err(e),
+                Err(_) => {}
+            }
+        }
+        let pins = match &side.integrity {
+            Integrity::Pins(ps) => {
+                if ps.len() != layout.components.len() {
+                    return Err(e2e_err(path, "the pins do not match the file's layout"));
+                }
+                ps.iter()
+                    .zip(&layout.components)
+                    .map(|(p, c)| {
+                        Arc::new(if write {
+                            ComponentPin::copy_of(c.suite, p)
+                        } else {
+                            ComponentPin::check(*p)
+                        })
+                    })
+                    .collect()
+            }
+            Integrity::Nodes(_) => vec![],
+        };
+        let f = CryptFile::open(path, &record, &side, &keys, pins).map_err(|x| e2e_err(path, x))?;
+        Ok(Arc::new(f))
+    }
+
+    /// The encryption layer for a new version written from scratch (an upload): a fresh file
+    /// key (a new key version past `replacing`'s), wrapped for everyone who may read a file
+    /// of owner `uid`, group `gid` and `mode` under `policy`; fresh objects' tracks for MT.
+    #[allow(clippy::too_many_arguments)] // the file's owners, mode, layout and policy
+    pub(crate) async fn new_crypt(
+        &self,
+        path: &str,
+        uid: u32,
+        gid: u32,
+        mode: u32,
+        layout: &Layout,
+        policy: &E2ePolicy,
+        replacing: Option<&E2eState>,
+    ) -> Result<Arc<CryptFile>, FsError> {
+        // The writer's own keys exist (and are registered) before it wraps for itself.
+        self.identity().await?;
+        let key_version = match replacing {
+            Some(e) => TrustedRecord::decode(&e.record)
+                .map(|r| r.key_version + 1)
+                .unwrap_or(1),
+            None => 1,
+        };
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id).expect("the OS random source works");
+        let file_id = FileId(id);
+        let key = FileKey::generate();
+        let readers = self
+            .readers_of(uid, gid, mode, &policy.readers, &policy.everyone)
+            .await?;
+        let key_file = self
+            .make_key_file(path, file_id, key_version, &key, &readers)
+            .await?;
+        let pins = if policy.eint == Eint::Mt {
+            layout
+                .components
+                .iter()
+                .map(|c| Arc::new(ComponentPin::fresh(c.suite)))
+                .collect()
+        } else {
+            vec![]
+        };
+        let f = CryptFile::create(
+            path,
+            file_id,
+            policy.eint,
+            policy.block_bytes(),
+            key_version,
+            &key,
+            key_file,
+            pins,
+        )
+        .map_err(|x| e2e_err(path, x))?;
+        Ok(Arc::new(f))
+    }
+
+    /// The state to commit for what `f` holds now: signed (schemes 1 and 2) with this user's
+    /// key; `expect` names the state a change built on (zeros for an upload).
+    pub(crate) async fn crypt_commit(
+        &self,
+        f: &CryptFile,
+        auth: WriterAuth,
+        expect: [u8; 32],
+    ) -> Result<E2eCommit, FsError> {
+        let signs = auth.signs();
+        let id = if signs {
+            Some(self.identity().await?)
+        } else {
+            None
+        };
+        let (record, side) = f.state(id.as_ref().map(|i| i.uid));
+        let signature = match &id {
+            Some(i) => i.signer().sign_record(side.file_id, &record).to_vec(),
+            None => vec![],
+        };
+        let side = side.encode();
+        if side.len() > nasd_proto::e2e::E2E_SIDE_BYTES_MAX {
+            return Err(e2e_err(
+                &f.path,
+                format!(
+                    "the file's side data ({} bytes) passes the manager's {} bytes: too many random-looking blocks for {}-EINT; use MT",
+                    side.len(),
+                    nasd_proto::e2e::E2E_SIDE_BYTES_MAX,
+                    f.scheme.name()
+                ),
+            ));
+        }
+        Ok(E2eCommit {
+            expect,
+            state: E2eState {
+                record: record.encode().to_vec(),
+                writer: 0,
+                signature,
+                side,
+            },
+        })
+    }
+}
+
+/// The construction a record names.
+fn crypt_eint(r: &TrustedRecord) -> Eint {
+    match r.scheme {
+        nasd_e2e::Scheme::Mt => Eint::Mt,
+        nasd_e2e::Scheme::Rand => Eint::Rand,
+        nasd_e2e::Scheme::Comp => Eint::Comp,
+    }
+}
+
+/// The state hash a change names as what it built on.
+pub fn state_hash(e: Option<&E2eState>) -> [u8; 32] {
+    match e {
+        None => [0; 32],
+        Some(e) => nasd_e2e::record::state_hash(&e.record, &e.side),
+    }
+}
