@@ -36,6 +36,8 @@ pub struct OpenFile {
     /// The encryption layer for this grant, once made (shared by the grant's clones: a
     /// reader's keys are unwrapped once, an upload's writer state lives here).
     pub crypt: Arc<tokio::sync::OnceCell<Arc<crate::e2e::crypt::CryptFile>>>,
+    /// The parity groups' locks, shared by every stack built for this grant and its clones.
+    pub group_locks: crate::striped::GroupLocks,
 }
 
 impl OpenFile {
@@ -203,6 +205,7 @@ mod tests {
             policy: manager::E2ePolicy::plaintext(),
             e2e: None,
             crypt: Default::default(),
+            group_locks: crate::striped::group_locks(),
         }
     }
 

@@ -294,6 +294,7 @@ fn open_file(
         policy,
         e2e,
         crypt: Default::default(),
+        group_locks: crate::striped::group_locks(),
     }
 }
 
@@ -465,8 +466,14 @@ impl Client {
             return Ok(s.uid);
         }
         // Reconnect (a lost connection is resumed by the next request).
-        self.request("/", MgrRequest::UserKeyGet { uids: vec![] })
-            .await?;
+        self.request(
+            "/",
+            MgrRequest::UserKeyGet {
+                uids: vec![],
+                names: vec![],
+            },
+        )
+        .await?;
         self.session
             .lock()
             .await
@@ -477,6 +484,50 @@ impl Client {
 
     pub(crate) fn cfg_user(&self) -> String {
         self.cfg.user.clone()
+    }
+
+    pub(crate) fn caps_invalidate(&self, path: &str) {
+        self.caps.invalidate(path);
+    }
+
+    /// The uid of user `name` or the gid of group `name` (for `share`).
+    pub async fn principal_named(
+        &self,
+        name: &str,
+        group: bool,
+    ) -> Result<nasd_proto::manager::Principal, FsError> {
+        use nasd_proto::manager::Principal;
+        let missing = || {
+            FsError::Usage(format!(
+                "no {} named {name} with keys",
+                if group { "group" } else { "user" }
+            ))
+        };
+        if group {
+            let gs = self.group_key_get(vec![], vec![name.into()]).await?;
+            gs.first()
+                .map(|g| Principal::Group(g.gid))
+                .ok_or_else(missing)
+        } else {
+            let r = self
+                .request(
+                    "/",
+                    MgrRequest::UserKeyGet {
+                        uids: vec![],
+                        names: vec![name.into()],
+                    },
+                )
+                .await?;
+            match r {
+                MgrReply::UserKeys(us) => us
+                    .first()
+                    .map(|u| Principal::User(u.uid))
+                    .ok_or_else(missing),
+                other => Err(FsError::Usage(format!(
+                    "user keys: unexpected reply {other:?}"
+                ))),
+            }
+        }
     }
 
     /// A client acting for `user`, for a trusted front end (an S3 gateway, a file server)
@@ -771,8 +822,7 @@ impl Client {
     /// `fs_specific` record (a chmod or chown revokes the grant anyway).
     async fn stat_from_drive(&self, path: &str, now: u64) -> Option<FileStat> {
         let o = self.caps.get(path, false, true, now)?;
-        // An encrypted file's size is its record's, not its object's (a short tail is padded).
-        if o.layout.components.len() != 1 || o.stat.kind != FileKind::File || o.e2e.is_some() {
+        if o.layout.components.len() != 1 || o.stat.kind != FileKind::File {
             return None;
         }
         let c = &o.layout.components[0];
@@ -791,8 +841,14 @@ impl Client {
         if (mode, uid, gid) != (o.stat.mode, o.stat.uid, o.stat.gid) {
             return None;
         }
+        // An encrypted file's size is its trusted record's (its object pads a short tail);
+        // the object under the grant is that version's, or the drive refused the grant.
+        let size = match &o.e2e {
+            Some(e) => nasd_e2e::TrustedRecord::decode(&e.record).ok()?.length,
+            None => a.logical_size,
+        };
         Some(FileStat {
-            size: a.logical_size,
+            size,
             mtime_us: a.file_mtime_us(),
             ..o.stat.clone()
         })
@@ -931,7 +987,11 @@ impl Client {
                 .filter(|(_, p)| !p.pin().known)
                 .fold(0u64, |m, (i, _)| m | 1 << i)
         });
-        let size = crypt.map_or(o.stat.size, |f| f.stored_end());
+        // An encrypted file's size is its writer state's, kept for all its stacks at once.
+        let size = match crypt {
+            Some(f) => crate::striped::SizeCell::Shared(f.stored.clone()),
+            None => crate::striped::SizeCell::Own(o.stat.size),
+        };
         let layout = crate::striped::stack(
             &o.layout.geometry,
             parts,
@@ -939,6 +999,7 @@ impl Client {
             stale_mask(&o.layout) | missed | unpinned,
             damage,
             deadline,
+            o.group_locks.clone(),
         )
         .map_err(|e| io_err(&o.path, e))?;
         Ok(match crypt {
@@ -1197,11 +1258,10 @@ impl Client {
             exclusive: false,
             extend_by,
         };
-        // An encrypted content shorter than a cipher block is stored padded to one.
-        let escrow = size.map_or(ESCROW_CHUNK_BYTES, |s| {
-            s.max(nasd_e2e::hctr2::HCTR2_BLOCK_BYTES as u64)
-        });
-        let r = match self.request(path, create(escrow)).await {
+        let r = match self
+            .request(path, create(size.unwrap_or(ESCROW_CHUNK_BYTES)))
+            .await
+        {
             // A stream of unknown length near its owner's quota starts with no escrow and
             // asks for what each write needs.
             Err(e) if size.is_none() && e.status() == Some(MgrStatus::QuotaExceeded) => {
@@ -1374,6 +1434,7 @@ impl Client {
                     (g.policy.clone(), g.e2e.clone()),
                 );
                 fresh.crypt = g.crypt.clone();
+                fresh.group_locks = g.group_locks.clone();
                 fresh.owner_checked.store(true, Ordering::Release);
                 *g = Arc::new(fresh);
                 Ok(g.clone())
@@ -1425,6 +1486,11 @@ impl Client {
                 }
             };
             size = f.length();
+            let missed = u.missed.load(Ordering::Acquire) | stale_mask(&g.layout);
+            if let Err(e) = self.pin_missed(&g, &f, missed).await {
+                self.abort_upload(&u).await;
+                return Err(e);
+            }
             match self.crypt_commit(&f, g.policy.auth, [0; 32]).await {
                 Ok(c) => e2e = Some(c),
                 Err(e) => {
@@ -1591,7 +1657,13 @@ impl Client {
             };
             let e2e = match grant.crypt.get() {
                 None => None,
-                Some(f) => match self.crypt_commit(f, auth, expect).await {
+                Some(f) => match async {
+                    self.pin_missed(&grant, f, io.missed() | stale_mask(&grant.layout))
+                        .await?;
+                    self.crypt_commit(f, auth, expect).await
+                }
+                .await
+                {
                     Ok(c) => Some(c),
                     Err(e) => {
                         self.abort_staged(path, key).await;
@@ -1918,7 +1990,23 @@ impl Client {
                 mode,
             },
         )
-        .await
+        .await?;
+        self.follow_readers(path).await;
+        Ok(())
+    }
+
+    /// After a change of mode or owners, an encrypted file's wraps follow its new readers
+    /// ([`Client::rewrap`]); the change itself stands if that fails (a caller without a wrap
+    /// of the file's key cannot), and the failure is logged.
+    async fn follow_readers(&self, path: &str) {
+        match self.rewrap(path).await {
+            Ok(()) => {}
+            Err(e) if e.status() == Some(MgrStatus::IsADirectory) => {}
+            Err(e) => tracing::warn!(
+                "{}: keys not rewrapped for the new readers: {e}",
+                shown(path)
+            ),
+        }
     }
     pub async fn chown(&self, path: &str, owner: &str, group: &str) -> Result<(), FsError> {
         self.caps.invalidate(path);
@@ -1930,11 +2018,32 @@ impl Client {
                 group: group.into(),
             },
         )
-        .await
+        .await?;
+        self.follow_readers(path).await;
+        Ok(())
     }
     pub async fn truncate(&self, path: &str, size: u64) -> Result<(), FsError> {
         // A striped file's cached grant carries its size: gone with the change.
         self.caps.invalidate(path);
+        // An encrypted file is changed by its writer: extended copy-on-write (its last block
+        // re-encrypted, the rest a hole), cut short by writing its first `size` bytes as a new
+        // version (its objects then hold exactly the file, as a rebuild from the code would).
+        let o = self.open(path, false).await?;
+        if let Some(e) = &o.e2e {
+            let length = nasd_e2e::TrustedRecord::decode(&e.record)
+                .map(|r| r.length)
+                .map_err(|x| FsError::E2e {
+                    path: path.into(),
+                    detail: x.to_string(),
+                })?;
+            self.caps.invalidate(path);
+            if size >= length {
+                return self
+                    .change(path, size, |io| async move { io.set_size(size).await })
+                    .await;
+            }
+            return self.rewrite_prefix(path, o.stat.mode, size).await;
+        }
         self.ok(
             path,
             MgrRequest::Truncate {
@@ -1944,6 +2053,34 @@ impl Client {
         )
         .await
     }
+    /// Writes the first `size` bytes of `path` as its new version (an encrypted file cut
+    /// short), streamed in the layout's pieces.
+    async fn rewrite_prefix(&self, path: &str, mode: u32, size: u64) -> Result<(), FsError> {
+        let u = self
+            .begin_upload_sized(path, mode & 0o7777, Some(size))
+            .await?;
+        let done = async {
+            let step = self.upload_granule(&u).await?.max(1 << 20);
+            let mut at = 0;
+            while at < size {
+                let piece = self.read_at(path, at, step.min(size - at)).await?;
+                if piece.is_empty() {
+                    break;
+                }
+                self.upload_write(&u, at, &piece).await?;
+                at += piece.len() as u64;
+            }
+            self.upload_size(&u, size).await
+        };
+        match done.await {
+            Ok(()) => self.finish_upload(u).await,
+            Err(e) => {
+                self.abort_upload(&u).await;
+                Err(e)
+            }
+        }
+    }
+
     pub async fn utimes(&self, path: &str, mtime_us: u64) -> Result<(), FsError> {
         self.ok(
             path,

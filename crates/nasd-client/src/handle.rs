@@ -707,8 +707,9 @@ async fn send_runs(
 }
 
 impl Client {
-    /// Applies `runs` (offset, bytes) to the existing file `path`: a one-object file in place
-    /// under its write lease, a file spread over several objects as one copy-on-write change.
+    /// Applies `runs` (offset, bytes) to the existing file `path`: a plaintext one-object file
+    /// in place under its write lease, a file spread over several objects or encrypted as one
+    /// copy-on-write change.
     pub async fn write_runs(&self, path: &str, runs: &[(u64, Vec<u8>)]) -> Result<(), FsError> {
         if runs.is_empty() {
             return Ok(());
@@ -726,7 +727,8 @@ impl Client {
             .map(|(off, run)| off + run.len() as u64)
             .max()
             .unwrap_or(0);
-        if o.layout.components.len() > 1 {
+        // Encrypted files too: their content and trusted record commit together.
+        if o.layout.components.len() > 1 || o.e2e.is_some() {
             return self.change(path, end, apply).await;
         }
         self.with_file_to(path, true, end, apply).await.map(|_| ())

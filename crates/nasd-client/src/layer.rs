@@ -1,5 +1,5 @@
 //! The seam between the layers of the file stack. A file's content is served by a stack —
-//! (later: encryption over) a layout (stripe, mirror, erasure code) over one object per drive
+//! encryption ([`crate::e2e::crypt`]) over a layout (stripe, mirror, erasure code) over one object per drive
 //! — and every layer offers the one above it the same byte-addressed interface, [`FileIo`],
 //! the way crucible composes a `Volume` of `SubVolume`s behind `BlockIO`. Each layer can be
 //! tested alone against the in-memory one ([`crate::memio::MemIo`]).
@@ -116,5 +116,10 @@ pub trait FileIo: Send + Sync {
     /// layout with redundancy reads around it without waiting).
     fn available(&self) -> bool {
         true
+    }
+    /// The encrypted file this layer is the encryption layer of, if it is one (for
+    /// re-encryption: `nasd rekey`).
+    fn crypt_file(&self) -> Option<std::sync::Arc<crate::e2e::crypt::CryptFile>> {
+        None
     }
 }

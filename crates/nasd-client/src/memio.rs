@@ -121,17 +121,22 @@ impl FileIo for MemIo {
                 Fault::SlowMs(ms) => ms,
                 _ => 0,
             };
+            // The bytes are read at once and the reply is slow (in flight): a write meanwhile
+            // does not show in it.
+            let out = {
+                let b = self.bytes.lock().expect("memio lock");
+                let size = b.len() as u64;
+                let s = offset.min(size) as usize;
+                let e = offset.saturating_add(len).min(size) as usize;
+                ReadOut {
+                    data: b[s..e].to_vec(),
+                    size,
+                }
+            };
             if slow > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(slow)).await;
             }
-            let b = self.bytes.lock().expect("memio lock");
-            let size = b.len() as u64;
-            let s = offset.min(size) as usize;
-            let e = offset.saturating_add(len).min(size) as usize;
-            Ok(ReadOut {
-                data: b[s..e].to_vec(),
-                size,
-            })
+            Ok(out)
         })
     }
 

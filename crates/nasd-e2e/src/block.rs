@@ -14,9 +14,12 @@
 //! read-modify-write of a small write small, and keeps RAND-EINT's entropy test and COMP-EINT's
 //! tag-in-block fitting per block meaningful. 64 KiB is allowed for the lab's seed-001 rows.
 //!
-//! A file's last block may be short; one shorter than HCTR2's 16-byte minimum is zero-padded to
-//! 16 bytes before encryption. The true length comes from the trusted record, and the padding is
-//! checked to be zero after decryption.
+//! A file's last block may be short. One shorter than HCTR2's 16-byte minimum is XORed with an
+//! XCTR keystream under the cipher's key and a nonce that is a keyed hash of the block's tweak,
+//! so encryption stays length-preserving for every length (a file of 5 bytes stores 5 bytes, and
+//! the layout below never holds more than the file). Such a tail is not a wide-block cipher's
+//! output (a bit flip flips one bit), which is why the integrity constructions check every tail
+//! against the tree, whatever its entropy ([`crate::eint`], MT's pins).
 
 use crate::hctr2::{Hctr2, HCTR2_BLOCK_BYTES, HCTR2_KEY_BYTES};
 use crate::keys::{FileId, FileKey};
@@ -40,9 +43,9 @@ pub fn valid_block_bytes(b: u32) -> bool {
     b.is_power_of_two() && (MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&b)
 }
 
-/// Bytes stored for a block of `len` plaintext bytes: `len`, or 16 for a shorter tail.
+/// Bytes stored for a block of `len` plaintext bytes: `len` (the cipher is length-preserving).
 pub fn stored_len(len: usize) -> usize {
-    len.max(HCTR2_BLOCK_BYTES)
+    len
 }
 
 /// The tweak `file_id ‖ i ‖ ctr_i` of B.2.
@@ -59,10 +62,14 @@ pub fn tweak(file_id: FileId, index: u64, ctr: u64) -> [u8; TWEAK_BYTES] {
 pub struct BlockCipher {
     file_id: FileId,
     hctr2: Hctr2,
+    /// Keys the nonce of a tail shorter than 16 bytes.
+    short_key: Zeroizing<[u8; 32]>,
 }
 
 /// KDF context of the HCTR2 key (BLAKE3 `derive_key` mode: a KDF keyed by the file key).
 const BLOCK_KEY_CONTEXT: &str = "nasd-e2e 2026 block cipher key v1";
+/// KDF context of the short-tail nonce key.
+const SHORT_KEY_CONTEXT: &str = "nasd-e2e 2026 short tail nonce key v1";
 
 impl BlockCipher {
     pub fn new(file_id: FileId, key: &FileKey) -> BlockCipher {
@@ -71,53 +78,56 @@ impl BlockCipher {
         BlockCipher {
             file_id,
             hctr2: Hctr2::new(k),
+            short_key: Zeroizing::new(blake3::derive_key(SHORT_KEY_CONTEXT, key.expose())),
         }
+    }
+
+    /// A tail shorter than 16 bytes, enciphered or deciphered: XCTR keystream at a nonce
+    /// keyed from the tweak.
+    fn short(&self, index: u64, ctr: u64, buf: &mut [u8]) {
+        let h = blake3::keyed_hash(&self.short_key, &tweak(self.file_id, index, ctr));
+        let mut nonce = [0u8; HCTR2_BLOCK_BYTES];
+        nonce.copy_from_slice(&h.as_bytes()[..HCTR2_BLOCK_BYTES]);
+        self.hctr2.xctr(&nonce, buf);
     }
 
     pub fn file_id(&self) -> FileId {
         self.file_id
     }
 
-    /// Enciphers `buf` in place as block `index` at write count `ctr`. `buf` must hold at least
-    /// 16 bytes: pad a short tail with [`pad_tail`] first.
+    /// Enciphers `buf` in place as block `index` at write count `ctr`.
     pub fn encrypt_in_place(&self, index: u64, ctr: u64, buf: &mut [u8]) {
+        if buf.len() < HCTR2_BLOCK_BYTES {
+            return self.short(index, ctr, buf);
+        }
         self.hctr2.encrypt(&tweak(self.file_id, index, ctr), buf);
     }
 
     /// Deciphers `buf` in place as block `index` at write count `ctr`.
     pub fn decrypt_in_place(&self, index: u64, ctr: u64, buf: &mut [u8]) {
+        if buf.len() < HCTR2_BLOCK_BYTES {
+            return self.short(index, ctr, buf);
+        }
         self.hctr2.decrypt(&tweak(self.file_id, index, ctr), buf);
     }
 
-    /// The ciphertext of plaintext block `plain` (padded to 16 bytes if shorter).
+    /// The ciphertext of plaintext block `plain` (as long).
     pub fn encrypt(&self, index: u64, ctr: u64, plain: &[u8]) -> Vec<u8> {
-        let mut buf = pad_tail(plain);
+        let mut buf = plain.to_vec();
         self.encrypt_in_place(index, ctr, &mut buf);
         buf
     }
 
-    /// The plaintext of a stored block whose true length is `len`, or `None` if the ciphertext has
-    /// the wrong size or the padding of a short tail is not zero.
+    /// The plaintext of a stored block whose true length is `len`, or `None` if the ciphertext
+    /// has another length.
     pub fn decrypt(&self, index: u64, ctr: u64, stored: &[u8], len: usize) -> Option<Vec<u8>> {
         if stored.len() != stored_len(len) {
             return None;
         }
         let mut buf = stored.to_vec();
         self.decrypt_in_place(index, ctr, &mut buf);
-        if buf[len..].iter().any(|&b| b != 0) {
-            return None;
-        }
-        buf.truncate(len);
         Some(buf)
     }
-}
-
-/// `plain`, zero-padded to 16 bytes if shorter.
-pub fn pad_tail(plain: &[u8]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(stored_len(plain.len()));
-    buf.extend_from_slice(plain);
-    buf.resize(stored_len(plain.len()), 0);
-    buf
 }
 
 #[cfg(test)]
@@ -174,22 +184,21 @@ mod tests {
     }
 
     #[test]
-    fn short_tails_are_padded_and_checked() {
+    fn every_length_is_preserved_and_short_tails_are_keyed_by_their_tweak() {
         let c = cipher();
         for len in [1usize, 5, 15, 16, 17, 4096] {
             let p: Vec<u8> = (0..len).map(|i| i as u8).collect();
             let s = c.encrypt(4, 2, &p);
-            assert_eq!(s.len(), stored_len(len));
+            assert_eq!(s.len(), len);
+            assert_ne!(s, p);
             assert_eq!(c.decrypt(4, 2, &s, len).unwrap(), p);
-            if len <= 5 {
-                // 11 or more padding bytes must decipher to zero under the wrong counter.
-                assert!(c.decrypt(4, 3, &s, len).is_none());
-            }
             assert!(c.decrypt(4, 2, &s[..s.len() - 1], len).is_none());
+            assert_ne!(c.decrypt(4, 3, &s, len).unwrap(), p, "another counter");
+            assert_ne!(c.decrypt(5, 2, &s, len).unwrap(), p, "another place");
         }
-        // A short tail read back as longer sees the (deciphered) padding only if it is zero.
-        let s = c.encrypt(0, 1, b"abc");
-        assert_eq!(c.decrypt(0, 1, &s, 16).unwrap()[..3], *b"abc");
+        // Two tails of the same length under different tweaks share no keystream.
+        let z = [0u8; 9];
+        assert_ne!(c.encrypt(0, 1, &z), c.encrypt(0, 2, &z));
     }
 
     #[test]

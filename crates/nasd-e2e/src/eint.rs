@@ -47,7 +47,7 @@
 //! node at all (a leaf left behind by a lying store binds an older counter and never matches again).
 //! Truncating a file by whole blocks is not supported yet.
 
-use crate::block::{pad_tail, stored_len, valid_block_bytes, BlockCipher};
+use crate::block::{stored_len, valid_block_bytes, BlockCipher};
 use crate::codec::DecodeError;
 use crate::counters::CounterIntervals;
 use crate::entropy::EntropyTest;
@@ -167,8 +167,6 @@ pub enum EintError {
     MerklePath { index: u64 },
     #[error("block {index} looks random but has no valid leaf under the trusted root")]
     UnverifiedRandomBlock { index: u64 },
-    #[error("block {index}'s padding did not decipher to zeros")]
-    Padding { index: u64 },
     #[error("untrusted store")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -186,7 +184,6 @@ impl EintError {
                 | EintError::CountersCoverage { .. }
                 | EintError::MerklePath { .. }
                 | EintError::UnverifiedRandomBlock { .. }
-                | EintError::Padding { .. }
         )
     }
 }
@@ -548,7 +545,7 @@ impl EintFile {
                 return Ok((frame, empty(0), BlockCheck::CompressedTag));
             }
         }
-        let mut c = pad_tail(plaintext);
+        let mut c = plaintext.to_vec();
         keys.cipher.encrypt_in_place(index, ctr, &mut c);
         let needs_leaf =
             self.record.scheme == Scheme::Mt || self.entropy.writer_is_random_looking(plaintext);
@@ -700,10 +697,8 @@ impl EintFile {
                 return Ok((b, m));
             }
         }
-        let padding_ok = p[len..].iter().all(|&b| b == 0);
-        p.truncate(len);
         let needs_leaf = self.record.scheme == Scheme::Mt || self.entropy.is_random_looking(&p);
-        if !needs_leaf && padding_ok {
+        if !needs_leaf {
             m.check = BlockCheck::LowEntropy;
             return Ok((p, m));
         }
@@ -713,10 +708,6 @@ impl EintFile {
                 Scheme::Mt => EintError::MerklePath { index },
                 Scheme::Rand | Scheme::Comp => EintError::UnverifiedRandomBlock { index },
             });
-        }
-        if !padding_ok {
-            // A verified leaf with bad padding means a writer bug, never an honest block.
-            return Err(EintError::Padding { index });
         }
         m.check = BlockCheck::MerkleLeaf;
         Ok((p, m))

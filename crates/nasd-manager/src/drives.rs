@@ -204,12 +204,24 @@ impl Registry {
             ));
         }
         if healthy.len() < n {
+            // Name the drives that are not, and why, so an operator knows which to look at.
+            let down: Vec<String> = g
+                .values()
+                .filter(|s| !healthy.contains(&s.rec.drive))
+                .map(|s| {
+                    format!(
+                        "drive {} at {} unreachable: {}",
+                        s.rec.drive, s.rec.addr, s.detail
+                    )
+                })
+                .collect();
             return Err(MgrError::new(
                 MgrStatus::NoDrives,
                 format!(
-                    "the layout needs {n} healthy drives; {} of {} are",
+                    "the layout needs {n} healthy drives; {} of {} are ({})",
                     healthy.len(),
-                    g.len()
+                    g.len(),
+                    down.join("; ")
                 ),
             ));
         }

@@ -50,11 +50,19 @@ fn split(spec: &str) -> (Option<&str>, Vec<&str>) {
         .filter(|p| !p.is_empty())
         .collect();
     match parts.first() {
-        Some(first) if parse_opt(first, &|_, _| None).is_none() => {
-            (Some(*first), parts[1..].to_vec())
-        }
+        Some(first) if !is_option(first) => (Some(*first), parts[1..].to_vec()),
         _ => (None, parts),
     }
+}
+
+/// Whether a part of a spec is a protection option (by its form: a geometry never is one).
+fn is_option(s: &str) -> bool {
+    matches!(
+        s,
+        "encrypted" | "plain" | "plaintext" | "mt" | "rand" | "comp" | "noreaders"
+    ) || s
+        .split_once('=')
+        .is_some_and(|(k, _)| matches!(k, "auth" | "block" | "reader"))
 }
 
 /// Parses one option; `name` resolves a user (`false`) or group (`true`) name to its id.
@@ -355,12 +363,23 @@ impl Manager {
             .map_err(|e| store_err(e, user))
     }
 
-    /// Public keys of the users `uids` that have them; the caller's own entry with its sealed
-    /// secret.
-    pub fn user_key_get(&self, c: &Caller, uids: &[u32]) -> MgrResult<Vec<UserKeyInfo>> {
+    /// Public keys of the users `uids` and `names` that have them; the caller's own entry
+    /// with its sealed secret.
+    pub fn user_key_get(
+        &self,
+        c: &Caller,
+        uids: &[u32],
+        names: &[String],
+    ) -> MgrResult<Vec<UserKeyInfo>> {
         let st = self.st();
-        let mut out = Vec::with_capacity(uids.len());
-        for &uid in uids {
+        let mut all = uids.to_vec();
+        for n in names {
+            if let Some(u) = st.user_by_name(n).map_err(|e| store_err(e, n))? {
+                all.push(u.uid);
+            }
+        }
+        let mut out = Vec::with_capacity(all.len());
+        for uid in all {
             let Some(u) = st.user_by_uid(uid).map_err(|e| store_err(e, "user"))? else {
                 continue;
             };

@@ -654,7 +654,7 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             m.user_key_set(c, &user, &keys)?;
             MgrReply::Ok
         }
-        Q::UserKeyGet { uids } => MgrReply::UserKeys(m.user_key_get(c, &uids)?),
+        Q::UserKeyGet { uids, names } => MgrReply::UserKeys(m.user_key_get(c, &uids, &names)?),
         Q::GroupKeySet {
             group,
             version,

@@ -77,7 +77,7 @@ fn default_layout() -> String {
 }
 
 fn default_e2e() -> E2ePolicy {
-    E2ePolicy::plaintext()
+    E2ePolicy::default()
 }
 
 /// A policy in the config file as its options (`encrypted,mt,auth=2,block=64K`).
@@ -817,7 +817,7 @@ impl Manager {
             let Some(o) = i
                 .layout
                 .as_ref()
-                .filter(|_| i.sized_by_object())
+                .filter(|l| l.sized_by_object())
                 .map(|l| l.first())
             else {
                 continue;
@@ -844,13 +844,19 @@ impl Manager {
         let mut times: Vec<Option<(u64, u64)>> = entries
             .iter()
             .map(|(_, i)| match &i.layout {
-                Some(_) if i.sized_by_object() => None,
+                Some(l) if l.sized_by_object() => None,
                 _ => Some((i.size.unwrap_or(0), i.mtime_us)),
             })
             .collect();
         while let Some(r) = set.join_next().await {
             if let Ok((k, Some(a))) = r {
-                times[k] = Some((a.logical_size, a.file_mtime_us()));
+                // An encrypted file's size is kept here, its modify time is its object's.
+                let i = &entries[k].1;
+                let size = match i.sized_by_object() {
+                    true => a.logical_size,
+                    false => i.size.unwrap_or(0),
+                };
+                times[k] = Some((size, a.file_mtime_us()));
             }
         }
         // The attribute asked for, of each file the caller may read (its value tells about
@@ -2179,7 +2185,7 @@ impl Manager {
         match i
             .layout
             .as_ref()
-            .filter(|_| i.sized_by_object())
+            .filter(|l| l.sized_by_object())
             .map(|l| l.first())
         {
             Some(o) => {

@@ -358,9 +358,15 @@ impl Manager {
     /// kept here.
     pub(crate) async fn file_times(&self, i: &Inode) -> MgrResult<(u64, u64)> {
         match &i.layout {
-            Some(l) if i.sized_by_object() => {
+            Some(l) if l.sized_by_object() => {
                 let a = self.object_attributes(l.first()).await?;
-                Ok((a.logical_size, a.file_mtime_us()))
+                // An encrypted file's size is kept here (its record's); its modify time is
+                // its object's, as a plaintext one's.
+                let size = match i.sized_by_object() {
+                    true => a.logical_size,
+                    false => i.size.unwrap_or(0),
+                };
+                Ok((size, a.file_mtime_us()))
             }
             Some(_) => Ok((i.size.unwrap_or(0), i.mtime_us)),
             None => Ok((0, i.mtime_us)),

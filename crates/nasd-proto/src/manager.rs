@@ -516,11 +516,12 @@ pub enum MgrRequest {
         user: String,
         keys: UserKeys,
     },
-    /// The end-to-end public keys of the users `uids` (at most [`KEY_LIST_MAX`]; users without
-    /// keys are left out), answered with [`MgrReply::UserKeys`]; the caller's own entry also
-    /// carries their sealed secret.
+    /// The end-to-end public keys of the users `uids` and of those named `names` (at most
+    /// [`KEY_LIST_MAX`] each; unknown users and users without keys are left out), answered
+    /// with [`MgrReply::UserKeys`]; the caller's own entry also carries their sealed secret.
     UserKeyGet {
         uids: Vec<u32>,
+        names: Vec<String>,
     },
     /// Gives group `group` key pair `version` (greater than its current one), its public half
     /// and the wraps of its secret to members (uid, wrap); admins only. Wraps of the current
@@ -1241,14 +1242,7 @@ impl MgrRequest {
                 put_str(&mut w, user);
                 keys.put(&mut w);
             }
-            Self::UserKeyGet { uids: ids } => {
-                debug_assert!(ids.len() <= KEY_LIST_MAX);
-                w.u32(ids.len() as u32);
-                for id in ids {
-                    w.u32(*id);
-                }
-            }
-            Self::GroupKeyGet { gids, names } => {
+            Self::UserKeyGet { uids: gids, names } | Self::GroupKeyGet { gids, names } => {
                 debug_assert!(gids.len() <= KEY_LIST_MAX && names.len() <= KEY_LIST_MAX);
                 w.u32(gids.len() as u32);
                 for id in gids {
@@ -1710,9 +1704,11 @@ impl MgrRequest {
                 user: get_str(r, "user")?,
                 keys: UserKeys::get(r)?,
             },
-            52 => Self::UserKeyGet {
-                uids: get_ids(r, "uids")?,
-            },
+            52 => {
+                let uids = get_ids(r, "uids")?;
+                let names = get_names(r)?;
+                Self::UserKeyGet { uids, names }
+            }
             53 => {
                 let group = get_str(r, "group")?;
                 let version = r.u32("group key version")?;
@@ -1735,13 +1731,7 @@ impl MgrRequest {
             }
             54 => {
                 let gids = get_ids(r, "gids")?;
-                let n = get_count(r, 4, "group names")?;
-                if n > KEY_LIST_MAX {
-                    return Err(DecodeError::TooLong("group names"));
-                }
-                let names = (0..n)
-                    .map(|_| get_str(r, "group name"))
-                    .collect::<Result<_, _>>()?;
+                let names = get_names(r)?;
                 Self::GroupKeyGet { gids, names }
             }
             _ => return Err(DecodeError::BadValue("request tag")),
@@ -1961,6 +1951,15 @@ fn get_xattrs(r: &mut Reader<'_>) -> Result<Vec<Xattr>, DecodeError> {
 
 /// A count that precedes a list, checked against the bytes left (each element takes at least
 /// `min_bytes`) before anything is allocated.
+/// `u32 n` (at most [`KEY_LIST_MAX`]) then `n` names.
+fn get_names(r: &mut Reader<'_>) -> Result<Vec<String>, DecodeError> {
+    let n = get_count(r, 4, "names")?;
+    if n > KEY_LIST_MAX {
+        return Err(DecodeError::TooLong("names"));
+    }
+    (0..n).map(|_| get_str(r, "name")).collect()
+}
+
 /// `u32 n` (at most [`KEY_LIST_MAX`]) then `n` u32 ids.
 fn get_ids(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u32>, DecodeError> {
     let n = r.u32(what)? as usize;
@@ -2733,9 +2732,13 @@ mod tests {
                     sealed: vec![3; 90],
                 },
             },
-            MgrRequest::UserKeyGet { uids: vec![] },
+            MgrRequest::UserKeyGet {
+                uids: vec![],
+                names: vec![],
+            },
             MgrRequest::UserKeyGet {
                 uids: vec![0, 1000, u32::MAX],
+                names: vec!["bob".into()],
             },
             MgrRequest::GroupKeySet {
                 group: "staff".into(),

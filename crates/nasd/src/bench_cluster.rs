@@ -338,6 +338,8 @@ async fn set_quota(c: &Arc<Client>, limit: Option<u64>) -> anyhow::Result<Option
 async fn connect_workers(cfg: SessionConfig, n: usize) -> anyhow::Result<Vec<Arc<Client>>> {
     let first = Client::connect(cfg.clone()).await?;
     let token = first.token().await;
+    // The workers decrypt and sign with the first one's end-to-end key (a token opens none).
+    let id = first.identity().await?;
     let mut clients = vec![first];
     while clients.len() < n {
         let mut c = cfg.clone();
@@ -345,7 +347,11 @@ async fn connect_workers(cfg: SessionConfig, n: usize) -> anyhow::Result<Vec<Arc
             c.credential = Credential::Token(t);
             c.signing_key = None;
         }
-        clients.push(Client::connect(c).await?);
+        let w = Client::connect(c).await?;
+        w.set_identity_source(nasd_client::e2e::keyring::IdentitySource::Borrowed(
+            id.clone(),
+        ));
+        clients.push(w);
     }
     Ok(clients)
 }

@@ -383,13 +383,65 @@ pub async fn cat(paths: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `stat` says of a file's end-to-end protection: plaintext, or the construction, key
+/// version, who committed the version and whether its signature verifies (seed 001 §3.3).
+async fn e2e_lines(c: &Client, path: &str) -> anyhow::Result<(String, serde_json::Value)> {
+    let Some(p) = c.e2e_provenance(path).await? else {
+        return Ok(("plaintext".into(), serde_json::json!({"encrypted": false})));
+    };
+    let name = |uid: u32| -> String { format!("uid {uid}") };
+    let names = c
+        .user_names(&[p.writer].into_iter().chain(p.signer).collect::<Vec<_>>())
+        .await?;
+    let named = |uid: u32| names.get(&uid).cloned().unwrap_or_else(|| name(uid));
+    let sig = match (p.verified, p.signer) {
+        (Some(true), Some(s)) => format!("signed by {}: verifies", shown(&named(s))),
+        (Some(false), Some(s)) => format!("signed by {}: DOES NOT VERIFY", shown(&named(s))),
+        _ => "unsigned (keyed hash only)".into(),
+    };
+    let readers = c.principal_names(&p.readers).await?;
+    let text = format!(
+        "encrypted, {}-EINT, key version {}; written by {}, {sig}; readable by {}",
+        p.scheme.name().to_uppercase(),
+        p.key_version,
+        shown(&named(p.writer)),
+        readers
+            .iter()
+            .map(|r| shown(r).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let json = serde_json::json!({
+        "encrypted": true,
+        "eint": p.scheme.name(),
+        "key_version": p.key_version,
+        "readers": readers,
+        "writer": named(p.writer),
+        "signer": p.signer.map(named),
+        "signature": match p.verified {
+            Some(true) => "verified",
+            Some(false) => "invalid",
+            None => "none",
+        },
+    });
+    Ok((text, json))
+}
+
 pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
     let c = connect().await?;
     for p in paths {
         let p = remote(&p)?;
         let s = c.stat(&p).await?;
+        let e2e = match s.kind {
+            FileKind::File => Some(e2e_lines(&c, &p).await?),
+            _ => None,
+        };
         if json {
-            println!("{}", stat_json(Some(&p), &s));
+            let mut v = stat_json(Some(&p), &s);
+            if let Some((_, j)) = &e2e {
+                v["e2e"] = j.clone();
+            }
+            println!("{v}");
         } else {
             println!("  path  nasd:{}", shown(&p));
             println!(
@@ -412,7 +464,60 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
             );
             println!("  ino   {}", s.ino);
             println!("  mtime {} UTC", time_str(s.mtime_us));
+            if let Some((t, _)) = &e2e {
+                println!("  e2e   {t}");
+            }
         }
+    }
+    Ok(())
+}
+
+/// `nasd share` (`share`) and `nasd unshare`.
+pub async fn share(
+    path: String,
+    users: Vec<String>,
+    groups: Vec<String>,
+    write: bool,
+    share: bool,
+) -> anyhow::Result<()> {
+    let c = connect().await?;
+    let p = remote(&path)?;
+    if users.is_empty() && groups.is_empty() {
+        bail!("name a --user or a --group");
+    }
+    if write && !users.is_empty() {
+        bail!("--write is for groups (a user writes as the owner or through a group)");
+    }
+    let mut who = vec![];
+    for u in &users {
+        who.push(c.principal_named(u, false).await?);
+    }
+    for g in &groups {
+        who.push(c.principal_named(g, true).await?);
+    }
+    if share {
+        c.share(&p, &who).await?;
+        if write {
+            let s = c.stat(&p).await?;
+            let g = groups.first().expect("checked above");
+            c.chown(&p, "", g).await?;
+            c.chmod(&p, s.mode | 0o060).await?;
+        }
+        println!("nasd:{}: shared", shown(&p));
+    } else {
+        c.unshare(&p, &who).await?;
+        println!("nasd:{}: unshared; later writes use a fresh key", shown(&p));
+    }
+    Ok(())
+}
+
+/// `nasd rekey`: re-encrypt under a fresh key now.
+pub async fn rekey(paths: Vec<String>) -> anyhow::Result<()> {
+    let c = connect().await?;
+    for p in paths {
+        let p = remote(&p)?;
+        c.rekey(&p).await?;
+        println!("nasd:{}: re-encrypted under a fresh key", shown(&p));
     }
     Ok(())
 }

@@ -119,17 +119,8 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
         let password = hex::encode(pw);
         nasd_private::write_file(&pw_path, password.as_bytes())
             .with_context(|| format!("writing {}", pw_path.display()))?;
-        let r = admin
-            .request(
-                "/",
-                MgrRequest::UserAdd {
-                    name: GATEWAY_USER.into(),
-                    password,
-                    admin: false,
-                    public_key: None,
-                },
-            )
-            .await;
+        // With its end-to-end keys: it deciphers the objects it serves (issue 10).
+        let r = admin.add_user(GATEWAY_USER, &password, false, None).await;
         match r {
             Ok(_) => {}
             Err(e) if e.status() == Some(MgrStatus::Exists) => bail!(
@@ -160,6 +151,11 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
         )
         .await?;
     mkdir_mode(admin, ROOT_DEFAULT, 0o1777).await?;
+    // Every object's key is also wrapped for the gateway, which acts for the users who read
+    // and write them (docs/e2e.md).
+    admin
+        .layout_set(ROOT_DEFAULT, &format!("reader={GATEWAY_USER}"))
+        .await?;
     let staging = format!("{ROOT_DEFAULT}/{}", nasd_s3::multipart::STAGING_DIR);
     mkdir_mode(admin, &staging, 0o1777).await?;
     Ok(cfg_path)

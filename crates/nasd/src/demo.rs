@@ -22,6 +22,53 @@ fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
     nasd_cluster::pseudo_random(n, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
+/// A 32-byte run from the middle of each non-empty file under `root`.
+fn plaintext_samples(root: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mut out = vec![];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+                continue;
+            }
+            let b = std::fs::read(e.path())?;
+            if b.len() >= 32 {
+                let at = b.len() / 2 - 16;
+                out.push(b[at..at + 32].to_vec());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The first file under `dir` that holds any of `needles`.
+fn files_holding_any(
+    dir: &Path,
+    needles: &[Vec<u8>],
+) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                let b = std::fs::read(e.path())?;
+                if needles
+                    .iter()
+                    .any(|n| memchr::memmem::find(&b, n).is_some())
+                {
+                    return Ok(Some(e.path()));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Writes a small tree; returns relative path -> BLAKE3 of its contents.
 fn make_tree(root: &Path) -> anyhow::Result<BTreeMap<String, blake3::Hash>> {
     let mut sums = BTreeMap::new();
@@ -108,29 +155,24 @@ async fn tour(cluster: &mut Cluster, tmp: &Path) -> anyhow::Result<()> {
     let back = tmp.join("back");
     download(&admin, "/demo", &back, true).await?;
     check_tree(&back, &sums)?;
+    let secs = t0.elapsed().as_secs_f64();
+    // Encrypted by the client: no 32-byte run of any file's content is on any disk.
+    let samples = plaintext_samples(&src)?;
+    if let Some(p) = files_holding_any(cluster.dir(), &samples)? {
+        bail!("plaintext of the tree is on disk in {}", p.display());
+    }
     step(
         2,
         &format!(
-            "copied a tree of {} files ({:.1} MiB) to nasd:/demo and back in {:.2} s; every checksum matches",
+            "copied a tree of {} files ({:.1} MiB) to nasd:/demo and back in {secs:.2} s; every checksum matches, and no drive's or the manager's file holds a byte run of their plaintext (encrypted by the client, HCTR2 per 64 KiB block)",
             sums.len(),
             bytes as f64 / (1 << 20) as f64,
-            t0.elapsed().as_secs_f64()
         ),
     );
 
     // 3. Revocation: alice holds a read capability; the owner's chmod bumps the object's
     //    access_control_version and the drive refuses the old capability.
-    admin
-        .request(
-            "/",
-            MgrRequest::UserAdd {
-                name: "alice".into(),
-                password: "alice-pw".into(),
-                admin: false,
-                public_key: None,
-            },
-        )
-        .await?;
+    admin.add_user("alice", "alice-pw", false, None).await?;
     admin
         .put_bytes("/demo/shared.txt", b"for alice's eyes until chmod\n", 0o644)
         .await?;
@@ -138,12 +180,16 @@ async fn tour(cluster: &mut Cluster, tmp: &Path) -> anyhow::Result<()> {
     cfg.user = "alice".into();
     cfg.credential = Credential::Password("alice-pw".into());
     let alice = Client::connect(cfg).await?;
+    if alice.get_bytes("/demo/shared.txt").await? != b"for alice's eyes until chmod\n" {
+        bail!("alice read the wrong bytes before the chmod");
+    }
     let grant = alice.open("/demo/shared.txt", false).await?;
     let (addr, t, auth) = grant.component(0).context("the file has no component")?;
     let conn = DriveConn::connect(addr).await?;
     let before = conn.read(&auth, t, vec![Region::new(0, 100)]).await?;
-    if before.data != b"for alice's eyes until chmod\n" {
-        bail!("alice read the wrong bytes before the chmod");
+    // What the drive holds is ciphertext: alice's client deciphered it above.
+    if before.data.is_empty() || before.data.starts_with(b"for alice") {
+        bail!("the drive holds the file's plaintext");
     }
     admin.chmod("/demo/shared.txt", 0o600).await?;
     match conn.read(&auth, t, vec![Region::new(0, 100)]).await {
@@ -159,11 +205,17 @@ async fn tour(cluster: &mut Cluster, tmp: &Path) -> anyhow::Result<()> {
     step(3, "alice's read capability worked, then chmod 600 revoked it: the drive refused the old capability (digest does not verify) and the manager refused a new one");
 
     // 4. Tamper with a block on a drive's disk; the read is refused, no bad byte returned.
-    let marker = rand_bytes(64, 4242);
-    let mut victim = marker.clone();
+    //    The file is encrypted: its bytes on the disk are the drive's object, read raw.
+    let mut victim = rand_bytes(64, 4242);
     victim.extend(rand_bytes(64 << 10, 4243));
     admin.put_bytes("/demo/victim.bin", &victim, 0o644).await?;
     let g = admin.open("/demo/victim.bin", false).await?;
+    let (vaddr, vt, vauth) = g.component(0).context("the victim has no component")?;
+    let marker = DriveConn::connect(vaddr)
+        .await?
+        .read(&vauth, vt, vec![Region::new(0, 64)])
+        .await?
+        .data;
     let node = cluster
         .drive_at(&g.layout.components[0].addr)
         .context("the victim's drive is not in the cluster")?;
@@ -233,7 +285,8 @@ async fn drive_of(
 async fn erasure_coded(cluster: &mut Cluster, admin: &Arc<Client>) -> anyhow::Result<()> {
     // 6. Two drives killed while a 48 MiB rs:4+2 file is being read.
     admin.mkdir("/ec", 0o755).await?;
-    let layout = admin.layout_get("/ec").await?;
+    let spec = admin.layout_get("/ec").await?;
+    let layout = spec.split(',').next().unwrap_or(&spec).to_string();
     let big = rand_bytes(48 << 20, 7);
     admin.put_bytes("/ec/big.bin", &big, 0o644).await?;
     let victims = [
@@ -272,12 +325,17 @@ async fn erasure_coded(cluster: &mut Cluster, admin: &Arc<Client>) -> anyhow::Re
     ))
     .await;
 
-    // 7. A data shard corrupted on its drive's disk: read around and rewritten.
-    let marker = rand_bytes(64, 77);
-    let mut victim = rand_bytes(256 << 10, 78);
-    // Data unit 2 of the first stripe starts at 128 KiB (64 KiB units).
-    victim[128 << 10..(128 << 10) + 64].copy_from_slice(&marker);
+    // 7. A data shard corrupted on its drive's disk: read around and rewritten. Data unit
+    //    2 of the first stripe is component 2's first 64 KiB (ciphertext: read it raw).
+    let victim = rand_bytes(256 << 10, 78);
     admin.put_bytes("/ec/victim.bin", &victim, 0o644).await?;
+    let g = admin.open("/ec/victim.bin", false).await?;
+    let (saddr, st, sauth) = g.component(2).context("the victim has no component 2")?;
+    let marker = DriveConn::connect(saddr)
+        .await?
+        .read(&sauth, st, vec![Region::new(0, 64)])
+        .await?
+        .data;
     let node = drive_of(cluster, admin, "/ec/victim.bin", 2).await?;
     let blk = cluster.node(node)?.dir.join("data.blk");
     let disk = std::fs::read(&blk).with_context(|| format!("reading {}", blk.display()))?;

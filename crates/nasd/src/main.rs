@@ -218,6 +218,34 @@ enum Cmd {
         #[arg(required = true)]
         paths: Vec<String>,
     },
+    /// Let a user or group decrypt an encrypted file too: its keys are wrapped for them
+    /// (seed 001 §3.3.1). Reading it still takes the file's mode at the manager.
+    Share {
+        path: String,
+        #[arg(long = "user", value_name = "USER")]
+        users: Vec<String>,
+        #[arg(long = "group", value_name = "GROUP")]
+        groups: Vec<String>,
+        /// Also let the group write (the file's mode gets g+w); a user writes as owner or
+        /// through a group.
+        #[arg(long)]
+        write: bool,
+    },
+    /// Stop a user or group from decrypting what is written to an encrypted file from now
+    /// on: their wraps go and later writes use a fresh key (blocks already written keep
+    /// theirs until rewritten: `nasd rekey` re-encrypts them now).
+    Unshare {
+        path: String,
+        #[arg(long = "user", value_name = "USER")]
+        users: Vec<String>,
+        #[arg(long = "group", value_name = "GROUP")]
+        groups: Vec<String>,
+    },
+    /// Re-encrypt encrypted files under a fresh key now.
+    Rekey {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
     /// Set a file's size: cut it short or extend it with zeros.
     Truncate {
         path: String,
@@ -355,6 +383,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Chmod { mode, paths } => runtime()?.block_on(cmd_fs::chmod(mode, paths)),
         Cmd::Chown { spec, paths } => runtime()?.block_on(cmd_fs::chown(spec, paths)),
         Cmd::Truncate { path, size } => runtime()?.block_on(cmd_fs::truncate(path, size)),
+        Cmd::Share {
+            path,
+            users,
+            groups,
+            write,
+        } => runtime()?.block_on(cmd_fs::share(path, users, groups, write, true)),
+        Cmd::Unshare {
+            path,
+            users,
+            groups,
+        } => runtime()?.block_on(cmd_fs::share(path, users, groups, false, false)),
+        Cmd::Rekey { paths } => runtime()?.block_on(cmd_fs::rekey(paths)),
         Cmd::Touch {
             paths,
             mtime,

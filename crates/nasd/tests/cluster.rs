@@ -154,7 +154,10 @@ fn permissions_between_two_users_and_revocation_after_chmod() {
             .read(&auth, t, vec![nasd_proto::Region::new(0, 64)])
             .await
             .unwrap();
-        assert_eq!(r.data, b"top secret");
+        // The drive serves ciphertext (issue 10); bob's client deciphers it.
+        assert_eq!(r.data.len(), b"top secret".len());
+        assert_ne!(r.data, b"top secret");
+        assert_eq!(bob.get_bytes("/secret").await.unwrap(), b"top secret");
         admin.chmod("/secret", 0o600).await.unwrap();
         let e = conn
             .read(&auth, t, vec![nasd_proto::Region::new(0, 64)])
@@ -910,6 +913,8 @@ fn a_gateway_acts_for_users_without_their_credentials() {
     for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
         up.add_user(u, pw);
     }
+    // The files a gateway serves are wrapped for it too (issue 10): it deciphers with its key.
+    up.ok(&["layout", "set", "nasd:/", "reader=gw"]);
     let f = up.dir.path().join("f");
     for who in ["bob", "alice"] {
         std::fs::write(&f, format!("{who}'s")).unwrap();

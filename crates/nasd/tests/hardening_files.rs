@@ -258,6 +258,8 @@ fn a_failed_download_leaves_an_existing_local_file_untouched_and_no_partial_file
     let rt = tokio::runtime::Runtime::new().unwrap();
     let victim = rand_bytes(3 << 20, 4243);
     let c = admin_client(&up, &rt);
+    // Plaintext, so the test can find the file's bytes on the drive's disk.
+    rt.block_on(c.layout_set("/", "plain")).unwrap();
     rt.block_on(c.put_bytes("/victim", &victim, 0o644)).unwrap();
     // Flip a byte of the file's last MiB on the drive's disk (chunks are written in
     // parallel, so each is found on its own), so the download fails late.

@@ -30,6 +30,8 @@ fn a_killed_drive_restarts_and_serves_the_same_file() {
     let admin = rt
         .block_on(Client::connect(up.cluster.session_config().unwrap()))
         .unwrap();
+    // Plaintext, so the test can find the file's bytes on the drive's disk.
+    rt.block_on(admin.layout_set("/", "plain")).unwrap();
     // New files go round robin over the drives: three of them touch each drive once.
     let files: Vec<(String, Vec<u8>)> = (0..3)
         .map(|i| (format!("/f{i}"), rand_bytes(300_000 + i, i as u64)))

@@ -6,9 +6,11 @@
 //! enciphered with HCTR2-AES-256 ([`nasd_e2e::block`]), a length-preserving wide-block cipher,
 //! under the tweak `file_id ‖ i ‖ ctr_i`, where `ctr_i` counts the writes of block `i` (the
 //! counter intervals, [`nasd_e2e::counters`]), so object offsets are file offsets and a
-//! rewritten block never repeats a tweak. A tail shorter than 16 bytes is stored padded to 16
-//! (the true length is in the trusted record). Blocks never written are holes: counter 0,
-//! nothing stored, zeros when read.
+//! rewritten block never repeats a tweak; a tail shorter than HCTR2's 16 bytes is XORed with a
+//! keystream keyed by its tweak, so every length is preserved and the layout below holds
+//! exactly the file's length. Blocks never written are holes: counter 0, zeros when read (a
+//! trailing hole still extends the objects, so a component rebuilt from the code has the tree
+//! its writer pinned).
 //!
 //! Integrity against an untrusted drive (seed 003), per the file's construction:
 //! - **MT-EINT**: the drives' own Merkle trees, pinned ([`super::pins`]): components check
@@ -22,7 +24,7 @@
 
 use super::pins::ComponentPin;
 use crate::layer::{FileIo, IoError, IoFuture, ReadOut, Span};
-use nasd_e2e::block::{pad_tail, stored_len, BlockCipher};
+use nasd_e2e::block::BlockCipher;
 use nasd_e2e::counters::CounterIntervals;
 use nasd_e2e::keys::{FileKey, KeyFile, KeyVersion};
 use nasd_e2e::side::{pins_root, Integrity, Pin, Side};
@@ -36,6 +38,10 @@ use std::sync::{Arc, Mutex};
 /// Blocks a read or write enciphers on all cores at once from this many on (a lone 64 KiB
 /// block is not worth a thread hand-off).
 const PARALLEL_BLOCKS_MIN: usize = 4;
+/// Locks by block (hashed): writes take them exclusively, so two writes into one block — a
+/// read-modify-write of its other bytes — never run at once and lose each other's bytes;
+/// reads take them shared, so a read never sees a block's new counter before its new bytes.
+const BLOCK_LOCKS: usize = 64;
 
 /// One encrypted file as a stack sees it: its keys and counters, and (for a writer) what it
 /// changed. Shared by every stack built for the file's grant or upload.
@@ -47,6 +53,15 @@ pub struct CryptFile {
     /// One per component for MT-EINT (a reader's checks, a writer's tracks); empty otherwise.
     pub pins: Vec<Arc<ComponentPin>>,
     inner: Mutex<Inner>,
+    locks: Vec<tokio::sync::RwLock<()>>,
+    /// Held by whatever changes the length (a write past the end, growing the size) from
+    /// reading it to recording the new one: the length decides which block is last and how
+    /// long it is, so two such changes must not decide from the same old length.
+    shape: tokio::sync::Mutex<()>,
+    /// The layout's size under this file (the stored bytes, as long as the plaintext), kept
+    /// for every stack built for the file at once: one stack's read must see what another's
+    /// write stored.
+    pub stored: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for CryptFile {
@@ -161,6 +176,9 @@ impl CryptFile {
                 key_file,
                 eint,
             }),
+            locks: block_locks(),
+            shape: tokio::sync::Mutex::new(()),
+            stored: Default::default(),
         })
     }
 
@@ -225,28 +243,14 @@ impl CryptFile {
                 key_file: side.key_file.clone(),
                 eint,
             }),
+            locks: block_locks(),
+            shape: tokio::sync::Mutex::new(()),
+            stored: Arc::new(record.length.into()),
         })
     }
 
     pub fn length(&self) -> u64 {
         self.inner.lock().expect("crypt lock").length
-    }
-
-    /// Where the stored bytes end: past the last written block (a short tail is padded to
-    /// 16 bytes; a hole at the end stores nothing).
-    pub fn stored_end(&self) -> u64 {
-        let i = self.inner.lock().expect("crypt lock");
-        let last = i
-            .counters
-            .intervals()
-            .iter()
-            .rev()
-            .find(|r| r.ctr > 0)
-            .map(|r| r.last);
-        match last {
-            None => 0,
-            Some(b) => b * self.block + stored_len(self.block_len(b, i.length)) as u64,
-        }
     }
 
     /// Switches new writes to a new key (after an unshare, B.1): old blocks keep theirs.
@@ -315,6 +319,44 @@ impl CryptFile {
     }
 }
 
+fn block_locks() -> Vec<tokio::sync::RwLock<()>> {
+    (0..BLOCK_LOCKS)
+        .map(|_| tokio::sync::RwLock::new(()))
+        .collect()
+}
+
+/// Block locks held: exclusive for a write, shared for a read.
+enum Held<'a> {
+    Write(#[allow(dead_code)] Vec<tokio::sync::RwLockWriteGuard<'a, ()>>),
+    Read(#[allow(dead_code)] Vec<tokio::sync::RwLockReadGuard<'a, ()>>),
+}
+
+impl CryptFile {
+    /// Locks blocks `[b0, b1)` and `extra` (in one order, so two writers never wait on each
+    /// other crosswise), exclusively for a write, shared for a read.
+    async fn lock_blocks(&self, b0: u64, b1: u64, extra: Option<u64>, write: bool) -> Held<'_> {
+        let mut slots: Vec<usize> = (b0..b1.min(b0 + BLOCK_LOCKS as u64))
+            .chain(extra)
+            .map(|b| (b % BLOCK_LOCKS as u64) as usize)
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        if write {
+            let mut out = Vec::with_capacity(slots.len());
+            for k in slots {
+                out.push(self.locks[k].write().await);
+            }
+            Held::Write(out)
+        } else {
+            let mut out = Vec::with_capacity(slots.len());
+            for k in slots {
+                out.push(self.locks[k].read().await);
+            }
+            Held::Read(out)
+        }
+    }
+}
+
 /// The encryption layer over `lower` (module docs).
 pub struct CryptIo {
     pub file: Arc<CryptFile>,
@@ -356,7 +398,7 @@ impl CryptIo {
         let spans: Vec<Span> = plan
             .iter()
             .filter(|p| p.1 != 0)
-            .map(|&(b, _, _)| (b * f.block, stored_len(f.block_len(b, length)) as u64))
+            .map(|&(b, _, _)| (b * f.block, f.block_len(b, length) as u64))
             .collect();
         let got = if spans.is_empty() {
             ReadOut::default()
@@ -368,8 +410,9 @@ impl CryptIo {
             return Err(refused(
                 &f.path,
                 format!(
-                    "the layout returned {} bytes of {want} stored",
-                    got.data.len()
+                    "the layout returned {} bytes of {want} stored (spans {:?}, length {length})",
+                    got.data.len(),
+                    spans
                 ),
             ));
         }
@@ -382,7 +425,7 @@ impl CryptIo {
                 blocks.push((b, len, None));
                 continue;
             }
-            let n = stored_len(len);
+            let n = len;
             blocks.push((b, len, Some(work.len())));
             work.push(Work {
                 index: b,
@@ -491,7 +534,7 @@ impl CryptIo {
                 index: b,
                 ctr,
                 kv,
-                bytes: pad_tail(&p),
+                bytes: p,
             });
         }
         drop(i);
@@ -525,16 +568,30 @@ impl CryptIo {
         let f = self.f();
         let bs = f.block;
         let end = offset + data.len() as u64;
+        // A write past the end changes the length: one such change at a time (the length
+        // only grows while the file is open, so a write inside it stays inside).
+        let shape = if end > f.length() {
+            Some(f.shape.lock().await)
+        } else {
+            None
+        };
         let old = f.length();
         let (b0, b1) = (offset / bs, end.div_ceil(bs));
-        let new_len = old.max(end);
-        // The old last block, if partial and before the write, becomes whole (zeros after).
         let old_last = old.div_ceil(bs).checked_sub(1);
+        let _held = f.lock_blocks(b0, b1, old_last, true).await;
+        // What the file holds once the locks are ours: the same length for a write past the
+        // end; for one inside it, a longer length changes no block this write covers (the
+        // partial last block, if covered, is locked against whoever would grow it).
+        let old = f.length();
+        let new_len = old.max(end);
+        let old_last = old.div_ceil(bs).checked_sub(1);
+        // The old last block, if partial and before the write, becomes whole (zeros after).
         if let Some(t) = old_last.filter(|&t| t < b0 && !old.is_multiple_of(bs)) {
             self.rewrite_tail(t, bs as usize).await?;
         }
         // Blocks the write covers only in part keep their other bytes.
-        let head = (!offset.is_multiple_of(bs) || (end < (b0 + 1) * bs && end < old)) && b0 * bs < old;
+        let head =
+            (!offset.is_multiple_of(bs) || (end < (b0 + 1) * bs && end < old)) && b0 * bs < old;
         let tail = b1 - 1 > b0 && !end.is_multiple_of(bs) && end < old;
         let first_old = if head {
             self.read_blocks(b0, b0 + 1).await?
@@ -568,6 +625,8 @@ impl CryptIo {
             let mut i = f.inner.lock().expect("crypt lock");
             i.length = i.length.max(new_len);
         }
+        // The next change of length may decide now; it waits for this write's blocks.
+        drop(shape);
         self.lower.write(b0 * bs, &stored).await
     }
 
@@ -580,58 +639,50 @@ impl CryptIo {
         }
         let tail_partial = |len: u64| !len.is_multiple_of(bs);
         if size < old {
-            if f.scheme != Eint::Mt {
-                return Err(IoError::Usage(format!(
-                    "{}: cutting a {}-EINT file short is not supported; rewrite it (nasd rekey) or use MT",
-                    f.path,
-                    f.scheme.name()
-                )));
-            }
-            let nb = size.div_ceil(bs);
-            {
-                let mut i = f.inner.lock().expect("crypt lock");
-                i.counters.truncate(nb);
-            }
-            if tail_partial(size) && nb > 0 {
-                // Read under the old length, then cut.
-                let b = nb - 1;
-                let mut p = self.read_blocks(b, b + 1).await?;
-                p.truncate((size - b * bs) as usize);
-                f.inner.lock().expect("crypt lock").length = size;
-                let stored = self.encipher(vec![(b, p)])?;
-                return self.lower.write(b * bs, &stored).await;
-            }
-            f.inner.lock().expect("crypt lock").length = size;
-            return Ok(());
+            // Cut short by a rewrite of the prefix (Client::truncate): cutting objects in place
+            // would leave them longer than a rebuild from the code makes them.
+            return Err(IoError::Usage(format!(
+                "{}: an encrypted file is cut short by writing its prefix as a new version",
+                f.path
+            )));
         }
         // Growing: a partial last block is padded, then a hole.
+        let _shape = f.shape.lock().await;
+        let old = f.length();
+        if size <= old {
+            return Ok(());
+        }
+        let _held = f.lock_blocks(old / bs, old / bs + 1, None, true).await;
         if tail_partial(old) {
             let b = old / bs;
             let len = ((b + 1) * bs).min(size) - b * bs;
             self.rewrite_tail(b, len as usize).await?;
         }
-        let mut i = f.inner.lock().expect("crypt lock");
-        let blocks = size.div_ceil(bs);
-        match i.eint.as_mut() {
-            None => i.counters.extend(blocks),
-            Some((eint, meta)) => {
-                let mut none = BTreeMap::new();
-                let mut store = SideStore {
-                    blocks: &mut none,
-                    meta,
-                };
-                eint.extend(&mut store, size)
-                    .map_err(|e| refused(&f.path, e))?;
-                let enc = store
-                    .meta
-                    .get(&MetaKey::Counters)
-                    .cloned()
-                    .unwrap_or_default();
-                i.counters = CounterIntervals::decode(&enc).map_err(|e| refused(&f.path, e))?;
+        {
+            let mut i = f.inner.lock().expect("crypt lock");
+            let blocks = size.div_ceil(bs);
+            match i.eint.as_mut() {
+                None => i.counters.extend(blocks),
+                Some((eint, meta)) => {
+                    let mut none = BTreeMap::new();
+                    let mut store = SideStore {
+                        blocks: &mut none,
+                        meta,
+                    };
+                    eint.extend(&mut store, size)
+                        .map_err(|e| refused(&f.path, e))?;
+                    let enc = store
+                        .meta
+                        .get(&MetaKey::Counters)
+                        .cloned()
+                        .unwrap_or_default();
+                    i.counters = CounterIntervals::decode(&enc).map_err(|e| refused(&f.path, e))?;
+                }
             }
+            i.length = size;
         }
-        i.length = size;
-        Ok(())
+        // The objects hold the hole too, as a component rebuilt from the code would.
+        self.lower.set_size(size).await
     }
 }
 
@@ -648,6 +699,7 @@ impl FileIo for CryptIo {
                 });
             }
             let (b0, b1) = (offset / f.block, end.div_ceil(f.block));
+            let _held = f.lock_blocks(b0, b1, None, false).await;
             let plain = self.read_blocks(b0, b1).await?;
             let at = (offset - b0 * f.block) as usize;
             let n = (end - offset) as usize;
@@ -696,6 +748,10 @@ impl FileIo for CryptIo {
 
     fn available(&self) -> bool {
         self.lower.available()
+    }
+
+    fn crypt_file(&self) -> Option<Arc<CryptFile>> {
+        Some(self.file.clone())
     }
 }
 

@@ -170,9 +170,6 @@ impl Client {
             },
         )
         .await?;
-        if public_key.is_some() {
-            return Ok(());
-        }
         let r = self.request("/", MgrRequest::UserList).await?;
         let MgrReply::Users(us) = r else {
             return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
@@ -182,13 +179,16 @@ impl Client {
                 "user {name} was added but is not listed"
             )));
         };
-        let id = Identity::generate(u.uid);
-        let req = MgrRequest::UserKeySet {
-            user: name.into(),
-            keys: id.user_keys(Some(password)),
-        };
-        self.request("/", req).await?;
-        self.forget_user_keys(u.uid);
+        // A key user makes their keys at their first login; their groups get key pairs now.
+        if public_key.is_none() {
+            let id = Identity::generate(u.uid);
+            let req = MgrRequest::UserKeySet {
+                user: name.into(),
+                keys: id.user_keys(Some(password)),
+            };
+            self.request("/", req).await?;
+            self.forget_user_keys(u.uid);
+        }
         self.sync_group_keys(u.groups).await?;
         Ok(())
     }
@@ -242,6 +242,7 @@ impl Client {
                     "/",
                     MgrRequest::UserKeyGet {
                         uids: chunk.to_vec(),
+                        names: vec![],
                     },
                 )
                 .await?;
@@ -255,6 +256,48 @@ impl Client {
             }
         }
         Ok(out)
+    }
+
+    /// The names of users `uids` (those with keys).
+    pub async fn user_names(&self, uids: &[u32]) -> Result<HashMap<u32, String>, FsError> {
+        let r = self
+            .request(
+                "/",
+                MgrRequest::UserKeyGet {
+                    uids: uids.to_vec(),
+                    names: vec![],
+                },
+            )
+            .await?;
+        match r {
+            MgrReply::UserKeys(us) => Ok(us.into_iter().map(|u| (u.uid, u.name)).collect()),
+            other => Err(FsError::Usage(format!(
+                "user keys: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    /// How `principals` are shown: a user's name, "group NAME" (ids for unknown ones).
+    pub async fn principal_names(&self, principals: &[Principal]) -> Result<Vec<String>, FsError> {
+        let (mut uids, mut gids) = (vec![], vec![]);
+        for p in principals {
+            match *p {
+                Principal::User(u) => uids.push(u),
+                Principal::Group(g) => gids.push(g),
+            }
+        }
+        let users = self.user_names(&uids).await?;
+        let groups = self.group_infos(&gids, false).await?;
+        Ok(principals
+            .iter()
+            .map(|p| match *p {
+                Principal::User(u) => users.get(&u).cloned().unwrap_or(format!("uid {u}")),
+                Principal::Group(g) => match groups.get(&g) {
+                    Some(i) => format!("group {}", i.name),
+                    None => format!("gid {g}"),
+                },
+            })
+            .collect())
     }
 
     /// Key pairs of groups `gids`, from the cache when fresh.
@@ -385,7 +428,20 @@ impl Client {
             })
             .collect();
         let users = self.user_keys(&uids, false).await?;
-        let groups = self.group_infos(&gids, false).await?;
+        let mut groups = self.group_infos(&gids, false).await?;
+        // A group without a key pair yet gets one now when this user may make it (an admin),
+        // so its members read the file, also those who join later.
+        let lacking: Vec<String> = groups
+            .values()
+            .filter(|g| g.public.is_none())
+            .map(|g| g.name.clone())
+            .collect();
+        if !lacking.is_empty() {
+            match self.sync_group_keys(lacking).await {
+                Ok(_) => groups = self.group_infos(&gids, true).await?,
+                Err(e) => tracing::debug!("{path}: groups without key pairs stay so: {e}"),
+            }
+        }
         let mut to: Vec<(KeyPrincipal, PublicKey)> = vec![];
         for u in uids {
             match users.get(&u) {

@@ -10,6 +10,7 @@
 //! - [`pins`]: MT-EINT over the drives' trees: readers check every reply against the writer's
 //!   pins; writers keep track of their objects' tops.
 //! - [`crypt`]: the encryption layer of the file stack, above the layout.
+//! - [`share`]: `share`, `unshare`, `rekey`, and wraps that follow `chmod`.
 //!
 //! What a version carries at the manager ([`nasd_proto::manager::E2eState`]): the trusted
 //! record (nasd-e2e's [`TrustedRecord`]), the writer's Ed25519 signature over it (seed 001
@@ -22,6 +23,7 @@ pub mod crypt;
 pub mod identity;
 pub mod keyring;
 pub mod pins;
+pub mod share;
 
 use crate::files::{Client, FsError};
 use crypt::CryptFile;
@@ -46,6 +48,8 @@ pub struct Provenance {
     pub verified: Option<bool>,
     pub scheme: Eint,
     pub key_version: KeyVersion,
+    /// Who holds a wrap of the current key version (who can decrypt what is written next).
+    pub readers: Vec<nasd_proto::manager::Principal>,
 }
 
 fn e2e_err(path: &str, what: impl std::fmt::Display) -> FsError {
@@ -86,6 +90,16 @@ impl Client {
             verified,
             scheme: crypt_eint(&record),
             key_version: record.key_version,
+            readers: side
+                .key_file
+                .entries()
+                .iter()
+                .filter(|w| w.key_version == record.key_version)
+                .map(|w| match w.principal {
+                    nasd_e2e::Principal::User(u) => nasd_proto::manager::Principal::User(u),
+                    nasd_e2e::Principal::Group(g) => nasd_proto::manager::Principal::Group(g),
+                })
+                .collect(),
         })
     }
 
@@ -183,9 +197,24 @@ impl Client {
         getrandom::fill(&mut id).expect("the OS random source works");
         let file_id = FileId(id);
         let key = FileKey::generate();
-        let readers = self
+        let mut readers = self
             .readers_of(uid, gid, mode, &policy.readers, &policy.everyone)
             .await?;
+        // A new version of a file keeps the readers it was shared with (nasd share).
+        if let Some((r, side)) = replacing.and_then(|e| decode_state(path, e).ok()) {
+            readers.extend(
+                side.key_file
+                    .entries()
+                    .iter()
+                    .filter(|e| e.key_version == r.key_version)
+                    .map(|e| match e.principal {
+                        nasd_e2e::Principal::User(u) => nasd_proto::manager::Principal::User(u),
+                        nasd_e2e::Principal::Group(g) => nasd_proto::manager::Principal::Group(g),
+                    }),
+            );
+            readers.sort();
+            readers.dedup();
+        }
         let key_file = self
             .make_key_file(path, file_id, key_version, &key, &readers)
             .await?;
@@ -210,6 +239,63 @@ impl Client {
         )
         .map_err(|x| e2e_err(path, x))?;
         Ok(Arc::new(f))
+    }
+
+    /// Pins for the components of an MT file that missed this writer's writes (their drive
+    /// was down, or they were stale): the content the layout's code says they hold, rebuilt
+    /// from the others (read through the writer's own tracks, so checked) into track sinks, as
+    /// the manager's rebuild will write it. A component that cannot be rebuilt now keeps the
+    /// old pin, and the commit marks it stale anyway.
+    pub(crate) async fn pin_missed(
+        &self,
+        o: &crate::capcache::OpenFile,
+        f: &CryptFile,
+        missed: u64,
+    ) -> Result<(), FsError> {
+        if missed == 0 || f.pins.is_empty() || o.layout.components.len() < 2 {
+            return Ok(());
+        }
+        let geo: nasd_ec::Layout = o
+            .layout
+            .geometry
+            .parse()
+            .map_err(|e| e2e_err(&f.path, format!("layout {}: {e}", o.layout.geometry)))?;
+        let parts: Vec<Arc<dyn crate::layer::FileIo>> = o
+            .layout
+            .components
+            .iter()
+            .zip(&o.caps)
+            .enumerate()
+            .map(|(i, (c, cap))| {
+                Arc::new(
+                    crate::component::ComponentIo::new(
+                        self.pool().clone(),
+                        i,
+                        c.addr.clone(),
+                        cap.clone(),
+                    )
+                    .with_pin(f.pins[i].clone()),
+                ) as Arc<dyn crate::layer::FileIo>
+            })
+            .collect();
+        let striped = crate::striped::Striped::new(geo, parts, f.length(), missed)
+            .map_err(|e| e2e_err(&f.path, e))?;
+        for c in (0..f.pins.len()).filter(|c| missed >> c & 1 == 1) {
+            let sink = Arc::new(pins::TrackSink::new(o.layout.components[c].suite));
+            let onto: Arc<dyn crate::layer::FileIo> = sink.clone();
+            match striped.rebuild_range(c, 0, u64::MAX, Some(onto)).await {
+                Ok(_) => {
+                    let sink = Arc::try_unwrap(sink)
+                        .map_err(|_| e2e_err(&f.path, "a sink still in use"))?;
+                    f.pins[c].replace_track(sink);
+                }
+                Err(e) => tracing::warn!(
+                    "{}: component {c} missed the writes and cannot be pinned now: {e}",
+                    f.path
+                ),
+            }
+        }
+        Ok(())
     }
 
     /// The state to commit for what `f` holds now: signed (schemes 1 and 2) with this user's

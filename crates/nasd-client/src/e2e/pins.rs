@@ -121,3 +121,62 @@ pub fn chunk_proofs(
     }
     (at == data.len()).then_some(out)
 }
+
+/// A component that only keeps track: the content a layout rebuilds for a component that
+/// missed the writes goes into a fresh [`TreeTrack`], never to a drive, so its writer can pin
+/// what the manager's rebuild will put there.
+pub struct TrackSink {
+    pub track: Mutex<TreeTrack>,
+}
+
+impl TrackSink {
+    pub fn new(suite: Suite) -> TrackSink {
+        TrackSink {
+            track: Mutex::new(TreeTrack::empty(suite)),
+        }
+    }
+}
+
+impl crate::layer::FileIo for TrackSink {
+    fn read(&self, _offset: u64, _len: u64) -> crate::layer::IoFuture<'_, crate::layer::ReadOut> {
+        Box::pin(async {
+            Err(crate::layer::IoError::Usage(
+                "a track sink is not read".into(),
+            ))
+        })
+    }
+
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> crate::layer::IoFuture<'a, ()> {
+        Box::pin(async move {
+            let mut t = self.track.lock().expect("track lock");
+            t.plan_write(offset, data.len() as u64).map_err(|need| {
+                crate::layer::IoError::Usage(format!("a rebuild wrote out of order: {need:?}"))
+            })?;
+            t.apply_write(offset, data, &mut nasd_crypto::Cost::default());
+            Ok(())
+        })
+    }
+
+    fn size(&self) -> crate::layer::IoFuture<'_, u64> {
+        Box::pin(async move { Ok(self.track.lock().expect("track lock").size()) })
+    }
+
+    fn set_size(&self, size: u64) -> crate::layer::IoFuture<'_, ()> {
+        Box::pin(async move {
+            let mut t = self.track.lock().expect("track lock");
+            t.plan_set_size(size)
+                .map_err(|need| crate::layer::IoError::Usage(format!("a rebuild cut: {need:?}")))?;
+            t.apply_set_size(size, &mut nasd_crypto::Cost::default());
+            Ok(())
+        })
+    }
+}
+
+impl ComponentPin {
+    /// Takes the track a [`TrackSink`] built (a writer's component that missed its writes).
+    pub fn replace_track(&self, sink: TrackSink) {
+        if let PinMode::Track(t) = &self.mode {
+            *t.lock().expect("track lock") = sink.track.into_inner().expect("track lock");
+        }
+    }
+}

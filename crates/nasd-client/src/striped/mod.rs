@@ -112,6 +112,18 @@ impl Codec {
 /// Fills unit `i`'s window with bytes the caller already has (returns whether it did).
 type Known<'a> = dyn Fn(usize, &mut [u8]) -> bool + Sync + 'a;
 
+/// The group locks of one file, shared by every stack built for it (a grant's, an upload's
+/// parallel writes): two writes into one parity group from two stacks must not each
+/// read-modify-write its parity from the same old bytes.
+pub type GroupLocks = Arc<[tokio::sync::Mutex<()>]>;
+
+/// A fresh set of [`GROUP_LOCKS`] group locks.
+pub fn group_locks() -> GroupLocks {
+    (0..GROUP_LOCKS)
+        .map(|_| tokio::sync::Mutex::new(()))
+        .collect()
+}
+
 /// A piece of a request that lies in one unit of one component.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
@@ -128,14 +140,16 @@ pub struct Striped {
     geo: Geometry,
     parts: Vec<Arc<dyn FileIo>>,
     codec: Option<Codec>,
-    size: AtomicU64,
+    /// The file's size; shared with the layer above when it keeps the size for several
+    /// stacks at once (an encrypted file's writer).
+    size: Arc<AtomicU64>,
     /// Components the layout marks stale: never read, never written.
     stale: u64,
     /// Components a write through this stack could not reach.
     missed: AtomicU64,
     damage: Option<DamageHook>,
     deadline: Duration,
-    locks: Vec<tokio::sync::Mutex<()>>,
+    locks: GroupLocks,
 }
 
 impl Striped {
@@ -158,15 +172,25 @@ impl Striped {
             codec: codec_for(geo.code())?,
             geo,
             parts,
-            size: AtomicU64::new(size),
+            size: Arc::new(AtomicU64::new(size)),
             stale,
             missed: AtomicU64::new(0),
             damage: None,
             deadline: Duration::from_millis(READ_DEADLINE_MS),
-            locks: (0..GROUP_LOCKS)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
+            locks: group_locks(),
         })
+    }
+
+    /// Takes its group locks from `locks` (the file's, shared with its other stacks).
+    pub fn with_locks(mut self, locks: GroupLocks) -> Striped {
+        self.locks = locks;
+        self
+    }
+
+    /// Keeps the size in `size` (shared with the other stacks of the file) from its value now.
+    pub fn with_size_cell(mut self, size: Arc<AtomicU64>) -> Striped {
+        self.size = size;
+        self
     }
 
     pub fn with_damage_hook(mut self, hook: DamageHook) -> Striped {
@@ -1025,13 +1049,16 @@ impl FileIo for Striped {
 
 /// The stack for a layout: a one-object layout is its component itself; every other geometry
 /// is a [`Striped`] over the components.
+/// The size is `size` unless `size_cell` keeps it for several stacks; `locks` are the file's
+/// group locks ([`GroupLocks`]).
 pub fn stack(
     geometry: &str,
     mut parts: Vec<Arc<dyn FileIo>>,
-    size: u64,
+    size: SizeCell,
     stale: u64,
     damage: Option<DamageHook>,
     deadline: Duration,
+    locks: GroupLocks,
 ) -> Result<Arc<dyn FileIo>, IoError> {
     let geo: Geometry = geometry
         .parse()
@@ -1045,11 +1072,26 @@ pub fn stack(
         }
         return Ok(parts.remove(0));
     }
-    let mut s = Striped::new(geo, parts, size, stale)?.with_deadline(deadline);
+    let mut s = match size {
+        SizeCell::Own(size) => Striped::new(geo, parts, size, stale)?,
+        SizeCell::Shared(cell) => {
+            let size = cell.load(Ordering::Acquire);
+            Striped::new(geo, parts, size, stale)?.with_size_cell(cell)
+        }
+    }
+    .with_deadline(deadline)
+    .with_locks(locks);
     if let Some(h) = damage {
         s = s.with_damage_hook(h);
     }
     Ok(Arc::new(s))
+}
+
+/// Where a stack keeps the file's size: its own (from a stat), or a cell the file's other
+/// stacks share.
+pub enum SizeCell {
+    Own(u64),
+    Shared(Arc<AtomicU64>),
 }
 
 mod scrub;
@@ -1079,6 +1121,66 @@ mod tests {
             .collect();
         let parts = mems.iter().map(|m| m.clone() as Arc<dyn FileIo>).collect();
         (Striped::new(geo, parts, size, 0).unwrap(), mems)
+    }
+
+    /// Two stacks over one file (an upload's parallel writes) that share its group locks and
+    /// size: writes into one parity group from both, each a read-modify-write of the parity
+    /// while the drives are slow to answer, leave parity that matches the data (a scrub finds
+    /// no damage) and both writes' bytes.
+    #[tokio::test]
+    async fn two_stacks_sharing_group_locks_keep_parity_consistent() {
+        for spec in ["rs:2+1/4K", "rs:3+2/4K", "raid6x:3/4K"] {
+            let geo: Geometry = spec.parse().unwrap();
+            let mems: Vec<Arc<MemIo>> = (0..geo.components())
+                .map(|i| Arc::new(MemIo::new(i)))
+                .collect();
+            let (locks, size) = (group_locks(), Arc::new(AtomicU64::new(0)));
+            let one = || {
+                let parts = mems.iter().map(|m| m.clone() as Arc<dyn FileIo>).collect();
+                Striped::new(geo, parts, 0, 0)
+                    .unwrap()
+                    .with_locks(locks.clone())
+                    .with_size_cell(size.clone())
+            };
+            let (a, b) = (one(), one());
+            let mut model = pseudo(64 << 10, 7);
+            a.write(0, &model).await.unwrap();
+            assert_eq!(
+                b.size().await.unwrap(),
+                64 << 10,
+                "{spec}: the size is shared"
+            );
+            for m in &mems {
+                m.set_fault(Fault::SlowMs(20));
+            }
+            let (x, y) = (vec![0xAA; 300], vec![0x55; 300]);
+            let (ra, rb) = tokio::join!(a.write(100, &x), b.write(4096 + 100, &y));
+            ra.unwrap();
+            rb.unwrap();
+            model[100..400].copy_from_slice(&x);
+            model[4196..4496].copy_from_slice(&y);
+            for m in &mems {
+                m.set_fault(Fault::None);
+            }
+            let mut t = ScrubTally::default();
+            for step in 0..a.scrub_steps() {
+                a.scrub_step(step, false, &mut t).await.unwrap();
+            }
+            assert_eq!(
+                (t.damaged, t.unrecoverable),
+                (0, 0),
+                "{spec}: {:?}",
+                t.problems
+            );
+            assert_eq!(a.read(0, 64 << 10).await.unwrap().data, model, "{spec}");
+            // Each component lost in turn: the rest decode to both writes' bytes.
+            for (c, m) in mems.iter().enumerate() {
+                m.set_fault(Fault::Unreachable);
+                let got = one().read(0, 64 << 10).await.unwrap().data;
+                assert!(got == model, "{spec}: decoded without component {c}");
+                m.set_fault(Fault::None);
+            }
+        }
     }
 
     const SPECS: [&str; 6] = [

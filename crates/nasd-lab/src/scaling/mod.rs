@@ -342,10 +342,13 @@ async fn write_files(
     w: &Workload,
     n: usize,
 ) -> Result<(), LabError> {
+    // Plaintext: the seed's experiment compares data paths (bytes through a server or straight
+    // from drives), and its client hosts log in with the admin's token, which opens no
+    // end-to-end key; encryption's cost is measured in `nasd bench cluster`.
     let layout = if n == 1 {
-        "single".to_string()
+        "single,plain".to_string()
     } else {
-        format!("raid0:{n}/{STRIPE_UNIT}")
+        format!("raid0:{n}/{STRIPE_UNIT},plain")
     };
     admin.mkdir(ROOT, 0o755).await.map_err(client_err)?;
     admin.layout_set(ROOT, &layout).await.map_err(client_err)?;
