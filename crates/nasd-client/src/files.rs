@@ -273,6 +273,7 @@ fn open_file(
             key: Key::from_bytes(g.key),
             sealed: None,
             suite: c.suite,
+            signer: None,
         })
         .collect();
     OpenFile {

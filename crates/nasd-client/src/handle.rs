@@ -422,7 +422,7 @@ impl FileHandle {
         let covered = |st: &State| {
             st.ahead
                 .as_ref()
-                .is_some_and(|(at, w)| *at <= off && end <= at + w.len() as u64)
+                .is_some_and(|(at, w)| *at <= off && end <= at + w.len())
         };
         if !covered(st) {
             match st.next.take() {
