@@ -11,8 +11,19 @@ fuzz_target!(|b: &[u8]| {
     let _ = ReplyHeader::decode(b);
     if let Ok((h, at)) = RequestHeader::decode(b) {
         assert!(at <= b.len());
-        let _ = Op::decode_args(h.op, &h.args);
+        if let Ok(op) = Op::decode_args(h.op, &h.args) {
+            // A write's args, its optional writer signature (protocol 4) last, are canonical:
+            // what decodes re-encodes to the same bytes.
+            if let Op::Write { .. } = op {
+                assert_eq!(op.encode_args(), h.args);
+            }
+            let _ = op.changes_data();
+        }
         let _ = RequestHeader::mac_input_of(b);
+        if let CapField::Plain(c) = &h.cap {
+            // capability args, with or without a writer key, round-trip their encoding
+            assert_eq!(CapabilityArgs::decode(&c.encode()).as_ref(), Ok(c));
+        }
     }
     for code in OpCode::ALL {
         let _ = Op::decode_args(*code, b);

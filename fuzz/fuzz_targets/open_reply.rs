@@ -27,6 +27,7 @@ fuzz_target!(|b: &[u8]| {
         suite: if sel & 0x80 == 0 { Suite::Blake3 } else { Suite::Sha256 },
         key: Key::from_bytes([9; 32]),
         read_regions: vec![Region::new(3, 5000), Region::new(0, 1)],
+        read_limit: if sel & 0x40 == 0 { Region::WHOLE } else { Region::new(0, 4000) },
     };
     let _ = open_reply(&req, ReplyFrame::from_body(body.to_vec()));
 });

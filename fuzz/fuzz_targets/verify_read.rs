@@ -3,7 +3,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nasd_crypto::{Cost, Key, Mac};
-use nasd_proto::{OpCode, ReplyBody, Suite};
+use nasd_proto::{OpCode, Region, ReplyBody, Suite};
 
 fuzz_target!(|b: &[u8]| {
     if b.len() < 2 {
@@ -13,8 +13,18 @@ fuzz_target!(|b: &[u8]| {
     let (body, data) = b[1..].split_at(split.min(b.len() - 1));
     if let Ok(ReplyBody::Read(rr)) = ReplyBody::decode(OpCode::Read, body) {
         for suite in [Suite::Blake3, Suite::Sha256] {
-            let mut mac = Mac::new(suite, &Key::from_bytes([0; 32]));
-            let _ = nasd_crypto::integrity::verify::feed_read(&mut mac, suite, &rr, data, &mut Cost::default());
+            let mac = Mac::new(suite, &Key::from_bytes([0; 32]));
+            // Both a whole-object capability and one cut inside the reply's regions.
+            for limit in [Region::WHOLE, Region::new(b[0] as u64 * 31, 1500)] {
+                let _ = nasd_crypto::integrity::verify::feed_read(
+                    &mut mac.clone(),
+                    suite,
+                    &rr,
+                    data,
+                    limit,
+                    &mut Cost::default(),
+                );
+            }
         }
     }
 });

@@ -7,18 +7,24 @@
 //! { "version": 1, "suite": "blake3", "drive": "00000000000000ab", "partition": 1,
 //!   "object": 16, "offset": 0, "len": 18446744073709551615, "rights": "read,write",
 //!   "expiry_ms": 1700000000000, "audit_id": 0, "min_protection": "integrity-data",
-//!   "key": "<64 hex>", "sealed": "<hex>" | null }
+//!   "key": "<64 hex>", "sealed": "<hex>" | null, "writer_key": "<64 hex>" | null }
 //! ```
+//! `writer_key` (optional; absent means none) is the Ed25519 public key the capability names as
+//! its object's writer (protocol version 4). A reader that ignores it sends args without it,
+//! which the drive refuses (`BadDigest`): the key is inside the capability key's input.
 
 use crate::ClientError;
 use nasd_crypto::capability::{capability_key, seal};
 use nasd_crypto::keyfile::KeyFile;
+use nasd_crypto::wsig::WriterSigner;
 use nasd_crypto::Key;
 use nasd_proto::{
     CapabilityArgs, DriveId, KeyType, ObjectId, PartitionId, Protection, Region, Rights, Suite,
+    WriterPublicKey,
 };
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Version of the capability file format.
 pub const CAPABILITY_FILE_VERSION: u32 = 1;
@@ -26,12 +32,19 @@ pub const CAPABILITY_FILE_VERSION: u32 = 1;
 /// A capability as a client holds it: the args the manager decided, the key it derived from
 /// them, and, when minted `--sealed`, the args encrypted under the working key
 /// (PRIVACY_CAPABILITY), which the client sends instead of the clear args.
+///
+/// When the args name a writer key (`args.writer_key`, seed 001 §3.3.1 scheme 1), every write
+/// and size change under the capability is signed with `signer`, the writer's Ed25519 signing
+/// key, which the caller attaches ([`Capability::with_signer`]); without it such a request
+/// fails before anything is sent ([`ClientError::NotSigned`]). The signer never leaves the
+/// client and is zeroized when its last holder drops it; `Debug` shows its public key only.
 #[derive(Clone, Debug)]
 pub struct Capability {
     pub args: CapabilityArgs,
     pub key: Key,
     pub sealed: Option<Vec<u8>>,
     pub suite: Suite,
+    pub signer: Option<Arc<WriterSigner>>,
 }
 
 impl Capability {
@@ -53,7 +66,15 @@ impl Capability {
             sealed: sealed.then(|| seal(suite, working_key, &args)),
             args,
             suite,
+            signer: None,
         }
+    }
+
+    /// The capability with the writer's signing key attached, for the writes it must sign.
+    /// Whether the key is the capability's writer key is checked when a request is built.
+    pub fn with_signer(mut self, signer: Arc<WriterSigner>) -> Capability {
+        self.signer = Some(signer);
+        self
     }
 
     pub fn to_file(&self) -> CapabilityFile {
@@ -71,6 +92,7 @@ impl Capability {
             min_protection: self.args.min_protection.to_string(),
             key: self.key.to_hex(),
             sealed: self.sealed.as_ref().map(hex::encode),
+            writer_key: self.args.writer_key.map(|k| k.to_string()),
         }
     }
 
@@ -91,6 +113,15 @@ impl Capability {
             expiry_ms: f.expiry_ms,
             audit_id: f.audit_id,
             min_protection: Protection::parse(&f.min_protection).ok_or("bad min_protection")?,
+            writer_key: match &f.writer_key {
+                Some(h) => Some(WriterPublicKey(
+                    hex::decode(h.trim())
+                        .ok()
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or("bad writer_key (64 hex digits)")?,
+                )),
+                None => None,
+            },
         };
         Ok(Capability {
             args,
@@ -100,6 +131,7 @@ impl Capability {
                 None => None,
             },
             suite: Suite::parse(&f.suite).ok_or("bad suite")?,
+            signer: None,
         })
     }
 
@@ -143,6 +175,9 @@ pub struct CapabilityFile {
     pub key: String,
     #[serde(default)]
     pub sealed: Option<String>,
+    /// Hex Ed25519 public key of the object's writer; absent or null: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_key: Option<String>,
 }
 
 /// What authorizes a request.
@@ -246,6 +281,7 @@ mod tests {
             expiry_ms: 1_900_000_000_000,
             audit_id: 77,
             min_protection: Protection::PRIVACY_ARGS.union(Protection::PRIVACY_CAPABILITY),
+            writer_key: None,
         }
     }
 
@@ -271,6 +307,53 @@ mod tests {
                 assert_eq!(opened, Some(c.args));
             }
         }
+    }
+
+    #[test]
+    fn a_writer_key_round_trips_through_the_file_and_is_bound_by_the_key() {
+        let wk = Key::from_bytes([9; 32]);
+        let signer = Arc::new(WriterSigner::from_seed(&Key::from_bytes([4; 32])));
+        let keyed = CapabilityArgs {
+            writer_key: Some(signer.public()),
+            ..args()
+        };
+        for sealed in [false, true] {
+            let c =
+                Capability::mint(Suite::Blake3, &wk, keyed, 0, sealed).with_signer(signer.clone());
+            let json = c.to_json();
+            assert!(json.contains(&signer.public().to_string()));
+            // the signer is the caller's: it never goes into the file, nor into `Debug`
+            assert!(!json.contains(&hex::encode([4u8; 32])));
+            assert!(!format!("{c:?}").contains(&hex::encode([4u8; 32])));
+            let back = Capability::from_file(&serde_json::from_str(&json).unwrap()).unwrap();
+            assert_eq!(back.args, keyed);
+            assert!(back.signer.is_none());
+            if sealed {
+                let opened = nasd_crypto::capability::unseal(
+                    Suite::Blake3,
+                    &wk,
+                    back.sealed.as_ref().unwrap(),
+                );
+                assert_eq!(opened, Some(keyed));
+            }
+        }
+        // the same args without the key make another capability key
+        let plain = Capability::mint(Suite::Blake3, &wk, args(), 0, false);
+        let with = Capability::mint(Suite::Blake3, &wk, keyed, 0, false);
+        assert_ne!(plain.key, with.key);
+        // a file without the field names no writer key; a bad one is refused
+        let json = plain.to_json();
+        assert!(!json.contains("writer_key"));
+        assert_eq!(
+            Capability::from_file(&serde_json::from_str(&json).unwrap())
+                .unwrap()
+                .args
+                .writer_key,
+            None
+        );
+        let mut f = with.to_file();
+        f.writer_key = Some("abcd".into());
+        assert!(Capability::from_file(&f).is_err());
     }
 
     #[test]

@@ -168,6 +168,7 @@ mod tests {
             expiry_ms: expiry,
             audit_id: 0,
             min_protection: Protection::NONE,
+            writer_key: None,
         };
         OpenFile {
             path: path.into(),

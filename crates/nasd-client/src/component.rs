@@ -388,6 +388,7 @@ impl FileIo for ComponentIo {
                     logical_size: size,
                     ..Attributes::default()
                 }),
+                signature: None,
             };
             self.run(|c| {
                 let op = op.clone();

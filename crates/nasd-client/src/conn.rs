@@ -6,7 +6,8 @@
 use crate::auth::Auth;
 use crate::object::Target;
 use crate::wire::{
-    build_request, open_reply, reply_request_id, BuiltRequest, Reply, ReplyFrame, RequestSpec,
+    build_request_signing, open_reply, reply_request_id, BuiltRequest, Reply, ReplyFrame,
+    RequestSpec, Signing,
 };
 use crate::ClientError;
 use nasd_proto::io::{read_frame_buffered, read_frame_len, read_into};
@@ -262,6 +263,19 @@ impl DriveConn {
         op: &Op,
         data: &[u8],
     ) -> Result<BuiltRequest, ClientError> {
+        self.prepare_signing(nonce, auth, t, op, data, Signing::Required)
+    }
+
+    /// [`DriveConn::prepare`], saying how a write under a writer key is signed ([`Signing`]).
+    pub fn prepare_signing(
+        &self,
+        nonce: Nonce,
+        auth: &Auth,
+        t: Target,
+        op: &Op,
+        data: &[u8],
+        signing: Signing,
+    ) -> Result<BuiltRequest, ClientError> {
         if auth.drive() != self.welcome.drive {
             return Err(ClientError::Usage(format!(
                 "the key or capability is for drive {:016x} but {} is drive {:016x}",
@@ -271,7 +285,7 @@ impl DriveConn {
             )));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        build_request(
+        build_request_signing(
             self.welcome.suite,
             id,
             nonce,
@@ -283,6 +297,7 @@ impl DriveConn {
                 op,
                 data,
             },
+            signing,
         )
     }
 
@@ -491,6 +506,7 @@ mod tests {
                     expiry_ms: u64::MAX,
                     audit_id: 0,
                     min_protection: Protection::NONE,
+                    writer_key: None,
                 },
                 0,
                 false,

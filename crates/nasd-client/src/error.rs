@@ -1,7 +1,7 @@
 //! The one error type of the client. Every message names what failed; a refusal by the drive
 //! carries the drive's status, its human detail, and whether the reply was authenticated.
 
-use nasd_proto::{DecodeError, OpCode, Status};
+use nasd_proto::{DecodeError, OpCode, Status, WriterPublicKey};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -37,6 +37,14 @@ pub enum ClientError {
     /// The caller asked for something the client cannot send.
     #[error("{0}")]
     Usage(String),
+    /// A change to an object's bytes under a capability that names a writer key, without that
+    /// key's signing key (seed 001 §3.3.1 scheme 1): refused here, before anything was sent.
+    #[error("{op} not sent: the capability names writer key {writer_key}, {detail}")]
+    NotSigned {
+        op: &'static str,
+        writer_key: WriterPublicKey,
+        detail: String,
+    },
     #[error("capability file {path}: {detail}")]
     CapabilityFile { path: String, detail: String },
     #[error("key file {path}: {detail}")]

@@ -318,7 +318,9 @@ impl FakeDrive {
                 }
             }
             Op::GetAttr => attr_out(attrs, vec![]),
-            Op::SetAttr { mask, attrs: new } => {
+            Op::SetAttr {
+                mask, attrs: new, ..
+            } => {
                 if mask.has(nasd_proto::AttrMask::FS_SPECIFIC) {
                     attrs.fs_specific = new.fs_specific;
                 }

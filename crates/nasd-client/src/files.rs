@@ -281,6 +281,7 @@ fn open_file(
             key: Key::from_bytes(g.key),
             sealed: None,
             suite: c.suite,
+            signer: None,
         })
         .collect();
     OpenFile {

@@ -96,6 +96,7 @@ impl DriveConn {
         let op = Op::SetAttr {
             mask,
             attrs: Box::new(attrs),
+            signature: None,
         };
         let r = self.call(auth, t, &op, &[]).await?;
         r.attributes().ok_or_else(|| unexpected(OpCode::SetAttr))
@@ -172,6 +173,7 @@ impl DriveConn {
             regions,
             form,
             write_back,
+            signature: None,
         };
         let r = self.call(auth, t, &op, data).await?;
         match r.body {

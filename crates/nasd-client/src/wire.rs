@@ -5,6 +5,8 @@
 //! the per-request privacy key when the protection asks for privacy of arguments), then the
 //! write data (sealed likewise under privacy of data), and a digest
 //! `MAC(key, header-before-digest [|| D])` where `D` is the data digest in the write's form.
+//! Under a capability that names a writer key, a write or size change is signed first with the
+//! capability's signer (seed 001 §3.3.1 scheme 1) and the signature ends its `args`.
 //!
 //! Reply: decode, recompute the reply MAC bound to the request's nonce, decrypt, feed the data
 //! digest (reads) or the attribute digest (replies carrying attributes), compare in constant
@@ -12,19 +14,20 @@
 //! drive returned (clamped at the end of the object, widened to chunks for `tree` as far as the
 //! capability's region reaches).
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Capability};
 use crate::ClientError;
-use nasd_crypto::aead;
-use nasd_crypto::integrity::pieces::{feed, write_form};
+use nasd_crypto::integrity::pieces::{feed, write_form, PieceHash};
 use nasd_crypto::integrity::verify::{feed_read, region_slices};
 use nasd_crypto::primitives::attr_digest;
 use nasd_crypto::request::{privacy_key, reply_mac, request_mac, Field};
+use nasd_crypto::{aead, wsig};
 use nasd_crypto::{ct_eq, Cost, Key};
 use nasd_proto::message::DIGEST_BYTES;
 use nasd_proto::ops::{regions_total, FLUSH_OBJECTS_MAX};
 use nasd_proto::{
     Attributes, CapField, Nonce, ObjectId, Op, OpCode, PartitionId, Protection, ReadReply, Region,
-    ReplyBody, ReplyHeader, RequestHeader, Scheme, Status, Suite, DATA_BYTES_MAX, REGIONS_MAX,
+    ReplyBody, ReplyHeader, RequestHeader, Scheme, Status, Suite, WriterPublicKey, WriterSignature,
+    DATA_BYTES_MAX, REGIONS_MAX,
 };
 
 /// Longest error detail kept from a refusal (the drive bounds it too).
@@ -93,12 +96,36 @@ fn usage(s: impl Into<String>) -> ClientError {
     ClientError::Usage(s.into())
 }
 
+/// Whether a request that changes an object's bytes under a capability naming a writer key
+/// gets signed (seed 001 §3.3.1 scheme 1).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Signing {
+    /// Sign it with the capability's signer, or refuse it here without the right one: what
+    /// every caller wants ([`build_request`]).
+    Required,
+    /// Send the operation's `signature` field as the caller set it (none, or one made over
+    /// something else), signing and checking nothing: for operators and tests that check the
+    /// drive's refusal (`nasd obj write --unsigned`).
+    AsGiven,
+}
+
 /// Builds the frame of one request. `suite` is the drive's (from its welcome).
 pub fn build_request(
     suite: Suite,
     request_id: u64,
     nonce: Nonce,
     spec: &RequestSpec<'_>,
+) -> Result<BuiltRequest, ClientError> {
+    build_request_signing(suite, request_id, nonce, spec, Signing::Required)
+}
+
+/// [`build_request`], saying how writes under a writer key are signed.
+pub fn build_request_signing(
+    suite: Suite,
+    request_id: u64,
+    nonce: Nonce,
+    spec: &RequestSpec<'_>,
+    signing: Signing,
 ) -> Result<BuiltRequest, ClientError> {
     if let Op::Read { regions } | Op::Write { regions, .. } | Op::BlocksRequired { regions } =
         spec.op
@@ -184,9 +211,39 @@ pub fn build_request(
         }
     }
 
+    // The write form's piece hashes, per region: the data digest of the MAC and of the
+    // writer's signature share them.
+    let mut cost = Cost::default();
+    let writer_key = match spec.auth {
+        Auth::Capability(c) if spec.op.changes_data() && signing == Signing::Required => {
+            c.args.writer_key
+        }
+        _ => None,
+    };
+    let mut region_pieces = vec![];
+    if op_code == OpCode::Write && (protection.integrity_data() || writer_key.is_some()) {
+        let mut at = 0usize;
+        for r in write_regions {
+            let bytes = &spec.data[at..at + r.len as usize];
+            at += r.len as usize;
+            region_pieces.push(write_form(suite, form, r.offset, bytes, &mut cost));
+        }
+    }
+    let signed_op;
+    let op = match writer_key {
+        None => spec.op,
+        Some(k) => {
+            let sig = writer_signature(suite, nonce, spec, k, &region_pieces, &mut cost)?;
+            let mut o = spec.op.clone();
+            o.set_writer_signature(sig);
+            signed_op = o;
+            &signed_op
+        }
+    };
+
     let privacy = (protection.privacy_args() || protection.privacy_data())
         .then(|| privacy_key(suite, &key, &nonce));
-    let mut args = spec.op.encode_args();
+    let mut args = op.encode_args();
     if protection.privacy_args() {
         let pk = privacy.as_ref().expect("derived above");
         args = aead::seal(pk, Field::RequestArgs.nonce(), b"", &args);
@@ -214,7 +271,6 @@ pub fn build_request(
     frame.extend_from_slice(&encoded);
     drop(encoded);
 
-    let mut cost = Cost::default();
     if protection.integrity_args() {
         let body = &frame[4..];
         let mut mac = request_mac(
@@ -225,11 +281,10 @@ pub fn build_request(
         );
         if protection.integrity_data() && op_code == OpCode::Write {
             let mut at = 0usize;
-            for r in write_regions {
+            for (r, pieces) in write_regions.iter().zip(&region_pieces) {
                 let bytes = &spec.data[at..at + r.len as usize];
                 at += r.len as usize;
-                let pieces = write_form(suite, form, r.offset, bytes, &mut cost);
-                feed(&mut mac, form, &pieces, bytes, &mut cost);
+                feed(&mut mac, form, pieces, bytes, &mut cost);
             }
         }
         let digest = mac.finalize(&mut cost);
@@ -270,6 +325,82 @@ pub fn build_request(
         },
         cost,
     })
+}
+
+/// The writer's signature of a request that changes an object's bytes under a capability
+/// naming `writer_key` (seed 001 §3.3.1 scheme 1; the message is `nasd_crypto::wsig`'s), made
+/// with the capability's signer; [`ClientError::NotSigned`] when it has none, or one whose
+/// public key is not the writer key, so nothing unsigned is ever sent. `region_pieces` are the
+/// write's piece hashes per region (computed by the caller).
+fn writer_signature(
+    suite: Suite,
+    nonce: Nonce,
+    spec: &RequestSpec<'_>,
+    writer_key: WriterPublicKey,
+    region_pieces: &[Vec<PieceHash>],
+    cost: &mut Cost,
+) -> Result<WriterSignature, ClientError> {
+    let not_signed = |detail: String| ClientError::NotSigned {
+        op: spec.op.code().name(),
+        writer_key,
+        detail,
+    };
+    let signer = match spec.auth {
+        Auth::Capability(Capability {
+            signer: Some(s), ..
+        }) => s,
+        _ => {
+            return Err(not_signed(
+                "so it must be signed, and no signing key was given (nasd obj --sign-key, \
+                 Capability::with_signer)"
+                    .into(),
+            ))
+        }
+    };
+    if signer.public() != writer_key {
+        return Err(not_signed(format!(
+            "and the signing key given is another (public key {})",
+            signer.public()
+        )));
+    }
+    let digest;
+    let change = match spec.op {
+        Op::Write { regions, form, .. } => {
+            let mut d = wsig::DataDigest::new(suite, *form);
+            let mut at = 0usize;
+            for (i, r) in regions.iter().enumerate() {
+                let bytes = &spec.data[at..at + r.len as usize];
+                at += r.len as usize;
+                d.region(
+                    region_pieces.get(i).map_or(&[][..], Vec::as_slice),
+                    bytes,
+                    cost,
+                );
+            }
+            digest = d.finish(cost);
+            wsig::Change::Write {
+                form: *form,
+                regions,
+                data_digest: digest,
+            }
+        }
+        Op::SetAttr { attrs, .. } => wsig::Change::Resize {
+            logical_size: attrs.logical_size,
+        },
+        other => {
+            return Err(ClientError::Usage(format!(
+                "{} changes no object bytes and is never signed",
+                other.code().name()
+            )))
+        }
+    };
+    let place = wsig::Place {
+        drive: spec.auth.drive(),
+        partition: spec.partition,
+        object: spec.object,
+        nonce,
+    };
+    Ok(signer.sign(&wsig::message(&place, &change)))
 }
 
 /// The request id of a reply body, if it is long enough to have one.

@@ -2,8 +2,8 @@
 //!
 //! The key hierarchy of seed 002 Table 6, capability keys (§2.4, Fig 1), request and reply MACs
 //! bound to nonces, the drive's replay cache, AES-256-GCM for the privacy options of Table 7,
-//! and the four integrity schemes of seed 000 §3 (Basic MAC, HierMAC, AdHash, and a Merkle tree)
-//! in two digest suites (BLAKE3 and SHA-256). Secrets live in [`Key`], which is zeroized on drop
+//! the four integrity schemes of seed 000 §3 (Basic MAC, HierMAC, AdHash, and a Merkle tree)
+//! in two digest suites (BLAKE3 and SHA-256), and Ed25519 writer signatures (seed 001 §3.3.1). Secrets live in [`Key`], which is zeroized on drop
 //! and never printed; MACs are compared in constant time ([`ct_eq`]). Known-answer vectors are
 //! kept in `tests/vectors/` at the repository root and checked by `tests/vectors.rs`.
 //!
@@ -16,6 +16,8 @@
 //! - [`aead`]: authenticated encryption (AES-256-GCM).
 //! - [`seal`]: a drive's keys at rest under a passphrase (Argon2id, AES-256-GCM-SIV).
 //! - [`integrity`]: the schemes and the client-side verifier.
+//! - [`wsig`]: writer signatures (seed 001 §3.3.1 scheme 1): the signed message of a write,
+//!   Ed25519 signing and strict verification.
 
 pub mod aead;
 pub mod capability;
@@ -26,6 +28,7 @@ pub mod nonce;
 pub mod primitives;
 pub mod request;
 pub mod seal;
+pub mod wsig;
 
 pub use key::{Key, KEY_BYTES};
 pub use primitives::{ct_eq, Digest, Mac};

@@ -1,11 +1,12 @@
 //! Known-answer vectors for nasd's own constructions (capability keys, request and reply MACs,
-//! key wrapping, the integrity schemes' digests), kept in `tests/vectors/crypto.json` at the
+//! key wrapping, the integrity schemes' digests, writer-signed messages and their Ed25519
+//! signatures, which are deterministic), kept in `tests/vectors/crypto.json` at the
 //! repository root so any reimplementation can check itself against them. Run with
 //! `NASD_WRITE_VECTORS=1` to regenerate after an intentional, versioned format change.
 
 use nasd_crypto::integrity::{adhash, block_meta, pieces, tree, BlockMeta};
 use nasd_crypto::request::{reply_mac, request_mac, wrap_key};
-use nasd_crypto::{capability, primitives, Cost, Key};
+use nasd_crypto::{capability, primitives, wsig, Cost, Key};
 use nasd_proto::*;
 use std::collections::BTreeMap;
 
@@ -27,10 +28,70 @@ fn compute() -> BTreeMap<String, String> {
             expiry_ms: 1_800_000_000_000,
             audit_id: 42,
             min_protection: Protection::INTEGRITY_DATA,
+            writer_key: None,
         };
         v.insert(format!("{s}/capability_args"), hex::encode(args.encode()));
         let ck = capability::capability_key(suite, &wk, &args, 7);
         v.insert(format!("{s}/capability_key(acv=7)"), ck.to_hex());
+        // Protocol 4: the same args naming a writer key (the public key of seed 0x33..).
+        let signer = wsig::WriterSigner::from_seed(&Key::from_bytes([0x33; 32]));
+        let keyed = CapabilityArgs {
+            writer_key: Some(signer.public()),
+            ..args
+        };
+        v.insert(
+            format!("{s}/capability_args(writer key)"),
+            hex::encode(keyed.encode()),
+        );
+        v.insert(
+            format!("{s}/capability_key(writer key, acv=7)"),
+            capability::capability_key(suite, &wk, &keyed, 7).to_hex(),
+        );
+        // A signed write of data[1000..12000] at offset 1000 in each form, and a signed resize.
+        // Checked independently when they were made: the signatures and the writer key with
+        // Python's `cryptography` (Ed25519 signing is deterministic, RFC 8032), the sha256
+        // suite's writer-key capability key and its `mac` and `digest` data digests with
+        // Python's `hmac` and `hashlib`.
+        let place = wsig::Place {
+            drive: args.drive,
+            partition: args.partition,
+            object: args.object,
+            nonce: Nonce {
+                time_us: 1_700_000_000_000_000,
+                random: 99,
+            },
+        };
+        for form in Scheme::ALL {
+            let bytes = &data[1000..12_000];
+            let pieces = pieces::write_form(suite, form, 1000, bytes, &mut c);
+            let mut dd = wsig::DataDigest::new(suite, form);
+            dd.region(&pieces, bytes, &mut c);
+            let data_digest = dd.finish(&mut c);
+            let regions = [Region::new(1000, 11_000)];
+            let msg = wsig::message(
+                &place,
+                &wsig::Change::Write {
+                    form,
+                    regions: &regions,
+                    data_digest,
+                },
+            );
+            let f = form.name();
+            v.insert(
+                format!("{s}/wsig/message(write {f} 1000+11000)"),
+                hex::encode(&msg),
+            );
+            v.insert(
+                format!("{s}/wsig/signature(write {f} 1000+11000, seed 33..)"),
+                hex::encode(signer.sign(&msg).0),
+            );
+        }
+        let msg = wsig::message(&place, &wsig::Change::Resize { logical_size: 4096 });
+        v.insert(format!("{s}/wsig/message(resize 4096)"), hex::encode(&msg));
+        v.insert(
+            format!("{s}/wsig/signature(resize 4096, seed 33..)"),
+            hex::encode(signer.sign(&msg).0),
+        );
         let mut m = request_mac(suite, &ck, args.drive, b"header bytes");
         m.update(b"D");
         v.insert(format!("{s}/request_mac"), hex::encode(m.finalize(&mut c)));

@@ -15,8 +15,12 @@
 //! 8. the digest verifies under the capability key recomputed from the current, then the
 //!    previous, working key and the object's `access_control_version` (`BadDigest`), compared
 //!    in constant time;
-//! 9. the nonce is covered by the durable replay floor (`IoError` if that cannot be made
-//!    durable) and has not been seen by this request's principal (`NonceReplayed`).
+//! 9. under a capability that names a writer key, a request that changes the object's bytes
+//!    (a write, a setattr of the size) carries that key's Ed25519 signature over this drive,
+//!    object, nonce and change, verified strictly before anything is stored (`BadSignature`;
+//!    seed 001 §3.3.1 scheme 1, `check_writer_signature`);
+//! 10. the nonce is covered by the durable replay floor (`IoError` if that cannot be made
+//!     durable) and has not been seen by this request's principal (`NonceReplayed`).
 //!
 //! Requests authorized by a key of the hierarchy (not a capability) must carry at least
 //! INTEGRITY_ARGS whatever the minimums say, so the digest proves possession of the key.
@@ -37,7 +41,7 @@ use crate::{now_us, DriveError};
 use nasd_crypto::integrity::{pieces, CHUNK_BYTES};
 use nasd_crypto::nonce::{NonceCache, NonceError, NONCE_CACHE_ENTRIES_MAX, NONCE_WINDOW_MS};
 use nasd_crypto::request::{privacy_key, reply_mac, request_mac, unwrap_key, Field};
-use nasd_crypto::{aead, capability, ct_eq, Cost, Key};
+use nasd_crypto::{aead, capability, ct_eq, wsig, Cost, Key};
 use nasd_proto::ops::ERROR_DETAIL_BYTES_MAX;
 use nasd_proto::{
     CapField, CapabilityArgs, DriveId, DriveInfo, KeyType, Nonce, ObjectId, Op, OpCode,
@@ -703,8 +707,11 @@ impl Drive {
 
         // Arguments (decrypted under privacy), data, and the digest, tried under each key.
         let mut last = Refusal(Status::BadDigest, "digest does not verify".into());
+        // A signed write's signature covers its piece hashes: compute them even without
+        // INTEGRITY_DATA (the writer then keeps them as metadata, as it would the client's).
+        let signed = cap.is_some_and(|c| c.writer_key.is_some());
         for key in keys {
-            match self.verify_with(h, body, data, &key, suite, drive_rec.drive, cost) {
+            match self.verify_with(h, body, data, &key, suite, drive_rec.drive, signed, cost) {
                 Ok((op, plain, write_pieces)) => {
                     // The request is authentic: refusals from here on are answered under its
                     // key, with its protection (seed 002 §2.4), like any other reply.
@@ -721,7 +728,28 @@ impl Drive {
                             ));
                         }
                     }
-                    // 9: the nonce is new; recorded only now that the request is authentic, and
+                    // 9: the writer's signature, before the nonce is booked, so a refused
+                    // request changes nothing, not even the replay cache.
+                    if let (None, Some(c)) = (&refused, &cap) {
+                        let data = plain.as_deref().unwrap_or(data);
+                        let place = wsig::Place {
+                            drive: drive_rec.drive,
+                            partition: h.partition,
+                            object: h.object,
+                            nonce: h.nonce,
+                        };
+                        refused = check_writer_signature(
+                            c,
+                            &place,
+                            &op,
+                            data,
+                            &write_pieces,
+                            suite,
+                            cost,
+                        )
+                        .err();
+                    }
+                    // 10: the nonce is new; recorded only now that the request is authentic, and
                     // only once the durable floor covers it, so no restart can forget it.
                     if refused.is_none() {
                         let principal = match &cap {
@@ -767,6 +795,7 @@ impl Drive {
         key: &Key,
         suite: nasd_proto::Suite,
         drive: DriveId,
+        signed: bool,
         cost: &mut Cost,
     ) -> Result<(Op, Option<Vec<u8>>, Vec<Vec<pieces::PieceHash>>), Refusal> {
         let bad = || {
@@ -817,7 +846,7 @@ impl Drive {
                     ),
                 );
             }
-            if h.protection.integrity_data() {
+            if h.protection.integrity_data() || signed {
                 let mut at = 0usize;
                 for r in regions {
                     let d = &data[at..at + r.len as usize];
@@ -935,6 +964,7 @@ impl Drive {
                 regions,
                 form,
                 write_back,
+                ..
             } => {
                 // The data stays where it arrived: in the request body, or the decrypted copy.
                 let request_data = match a.plain.take() {
@@ -990,7 +1020,7 @@ impl Drive {
                 mask: *mask,
                 attrs: attrs.clone(),
             })?),
-            Op::SetAttr { mask, attrs } => attrs_reply(run(Job::SetAttr {
+            Op::SetAttr { mask, attrs, .. } => attrs_reply(run(Job::SetAttr {
                 p,
                 o,
                 mask: *mask,
@@ -1242,6 +1272,71 @@ fn nonce_refusal(e: NonceError) -> Refusal {
             ),
         ),
     }
+}
+
+/// Step 9 of the checks (seed 001 §3.3.1 scheme 1: "the network disk verifies the signature
+/// and hash of the block before it is written"): under a capability that names a writer key,
+/// a request that changes the object's bytes ([`Op::changes_data`]) must carry that key's
+/// Ed25519 signature over the message of `nasd_crypto::wsig` for this drive, object, nonce and
+/// change; it is refused with `BadSignature` when the signature is missing or does not verify
+/// strictly. Requests that change no bytes, and capabilities without a writer key, pass
+/// untouched (a signature where none is required is not looked at). `data` is the write's
+/// plaintext and `pieces` its write-form piece hashes per region, which the caller computed
+/// for every write under a writer key (none for form `mac`).
+fn check_writer_signature(
+    cap: &CapabilityArgs,
+    place: &wsig::Place,
+    op: &Op,
+    data: &[u8],
+    pieces: &[Vec<pieces::PieceHash>],
+    suite: nasd_proto::Suite,
+    cost: &mut Cost,
+) -> Result<(), Refusal> {
+    let Some(key) = &cap.writer_key else {
+        return Ok(());
+    };
+    if !op.changes_data() {
+        return Ok(());
+    }
+    let what = match op {
+        Op::Write { .. } => "write",
+        _ => "size change",
+    };
+    let Some(sig) = op.writer_signature() else {
+        return refuse(
+            Status::BadSignature,
+            format!("{what} not signed: the capability names writer key {key} and the request carries no signature"),
+        );
+    };
+    let digest;
+    let change = match op {
+        Op::Write { regions, form, .. } => {
+            let mut d = wsig::DataDigest::new(suite, *form);
+            let mut at = 0usize;
+            for (i, r) in regions.iter().enumerate() {
+                // The caller checked that the data is exactly the regions' total.
+                let bytes = &data[at..at + r.len as usize];
+                at += r.len as usize;
+                d.region(pieces.get(i).map_or(&[][..], Vec::as_slice), bytes, cost);
+            }
+            digest = d.finish(cost);
+            wsig::Change::Write {
+                form: *form,
+                regions,
+                data_digest: digest,
+            }
+        }
+        Op::SetAttr { attrs, .. } => wsig::Change::Resize {
+            logical_size: attrs.logical_size,
+        },
+        _ => return Ok(()),
+    };
+    wsig::verify(key, &wsig::message(place, &change), sig).map_err(|e| {
+        Refusal(
+            Status::BadSignature,
+            format!("{what} not signed by the capability's writer key {key}: {e}"),
+        )
+    })
 }
 
 fn op_regions(op: &Op) -> &[Region] {

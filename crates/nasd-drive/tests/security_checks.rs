@@ -101,6 +101,7 @@ impl Fixture {
                 regions: vec![Region::new(10, 5)],
                 form: Scheme::Tree,
                 write_back: false,
+                signature: None,
             },
             vec![0xee; 5],
         )
@@ -674,6 +675,7 @@ async fn hostile_frames_do_not_hurt_the_server() {
         regions: vec![Region::new(0, 4)],
         form: Scheme::Tree,
         write_back: false,
+        signature: None,
     };
     let spec = RequestSpec {
         auth: &all,
@@ -689,6 +691,7 @@ async fn hostile_frames_do_not_hurt_the_server() {
         regions: vec![Region::new(u64::MAX - 10, 4)],
         form: Scheme::Incremental,
         write_back: false,
+        signature: None,
     };
     h.args = huge.encode_args();
     let mut body = h.encode();

@@ -263,6 +263,7 @@ pub fn run(o: &PrefetchOptions) -> Result<Report, LabError> {
                 expiry_ms,
                 audit_id: 0,
                 min_protection: Protection::INTEGRITY_ARGS,
+                writer_key: None,
             },
             0,
             false,

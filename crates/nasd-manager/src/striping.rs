@@ -414,6 +414,7 @@ impl Manager {
                 expiry_ms,
                 audit_id,
                 min_protection: self.min_protection(),
+                writer_key: None,
             };
             let cap = Capability::mint(rec.suite, &rec.working_key, args, i.acv, false);
             components.push(Component {

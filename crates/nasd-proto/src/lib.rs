@@ -8,7 +8,7 @@
 //! # Layout
 //! - [`codec`]: little-endian reader/writer primitives, checked before they allocate.
 //! - [`types`]: ids, protection options (seed 002 Table 7), rights, key types, schemes, suites.
-//! - [`capability`]: `capability_args` (seed 002 Fig 1).
+//! - [`capability`]: `capability_args` (seed 002 Fig 1), optionally naming a writer key.
 //! - [`attr`]: object attributes (seed 002 Table 5).
 //! - [`ops`]: operation arguments (Tables 1-3) and reply bodies.
 //! - [`e2e`]: the manager protocol's end-to-end protection types (policies, per-file state,
@@ -42,7 +42,7 @@ pub use ops::{DriveInfo, Op, OpCode, PartitionInfo, ReadReply, ReplyBody, REGION
 pub use status::Status;
 pub use types::{
     DriveId, KeyType, Nonce, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
-    OBJECT_BYTES_MAX,
+    WriterPublicKey, WriterSignature, OBJECT_BYTES_MAX, WRITER_KEY_BYTES, WRITER_SIGNATURE_BYTES,
 };
 
 /// Protocol version, sent in the handshake. Its changelog:
@@ -58,7 +58,14 @@ pub use types::{
 ///   a capability like object operations, their arguments in the MAC-covered `args`; `DriveInfo`
 ///   (inquiry and the Drive Control object) ends with the block cache's size and the extension
 ///   table. The first extension, `prefetch` v1 (§4.6): `hint` (64) and `consume` (65).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// - 4: writer signatures (seed 001 §3.3.1 scheme 1, requirements B.4). Capability args may
+///   name an Ed25519 writer key (88 bytes: the 55, tag 1, the key; request `cap_form` 3), bound
+///   by the capability key like every argument; under such a capability a write, or a setattr
+///   that sets the logical size, ends its args with `u8 1, 64B signature` over
+///   `"nasd-wsig-v1"`, the drive, partition, object, request nonce and what it changes, which
+///   the drive verifies before it stores anything; new status `BadSignature` (24). Capabilities
+///   without a writer key, and every request made with them, are byte for byte as in 3.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Why bytes could not be decoded. Never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

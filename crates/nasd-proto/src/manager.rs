@@ -3065,6 +3065,7 @@ mod tests {
                             expiry_ms: 99,
                             audit_id: 4,
                             min_protection: Protection::INTEGRITY_DATA,
+                            writer_key: None,
                         },
                         key: [5 + i as u8; 32],
                     })

@@ -12,7 +12,8 @@
 //! A request header is
 //! ```text
 //! u8 key_type, u8 protection, u16 partition, u64 object, u8 op, 16B nonce,
-//! u8 cap_form (0 none | 1 plain | 2 sealed), [55B capability_args | u16 len + sealed bytes],
+//! u8 cap_form (0 none | 1 plain | 2 sealed | 3 plain with a writer key),
+//! [55B capability_args | u16 len + sealed bytes | 55B capability_args + 32B writer_key],
 //! u32 args_len, args, 32B digest
 //! ```
 //! and a reply header is `u16 status, u8 protection, 16B nonce, u32 args_len, args, 32B digest`.
@@ -23,7 +24,7 @@
 
 use crate::capability::CapabilityArgs;
 use crate::codec::{Reader, Writer};
-use crate::types::{KeyType, Nonce, ObjectId, PartitionId, Protection, Suite};
+use crate::types::{KeyType, Nonce, ObjectId, PartitionId, Protection, Suite, WriterPublicKey};
 use crate::{DecodeError, Status, PROTOCOL_VERSION};
 
 /// Largest frame body either side accepts: data plus headroom for headers and tree proofs.
@@ -169,9 +170,40 @@ impl Welcome {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum CapField {
     None,
+    /// The args in clear: form 1, or form 3 when they name a writer key.
     Plain(CapabilityArgs),
     /// PRIVACY_CAPABILITY: the args encrypted under the partition's working key.
     Sealed(Vec<u8>),
+}
+
+/// `cap_form` values of a request header.
+const CAP_FORM_NONE: u8 = 0;
+const CAP_FORM_PLAIN: u8 = 1;
+const CAP_FORM_SEALED: u8 = 2;
+/// Plain capability args that name a writer key (protocol version 4): the 55 bytes of form 1,
+/// then the 32-byte key. Form 1 stays as it was, so requests under capabilities without a
+/// writer key are byte for byte what they were.
+const CAP_FORM_PLAIN_WRITER_KEY: u8 = 3;
+
+/// Reads a request header's `cap_form` and the capability after it.
+fn get_cap(h: &mut Reader<'_>) -> Result<CapField, DecodeError> {
+    Ok(match h.u8("cap form")? {
+        CAP_FORM_NONE => CapField::None,
+        CAP_FORM_PLAIN => CapField::Plain(CapabilityArgs::get(h)?),
+        CAP_FORM_SEALED => {
+            let n = h.u16("sealed len")? as usize;
+            if n > SEALED_CAPABILITY_BYTES_MAX {
+                return Err(DecodeError::TooLong("sealed capability"));
+            }
+            CapField::Sealed(h.take(n, "sealed capability")?.to_vec())
+        }
+        CAP_FORM_PLAIN_WRITER_KEY => {
+            let mut c = CapabilityArgs::get(h)?;
+            c.writer_key = Some(WriterPublicKey(h.array("writer key")?));
+            CapField::Plain(c)
+        }
+        _ => return Err(DecodeError::BadValue("cap form")),
+    })
 }
 
 /// A request header, decoded. `args` are the operation's argument bytes as sent (ciphertext
@@ -208,14 +240,21 @@ impl RequestHeader {
         w.u8(self.op as u8);
         w.bytes(&self.nonce.to_bytes());
         match &self.cap {
-            CapField::None => w.u8(0),
-            CapField::Plain(c) => {
-                w.u8(1);
-                c.put(&mut w);
-            }
+            CapField::None => w.u8(CAP_FORM_NONE),
+            CapField::Plain(c) => match &c.writer_key {
+                None => {
+                    w.u8(CAP_FORM_PLAIN);
+                    c.put(&mut w);
+                }
+                Some(k) => {
+                    w.u8(CAP_FORM_PLAIN_WRITER_KEY);
+                    c.put_base(&mut w);
+                    w.bytes(&k.0);
+                }
+            },
             CapField::Sealed(s) => {
                 debug_assert!(s.len() <= SEALED_CAPABILITY_BYTES_MAX);
-                w.u8(2);
+                w.u8(CAP_FORM_SEALED);
                 w.u16(s.len() as u16);
                 w.bytes(s);
             }
@@ -257,17 +296,7 @@ impl RequestHeader {
         h.take(2 + 8, "partition, object").ok()?;
         let op = crate::OpCode::from_u8(h.u8("op").ok()?).ok()?;
         h.take(16, "nonce").ok()?;
-        match h.u8("cap form").ok()? {
-            0 => {}
-            1 => {
-                CapabilityArgs::get(&mut h).ok()?;
-            }
-            2 => {
-                let n = h.u16("sealed len").ok()? as usize;
-                h.take(n, "sealed capability").ok()?;
-            }
-            _ => return None,
-        }
+        get_cap(&mut h).ok()?;
         let args = h.blob(HEADER_BYTES_MAX, "args").ok()?;
         Some((protection, op, args))
     }
@@ -292,18 +321,7 @@ impl RequestHeader {
         let object = ObjectId(h.u64("object")?);
         let op = crate::OpCode::from_u8(h.u8("op")?)?;
         let nonce = Nonce::get(&mut h)?;
-        let cap = match h.u8("cap form")? {
-            0 => CapField::None,
-            1 => CapField::Plain(CapabilityArgs::get(&mut h)?),
-            2 => {
-                let n = h.u16("sealed len")? as usize;
-                if n > SEALED_CAPABILITY_BYTES_MAX {
-                    return Err(DecodeError::TooLong("sealed capability"));
-                }
-                CapField::Sealed(h.take(n, "sealed capability")?.to_vec())
-            }
-            _ => return Err(DecodeError::BadValue("cap form")),
-        };
+        let cap = get_cap(&mut h)?;
         let args = h.blob(HEADER_BYTES_MAX, "args")?.to_vec();
         let digest = h.array("digest")?;
         h.finish("request header")?;

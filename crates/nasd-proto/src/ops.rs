@@ -5,7 +5,9 @@
 use crate::attr::{AttrMask, Attributes};
 use crate::codec::{Reader, Writer};
 use crate::ext::{Extension, StreamCounters, HINT_REGIONS_MAX};
-use crate::types::{DriveId, ObjectId, PartitionId, Protection, Region, Scheme, Suite};
+use crate::types::{
+    DriveId, ObjectId, PartitionId, Protection, Region, Scheme, Suite, WriterSignature,
+};
 use crate::DecodeError;
 
 /// Most scatter-gather regions in one read, write or blocksrequired.
@@ -93,9 +95,12 @@ pub enum Op {
     },
     Remove,
     GetAttr,
+    /// `signature`: under a capability that names a writer key, a setattr that changes the
+    /// logical size carries the writer's signature of the new size (`docs/protocol.md` §14).
     SetAttr {
         mask: AttrMask,
         attrs: Box<Attributes>,
+        signature: Option<WriterSignature>,
     },
     Read {
         regions: Vec<Region>,
@@ -103,10 +108,13 @@ pub enum Op {
     /// `form` is the scheme whose digest form the client used for the data digest; the drive
     /// reuses those hashes as stored metadata when `form` equals the object's scheme.
     /// `write_back` asks the drive to reply before the data is durable (seed 002 Table 1 `flush`).
+    /// `signature`: under a capability that names a writer key, the writer's signature of the
+    /// write (seed 001 §3.3.1 scheme 1; `docs/protocol.md` §14); `None` otherwise.
     Write {
         regions: Vec<Region>,
         form: Scheme,
         write_back: bool,
+        signature: Option<WriterSignature>,
     },
     FastCopy,
     Flush {
@@ -181,6 +189,29 @@ fn get_regions_max(r: &mut Reader<'_>, max: usize) -> Result<Vec<Region>, Decode
     (0..n).map(|_| Region::get(r)).collect()
 }
 
+/// The tag byte before a writer signature at the end of a write's or setattr's arguments.
+pub const WRITER_SIGNATURE_TAG: u8 = 1;
+
+/// A writer signature as the last field of an operation's arguments: absent (no bytes, so
+/// arguments without one are what they were before protocol version 4), or
+/// `u8 WRITER_SIGNATURE_TAG, 64B signature`.
+fn put_signature(w: &mut Writer, signature: &Option<WriterSignature>) {
+    if let Some(s) = signature {
+        w.u8(WRITER_SIGNATURE_TAG);
+        w.bytes(&s.0);
+    }
+}
+
+fn get_signature(r: &mut Reader<'_>) -> Result<Option<WriterSignature>, DecodeError> {
+    if r.remaining() == 0 {
+        return Ok(None);
+    }
+    if r.u8("writer signature tag")? != WRITER_SIGNATURE_TAG {
+        return Err(DecodeError::BadValue("writer signature tag"));
+    }
+    Ok(Some(WriterSignature(r.array("writer signature")?)))
+}
+
 fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
     match r.u8(what)? {
         0 => Ok(false),
@@ -190,6 +221,40 @@ fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError>
 }
 
 impl Op {
+    /// Whether this operation changes the bytes a reader of the object sees, and so must be
+    /// signed under a capability that names a writer key (seed 001 §3.3.1 scheme 1: the disk
+    /// verifies the signature before the block is written): a write, and a setattr that sets
+    /// the logical size (truncating drops bytes, extending adds zeros). Nothing else stores
+    /// bytes in the object: `remove` and `create` store none, `fastcopy` copies the object
+    /// into a new one, and the other attributes are not object data.
+    pub fn changes_data(&self) -> bool {
+        match self {
+            Op::Write { .. } => true,
+            Op::SetAttr { mask, .. } => mask.has(AttrMask::LOGICAL_SIZE),
+            _ => false,
+        }
+    }
+
+    /// The writer signature the operation carries, if any.
+    pub fn writer_signature(&self) -> Option<&WriterSignature> {
+        match self {
+            Op::Write { signature, .. } | Op::SetAttr { signature, .. } => signature.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Attaches a writer signature; `false` (and nothing changed) for an operation that carries
+    /// none.
+    pub fn set_writer_signature(&mut self, s: WriterSignature) -> bool {
+        match self {
+            Op::Write { signature, .. } | Op::SetAttr { signature, .. } => {
+                *signature = Some(s);
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn code(&self) -> OpCode {
         match self {
             Op::Create { .. } => OpCode::Create,
@@ -229,19 +294,26 @@ impl Op {
                 w.u32(mask.0);
                 attrs.put(&mut w);
             }
-            Op::SetAttr { mask, attrs } => {
+            Op::SetAttr {
+                mask,
+                attrs,
+                signature,
+            } => {
                 w.u32(mask.0);
                 attrs.put(&mut w);
+                put_signature(&mut w, signature);
             }
             Op::Read { regions } | Op::BlocksRequired { regions } => put_regions(&mut w, regions),
             Op::Write {
                 regions,
                 form,
                 write_back,
+                signature,
             } => {
                 put_regions(&mut w, regions);
                 w.u8(*form as u8);
                 w.u8(*write_back as u8);
+                put_signature(&mut w, signature);
             }
             Op::Flush { objects } => {
                 w.u32(objects.len() as u32);
@@ -308,6 +380,7 @@ impl Op {
                 Op::SetAttr {
                     mask,
                     attrs: Box::new(Attributes::get(&mut r)?),
+                    signature: get_signature(&mut r)?,
                 }
             }
             OpCode::Read => Op::Read {
@@ -320,6 +393,7 @@ impl Op {
                 regions: get_regions(&mut r)?,
                 form: Scheme::from_u8(r.u8("write form")?)?,
                 write_back: get_bool(&mut r, "write back")?,
+                signature: get_signature(&mut r)?,
             },
             OpCode::Flush => {
                 let n = r.u32("flush count")? as usize;

@@ -38,6 +38,7 @@ statuses! {
     NonceCacheFull = 21: "replay cache full; retry",
     WrongKeyType = 22: "operation not allowed with this key type",
     ObjectMismatch = 23: "request target differs from the capability's",
+    BadSignature = 24: "the write was not signed by the capability's writer key (signature missing, malformed or wrong)",
     NoSuchPartition = 30: "no such partition",
     NoSuchObject = 31: "no such object",
     PartitionExists = 32: "partition exists",

@@ -430,6 +430,47 @@ impl Region {
     }
 }
 
+/// Bytes of an Ed25519 public key.
+pub const WRITER_KEY_BYTES: usize = 32;
+/// Bytes of an Ed25519 signature.
+pub const WRITER_SIGNATURE_BYTES: usize = 64;
+
+/// An Ed25519 public key that a capability names as the only writer of its object (seed 001
+/// §3.3.1, scheme 1; requirements B.4): the drive stores a write under that capability only
+/// when this key signed it, and holds nothing that could forge such a signature.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WriterPublicKey(pub [u8; WRITER_KEY_BYTES]);
+
+impl fmt::Debug for WriterPublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WriterPublicKey({self})")
+    }
+}
+
+impl fmt::Display for WriterPublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A writer's Ed25519 signature over a data-changing request (`nasd_crypto::wsig` builds the
+/// message it covers). Public: it proves who wrote, and reveals nothing secret.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WriterSignature(pub [u8; WRITER_SIGNATURE_BYTES]);
+
+impl fmt::Debug for WriterSignature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WriterSignature(")?;
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "..)")
+    }
+}
+
 /// A request nonce (seed 002 §2.2 "Clocks"): microseconds since the Unix epoch on the sender's
 /// loosely synchronized clock, and 64 random bits so two requests in one microsecond differ.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]

@@ -31,8 +31,9 @@ fn cap() -> impl Strategy<Value = CapabilityArgs> {
         any::<u64>(),
         any::<u64>(),
         protection(),
+        prop::option::of(any::<[u8; 32]>()),
     )
-        .prop_map(|(d, p, o, region, r, e, a, m)| CapabilityArgs {
+        .prop_map(|(d, p, o, region, r, e, a, m, wk)| CapabilityArgs {
             drive: DriveId(d),
             partition: PartitionId(p),
             object: ObjectId(o),
@@ -41,7 +42,17 @@ fn cap() -> impl Strategy<Value = CapabilityArgs> {
             expiry_ms: e,
             audit_id: a,
             min_protection: m,
+            writer_key: wk.map(WriterPublicKey),
         })
+}
+
+fn signature() -> impl Strategy<Value = Option<WriterSignature>> {
+    prop::option::of((any::<[u8; 32]>(), any::<[u8; 32]>()).prop_map(|(a, b)| {
+        let mut s = [0u8; 64];
+        s[..32].copy_from_slice(&a);
+        s[32..].copy_from_slice(&b);
+        WriterSignature(s)
+    }))
 }
 
 fn attrs() -> impl Strategy<Value = Attributes> {
@@ -82,16 +93,20 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         Just(Op::Remove),
         Just(Op::GetAttr),
-        (0u32..128, attrs()).prop_map(|(m, a)| Op::SetAttr {
+        (0u32..128, attrs(), signature()).prop_map(|(m, a, signature)| Op::SetAttr {
             mask: AttrMask(m),
-            attrs: Box::new(a)
+            attrs: Box::new(a),
+            signature
         }),
         regions().prop_map(|regions| Op::Read { regions }),
-        (regions(), scheme(), any::<bool>()).prop_map(|(regions, form, write_back)| Op::Write {
-            regions,
-            form,
-            write_back
-        }),
+        (regions(), scheme(), any::<bool>(), signature()).prop_map(
+            |(regions, form, write_back, signature)| Op::Write {
+                regions,
+                form,
+                write_back,
+                signature
+            }
+        ),
         Just(Op::FastCopy),
         prop::collection::vec(any::<u64>(), 0..10).prop_map(|v| Op::Flush {
             objects: v.into_iter().map(ObjectId).collect()
@@ -162,7 +177,38 @@ fn drive_info() -> impl Strategy<Value = DriveInfo> {
 proptest! {
     #[test]
     fn capability_args_round_trip(c in cap()) {
-        prop_assert_eq!(CapabilityArgs::decode(&c.encode()).unwrap(), c);
+        let b = c.encode();
+        prop_assert_eq!(b.len(), if c.writer_key.is_some() { 88 } else { CapabilityArgs::BYTES });
+        prop_assert_eq!(CapabilityArgs::decode(&b).unwrap(), c);
+        // a cut inside the base or inside the writer key is malformed
+        for cut in [0, 54, 56, 87] {
+            if cut < b.len() && cut != CapabilityArgs::BYTES {
+                prop_assert!(CapabilityArgs::decode(&b[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn a_signature_is_the_last_field_and_its_absence_costs_no_byte(op in op()) {
+        let b = op.encode_args();
+        let mut unsigned = op.clone();
+        if let Op::Write { signature, .. } | Op::SetAttr { signature, .. } = &mut unsigned {
+            *signature = None;
+        }
+        let u = unsigned.encode_args();
+        match op.writer_signature() {
+            Some(s) => {
+                prop_assert_eq!(b.len(), u.len() + 65);
+                prop_assert_eq!(&b[..u.len()], &u[..]);
+                prop_assert_eq!(b[u.len()], nasd_proto::ops::WRITER_SIGNATURE_TAG);
+                prop_assert_eq!(&b[u.len() + 1..], &s.0[..]);
+                // cut anywhere inside the signature: malformed, never unsigned
+                for cut in [u.len() + 1, u.len() + 64] {
+                    prop_assert!(Op::decode_args(op.code(), &b[..cut]).is_err());
+                }
+            }
+            None => prop_assert_eq!(b, u),
+        }
     }
 
     #[test]
@@ -280,7 +326,10 @@ proptest! {
         body.truncate(cut % (n + 1));
         let _ = RequestHeader::peek_args(&body);
         if let Ok((h, _)) = RequestHeader::decode(&body) {
-            let _ = Op::decode_args(h.op, &h.args);
+            // a write's args (signature last) are canonical, as `fuzz/decode_request` asserts
+            if let Ok(w @ Op::Write { .. }) = Op::decode_args(h.op, &h.args) {
+                prop_assert_eq!(w.encode_args(), h.args);
+            }
         }
     }
 }
@@ -319,7 +368,7 @@ fn hints_are_bounded_and_extension_opcodes_are_object_ops() {
 /// and §13 lay them out.
 #[test]
 fn version_3_layouts_are_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 3);
+    const { assert!(PROTOCOL_VERSION >= 3) };
     let hint = Op::Hint {
         replace: true,
         regions: vec![Region::new(0x0102, 0x0304)],
@@ -382,4 +431,100 @@ fn frame_check_tells_incomplete_from_oversized() {
         check_frame(&big),
         Err(DecodeError::FrameTooLarge(_))
     ));
+}
+
+/// Pins the wire bytes of the version-4 additions (`docs/protocol.md` §4, §5, §7, §14): a
+/// capability naming a writer key travels as `cap_form` 3 with the key after the 55 bytes; a
+/// signed write and a signed setattr end their args with tag 1 and the signature; everything
+/// without a writer key or signature is byte for byte what version 3 sent.
+#[test]
+fn version_4_layouts_are_pinned() {
+    assert_eq!(PROTOCOL_VERSION, 4);
+    let base = CapabilityArgs {
+        drive: DriveId(1),
+        partition: PartitionId(2),
+        object: ObjectId(16),
+        region: Region::new(0, 10),
+        rights: Rights::WRITE,
+        expiry_ms: 3,
+        audit_id: 4,
+        min_protection: Protection::NONE,
+        writer_key: None,
+    };
+    let keyed = CapabilityArgs {
+        writer_key: Some(WriterPublicKey([0x77; 32])),
+        ..base
+    };
+    let header = |c: CapabilityArgs| {
+        RequestHeader {
+            request_id: 9,
+            key_type: KeyType::Capability,
+            protection: Protection::NONE,
+            partition: PartitionId(2),
+            object: ObjectId(16),
+            op: OpCode::GetAttr,
+            nonce: Nonce::default(),
+            cap: CapField::Plain(c),
+            args: vec![],
+            digest: [0; 32],
+        }
+        .encode()
+    };
+    let plain = header(base);
+    let with = header(keyed);
+    // kind, request id, header length, then 29 header bytes before cap_form
+    let cap_form_at = 1 + 8 + 4 + 29;
+    assert_eq!(plain[cap_form_at], 1);
+    assert_eq!(with[cap_form_at], 3);
+    assert_eq!(
+        &with[cap_form_at + 1..cap_form_at + 56],
+        &plain[cap_form_at + 1..cap_form_at + 56]
+    );
+    assert_eq!(&with[cap_form_at + 56..cap_form_at + 88], &[0x77; 32]);
+    assert_eq!(with.len(), plain.len() + 32);
+    assert_eq!(
+        RequestHeader::decode(&with).unwrap().0.cap,
+        CapField::Plain(keyed)
+    );
+    // the canonical encoding (what the capability key MACs) tags the key instead
+    let enc = keyed.encode();
+    assert_eq!(enc.len(), 88);
+    assert_eq!((enc[55], &enc[56..]), (1u8, &[0x77u8; 32][..]));
+
+    let sig = WriterSignature([0x5a; 64]);
+    let write = |signature| Op::Write {
+        regions: vec![Region::new(0x10, 0x20)],
+        form: Scheme::Tree,
+        write_back: false,
+        signature,
+    };
+    let unsigned = [
+        &[1u8, 0][..],
+        &0x10u64.to_le_bytes(),
+        &0x20u64.to_le_bytes(),
+        &[4, 0],
+    ]
+    .concat();
+    assert_eq!(write(None).encode_args(), unsigned);
+    assert_eq!(
+        write(Some(sig)).encode_args(),
+        [&unsigned[..], &[1], &[0x5a; 64]].concat()
+    );
+    let setattr = Op::SetAttr {
+        mask: AttrMask::LOGICAL_SIZE,
+        attrs: Box::default(),
+        signature: Some(sig),
+    };
+    let b = setattr.encode_args();
+    assert_eq!(b.len(), 4 + Attributes::BYTES + 65);
+    assert_eq!(b[4 + Attributes::BYTES], 1);
+    // a tag other than 1 is malformed
+    let mut bad = write(Some(sig)).encode_args();
+    bad[unsigned.len()] = 2;
+    assert_eq!(
+        Op::decode_args(OpCode::Write, &bad),
+        Err(DecodeError::BadValue("writer signature tag"))
+    );
+    assert_eq!(Status::from_u16(24), Some(Status::BadSignature));
+    assert!(Status::BadSignature.is_security_refusal());
 }

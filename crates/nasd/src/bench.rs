@@ -28,8 +28,11 @@
 //! it; with shared CPUs, the handler and writer time the drive meters itself. The client's CPU
 //! per request (`client_cpu_us_per_op`, own-CPU layout) shows which side limits a cell. Writes
 //! of `PARALLEL_HASH_BYTES_MIN` and more hash their write form on rayon's pool, over both CPUs
-//! and outside the drive's threads, so their drive CPU leaves that hashing out. A
-//! benchmark, not a test: it asserts nothing about speed.
+//! and outside the drive's threads, so their drive CPU leaves that hashing out. `--signed` adds
+//! a column `signed`: integrity-data under a capability that names a writer key, so each write
+//! costs one Ed25519 signature on the client and one verification on the drive (seed 001
+//! §3.3.1 scheme 1, Fig 4's operation counts). A benchmark, not a test: it asserts nothing
+//! about speed.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -89,6 +92,11 @@ pub struct BenchDriveArgs {
     /// of giving each its own core.
     #[arg(long)]
     shared_cores: bool,
+    /// Also measure `signed`: integrity-data under a capability that names a writer key, so
+    /// the client signs every write and the drive verifies each signature before it stores
+    /// (seed 001 §3.3.1 scheme 1; reads are not signed).
+    #[arg(long)]
+    signed: bool,
 }
 
 impl BenchDriveArgs {
@@ -124,6 +132,9 @@ const PROTECTIONS: [(&str, Protection); 5] = [
     ("privacy-args", Protection::PRIVACY_ARGS),
     ("privacy-data", Protection::PRIVACY_DATA),
 ];
+
+/// The column of `--signed`: integrity-data under a capability naming a writer key.
+const SIGNED: &str = "signed";
 
 /// How long each run of a cell lasts, and how many runs make a cell.
 struct Budget {
@@ -365,10 +376,37 @@ async fn bench_drive(
                 expiry_ms,
                 audit_id: 0,
                 min_protection: Protection::NONE,
+                writer_key: None,
             },
             0,
             false,
         ))
+    };
+    // The writer of the `signed` column: a fixed seed, so runs are alike.
+    let writer = Arc::new(nasd_crypto::wsig::WriterSigner::from_seed(
+        &nasd_crypto::Key::from_bytes([0x5e; 32]),
+    ));
+    let mint_signed = |object: ObjectId| {
+        Auth::Capability(
+            Capability::mint(
+                wk.suite,
+                &wk.key,
+                CapabilityArgs {
+                    drive: wk.drive,
+                    partition,
+                    object,
+                    region: Region::new(0, u64::MAX),
+                    rights: Rights::ALL,
+                    expiry_ms,
+                    audit_id: 0,
+                    min_protection: Protection::INTEGRITY_ARGS,
+                    writer_key: Some(writer.public()),
+                },
+                0,
+                false,
+            )
+            .with_signer(writer.clone()),
+        )
     };
     let any = mint(ObjectId::ANY);
     let max_size = *sizes.iter().max().expect("sizes");
@@ -392,6 +430,9 @@ async fn bench_drive(
                 out!(" {name:>29}");
             }
         }
+        if a.signed {
+            out!(" {SIGNED:>29}");
+        }
         outln!();
     }
     let started = Instant::now();
@@ -406,6 +447,7 @@ async fn bench_drive(
             .await
             .with_context(|| format!("creating a {scheme} object"))?;
         let cap = Arc::new(mint(object));
+        let signed_cap = Arc::new(mint_signed(object));
         let t = Target {
             partition,
             object,
@@ -421,12 +463,20 @@ async fn bench_drive(
                     if !a.measures_op(dir) {
                         continue;
                     }
+                    let signed = a.signed.then_some((SIGNED, Protection::INTEGRITY_DATA));
                     let specs: Vec<_> = PROTECTIONS
                         .iter()
-                        .filter(|&&(name, p)| a.measures(name, p))
-                        .map(|&(name, protection)| {
+                        .copied()
+                        .filter(|&(name, p)| a.measures(name, p))
+                        .chain(signed)
+                        .map(|(name, protection)| {
+                            let auth = if name == SIGNED {
+                                signed_cap.clone()
+                            } else {
+                                cap.clone()
+                            };
                             let spec = Spec {
-                                auth: cap.clone(),
+                                auth,
                                 target: Target {
                                     partition,
                                     object,

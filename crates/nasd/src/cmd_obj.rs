@@ -5,10 +5,12 @@ use crate::parse;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use nasd_client::auth::{load_key_file, write_secret_file};
+use nasd_client::wire::Signing;
 use nasd_client::{Auth, Capability, DriveConn, Reply, Target};
+use nasd_crypto::wsig::WriterSigner;
 use nasd_proto::{
     AttrMask, Attributes, CapabilityArgs, KeyType, ObjectId, Op, PartitionId, Protection, Region,
-    ReplyBody, Rights, Scheme, Status, FS_SPECIFIC_BYTES,
+    ReplyBody, Rights, Scheme, Status, WriterPublicKey, FS_SPECIFIC_BYTES,
 };
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -44,6 +46,15 @@ pub struct Access {
     /// Also write the exact bytes of the request frame to FILE (for `nasd obj replay`).
     #[arg(long, value_name = "FILE")]
     pub save_request: Option<PathBuf>,
+    /// Ed25519 secret key file (from `nasd user keygen`) that signs writes and size changes
+    /// under a capability naming a writer key (`nasd cap mint --writer-key`); the drive
+    /// stores nothing such a capability's holder did not sign with it (seed 001 scheme 1).
+    #[arg(long, value_name = "FILE", requires = "cap")]
+    pub sign_key: Option<PathBuf>,
+    /// Send a write or size change unsigned even when the capability names a writer key, for
+    /// checking that the drive refuses it (status BadSignature); nothing is stored.
+    #[arg(long, conflicts_with = "sign_key")]
+    pub unsigned: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -197,6 +208,11 @@ pub struct MintArgs {
     /// Also seal the args under the working key (for privacy-capability requests).
     #[arg(long)]
     sealed: bool,
+    /// Ed25519 public key file (`FILE.pub` from `nasd user keygen`) of the object's only
+    /// writer: the drive then stores a write (or size change) under this capability only when
+    /// that key signed it (`nasd obj write --sign-key`; seed 001 §3.3.1 scheme 1).
+    #[arg(long, value_name = "PUBFILE")]
+    writer_key: Option<PathBuf>,
     /// Write the capability to FILE (mode 0600) instead of stdout (`-`: stdout).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -345,6 +361,15 @@ pub fn run_cap(c: CapCmd) -> anyhow::Result<()> {
         (None, Some(k)) => k,
         (None, None) => bail!("--partition is required"),
     };
+    if a.writer_key.is_some() && !a.min_protection.integrity_args() {
+        // The capability key binds the writer key only where the drive checks a digest: under
+        // protection none a holder could send the args without it.
+        bail!(
+            "--writer-key needs --min-protection integrity-args or stronger (got {}): \
+             without a digest the drive cannot tell that the writer key was left out",
+            a.min_protection
+        );
+    }
     let len = a.len.unwrap_or(u64::MAX - a.offset);
     let region = Region::new(a.offset, len);
     if region.end().is_none() {
@@ -359,6 +384,10 @@ pub fn run_cap(c: CapCmd) -> anyhow::Result<()> {
         expiry_ms: now_ms().saturating_add(a.expires_in.as_millis() as u64),
         audit_id: a.audit_id,
         min_protection: a.min_protection,
+        writer_key: match &a.writer_key {
+            Some(p) => Some(WriterPublicKey(nasd_client::userkey::read_public(p)?)),
+            None => None,
+        },
     };
     let cap = Capability::mint(kf.suite, &kf.key, args, a.access_control_version, a.sealed);
     match a.out.filter(|p| !is_stdout(p)) {
@@ -383,13 +412,31 @@ struct Session {
     object: Option<ObjectId>,
     protection: Protection,
     save_request: Option<PathBuf>,
+    signing: Signing,
 }
 
 impl Session {
     async fn open(a: &Access) -> anyhow::Result<Session> {
         let (auth, partition, object) = match (&a.cap, &a.key) {
             (Some(p), _) => {
-                let c = Capability::load(p)?;
+                let mut c = Capability::load(p)?;
+                if let Some(sk) = &a.sign_key {
+                    let signer = WriterSigner::from_seed(&nasd_client::userkey::read_secret(sk)?);
+                    match c.args.writer_key {
+                        Some(k) if k != signer.public() => bail!(
+                            "{} is not the key of the capability's writer: its public key is \
+                             {}, the capability names {k}",
+                            sk.display(),
+                            signer.public()
+                        ),
+                        Some(_) => {}
+                        None => eprintln!(
+                            "nasd: note: {} names no writer key; --sign-key is not used",
+                            p.display()
+                        ),
+                    }
+                    c = c.with_signer(std::sync::Arc::new(signer));
+                }
                 let part = a.partition.map(PartitionId).unwrap_or(c.args.partition);
                 let obj = a.object.map(ObjectId).unwrap_or(c.args.object);
                 (Auth::Capability(c), part, Some(obj))
@@ -416,6 +463,11 @@ impl Session {
             object,
             protection,
             save_request: a.save_request.clone(),
+            signing: if a.unsigned {
+                Signing::AsGiven
+            } else {
+                Signing::Required
+            },
         })
     }
 
@@ -451,9 +503,9 @@ impl Session {
             object,
             protection: self.protection,
         };
-        let req = self
-            .conn
-            .prepare(self.conn.nonce(), &self.auth, t, op, data)?;
+        let req =
+            self.conn
+                .prepare_signing(self.conn.nonce(), &self.auth, t, op, data, self.signing)?;
         if let Some(p) = &self.save_request {
             std::fs::write(p, &req.frame)
                 .with_context(|| format!("saving the request to {}", p.display()))?;
@@ -557,6 +609,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
                 regions: vec![Region::new(offset, data.len() as u64)],
                 form,
                 write_back,
+                signature: None,
             };
             let r = s.call(object, &op, &data).await?;
             match r.body {
@@ -642,6 +695,7 @@ pub async fn run_obj(c: ObjCmd) -> anyhow::Result<()> {
             let op = Op::SetAttr {
                 mask,
                 attrs: Box::new(a),
+                signature: None,
             };
             let r = s.call(s.object()?, &op, &[]).await?;
             print_attrs(&attrs_or_bail(&r)?, false);

@@ -183,6 +183,139 @@ fn wrong_rights_region_and_expiry_are_refused_without_data() {
     assert!(err.contains("refused"), "{err}");
 }
 
+/// Seed 001 §3.3.1 scheme 1 from the command line: a capability minted `--writer-key` makes
+/// the drive store only what that key signed (`--sign-key`); an operator sees the drive refuse
+/// an unsigned write (`--unsigned`) and the client refuse to send one, and nothing is stored.
+#[test]
+fn a_writer_key_capability_stores_only_signed_writes() {
+    let d = TestDrive::start();
+    let id = d.create();
+    let alice = d.path("alice.key");
+    let mallory = d.path("mallory.key");
+    for k in [&alice, &mallory] {
+        ok(&["user", "keygen", "--out", k.to_str().unwrap()]);
+    }
+    let alice_pub = format!("{}.pub", alice.display());
+    let mallory_pub = format!("{}.pub", mallory.display());
+    let cap = d.mint("signed.json", &id, &["--writer-key", &alice_pub]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cap).unwrap()).unwrap();
+    let alice_hex = std::fs::read_to_string(&alice_pub).unwrap();
+    assert_eq!(
+        json["writer_key"].as_str(),
+        alice_hex.lines().nth(1),
+        "the capability file names alice's public key"
+    );
+    let first = data(6000);
+    let input = write_input(&d, &first);
+    let write = |extra: &[&str]| {
+        let mut args = vec![
+            "obj", "write", "--drive", &d.addr, "--cap", &cap, "--in", &input,
+        ];
+        args.extend(extra);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| fails(&a.iter().map(String::as_str).collect::<Vec<_>>()).1;
+    let out = ok(&write(&["--sign-key", alice.to_str().unwrap()])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    assert!(out.contains("wrote 6000 bytes"), "{out}");
+
+    // Unsigned: the client sends nothing; with --unsigned the drive refuses it.
+    let other = write_input(&d, &vec![0x55; 6000]);
+    let mut unsigned = write(&[]);
+    unsigned[7] = other.clone();
+    let err = run(unsigned.clone());
+    assert!(
+        err.contains("not sent") && err.contains("writer key"),
+        "{err}"
+    );
+    unsigned.push("--unsigned".into());
+    let err = run(unsigned);
+    assert!(
+        err.contains("refused by the drive")
+            && err.contains("not signed by the capability's writer key"),
+        "{err}"
+    );
+    // Another user's key is not the writer's: refused before anything is sent.
+    let mut wrong = write(&["--sign-key", mallory.to_str().unwrap()]);
+    wrong[7] = other.clone();
+    let err = run(wrong);
+    assert!(
+        err.contains("not the key of the capability's writer"),
+        "{err}"
+    );
+    // A capability file edited to name mallory instead: the drive's MAC check refuses it.
+    let forged = d.path("forged.json");
+    let mut j = json.clone();
+    j["writer_key"] = std::fs::read_to_string(&mallory_pub)
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .into();
+    std::fs::write(&forged, j.to_string()).unwrap();
+    let err = run(vec![
+        "obj".into(),
+        "write".into(),
+        "--drive".into(),
+        d.addr.clone(),
+        "--cap".into(),
+        forged.to_str().unwrap().into(),
+        "--in".into(),
+        other.clone(),
+        "--sign-key".into(),
+        mallory.to_str().unwrap().into(),
+    ]);
+    assert!(err.contains("digest does not verify"), "{err}");
+    // A size change is signed too.
+    let err = run(vec![
+        "obj".into(),
+        "setattr".into(),
+        "--drive".into(),
+        d.addr.clone(),
+        "--cap".into(),
+        cap.clone(),
+        "--size".into(),
+        "10".into(),
+        "--unsigned".into(),
+    ]);
+    assert!(
+        err.contains("not signed by the capability's writer key"),
+        "{err}"
+    );
+
+    // None of the refused requests stored a byte.
+    let o = nasd(&[
+        "obj", "read", "--drive", &d.addr, "--cap", &cap, "--len", "100000",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stdout == first,
+        "the object holds what alice signed, only"
+    );
+
+    // A writer key binds only under a digest: minting one for protection none is refused.
+    let (_, err) = fails(&[
+        "cap",
+        "mint",
+        "--key",
+        &d.working_key(),
+        "--partition",
+        "1",
+        "--object",
+        &id,
+        "--rights",
+        "write",
+        "--writer-key",
+        &alice_pub,
+        "--min-protection",
+        "none",
+    ]);
+    assert!(err.contains("--writer-key needs"), "{err}");
+}
+
 #[test]
 fn access_control_version_revokes_capabilities() {
     let d = TestDrive::start();

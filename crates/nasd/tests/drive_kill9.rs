@@ -97,6 +97,7 @@ async fn acknowledged_writes_survive_kill_9() {
             expiry_ms: u64::MAX,
             audit_id: round,
             min_protection: Protection::INTEGRITY_DATA,
+            writer_key: None,
         };
         let auth = Auth::Capability(Capability::mint(wk.suite, &wk.key, args, 0, false));
         let t = Target { object: o, ..t };

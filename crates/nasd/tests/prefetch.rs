@@ -52,6 +52,7 @@ impl Setup {
                 expiry_ms,
                 audit_id: 7,
                 min_protection: Protection::INTEGRITY_ARGS,
+                writer_key: None,
             },
             0,
             false,

@@ -19,6 +19,7 @@ fn cap(fake: &FakeDrive, object: ObjectId, region: Region, sealed: bool) -> Auth
             expiry_ms: u64::MAX,
             audit_id: 9,
             min_protection: Protection::NONE,
+            writer_key: None,
         },
         0,
         sealed,
@@ -82,6 +83,7 @@ fn request_decodes_and_its_mac_verifies() {
                 regions: vec![Region::new(3, 1000), Region::new(4096, 4000)],
                 form,
                 write_back: false,
+                signature: None,
             };
             let spec = RequestSpec {
                 auth: &auth,
@@ -129,6 +131,7 @@ fn privacy_hides_args_and_data() {
         regions: vec![Region::new(0, 300)],
         form: Scheme::Tree,
         write_back: false,
+        signature: None,
     };
     let p = Protection::parse("privacy-data,privacy-capability").unwrap();
     let spec = RequestSpec {
@@ -167,6 +170,7 @@ fn every_protection_and_scheme_round_trips() {
                         regions: vec![Region::new(0, 9000)],
                         form: scheme,
                         write_back: false,
+                        signature: None,
                     },
                     &data,
                     id,
@@ -234,6 +238,7 @@ fn any_flipped_reply_bit_is_refused_and_no_data_escapes() {
                     regions: vec![Region::new(0, 20_000)],
                     form: scheme,
                     write_back: false,
+                    signature: None,
                 },
                 &data,
                 1,
@@ -361,6 +366,7 @@ fn setattr_and_create_args_survive() {
         Op::SetAttr {
             mask: AttrMask::FS_SPECIFIC,
             attrs: Box::new(attrs),
+            signature: None,
         },
         &[],
         4,
@@ -368,4 +374,181 @@ fn setattr_and_create_args_survive() {
     .unwrap();
     assert_eq!(r.attributes().unwrap().fs_specific, [7; 256]);
     let _ = DriveId(0);
+}
+
+/// Seed 001 §3.3.1 scheme 1 on the client: under a capability that names a writer key, every
+/// write and size change is signed with the capability's signer over the `wsig` message, and
+/// without the right signer nothing is built.
+#[test]
+fn writes_under_a_writer_key_are_signed_or_not_sent() {
+    use nasd_crypto::wsig::{self, WriterSigner};
+    use std::sync::Arc;
+    let fake = FakeDrive::new(Suite::Blake3);
+    let signer = Arc::new(WriterSigner::from_seed(&nasd_crypto::Key::from_bytes(
+        [6; 32],
+    )));
+    let stranger = Arc::new(WriterSigner::from_seed(&nasd_crypto::Key::from_bytes(
+        [7; 32],
+    )));
+    let args = CapabilityArgs {
+        drive: fake.drive,
+        partition: PartitionId(1),
+        object: ObjectId(16),
+        region: Region::WHOLE,
+        rights: Rights::ALL,
+        expiry_ms: u64::MAX,
+        audit_id: 0,
+        min_protection: Protection::NONE,
+        writer_key: Some(signer.public()),
+    };
+    let minted = Capability::mint(fake.suite, &fake.working_key, args, 0, false);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i % 241) as u8).collect();
+    let write = Op::Write {
+        regions: vec![Region::new(5, 1000), Region::new(9000, 2000)],
+        form: Scheme::Tree,
+        write_back: false,
+        signature: None,
+    };
+    let resize = Op::SetAttr {
+        mask: AttrMask::LOGICAL_SIZE,
+        attrs: Box::new(Attributes {
+            logical_size: 77,
+            ..Attributes::default()
+        }),
+        signature: None,
+    };
+    let build = |auth: &Auth, op: &Op, data: &[u8], p: Protection| {
+        build_request(
+            fake.suite,
+            3,
+            nonce(3),
+            &RequestSpec {
+                auth,
+                protection: p,
+                partition: PartitionId(1),
+                object: ObjectId(16),
+                op,
+                data,
+            },
+        )
+    };
+
+    // No signer, or another key's: refused before a byte is built.
+    let unsigned = Auth::Capability(minted.clone());
+    let wrong = Auth::Capability(minted.clone().with_signer(stranger));
+    for auth in [&unsigned, &wrong] {
+        for (op, d) in [(&write, &data[..]), (&resize, &[][..])] {
+            match build(auth, op, d, Protection::INTEGRITY_DATA) {
+                Err(ClientError::NotSigned { writer_key, .. }) => {
+                    assert_eq!(writer_key, signer.public())
+                }
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("an unsigned {} was built", op.code().name()),
+            }
+        }
+    }
+
+    // With the writer's key: the signature verifies over the documented message, whatever the
+    // protection (the data digest does not depend on INTEGRITY_DATA).
+    let auth = Auth::Capability(minted.clone().with_signer(signer.clone()));
+    for p in [
+        Protection::NONE,
+        Protection::INTEGRITY_DATA,
+        Protection::PRIVACY_DATA,
+    ] {
+        let built = build(&auth, &write, &data, p).unwrap();
+        let body = &built.frame[4..];
+        let (h, _) = RequestHeader::decode(body).unwrap();
+        let args = if p.privacy_args() {
+            let pk = privacy_key(fake.suite, auth.key(), &nonce(3));
+            aead::open(&pk, Field::RequestArgs.nonce(), b"", &h.args).unwrap()
+        } else {
+            h.args.clone()
+        };
+        let got = Op::decode_args(OpCode::Write, &args).unwrap();
+        let sig = *got.writer_signature().expect("signed");
+        let mut c = Cost::default();
+        let mut d = wsig::DataDigest::new(fake.suite, Scheme::Tree);
+        let (a, b) = data.split_at(1000);
+        for (off, bytes) in [(5u64, a), (9000, b)] {
+            d.region(
+                &write_form(fake.suite, Scheme::Tree, off, bytes, &mut c),
+                bytes,
+                &mut c,
+            );
+        }
+        let place = wsig::Place {
+            drive: fake.drive,
+            partition: PartitionId(1),
+            object: ObjectId(16),
+            nonce: nonce(3),
+        };
+        let msg = wsig::message(
+            &place,
+            &wsig::Change::Write {
+                form: Scheme::Tree,
+                regions: &[Region::new(5, 1000), Region::new(9000, 2000)],
+                data_digest: d.finish(&mut c),
+            },
+        );
+        assert_eq!(wsig::verify(&signer.public(), &msg, &sig), Ok(()), "{p}");
+    }
+    let built = build(&auth, &resize, &[], Protection::INTEGRITY_ARGS).unwrap();
+    let (h, _) = RequestHeader::decode(&built.frame[4..]).unwrap();
+    let got = Op::decode_args(OpCode::SetAttr, &h.args).unwrap();
+    let place = wsig::Place {
+        drive: fake.drive,
+        partition: PartitionId(1),
+        object: ObjectId(16),
+        nonce: nonce(3),
+    };
+    let msg = wsig::message(&place, &wsig::Change::Resize { logical_size: 77 });
+    assert_eq!(
+        wsig::verify(&signer.public(), &msg, got.writer_signature().unwrap()),
+        Ok(())
+    );
+
+    // What changes no bytes is not signed: a read, a setattr of other attributes.
+    let fs = Op::SetAttr {
+        mask: AttrMask::FS_SPECIFIC,
+        attrs: Box::default(),
+        signature: None,
+    };
+    let read = Op::Read {
+        regions: vec![Region::new(0, 10)],
+    };
+    for op in [&fs, &read] {
+        let built = build(&unsigned, op, &[], Protection::INTEGRITY_ARGS).unwrap();
+        let (h, _) = RequestHeader::decode(&built.frame[4..]).unwrap();
+        assert_eq!(h.args, op.encode_args(), "{}", op.code().name());
+    }
+
+    // A capability without a writer key sends what it always sent, a signer or not.
+    let plain = Capability::mint(
+        fake.suite,
+        &fake.working_key,
+        CapabilityArgs {
+            writer_key: None,
+            ..args
+        },
+        0,
+        false,
+    );
+    let with = build(
+        &Auth::Capability(plain.clone().with_signer(signer.clone())),
+        &write,
+        &data,
+        Protection::INTEGRITY_DATA,
+    )
+    .unwrap();
+    let without = build(
+        &Auth::Capability(plain),
+        &write,
+        &data,
+        Protection::INTEGRITY_DATA,
+    )
+    .unwrap();
+    assert_eq!(with.frame, without.frame);
+    let (h, _) = RequestHeader::decode(&without.frame[4..]).unwrap();
+    assert_eq!(h.args, write.encode_args());
 }

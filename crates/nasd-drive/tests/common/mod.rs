@@ -128,6 +128,7 @@ impl TestDrive {
             expiry_ms: (nasd_drive::now_us() / 1000) + 600_000,
             audit_id: 77,
             min_protection: Protection::NONE,
+            writer_key: None,
         }
     }
 
