@@ -258,6 +258,9 @@ pub fn write_then_read(
     })
 }
 
+/// The plaintext blocks of one file, as read back.
+type FileBlocks = Vec<Vec<u8>>;
+
 fn write_files(
     cfg: Config,
     key: &FileKey,
@@ -293,7 +296,7 @@ fn read_files(
     cfg: Config,
     key: &FileKey,
     written: &[(EintFile, MemStore)],
-) -> Result<(Meter, Vec<Vec<Vec<u8>>>), LabError> {
+) -> Result<(Meter, Vec<FileBlocks>), LabError> {
     let mut meter = Meter::default();
     let mut out = Vec::with_capacity(written.len());
     let t = Instant::now();
@@ -313,7 +316,7 @@ fn read_files(
     Ok((meter, out))
 }
 
-fn check_files(cfg: Config, files: &[Vec<u8>], plain: &[Vec<Vec<u8>>]) -> Result<(), LabError> {
+fn check_files(cfg: Config, files: &[Vec<u8>], plain: &[FileBlocks]) -> Result<(), LabError> {
     for (i, (data, blocks)) in files.iter().zip(plain).enumerate() {
         let want = data.chunks(cfg.block_bytes as usize);
         if want.len() != blocks.len() {
@@ -381,13 +384,21 @@ struct Replayed {
     keys: Vec<(u64, u64)>,
 }
 
+/// One populated file: what a replay reopens it from.
+struct Snapshot {
+    record: TrustedRecord,
+    store: MemStore,
+    size: u64,
+    keys: Vec<(u64, u64)>,
+}
+
 /// A trace's population written under one configuration, ready to be replayed from.
 pub struct Prepared<'a> {
     cfg: Config,
     key: FileKey,
     trace: &'a Trace,
     pool: &'a Pool,
-    files: Vec<(TrustedRecord, MemStore, u64, Vec<(u64, u64)>)>,
+    files: Vec<Snapshot>,
 }
 
 /// Writes `trace`'s population (untimed, unmetered): what every replay starts from.
@@ -432,7 +443,12 @@ pub fn prepare<'a>(
         files: r
             .files
             .into_iter()
-            .map(|f| (*f.file.record(), f.store, f.size, f.keys))
+            .map(|f| Snapshot {
+                record: *f.file.record(),
+                store: f.store,
+                size: f.size,
+                keys: f.keys,
+            })
             .collect(),
     })
 }
@@ -443,15 +459,16 @@ impl Prepared<'_> {
     pub fn replay(&self) -> Result<TracePass, LabError> {
         let cfg = self.cfg;
         let mut files = Vec::with_capacity(self.files.len());
-        for (i, (record, store, size, keys)) in self.files.iter().enumerate() {
-            let mut file = EintFile::open(FileId::from_u128(i as u128), *record, cfg.cache_bytes)
+        for (i, snap) in self.files.iter().enumerate() {
+            let id = FileId::from_u128(i as u128);
+            let mut file = EintFile::open(id, snap.record, cfg.cache_bytes)
                 .map_err(cfg.eint_err("open", i, 0))?;
             file.add_key(KEY_VERSION, &self.key);
             files.push(Replayed {
                 file,
-                store: store.clone(),
-                size: *size,
-                keys: keys.clone(),
+                store: snap.store.clone(),
+                size: snap.size,
+                keys: snap.keys.clone(),
             });
         }
         let mut r = Replay {
