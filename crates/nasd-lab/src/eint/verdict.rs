@@ -361,6 +361,60 @@ pub fn verdict_table(micro: &[MicroRow], traces: &[TraceRow]) -> Table {
     t
 }
 
+/// Where COMP-EINT's read latency advantage begins: its reads of Fig 9's low-entropy files cost
+/// more CPU than MT-EINT's but fetch fewer Merkle nodes, so they are faster once a node fetch
+/// from untrusted storage costs more than the CPU difference per node saved (the in-memory store
+/// here makes fetches free). One note per block size and cache size 0 and the largest.
+pub fn read_latency_notes(micro: &[MicroRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in dedup(micro.iter().map(|r| r.cfg.block_bytes)) {
+        for cache in [0, *CACHE_BYTES.last().expect("cache sizes")] {
+            let pick = |s: Scheme| {
+                micro.iter().find(|r| {
+                    r.cfg.block_bytes == b
+                        && r.content == "low"
+                        && r.cfg.scheme == s
+                        && r.cfg.cache_bytes == cache
+                })
+            };
+            let [Some(mt), Some(rand), Some(comp)] = Scheme::ALL.map(pick) else {
+                continue;
+            };
+            let fetches = |r: &MicroRow| per_read(r.run.read.nodes_fetched, r.run.read.ops);
+            let saved = fetches(mt) - fetches(comp);
+            let extra_us = comp.read_us() - mt.read_us();
+            let break_even = if saved > 0.0 && extra_us > 0.0 {
+                format!("{} us per node fetch", fmt(extra_us / saved, 0))
+            } else if extra_us <= 0.0 {
+                "any fetch cost".into()
+            } else {
+                "no fetch cost (it saves none)".into()
+            };
+            out.push(format!(
+                "read latency, {} blocks, cache {cache} B, low-entropy files: MT-EINT {} us and \
+                 {} node fetches per read, RAND-EINT {} us and {}, COMP-EINT {} us and {}; \
+                 COMP-EINT reads first beat MT-EINT's at {break_even}",
+                block_label(b),
+                fmt(mt.read_us(), 1),
+                fmt(fetches(mt), 2),
+                fmt(rand.read_us(), 1),
+                fmt(fetches(rand), 2),
+                fmt(comp.read_us(), 1),
+                fmt(fetches(comp), 2),
+            ));
+        }
+    }
+    out
+}
+
+fn per_read(n: u64, ops: u64) -> f64 {
+    if ops == 0 {
+        0.0
+    } else {
+        n as f64 / ops as f64
+    }
+}
+
 /// Largest `X/MT − 1` over the traces of one block size, for RAND and COMP, with where it was.
 fn max_overhead(
     traces: &[TraceRow],
