@@ -20,8 +20,9 @@
 //!
 //! - [`content`]: generated contents and the census of blocks by `IsRand` and COMP's fit.
 //! - [`trace`]: the synthetic traces.
-//! - [`bench`]: the schemes run over files and traces, metered and timed.
+//! - [`bench`]: the schemes run over whole files, metered and timed; the meters.
 //! - [`costs`]: the per-block cost of each primitive the schemes are made of.
+//! - [`replay`]: the schemes over a trace, from a written population.
 //! - [`tree`]: the bounded walk of `--tree`.
 //! - [`results`]: rows, ratios to MT-EINT, tables and figures.
 //! - [`verdict`]: §7.3's guidance and §7's numbers.
@@ -29,6 +30,7 @@
 pub mod bench;
 pub mod content;
 pub mod costs;
+pub mod replay;
 pub mod results;
 pub mod trace;
 pub mod tree;
@@ -269,7 +271,7 @@ fn trace_rows(
             };
             let prepared = Scheme::ALL
                 .iter()
-                .map(|&s| bench::prepare(cfg(s), key, &t, pool))
+                .map(|&s| replay::prepare(cfg(s), key, &t, pool))
                 .collect::<Result<Vec<_>, _>>()?;
             let mut passes = vec![Vec::with_capacity(sizes.trace_runs); prepared.len()];
             for _ in 0..sizes.trace_runs {
@@ -282,7 +284,7 @@ fn trace_rows(
                     shape: shape.name,
                     share_pct: share,
                     cfg: cfg(scheme),
-                    run: bench::TraceRun::from_passes(&p),
+                    run: replay::TraceRun::from_passes(&p),
                 });
             }
         }

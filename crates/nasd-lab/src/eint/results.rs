@@ -9,7 +9,8 @@
 use nasd_e2e::Scheme;
 use serde_json::json;
 
-use super::bench::{Config, MicroRun, TraceRun};
+use super::bench::{Config, MicroRun};
+use super::replay::TraceRun;
 use super::tree::TreeScan;
 use crate::report::{fmt, Figure, Series, Table};
 use crate::stats::Summary;
@@ -280,7 +281,7 @@ pub fn trace_table(rows: &[TraceRow]) -> Table {
         let (rand, comp) = (find(Scheme::Rand), find(Scheme::Comp));
         let cell =
             |q: Option<Ratios>, f: fn(&Ratios) -> Option<f64>| fmt_ratio(q.as_ref().and_then(f));
-        t.rows.push(vec![
+        let cells = vec![
             block_label(mt.cfg.block_bytes),
             mt.shape.into(),
             mt.share_pct.to_string(),
@@ -296,7 +297,9 @@ pub fn trace_table(rows: &[TraceRow]) -> Table {
             cell(comp, |q| q.time),
             cell(comp, |q| q.bandwidth),
             cell(comp, |q| q.storage),
-        ]);
+        ];
+        debug_assert_eq!(cells.len(), t.columns.len());
+        t.rows.push(cells);
     }
     t
 }

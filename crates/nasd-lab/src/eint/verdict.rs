@@ -276,8 +276,8 @@ struct Rule {
     cases: Vec<Case>,
 }
 
-/// The verdict table: one row per rule of §7.3.
-pub fn verdict_table(micro: &[MicroRow], traces: &[TraceRow]) -> Table {
+/// §7.3's rules and the cases each is checked on (module docs).
+fn rules(micro: &[MicroRow], traces: &[TraceRow]) -> [Rule; 5] {
     let all_shapes = ["read-mostly", "mixed", "write-heavy"];
     let mut low = micro_cases(micro, "low", false);
     low.extend(trace_cases(traces, &all_shapes, &|s| s <= 28, false));
@@ -286,7 +286,7 @@ pub fn verdict_table(micro: &[MicroRow], traces: &[TraceRow]) -> Table {
     read_only.extend(trace_cases(traces, &["read-mostly"], &|s| s <= 28, true));
     let mut high = trace_cases(traces, &all_shapes, &|s| s >= 80, false);
     high.extend(micro_cases(micro, "high", false));
-    let rules = [
+    [
         Rule {
             claim: "RAND-EINT improves on MT-EINT in every metric when most blocks are low-entropy",
             key: "rand_improves_on_mt",
@@ -317,7 +317,12 @@ pub fn verdict_table(micro: &[MicroRow], traces: &[TraceRow]) -> Table {
             criterion: Criterion::Best(Scheme::Mt),
             cases: high,
         },
-    ];
+    ]
+}
+
+/// The verdict table: one row per rule of §7.3.
+pub fn verdict_table(micro: &[MicroRow], traces: &[TraceRow]) -> Table {
+    let rules = rules(micro, traces);
     let mut t = Table::new(
         "eint-verdict",
         "Seed 003 §7.3's guidance on this code (won: best, or no worse than MT, within 5% on \
@@ -440,6 +445,41 @@ fn max_overhead(
     best
 }
 
+/// The seed's DEASNA storage (RAND/COMP at 0.27% of MT) beside ours with no high-entropy content.
+fn low_share_row(t: &mut Table, traces: &[TraceRow], b: u32) {
+    let zero: Vec<String> = traces
+        .iter()
+        .filter(|r| r.cfg.block_bytes == b && r.share_pct == 0 && r.cfg.scheme != Scheme::Mt)
+        .filter_map(|r| {
+            let mt = super::results::trace_base(traces, r)?;
+            let pct = 100.0 * r.run.storage.untrusted_bytes as f64
+                / mt.run.storage.untrusted_bytes.max(1) as f64;
+            Some(format!(
+                "{} {} {}%",
+                r.shape,
+                short(r.cfg.scheme),
+                fmt(pct, 2)
+            ))
+        })
+        .collect();
+    let seed_pct = 100.0 * SEED_DEASNA_RAND_COMP_BYTES / SEED_DEASNA_MT_BYTES;
+    t.push(
+        vec![
+            block_label(b),
+            "RAND/COMP untrusted storage, % of MT's, no high-entropy content".into(),
+            format!("{}% (DEASNA: 7 KB vs 2.56 MB)", fmt(seed_pct, 2)),
+            zero.join("; "),
+        ],
+        json!({
+            "table": "seed",
+            "block_bytes": b,
+            "quantity": "low_entropy_storage_pct_of_mt",
+            "seed": seed_pct,
+            "here": zero,
+        }),
+    );
+}
+
 /// The seed's numbers beside ours, per block size.
 pub fn seed_table(traces: &[TraceRow], tree: Option<&TreeScan>) -> Table {
     let mut t = Table::new(
@@ -451,37 +491,7 @@ pub fn seed_table(traces: &[TraceRow], tree: Option<&TreeScan>) -> Table {
     let blocks = dedup(traces.iter().map(|r| r.cfg.block_bytes));
     for b in blocks {
         let bl = block_label(b);
-        let zero: Vec<String> = traces
-            .iter()
-            .filter(|r| r.cfg.block_bytes == b && r.share_pct == 0 && r.cfg.scheme != Scheme::Mt)
-            .filter_map(|r| {
-                let mt = super::results::trace_base(traces, r)?;
-                let pct = 100.0 * r.run.storage.untrusted_bytes as f64
-                    / mt.run.storage.untrusted_bytes.max(1) as f64;
-                Some(format!(
-                    "{} {} {}%",
-                    r.shape,
-                    short(r.cfg.scheme),
-                    fmt(pct, 2)
-                ))
-            })
-            .collect();
-        let seed_pct = 100.0 * SEED_DEASNA_RAND_COMP_BYTES / SEED_DEASNA_MT_BYTES;
-        t.push(
-            vec![
-                bl.clone(),
-                "RAND/COMP untrusted storage, % of MT's, no high-entropy content".into(),
-                format!("{}% (DEASNA: 7 KB vs 2.56 MB)", fmt(seed_pct, 2)),
-                zero.join("; "),
-            ],
-            json!({
-                "table": "seed",
-                "block_bytes": b,
-                "quantity": "low_entropy_storage_pct_of_mt",
-                "seed": seed_pct,
-                "here": zero,
-            }),
-        );
+        low_share_row(&mut t, traces, b);
         for (key, name, seed, pick) in [
             (
                 "max_bandwidth_overhead_pct",
