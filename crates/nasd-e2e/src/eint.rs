@@ -75,6 +75,19 @@ const _: () = assert!(
     crate::block::MAX_BLOCK_BYTES as usize - COMP_LEN_BYTES - COMP_TAG_BYTES <= u16::MAX as usize
 );
 
+/// Whether COMP-EINT stores `block` as a tagged compressed frame (`2 + |deflate(B)| + t` fits in
+/// the block's stored length) rather than falling back to a RAND-EINT leaf: the decision
+/// [`EintFile::write_block`] takes under [`Scheme::Comp`], for callers that count blocks without
+/// writing them (the lab's share of blocks that "cannot be compressed enough", seed 003 §7.3).
+pub fn comp_fits(block: &[u8]) -> bool {
+    let capacity = stored_len(block.len());
+    if capacity < COMP_LEN_BYTES + COMP_TAG_BYTES {
+        return false;
+    }
+    let z = miniz_oxide::deflate::compress_to_vec(block, COMP_DEFLATE_LEVEL);
+    COMP_LEN_BYTES + z.len() + COMP_TAG_BYTES <= capacity
+}
+
 /// KDF context of COMP-EINT's tag key `K_m`.
 const TAG_KEY_CONTEXT: &str = "nasd-e2e 2026 comp tag key v1";
 /// KDF context of the key commitment bound into Merkle leaves.
@@ -905,6 +918,31 @@ mod tests {
             // Extending past a short last block is refused: it must be rewritten whole first.
             assert!(f.extend(&mut st, 8 * 4096).is_err());
         }
+    }
+
+    #[test]
+    fn comp_fits_agrees_with_the_frame_the_writer_builds() {
+        let k = keys();
+        let mut random = vec![0u8; 4096];
+        crate::entropy::tests::prng_bytes(6, &mut random);
+        let text = crate::entropy::tests::text_bytes(7, 4096);
+        let blocks: Vec<&[u8]> = vec![
+            &text,
+            &text[..2000],
+            &text[..40],
+            &text[..16],
+            b"tiny",
+            &random,
+            &random[..100],
+            &[0u8; 4096],
+        ];
+        for b in blocks {
+            let framed = k
+                .comp_frame(FileId([1; 16]), 0, 1, b, stored_len(b.len()))
+                .is_some();
+            assert_eq!(comp_fits(b), framed, "{} bytes", b.len());
+        }
+        assert!(comp_fits(&text) && !comp_fits(&random));
     }
 
     proptest! {

@@ -95,6 +95,40 @@ pub enum LabError {
     /// The Andrew benchmark's baseline file server or its mount failed.
     #[error("the baseline server: {0}")]
     Baseline(String),
+    /// One of nasd-e2e's integrity schemes refused an operation of the `eint` experiment.
+    #[error("{scheme} {op} of file {file} block {block}")]
+    Eint {
+        /// MT-EINT, RAND-EINT or COMP-EINT.
+        scheme: String,
+        /// create, write, open, read or storage.
+        op: &'static str,
+        /// The file (its index in the experiment's set).
+        file: u64,
+        /// The block.
+        block: u64,
+        /// What the scheme said.
+        #[source]
+        source: nasd_e2e::EintError,
+    },
+    /// A scheme of the `eint` experiment read back other bytes than were written.
+    #[error("{scheme} read of file {file} block {block} returned other bytes than were written")]
+    EintMismatch {
+        /// MT-EINT, RAND-EINT or COMP-EINT.
+        scheme: String,
+        /// The file.
+        file: u64,
+        /// The block.
+        block: u64,
+    },
+    /// The directory tree given to `eint --tree` cannot be walked.
+    #[error("cannot walk {path}")]
+    Tree {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// SIGINT or SIGTERM arrived; the run stopped and cleaned up.
     #[error("interrupted")]
     Interrupted,

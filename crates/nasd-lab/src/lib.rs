@@ -4,7 +4,8 @@
 //! unit of seed 000 §5 (Figs 11-17), seed 004's RAID experiments on nasd-ec (Figs 5-11), and seed 002 §4's scaling of NASD
 //! against a server-attached disk on a local cluster, and its Andrew benchmark (Table 8)
 //! through nasd's FUSE mount against a store-and-forward file server, and seed 002 §4.6's
-//! informed prefetching. Each experiment returns a [`report::Report`]: tables to print
+//! informed prefetching, and seed 003 §7's integrity constructions with constant trusted storage
+//! (Figs 9-10) on nasd-e2e. Each experiment returns a [`report::Report`]: tables to print
 //! (or emit as JSON lines) and figures to write as CSV and SVG. `docs/lab.md` documents every
 //! experiment and the command that reproduces it.
 //!
@@ -18,6 +19,9 @@
 //! - [`model`]: seed 000 §3.4's cost model in compression-function calls, for the four schemes.
 //! - [`model_exp`]: the `model` experiment (Figs 5, 6a, 6b, 7a, 7b, model beside counted).
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
+//! - [`eint`]: the `eint` experiment (seed 003 §7, Figs 9-10: nasd-e2e's MT-, RAND- and
+//!   COMP-EINT on generated files, synthetic traces and an optional real tree, and §7.3's
+//!   guidance).
 //! - [`sim`]: the discrete-event simulation of seed 000 §5 and its experiment.
 //! - [`raid`]: the `raid` experiment (seed 004 Figs 5-11 on nasd-ec's codes).
 //! - [`andrew`]: the `andrew` experiment (seed 002 §4.2 Table 8: the Andrew benchmark's
@@ -30,6 +34,7 @@
 pub mod andrew;
 pub mod counted;
 pub mod crypto;
+pub mod eint;
 pub mod error;
 pub mod model;
 pub mod model_exp;

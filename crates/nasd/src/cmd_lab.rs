@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sim|raid|scaling|andrew|prefetch [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sim|raid|scaling|andrew|prefetch|eint [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -29,6 +29,9 @@ pub enum Experiment {
     /// Seed 002 §4.6: 25 planar slices through a 64 MiB volume from a slow, cold drive, without
     /// and with informed prefetching (hints and read notifications).
     Prefetch(PrefetchArgs),
+    /// Seed 003 §7 Figs 9-10: MT-, RAND- and COMP-EINT of nasd-e2e on generated files,
+    /// synthetic traces and (with --tree) a real directory tree; §7.3's guidance checked.
+    Eint(EintArgs),
     /// The store-and-forward server of `lab scaling` (started by it, in its namespace).
     #[command(hide = true)]
     SadServer(SadServerArgs),
@@ -70,6 +73,21 @@ pub struct SimArgs {
     /// the built-in NFS- and AFS-shaped workloads.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+}
+
+/// Flags of `nasd lab eint`.
+#[derive(clap::Args, Debug)]
+pub struct EintArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Also census this directory tree's blocks (high entropy, compressible: seed 003 §7.3's
+    /// user study) and run the schemes over a sample of its files. Bounded: see docs/lab.md.
+    #[arg(long, value_name = "DIR")]
+    pub tree: Option<PathBuf>,
+    /// Run only this block size (a power of two from 1024 to 65536; default 65536, and a full
+    /// run also 4096).
+    #[arg(long, value_name = "B")]
+    pub block_bytes: Option<u32>,
 }
 
 /// Flags of `nasd lab scaling`.
@@ -164,6 +182,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         Experiment::Andrew(a) => (&a.common, andrew(a)?),
         Experiment::Scaling(a) => (&a.common, scaling(a)?),
         Experiment::Prefetch(a) => (&a.common, prefetch(a)?),
+        Experiment::Eint(a) => (&a.common, eint(a)?),
         Experiment::Crypto(c) => (c, nasd_lab::crypto::run(&options(c)).context("lab crypto")?),
         Experiment::Model(c) => (
             c,
@@ -196,6 +215,16 @@ fn options(c: &CommonArgs) -> nasd_lab::LabOptions {
         quick: c.quick,
         seed: c.seed,
     }
+}
+
+fn eint(a: &EintArgs) -> anyhow::Result<nasd_lab::Report> {
+    let o = nasd_lab::eint::EintOptions {
+        quick: a.common.quick,
+        seed: a.common.seed,
+        tree: a.tree.clone(),
+        block_bytes: a.block_bytes,
+    };
+    nasd_lab::eint::run(&o).context("lab eint")
 }
 
 fn scaling(a: &ScalingArgs) -> anyhow::Result<nasd_lab::Report> {
