@@ -160,6 +160,12 @@ fn parent_of(path: &str) -> &str {
     }
 }
 
+/// Whether a version-1 `fs_specific` record flags its object as an encrypted file's (bit 0 of
+/// the flags byte at 22).
+pub fn fs_specific_encrypted(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> bool {
+    b[0] == FS_RECORD_VERSION && b[FS_FLAGS_AT] & 1 == 1
+}
+
 /// Mode, uid and gid in a version-1 `fs_specific` record (at 2, 6 and 10).
 fn fs_specific_owner(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> Option<(u32, u32, u32)> {
     if b[0] != FS_RECORD_VERSION {
@@ -172,6 +178,7 @@ fn fs_specific_owner(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> Option<(u32, u3
 /// Version byte of the manager's `fs_specific` record, and where its inode number lies.
 const FS_RECORD_VERSION: u8 = 1;
 const FS_INO_AT: usize = 14;
+const FS_FLAGS_AT: usize = 22;
 
 /// Checks that a drive object's `fs_specific` names inode `expected`. A record with inode 0
 /// was written by a manager before protocol 3 (new files were mirrored before they had a
@@ -581,6 +588,30 @@ impl Client {
     /// Sends a request to the manager; reconnects (and logs in again) once if the connection
     /// was lost, e.g. because the manager restarted.
     pub async fn request(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
+        // A write grant under scheme 1 names the writer's key: a user who has none registered
+        // yet registers it (loading the identity does) and asks once more.
+        let grant = matches!(
+            req,
+            MgrRequest::Open { write: true, .. }
+                | MgrRequest::Create { .. }
+                | MgrRequest::StageWrite { .. }
+                | MgrRequest::Renew { .. }
+                | MgrRequest::Prepare { .. }
+        );
+        if !grant || self.keyring_identity().is_some() {
+            return self.request_once(path, req).await;
+        }
+        match self.request_once(path, req.clone()).await {
+            Err(e) if e.status() == Some(MgrStatus::NoUserKeys) => {
+                // Boxed: loading the identity sends requests of its own (none a grant).
+                Box::pin(self.identity()).await?;
+                self.request_once(path, req).await
+            }
+            r => r,
+        }
+    }
+
+    async fn request_once(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
         self.own_change(&req);
         let mut g = self.session.lock().await;
         let mut last = None;
@@ -963,6 +994,8 @@ impl Client {
     ) -> Result<Arc<dyn FileIo>, FsError> {
         // An encrypted file: pins on its components, the encryption layer on top.
         let crypt = o.crypt.get();
+        // Scheme-1 capabilities carry the user's signing key (loaded by `signer_ready`).
+        let signer = self.keyring_identity().map(|id| id.drive_signer());
         let parts: Vec<Arc<dyn FileIo>> = o
             .layout
             .components
@@ -970,7 +1003,11 @@ impl Client {
             .zip(&o.caps)
             .enumerate()
             .map(|(i, (c, cap))| {
-                let io = ComponentIo::new(self.pool.clone(), i, c.addr.clone(), cap.clone());
+                let cap = match (&cap.args.writer_key, &signer) {
+                    (Some(_), Some(s)) => cap.clone().with_signer(s.clone()),
+                    _ => cap.clone(),
+                };
+                let io = ComponentIo::new(self.pool.clone(), i, c.addr.clone(), cap);
                 let io = match crypt.and_then(|f| f.pins.get(i)) {
                     Some(pin) => io.with_pin(pin.clone()),
                     None => io,
@@ -1015,12 +1052,22 @@ impl Client {
     /// The encryption layer of an encrypted file's grant, made once per grant (its keys
     /// unwrapped, its side data checked against its record and signature).
     pub(crate) async fn ensure_crypt(&self, o: &OpenFile) -> Result<(), FsError> {
+        self.signer_ready(o).await?;
         let Some(e) = &o.e2e else {
             return Ok(());
         };
         o.crypt
             .get_or_try_init(|| self.open_crypt(&o.path, &o.layout, e, false))
             .await?;
+        Ok(())
+    }
+
+    /// Loads this user's identity when `o`'s capabilities name a writer key, so the stacks
+    /// built for it sign their writes (a write cannot be sent unsigned under them).
+    pub(crate) async fn signer_ready(&self, o: &OpenFile) -> Result<(), FsError> {
+        if o.caps.iter().any(|c| c.args.writer_key.is_some()) {
+            self.identity().await?;
+        }
         Ok(())
     }
 
@@ -1031,6 +1078,7 @@ impl Client {
         u: &Upload,
     ) -> Result<Option<Arc<crate::e2e::crypt::CryptFile>>, FsError> {
         let g = u.grant.lock().await.clone();
+        self.signer_ready(&g).await?;
         if !g.policy.encrypted {
             return Ok(None);
         }
@@ -1101,14 +1149,27 @@ impl Client {
             });
         for (addr, r) in futures_util::future::join_all(checks).await {
             match r {
-                Ok(a) => check_owner(&a.fs_specific, o.stat.ino).map_err(|found| {
-                    FsError::WrongObject {
-                        path: o.path.clone(),
-                        drive: addr,
-                        expected: o.stat.ino,
-                        found,
+                Ok(a) => {
+                    check_owner(&a.fs_specific, o.stat.ino).map_err(|found| {
+                        FsError::WrongObject {
+                            path: o.path.clone(),
+                            drive: addr.clone(),
+                            expected: o.stat.ino,
+                            found,
+                        }
+                    })?;
+                    // Ciphertext with no trusted record to check it against: the manager
+                    // lost the record (or was made to drop it); never served as plaintext.
+                    if fs_specific_encrypted(&a.fs_specific) && o.e2e.is_none() {
+                        return Err(FsError::E2e {
+                            path: o.path.clone(),
+                            detail: format!(
+                                "the object on {addr} holds an encrypted file's ciphertext, and \
+                                 the manager has no end-to-end record for it (lost): refusing"
+                            ),
+                        });
                     }
-                })?,
+                }
                 // A component that refuses the grant serves nothing under it (the layout
                 // reads around it, or the read itself asks for a fresh grant); its owner is
                 // checked under the next grant.
@@ -1643,6 +1704,10 @@ impl Client {
                         return Err(err);
                     }
                 }
+            }
+            if let Err(err) = self.signer_ready(&grant).await {
+                self.abort_staged(path, key).await;
+                return Err(err);
             }
             let io = self.stack_with(&grant, 0, None)?;
             let done = async {

@@ -211,6 +211,31 @@ impl Manager {
         }
     }
 
+    /// The key a scheme-1 write grant names: the caller's registered Ed25519 public key, or
+    /// the gateway's that acts for them (it signs with its own).
+    pub(crate) fn writer_key_of(
+        &self,
+        c: &Caller,
+        path: &str,
+    ) -> MgrResult<nasd_proto::WriterPublicKey> {
+        let signer = c.via.unwrap_or(c.uid);
+        match self
+            .st()
+            .user_keys(signer)
+            .map_err(|e| store_err(e, path))?
+        {
+            Some(k) => Ok(nasd_proto::WriterPublicKey(k.sign_public)),
+            None => Err(MgrError::new(
+                MgrStatus::NoUserKeys,
+                format!(
+                    "{path}: writes here are signed (auth=1) and {} has no signing key yet: \
+                     log in with a password or key once",
+                    c.name
+                ),
+            )),
+        }
+    }
+
     /// The policy a writer of file `i` follows: its directory's.
     pub fn policy_of_file(&self, i: &Inode) -> MgrResult<E2ePolicy> {
         let dir = self

@@ -319,7 +319,7 @@ impl Manager {
                 })?,
         };
         let (size, _) = self.file_times(&i).await?;
-        let (new, attrs) = self.create_object(drive, &i).await?;
+        let (new, attrs) = self.create_object(drive, &i, i.e2e.is_some()).await?;
         let filled = async {
             if attrs.access_control_version != i.acv {
                 let a = Attributes {

@@ -425,6 +425,7 @@ async fn login(
     let token_hash = users::token_hash(&ok.token);
     let mut caller = ok.caller;
     caller.session = u64::from_le_bytes(token_hash[..8].try_into().expect("8 bytes"));
+    caller.via = ok.via;
     conn.session = Some(Live {
         caller,
         via: ok.via,

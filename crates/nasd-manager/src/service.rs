@@ -128,6 +128,9 @@ pub struct Caller {
     /// The login session (from its token): who holds a write lease. 0 for the manager's own
     /// work and for tests.
     pub session: u64,
+    /// The gateway whose session acts for this user, if one does (it signs their scheme-1
+    /// writes with its own key).
+    pub via: Option<u32>,
 }
 
 impl Caller {
@@ -142,12 +145,19 @@ impl Caller {
 /// `fs_specific` layout, version 1 (seed 002 §3: file-system attributes the drive stores
 /// uninterpreted):
 /// ```text
-/// 0 u8 version (1)  1 u8 kind  2 u32 mode  6 u32 uid  10 u32 gid  14 u64 ino  22.. zero
+/// 0 u8 version (1)  1 u8 kind  2 u32 mode  6 u32 uid  10 u32 gid  14 u64 ino
+/// 22 u8 flags (bit 0: the object holds an encrypted file's ciphertext)  23.. zero
 /// ```
+/// The flag lets a reader tell an encrypted file whose trusted record the manager lost from
+/// a plaintext one (issue 10: a lost record is detected, not accepted).
 pub struct FsAttr;
 
+/// `fs_specific` flag: the object holds ciphertext of an end-to-end encrypted file.
+pub const FS_FLAG_ENCRYPTED: u8 = 1;
+
 impl FsAttr {
-    pub fn encode(i: &Inode) -> [u8; FS_SPECIFIC_BYTES] {
+    /// The record of file `i`, whose objects hold ciphertext when `encrypted`.
+    pub fn encode(i: &Inode, encrypted: bool) -> [u8; FS_SPECIFIC_BYTES] {
         let mut b = [0u8; FS_SPECIFIC_BYTES];
         b[0] = 1;
         b[1] = i.kind as u8;
@@ -155,6 +165,9 @@ impl FsAttr {
         b[6..10].copy_from_slice(&i.uid.to_le_bytes());
         b[10..14].copy_from_slice(&i.gid.to_le_bytes());
         b[14..22].copy_from_slice(&i.ino.to_le_bytes());
+        if encrypted {
+            b[22] |= FS_FLAG_ENCRYPTED;
+        }
         b
     }
     /// (mode, uid, gid, ino) when `b` holds a version-1 record.
@@ -687,7 +700,14 @@ impl Manager {
                 (r, bound)
             }
         };
-        self.mint_layout(&c.name, path, i, rights, bound)
+        // Scheme 1 (seed 001 §3.3.1): the drives store only writes the writer signed.
+        let writer_key = match grant {
+            Grant::Write(_) if self.policy_of_file(i)?.auth == WriterAuth::Signed => {
+                Some(self.writer_key_of(c, path)?)
+            }
+            _ => None,
+        };
+        self.mint_layout(&c.name, path, i, rights, bound, writer_key)
     }
 
     /// The layout spec new files under `dir` get: the nearest one named by `dir` or an
@@ -968,8 +988,9 @@ impl Manager {
         let geo = crate::striping::geometry_of(&spec)?;
         // A new file is its creator's: refuse before any drive work if the quota is full.
         self.precheck(c.uid, escrow_end(&geo, 0, extend_by), path)?;
+        let encrypted = self.policy_for(&dir)?.encrypted;
         let i = self.reserve_inode(c, &dir, mode).map_err(|e| e.at(path))?;
-        let layout = match self.create_layout(&spec, &i).await {
+        let layout = match self.create_layout(&spec, &i, encrypted).await {
             Ok(l) => l,
             Err(e) => {
                 self.forget_reservation(i.ino);
@@ -1032,7 +1053,7 @@ impl Manager {
         let (escrow, bound) = self.staged_escrow(c.uid, &spec, 0, extend_by)?;
         let made = futures_util::future::join_all((0..count).map(|_| async {
             let i = self.reserve_inode(c, &dir, mode)?;
-            match self.create_layout(&spec, &i).await {
+            match self.create_layout(&spec, &i, policy.encrypted).await {
                 Ok(l) => Ok(Inode {
                     size: (!l.sized_by_object()).then_some(0),
                     layout: Some(l),
@@ -1261,8 +1282,9 @@ impl Manager {
         let geo = crate::striping::geometry_of(&spec)?;
         self.precheck(i.uid, escrow_end(&geo, 0, extend_by), path)?;
         let (escrow, bound) = self.staged_escrow(i.uid, &spec, 0, extend_by)?;
+        let encrypted = self.policy_for(&dir)?.encrypted;
         let layout = self
-            .create_layout(&spec, &i)
+            .create_layout(&spec, &i, encrypted)
             .await
             .map_err(|e| e.at(path))?;
         let staged = Staged {
@@ -2218,6 +2240,7 @@ mod tests {
             gid: groups[0],
             groups,
             session: 0,
+            via: None,
         }
     }
 
@@ -2404,7 +2427,7 @@ mod tests {
         i.ino = 77;
         i.gid = 100;
         assert_eq!(
-            FsAttr::decode(&FsAttr::encode(&i)),
+            FsAttr::decode(&FsAttr::encode(&i, false)),
             Some((0o644, 1000, 100, 77))
         );
         assert_eq!(FsAttr::decode(&[0; FS_SPECIFIC_BYTES]), None);
@@ -2417,9 +2440,15 @@ mod tests {
         let mut i = crate::conformance::file(1000, 16);
         i.ino = 0x0102_0304_0506_0708;
         assert_eq!(
-            nasd_client::files::fs_specific_ino(&FsAttr::encode(&i)),
+            nasd_client::files::fs_specific_ino(&FsAttr::encode(&i, false)),
             Some(i.ino)
         );
+        assert!(nasd_client::files::fs_specific_encrypted(&FsAttr::encode(
+            &i, true
+        )));
+        assert!(!nasd_client::files::fs_specific_encrypted(&FsAttr::encode(
+            &i, false
+        )));
         assert_eq!(
             nasd_client::files::fs_specific_ino(&[0; FS_SPECIFIC_BYTES]),
             None

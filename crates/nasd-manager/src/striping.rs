@@ -53,13 +53,20 @@ pub(crate) enum Grant {
 
 impl Manager {
     /// Creates the component objects of a new layout `spec` for the file `i`, on distinct
-    /// healthy drives and in parallel, each with `i`'s `fs_specific` record. On any failure
-    /// the objects already made are removed.
-    pub(crate) async fn create_layout(&self, spec: &str, i: &Inode) -> MgrResult<FileLayout> {
+    /// healthy drives and in parallel, each with `i`'s `fs_specific` record (flagged when
+    /// they will hold ciphertext). On any failure the objects already made are removed.
+    pub(crate) async fn create_layout(
+        &self,
+        spec: &str,
+        i: &Inode,
+        encrypted: bool,
+    ) -> MgrResult<FileLayout> {
         let n = components_of(spec)?;
         let drives = self.drives.choose_n(n)?;
-        let made =
-            futures_util::future::join_all(drives.iter().map(|&d| self.create_object(d, i))).await;
+        let made = futures_util::future::join_all(
+            drives.iter().map(|&d| self.create_object(d, i, encrypted)),
+        )
+        .await;
         let mut components: Vec<Option<ObjRef>> = Vec::with_capacity(n);
         let mut failure = None;
         for r in made {
@@ -89,7 +96,7 @@ impl Manager {
             .filter(|d| !drives.contains(d));
         for slot in components.iter_mut().filter(|c| c.is_none()) {
             for d in spare.by_ref() {
-                if let Ok((o, a)) = self.create_object(d, i).await {
+                if let Ok((o, a)) = self.create_object(d, i, encrypted).await {
                     if a.access_control_version == 0 {
                         *slot = Some(o);
                         break;
@@ -194,13 +201,15 @@ impl Manager {
             .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))
     }
 
-    /// Creates an object on drive `d` whose `fs_specific` mirrors `i`.
+    /// Creates an object on drive `d` whose `fs_specific` mirrors `i` (flagged when it will
+    /// hold ciphertext).
     pub(crate) async fn create_object(
         &self,
         d: DriveId,
         i: &Inode,
+        encrypted: bool,
     ) -> MgrResult<(ObjRef, Attributes)> {
-        let fs = FsAttr::encode(i);
+        let fs = FsAttr::encode(i, encrypted);
         let (object, attrs) = self
             .drives
             .with_working(d, |conn, auth, partition| async move {
@@ -326,7 +335,7 @@ impl Manager {
         };
         let attrs = Attributes {
             access_control_version: i.acv,
-            fs_specific: FsAttr::encode(i),
+            fs_specific: FsAttr::encode(i, i.e2e.is_some()),
             ..Attributes::default()
         };
         let mask = AttrMask::ACCESS_CONTROL_VERSION.with(AttrMask::FS_SPECIFIC);
@@ -378,7 +387,8 @@ impl Manager {
     /// capabilities to writers, rights never wider than the mode allows. Regions are whole
     /// objects unless a quota bounds the writes (`bound.end`, seed 002 §3.2), when each
     /// component's region ends where writes below that logical offset can reach
-    /// ([`crate::quota::regions`]).
+    /// ([`crate::quota::regions`]). With `writer_key` the capabilities name the key whose
+    /// signature the drives require on every write (seed 001 §3.3.1 scheme 1).
     pub(crate) fn mint_layout(
         &self,
         user: &str,
@@ -386,6 +396,7 @@ impl Manager {
         i: &Inode,
         rights: Rights,
         bound: crate::quota::WriteBound,
+        writer_key: Option<nasd_proto::WriterPublicKey>,
     ) -> MgrResult<(Layout, Vec<CapGrant>)> {
         let l = i
             .layout
@@ -414,7 +425,7 @@ impl Manager {
                 expiry_ms,
                 audit_id,
                 min_protection: self.min_protection(),
-                writer_key: None,
+                writer_key,
             };
             let cap = Capability::mint(rec.suite, &rec.working_key, args, i.acv, false);
             components.push(Component {

@@ -181,6 +181,7 @@ pub fn caller_of(st: &dyn MetaStore, uid: u32) -> MgrResult<Caller> {
         gid: u.gid,
         groups: st.groups_of(uid).map_err(db)?,
         session: 0,
+        via: None,
     })
 }
 
@@ -705,6 +706,7 @@ mod tests {
             gid: 0,
             groups: vec![0],
             session: 0,
+            via: None,
         }
     }
 

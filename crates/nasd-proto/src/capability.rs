@@ -99,9 +99,9 @@ impl CapabilityArgs {
     }
 
     /// The 55 bytes without a writer key, for encodings that carry none: a request's plain
-    /// capability form 1, and the manager protocol's capability grants (which name no writer
-    /// key: carrying one there needs a manager protocol change, so a grant with one is a
-    /// programmer error, not a silently dropped key).
+    /// capability form 1 (a capability with a writer key goes as form 3, so one here is a
+    /// programmer error, not a silently dropped key). The manager protocol's grants put the
+    /// writer key after the 55 bytes themselves.
     pub(crate) fn put(&self, w: &mut Writer) {
         debug_assert!(
             self.writer_key.is_none(),

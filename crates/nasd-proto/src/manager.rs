@@ -107,6 +107,10 @@ use std::fmt;
 ///   [`MgrRequest::UserKeyGet`] ([`MgrReply::UserKeys`]); groups' key pairs and their wraps
 ///   to members: [`MgrRequest::GroupKeySet`], [`MgrRequest::GroupKeyGet`]
 ///   ([`MgrReply::GroupKeys`]). Layout specs take protection options after the geometry.
+///   Every capability in a grant is followed by its writer key (`u8` 0, or 1 and the 32-byte
+///   Ed25519 public key): a write grant on a file under `auth=1` names the writer's key and
+///   its drives store only writes that key signed (seed 001 §3.3.1 scheme 1; drive
+///   protocol 4); [`MgrStatus::NoUserKeys`] refuses one to a user with no keys registered yet.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 12;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
@@ -594,10 +598,14 @@ pub enum MgrStatus {
     TooManyLinks = 24,
     /// A write would take the file's owner past their quota (seed 002 §3.2; EDQUOT).
     QuotaExceeded = 25,
+    /// The user has no end-to-end keys registered yet, and the request needs them (a write
+    /// grant under scheme 1 names the writer's signing key); a client registers its keys and
+    /// asks again.
+    NoUserKeys = 26,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 25] = [
+    pub const ALL: [MgrStatus; 26] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -623,6 +631,7 @@ impl MgrStatus {
         Self::Conflict,
         Self::TooManyLinks,
         Self::QuotaExceeded,
+        Self::NoUserKeys,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -654,6 +663,7 @@ impl MgrStatus {
             Self::Conflict => "the file changed while the write was staged",
             Self::TooManyLinks => "too many levels of symbolic links",
             Self::QuotaExceeded => "disk quota exceeded",
+            Self::NoUserKeys => "no end-to-end keys registered yet",
         }
     }
 }
@@ -1801,8 +1811,12 @@ fn get_opened(r: &mut Reader<'_>) -> Result<Grant, DecodeError> {
     // One grant per component, in order.
     let mut caps = Vec::with_capacity(layout.components.len());
     for _ in 0..layout.components.len() {
+        let mut args = CapabilityArgs::get(r)?;
+        if get_bool(r, "has writer key")? {
+            args.writer_key = Some(crate::WriterPublicKey(r.array("writer key")?));
+        }
         caps.push(CapGrant {
-            args: CapabilityArgs::get(r)?,
+            args,
             key: r.array("capability key")?,
         });
     }
@@ -1836,7 +1850,14 @@ fn put_opened(
     put_stat(w, stat);
     put_layout(w, layout);
     for cap in caps {
-        cap.args.put(w);
+        cap.args.put_base(w);
+        match &cap.args.writer_key {
+            None => w.u8(0),
+            Some(k) => {
+                w.u8(1);
+                w.bytes(&k.0);
+            }
+        }
         w.bytes(&cap.key);
     }
     w.u64(write_end);
@@ -3065,7 +3086,8 @@ mod tests {
                             expiry_ms: 99,
                             audit_id: 4,
                             min_protection: Protection::INTEGRITY_DATA,
-                            writer_key: None,
+                            // One grant names a writer key, one does not: both round-trip.
+                            writer_key: (i == 0).then_some(crate::WriterPublicKey([7; 32])),
                         },
                         key: [5 + i as u8; 32],
                     })

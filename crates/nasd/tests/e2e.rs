@@ -265,3 +265,135 @@ fn readers_of_an_encrypted_file_are_the_holders_of_its_key() {
     reads(&[], "the owner after rekey");
     denied(&eve, "eve after rekey");
 }
+
+/// The manager's database loses an encrypted file's trusted record (its end-to-end state set
+/// to nothing, as a restored or damaged database might): the objects' `fs_specific` flag says
+/// they hold ciphertext, so the read is refused naming the file, and no byte is printed —
+/// for a one-object file and an erasure-coded one.
+#[test]
+fn a_lost_trusted_record_is_detected() {
+    let mut up = Up::start(3);
+    up.ok(&["mkdir", "--layout", "rs:2+1/64K", "nasd:/ec"]);
+    let local = up.dir.path().join("f");
+    std::fs::write(&local, b"secret words ".repeat(20_000)).unwrap();
+    for p in ["nasd:/f", "nasd:/ec/f"] {
+        up.ok(&["cp", local.to_str().unwrap(), p]);
+    }
+    with_manager_stopped(&mut up, |db| {
+        let n = db
+            .execute(
+                "UPDATE inodes SET e2e = NULL WHERE kind = 1 AND e2e IS NOT NULL",
+                [],
+            )
+            .unwrap();
+        assert_eq!(n, 2, "both files had a record");
+    });
+    for p in ["nasd:/f", "nasd:/ec/f"] {
+        let out = up.nasd(&["cat", p], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{p}: read without its record");
+        assert!(out.stdout.is_empty(), "{p}: bytes were printed");
+        assert!(
+            err.contains(p) && err.contains("no end-to-end record"),
+            "{p}: {err}"
+        );
+    }
+}
+
+/// Scheme 1 (seed 001 §3.3.1): under `auth=1` a write grant names the writer's Ed25519 key,
+/// the client signs every write and the drives store only signed ones — for an encrypted
+/// erasure-coded file and a plaintext one written in place. Files round-trip and `stat` says
+/// who signed; a holder of the very capability the manager granted who sends a write unsigned,
+/// or with the grant's writer key dropped, is refused by the drive, and the file still reads
+/// as written.
+#[test]
+fn under_scheme_1_drives_store_only_signed_writes() {
+    let up = Up::start(3);
+    up.ok(&["mkdir", "--layout", "rs:2+1/64K,auth=1", "nasd:/signed"]);
+    up.ok(&["mkdir", "--layout", "plain,auth=1", "nasd:/one"]);
+    let local = up.dir.path().join("f");
+    let mut body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&local, &body).unwrap();
+    for dir in ["signed", "one"] {
+        let remote = format!("nasd:/{dir}/f");
+        up.ok(&["cp", local.to_str().unwrap(), &remote]);
+        let back = up.dir.path().join("back");
+        up.ok(&["cp", &remote, back.to_str().unwrap()]);
+        assert!(std::fs::read(&back).unwrap() == body, "{remote}");
+    }
+    let st = up.ok(&["stat", "nasd:/signed/f"]);
+    assert!(st.contains("signed by admin: verifies"), "{st}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = up.admin_client(&rt);
+    // In place, through a handle: every write signed.
+    rt.block_on(async {
+        let o = nasd_client::handle::OpenOptions {
+            write: true,
+            create: false,
+            truncate: false,
+            mode: 0o644,
+        };
+        let h = nasd_client::handle::FileHandle::open(&c, "/one/f", o)
+            .await
+            .unwrap();
+        h.write_at(1000, b"signed in place").await.unwrap();
+        h.close().await.unwrap();
+    });
+    body[1000..1015].copy_from_slice(b"signed in place");
+    // The grant the manager hands a writer, used raw against a drive.
+    let o = rt.block_on(c.open("/one/f", true)).unwrap();
+    let (addr, _, auth) = o.component(0).unwrap();
+    let nasd_client::Auth::Capability(cap) = auth else {
+        panic!("a grant is capabilities")
+    };
+    let who = rt.block_on(c.identity()).unwrap();
+    assert_eq!(
+        cap.args.writer_key.map(|k| k.0),
+        Some(who.sign_public().0),
+        "the grant names the writer's key"
+    );
+    let cap_file = up.dir.path().join("cap.json");
+    std::fs::write(&cap_file, serde_json::to_string(&cap.to_file()).unwrap()).unwrap();
+    let junk = up.dir.path().join("junk");
+    std::fs::write(&junk, vec![0x55u8; 4096]).unwrap();
+    let (cap_s, junk_s) = (cap_file.to_str().unwrap(), junk.to_str().unwrap());
+    let err = up.fails(
+        &[
+            "obj",
+            "write",
+            "--drive",
+            addr,
+            "--cap",
+            cap_s,
+            "--in",
+            junk_s,
+            "--unsigned",
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("not signed by the capability's writer key"),
+        "an unsigned write: {err}"
+    );
+    // The same capability with its writer key dropped: its MAC no longer matches.
+    let mut forged = cap.to_file();
+    forged.writer_key = None;
+    std::fs::write(&cap_file, serde_json::to_string(&forged).unwrap()).unwrap();
+    let err = up.fails(
+        &[
+            "obj", "write", "--drive", addr, "--cap", cap_s, "--in", junk_s,
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("refused by the drive"),
+        "a stripped key: {err}"
+    );
+    drop(o);
+    let back = up.dir.path().join("back");
+    up.ok(&["cp", "nasd:/one/f", back.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&back).unwrap() == body,
+        "the file is as written"
+    );
+}

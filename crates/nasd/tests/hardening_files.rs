@@ -930,6 +930,7 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
             gid: 0,
             groups: vec![0],
             session: 0,
+            via: None,
         };
         let staged = |r: MgrReply| match r {
             MgrReply::Staged {

@@ -58,6 +58,7 @@ fn admin() -> Caller {
         gid: 0,
         groups: vec![0],
         session: 0,
+        via: None,
     }
 }
 

@@ -44,6 +44,8 @@ pub struct Identity {
     seed: Zeroizing<[u8; 32]>,
     enc: SecretKey,
     sign: WriterKey,
+    /// The same Ed25519 key as the drives' wire signatures take it (scheme 1 writes).
+    drive: std::sync::Arc<nasd_crypto::wsig::WriterSigner>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -64,6 +66,9 @@ impl Identity {
             seed: Zeroizing::new(*seed),
             enc: SecretKey::derive(x.as_ref()),
             sign: WriterKey::from_seed(&e),
+            drive: std::sync::Arc::new(nasd_crypto::wsig::WriterSigner::from_seed(
+                &nasd_crypto::Key::from_bytes(*e),
+            )),
         }
     }
 
@@ -94,6 +99,12 @@ impl Identity {
 
     pub fn signer(&self) -> &WriterKey {
         &self.sign
+    }
+
+    /// The signing key for writes a capability names this user's key for (seed 001 §3.3.1
+    /// scheme 1: the drive checks the signature before it stores).
+    pub fn drive_signer(&self) -> std::sync::Arc<nasd_crypto::wsig::WriterSigner> {
+        self.drive.clone()
     }
 
     /// The public keys (and, with a password, the sealed seed) to register at the manager.

@@ -81,6 +81,11 @@ impl Client {
     }
 
     /// This client's user's identity: loaded, unsealed or made (and registered) on first use.
+    /// This user's identity if it is loaded already (no manager round trip).
+    pub(crate) fn keyring_identity(&self) -> Option<Arc<Identity>> {
+        self.keyring.identity.get().cloned()
+    }
+
     pub async fn identity(&self) -> Result<Arc<Identity>, FsError> {
         self.keyring
             .identity
