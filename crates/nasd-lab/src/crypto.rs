@@ -78,13 +78,13 @@ pub const SEED_SCHEME_MS: [[[f64; 4]; 5]; 3] = [
 
 /// How long one timed run should take and how many runs.
 #[derive(Debug, Clone, Copy)]
-struct Budget {
-    runs: usize,
-    run_s: f64,
+pub(crate) struct Budget {
+    pub(crate) runs: usize,
+    pub(crate) run_s: f64,
 }
 
 /// Times `f`: calibrate, warm up, then `runs` runs; seconds per call.
-fn measure(budget: Budget, mut f: impl FnMut()) -> Summary {
+pub(crate) fn measure(budget: Budget, mut f: impl FnMut()) -> Summary {
     let t0 = Instant::now();
     f();
     let once = t0.elapsed().as_secs_f64().max(1e-9);
@@ -578,6 +578,10 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
     }
     report.tables.push(t1);
 
+    // nasd's own data path (crypto_nasd.rs): its steps, then its rows in Tables 2-4.
+    let nasd = crate::crypto_nasd::measure_nasd(budget);
+    report.tables.push(crate::crypto_nasd::steps_table(&nasd));
+
     // Tables 2-4.
     let ms_of = |name: &str| -> Option<f64> {
         rows.iter()
@@ -644,6 +648,7 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
                        "ms_per_64kib": v[2], "speedup_vs_ppc604_write_host": ppc_write_host / v[2]}),
             );
         }
+        crate::crypto_nasd::push_rows(&mut t, s, &nasd);
         report.tables.push(t);
     }
 

@@ -34,6 +34,7 @@
 pub mod andrew;
 pub mod counted;
 pub mod crypto;
+pub mod crypto_nasd;
 pub mod eint;
 pub mod error;
 pub mod model;

@@ -119,8 +119,31 @@ fn crypto_rows_name_algorithms_and_times() {
         assert!(r["ops_per_s"].as_f64().unwrap() > 0.0);
     }
     for t in ["2", "3", "4"] {
-        assert_eq!(rows.iter().filter(|r| r["table"] == t).count(), 5 + 3);
+        // The seed's five processors, three suites of today, nasd per block and per version.
+        assert_eq!(rows.iter().filter(|r| r["table"] == t).count(), 5 + 3 + 2);
+        let nasd = |what: &str| {
+            rows.iter()
+                .find(|r| r["table"] == t && r["algorithm"] == what)
+                .unwrap()
+                .clone()
+        };
+        assert!(nasd("nasd per block")["write_host_ms"].as_f64().unwrap() > 0.0);
+        // Scheme 1 signs each write request; 2 and 3 do not.
+        let (w1, w) = (
+            rows.iter()
+                .find(|r| r["table"] == "2" && r["algorithm"] == "nasd per block")
+                .unwrap()["write_disk_ms"]
+                .as_f64()
+                .unwrap(),
+            nasd("nasd per block")["write_disk_ms"].as_f64().unwrap(),
+        );
+        assert!(t == "2" || w1 > w, "table {t}: {w1} vs {w}");
+        // Schemes 1 and 2 sign each version; 3 does not.
+        let per_version = nasd("nasd per version")["write_host_ms"].as_f64().unwrap();
+        assert_eq!(per_version > 0.0, t != "4", "table {t}");
     }
+    let steps = rows.iter().filter(|r| r["table"] == "nasd_steps").count();
+    assert_eq!(steps, 9);
     let fig11: Vec<_> = rows.iter().filter(|r| r["table"] == "fig11").collect();
     assert_eq!(fig11.len(), crypto::RSA_BITS_QUICK.len());
     // Larger moduli are slower.

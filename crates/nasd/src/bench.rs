@@ -31,8 +31,12 @@
 //! and outside the drive's threads, so their drive CPU leaves that hashing out. `--signed` adds
 //! a column `signed`: integrity-data under a capability that names a writer key, so each write
 //! costs one Ed25519 signature on the client and one verification on the drive (seed 001
-//! §3.3.1 scheme 1, Fig 4's operation counts). A benchmark, not a test: it asserts nothing
-//! about speed.
+//! §3.3.1 scheme 1, Fig 4's operation counts). `--encrypted` adds a column `encrypted`:
+//! integrity-data with the data enciphered by the client before each write and deciphered after
+//! each read, in 64 KiB blocks with HCTR2-AES-256 as an encrypted file's blocks are (issue 10;
+//! the whole encryption layer, with its read-modify-write of partial blocks and its pins, is
+//! measured by `nasd bench cluster --protection plain,encrypted`). A benchmark, not a test: it
+//! asserts nothing about speed.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -97,6 +101,10 @@ pub struct BenchDriveArgs {
     /// (seed 001 §3.3.1 scheme 1; reads are not signed).
     #[arg(long)]
     signed: bool,
+    /// Also measure `encrypted`: integrity-data with the client enciphering what it writes
+    /// and deciphering what it reads, 64 KiB blocks of HCTR2-AES-256 (issue 10).
+    #[arg(long)]
+    encrypted: bool,
 }
 
 impl BenchDriveArgs {
@@ -135,6 +143,10 @@ const PROTECTIONS: [(&str, Protection); 5] = [
 
 /// The column of `--signed`: integrity-data under a capability naming a writer key.
 const SIGNED: &str = "signed";
+/// The column of `--encrypted`: integrity-data over data the client enciphers.
+const ENCRYPTED: &str = "encrypted";
+/// Block of the `encrypted` column's cipher: an encrypted file's default block.
+const CIPHER_BLOCK_BYTES: usize = 64 << 10;
 
 /// How long each run of a cell lasts, and how many runs make a cell.
 struct Budget {
@@ -408,6 +420,11 @@ async fn bench_drive(
             .with_signer(writer.clone()),
         )
     };
+    // The `encrypted` column's cipher: one file key, as a file's blocks have.
+    let cipher = Arc::new(nasd_e2e::block::BlockCipher::new(
+        nasd_e2e::FileId([0x3c; 16]),
+        &nasd_e2e::FileKey::from_bytes([0x7a; 32]),
+    ));
     let any = mint(ObjectId::ANY);
     let max_size = *sizes.iter().max().expect("sizes");
     let data = pseudo_random((max_size + ODD_OFFSET_BYTES) as usize, 0x9e3779b97f4a7c15);
@@ -432,6 +449,9 @@ async fn bench_drive(
         }
         if a.signed {
             out!(" {SIGNED:>29}");
+        }
+        if a.encrypted {
+            out!(" {ENCRYPTED:>29}");
         }
         outln!();
     }
@@ -464,11 +484,15 @@ async fn bench_drive(
                         continue;
                     }
                     let signed = a.signed.then_some((SIGNED, Protection::INTEGRITY_DATA));
+                    let encrypted = a
+                        .encrypted
+                        .then_some((ENCRYPTED, Protection::INTEGRITY_DATA));
                     let specs: Vec<_> = PROTECTIONS
                         .iter()
                         .copied()
                         .filter(|&(name, p)| a.measures(name, p))
                         .chain(signed)
+                        .chain(encrypted)
                         .map(|(name, protection)| {
                             let auth = if name == SIGNED {
                                 signed_cap.clone()
@@ -487,6 +511,7 @@ async fn bench_drive(
                                 size,
                                 offset,
                                 payload: payload.clone(),
+                                cipher: (name == ENCRYPTED).then(|| cipher.clone()),
                             };
                             (name, spec)
                         })
@@ -524,6 +549,21 @@ struct Spec {
     size: u64,
     offset: u64,
     payload: Arc<Vec<u8>>,
+    /// The `encrypted` column: what is written is enciphered first, what is read deciphered.
+    cipher: Option<Arc<nasd_e2e::block::BlockCipher>>,
+}
+
+/// Enciphers (or deciphers) `buf` in place as blocks of [`CIPHER_BLOCK_BYTES`] numbered from
+/// `offset`'s block, each under write counter 1.
+fn cipher_blocks(c: &nasd_e2e::block::BlockCipher, offset: u64, buf: &mut [u8], encrypt: bool) {
+    let first = offset / CIPHER_BLOCK_BYTES as u64;
+    for (i, b) in buf.chunks_mut(CIPHER_BLOCK_BYTES).enumerate() {
+        if encrypt {
+            c.encrypt_in_place(first + i as u64, 1, b);
+        } else {
+            c.decrypt_in_place(first + i as u64, 1, b);
+        }
+    }
 }
 
 /// Bytes between the stamps that make each write's content new.
@@ -552,18 +592,20 @@ async fn one(conn: &DriveConn, s: &Spec) -> Result<(), nasd_client::ClientError>
     let region = vec![Region::new(s.offset, s.size)];
     match s.dir {
         Dir::Write => conn
-            .write_regions(
-                &s.auth,
-                s.target,
-                region,
-                s.scheme,
-                false,
-                &stamped(&s.payload),
-            )
+            .write_regions(&s.auth, s.target, region, s.scheme, false, &{
+                let mut v = stamped(&s.payload);
+                if let Some(c) = &s.cipher {
+                    cipher_blocks(c, s.offset, &mut v, true);
+                }
+                v
+            })
             .await
             .map(|_| ()),
         Dir::Read => {
-            let r = conn.read(&s.auth, s.target, region).await?;
+            let mut r = conn.read(&s.auth, s.target, region).await?;
+            if let Some(c) = &s.cipher {
+                cipher_blocks(c, s.offset, &mut r.data, false);
+            }
             if r.data.len() as u64 != s.size {
                 return Err(nasd_client::ClientError::Usage(format!(
                     "read returned {} bytes, expected {}",

@@ -21,6 +21,12 @@
 //! cannot survive K lost drives (single, raid0:N, mirror:N with N <= K, ...) is not read
 //! degraded; it says so instead.
 //!
+//! `--protection LIST` runs every layout under each end-to-end protection in LIST (default
+//! `plain,encrypted`): the options a directory's layout spec takes after its geometry, several
+//! joined with `+` (`encrypted+auth=1`, `rand`, `comp+block=4K`; `default` for the cluster's
+//! default). A cell is then named by its layout and protection (`rs:4+2,encrypted`), and the
+//! ratio of an encrypted cell to the plaintext one of the same layout is what issue 10 asks.
+//!
 //! `--quota BYTES` gives the bench's user a quota for the run (the one it had, if any, comes
 //! back after): every write is then escrowed against it and its capabilities' regions bound
 //! (seed 002 §3.2), which is how the cost of quota escrow is measured against a run without.
@@ -80,6 +86,11 @@ pub struct BenchClusterArgs {
     /// raid6x:K (raid0, rs and raid6x take a stripe unit: rs:4+2/1M).
     #[arg(long, value_delimiter = ',', default_value = "single", value_parser = parse_layout)]
     pub layout: Vec<LayoutArg>,
+    /// End-to-end protections to run each layout under, comma-separated; each is layout-spec
+    /// options joined with `+` (plain, encrypted, mt, rand, comp, auth=1|2|3, block=4K..64K),
+    /// or `default` (the cluster's).
+    #[arg(long, value_delimiter = ',', default_value = "plain,encrypted", value_parser = parse_protection)]
+    pub protection: Vec<String>,
     /// Concurrent clients, each with its own session and drive connections.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=WORKERS_MAX as i64))]
     pub workers: u16,
@@ -113,6 +124,25 @@ impl std::fmt::Display for LayoutArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.spec)
     }
+}
+
+/// One `--protection` entry as layout-spec options (`+` becomes `,`; `default`: none).
+fn parse_protection(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s == "default" {
+        return Ok(String::new());
+    }
+    let ok = |o: &str| {
+        !o.is_empty()
+            && o.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '=' | '@' | '_' | '-'))
+    };
+    if !s.split('+').all(ok) {
+        return Err(format!(
+            "{s:?}: options joined with '+' (plain, encrypted, mt, rand, comp, auth=N, block=NK)"
+        ));
+    }
+    Ok(s.replace('+', ","))
 }
 
 fn parse_layout(s: &str) -> Result<LayoutArg, String> {
@@ -203,8 +233,22 @@ impl Plan {
             }
         }
         let rounds = if a.quick { ROUNDS_QUICK } else { ROUNDS };
+        // Every layout under every protection, layouts outermost.
+        let layouts = a
+            .layout
+            .iter()
+            .flat_map(|l| {
+                a.protection.iter().map(move |p| LayoutArg {
+                    spec: match p.as_str() {
+                        "" => l.spec.clone(),
+                        p => format!("{},{p}", l.spec),
+                    },
+                    geometry: l.geometry,
+                })
+            })
+            .collect();
         Ok(Plan {
-            layouts: a.layout.clone(),
+            layouts,
             workers: a.workers as usize,
             rounds,
             cell_round: Duration::from_secs_f64(duration / rounds as f64),
@@ -763,7 +807,7 @@ impl Figure<'_> {
     }
     fn line(&self) -> String {
         format!(
-            "{:<14} {:<4} {:>7} {:>7} {:>4} {:>6} {:>6} {:>9.1} {:>9.1} {:>12.2}",
+            "{:<24} {:<4} {:>7} {:>7} {:>4} {:>6} {:>6} {:>9.1} {:>9.1} {:>12.2}",
             self.layout.to_string(),
             self.key.op.name(),
             size_str(self.key.size_bytes),
@@ -789,7 +833,7 @@ fn size_str(b: u64) -> String {
 fn print(plan: &Plan, runs: &[LayoutRun], json: bool) {
     if !json {
         outln!(
-            "{:<14} {:<4} {:>7} {:>7} {:>4} {:>6} {:>6} {:>9} {:>9} {:>12}",
+            "{:<24} {:<4} {:>7} {:>7} {:>4} {:>6} {:>6} {:>9} {:>9} {:>12}",
             "layout",
             "op",
             "size",
@@ -827,7 +871,7 @@ fn print(plan: &Plan, runs: &[LayoutRun], json: bool) {
                     serde_json::json!({"layout": r.arg.to_string(), "drives_down": plan.degraded, "skipped": why})
                 );
             } else {
-                outln!("{:<14} {why}", r.arg.to_string());
+                outln!("{:<24} {why}", r.arg.to_string());
             }
         }
         if let Some(e) = &r.error {
@@ -837,7 +881,7 @@ fn print(plan: &Plan, runs: &[LayoutRun], json: bool) {
                     serde_json::json!({"layout": r.arg.to_string(), "error": e})
                 );
             } else {
-                outln!("{:<14} failed: {e}", r.arg.to_string());
+                outln!("{:<24} failed: {e}", r.arg.to_string());
             }
         }
     }
@@ -883,6 +927,22 @@ mod tests {
     fn a_plan_sizes_its_temporary_cluster_and_checks_its_flags() {
         let p = Plan::new(&args(&["--layout", "single,rs:4+2", "--quick"])).unwrap();
         assert_eq!(p.drives_needed(), 6);
+        let names: Vec<String> = p.layouts.iter().map(|l| l.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "single,plain",
+                "single,encrypted",
+                "rs:4+2,plain",
+                "rs:4+2,encrypted"
+            ]
+        );
+        let q = Plan::new(&args(&["--protection", "default,rand+auth=1"])).unwrap();
+        let names: Vec<String> = q.layouts.iter().map(|l| l.to_string()).collect();
+        assert_eq!(names, ["single", "single,rand,auth=1"]);
+        for bad in ["a b", "x++y", "", "plain,"] {
+            assert!(parse_protection(bad).is_err(), "{bad:?}");
+        }
         assert_eq!(p.rounds, ROUNDS_QUICK);
         assert_eq!(p.large_bytes, LARGE_BYTES_QUICK);
         assert_eq!(
@@ -946,6 +1006,6 @@ mod tests {
         assert_eq!(j["drives_down"], 2);
         assert!(f
             .line()
-            .starts_with("single         get    1 MiB       2    2      3     60"));
+            .starts_with("single                   get    1 MiB       2    2      3     60"));
     }
 }

@@ -684,8 +684,9 @@ fn nasd_up_makes_its_cluster_current_for_later_commands() {
     );
 }
 
-/// `nasd bench cluster` on a cluster of its own: JSON cells for both layouts, healthy and
-/// with a drive stopped (mirror:2 survives it, single is skipped), every figure positive.
+/// `nasd bench cluster` on a cluster of its own: JSON cells for both layouts under both
+/// protections (plaintext and encrypted), healthy and with a drive stopped (mirror:2 survives
+/// it, single is skipped), every figure positive.
 #[test]
 fn bench_cluster_reports_healthy_and_degraded_cells_as_json() {
     let tmp = tempfile::tempdir().unwrap();
@@ -721,18 +722,21 @@ fn bench_cluster_reports_healthy_and_degraded_cells_as_json() {
             .filter(|c| c["layout"] == layout && c["drives_down"] == down && c["op"].is_string())
             .count()
     };
-    // put and get of 16 MiB and 4 KiB files.
-    assert_eq!(cells("single", 0), 4, "{out}");
-    assert_eq!(cells("mirror:2", 0), 4, "{out}");
-    // Degraded: get of both sizes for mirror:2; single is skipped, saying why.
-    assert_eq!(cells("mirror:2", 1), 2, "{out}");
-    assert_eq!(cells("single", 1), 0, "{out}");
-    assert!(
-        lines
-            .iter()
-            .any(|c| c["layout"] == "single" && c["skipped"].is_string()),
-        "{out}"
-    );
+    for p in ["plain", "encrypted"] {
+        let (single, mirror) = (format!("single,{p}"), format!("mirror:2,{p}"));
+        // put and get of 16 MiB and 4 KiB files.
+        assert_eq!(cells(&single, 0), 4, "{out}");
+        assert_eq!(cells(&mirror, 0), 4, "{out}");
+        // Degraded: get of both sizes for mirror:2; single is skipped, saying why.
+        assert_eq!(cells(&mirror, 1), 2, "{out}");
+        assert_eq!(cells(&single, 1), 0, "{out}");
+        assert!(
+            lines
+                .iter()
+                .any(|c| c["layout"] == single.as_str() && c["skipped"].is_string()),
+            "{out}"
+        );
+    }
     for c in lines.iter().filter(|c| c["op"].is_string()) {
         assert_eq!(c["rounds"], 3, "{c}");
         assert_eq!(c["workers"], 2, "{c}");

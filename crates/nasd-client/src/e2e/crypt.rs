@@ -406,6 +406,18 @@ impl CryptIo {
             self.lower.read_vectored(&spans).await?
         };
         let want: u64 = spans.iter().map(|s| s.1).sum();
+        // The stored content is exactly as long as the file (length-preserving blocks): an
+        // object cut short or extended by its drive is refused, even where the blocks read
+        // are intact (a layout over several objects answers with the size it keeps itself).
+        if !spans.is_empty() && got.size != length {
+            return Err(refused(
+                &f.path,
+                format!(
+                    "the stored content is {} bytes, the trusted record says {length}",
+                    got.size
+                ),
+            ));
+        }
         if got.data.len() as u64 != want {
             return Err(refused(
                 &f.path,
