@@ -47,24 +47,35 @@ impl Inodes {
             .collect()
     }
 
-    /// Records that the kernel's inode `ino` is at `path`.
+    /// Records that the kernel's inode `ino` is at `path`. A directory seen under a new name
+    /// was renamed elsewhere (another client): what the kernel still caches under it moves
+    /// with it, as in [`Inodes::renamed`].
     pub fn saw(&self, ino: u64, path: &str) {
         let mut p = self.paths.lock().expect("inodes lock");
-        if p.get(&ino).map(String::as_str) != Some(path) {
-            p.insert(ino, path.to_string());
+        match p.insert(ino, path.to_string()) {
+            Some(old) if old != path => move_under(&mut p, &old, path),
+            _ => {}
         }
     }
 
     /// `from` was renamed to `to`: it and everything under it move.
     pub fn renamed(&self, from: &str, to: &str) {
         let mut p = self.paths.lock().expect("inodes lock");
-        let under = format!("{from}/");
         for v in p.values_mut() {
             if v == from {
                 *v = to.to_string();
-            } else if let Some(rest) = v.strip_prefix(&under) {
-                *v = format!("{to}/{rest}");
             }
+        }
+        move_under(&mut p, from, to);
+    }
+}
+
+/// Every path under `from/` moves under `to/`.
+fn move_under(p: &mut HashMap<u64, String>, from: &str, to: &str) {
+    let under = format!("{from}/");
+    for v in p.values_mut() {
+        if let Some(rest) = v.strip_prefix(&under) {
+            *v = format!("{to}/{rest}");
         }
     }
 }
@@ -97,6 +108,11 @@ mod tests {
         assert_eq!(i.path(8).as_deref(), Some("/m/z/b"));
         assert_eq!(i.path(9).as_deref(), Some("/m/ab"));
         assert_eq!(i.path(ROOT).as_deref(), Some("/m"));
+        // A directory seen under a new name (renamed by another client) takes its
+        // children along.
+        i.saw(7, "/m/y");
+        assert_eq!(i.path(8).as_deref(), Some("/m/y/b"));
+        assert_eq!(i.path(9).as_deref(), Some("/m/ab"));
         assert_eq!(join("/", "x"), "/x");
         assert_eq!(join("/m", "x"), "/m/x");
     }

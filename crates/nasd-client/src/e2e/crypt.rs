@@ -778,3 +778,6 @@ fn gcd(a: u64, b: u64) -> u64 {
 fn lcm(a: u64, b: u64) -> u64 {
     a / gcd(a, b) * b
 }
+
+#[cfg(test)]
+mod tests;
