@@ -361,17 +361,19 @@ impl ClientFile {
             None => None,
         };
         let credential = if signing_key.is_some() {
-            Credential::Password(String::new())
+            Credential::Password("".into())
         } else if let Some(p) = choice.password {
-            Credential::Password(p)
+            Credential::Password(p.into())
         } else if let Some(t) = saved_token(config, &user) {
             Credential::Token(t)
         } else if let (Some(pf), true) = (&self.password_file, user == self.password_user()) {
-            let p = std::fs::read_to_string(pf).map_err(|source| ConfigError::PasswordFile {
-                path: pf.clone(),
-                source,
-            })?;
-            Credential::Password(p.trim_end_matches('\n').to_string())
+            let p = zeroize::Zeroizing::new(std::fs::read_to_string(pf).map_err(|source| {
+                ConfigError::PasswordFile {
+                    path: pf.clone(),
+                    source,
+                }
+            })?);
+            Credential::Password(p.trim_end_matches('\n').into())
         } else {
             return Err(ConfigError::NoCredentials { user });
         };
@@ -483,7 +485,7 @@ mod tests {
         std::fs::write(t.path().join("admin.password"), "pw\n").unwrap();
         let mut c = sample(t.path());
         let s = c.session_config(&p, CredentialChoice::default()).unwrap();
-        assert!(matches!(s.credential, Credential::Password(ref pw) if pw == "pw"));
+        assert!(matches!(s.credential, Credential::Password(ref pw) if &**pw == "pw"));
         assert_eq!(s.ca_der, b"der");
         // After a login as alice the password file is still the admin's.
         c.switch_user("alice");
@@ -505,7 +507,7 @@ mod tests {
                 },
             )
             .unwrap();
-        assert!(matches!(s.credential, Credential::Password(ref pw) if pw == "given"));
+        assert!(matches!(s.credential, Credential::Password(ref pw) if &**pw == "given"));
         // The admin, chosen explicitly, still gets the password file.
         let s = c
             .session_config(
@@ -517,7 +519,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(s.user, "admin");
-        assert!(matches!(s.credential, Credential::Password(ref pw) if pw == "pw"));
+        assert!(matches!(s.credential, Credential::Password(ref pw) if &**pw == "pw"));
     }
 
     fn search(t: &Path) -> ConfigSearch {

@@ -229,7 +229,7 @@ impl Cluster {
             manager: c.manager.clone(),
             ca_der: c.read_ca()?,
             user: c.password_user().to_string(),
-            credential: Credential::Password(password.trim().to_string()),
+            credential: Credential::Password(password.trim().into()),
             signing_key: None,
         })
     }

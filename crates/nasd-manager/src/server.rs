@@ -537,7 +537,7 @@ async fn user_passwd(
     sh: &Shared,
     c: &Caller,
     name: String,
-    password: String,
+    password: nasd_proto::manager::SecretString,
     public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
 ) -> Result<MgrReply, MgrError> {
     let (mgr, by) = (sh.mgr.clone(), c.clone());

@@ -165,7 +165,7 @@ const _: () = assert!(
 /// How a user proves who they are.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
-    Password(String),
+    Password(SecretString),
     /// A session token from an earlier login.
     Token([u8; TOKEN_BYTES]),
     /// An Ed25519 signature of [`login_message`] over the challenge this connection received.
@@ -353,7 +353,7 @@ pub enum MgrRequest {
     /// With `public_key`, the user logs in by key only (the password is ignored).
     UserAdd {
         name: String,
-        password: String,
+        password: SecretString,
         admin: bool,
         public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
     },
@@ -361,7 +361,7 @@ pub enum MgrRequest {
     /// password is then ignored). Ends every session of the user, live connections included.
     UserPasswd {
         name: String,
-        password: String,
+        password: SecretString,
         public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
     },
     UserList,
@@ -773,6 +773,13 @@ pub struct CapGrant {
     pub key: [u8; 32],
 }
 
+/// The capability key is wiped when the grant goes.
+impl Drop for CapGrant {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.key);
+    }
+}
+
 impl fmt::Debug for CapGrant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CapGrant")
@@ -893,10 +900,29 @@ pub struct ClusterStatus {
     pub scrub: ScrubStatus,
 }
 
-/// A secret carried as text (an S3 secret access key): never printed by `Debug`, wiped when
-/// dropped.
+/// A secret carried as text (a password, an S3 secret access key): never printed by `Debug`,
+/// wiped when dropped.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretString(pub String);
+
+impl From<String> for SecretString {
+    fn from(s: String) -> Self {
+        SecretString(s)
+    }
+}
+
+impl From<&str> for SecretString {
+    fn from(s: &str) -> Self {
+        SecretString(s.to_string())
+    }
+}
+
+impl std::ops::Deref for SecretString {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
 
 /// A session token as a `LoginOk` carries it: whoever holds it is the user until it expires,
 /// so `Debug` (an "unexpected reply" message, a log line) never prints it.
@@ -1495,7 +1521,7 @@ impl MgrRequest {
             1 => {
                 let user = get_str(r, "user")?;
                 let credential = match r.u8("credential kind")? {
-                    1 => Credential::Password(get_str(r, "password")?),
+                    1 => Credential::Password(SecretString(get_str(r, "password")?)),
                     2 => Credential::Token(r.array("token")?),
                     3 => Credential::Signature(r.array("signature")?),
                     _ => return Err(DecodeError::BadValue("credential kind")),
@@ -1562,13 +1588,13 @@ impl MgrRequest {
             },
             15 => Self::UserAdd {
                 name: get_str(r, "name")?,
-                password: get_str(r, "password")?,
+                password: SecretString(get_str(r, "password")?),
                 admin: get_bool(r, "admin")?,
                 public_key: get_public_key(r)?,
             },
             16 => Self::UserPasswd {
                 name: get_str(r, "name")?,
-                password: get_str(r, "password")?,
+                password: SecretString(get_str(r, "password")?),
                 public_key: get_public_key(r)?,
             },
             17 => Self::UserList,
@@ -2683,7 +2709,7 @@ mod tests {
             },
             MgrRequest::UserAdd {
                 name: "carol".into(),
-                password: String::new(),
+                password: "".into(),
                 admin: true,
                 public_key: Some([7; 32]),
             },
@@ -2701,7 +2727,7 @@ mod tests {
             },
             MgrRequest::UserPasswd {
                 name: "carol".into(),
-                password: String::new(),
+                password: "".into(),
                 public_key: Some([9; 32]),
             },
             MgrRequest::Logout,
@@ -3265,6 +3291,32 @@ mod tests {
     fn secrets_are_not_debug_printed() {
         let c = Credential::Password("hunter2".into());
         assert!(!format!("{c:?}").contains("hunter2"));
+        let add = MgrRequest::UserAdd {
+            name: "u".into(),
+            password: "hunter2".into(),
+            admin: false,
+            public_key: None,
+        };
+        let passwd = MgrRequest::UserPasswd {
+            name: "u".into(),
+            password: "hunter2".into(),
+            public_key: None,
+        };
+        let login = MgrRequest::Login {
+            user: "u".into(),
+            credential: Credential::Token([0x5a; TOKEN_BYTES]),
+        };
+        for r in [&add, &passwd, &login] {
+            let d = format!("{r:?}");
+            assert!(!d.contains("hunter2") && !d.contains("90, 90"), "{d}");
+        }
+        let ok = MgrReply::LoginOk {
+            token: SessionToken([0x5a; TOKEN_BYTES]),
+            expires_ms: 0,
+            uid: 1,
+            admin: false,
+        };
+        assert!(!format!("{ok:?}").contains("90, 90"));
     }
 
     proptest::proptest! {

@@ -240,7 +240,7 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
                 "/",
                 MgrRequest::UserAdd {
                     name: BENCH_USER.into(),
-                    password: password.clone(),
+                    password: password.clone().into(),
                     admin: false,
                     public_key: None,
                 },
@@ -262,7 +262,7 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
         };
         let user_cfg = nasd_client::session::SessionConfig {
             user: BENCH_USER.into(),
-            credential: Credential::Password(password),
+            credential: Credential::Password(password.into()),
             ..cluster.session_config()?
         };
         let mut conns = vec![];

@@ -726,7 +726,7 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
                 "/",
                 MgrRequest::UserPasswd {
                     name: name.clone(),
-                    password,
+                    password: password.into(),
                     public_key,
                 },
             )
@@ -864,13 +864,13 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
     let user = user.unwrap_or_else(|| cfg.user.clone());
     let (credential, signing_key) = match key {
         Some(k) => (
-            Credential::Password(String::new()),
+            Credential::Password("".into()),
             Some(nasd_client::userkey::read_secret(&k)?),
         ),
         None => match std::env::var("NASD_PASSWORD") {
-            Ok(p) => (Credential::Password(p), None),
+            Ok(p) => (Credential::Password(p.into()), None),
             Err(_) => (
-                Credential::Password(prompt_secret(&format!("password for {user}: "))?),
+                Credential::Password(prompt_secret(&format!("password for {user}: "))?.into()),
                 None,
             ),
         },

@@ -129,7 +129,7 @@ impl Client {
             (None, _) => {
                 let (id, password) = match (&self.cfg.signing_key, &self.cfg.credential) {
                     (Some(k), _) => (Identity::from_login_key(uid, k.expose()), None),
-                    (None, Credential::Password(p)) => (Identity::generate(uid), Some(p.as_str())),
+                    (None, Credential::Password(p)) => (Identity::generate(uid), Some(&**p)),
                     _ => {
                         return Err(e2e_err(
                             "/",
