@@ -592,6 +592,11 @@ impl Client {
         progress: Progress,
     ) -> Result<u64, FsError> {
         let target = download_target(local_path);
+        if let Ok(m) = std::fs::metadata(&target) {
+            if !m.is_file() && !m.is_dir() {
+                return self.get_to_special(remote, &target, progress).await;
+            }
+        }
         refuse_unwritable(&target).map_err(local(&target))?;
         let tmp = PartialFile::beside(&target).map_err(local(&target))?;
         let block = tmp
@@ -628,6 +633,55 @@ impl Client {
         drop(sized);
         tmp.persist(&target, finish).map_err(local(&target))?;
         Ok(size)
+    }
+
+    /// Streams `remote` into a special file that exists (`/dev/null`, a FIFO, a terminal):
+    /// written in order through the file itself, never replaced by a rename. A piece waits
+    /// for the ones before it while holding its place among the pieces in flight (pieces
+    /// start in offset order, so the earliest is always among them). Returns the size.
+    async fn get_to_special(
+        self: &Arc<Self>,
+        remote: &str,
+        target: &Path,
+        progress: Progress,
+    ) -> Result<u64, FsError> {
+        use std::io::Write;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(target)
+            .map_err(local(target))?;
+        let out = Arc::new(std::sync::Mutex::new(file));
+        let (next_tx, next_rx) = tokio::sync::watch::channel(0u64);
+        let next_tx = Arc::new(next_tx);
+        let target_arc = Arc::new(target.to_path_buf());
+        self.get_each(
+            remote,
+            None,
+            |_| Ok(()),
+            move |off, d| {
+                let (out, next_tx, mut next_rx, progress, target) = (
+                    out.clone(),
+                    next_tx.clone(),
+                    next_rx.clone(),
+                    progress.clone(),
+                    target_arc.clone(),
+                );
+                async move {
+                    if next_rx.wait_for(|&n| n == off).await.is_err() {
+                        return Ok(());
+                    }
+                    out.lock()
+                        .expect("special file lock")
+                        .write_all(&d)
+                        .map_err(local(&target))?;
+                    let end = off + d.len() as u64;
+                    progress(end);
+                    next_tx.send_replace(end);
+                    Ok(())
+                }
+            },
+        )
+        .await
     }
 
     /// Copies `src` to `dst` within the cluster, piece by piece (at most

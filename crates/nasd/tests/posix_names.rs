@@ -170,3 +170,41 @@ fn links_loops_and_hard_links() {
         .fails(&["cat", "nasd:/pub/peek"], &bob)
         .contains("permission denied"));
 }
+
+/// A download onto an existing special file (`/dev/null`, a FIFO) writes through it in
+/// order and never renames a regular file over it.
+#[test]
+fn cp_onto_a_fifo_streams_in_order_and_keeps_the_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+    let up = Up::start(1);
+    // Several transfer pieces, fetched in parallel, so order matters.
+    let body = rand_bytes(40 << 20, 7);
+    let f = up.dir.path().join("f");
+    std::fs::write(&f, &body).unwrap();
+    up.ok(&["cp", s(&f), "nasd:/f"]);
+    let pipe = up.dir.path().join("pipe");
+    let c = std::ffi::CString::new(s(&pipe)).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let reader = {
+        let pipe = pipe.clone();
+        std::thread::spawn(move || std::fs::read(pipe).unwrap())
+    };
+    up.ok(&["cp", "nasd:/f", s(&pipe)]);
+    // Checked before joining: a FIFO renamed over would leave the reader waiting.
+    assert!(std::fs::symlink_metadata(&pipe)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    let got = reader.join().unwrap();
+    assert!(
+        got == body,
+        "{} bytes through the FIFO, in order",
+        got.len()
+    );
+    // And /dev/null stays the device.
+    up.ok(&["cp", "nasd:/f", "/dev/null"]);
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+}

@@ -363,11 +363,10 @@ pub struct CryptIo {
     pub lower: Arc<dyn FileIo>,
 }
 
-/// One block to encipher or decipher: index, counter, key version, bytes.
+/// One block to encipher or decipher: index, counter, bytes.
 struct Work {
     index: u64,
     ctr: u64,
-    kv: KeyVersion,
     bytes: Vec<u8>,
 }
 
@@ -394,12 +393,16 @@ impl CryptIo {
         if start >= end {
             return Ok(vec![]);
         }
-        // One lower read for every written block (holes are not read).
-        let spans: Vec<Span> = plan
-            .iter()
-            .filter(|p| p.1 != 0)
-            .map(|&(b, _, _)| (b * f.block, f.block_len(b, length) as u64))
-            .collect();
+        // One lower span for every run of written blocks (holes are not read): adjacent
+        // blocks travel as one region, so the drive proves one range, not one per block.
+        let mut spans: Vec<Span> = Vec::new();
+        for &(b, _, _) in plan.iter().filter(|p| p.1 != 0) {
+            let (at, len) = (b * f.block, f.block_len(b, length) as u64);
+            match spans.last_mut() {
+                Some(last) if last.0 + last.1 == at => last.1 += len,
+                _ => spans.push((at, len)),
+            }
+        }
         let got = if spans.is_empty() {
             ReadOut::default()
         } else {
@@ -428,60 +431,76 @@ impl CryptIo {
                 ),
             ));
         }
+        let mut data = got.data;
+        if f.scheme == Eint::Mt {
+            // MT: the components checked the pins; decipher in place, block by block.
+            self.decipher_in_place(&plan, &ciphers, length, &mut data)?;
+        } else {
+            let mut at = 0usize;
+            let mut work = Vec::with_capacity(spans.len());
+            for &(b, ctr, _) in plan.iter().filter(|p| p.1 != 0) {
+                let n = f.block_len(b, length);
+                work.push(Work {
+                    index: b,
+                    ctr,
+                    bytes: data[at..at + n].to_vec(),
+                });
+                at += n;
+            }
+            data = self.decipher(work)?.concat();
+        }
+        if plan.iter().all(|p| p.1 != 0) {
+            return Ok(data);
+        }
+        // Holes read as zeros.
+        let mut out = Vec::with_capacity((end - start) as usize);
         let mut at = 0usize;
-        let mut work = Vec::with_capacity(spans.len());
-        let mut blocks: Vec<(u64, usize, Option<usize>)> = Vec::with_capacity(plan.len());
-        for &(b, ctr, kv) in &plan {
+        for &(b, ctr, _) in &plan {
             let len = f.block_len(b, length);
             if ctr == 0 {
-                blocks.push((b, len, None));
-                continue;
-            }
-            let n = len;
-            blocks.push((b, len, Some(work.len())));
-            work.push(Work {
-                index: b,
-                ctr,
-                kv,
-                bytes: got.data[at..at + n].to_vec(),
-            });
-            at += n;
-        }
-        let plain = self.decipher(work, &ciphers, length)?;
-        let mut out = Vec::with_capacity((end - start) as usize);
-        for (_, len, w) in blocks {
-            match w {
-                None => out.resize(out.len() + len, 0),
-                Some(k) => out.extend_from_slice(&plain[k]),
+                out.resize(out.len() + len, 0);
+            } else {
+                out.extend_from_slice(&data[at..at + len]);
+                at += len;
             }
         }
         Ok(out)
     }
 
-    /// Deciphers `work`: MT by the block cipher alone (the components checked the pins);
-    /// RAND/COMP through the construction, which checks each block.
-    fn decipher(
+    /// Deciphers the written blocks of `plan`, stored back to back in `data`, in place, by
+    /// the block cipher alone (MT-EINT: the components checked the pinned tree).
+    fn decipher_in_place(
         &self,
-        work: Vec<Work>,
+        plan: &[(u64, u64, KeyVersion)],
         ciphers: &BTreeMap<KeyVersion, Arc<BlockCipher>>,
         length: u64,
-    ) -> Result<Vec<Vec<u8>>, IoError> {
+        data: &mut [u8],
+    ) -> Result<(), IoError> {
         let f = self.f();
-        if f.scheme == Eint::Mt {
-            let one = |w: Work| -> Result<Vec<u8>, IoError> {
-                let c = ciphers
-                    .get(&w.kv)
-                    .ok_or_else(|| refused(&f.path, format!("no key for key version {}", w.kv)))?;
-                let len = f.block_len(w.index, length);
-                c.decrypt(w.index, w.ctr, &w.bytes, len)
-                    .ok_or_else(|| refused(&f.path, format!("block {} does not decipher", w.index)))
-            };
-            return if work.len() >= PARALLEL_BLOCKS_MIN {
-                work.into_par_iter().map(one).collect()
-            } else {
-                work.into_iter().map(one).collect()
-            };
+        let mut work: Vec<(u64, u64, &BlockCipher, &mut [u8])> = Vec::with_capacity(plan.len());
+        let mut rest = data;
+        for &(b, ctr, kv) in plan.iter().filter(|p| p.1 != 0) {
+            let c = ciphers
+                .get(&kv)
+                .ok_or_else(|| refused(&f.path, format!("no key for key version {kv}")))?;
+            let (block, tail) = rest.split_at_mut(f.block_len(b, length));
+            rest = tail;
+            work.push((b, ctr, c, block));
         }
+        let one = |(b, ctr, c, block): (u64, u64, &BlockCipher, &mut [u8])| {
+            c.decrypt_in_place(b, ctr, block)
+        };
+        if work.len() >= PARALLEL_BLOCKS_MIN {
+            work.into_par_iter().for_each(one);
+        } else {
+            work.into_iter().for_each(one);
+        }
+        Ok(())
+    }
+
+    /// Deciphers `work` through the RAND/COMP construction, which checks each block.
+    fn decipher(&self, work: Vec<Work>) -> Result<Vec<Vec<u8>>, IoError> {
+        let f = self.f();
         let mut i = f.inner.lock().expect("crypt lock");
         let (eint, meta) = i
             .eint
@@ -545,7 +564,6 @@ impl CryptIo {
             work.push(Work {
                 index: b,
                 ctr,
-                kv,
                 bytes: p,
             });
         }
