@@ -28,7 +28,7 @@ use nasd_e2e::block::BlockCipher;
 use nasd_e2e::counters::CounterIntervals;
 use nasd_e2e::keys::{FileKey, KeyFile, KeyVersion};
 use nasd_e2e::side::{pins_root, Integrity, Pin, Side};
-use nasd_e2e::store::{MetaKey, UntrustedStore};
+use nasd_e2e::store::{MemStore, MetaKey};
 use nasd_e2e::{EintFile, FileId, Scheme, TrustedRecord};
 use nasd_proto::manager::Eint;
 use rayon::prelude::*;
@@ -81,40 +81,10 @@ struct Inner {
     key_version: KeyVersion,
     ciphers: BTreeMap<KeyVersion, Arc<BlockCipher>>,
     key_file: KeyFile,
-    /// RAND/COMP: the construction and its side data (counters and tree nodes).
-    eint: Option<(EintFile, BTreeMap<MetaKey, Vec<u8>>)>,
-}
-
-/// The side data of a RAND/COMP file as the construction's untrusted store, with the
-/// ciphertext of the blocks at hand.
-struct SideStore<'a> {
-    blocks: &'a mut BTreeMap<u64, Vec<u8>>,
-    meta: &'a mut BTreeMap<MetaKey, Vec<u8>>,
-}
-
-impl UntrustedStore for SideStore<'_> {
-    type Error = std::convert::Infallible;
-    fn read_block(&self, index: u64) -> Result<Option<Vec<u8>>, Self::Error> {
-        Ok(self.blocks.get(&index).cloned())
-    }
-    fn write_block(&mut self, index: u64, ciphertext: &[u8]) -> Result<(), Self::Error> {
-        self.blocks.insert(index, ciphertext.to_vec());
-        Ok(())
-    }
-    fn read_meta(&self, key: MetaKey) -> Result<Option<Vec<u8>>, Self::Error> {
-        Ok(self.meta.get(&key).cloned())
-    }
-    fn write_meta(&mut self, key: MetaKey, value: &[u8]) -> Result<(), Self::Error> {
-        self.meta.insert(key, value.to_vec());
-        Ok(())
-    }
-    fn delete_meta(&mut self, key: MetaKey) -> Result<(), Self::Error> {
-        self.meta.remove(&key);
-        Ok(())
-    }
-    fn integrity_bytes_stored(&self) -> Result<u64, Self::Error> {
-        Ok(self.meta.values().map(|v| v.len() as u64).sum())
-    }
+    /// RAND/COMP: the construction and its untrusted store: the side data (counters and
+    /// tree nodes) in `meta`, and in `blocks` the ciphertext of the call at hand (emptied
+    /// after each).
+    eint: Option<(EintFile, MemStore)>,
 }
 
 fn scheme_of(e: Eint) -> Scheme {
@@ -157,7 +127,7 @@ impl CryptFile {
             _ => Some((
                 EintFile::create(file_id, scheme_of(scheme), block, key_version, key, 0)
                     .map_err(|e| e.to_string())?,
-                BTreeMap::new(),
+                MemStore::new(),
             )),
         };
         let mut ciphers = BTreeMap::new();
@@ -221,7 +191,13 @@ impl CryptFile {
                     .map(|&(level, index, h)| (MetaKey::Node { level, index }, h.to_vec()))
                     .collect();
                 meta.insert(MetaKey::Counters, side.counters.clone());
-                Some((f, meta))
+                Some((
+                    f,
+                    MemStore {
+                        blocks: BTreeMap::new(),
+                        meta,
+                    },
+                ))
             }
             _ => return Err("the side data is not of the record's construction".into()),
         };
@@ -281,8 +257,9 @@ impl CryptFile {
                 let pins: Vec<Pin> = self.pins.iter().map(|p| p.pin()).collect();
                 (pins_root(self.file_id, &pins), Integrity::Pins(pins))
             }
-            Some((f, meta)) => {
-                let nodes = meta
+            Some((f, store)) => {
+                let nodes = store
+                    .meta
                     .iter()
                     .filter_map(|(k, v)| match k {
                         MetaKey::Node { level, index } => {
@@ -502,27 +479,22 @@ impl CryptIo {
     fn decipher(&self, work: Vec<Work>) -> Result<Vec<Vec<u8>>, IoError> {
         let f = self.f();
         let mut i = f.inner.lock().expect("crypt lock");
-        let (eint, meta) = i
+        let (eint, store) = i
             .eint
             .as_mut()
             .expect("RAND/COMP files have a construction");
-        let mut blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         let order: Vec<u64> = work.iter().map(|w| w.index).collect();
-        for w in work {
-            blocks.insert(w.index, w.bytes);
-        }
-        let store = SideStore {
-            blocks: &mut blocks,
-            meta,
-        };
-        order
+        store.blocks = work.into_iter().map(|w| (w.index, w.bytes)).collect();
+        let plain = order
             .into_iter()
             .map(|b| {
-                eint.read_block(&store, b)
+                eint.read_block(&*store, b)
                     .map(|(p, _)| p)
                     .map_err(|e| refused(&f.path, e))
             })
-            .collect()
+            .collect();
+        store.blocks.clear();
+        plain
     }
 
     /// Enciphers new plaintext blocks (whole ones, and the file's last possibly short),
@@ -531,17 +503,14 @@ impl CryptIo {
         let f = self.f();
         let mut i = f.inner.lock().expect("crypt lock");
         let kv = i.key_version;
-        if let Some((eint, meta)) = i.eint.as_mut() {
-            let mut out_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-            let mut store = SideStore {
-                blocks: &mut out_blocks,
-                meta,
-            };
+        if let Some((eint, store)) = i.eint.as_mut() {
             let mut out = vec![];
             for (b, p) in &blocks {
-                eint.write_block(&mut store, *b, p)
-                    .map_err(|e| refused(&f.path, e))?;
-                out.extend_from_slice(&store.blocks[b]);
+                let w = eint.write_block(store, *b, p);
+                if let Some(c) = store.blocks.remove(b) {
+                    out.extend_from_slice(&c);
+                }
+                w.map_err(|e| refused(&f.path, e))?;
             }
             // The construction keeps its own counters; the layer reads holes from them.
             let enc = store
@@ -693,14 +662,8 @@ impl CryptIo {
             let blocks = size.div_ceil(bs);
             match i.eint.as_mut() {
                 None => i.counters.extend(blocks),
-                Some((eint, meta)) => {
-                    let mut none = BTreeMap::new();
-                    let mut store = SideStore {
-                        blocks: &mut none,
-                        meta,
-                    };
-                    eint.extend(&mut store, size)
-                        .map_err(|e| refused(&f.path, e))?;
+                Some((eint, store)) => {
+                    eint.extend(store, size).map_err(|e| refused(&f.path, e))?;
                     let enc = store
                         .meta
                         .get(&MetaKey::Counters)
