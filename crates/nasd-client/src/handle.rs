@@ -363,6 +363,14 @@ impl FileHandle {
         self.st.lock().await.size
     }
 
+    /// The size this handle holds that no one else sees yet (writes or a cut not written
+    /// out, a file not committed); `None` when the committed file is what it holds, so a
+    /// handle closed but not yet released never stands for the file's size.
+    pub async fn unsaved_size(&self) -> Option<u64> {
+        let st = self.st.lock().await;
+        st.changed.then_some(st.size)
+    }
+
     /// Up to `len` bytes at `off` (fewer at the end of the file).
     pub async fn read_at(&self, off: u64, len: u64) -> Result<Vec<u8>, FsError> {
         self.read_bytes(off, len).await.map(ReadBytes::into_vec)

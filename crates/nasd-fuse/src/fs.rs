@@ -271,16 +271,14 @@ impl NasdFs {
         Ok(a)
     }
 
-    /// The size the open handles of `path` hold, if any (a write not yet flushed).
+    /// The size the open handles of `path` hold, if any holds changes not committed yet (a
+    /// write not flushed, a cut). A handle whose descriptor was closed has committed what it
+    /// had, and its release may come later: its size is no longer the file's.
     fn open_size(&self, path: &str) -> Option<u64> {
-        let files = self.files.lock().expect("files lock");
-        let open: Vec<Arc<Open>> = files
-            .values()
-            .filter(|o| o.path() == path)
-            .cloned()
-            .collect();
-        drop(files);
-        open.iter().map(|o| self.rt.block_on(o.h.size())).max()
+        self.opened_at(path)
+            .iter()
+            .filter_map(|o| self.rt.block_on(o.h.unsaved_size()))
+            .max()
     }
 
     fn entry(&self, path: &str, reply: ReplyEntry) {

@@ -173,6 +173,25 @@ fn the_mount_behaves_as_posix_and_as_the_cluster() {
     // Random operations against a model, on a one-object and an erasure-coded file.
     fsx(&root.join("one"), 1500, 0x5eed_0001);
     fsx(&root.join("ec/f"), 600, 0x5eed_0002);
+
+    // A descriptor that wrote and synced, still open (as one closed but not yet released
+    // by the kernel is), does not stand for the size another descriptor cut the file to.
+    let cut = root.join("cut");
+    let a = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&cut)
+        .unwrap();
+    a.write_all_at(&[1u8; 1000], 0).unwrap();
+    a.sync_all().unwrap();
+    let b = OpenOptions::new().write(true).open(&cut).unwrap();
+    b.set_len(10).unwrap();
+    assert_eq!(b.metadata().unwrap().len(), 10);
+    assert_eq!(std::fs::metadata(&cut).unwrap().len(), 10);
+    drop((a, b));
+    assert_eq!(std::fs::read(&cut).unwrap(), vec![1u8; 10]);
     assert!(up
         .ok(&["stat", "--json", "nasd:/one"])
         .contains("\"kind\":\"file\""));
