@@ -375,8 +375,13 @@ async fn bench_drive(
         .context("drive init wrote no working key file")?;
     let wk = nasd_client::auth::load_key_file(&wk_path)?;
     let expiry_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64 + 86_400_000;
-    let mint = |object: ObjectId| {
-        Auth::Capability(Capability::mint(
+    // The writer of the `signed` column: a fixed seed, so runs are alike.
+    let writer = Arc::new(nasd_crypto::wsig::WriterSigner::from_seed(
+        &nasd_crypto::Key::from_bytes([0x5e; 32]),
+    ));
+    // A capability for `object`; `signed`: naming the writer's key, with its signer attached.
+    let cap_for = |object: ObjectId, signed: bool| {
+        let cap = Capability::mint(
             wk.suite,
             &wk.key,
             CapabilityArgs {
@@ -387,39 +392,24 @@ async fn bench_drive(
                 rights: Rights::ALL,
                 expiry_ms,
                 audit_id: 0,
-                min_protection: Protection::NONE,
-                writer_key: None,
+                min_protection: if signed {
+                    Protection::INTEGRITY_ARGS
+                } else {
+                    Protection::NONE
+                },
+                writer_key: signed.then(|| writer.public()),
             },
             0,
             false,
-        ))
+        );
+        Auth::Capability(if signed {
+            cap.with_signer(writer.clone())
+        } else {
+            cap
+        })
     };
-    // The writer of the `signed` column: a fixed seed, so runs are alike.
-    let writer = Arc::new(nasd_crypto::wsig::WriterSigner::from_seed(
-        &nasd_crypto::Key::from_bytes([0x5e; 32]),
-    ));
-    let mint_signed = |object: ObjectId| {
-        Auth::Capability(
-            Capability::mint(
-                wk.suite,
-                &wk.key,
-                CapabilityArgs {
-                    drive: wk.drive,
-                    partition,
-                    object,
-                    region: Region::new(0, u64::MAX),
-                    rights: Rights::ALL,
-                    expiry_ms,
-                    audit_id: 0,
-                    min_protection: Protection::INTEGRITY_ARGS,
-                    writer_key: Some(writer.public()),
-                },
-                0,
-                false,
-            )
-            .with_signer(writer.clone()),
-        )
-    };
+    let mint = |object: ObjectId| cap_for(object, false);
+    let mint_signed = |object: ObjectId| cap_for(object, true);
     // The `encrypted` column's cipher: one file key, as a file's blocks have.
     let cipher = Arc::new(nasd_e2e::block::BlockCipher::new(
         nasd_e2e::FileId([0x3c; 16]),
