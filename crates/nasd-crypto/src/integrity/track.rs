@@ -312,17 +312,7 @@ impl TreeTrack {
         }
         // A gap between the old end and the write is zeros.
         if c0 > n {
-            for (lo, hi) in decompose(n, c0) {
-                let level = (hi - lo).trailing_zeros();
-                e.insert(
-                    lo,
-                    Entry {
-                        hi,
-                        digest: tree::zero(self.suite, level),
-                        zero: true,
-                    },
-                );
-            }
+            insert_zeros(self.suite, e, n, c0);
         }
         for (lo, hi) in decompose(c0, c1) {
             let run = &leaves[(lo - c0) as usize..(hi - c0) as usize];
@@ -489,17 +479,7 @@ impl TreeTrack {
         }
         let e = self.entries.as_mut().expect("planned");
         let full_end = size / C;
-        for (lo, hi) in decompose(n, full_end.max(n)) {
-            let level = (hi - lo).trailing_zeros();
-            e.insert(
-                lo,
-                Entry {
-                    hi,
-                    digest: tree::zero(self.suite, level),
-                    zero: true,
-                },
-            );
-        }
+        insert_zeros(self.suite, e, n, full_end.max(n));
         let mut keep = None;
         if !size.is_multiple_of(C) && new_n > n {
             let last = new_n - 1;
@@ -610,7 +590,13 @@ fn split_zero(suite: Suite, e: &mut BTreeMap<u64, Entry>, at: u64) {
         return;
     }
     e.remove(&lo);
-    for (a, b) in decompose(lo, at).into_iter().chain(decompose(at, x.hi)) {
+    insert_zeros(suite, e, lo, at);
+    insert_zeros(suite, e, at, x.hi);
+}
+
+/// Chunks `[lo, hi)` as zero runs, one per aligned subtree.
+fn insert_zeros(suite: Suite, e: &mut BTreeMap<u64, Entry>, lo: u64, hi: u64) {
+    for (a, b) in decompose(lo, hi) {
         e.insert(
             a,
             Entry {
