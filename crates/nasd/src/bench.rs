@@ -63,6 +63,8 @@ pub enum BenchCmd {
     /// PUT/GET of 64 MiB and 4 KiB objects through the S3 gateway, N clients, beside the
     /// same through the client library.
     S3(crate::bench_s3::BenchS3Args),
+    /// Sequential and small-file transfers through `nasd mount` beside `nasd cp`.
+    Mount(crate::bench_mount::BenchMountArgs),
 }
 
 #[derive(Args, Debug)]
@@ -197,6 +199,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Cluster(a) => return crate::bench_cluster::bench_cluster(a),
         BenchCmd::Ec(a) => return crate::bench_ec::run(a),
         BenchCmd::S3(a) => return crate::bench_s3::run(a),
+        BenchCmd::Mount(a) => return crate::bench_mount::run(a),
     };
     let cpus = allowed_cpus();
     if a.shared_cores || cpus.len() < 2 {

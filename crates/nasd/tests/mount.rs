@@ -204,6 +204,39 @@ fn the_mount_behaves_as_posix_and_as_the_cluster() {
     assert!(std::fs::read(&out).unwrap() == big);
     up.ok(&["cp", out.to_str().unwrap(), "nasd:/big2"]);
     assert!(std::fs::read(root.join("big2")).unwrap() == big);
+    // A file this large opened for reading goes past the page cache (direct I/O): reads at
+    // odd offsets and sizes, and a shared read-only map, still see its bytes.
+    let f = std::fs::File::open(root.join("big2")).unwrap();
+    for (off, len) in [
+        (0usize, 1usize),
+        (4095, 3),
+        (1 << 20, 200_000),
+        ((9 << 20) - 7, 7),
+    ] {
+        let mut buf = vec![0u8; len];
+        f.read_exact_at(&mut buf, off as u64).unwrap();
+        assert!(buf == big[off..off + len], "pread at {off}+{len}");
+    }
+    let mut past = [0u8; 16];
+    assert_eq!(f.read_at(&mut past, (9 << 20) - 4).unwrap(), 4);
+    // SAFETY: a fresh shared read-only map of `f`'s whole length, unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            big.len(),
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // SAFETY: `map` is a readable mapping of `big.len()` bytes until the munmap below.
+    let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, big.len()) };
+    assert!(mapped == &big[..], "the shared map shows the file");
+    // SAFETY: unmaps exactly what was mapped above; `mapped` is not used after.
+    unsafe { libc::munmap(map, big.len()) };
+    drop(f);
 
     // POSIX names through the kernel.
     std::fs::create_dir(root.join("d")).unwrap();
@@ -490,4 +523,55 @@ fn a_change_on_one_mount_drops_what_the_other_mount_cached() {
     // And the other way round.
     std::fs::write(b.dir.join("e/x"), b"y").unwrap();
     assert_eq!(std::fs::read(a.dir.join("e/x")).unwrap(), b"y");
+}
+
+/// `nasd bench mount` on a cluster of its own: a JSON cell per directory and transfer, each
+/// with a time per round for both paths and every figure positive.
+#[test]
+fn bench_mount_reports_every_cell_as_json() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(NASD)
+        .args(["bench", "mount", "--quick", "--json", "--rounds", "2"])
+        .args(["--size-mib", "2", "--files", "5", "--drives", "1"])
+        .env("HOME", tmp.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_DATA")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let cells: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen: Vec<String> = cells
+        .iter()
+        .map(|c| format!("{} {}", c["protection"], c["transfer"]).replace('"', ""))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "encrypted read",
+            "encrypted small-files",
+            "encrypted write",
+            "plain read",
+            "plain small-files",
+            "plain write"
+        ]
+    );
+    for c in &cells {
+        assert_eq!(c["ratios"].as_array().unwrap().len(), 2, "{c}");
+        for k in ["nasd_cp_s", "mount_s", "ratio"] {
+            assert!(c[k].as_f64().unwrap() > 0.0, "{k} in {c}");
+        }
+    }
 }
