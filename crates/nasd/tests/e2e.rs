@@ -514,3 +514,47 @@ fn a_drive_that_changes_ciphertext_with_valid_macs_is_caught() {
         restore("the object extended");
     }
 }
+
+/// A user who may not make key pairs writes group-readable files of a group that has none
+/// (a fresh cluster's `users`): the refused attempt to make the group's pair is not repeated
+/// for every file (it cost four manager round trips each), and the files read back.
+#[test]
+fn a_group_without_a_key_pair_costs_no_round_trips_per_write() {
+    let up = Up::start(1);
+    up.add_user("bob", "bob-pw");
+    up.ok(&["mkdir", "--mode", "777", "nasd:/w"]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bob = rt
+        .block_on(nasd_client::files::Client::connect(
+            up.session("bob", "bob-pw"),
+        ))
+        .unwrap();
+    let body = b"group-readable".repeat(300);
+    let trips = || {
+        bob.manager_round_trips
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    rt.block_on(bob.put_bytes("/w/first", &body, 0o644))
+        .unwrap();
+    let (files, t0) = (10u64, trips());
+    for i in 0..files {
+        rt.block_on(bob.put_bytes(&format!("/w/f{i}"), &body, 0o644))
+            .unwrap();
+    }
+    let per_file = (trips() - t0) as f64 / files as f64;
+    assert!(
+        per_file <= 3.0,
+        "{per_file} manager round trips per encrypted 4 KiB file"
+    );
+    for i in 0..files {
+        assert_eq!(
+            rt.block_on(bob.get_bytes(&format!("/w/f{i}"))).unwrap(),
+            body
+        );
+    }
+    let st = up.ok(&["stat", "nasd:/w/f0"]);
+    assert!(st.contains("bob"), "bob reads what he wrote: {st}");
+}

@@ -45,6 +45,10 @@ pub struct Keyring {
     users: Mutex<HashMap<u32, (UserKeys, u64)>>,
     groups: Mutex<HashMap<u32, (GroupKeyInfo, u64)>>,
     group_secrets: Mutex<HashMap<(u32, u32), Arc<SecretKey>>>,
+    /// Groups whose first key pair this client could not make (it is not an admin), and
+    /// when: not tried again for [`KEYS_TTL_MS`], so a user's every write to a file of such
+    /// a group does not pay the four manager round trips of a refused attempt.
+    unmade_groups: Mutex<HashMap<u32, u64>>,
 }
 
 impl Default for Keyring {
@@ -55,6 +59,7 @@ impl Default for Keyring {
             users: Default::default(),
             groups: Default::default(),
             group_secrets: Default::default(),
+            unmade_groups: Default::default(),
         }
     }
 }
@@ -436,15 +441,27 @@ impl Client {
         let mut groups = self.group_infos(&gids, false).await?;
         // A group without a key pair yet gets one now when this user may make it (an admin),
         // so its members read the file, also those who join later.
-        let lacking: Vec<String> = groups
-            .values()
-            .filter(|g| g.public.is_none())
-            .map(|g| g.name.clone())
-            .collect();
+        let now = now_ms();
+        let lacking: Vec<&GroupKeyInfo> = {
+            let unmade = self.keyring.unmade_groups.lock().expect("keyring lock");
+            groups
+                .values()
+                .filter(|g| g.public.is_none())
+                .filter(|g| unmade.get(&g.gid).is_none_or(|&at| now >= at + KEYS_TTL_MS))
+                .collect()
+        };
         if !lacking.is_empty() {
-            match self.sync_group_keys(lacking).await {
+            let (names, tried): (Vec<String>, Vec<u32>) =
+                lacking.iter().map(|g| (g.name.clone(), g.gid)).unzip();
+            match self.sync_group_keys(names).await {
                 Ok(_) => groups = self.group_infos(&gids, true).await?,
-                Err(e) => tracing::debug!("{path}: groups without key pairs stay so: {e}"),
+                Err(e) => {
+                    tracing::debug!("{path}: groups without key pairs stay so: {e}");
+                    let mut unmade = self.keyring.unmade_groups.lock().expect("keyring lock");
+                    for g in tried {
+                        put_bounded(&mut unmade, g, now);
+                    }
+                }
             }
         }
         let mut to: Vec<(KeyPrincipal, PublicKey)> = vec![];
