@@ -212,6 +212,16 @@ enum Path {
     Library,
 }
 
+impl Path {
+    /// The prefix of the objects this path writes.
+    fn tag(self) -> &'static str {
+        match self {
+            Path::S3 => "s3",
+            Path::Library => "lib",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Op {
     Put,
@@ -331,6 +341,17 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
                             .expect("every cell is listed");
                         c.rates.push((ops as f64 / secs, ops));
                     }
+                    // A round's large objects go once read, so a long run needs the disk
+                    // space of one round, not of all.
+                    if size == large {
+                        let tag = path.tag();
+                        for (w, &n) in written.iter().enumerate() {
+                            for i in 0..n {
+                                let key = format!("/s3/bench/{tag}-{size}-r{round}-w{w}-{i}");
+                                admin.unlink(&key).await?;
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -361,10 +382,7 @@ async fn run_cell(
     let body = data.slice(..size);
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    let tag = match path {
-        Path::S3 => "s3",
-        Path::Library => "lib",
-    };
+    let tag = path.tag();
     let taken = std::mem::take(conns);
     for (w, (mut conn, client)) in taken.into_iter().zip(clients.iter().cloned()).enumerate() {
         let body = body.clone();
