@@ -100,7 +100,12 @@ impl Alloc {
 }
 
 pub struct Store {
-    pub(crate) db: Database,
+    /// The metadata database; replaced in place after an I/O error ([`Store::reopen`]).
+    db: RwLock<Database>,
+    /// The storage under `db`, to open it again.
+    meta: Arc<dyn Storage>,
+    /// An I/O error failed `db` ([`Store::db_failed`]).
+    db_failed: std::sync::atomic::AtomicBool,
     pub(crate) data: Arc<dyn Storage>,
     pub(crate) state: RwLock<Cached>,
     pub(crate) alloc: Mutex<Alloc>,
@@ -178,7 +183,7 @@ impl Store {
         meta.set_len(0)?;
         data.set_len(0)?;
         let db = Database::builder()
-            .create_with_backend(RedbBackend(meta))
+            .create_with_backend(RedbBackend(meta.clone()))
             .map_err(db_err)?;
         let w = db.begin_write().map_err(db_err)?;
         {
@@ -198,7 +203,7 @@ impl Store {
         }
         w.commit().map_err(db_err)?;
         data.sync()?;
-        Self::from_db(db, data, seal)
+        Self::from_db(db, meta, data, seal)
     }
 
     /// Opens an existing drive (after a clean stop or a crash: redb recovers its last commit).
@@ -213,10 +218,10 @@ impl Store {
         passphrase: Option<&[u8]>,
     ) -> R<Store> {
         let db = Database::builder()
-            .create_with_backend(RedbBackend(meta))
+            .create_with_backend(RedbBackend(meta.clone()))
             .map_err(db_err)?;
         let seal = Self::unlock(&db, passphrase)?;
-        Self::from_db(db, data, seal)
+        Self::from_db(db, meta, data, seal)
     }
 
     /// Whether the drive on `meta` keeps its keys sealed (it then needs its passphrase).
@@ -259,7 +264,7 @@ impl Store {
     ) -> R<()> {
         let store = Self::open_with(meta, data, passphrase)?;
         let state = store.state.read().clone();
-        let w = store.db.begin_write().map_err(db_err)?;
+        let w = store.db().begin_write().map_err(db_err)?;
         {
             let mut t = w.open_table(DRIVE).map_err(db_err)?;
             t.insert("drive", state.drive.encode(Some(&seal)).as_slice())
@@ -275,39 +280,18 @@ impl Store {
         w.commit().map_err(db_err)
     }
 
-    fn from_db(db: Database, data: Arc<dyn Storage>, seal: Option<KeySeal>) -> R<Store> {
-        let r = db.begin_read().map_err(db_err)?;
-        let drive = {
-            let t = r
-                .open_table(DRIVE)
-                .map_err(|_| DriveError::NotInitialized)?;
-            let v = t
-                .get("drive")
-                .map_err(db_err)?
-                .ok_or(DriveError::NotInitialized)?;
-            DriveRecord::decode(v.value(), seal.as_ref())
-                .map_err(|e| DriveError::Corrupt(format!("drive record: {e}")))?
-        };
-        let mut partitions = BTreeMap::new();
-        for e in r
-            .open_table(PARTITIONS)
-            .map_err(db_err)?
-            .iter()
-            .map_err(db_err)?
-        {
-            let (k, v) = e.map_err(db_err)?;
-            let p = PartitionRecord::decode(v.value(), k.value(), seal.as_ref())
-                .map_err(|e| DriveError::Corrupt(format!("partition record: {e}")))?;
-            partitions.insert(k.value(), p);
-        }
-        let mut free = BTreeSet::new();
-        for e in r.open_table(FREE).map_err(db_err)?.iter().map_err(db_err)? {
-            free.insert(e.map_err(db_err)?.0.value());
-        }
-        drop(r);
+    fn from_db(
+        db: Database,
+        meta: Arc<dyn Storage>,
+        data: Arc<dyn Storage>,
+        seal: Option<KeySeal>,
+    ) -> R<Store> {
+        let (cached, free) = Self::load(&db, seal.as_ref())?;
         Ok(Store {
-            db,
-            state: RwLock::new(Cached { drive, partitions }),
+            db: RwLock::new(db),
+            meta,
+            db_failed: Default::default(),
+            state: RwLock::new(cached),
             alloc: Mutex::new(Alloc {
                 free,
                 reserved_bytes: data.size()?,
@@ -319,6 +303,94 @@ impl Store {
             seal,
             block_cache: Default::default(),
         })
+    }
+
+    /// The drive and partition records and the free list, as `db` holds them.
+    fn load(db: &Database, seal: Option<&KeySeal>) -> R<(Cached, BTreeSet<u64>)> {
+        let r = db.begin_read().map_err(db_err)?;
+        let drive = {
+            let t = r
+                .open_table(DRIVE)
+                .map_err(|_| DriveError::NotInitialized)?;
+            let v = t
+                .get("drive")
+                .map_err(db_err)?
+                .ok_or(DriveError::NotInitialized)?;
+            DriveRecord::decode(v.value(), seal)
+                .map_err(|e| DriveError::Corrupt(format!("drive record: {e}")))?
+        };
+        let mut partitions = BTreeMap::new();
+        for e in r
+            .open_table(PARTITIONS)
+            .map_err(db_err)?
+            .iter()
+            .map_err(db_err)?
+        {
+            let (k, v) = e.map_err(db_err)?;
+            let p = PartitionRecord::decode(v.value(), k.value(), seal)
+                .map_err(|e| DriveError::Corrupt(format!("partition record: {e}")))?;
+            partitions.insert(k.value(), p);
+        }
+        let mut free = BTreeSet::new();
+        for e in r.open_table(FREE).map_err(db_err)?.iter().map_err(db_err)? {
+            free.insert(e.map_err(db_err)?.0.value());
+        }
+        Ok((Cached { drive, partitions }, free))
+    }
+
+    /// The metadata database (transactions hold what they need of it, so the guard is
+    /// dropped at once); opened again first if an I/O error failed it.
+    pub(crate) fn db(&self) -> parking_lot::RwLockReadGuard<'_, Database> {
+        if let Err(e) = self.reopen() {
+            tracing::debug!("metadata database not reopened yet: {e}");
+        }
+        self.db.read()
+    }
+
+    /// Marks the metadata database failed by an I/O error: redb refuses every later
+    /// transaction of it, reads too, with `PreviousIo` (a commit that met a full disk does
+    /// this), so the next use opens it again ([`Store::reopen`]).
+    pub(crate) fn db_failed(&self) {
+        self.db_failed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Opens the metadata database again after an I/O error failed it: redb's recovery brings
+    /// back its last commit, as at a restart, and the drive reloads its records and free list
+    /// from it, so it serves again once the disk has room (until then this fails and the
+    /// next use tries again). Free blocks still quarantined for running reads stay out of the
+    /// free list. Only a failed database is replaced: it can write nothing more to the
+    /// storage, so the two never both write.
+    pub(crate) fn reopen(&self) -> R<()> {
+        use std::sync::atomic::Ordering;
+        if !self.db_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut db = self.db.write();
+        if !self.db_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let fresh = Database::builder()
+            .create_with_backend(RedbBackend(self.meta.clone()))
+            .map_err(|e| match e {
+                // Still no room: `DiskFull` to the client.
+                redb::DatabaseError::Storage(redb::StorageError::Io(io)) => DriveError::Io(io),
+                e => db_err(e),
+            })?;
+        let (cached, mut free) = Self::load(&fresh, self.seal.as_ref())?;
+        *db = fresh;
+        *self.state.write() = cached;
+        let mut a = self.alloc.lock();
+        for (_, blocks) in &a.quarantine {
+            for b in blocks {
+                free.remove(b);
+            }
+        }
+        a.free = free;
+        a.reserved_bytes = self.data.size()?;
+        self.db_failed.store(false, Ordering::Release);
+        tracing::warn!("metadata database reopened after an I/O error");
+        Ok(())
     }
 
     pub fn cached(&self) -> Cached {
@@ -352,7 +424,7 @@ impl Store {
 
     /// The block-map entry of block `b` of an object, or `None` for a hole.
     pub(crate) fn block_entry(&self, p: PartitionId, o: ObjectId, b: u64) -> R<Option<BlockEntry>> {
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let blocks = r.open_table(BLOCKS).map_err(db_err)?;
         let e = blocks.get((p.0, o.0, b)).map_err(db_err)?;
         e.map(|v| {
@@ -371,7 +443,7 @@ impl Store {
 
     /// An object's record, or `NoSuchObject`.
     pub fn object(&self, p: PartitionId, o: ObjectId) -> R<ObjectRecord> {
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let t = r.open_table(OBJECTS).map_err(db_err)?;
         let v = t
             .get((p.0, o.0))
@@ -383,7 +455,7 @@ impl Store {
 
     /// Identifiers of the partition's objects (the Partition Contents object, Table 4).
     pub fn list_objects(&self, p: PartitionId) -> R<Vec<ObjectId>> {
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let t = r.open_table(OBJECTS).map_err(db_err)?;
         let mut v = vec![];
         for e in t.range((p.0, 0)..=(p.0, u64::MAX)).map_err(db_err)? {
@@ -461,7 +533,7 @@ impl Store {
         let _g = self.reader();
         let suite = self.suite();
         let version = self.tree_cache.version((p.0, o.0));
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let objects = r.open_table(OBJECTS).map_err(db_err)?;
         let rec = objects
             .get((p.0, o.0))
@@ -797,7 +869,7 @@ impl Store {
         o: ObjectId,
         regions: &[Region],
     ) -> R<(u64, u64)> {
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let objects = r.open_table(OBJECTS).map_err(db_err)?;
         if objects.get((p.0, o.0)).map_err(db_err)?.is_none() {
             return Err(DriveError::NoSuchObject(p, o));
@@ -837,7 +909,7 @@ impl Store {
     /// Bytes of integrity metadata stored for an object (block entries' digests and stored tree
     /// nodes), for the overhead figure.
     pub fn metadata_bytes(&self, p: PartitionId, o: ObjectId) -> R<u64> {
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let blocks = r.open_table(BLOCKS).map_err(db_err)?;
         let nodes = r.open_table(NODES).map_err(db_err)?;
         let mut n = 0u64;
@@ -860,9 +932,17 @@ impl Store {
         Ok(n)
     }
 
+    /// Test hook: blocks never used yet (from `next_phys`) and blocks free for reuse.
+    pub fn free_blocks(&self) -> (u64, usize) {
+        let next = self.state.read().drive.next_phys;
+        let mut a = self.alloc.lock();
+        a.release();
+        (next, a.free.len())
+    }
+
     /// Test and fault-injection hook: the physical block holding `(p, o, block)`.
     pub fn physical_block(&self, p: PartitionId, o: ObjectId, block: u64) -> R<Option<u64>> {
-        let r = self.db.begin_read().map_err(db_err)?;
+        let r = self.db().begin_read().map_err(db_err)?;
         let t = r.open_table(BLOCKS).map_err(db_err)?;
         Ok(match t.get((p.0, o.0, block)).map_err(db_err)? {
             Some(v) => Some(
@@ -876,7 +956,7 @@ impl Store {
 
     /// Test and fault-injection hook: flips a bit in the stored integrity metadata of a block.
     pub fn corrupt_metadata(&self, p: PartitionId, o: ObjectId, block: u64) -> R<()> {
-        let w = self.db.begin_write().map_err(db_err)?;
+        let w = self.db().begin_write().map_err(db_err)?;
         {
             let mut t = w.open_table(BLOCKS).map_err(db_err)?;
             let mut e = match t.get((p.0, o.0, block)).map_err(db_err)? {

@@ -234,6 +234,55 @@ fn acknowledged_writes_survive_power_loss_at_any_instant() {
     }
 }
 
+/// The metadata disk fills up under a commit: the write is refused as `DiskFull`, and once
+/// there is room the drive goes on (redb fails a database after an I/O error; the drive opens
+/// it again) with what it held before, reads and writes, and nothing leaked.
+#[test]
+fn a_full_metadata_disk_refuses_a_write_and_the_drive_goes_on_when_room_comes_back() {
+    let (_disks, store, m, _d) = new_drive(Scheme::Tree);
+    let JobOut::Object(o, _) = run_now(
+        &store,
+        Job::Create {
+            p: P,
+            scheme: None,
+            mask: AttrMask::default(),
+            attrs: Box::default(),
+        },
+    )
+    .unwrap() else {
+        panic!()
+    };
+    let w = |off: u64, data: Vec<u8>| Job::Write {
+        p: P,
+        data_at: 0,
+        o,
+        regions: vec![Region::new(off, data.len() as u64)],
+        data,
+        form: Scheme::Tree,
+        pieces: vec![],
+        write_back: false,
+    };
+    run_now(&store, w(0, vec![1; 50_000])).unwrap();
+    let free_before = store.free_blocks();
+    m.write_budget.store(0, Ordering::SeqCst);
+    for _ in 0..2 {
+        let e = run_now(&store, w(10_000, vec![2; 100_000])).unwrap_err();
+        assert_eq!(e.status(), nasd_proto::Status::DiskFull, "{e}");
+    }
+    m.write_budget.store(u64::MAX, Ordering::SeqCst);
+    assert_eq!(
+        read_verified(&store, o),
+        vec![1; 50_000],
+        "the failed writes changed nothing"
+    );
+    assert_eq!(store.free_blocks(), free_before, "no block leaked");
+    run_now(&store, w(10_000, vec![2; 100_000])).unwrap();
+    let mut want = vec![1u8; 50_000];
+    want.resize(110_000, 0);
+    want[10_000..110_000].fill(2);
+    assert_eq!(read_verified(&store, o), want);
+}
+
 #[test]
 fn disk_full_is_a_clean_error() {
     let (_disks, store, _m, d) = new_drive(Scheme::Tree);

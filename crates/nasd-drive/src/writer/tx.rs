@@ -29,7 +29,17 @@ pub(crate) struct Tx<'a> {
 
 impl<'a> Tx<'a> {
     pub(super) fn begin(store: &'a Store) -> R<Tx<'a>> {
-        let w = store.db.begin_write().map_err(db_err)?;
+        // After an I/O error failed the database: open it again, or say why not.
+        store.reopen()?;
+        let w = match store.db().begin_write() {
+            // An I/O error failed the database: the next use opens it again.
+            Err(e @ redb::TransactionError::Storage(redb::StorageError::PreviousIo)) => {
+                store.db_failed();
+                Err(e)
+            }
+            w => w,
+        }
+        .map_err(db_err)?;
         Ok(Tx {
             store,
             w,
@@ -82,9 +92,20 @@ impl<'a> Tx<'a> {
         }
         let changed: Vec<(u16, u64)> = changed.into_iter().collect();
         store.tree_cache.begin_change(&changed);
-        let committed = w.commit().map_err(db_err);
+        let committed = w.commit();
         store.tree_cache.end_change(&changed);
-        committed?;
+        if let Err(redb::CommitError::Storage(
+            redb::StorageError::Io(_) | redb::StorageError::PreviousIo,
+        )) = &committed
+        {
+            // On I/O (a full disk): redb now refuses every transaction, reads too.
+            store.db_failed();
+        }
+        committed.map_err(|e| match e {
+            // A full disk is `DiskFull` to the client, as for the data disk.
+            redb::CommitError::Storage(redb::StorageError::Io(io)) => DriveError::Io(io),
+            e => db_err(e),
+        })?;
         if !freed.is_empty() {
             // Cached copies of freed blocks go now: their numbers may be reused (`cache`).
             store.forget_freed(&freed);
