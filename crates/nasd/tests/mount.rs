@@ -176,11 +176,20 @@ fn fsx(path: &Path, ops: usize, seed: u64) {
     assert!(std::fs::read(path).unwrap() == model, "at the end");
 }
 
+/// The fsx test and the restarts test do not run side by side. Open bug: run together, the
+/// fsx size check fails in about a quarter of runs (the kernel shows a size the file had
+/// before the latest writes through the same descriptor; never seen with either alone, nor
+/// with CPU hogs or `drop_caches` beside fsx). Found 2026-11-27, cause not yet known.
+static NO_RESTARTS_BESIDE_FSX: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn the_mount_behaves_as_posix_and_as_the_cluster() {
     if !can_mount() {
         return;
     }
+    let _serial = NO_RESTARTS_BESIDE_FSX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let up = Up::start(3);
     up.ok(&["mkdir", "--layout", "rs:2+1/64K", "nasd:/ec"]);
     let m = Mounted::start(&up, "nasd:/", &up.dir.path().join("m"), &[]);
@@ -601,6 +610,9 @@ fn the_mount_rides_through_restarts_and_a_killed_mount_loses_nothing_acknowledge
     if !can_mount() {
         return;
     }
+    let _serial = NO_RESTARTS_BESIDE_FSX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let mut up = Up::start(2);
     let mut m = Mounted::start(&up, "nasd:/", &up.dir.path().join("m"), &[]);
     let root = m.dir.clone();
