@@ -234,14 +234,10 @@ fn acknowledged_writes_survive_power_loss_at_any_instant() {
     }
 }
 
-/// The metadata disk fills up under a commit: the write is refused as `DiskFull`, and once
-/// there is room the drive goes on (redb fails a database after an I/O error; the drive opens
-/// it again) with what it held before, reads and writes, and nothing leaked.
-#[test]
-fn a_full_metadata_disk_refuses_a_write_and_the_drive_goes_on_when_room_comes_back() {
-    let (_disks, store, m, _d) = new_drive(Scheme::Tree);
+/// A new object in the partition's default scheme.
+fn new_object(store: &Store) -> ObjectId {
     let JobOut::Object(o, _) = run_now(
-        &store,
+        store,
         Job::Create {
             p: P,
             scheme: None,
@@ -250,9 +246,14 @@ fn a_full_metadata_disk_refuses_a_write_and_the_drive_goes_on_when_room_comes_ba
         },
     )
     .unwrap() else {
-        panic!()
+        panic!("create made no object")
     };
-    let w = |off: u64, data: Vec<u8>| Job::Write {
+    o
+}
+
+/// A durable write of `data` at `off` of `o`, sent in `tree` form.
+fn tree_write(o: ObjectId, off: u64, data: Vec<u8>) -> Job {
+    Job::Write {
         p: P,
         data_at: 0,
         o,
@@ -261,7 +262,17 @@ fn a_full_metadata_disk_refuses_a_write_and_the_drive_goes_on_when_room_comes_ba
         form: Scheme::Tree,
         pieces: vec![],
         write_back: false,
-    };
+    }
+}
+
+/// The metadata disk fills up under a commit: the write is refused as `DiskFull`, and once
+/// there is room the drive goes on (redb fails a database after an I/O error; the drive opens
+/// it again) with what it held before, reads and writes, and nothing leaked.
+#[test]
+fn a_full_metadata_disk_refuses_a_write_and_the_drive_goes_on_when_room_comes_back() {
+    let (_disks, store, m, _d) = new_drive(Scheme::Tree);
+    let o = new_object(&store);
+    let w = |off: u64, data: Vec<u8>| tree_write(o, off, data);
     run_now(&store, w(0, vec![1; 50_000])).unwrap();
     let free_before = store.free_blocks();
     m.write_budget.store(0, Ordering::SeqCst);
@@ -286,28 +297,8 @@ fn a_full_metadata_disk_refuses_a_write_and_the_drive_goes_on_when_room_comes_ba
 #[test]
 fn disk_full_is_a_clean_error() {
     let (_disks, store, _m, d) = new_drive(Scheme::Tree);
-    let JobOut::Object(o, _) = run_now(
-        &store,
-        Job::Create {
-            p: P,
-            scheme: None,
-            mask: AttrMask::default(),
-            attrs: Box::default(),
-        },
-    )
-    .unwrap() else {
-        panic!()
-    };
-    let w = |off: u64, data: Vec<u8>| Job::Write {
-        p: P,
-        data_at: 0,
-        o,
-        regions: vec![Region::new(off, data.len() as u64)],
-        data,
-        form: Scheme::Tree,
-        pieces: vec![],
-        write_back: false,
-    };
+    let o = new_object(&store);
+    let w = |off: u64, data: Vec<u8>| tree_write(o, off, data);
     run_now(&store, w(0, vec![1; 50_000])).unwrap();
     // the data disk fills up in the middle of the next write
     d.write_budget.store(20_000, Ordering::SeqCst);

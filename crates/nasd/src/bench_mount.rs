@@ -16,6 +16,7 @@
 //! shared machine. The first round's reads are compared with the source. A benchmark: it
 //! asserts nothing about speed.
 
+use crate::bench::median;
 use anyhow::{bail, Context as _};
 use clap::Args;
 use nasd_cluster::{pseudo_random, Cluster, Options};
@@ -298,11 +299,6 @@ fn cell<'a>(cells: &'a mut [Cell], dir: &str, transfer: Transfer) -> &'a mut Cel
         .iter_mut()
         .find(|c| c.dir == dir && c.transfer == transfer)
         .expect("every cell is listed")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn report(cells: &[Cell], rounds: usize, cold: bool, json: bool) {

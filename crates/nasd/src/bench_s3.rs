@@ -12,6 +12,7 @@
 //! the objects the PUTs of the round wrote, and the bytes are compared once per worker. A
 //! cell's figure is the median over rounds. A benchmark: it asserts nothing about speed.
 
+use crate::bench::median;
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use clap::Args;
@@ -437,11 +438,6 @@ async fn run_cell(
         }
     };
     Ok((counts, secs))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn report(cells: &[Cell], workers: usize, rounds: usize, json: bool) {

@@ -689,33 +689,20 @@ fn nasd_up_makes_its_cluster_current_for_later_commands() {
 /// it, single is skipped), every figure positive.
 #[test]
 fn bench_cluster_reports_healthy_and_degraded_cells_as_json() {
-    let tmp = tempfile::tempdir().unwrap();
-    let o = Command::new(NASD)
-        .args(["bench", "cluster", "--quick", "--json", "--duration", "0.3"])
-        .args([
-            "--workers",
-            "2",
-            "--layout",
-            "single,mirror:2",
-            "--degraded",
-            "1",
-        ])
-        .env("HOME", tmp.path())
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_DATA")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (out, lines) = json_lines_of(&[
+        "bench",
+        "cluster",
+        "--quick",
+        "--json",
+        "--duration",
+        "0.3",
+        "--workers",
+        "2",
+        "--layout",
+        "single,mirror:2",
+        "--degraded",
+        "1",
+    ]);
     let cells = |layout: &str, down: u64| {
         lines
             .iter()

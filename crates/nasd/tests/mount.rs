@@ -557,26 +557,20 @@ fn bench_mount_reports_every_cell_as_json() {
     if !can_mount() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let o = Command::new(NASD)
-        .args(["bench", "mount", "--quick", "--json", "--rounds", "2"])
-        .args(["--size-mib", "2", "--files", "5", "--drives", "1"])
-        .env("HOME", tmp.path())
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_DATA")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let cells: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (_, cells) = json_lines_of(&[
+        "bench",
+        "mount",
+        "--quick",
+        "--json",
+        "--rounds",
+        "2",
+        "--size-mib",
+        "2",
+        "--files",
+        "5",
+        "--drives",
+        "1",
+    ]);
     let mut seen: Vec<String> = cells
         .iter()
         .map(|c| format!("{} {}", c["protection"], c["transfer"]).replace('"', ""))

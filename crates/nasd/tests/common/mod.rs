@@ -147,6 +147,32 @@ impl Up {
 }
 
 /// An error and its causes, one after another.
+/// Runs `nasd ARGS` with no cluster configured (a fresh `HOME`, no `NASD_CONFIG` or
+/// `NASD_DATA`), as the benchmarks that start clusters of their own are run; returns its
+/// stdout and the JSON object on each line of it, and fails with both outputs if it fails.
+pub fn json_lines_of(args: &[&str]) -> (String, Vec<serde_json::Value>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(NASD)
+        .args(args)
+        .env("HOME", tmp.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_DATA")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (out, lines)
+}
+
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cause = e.source();
