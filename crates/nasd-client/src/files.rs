@@ -611,8 +611,19 @@ impl Client {
         }
     }
 
+    /// Sends `req` once (resuming a lost session). What this client cached about what `req`
+    /// changes is dropped before it is sent, so nothing stale is served meanwhile, and again
+    /// once it landed: a stat sent before it on the shared session, and answered with the old
+    /// state, may have been cached in between, and the manager breaks no callback of this
+    /// client's own for its own change.
     async fn request_once(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
         self.own_change(&req);
+        let r = self.send(path, &req).await;
+        self.own_change(&req);
+        r
+    }
+
+    async fn send(&self, path: &str, req: &MgrRequest) -> Result<MgrReply, FsError> {
         let mut g = self.session.lock().await;
         let mut last = None;
         // After a lost connection, the session it carried is resumed with its token (still
@@ -647,7 +658,7 @@ impl Client {
                 }
             }
             self.manager_round_trips.fetch_add(1, Ordering::Relaxed);
-            match g.as_mut().expect("connected above").request(&req).await {
+            match g.as_mut().expect("connected above").request(req).await {
                 Ok(r) => return Ok(r),
                 Err(e) if e.is_unavailable() => {
                     resume = g

@@ -157,6 +157,10 @@ struct State {
     window: u64,
     /// Written since the last commit or flush reached the drives.
     changed: bool,
+    /// When this handle last changed the file (a write, a cut, a new or truncated file), in
+    /// microseconds since the epoch; `None` while it changed nothing. Kept after commits: from
+    /// the first change on, this handle's size and time are the file's as its opener sees it.
+    changed_us: Option<u64>,
     /// Write-behind batches still being sent to a staged upload (at most
     /// [`BEHIND_BATCHES_MAX`]); their errors surface at the next write, read or flush.
     behind: Vec<tokio::task::JoinHandle<Result<(), FsError>>>,
@@ -319,6 +323,7 @@ impl FileHandle {
             }
         };
         let changed = matches!(base, Base::Staged { .. });
+        let changed_us = changed.then(now_us);
         Ok(FileHandle {
             client: client.clone(),
             path: std::sync::RwLock::new(path.to_string()),
@@ -333,6 +338,7 @@ impl FileHandle {
                 last_end: u64::MAX,
                 window: READ_AHEAD_FIRST_BYTES,
                 changed,
+                changed_us,
                 behind: vec![],
             }),
         })
@@ -363,12 +369,25 @@ impl FileHandle {
         self.st.lock().await.size
     }
 
-    /// The size this handle holds that no one else sees yet (writes or a cut not written
-    /// out, a file not committed); `None` when the committed file is what it holds, so a
-    /// handle closed but not yet released never stands for the file's size.
-    pub async fn unsaved_size(&self) -> Option<u64> {
+    /// The stat of a file not committed yet (a new file's, as its upload began; a truncated
+    /// file's as it was), with the size and modify time this handle gave it.
+    pub async fn staged_stat(&self) -> Option<nasd_proto::manager::FileStat> {
         let st = self.st.lock().await;
-        st.changed.then_some(st.size)
+        let Base::Staged { upload } = &st.base else {
+            return None;
+        };
+        let mut s = upload.stat().clone();
+        s.size = st.size;
+        s.mtime_us = st.changed_us.unwrap_or(s.mtime_us);
+        Some(s)
+    }
+
+    /// The size and modify time (microseconds) this handle gave the file, once it changed it
+    /// (a write, a cut, a new or truncated file), committed or not; `None` while it changed
+    /// nothing, when the file as committed is what others may have changed since.
+    pub async fn local_attrs(&self) -> Option<(u64, u64)> {
+        let st = self.st.lock().await;
+        st.changed_us.map(|t| (st.size, t))
     }
 
     /// Up to `len` bytes at `off` (fewer at the end of the file).
@@ -481,6 +500,7 @@ impl FileHandle {
         st.dirty.write(off, data);
         st.size = st.size.max(off + data.len() as u64);
         st.changed = true;
+        st.changed_us = Some(now_us());
         st.ahead = None;
         if let Some(p) = st.next.take() {
             p.task.abort();
@@ -518,6 +538,7 @@ impl FileHandle {
         }
         st.size = size;
         st.changed = true;
+        st.changed_us = Some(now_us());
         Ok(())
     }
 
@@ -651,6 +672,13 @@ impl FileHandle {
         st.changed = false;
         Ok(())
     }
+}
+
+/// Microseconds since the epoch (a local change's modify time).
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// Bytes `[off, end)` of the committed file at `path`, in the layout's transfer pieces, at

@@ -4,6 +4,7 @@
 //! the kernel at once.
 
 use crate::inodes::{join, Inodes};
+use crate::open::{Open, OpenFiles};
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -16,7 +17,6 @@ use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,20 +38,6 @@ pub(crate) const MAX_READAHEAD_BYTES: u32 = 8 << 20;
 /// caching pays (headers read by every compile, for one).
 pub(crate) const DIRECT_READ_MIN_BYTES: u64 = 8 << 20;
 
-/// An open file and the path it is at.
-struct Open {
-    h: FileHandle,
-    path: Mutex<String>,
-    /// Unlinked while open: kept under a hidden name until its last release.
-    unlinked: std::sync::atomic::AtomicBool,
-}
-
-impl Open {
-    fn path(&self) -> String {
-        self.path.lock().expect("open path lock").clone()
-    }
-}
-
 /// The hidden name an unlinked open file is kept under (NFS's "silly rename"): its data
 /// stays readable and writable through the descriptors that have it open, and goes at the
 /// last close.
@@ -64,12 +50,12 @@ pub struct NasdFs {
     client: Arc<Client>,
     rt: tokio::runtime::Handle,
     inodes: Arc<Inodes>,
-    files: Mutex<HashMap<u64, Arc<Open>>>,
+    /// Open files, one per inode, shared by their descriptors.
+    open: OpenFiles,
     /// Files created here and not committed yet, by path: this mount shows them.
     pending: Mutex<HashMap<String, Arc<Open>>>,
     /// Directory listings taken at opendir, by handle (stable offsets while it is read).
     dirs: Mutex<HashMap<u64, Listing>>,
-    next_fh: AtomicU64,
 }
 
 /// The errno a failed client call means to a program.
@@ -173,10 +159,9 @@ impl NasdFs {
             client,
             rt,
             inodes: Arc::new(Inodes::new(remote, st.ino)),
-            files: Default::default(),
+            open: OpenFiles::new(),
             pending: Default::default(),
             dirs: Default::default(),
-            next_fh: AtomicU64::new(1),
         })
     }
 
@@ -242,105 +227,105 @@ impl NasdFs {
         Ok(join(&self.path(parent)?, name_str(name)?))
     }
 
-    /// The attributes of `path` as this mount sees them: a file it has open for writing
-    /// shows the size it has written.
-    fn stat_path(&self, path: &str) -> Result<FileAttr, Errno> {
+    /// The stat of `path`: a file created here and not committed yet from its handle, else
+    /// the manager's.
+    fn lstat(&self, path: &str) -> Result<FileStat, Errno> {
         let pending = self
             .pending
             .lock()
             .expect("pending lock")
             .get(path)
             .cloned();
-        let st = match (&pending, self.rt.block_on(self.client.lstat(path))) {
-            (_, Ok(st)) => st,
-            (Some(_), Err(_)) => FileStat {
-                ino: 0,
-                kind: FileKind::File,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                owner: String::new(),
-                group: String::new(),
-                size: 0,
-                mtime_us: us_of(SystemTime::now()),
-                ctime_us: us_of(SystemTime::now()),
-                nlink: 1,
-            },
-            (None, Err(e)) => return Err(errno_of(&e)),
-        };
-        let mut a = self.attr(&st);
-        if let Some(o) = pending {
-            a.size = self.rt.block_on(o.h.size());
-            a.blocks = a.size.div_ceil(512);
-            a.ino = INodeNo(self.inodes.fuse_ino(o.h.ino()));
+        if let Some(st) = pending.and_then(|o| self.rt.block_on(o.h.staged_stat())) {
+            return Ok(st);
         }
+        self.rt
+            .block_on(self.client.lstat(path))
+            .map_err(|e| errno_of(&e))
+    }
+
+    /// `a` as the open file `o` shows it: the size and modify time its handle gave the file,
+    /// and one name fewer once it was unlinked (it lives on under a hidden name).
+    fn local(&self, mut a: FileAttr, o: &Open) -> FileAttr {
+        if let Some((size, mtime_us)) = self.rt.block_on(o.h.local_attrs()) {
+            a.size = size;
+            a.blocks = size.div_ceil(512);
+            a.mtime = time_of(mtime_us);
+            a.ctime = a.ctime.max(a.mtime);
+        }
+        if o.unlinked() {
+            a.nlink = a.nlink.saturating_sub(1);
+        }
+        a
+    }
+
+    /// The attributes of `path` as this mount sees them (see [`crate::open`]): a file open
+    /// here shows what its handle wrote; a stat that raced a commit here is taken again.
+    fn stat_path(&self, path: &str) -> Result<FileAttr, Errno> {
+        let epoch = self.open.epoch();
+        let st = self.lstat(path)?;
+        let ino = self.inodes.fuse_ino(st.ino);
+        let a = self.open.view(ino, |open| {
+            // A commit here may have landed after the stat read the manager (and the file
+            // been opened again since, by a handle that has written nothing yet): read
+            // again, now that no commit of this file by a handle without changes can start.
+            let st = match self.open.epoch() == epoch {
+                true => st,
+                false => self.lstat(path)?,
+            };
+            Ok::<_, Errno>(match open {
+                Some(o) => self.local(self.attr(&st), o),
+                None => self.attr(&st),
+            })
+        })?;
         self.inodes.saw(a.ino.0, path);
         Ok(a)
     }
 
-    /// The size the open handles of `path` hold, if any holds changes not committed yet (a
-    /// write not flushed, a cut). A handle whose descriptor was closed has committed what it
-    /// had, and its release may come later: its size is no longer the file's.
-    fn open_size(&self, path: &str) -> Option<u64> {
-        self.opened_at(path)
-            .iter()
-            .filter_map(|o| self.rt.block_on(o.h.unsaved_size()))
-            .max()
+    /// The attributes of the kernel's inode `ino`: through its open file's path while it is
+    /// open here (an unlinked one is at its hidden name), else its last path.
+    fn stat_ino(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
+        self.open.view(ino.0, |open| match open {
+            Some(o) => {
+                let st = self.lstat(&o.path())?;
+                Ok(self.local(self.attr(&st), o))
+            }
+            None => {
+                let st = self.lstat(&self.path(ino)?)?;
+                Ok(self.attr(&st))
+            }
+        })
+    }
+
+    /// The file open here as kernel inode `ino`, if any.
+    fn open_at_ino(&self, ino: INodeNo) -> Option<Arc<Open>> {
+        self.open.view(ino.0, |o| o.cloned())
     }
 
     fn entry(&self, path: &str, reply: ReplyEntry) {
         match self.stat_path(path) {
-            Ok(mut a) => {
-                if let Some(s) = self.open_size(path) {
-                    a.size = s;
-                }
-                reply.entry(&self.ttl(), &a, Generation(0))
-            }
+            Ok(a) => reply.entry(&self.ttl(), &a, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
 
-    fn add_open(&self, h: FileHandle, path: &str) -> (u64, Arc<Open>) {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let o = Arc::new(Open {
-            h,
-            path: Mutex::new(path.to_string()),
-            unlinked: Default::default(),
-        });
-        self.files.lock().expect("files lock").insert(fh, o.clone());
-        (fh, o)
-    }
-
     fn open_file(&self, fh: u64) -> Result<Arc<Open>, Errno> {
-        self.files
-            .lock()
-            .expect("files lock")
-            .get(&fh)
-            .cloned()
-            .ok_or(Errno::EBADF)
+        self.open.get(fh).ok_or(Errno::EBADF)
     }
 
     /// Commits what `o` wrote (a new file appears under its name).
     fn sync(&self, o: &Open) -> Result<(), Errno> {
-        self.rt.block_on(o.h.fsync()).map_err(|e| errno_of(&e))?;
+        let r = self.rt.block_on(o.h.fsync()).map_err(|e| errno_of(&e));
+        self.open.committed();
+        r?;
         self.pending.lock().expect("pending lock").remove(&o.path());
         Ok(())
-    }
-
-    /// The open files at `path`.
-    fn opened_at(&self, path: &str) -> Vec<Arc<Open>> {
-        let files = self.files.lock().expect("files lock");
-        files
-            .values()
-            .filter(|o| o.path() == path)
-            .cloned()
-            .collect()
     }
 
     /// Unlinks `path`; a file open here moves to a hidden name instead and goes at its last
     /// close (POSIX: an unlinked file stays usable through open descriptors).
     fn unlink_path(&self, path: &str) -> Result<(), Errno> {
-        let open = self.opened_at(path);
+        let open = self.open.at(path);
         let e = |e: FsError| errno_of(&e);
         let Some(first) = open.first() else {
             return self.rt.block_on(self.client.unlink(path)).map_err(e);
@@ -358,9 +343,9 @@ impl NasdFs {
             .block_on(self.client.rename(path, &hidden))
             .map_err(e)?;
         for o in &open {
-            o.h.moved(&hidden);
-            *o.path.lock().expect("open path lock") = hidden.clone();
-            o.unlinked.store(true, Ordering::Release);
+            o.moved(&hidden);
+            o.set_unlinked();
+            self.inodes.saw(o.ino, &hidden);
         }
         Ok(())
     }
@@ -388,25 +373,11 @@ impl Filesystem for NasdFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: Option<fuser::FileHandle>,
+        _fh: Option<fuser::FileHandle>,
         reply: ReplyAttr,
     ) {
-        let path = match self.path(ino) {
-            Ok(p) => p,
-            Err(e) => return reply.error(e),
-        };
-        match self.stat_path(&path) {
-            Ok(mut a) => {
-                let held = match fh.map(|f| self.open_file(f.0)) {
-                    Some(Ok(o)) => Some(self.rt.block_on(o.h.size())),
-                    _ => self.open_size(&path),
-                };
-                if let Some(s) = held {
-                    a.size = s;
-                    a.blocks = s.div_ceil(512);
-                }
-                reply.attr(&self.ttl(), &a)
-            }
+        match self.stat_ino(ino) {
+            Ok(a) => reply.attr(&self.ttl(), &a),
             Err(e) => reply.error(e),
         }
     }
@@ -430,8 +401,24 @@ impl Filesystem for NasdFs {
         reply: ReplyAttr,
     ) {
         let r = (|| -> Result<FileAttr, Errno> {
-            let path = self.path(ino)?;
+            let open = match fh {
+                Some(f) => Some(self.open_file(f.0)?),
+                None => self.open_at_ino(ino),
+            };
+            let path = match &open {
+                Some(o) => o.path(),
+                None => self.path(ino)?,
+            };
             let e = |e: FsError| errno_of(&e);
+            // What this mount wrote is committed first, as an NFS client flushes before a
+            // SETATTR: a new file then has its name for the manager's change, and a later
+            // commit does not undo the change (a modify time set now stays).
+            if let Some(o) = open
+                .as_ref()
+                .filter(|_| mode.is_some() || uid.is_some() || gid.is_some() || mtime.is_some())
+            {
+                self.sync(o)?;
+            }
             if let Some(m) = mode {
                 self.rt
                     .block_on(self.client.chmod(&path, m & 0o7777))
@@ -440,7 +427,7 @@ impl Filesystem for NasdFs {
             if uid.is_some() || gid.is_some() {
                 // The mount shows the manager's uids and gids, so the kernel's numbers name
                 // nasd users and groups; the manager decides who may give what away.
-                let now = self.stat_path(&path)?;
+                let now = self.lstat(&path)?;
                 let owner = uid.filter(|&u| u != now.uid).map(|u| u.to_string());
                 let group = gid.filter(|&g| g != now.gid).map(|g| g.to_string());
                 if owner.is_some() || group.is_some() {
@@ -460,11 +447,7 @@ impl Filesystem for NasdFs {
                 }
             }
             if let Some(size) = size {
-                let open = match fh {
-                    Some(f) => Some(self.open_file(f.0)?),
-                    None => self.opened_at(&path).into_iter().next(),
-                };
-                match open {
+                match &open {
                     Some(o) => self.rt.block_on(o.h.truncate(size)).map_err(e)?,
                     None => self
                         .rt
@@ -479,11 +462,7 @@ impl Filesystem for NasdFs {
                 };
                 self.rt.block_on(self.client.utimes(&path, us)).map_err(e)?;
             }
-            let mut a = self.stat_path(&path)?;
-            if let Some(s) = self.open_size(&path) {
-                a.size = s;
-            }
-            Ok(a)
+            self.stat_ino(ino)
         })();
         match r {
             Ok(a) => reply.attr(&self.ttl(), &a),
@@ -663,34 +642,33 @@ impl Filesystem for NasdFs {
         }
         let r = (|| {
             let (from, to) = (self.child(parent, name)?, self.child(newparent, newname)?);
-            // A file made here and still open has no name at the manager yet: commit it.
-            for o in self.opened_at(&from) {
-                self.sync(&o)?;
+            // A file made here and still open has no name at the manager yet, and an upload
+            // commits at the path it began at: commit what is open at or under `from` first.
+            let under = format!("{from}/");
+            let moving: Vec<(Arc<Open>, String)> = self
+                .open
+                .all()
+                .into_iter()
+                .filter_map(|o| {
+                    let p = o.path();
+                    let moved = match p.strip_prefix(&under) {
+                        _ if p == from => to.clone(),
+                        Some(rest) => join(&to, rest),
+                        None => return None,
+                    };
+                    Some((o, moved))
+                })
+                .collect();
+            for (o, _) in &moving {
+                self.sync(o)?;
             }
             self.rt
                 .block_on(self.client.rename(&from, &to))
                 .map_err(|e| errno_of(&e))?;
             self.inodes.renamed(&from, &to);
             // Open files move with their names.
-            let under = format!("{from}/");
-            let files: Vec<Arc<Open>> = self
-                .files
-                .lock()
-                .expect("files lock")
-                .values()
-                .cloned()
-                .collect();
-            for o in files {
-                let p = o.path();
-                let moved = if p == from {
-                    to.clone()
-                } else if let Some(rest) = p.strip_prefix(&under) {
-                    join(&to, rest)
-                } else {
-                    continue;
-                };
-                o.h.moved(&moved);
-                *o.path.lock().expect("open path lock") = moved;
+            for (o, moved) in moving {
+                o.moved(&moved);
             }
             Ok(())
         })();
@@ -721,21 +699,24 @@ impl Filesystem for NasdFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = (|| {
             let path = self.path(ino)?;
-            let o = OpenOptions {
-                write: flags.acc_mode() != OpenAccMode::O_RDONLY,
-                create: false,
-                truncate: flags.0 & libc::O_TRUNC != 0,
-                mode: 0,
-            };
-            let h = self
-                .rt
-                .block_on(FileHandle::open(&self.client, &path, o))
-                .map_err(|e| errno_of(&e))?;
+            // One handle per file, shared by its descriptors, so it is opened for writing
+            // whatever this descriptor may do (the kernel refuses writes through a read-only
+            // descriptor). `O_TRUNC` arrives as a setattr of the size.
+            let (fh, o) = self.open.open(ino.0, &path, || {
+                let o = OpenOptions {
+                    write: true,
+                    ..Default::default()
+                };
+                self.rt
+                    .block_on(FileHandle::open(&self.client, &path, o))
+                    .map_err(|e| errno_of(&e))
+            })?;
             let mut f = self.open_flags();
-            if !o.write && self.rt.block_on(h.size()) >= DIRECT_READ_MIN_BYTES {
+            let read_only = flags.acc_mode() == OpenAccMode::O_RDONLY;
+            if read_only && self.rt.block_on(o.h.size()) >= DIRECT_READ_MIN_BYTES {
                 f |= FopenFlags::FOPEN_DIRECT_IO;
             }
-            Ok((self.add_open(h, &path).0, f))
+            Ok((fh, f))
         })();
         match r {
             Ok((fh, f)) => reply.opened(fuser::FileHandle(fh), f),
@@ -750,35 +731,50 @@ impl Filesystem for NasdFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let r = (|| {
             let path = self.child(parent, name)?;
+            let mode = mode & !umask & 0o7777;
+            if let Some(o) = self.open.at(&path).into_iter().next() {
+                // Made here and still open (so not yet at the manager): one more descriptor.
+                // If its last one closed meanwhile, it is committed and found below.
+                if flags & libc::O_EXCL != 0 {
+                    return Err(Errno::EEXIST);
+                }
+                if let Ok((fh, o)) = self.open.open(o.ino, &path, || Err(Errno::ESTALE)) {
+                    if flags & libc::O_TRUNC != 0 {
+                        self.rt
+                            .block_on(o.h.truncate(0))
+                            .map_err(|e| errno_of(&e))?;
+                    }
+                    return Ok((fh, self.stat_path(&path)?));
+                }
+            }
+            if flags & libc::O_EXCL != 0 && self.rt.block_on(self.client.lstat(&path)).is_ok() {
+                return Err(Errno::EEXIST);
+            }
             let o = OpenOptions {
                 write: true,
                 create: true,
-                truncate: true,
-                mode: mode & !umask & 0o7777,
+                truncate: flags & libc::O_TRUNC != 0,
+                mode,
             };
             let h = self
                 .rt
                 .block_on(FileHandle::open(&self.client, &path, o))
                 .map_err(|e| errno_of(&e))?;
             let fresh = self.rt.block_on(h.staged());
-            let (fh, open) = self.add_open(h, &path);
+            let ino = self.inodes.fuse_ino(h.ino());
+            let (fh, open) = self.open.open(ino, &path, || Ok::<_, Errno>(h))?;
             if fresh {
                 self.pending
                     .lock()
                     .expect("pending lock")
                     .insert(path.clone(), open.clone());
             }
-            let mut a = self.stat_path(&path)?;
-            a.size = 0;
-            a.perm = (mode & !umask & 0o7777) as u16;
-            a.ino = INodeNo(self.inodes.fuse_ino(open.h.ino()));
-            self.inodes.saw(a.ino.0, &path);
-            Ok((fh, a))
+            Ok((fh, self.stat_path(&path)?))
         })();
         match r {
             Ok((fh, a)) => reply.created(
@@ -863,17 +859,15 @@ impl Filesystem for NasdFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let o = self.files.lock().expect("files lock").remove(&fh.0);
-        let r = o.map_or(Ok(()), |o| {
-            self.sync(&o)?;
-            let path = o.path();
-            if o.unlinked.load(Ordering::Acquire) && self.opened_at(&path).is_empty() {
-                self.rt
-                    .block_on(self.client.unlink(&path))
-                    .map_err(|e| errno_of(&e))?;
-            }
-            Ok(())
-        });
+        // The last descriptor commits; an unlinked file then goes with its hidden name.
+        let r = match self.open.release(fh.0, |o| self.sync(o)) {
+            Some((o, Ok(()))) if o.unlinked() => self
+                .rt
+                .block_on(self.client.unlink(&o.path()))
+                .map_err(|e| errno_of(&e)),
+            Some((_, r)) => r,
+            None => Ok(()),
+        };
         answer(reply, r)
     }
 
@@ -904,7 +898,7 @@ impl Filesystem for NasdFs {
                 self.inodes.saw(i, &join(&path, &e.name));
                 entries.push((i, kind_of(e.stat.kind), e.name));
             }
-            let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            let fh = self.open.next_fh();
             self.dirs.lock().expect("dirs lock").insert(fh, entries);
             Ok(fh)
         })();

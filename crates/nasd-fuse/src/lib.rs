@@ -5,9 +5,11 @@
 //!
 //! The kernel names files by inode number; the manager's inode numbers are used as they are
 //! (the mount's root answers to FUSE's root number 1), and [`Inodes`] remembers the path each
-//! number was last seen under, since the manager is addressed by path. Open files are
-//! [`nasd_client::handle::FileHandle`]s: reads read ahead (a large file opened read-only
-//! with direct I/O, so the kernel copies each reply once), writes are held and sent behind,
+//! number was last seen under, since the manager is addressed by path. An open file is one
+//! [`nasd_client::handle::FileHandle`] per inode, shared by all its descriptors (`open`, which
+//! also keeps a size this mount answers from going back behind its own commits): reads read
+//! ahead (a large file opened read-only with direct I/O, so the kernel copies each reply
+//! once), writes are held and sent behind,
 //! a new or truncated file is staged and appears under its name when it is closed (or
 //! synced): close-to-open consistency, as NFS gives. A file made here and not yet closed is
 //! still visible through this mount (lookups and attributes come from its open handle).
@@ -20,6 +22,7 @@
 mod fs;
 mod inodes;
 mod invalidate;
+mod open;
 
 pub use fs::{errno_of, NasdFs};
 pub use inodes::Inodes;
