@@ -476,10 +476,10 @@ impl Client {
         // Reconnect (a lost connection is resumed by the next request).
         self.request(
             "/",
-            MgrRequest::UserKeyGet {
+            MgrRequest::UserKeyGet(calls::UserKeyGet {
                 uids: vec![],
                 names: vec![],
-            },
+            }),
         )
         .await?;
         self.session
@@ -520,10 +520,10 @@ impl Client {
             let r = self
                 .request(
                     "/",
-                    MgrRequest::UserKeyGet {
+                    MgrRequest::UserKeyGet(calls::UserKeyGet {
                         uids: vec![],
                         names: vec![name.into()],
-                    },
+                    }),
                 )
                 .await?;
             match r {
@@ -544,9 +544,9 @@ impl Client {
     /// its token, so the user's password never reaches the front end. Refused for admins.
     pub async fn act_for(&self, user: &str) -> Result<Arc<Client>, FsError> {
         let r = self
-            .request("/", MgrRequest::ActFor { user: user.into() })
+            .request("/", MgrRequest::ActFor(calls::ActFor { user: user.into() }))
             .await?;
-        let MgrReply::LoginOk { token, .. } = r else {
+        let MgrReply::LoginOk(LoginOk { token, .. }) = r else {
             return Err(FsError::Usage(format!(
                 "act for {user}: unexpected reply {r:?}"
             )));
@@ -592,11 +592,11 @@ impl Client {
         // yet registers it (loading the identity does) and asks once more.
         let grant = matches!(
             req,
-            MgrRequest::Open { write: true, .. }
-                | MgrRequest::Create { .. }
-                | MgrRequest::StageWrite { .. }
-                | MgrRequest::Renew { .. }
-                | MgrRequest::Prepare { .. }
+            MgrRequest::Open(calls::Open { write: true, .. })
+                | MgrRequest::Create(calls::Create { .. })
+                | MgrRequest::StageWrite(calls::StageWrite { .. })
+                | MgrRequest::Renew(calls::Renew { .. })
+                | MgrRequest::Prepare(calls::Prepare { .. })
         );
         if !grant || self.keyring_identity().is_some() {
             return self.request_once(path, req).await;
@@ -679,39 +679,39 @@ impl Client {
     fn own_change(&self, req: &MgrRequest) {
         use MgrRequest as Q;
         match req {
-            Q::Login { .. }
-            | Q::Stat { .. }
-            | Q::Lstat { .. }
-            | Q::Getxattrs { .. }
-            | Q::Readdir { .. }
-            | Q::Readlink { .. }
-            | Q::Open { write: false, .. }
-            | Q::Create {
+            Q::Login(calls::Login { .. })
+            | Q::Stat(calls::Stat { .. })
+            | Q::Lstat(calls::Lstat { .. })
+            | Q::Getxattrs(calls::Getxattrs { .. })
+            | Q::Readdir(calls::Readdir { .. })
+            | Q::Readlink(calls::Readlink { .. })
+            | Q::Open(calls::Open { write: false, .. })
+            | Q::Create(calls::Create {
                 exclusive: false, ..
-            }
-            | Q::Prepare { .. }
-            | Q::StageWrite { .. }
-            | Q::Renew { .. }
-            | Q::Abort { .. }
-            | Q::Repair { .. }
-            | Q::LayoutGet { .. }
-            | Q::Status
-            | Q::UserList
-            | Q::DriveList
-            | Q::Challenge { .. }
-            | Q::ActFor { .. }
-            | Q::S3KeyList { .. }
-            | Q::S3KeySecret { .. }
-            | Q::QuotaGet { .. }
-            | Q::WaitBreaks { .. } => {}
-            Q::Open { path, .. }
-            | Q::ReturnCapability { path, .. }
-            | Q::Commit { path, .. }
-            | Q::Chmod { path, .. }
-            | Q::Chown { path, .. }
-            | Q::Truncate { path, .. }
-            | Q::Utimes { path, .. }
-            | Q::Setxattr { path, .. } => {
+            })
+            | Q::Prepare(calls::Prepare { .. })
+            | Q::StageWrite(calls::StageWrite { .. })
+            | Q::Renew(calls::Renew { .. })
+            | Q::Abort(calls::Abort { .. })
+            | Q::Repair(calls::Repair { .. })
+            | Q::LayoutGet(calls::LayoutGet { .. })
+            | Q::Status(calls::Status)
+            | Q::UserList(calls::UserList)
+            | Q::DriveList(calls::DriveList)
+            | Q::Challenge(calls::Challenge { .. })
+            | Q::ActFor(calls::ActFor { .. })
+            | Q::S3KeyList(calls::S3KeyList { .. })
+            | Q::S3KeySecret(calls::S3KeySecret { .. })
+            | Q::QuotaGet(calls::QuotaGet { .. })
+            | Q::WaitBreaks(calls::WaitBreaks { .. }) => {}
+            Q::Open(calls::Open { path, .. })
+            | Q::ReturnCapability(calls::ReturnCapability { path, .. })
+            | Q::Commit(calls::Commit { path, .. })
+            | Q::Chmod(calls::Chmod { path, .. })
+            | Q::Chown(calls::Chown { path, .. })
+            | Q::Truncate(calls::Truncate { path, .. })
+            | Q::Utimes(calls::Utimes { path, .. })
+            | Q::Setxattr(calls::Setxattr { path, .. }) => {
                 self.callbacks.forget(path);
                 self.callbacks.forget(parent_of(path));
             }
@@ -784,10 +784,10 @@ impl Client {
             };
             c.callbacks.polling(true, 0);
             drop(c);
-            let req = MgrRequest::WaitBreaks {
+            let req = MgrRequest::WaitBreaks(calls::WaitBreaks {
                 acked,
                 wait_ms: BREAK_WAIT_MS_MAX,
-            };
+            });
             let r = s.request(&req).await;
             let Some(c) = me.upgrade() else {
                 return Ok(());
@@ -892,14 +892,14 @@ impl Client {
 
     fn opened(&self, path: &str, write: bool, r: MgrReply) -> Result<Arc<OpenFile>, FsError> {
         match r {
-            MgrReply::Opened {
+            MgrReply::Opened(Grant {
                 stat,
                 layout,
                 caps,
                 write_end,
                 policy,
                 e2e,
-            } => {
+            }) => {
                 check_grants(path, &layout, &caps)?;
                 let o = open_file(path, stat, layout, caps, write_end, (policy, e2e));
                 Ok(self.caps.put(write, o))
@@ -952,11 +952,11 @@ impl Client {
         let mut attempts = 0;
         let e = loop {
             attempts += 1;
-            let open = MgrRequest::Open {
+            let open = MgrRequest::Open(calls::Open {
                 path: path.into(),
                 write,
                 extend_by,
-            };
+            });
             match self.request(path, open).await {
                 Ok(r) => {
                     let o = self.opened(path, write, r)?;
@@ -1109,12 +1109,12 @@ impl Client {
         found.sort_by_key(|d| (d.component, d.offset));
         found.dedup();
         for d in found.into_iter().take(REPAIR_REPORTS_MAX) {
-            let req = MgrRequest::Repair {
+            let req = MgrRequest::Repair(calls::Repair {
                 path: path.into(),
                 component: d.component as u16,
                 offset: d.offset,
                 len: d.len,
-            };
+            });
             match self.ok(path, req).await {
                 Ok(()) => tracing::info!(
                     "repaired {} bytes at {} of component {} of {}",
@@ -1286,12 +1286,12 @@ impl Client {
         let r = self
             .request(
                 path,
-                MgrRequest::Create {
+                MgrRequest::Create(calls::Create {
                     path: path.into(),
                     mode,
                     exclusive: true,
                     extend_by: 0,
-                },
+                }),
             )
             .await?;
         self.opened(path, true, r)
@@ -1314,11 +1314,13 @@ impl Client {
         size: Option<u64>,
     ) -> Result<Upload, FsError> {
         self.caps.invalidate(path);
-        let create = |extend_by| MgrRequest::Create {
-            path: path.into(),
-            mode,
-            exclusive: false,
-            extend_by,
+        let create = |extend_by| {
+            MgrRequest::Create(calls::Create {
+                path: path.into(),
+                mode,
+                exclusive: false,
+                extend_by,
+            })
         };
         let r = match self
             .request(path, create(size.unwrap_or(ESCROW_CHUNK_BYTES)))
@@ -1332,15 +1334,18 @@ impl Client {
             r => r?,
         };
         match r {
-            MgrReply::Staged {
-                stat,
-                layout,
-                caps,
-                write_end,
+            MgrReply::Staged(StagedGrant {
+                grant:
+                    Grant {
+                        stat,
+                        layout,
+                        caps,
+                        write_end,
+                        policy,
+                        e2e,
+                    },
                 replaces,
-                policy,
-                e2e,
-            } => {
+            }) => {
                 check_grants(path, &layout, &caps)?;
                 let grant = open_file(
                     path,
@@ -1461,11 +1466,13 @@ impl Client {
             return Ok(g.clone());
         }
         let (drive, object) = u.key();
-        let renew = |extend_by| MgrRequest::Renew {
-            path: u.path.clone(),
-            drive,
-            object,
-            extend_by,
+        let renew = |extend_by| {
+            MgrRequest::Renew(calls::Renew {
+                path: u.path.clone(),
+                drive,
+                object,
+                extend_by,
+            })
         };
         let ask = if short > 0 {
             short.max(ESCROW_CHUNK_BYTES)
@@ -1479,12 +1486,16 @@ impl Client {
             r => r,
         };
         match r {
-            Ok(MgrReply::Staged {
-                layout,
-                caps,
-                write_end,
+            Ok(MgrReply::Staged(StagedGrant {
+                grant:
+                    Grant {
+                        layout,
+                        caps,
+                        write_end,
+                        ..
+                    },
                 ..
-            }) => {
+            })) => {
                 check_grants(&u.path, &layout, &caps)?;
                 // The upload's policy, the state it replaces and its writer state stay.
                 let mut fresh = open_file(
@@ -1561,7 +1572,7 @@ impl Client {
                 }
             }
         }
-        let commit = MgrRequest::Commit {
+        let commit = MgrRequest::Commit(calls::Commit {
             path: u.path.clone(),
             drive,
             object,
@@ -1569,7 +1580,7 @@ impl Client {
             stale: u.missed.load(Ordering::Acquire),
             xattrs,
             e2e: e2e.clone(),
-        };
+        });
         let r = self.commit(&u.path, commit).await;
         self.caps.invalidate(&u.path);
         match &r {
@@ -1624,11 +1635,11 @@ impl Client {
 
     /// Gives up a staged change named by `key` (best effort; an abandoned one expires).
     async fn abort_staged(&self, path: &str, key: (nasd_proto::DriveId, nasd_proto::ObjectId)) {
-        let abort = MgrRequest::Abort {
+        let abort = MgrRequest::Abort(calls::Abort {
             path: path.into(),
             drive: key.0,
             object: key.1,
-        };
+        });
         if let Err(e) = self.ok(path, abort).await {
             tracing::warn!("could not abort the change of {}: {e}", shown(path));
         }
@@ -1660,21 +1671,25 @@ impl Client {
             let r = self
                 .request(
                     path,
-                    MgrRequest::StageWrite {
+                    MgrRequest::StageWrite(calls::StageWrite {
                         path: path.into(),
                         extend_by,
-                    },
+                    }),
                 )
                 .await?;
-            let MgrReply::Staged {
-                stat,
-                layout,
-                caps,
-                write_end,
-                policy,
-                e2e,
+            let MgrReply::Staged(StagedGrant {
+                grant:
+                    Grant {
+                        stat,
+                        layout,
+                        caps,
+                        write_end,
+                        policy,
+                        e2e,
+                        ..
+                    },
                 ..
-            } = r
+            }) = r
             else {
                 return Err(FsError::Usage(format!(
                     "{}: unexpected manager reply {r:?}",
@@ -1737,7 +1752,7 @@ impl Client {
                     }
                 },
             };
-            let commit = MgrRequest::Commit {
+            let commit = MgrRequest::Commit(calls::Commit {
                 path: path.into(),
                 drive: key.0,
                 object: key.1,
@@ -1745,7 +1760,7 @@ impl Client {
                 stale: io.missed(),
                 xattrs: None,
                 e2e,
-            };
+            });
             let r = self.commit(path, commit).await;
             self.caps.invalidate(path);
             match r {
@@ -1770,11 +1785,11 @@ impl Client {
     /// failed): an upload that is never aborted expires and the orphan scrub reclaims it.
     pub async fn abort_upload(&self, u: &Upload) {
         let (drive, object) = u.key();
-        let abort = MgrRequest::Abort {
+        let abort = MgrRequest::Abort(calls::Abort {
             path: u.path.clone(),
             drive,
             object,
-        };
+        });
         if let Err(e) = self.ok(&u.path, abort).await {
             tracing::warn!("could not abort the upload to {}: {e}", shown(&u.path));
         }
@@ -1830,10 +1845,13 @@ impl Client {
     /// The layout spec new files under the directory `path` get.
     pub async fn layout_get(&self, path: &str) -> Result<String, FsError> {
         match self
-            .request(path, MgrRequest::LayoutGet { path: path.into() })
+            .request(
+                path,
+                MgrRequest::LayoutGet(calls::LayoutGet { path: path.into() }),
+            )
             .await?
         {
-            MgrReply::LayoutSpec(s) => Ok(s),
+            MgrReply::LayoutSpec(LayoutSpec(s)) => Ok(s),
             other => Err(FsError::Usage(format!(
                 "{}: unexpected reply {other:?}",
                 shown(path)
@@ -1845,16 +1863,16 @@ impl Client {
     pub async fn layout_set(&self, path: &str, spec: &str) -> Result<(), FsError> {
         self.ok(
             path,
-            MgrRequest::LayoutSet {
+            MgrRequest::LayoutSet(calls::LayoutSet {
                 path: path.into(),
                 spec: spec.into(),
-            },
+            }),
         )
         .await
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileStat, FsError> {
-        let req = MgrRequest::Stat { path: path.into() };
+        let req = MgrRequest::Stat(calls::Stat { path: path.into() });
         self.stat_cached(path, AttrKind::Stat, req).await
     }
 
@@ -1870,7 +1888,7 @@ impl Client {
 
     /// [`Client::stat`] of the last name itself: a symbolic link is not followed.
     pub async fn lstat(&self, path: &str) -> Result<FileStat, FsError> {
-        let req = MgrRequest::Lstat { path: path.into() };
+        let req = MgrRequest::Lstat(calls::Lstat { path: path.into() });
         self.stat_cached(path, AttrKind::Lstat, req).await
     }
 
@@ -1921,12 +1939,12 @@ impl Client {
         limit: usize,
         xattr: Option<&str>,
     ) -> Result<Vec<DirEntry>, FsError> {
-        let req = MgrRequest::Readdir {
+        let req = MgrRequest::Readdir(calls::Readdir {
             path: path.into(),
             after: after.into(),
             limit: limit.min(READDIR_PAGE_ENTRIES_MAX) as u32,
             xattr: xattr.map(str::to_string),
-        };
+        });
         match self.request(path, req).await? {
             MgrReply::Entries(e) if e.len() <= limit => Ok(e),
             other => Err(FsError::Usage(format!(
@@ -1938,30 +1956,34 @@ impl Client {
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<(), FsError> {
         self.ok(
             path,
-            MgrRequest::Mkdir {
+            MgrRequest::Mkdir(calls::Mkdir {
                 path: path.into(),
                 mode,
-            },
+            }),
         )
         .await
     }
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
-        self.ok(path, MgrRequest::Rmdir { path: path.into() }).await
+        self.ok(path, MgrRequest::Rmdir(calls::Rmdir { path: path.into() }))
+            .await
     }
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
         self.caps.invalidate(path);
-        self.ok(path, MgrRequest::Unlink { path: path.into() })
-            .await
+        self.ok(
+            path,
+            MgrRequest::Unlink(calls::Unlink { path: path.into() }),
+        )
+        .await
     }
     pub async fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
         self.caps.invalidate(from);
         self.caps.invalidate(to);
         self.ok(
             from,
-            MgrRequest::Rename {
+            MgrRequest::Rename(calls::Rename {
                 from: from.into(),
                 to: to.into(),
-            },
+            }),
         )
         .await
     }
@@ -1970,10 +1992,10 @@ impl Client {
         self.caps.invalidate(path);
         self.ok(
             path,
-            MgrRequest::Symlink {
+            MgrRequest::Symlink(calls::Symlink {
                 path: path.into(),
                 target: target.into(),
-            },
+            }),
         )
         .await
     }
@@ -1987,10 +2009,13 @@ impl Client {
         }
         let epoch = self.callbacks.epoch();
         match self
-            .request(path, MgrRequest::Getxattrs { path: path.into() })
+            .request(
+                path,
+                MgrRequest::Getxattrs(calls::Getxattrs { path: path.into() }),
+            )
             .await?
         {
-            MgrReply::Xattrs { stat, xattrs } => {
+            MgrReply::Xattrs(Xattrs { stat, xattrs }) => {
                 let c = Cached {
                     stat: stat.clone(),
                     xattrs: Some(Arc::new(xattrs.clone())),
@@ -2014,21 +2039,24 @@ impl Client {
     ) -> Result<(), FsError> {
         self.ok(
             path,
-            MgrRequest::Setxattr {
+            MgrRequest::Setxattr(calls::Setxattr {
                 path: path.into(),
                 name: name.into(),
                 value: value.map(<[u8]>::to_vec),
-            },
+            }),
         )
         .await
     }
     /// The target of the symbolic link `path`.
     pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
         match self
-            .request(path, MgrRequest::Readlink { path: path.into() })
+            .request(
+                path,
+                MgrRequest::Readlink(calls::Readlink { path: path.into() }),
+            )
             .await?
         {
-            MgrReply::LinkTarget(t) => Ok(t),
+            MgrReply::LinkTarget(LinkTarget(t)) => Ok(t),
             other => Err(FsError::Usage(format!(
                 "{}: unexpected manager reply {other:?}",
                 shown(path)
@@ -2040,10 +2068,10 @@ impl Client {
         self.caps.invalidate(new);
         self.ok(
             new,
-            MgrRequest::Link {
+            MgrRequest::Link(calls::Link {
                 existing: existing.into(),
                 new: new.into(),
-            },
+            }),
         )
         .await
     }
@@ -2051,10 +2079,10 @@ impl Client {
         self.caps.invalidate(path);
         self.ok(
             path,
-            MgrRequest::Chmod {
+            MgrRequest::Chmod(calls::Chmod {
                 path: path.into(),
                 mode,
-            },
+            }),
         )
         .await?;
         self.follow_readers(path).await;
@@ -2078,11 +2106,11 @@ impl Client {
         self.caps.invalidate(path);
         self.ok(
             path,
-            MgrRequest::Chown {
+            MgrRequest::Chown(calls::Chown {
                 path: path.into(),
                 owner: owner.into(),
                 group: group.into(),
-            },
+            }),
         )
         .await?;
         self.follow_readers(path).await;
@@ -2112,10 +2140,10 @@ impl Client {
         }
         self.ok(
             path,
-            MgrRequest::Truncate {
+            MgrRequest::Truncate(calls::Truncate {
                 path: path.into(),
                 size,
-            },
+            }),
         )
         .await
     }
@@ -2150,10 +2178,10 @@ impl Client {
     pub async fn utimes(&self, path: &str, mtime_us: u64) -> Result<(), FsError> {
         self.ok(
             path,
-            MgrRequest::Utimes {
+            MgrRequest::Utimes(calls::Utimes {
                 path: path.into(),
                 mtime_us,
-            },
+            }),
         )
         .await
     }
@@ -2164,17 +2192,17 @@ impl Client {
         user: &str,
         limit: Option<u64>,
     ) -> Result<Vec<QuotaInfo>, FsError> {
-        let req = MgrRequest::QuotaSet {
+        let req = MgrRequest::QuotaSet(calls::QuotaSet {
             user: user.into(),
             limit,
-        };
+        });
         self.quotas(req).await
     }
 
     /// `user`'s quota (one's own, or anyone's for an admin), or with `""` every quota this
     /// user may see.
     pub async fn quota_get(&self, user: &str) -> Result<Vec<QuotaInfo>, FsError> {
-        self.quotas(MgrRequest::QuotaGet { user: user.into() })
+        self.quotas(MgrRequest::QuotaGet(calls::QuotaGet { user: user.into() }))
             .await
     }
 
@@ -2195,10 +2223,10 @@ impl Client {
         self.caps.invalidate(path);
         self.ok(
             path,
-            MgrRequest::ReturnCapability {
+            MgrRequest::ReturnCapability(calls::ReturnCapability {
                 path: path.into(),
                 audit_id: o.caps[0].args.audit_id,
-            },
+            }),
         )
         .await
     }

@@ -14,6 +14,7 @@
 //! again until it sees new names. [`Client::release_prepared`] gives the unused ones back.
 
 use crate::files::{Client, FsError, Upload};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{MgrReply, MgrRequest, MgrStatus, PREPARED_FILES_MAX};
 use std::collections::HashMap;
 
@@ -138,12 +139,12 @@ impl Client {
         }
         // Each file may hold a small file's bytes: under a quota they are escrowed, and the
         // manager prepares only as many files as the quota has room for.
-        let req = MgrRequest::Prepare {
+        let req = MgrRequest::Prepare(calls::Prepare {
             dir: dir.to_string(),
             mode,
             count: ask,
             extend_by: PREPARED_FILE_BYTES_MAX,
-        };
+        });
         let files = match self.request(dir, req).await {
             Ok(MgrReply::Prepared(files)) => files,
             Ok(other) => {

@@ -182,9 +182,9 @@ impl Session {
         let credential = match &cfg.signing_key {
             None => cfg.credential.clone(),
             Some(k) => {
-                let ask = MgrRequest::Challenge {
+                let ask = MgrRequest::Challenge(calls::Challenge {
                     user: cfg.user.clone(),
-                };
+                });
                 match s.request(&ask).await? {
                     MgrReply::Challenge(c) => {
                         Credential::Signature(crate::userkey::sign_login(k, &cfg.user, &c))
@@ -197,17 +197,17 @@ impl Session {
                 }
             }
         };
-        let login = MgrRequest::Login {
+        let login = MgrRequest::Login(calls::Login {
             user: cfg.user.clone(),
             credential,
-        };
+        });
         match s.request(&login).await? {
-            MgrReply::LoginOk {
+            MgrReply::LoginOk(LoginOk {
                 uid,
                 admin,
                 token,
                 expires_ms,
-            } => {
+            }) => {
                 s.uid = uid;
                 s.admin = admin;
                 s.token = token.0;
@@ -223,8 +223,8 @@ impl Session {
     /// Ends this session on the manager (its token then logs in nowhere) and closes the
     /// connection.
     pub async fn logout(mut self) -> Result<(), SessionError> {
-        match self.request(&MgrRequest::Logout).await? {
-            MgrReply::Ok => Ok(()),
+        match self.request(&MgrRequest::Logout(calls::Logout)).await? {
+            MgrReply::Ok(()) => Ok(()),
             other => Err(SessionError::Protocol(format!(
                 "logout answered with {other:?}"
             ))),
@@ -264,7 +264,7 @@ impl Session {
     /// Sends a request; an `Error` reply becomes [`SessionError::Refused`].
     pub async fn request(&mut self, req: &MgrRequest) -> Result<MgrReply, SessionError> {
         match self.call(req).await? {
-            MgrReply::Error { status, detail } => Err(SessionError::Refused {
+            MgrReply::Error(Refused { status, detail }) => Err(SessionError::Refused {
                 op: req.name(),
                 status,
                 detail,

@@ -13,6 +13,7 @@ use crate::process::{self, runs_node};
 use crate::Options;
 use nasd_client::config::ClientFile;
 use nasd_client::session::SessionConfig;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, MgrRequest};
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -316,11 +317,11 @@ impl Cluster {
             };
             adds.push((
                 d.name.clone(),
-                MgrRequest::DriveAdd {
+                MgrRequest::DriveAdd(calls::DriveAdd {
                     addr: d.addr.clone(),
                     drive_key_file: read("drive.key")?,
                     master_key_file: read("master.key")?,
-                },
+                }),
             ));
         }
         let cfg = self.session_config()?;

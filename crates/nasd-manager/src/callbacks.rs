@@ -18,8 +18,10 @@
 //! channel fails drops its caches itself.
 
 use crate::service::{Caller, Manager};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{
-    CallbackBreak, FileKind, MgrReply, MgrRequest, BREAKS_PER_REPLY_MAX, BREAK_WAIT_MS_MAX,
+    CallbackBreak, FileKind, Grant, MgrReply, MgrRequest, Xattrs, BREAKS_PER_REPLY_MAX,
+    BREAK_WAIT_MS_MAX,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -338,35 +340,37 @@ pub(crate) fn touched(m: &Manager, c: &Caller, req: &MgrRequest) -> Vec<Changed>
     };
     let mut out = vec![];
     match req {
-        Q::ReturnCapability { path, .. }
-        | Q::Truncate { path, .. }
-        | Q::Utimes { path, .. }
-        | Q::Chmod { path, .. }
-        | Q::Chown { path, .. }
-        | Q::Setxattr { path, .. }
-        | Q::E2eUpdate { path, .. } => out.extend(file(path)),
-        Q::Commit { path, .. } => match entry(path) {
+        Q::ReturnCapability(calls::ReturnCapability { path, .. })
+        | Q::Truncate(calls::Truncate { path, .. })
+        | Q::Utimes(calls::Utimes { path, .. })
+        | Q::Chmod(calls::Chmod { path, .. })
+        | Q::Chown(calls::Chown { path, .. })
+        | Q::Setxattr(calls::Setxattr { path, .. })
+        | Q::E2eUpdate(calls::E2eUpdate { path, .. }) => out.extend(file(path)),
+        Q::Commit(calls::Commit { path, .. }) => match entry(path) {
             Some((_, _, Some(ino))) => out.push(Changed::file(ino)),
             Some((dir, _, None)) => out.push(Changed::file(dir)),
             None => {}
         },
-        Q::Unlink { path } | Q::Rmdir { path } => gone(path, &mut out),
-        Q::Rename { from, to } => {
+        Q::Unlink(calls::Unlink { path }) | Q::Rmdir(calls::Rmdir { path }) => gone(path, &mut out),
+        Q::Rename(calls::Rename { from, to }) => {
             gone(from, &mut out);
             gone(to, &mut out);
         }
-        Q::Link { existing, new } => {
+        Q::Link(calls::Link { existing, new }) => {
             if let Some((_, _, Some(ino))) = entry(existing) {
                 out.push(Changed::file(ino));
             }
             made(new, &mut out);
         }
-        Q::Mkdir { path, .. } | Q::Symlink { path, .. } => made(path, &mut out),
-        Q::Create {
+        Q::Mkdir(calls::Mkdir { path, .. }) | Q::Symlink(calls::Symlink { path, .. }) => {
+            made(path, &mut out)
+        }
+        Q::Create(calls::Create {
             path,
             exclusive: true,
             ..
-        } => made(path, &mut out),
+        }) => made(path, &mut out),
         _ => {}
     }
     out
@@ -376,10 +380,10 @@ pub(crate) fn touched(m: &Manager, c: &Caller, req: &MgrRequest) -> Vec<Changed>
 /// [`CALLBACK_LEASE_MS`]) or its capabilities (for as long as they last).
 pub(crate) fn register_reply(cb: &Callbacks, session: u64, r: &MgrReply, now: u64) {
     match r {
-        MgrReply::Stat(st) | MgrReply::Xattrs { stat: st, .. } => {
+        MgrReply::Stat(st) | MgrReply::Xattrs(Xattrs { stat: st, .. }) => {
             cb.register(session, st.ino, now + CALLBACK_LEASE_MS, now)
         }
-        MgrReply::Opened { stat, caps, .. } => {
+        MgrReply::Opened(Grant { stat, caps, .. }) => {
             let until = caps.iter().map(|g| g.args.expiry_ms).min().unwrap_or(0);
             cb.register(session, stat.ino, until.max(now + CALLBACK_LEASE_MS), now)
         }

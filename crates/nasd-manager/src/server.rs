@@ -263,8 +263,12 @@ async fn connection(
 async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrReply, After) {
     let name = req.name();
     let req = match req {
-        MgrRequest::Challenge { user } => return (challenge(conn, user), After::Continue),
-        MgrRequest::Login { user, credential } => return login(sh, conn, user, credential).await,
+        MgrRequest::Challenge(calls::Challenge { user }) => {
+            return (challenge(conn, user), After::Continue)
+        }
+        MgrRequest::Login(calls::Login { user, credential }) => {
+            return login(sh, conn, user, credential).await
+        }
         req => req,
     };
     let Some(live) = conn.session.as_mut() else {
@@ -279,50 +283,56 @@ async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrRep
     let live = conn.session.as_ref().expect("still live");
     let c = &live.caller;
     let r = match req {
-        MgrRequest::Logout => return logout(sh, conn),
-        MgrRequest::UserPasswd { .. } if live.via.is_some() => Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            "a session a gateway opened cannot change credentials",
-        )),
-        MgrRequest::UserPasswd {
+        MgrRequest::Logout(calls::Logout) => return logout(sh, conn),
+        MgrRequest::UserPasswd(calls::UserPasswd { .. }) if live.via.is_some() => {
+            Err(MgrError::new(
+                MgrStatus::PermissionDenied,
+                "a session a gateway opened cannot change credentials",
+            ))
+        }
+        MgrRequest::UserPasswd(calls::UserPasswd {
             name,
             password,
             public_key,
-        } => user_passwd(sh, c, name, password, public_key).await,
-        MgrRequest::ActFor { user } => act_for(sh, c, live.via, user).await,
-        MgrRequest::UserGateway { name, on } => user_gateway(sh, c, name, on),
-        MgrRequest::S3KeySecret { .. } if live.via.is_some() => Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            "a session a gateway opened reads no S3 secrets",
-        )),
-        MgrRequest::S3KeySecret { access_key_id } => {
+        }) => user_passwd(sh, c, name, password, public_key).await,
+        MgrRequest::ActFor(calls::ActFor { user }) => act_for(sh, c, live.via, user).await,
+        MgrRequest::UserGateway(calls::UserGateway { name, on }) => user_gateway(sh, c, name, on),
+        MgrRequest::S3KeySecret(calls::S3KeySecret { .. }) if live.via.is_some() => {
+            Err(MgrError::new(
+                MgrStatus::PermissionDenied,
+                "a session a gateway opened reads no S3 secrets",
+            ))
+        }
+        MgrRequest::S3KeySecret(calls::S3KeySecret { access_key_id }) => {
             let st = sh.mgr.store.lock().expect("store lock");
             users::s3_key_secret(st.as_ref(), c, &access_key_id)
-                .map(|(user, secret)| MgrReply::S3KeyFound { user, secret })
+                .map(|(user, secret)| MgrReply::S3KeyFound(S3KeyFound { user, secret }))
         }
-        MgrRequest::S3KeyCreate { user } => {
+        MgrRequest::S3KeyCreate(calls::S3KeyCreate { user }) => {
             let mut st = sh.mgr.store.lock().expect("store lock");
             let made = users::s3_key_create(st.as_mut(), c, &user);
             if made.is_ok() {
                 tracing::info!(by = %c.name, user = %user, "S3 key made");
             }
-            made.map(|(access_key_id, secret)| MgrReply::S3KeyMade {
-                access_key_id,
-                secret,
+            made.map(|(access_key_id, secret)| {
+                MgrReply::S3KeyMade(S3KeyMade {
+                    access_key_id,
+                    secret,
+                })
             })
         }
-        MgrRequest::S3KeyList { user } => {
+        MgrRequest::S3KeyList(calls::S3KeyList { user }) => {
             let st = sh.mgr.store.lock().expect("store lock");
             users::s3_key_list(st.as_ref(), c, &user).map(MgrReply::S3Keys)
         }
-        MgrRequest::S3KeyRevoke {
+        MgrRequest::S3KeyRevoke(calls::S3KeyRevoke {
             user,
             access_key_id,
-        } => {
+        }) => {
             let mut st = sh.mgr.store.lock().expect("store lock");
-            users::s3_key_revoke(st.as_mut(), c, &user, &access_key_id).map(|()| MgrReply::Ok)
+            users::s3_key_revoke(st.as_mut(), c, &user, &access_key_id).map(|()| MgrReply::Ok(()))
         }
-        MgrRequest::WaitBreaks { acked, wait_ms } => Ok(MgrReply::Breaks(
+        MgrRequest::WaitBreaks(calls::WaitBreaks { acked, wait_ms }) => Ok(MgrReply::Breaks(
             sh.mgr
                 .callbacks
                 .poll(c.session, acked, wait_ms, now_ms())
@@ -416,12 +426,12 @@ async fn login(
             After::Close,
         );
     }
-    let reply = MgrReply::LoginOk {
+    let reply = MgrReply::LoginOk(LoginOk {
         uid: ok.caller.uid,
         admin: ok.caller.admin,
         token: SessionToken(ok.token),
         expires_ms: ok.expires_ms,
-    };
+    });
     let token_hash = users::token_hash(&ok.token);
     let mut caller = ok.caller;
     caller.session = u64::from_le_bytes(token_hash[..8].try_into().expect("8 bytes"));
@@ -490,7 +500,7 @@ fn logout(sh: &Shared, conn: &mut Conn) -> (MgrReply, After) {
     match ended {
         Ok(_) => {
             tracing::info!(user = %live.caller.name, "logged out");
-            (MgrReply::Ok, After::Close)
+            (MgrReply::Ok(()), After::Close)
         }
         Err(e) => (e.reply(), After::Close),
     }
@@ -510,12 +520,12 @@ async fn act_for(
         .await
         .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
     tracing::info!(gateway = %c.name, user = %user, "gateway acts for user");
-    Ok(MgrReply::LoginOk {
+    Ok(MgrReply::LoginOk(LoginOk {
         uid: ok.caller.uid,
         admin: ok.caller.admin,
         token: SessionToken(ok.token),
         expires_ms: ok.expires_ms,
-    })
+    }))
 }
 
 /// `user gateway NAME on|off` (admins): turning it off ends the sessions it opened, live
@@ -528,7 +538,7 @@ fn user_gateway(sh: &Shared, c: &Caller, name: String, on: bool) -> Result<MgrRe
     }
     sh.session_epoch.fetch_add(1, Ordering::AcqRel);
     tracing::info!(admin = %c.name, user = %name, on, "gateway flag set");
-    Ok(MgrReply::Ok)
+    Ok(MgrReply::Ok(()))
 }
 
 /// `user passwd`: a new password or key; every session of the user ends, live connections
@@ -551,7 +561,7 @@ async fn user_passwd(
     .await
     .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
     sh.session_epoch.fetch_add(1, Ordering::AcqRel);
-    Ok(MgrReply::Ok)
+    Ok(MgrReply::Ok(()))
 }
 
 fn admin_only(c: &Caller, what: &str) -> Result<(), MgrError> {
@@ -590,51 +600,53 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
     use MgrRequest as Q;
     let req_name = req.name();
     Ok(match req {
-        Q::Login { .. }
-        | Q::Challenge { .. }
-        | Q::Logout
-        | Q::UserPasswd { .. }
-        | Q::ActFor { .. }
-        | Q::UserGateway { .. }
-        | Q::S3KeyCreate { .. }
-        | Q::S3KeyList { .. }
-        | Q::S3KeyRevoke { .. }
-        | Q::S3KeySecret { .. }
-        | Q::WaitBreaks { .. } => {
+        Q::Login(calls::Login { .. })
+        | Q::Challenge(calls::Challenge { .. })
+        | Q::Logout(calls::Logout)
+        | Q::UserPasswd(calls::UserPasswd { .. })
+        | Q::ActFor(calls::ActFor { .. })
+        | Q::UserGateway(calls::UserGateway { .. })
+        | Q::S3KeyCreate(calls::S3KeyCreate { .. })
+        | Q::S3KeyList(calls::S3KeyList { .. })
+        | Q::S3KeyRevoke(calls::S3KeyRevoke { .. })
+        | Q::S3KeySecret(calls::S3KeySecret { .. })
+        | Q::WaitBreaks(calls::WaitBreaks { .. }) => {
             unreachable!("handled by dispatch")
         }
-        Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),
-        Q::Readdir {
+        Q::Stat(calls::Stat { path }) => MgrReply::Stat(m.stat(c, &path).await?),
+        Q::Readdir(calls::Readdir {
             path,
             after,
             limit,
             xattr,
-        } => MgrReply::Entries(
+        }) => MgrReply::Entries(
             m.readdir(c, &path, &after, limit as usize, xattr.as_deref())
                 .await?,
         ),
-        Q::Mkdir { path, mode } => {
+        Q::Mkdir(calls::Mkdir { path, mode }) => {
             m.mkdir(c, &path, mode)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Rmdir { path } => {
+        Q::Rmdir(calls::Rmdir { path }) => {
             m.rmdir(c, &path)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Create {
+        Q::Create(calls::Create {
             path,
             mode,
             exclusive,
             extend_by,
-        } => m.create(c, &path, mode, exclusive, extend_by).await?,
-        Q::Open {
+        }) => m.create(c, &path, mode, exclusive, extend_by).await?,
+        Q::Open(calls::Open {
             path,
             write,
             extend_by,
-        } => m.open(c, &path, write, extend_by).await?,
-        Q::QuotaSet { user, limit } => MgrReply::Quotas(m.quota_set(c, &user, limit).await?),
-        Q::QuotaGet { user } => MgrReply::Quotas(m.quota_get(c, &user)?),
-        Q::Commit {
+        }) => m.open(c, &path, write, extend_by).await?,
+        Q::QuotaSet(calls::QuotaSet { user, limit }) => {
+            MgrReply::Quotas(m.quota_set(c, &user, limit).await?)
+        }
+        Q::QuotaGet(calls::QuotaGet { user }) => MgrReply::Quotas(m.quota_get(c, &user)?),
+        Q::Commit(calls::Commit {
             path,
             drive,
             object,
@@ -642,131 +654,141 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             stale,
             xattrs,
             e2e,
-        } => {
+        }) => {
             m.commit(c, &path, drive, object, size, stale, xattrs.as_deref(), e2e)
                 .await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::E2eUpdate { path, update } => {
+        Q::E2eUpdate(calls::E2eUpdate { path, update }) => {
             m.e2e_update(c, &path, update)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::UserKeySet { user, keys } => {
+        Q::UserKeySet(calls::UserKeySet { user, keys }) => {
             m.user_key_set(c, &user, &keys)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::UserKeyGet { uids, names } => MgrReply::UserKeys(m.user_key_get(c, &uids, &names)?),
-        Q::GroupKeySet {
+        Q::UserKeyGet(calls::UserKeyGet { uids, names }) => {
+            MgrReply::UserKeys(m.user_key_get(c, &uids, &names)?)
+        }
+        Q::GroupKeySet(calls::GroupKeySet {
             group,
             version,
             public,
             wraps,
-        } => {
+        }) => {
             m.group_key_set(c, &group, version, &public, &wraps)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::GroupKeyGet { gids, names } => MgrReply::GroupKeys(m.group_key_get(c, &gids, &names)?),
-        Q::Getxattrs { path } => {
+        Q::GroupKeyGet(calls::GroupKeyGet { gids, names }) => {
+            MgrReply::GroupKeys(m.group_key_get(c, &gids, &names)?)
+        }
+        Q::Getxattrs(calls::Getxattrs { path }) => {
             let (stat, xattrs) = m.getxattrs(c, &path).await?;
-            MgrReply::Xattrs { stat, xattrs }
+            MgrReply::Xattrs(Xattrs { stat, xattrs })
         }
-        Q::Setxattr { path, name, value } => {
+        Q::Setxattr(calls::Setxattr { path, name, value }) => {
             m.setxattr(c, &path, &name, value.as_deref())?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::StageWrite { path, extend_by } => m.stage_write(c, &path, extend_by).await?,
-        Q::Repair {
+        Q::StageWrite(calls::StageWrite { path, extend_by }) => {
+            m.stage_write(c, &path, extend_by).await?
+        }
+        Q::Repair(calls::Repair {
             path,
             component,
             offset,
             len,
-        } => {
+        }) => {
             m.repair(c, &path, component as usize, offset, len).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Scrub { path, repair } => {
+        Q::Scrub(calls::Scrub { path, repair }) => {
             admin_only(c, req_name)?;
             MgrReply::Scrubbed(m.scrub_path(c, &path, repair).await?)
         }
-        Q::Status => {
+        Q::Status(calls::Status) => {
             admin_only(c, req_name)?;
             MgrReply::Status(m.cluster_status()?)
         }
-        Q::DriveReplace { old, new } => {
+        Q::DriveReplace(calls::DriveReplace { old, new }) => {
             admin_only(c, req_name)?;
             m.drive_replace(old, new)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::LayoutGet { path } => MgrReply::LayoutSpec(m.layout_get(c, &path)?),
-        Q::LayoutSet { path, spec } => {
+        Q::LayoutGet(calls::LayoutGet { path }) => {
+            MgrReply::LayoutSpec(LayoutSpec(m.layout_get(c, &path)?))
+        }
+        Q::LayoutSet(calls::LayoutSet { path, spec }) => {
             m.layout_set(c, &path, &spec)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Abort {
+        Q::Abort(calls::Abort {
             path,
             drive,
             object,
-        } => {
+        }) => {
             m.abort(c, &path, drive, object).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Renew {
+        Q::Renew(calls::Renew {
             path,
             drive,
             object,
             extend_by,
-        } => m.renew(c, &path, drive, object, extend_by).await?,
-        Q::Symlink { path, target } => {
+        }) => m.renew(c, &path, drive, object, extend_by).await?,
+        Q::Symlink(calls::Symlink { path, target }) => {
             m.symlink(c, &path, &target)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Readlink { path } => MgrReply::LinkTarget(m.readlink(c, &path)?),
-        Q::Lstat { path } => MgrReply::Stat(m.lstat(c, &path).await?),
-        Q::Link { existing, new } => {
+        Q::Readlink(calls::Readlink { path }) => {
+            MgrReply::LinkTarget(LinkTarget(m.readlink(c, &path)?))
+        }
+        Q::Lstat(calls::Lstat { path }) => MgrReply::Stat(m.lstat(c, &path).await?),
+        Q::Link(calls::Link { existing, new }) => {
             m.link(c, &existing, &new)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Prepare {
+        Q::Prepare(calls::Prepare {
             dir,
             mode,
             count,
             extend_by,
-        } => MgrReply::Prepared(m.prepare(c, &dir, mode, count, extend_by).await?),
-        Q::ReturnCapability { path, audit_id } => {
+        }) => MgrReply::Prepared(m.prepare(c, &dir, mode, count, extend_by).await?),
+        Q::ReturnCapability(calls::ReturnCapability { path, audit_id }) => {
             tracing::info!(audit_id, user = %c.name, path, "capability returned");
             m.return_capability(c, &path).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Unlink { path } => {
+        Q::Unlink(calls::Unlink { path }) => {
             m.unlink(c, &path).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Rename { from, to } => {
+        Q::Rename(calls::Rename { from, to }) => {
             m.rename(c, &from, &to).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Chmod { path, mode } => {
+        Q::Chmod(calls::Chmod { path, mode }) => {
             m.chmod(c, &path, mode).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Chown { path, owner, group } => {
+        Q::Chown(calls::Chown { path, owner, group }) => {
             m.chown(c, &path, &owner, &group).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Truncate { path, size } => {
+        Q::Truncate(calls::Truncate { path, size }) => {
             m.truncate(c, &path, size).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::Utimes { path, mtime_us } => {
+        Q::Utimes(calls::Utimes { path, mtime_us }) => {
             m.utimes(c, &path, mtime_us).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::UserAdd {
+        Q::UserAdd(calls::UserAdd {
             name,
             password,
             admin,
             public_key,
-        } => {
+        }) => {
             admin_only(c, "adding a user")?;
             let m2 = m.clone();
             tokio::task::spawn_blocking(move || {
@@ -778,9 +800,9 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             })
             .await
             .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::UserList => {
+        Q::UserList(calls::UserList) => {
             let st = m.store.lock().expect("store lock");
             let mut out = vec![];
             for u in st.users().map_err(db)? {
@@ -802,7 +824,7 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
             }
             MgrReply::Users(out)
         }
-        Q::GroupAdd { name } => {
+        Q::GroupAdd(calls::GroupAdd { name }) => {
             admin_only(c, "adding a group")?;
             users::check_account_name(&name)?;
             m.store
@@ -815,9 +837,9 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
                     }
                     e => db(e),
                 })?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::GroupMember { group, user } => {
+        Q::GroupMember(calls::GroupMember { group, user }) => {
             admin_only(c, "changing group membership")?;
             let mut st = m.store.lock().expect("store lock");
             let g = st
@@ -829,19 +851,19 @@ async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrR
                 .map_err(db)?
                 .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.clone()))?;
             st.add_member(g.gid, u.uid).map_err(db)?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::DriveAdd {
+        Q::DriveAdd(calls::DriveAdd {
             addr,
             drive_key_file,
             master_key_file,
-        } => {
+        }) => {
             admin_only(c, "registering a drive")?;
             let master = (!master_key_file.is_empty()).then_some(master_key_file.as_str());
             add_drive(m, &addr, &drive_key_file, master).await?;
-            MgrReply::Ok
+            MgrReply::Ok(())
         }
-        Q::DriveList => MgrReply::Drives(m.drive_statuses()),
+        Q::DriveList(calls::DriveList) => MgrReply::Drives(m.drive_statuses()),
     })
 }
 

@@ -31,7 +31,7 @@ use crate::drives::{self, Registry, MANAGER_PROTECTION};
 use crate::lease::{Holder, Leases};
 use crate::quota::{escrow_end, WriteBound};
 use crate::store::*;
-use crate::striping::{tolerated, Grant};
+use crate::striping::{tolerated, Access};
 use crate::{now_ms, now_us, MgrError, MgrResult};
 use nasd_client::object::Target;
 use nasd_proto::manager::*;
@@ -679,17 +679,17 @@ impl Manager {
         c: &Caller,
         path: &str,
         i: &Inode,
-        grant: Grant,
+        grant: Access,
     ) -> MgrResult<(Layout, Vec<CapGrant>)> {
         let (rights, bound) = match grant {
-            Grant::Read => (
+            Access::Read => (
                 Rights::READ.union(Rights::GETATTR),
                 WriteBound {
                     end: WRITE_END_UNBOUNDED,
                     expiry_ms: now_ms() + self.policy.read_cap_ttl_ms,
                 },
             ),
-            Grant::Write(bound) => {
+            Access::Write(bound) => {
                 let mut r = Rights::WRITE
                     .union(Rights::GETATTR)
                     .union(Rights::FLUSH)
@@ -702,7 +702,7 @@ impl Manager {
         };
         // Scheme 1 (seed 001 §3.3.1): the drives store only writes the writer signed.
         let writer_key = match grant {
-            Grant::Write(_) if self.policy_of_file(i)?.auth == WriterAuth::Signed => {
+            Access::Write(_) if self.policy_of_file(i)?.auth == WriterAuth::Signed => {
                 Some(self.writer_key_of(c, path)?)
             }
             _ => None,
@@ -1080,7 +1080,7 @@ impl Manager {
                 failure.get_or_insert(e);
                 continue;
             }
-            let (layout, caps) = self.mint(c, dir_path, &i, Grant::Write(bound))?;
+            let (layout, caps) = self.mint(c, dir_path, &i, Access::Write(bound))?;
             files.push(PreparedFile {
                 stat: self.stat_of(&i, Some((0, i.mtime_us))),
                 layout,
@@ -1177,15 +1177,15 @@ impl Manager {
             self.undo_create(&i).await;
             return Err(store_err(e, path));
         }
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
-        Ok(MgrReply::Opened {
+        let (layout, caps) = self.mint(c, path, &i, Access::Write(bound))?;
+        Ok(MgrReply::Opened(Grant {
             stat: self.stat_of(&i, Some((0, i.mtime_us))),
             layout,
             caps,
             write_end: bound.end,
             policy: self.policy_of_file(&i)?,
             e2e: None,
-        })
+        }))
     }
 
     /// Records the new file `i` (its inode reserved, its objects made) as staged at
@@ -1238,16 +1238,18 @@ impl Manager {
             }
         };
         self.record_new_file(c, &i, path, path, escrow).await?;
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
-        Ok(MgrReply::Staged {
-            stat: self.stat_of(&i, Some((0, i.mtime_us))),
-            layout,
-            caps,
-            write_end: bound.end,
+        let (layout, caps) = self.mint(c, path, &i, Access::Write(bound))?;
+        Ok(MgrReply::Staged(StagedGrant {
+            grant: Grant {
+                stat: self.stat_of(&i, Some((0, i.mtime_us))),
+                layout,
+                caps,
+                write_end: bound.end,
+                policy: self.policy_of_file(&i)?,
+                e2e: None,
+            },
             replaces: false,
-            policy: self.policy_of_file(&i)?,
-            e2e: None,
-        })
+        }))
     }
 
     /// The first half of an overwrite: a fresh object for the new content, recorded as staged
@@ -1311,16 +1313,18 @@ impl Manager {
             acv: 0,
             ..i.clone()
         };
-        let (layout, caps) = self.mint(c, path, &next, Grant::Write(bound))?;
-        Ok(MgrReply::Staged {
-            stat: self.stat_of(&i, times),
-            layout,
-            caps,
-            write_end: bound.end,
+        let (layout, caps) = self.mint(c, path, &next, Access::Write(bound))?;
+        Ok(MgrReply::Staged(StagedGrant {
+            grant: Grant {
+                stat: self.stat_of(&i, times),
+                layout,
+                caps,
+                write_end: bound.end,
+                policy: self.policy_of_file(&i)?,
+                e2e: i.e2e.clone(),
+            },
             replaces: true,
-            policy: self.policy_of_file(&i)?,
-            e2e: i.e2e.clone(),
-        })
+        }))
     }
 
     /// The staged upload of `object` on `drive`, if `c` staged it for `path`.
@@ -1619,16 +1623,18 @@ impl Manager {
             self.take_lease(c, path, &i).await?;
         }
         let bound = self.renew_escrow(&s, &i, extend_by, path)?;
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
-        Ok(MgrReply::Staged {
-            stat: self.stat_of(&i, None),
-            layout,
-            caps,
-            write_end: bound.end,
+        let (layout, caps) = self.mint(c, path, &i, Access::Write(bound))?;
+        Ok(MgrReply::Staged(StagedGrant {
+            grant: Grant {
+                stat: self.stat_of(&i, None),
+                layout,
+                caps,
+                write_end: bound.end,
+                policy: self.policy_of_file(&i)?,
+                e2e: i.e2e.clone(),
+            },
             replaces: !s.new_file,
-            policy: self.policy_of_file(&i)?,
-            e2e: i.e2e.clone(),
-        })
+        }))
     }
 
     /// Renews the escrow of the staged upload `s` of file `i` (and the record's time): its end
@@ -1711,15 +1717,15 @@ impl Manager {
             return Err(denied(path, "read permission on the file"));
         }
         let times = self.file_times(&i).await.map_err(|e| e.at(path))?;
-        let (layout, caps) = self.mint(c, path, &i, Grant::Read)?;
-        Ok(MgrReply::Opened {
+        let (layout, caps) = self.mint(c, path, &i, Access::Read)?;
+        Ok(MgrReply::Opened(Grant {
             stat: self.stat_of(&i, Some(times)),
             layout,
             caps,
             write_end: WRITE_END_UNBOUNDED,
             policy: self.policy_of_file(&i)?,
             e2e: i.e2e.clone(),
-        })
+        }))
     }
 
     /// GetWCapability: the file's write lease, then capabilities for its committed objects
@@ -1770,15 +1776,15 @@ impl Manager {
                 return Err(e);
             }
         };
-        let (layout, caps) = self.mint(c, path, &i, Grant::Write(bound))?;
-        Ok(MgrReply::Opened {
+        let (layout, caps) = self.mint(c, path, &i, Access::Write(bound))?;
+        Ok(MgrReply::Opened(Grant {
             stat: self.stat_of(&i, Some(times)),
             layout,
             caps,
             write_end: bound.end,
             policy: self.policy_of_file(&i)?,
             e2e: i.e2e.clone(),
-        })
+        }))
     }
 
     /// `StageWrite`: copies of the file's components for a copy-on-write change, recorded as
@@ -1840,16 +1846,18 @@ impl Manager {
             layout: Some(staged),
             ..i.clone()
         };
-        let (layout, caps) = self.mint(c, path, &next, Grant::Write(bound))?;
-        Ok(MgrReply::Staged {
-            stat: self.stat_of(&i, times),
-            layout,
-            caps,
-            write_end: bound.end,
+        let (layout, caps) = self.mint(c, path, &next, Access::Write(bound))?;
+        Ok(MgrReply::Staged(StagedGrant {
+            grant: Grant {
+                stat: self.stat_of(&i, times),
+                layout,
+                caps,
+                write_end: bound.end,
+                policy: self.policy_of_file(&i)?,
+                e2e: i.e2e.clone(),
+            },
             replaces: true,
-            policy: self.policy_of_file(&i)?,
-            e2e: i.e2e.clone(),
-        })
+        }))
     }
 
     /// `ReturnCapability`: the writer is done. If it held the file's write lease, the lease

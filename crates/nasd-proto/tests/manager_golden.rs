@@ -6,6 +6,7 @@
 //! protocol change, with a new `MANAGER_PROTOCOL_VERSION`).
 
 use nasd_proto::capability::CapabilityArgs;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::*;
 use nasd_proto::{DriveId, ObjectId, PartitionId, Protection, Region, Rights, Suite};
 use std::collections::BTreeSet;
@@ -94,118 +95,118 @@ fn caps() -> Vec<CapGrant> {
 fn requests() -> Vec<MgrRequest> {
     let p = || "/a/b".to_string();
     vec![
-        MgrRequest::Login {
+        MgrRequest::Login(calls::Login {
             user: "alice".into(),
             credential: Credential::Password("pw".into()),
-        },
-        MgrRequest::Login {
+        }),
+        MgrRequest::Login(calls::Login {
             user: "alice".into(),
             credential: Credential::Token([3; 32]),
-        },
-        MgrRequest::Login {
+        }),
+        MgrRequest::Login(calls::Login {
             user: "carol".into(),
             credential: Credential::Signature([8; 64]),
-        },
-        MgrRequest::Stat { path: p() },
-        MgrRequest::Readdir {
+        }),
+        MgrRequest::Stat(calls::Stat { path: p() }),
+        MgrRequest::Readdir(calls::Readdir {
             path: p(),
             after: "b".into(),
             limit: 100,
             xattr: None,
-        },
-        MgrRequest::Readdir {
+        }),
+        MgrRequest::Readdir(calls::Readdir {
             path: p(),
             after: String::new(),
             limit: 1,
             xattr: Some("user.s3.etag".into()),
-        },
-        MgrRequest::Mkdir {
+        }),
+        MgrRequest::Mkdir(calls::Mkdir {
             path: p(),
             mode: 0o755,
-        },
-        MgrRequest::Rmdir { path: p() },
-        MgrRequest::Create {
+        }),
+        MgrRequest::Rmdir(calls::Rmdir { path: p() }),
+        MgrRequest::Create(calls::Create {
             path: p(),
             mode: 0o644,
             exclusive: true,
             extend_by: 0,
-        },
-        MgrRequest::Create {
+        }),
+        MgrRequest::Create(calls::Create {
             path: p(),
             mode: 0o600,
             exclusive: false,
             extend_by: 64 << 20,
-        },
-        MgrRequest::Open {
+        }),
+        MgrRequest::Open(calls::Open {
             path: p(),
             write: true,
             extend_by: u64::MAX,
-        },
-        MgrRequest::Open {
+        }),
+        MgrRequest::Open(calls::Open {
             path: p(),
             write: false,
             extend_by: 0,
-        },
-        MgrRequest::ReturnCapability {
+        }),
+        MgrRequest::ReturnCapability(calls::ReturnCapability {
             path: p(),
             audit_id: 9,
-        },
-        MgrRequest::Unlink { path: p() },
-        MgrRequest::Rename {
+        }),
+        MgrRequest::Unlink(calls::Unlink { path: p() }),
+        MgrRequest::Rename(calls::Rename {
             from: p(),
             to: "/c".into(),
-        },
-        MgrRequest::Chmod {
+        }),
+        MgrRequest::Chmod(calls::Chmod {
             path: p(),
             mode: 0o4755,
-        },
-        MgrRequest::Chown {
+        }),
+        MgrRequest::Chown(calls::Chown {
             path: p(),
             owner: "bob".into(),
             group: String::new(),
-        },
-        MgrRequest::Truncate { path: p(), size: 5 },
-        MgrRequest::Utimes {
+        }),
+        MgrRequest::Truncate(calls::Truncate { path: p(), size: 5 }),
+        MgrRequest::Utimes(calls::Utimes {
             path: p(),
             mtime_us: 77,
-        },
-        MgrRequest::UserAdd {
+        }),
+        MgrRequest::UserAdd(calls::UserAdd {
             name: "bob".into(),
             password: "x".into(),
             admin: false,
             public_key: None,
-        },
-        MgrRequest::UserAdd {
+        }),
+        MgrRequest::UserAdd(calls::UserAdd {
             name: "carol".into(),
             password: "".into(),
             admin: true,
             public_key: Some([7; 32]),
-        },
-        MgrRequest::UserPasswd {
+        }),
+        MgrRequest::UserPasswd(calls::UserPasswd {
             name: "bob".into(),
             password: "y".into(),
             public_key: None,
-        },
-        MgrRequest::UserPasswd {
+        }),
+        MgrRequest::UserPasswd(calls::UserPasswd {
             name: "carol".into(),
             password: "".into(),
             public_key: Some([9; 32]),
-        },
-        MgrRequest::UserList,
-        MgrRequest::GroupAdd {
+        }),
+        MgrRequest::UserList(calls::UserList),
+        MgrRequest::GroupAdd(calls::GroupAdd {
             name: "staff".into(),
-        },
-        MgrRequest::GroupMember {
+        }),
+        MgrRequest::GroupMember(calls::GroupMember {
             group: "staff".into(),
             user: "bob".into(),
-        },
-        MgrRequest::DriveAdd {
+        }),
+        MgrRequest::DriveAdd(calls::DriveAdd {
             addr: "127.0.0.1:1".into(),
             drive_key_file: "kind = drive".into(),
             master_key_file: "kind = master".into(),
-        },
-        MgrRequest::DriveList,
-        MgrRequest::Commit {
+        }),
+        MgrRequest::DriveList(calls::DriveList),
+        MgrRequest::Commit(calls::Commit {
             path: p(),
             drive: DriveId(3),
             object: ObjectId(17),
@@ -213,8 +214,8 @@ fn requests() -> Vec<MgrRequest> {
             stale: 0b100010,
             xattrs: None,
             e2e: None,
-        },
-        MgrRequest::Commit {
+        }),
+        MgrRequest::Commit(calls::Commit {
             path: p(),
             drive: DriveId(3),
             object: ObjectId(17),
@@ -231,8 +232,8 @@ fn requests() -> Vec<MgrRequest> {
                 },
             ]),
             e2e: Some(e2e_commit()),
-        },
-        MgrRequest::Commit {
+        }),
+        MgrRequest::Commit(calls::Commit {
             path: p(),
             drive: DriveId(u64::MAX),
             object: ObjectId(1),
@@ -240,141 +241,141 @@ fn requests() -> Vec<MgrRequest> {
             stale: 0,
             xattrs: Some(vec![]),
             e2e: None,
-        },
-        MgrRequest::Challenge {
+        }),
+        MgrRequest::Challenge(calls::Challenge {
             user: "carol".into(),
-        },
-        MgrRequest::Logout,
-        MgrRequest::Abort {
+        }),
+        MgrRequest::Logout(calls::Logout),
+        MgrRequest::Abort(calls::Abort {
             path: p(),
             drive: DriveId(3),
             object: ObjectId(18),
-        },
-        MgrRequest::Renew {
+        }),
+        MgrRequest::Renew(calls::Renew {
             path: p(),
             drive: DriveId(3),
             object: ObjectId(19),
             extend_by: 1 << 20,
-        },
-        MgrRequest::LayoutGet { path: p() },
-        MgrRequest::LayoutSet {
+        }),
+        MgrRequest::LayoutGet(calls::LayoutGet { path: p() }),
+        MgrRequest::LayoutSet(calls::LayoutSet {
             path: p(),
             spec: "rs:4+2".into(),
-        },
-        MgrRequest::StageWrite {
+        }),
+        MgrRequest::StageWrite(calls::StageWrite {
             path: p(),
             extend_by: 7,
-        },
-        MgrRequest::Repair {
+        }),
+        MgrRequest::Repair(calls::Repair {
             path: p(),
             component: 5,
             offset: 1 << 20,
             len: 65536,
-        },
-        MgrRequest::Scrub {
+        }),
+        MgrRequest::Scrub(calls::Scrub {
             path: p(),
             repair: true,
-        },
-        MgrRequest::Scrub {
+        }),
+        MgrRequest::Scrub(calls::Scrub {
             path: p(),
             repair: false,
-        },
-        MgrRequest::Status,
-        MgrRequest::DriveReplace {
+        }),
+        MgrRequest::Status(calls::Status),
+        MgrRequest::DriveReplace(calls::DriveReplace {
             old: DriveId(3),
             new: DriveId(9),
-        },
-        MgrRequest::Prepare {
+        }),
+        MgrRequest::Prepare(calls::Prepare {
             dir: p(),
             mode: 0o640,
             count: 16,
             extend_by: 1 << 20,
-        },
-        MgrRequest::Symlink {
+        }),
+        MgrRequest::Symlink(calls::Symlink {
             path: p(),
             target: "../x y/naïve".into(),
-        },
-        MgrRequest::Readlink { path: p() },
-        MgrRequest::Link {
+        }),
+        MgrRequest::Readlink(calls::Readlink { path: p() }),
+        MgrRequest::Link(calls::Link {
             existing: p(),
             new: "/b".into(),
-        },
-        MgrRequest::Lstat { path: p() },
-        MgrRequest::ActFor { user: "bob".into() },
-        MgrRequest::UserGateway {
+        }),
+        MgrRequest::Lstat(calls::Lstat { path: p() }),
+        MgrRequest::ActFor(calls::ActFor { user: "bob".into() }),
+        MgrRequest::UserGateway(calls::UserGateway {
             name: "s3gw".into(),
             on: true,
-        },
-        MgrRequest::UserGateway {
+        }),
+        MgrRequest::UserGateway(calls::UserGateway {
             name: "s3gw".into(),
             on: false,
-        },
-        MgrRequest::S3KeyCreate { user: "bob".into() },
-        MgrRequest::S3KeyList { user: "bob".into() },
-        MgrRequest::S3KeyRevoke {
+        }),
+        MgrRequest::S3KeyCreate(calls::S3KeyCreate { user: "bob".into() }),
+        MgrRequest::S3KeyList(calls::S3KeyList { user: "bob".into() }),
+        MgrRequest::S3KeyRevoke(calls::S3KeyRevoke {
             user: "bob".into(),
             access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
-        },
-        MgrRequest::S3KeySecret {
+        }),
+        MgrRequest::S3KeySecret(calls::S3KeySecret {
             access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
-        },
-        MgrRequest::Getxattrs { path: p() },
-        MgrRequest::Setxattr {
+        }),
+        MgrRequest::Getxattrs(calls::Getxattrs { path: p() }),
+        MgrRequest::Setxattr(calls::Setxattr {
             path: p(),
             name: "user.a".into(),
             value: Some(vec![0, 1, 255]),
-        },
-        MgrRequest::Setxattr {
+        }),
+        MgrRequest::Setxattr(calls::Setxattr {
             path: p(),
             name: "user.a".into(),
             value: None,
-        },
-        MgrRequest::WaitBreaks {
+        }),
+        MgrRequest::WaitBreaks(calls::WaitBreaks {
             acked: 7,
             wait_ms: 20_000,
-        },
-        MgrRequest::QuotaSet {
+        }),
+        MgrRequest::QuotaSet(calls::QuotaSet {
             user: "bob".into(),
             limit: Some(10 << 30),
-        },
-        MgrRequest::QuotaSet {
+        }),
+        MgrRequest::QuotaSet(calls::QuotaSet {
             user: "bob".into(),
             limit: None,
-        },
-        MgrRequest::QuotaGet { user: "bob".into() },
-        MgrRequest::QuotaGet {
+        }),
+        MgrRequest::QuotaGet(calls::QuotaGet { user: "bob".into() }),
+        MgrRequest::QuotaGet(calls::QuotaGet {
             user: String::new(),
-        },
-        MgrRequest::E2eUpdate {
+        }),
+        MgrRequest::E2eUpdate(calls::E2eUpdate {
             path: p(),
             update: e2e_commit(),
-        },
-        MgrRequest::UserKeySet {
+        }),
+        MgrRequest::UserKeySet(calls::UserKeySet {
             user: "alice".into(),
             keys: UserKeys {
                 enc_public: [1; 32],
                 sign_public: [2; 32],
                 sealed: vec![3; 90],
             },
-        },
-        MgrRequest::UserKeyGet {
+        }),
+        MgrRequest::UserKeyGet(calls::UserKeyGet {
             uids: vec![],
             names: vec![],
-        },
-        MgrRequest::UserKeyGet {
+        }),
+        MgrRequest::UserKeyGet(calls::UserKeyGet {
             uids: vec![0, 1000, u32::MAX],
             names: vec!["bob".into()],
-        },
-        MgrRequest::GroupKeySet {
+        }),
+        MgrRequest::GroupKeySet(calls::GroupKeySet {
             group: "staff".into(),
             version: 3,
             public: [9; 32],
             wraps: vec![(1000, vec![7; 93]), (1001, vec![])],
-        },
-        MgrRequest::GroupKeyGet {
+        }),
+        MgrRequest::GroupKeyGet(calls::GroupKeyGet {
             gids: vec![100],
             names: vec!["users".into(), "admin".into()],
-        },
+        }),
     ]
 }
 
@@ -393,13 +394,13 @@ fn replies() -> Vec<MgrReply> {
             "/a: alice: limit 1 used 1 escrowed 0",
         ),
         MgrReply::error(MgrStatus::NoUserKeys, ""),
-        MgrReply::Ok,
-        MgrReply::LoginOk {
+        MgrReply::Ok(()),
+        MgrReply::LoginOk(LoginOk {
             uid: 1,
             admin: true,
             token: SessionToken([9; 32]),
             expires_ms: 5,
-        },
+        }),
         MgrReply::Stat(stat()),
         MgrReply::Stat(FileStat {
             kind: FileKind::Symlink,
@@ -422,22 +423,22 @@ fn replies() -> Vec<MgrReply> {
                 xattr: None,
             },
         ]),
-        MgrReply::Opened {
+        MgrReply::Opened(Grant {
             stat: stat(),
             layout: layout(),
             caps: caps(),
             write_end: 3 << 20,
             policy: E2ePolicy::default(),
             e2e: None,
-        },
-        MgrReply::Opened {
+        }),
+        MgrReply::Opened(Grant {
             stat: stat(),
             layout: Layout::single(layout().components[0].clone()),
             caps: caps()[..1].to_vec(),
             write_end: WRITE_END_UNBOUNDED,
             policy: policy(),
             e2e: Some(e2e_commit().state),
-        },
+        }),
         MgrReply::Users(vec![]),
         MgrReply::Users(vec![UserInfo {
             name: "a".into(),
@@ -454,26 +455,30 @@ fn replies() -> Vec<MgrReply> {
             key_rotated_ms: 4,
             detail: String::new(),
         }]),
-        MgrReply::Staged {
-            stat: stat(),
-            layout: layout(),
-            caps: caps(),
-            write_end: 1 << 20,
+        MgrReply::Staged(StagedGrant {
+            grant: Grant {
+                stat: stat(),
+                layout: layout(),
+                caps: caps(),
+                write_end: 1 << 20,
+                policy: E2ePolicy::plaintext(),
+                e2e: None,
+            },
             replaces: false,
-            policy: E2ePolicy::plaintext(),
-            e2e: None,
-        },
-        MgrReply::Staged {
-            stat: stat(),
-            layout: layout(),
-            caps: caps(),
-            write_end: WRITE_END_UNBOUNDED,
+        }),
+        MgrReply::Staged(StagedGrant {
+            grant: Grant {
+                stat: stat(),
+                layout: layout(),
+                caps: caps(),
+                write_end: WRITE_END_UNBOUNDED,
+                policy: policy(),
+                e2e: Some(e2e_commit().state),
+            },
             replaces: true,
-            policy: policy(),
-            e2e: Some(e2e_commit().state),
-        },
+        }),
         MgrReply::Challenge([6; 32]),
-        MgrReply::LayoutSpec("raid6x:8/256K".into()),
+        MgrReply::LayoutSpec(LayoutSpec("raid6x:8/256K".into())),
         MgrReply::Scrubbed(ScrubReport {
             path: "/a/b".into(),
             geometry: "rs:4+2".into(),
@@ -526,28 +531,28 @@ fn replies() -> Vec<MgrReply> {
             prepared(4096, E2ePolicy::plaintext()),
             prepared(WRITE_END_UNBOUNDED, policy()),
         ]),
-        MgrReply::LinkTarget("/abs/target".into()),
-        MgrReply::S3KeyMade {
+        MgrReply::LinkTarget(LinkTarget("/abs/target".into())),
+        MgrReply::S3KeyMade(S3KeyMade {
             access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
             secret: SecretString("s".repeat(40)),
-        },
+        }),
         MgrReply::S3Keys(vec![]),
         MgrReply::S3Keys(vec![("NASDA".into(), 1), ("NASDB".into(), 2)]),
-        MgrReply::S3KeyFound {
+        MgrReply::S3KeyFound(S3KeyFound {
             user: "bob".into(),
             secret: SecretString("t".repeat(40)),
-        },
-        MgrReply::Xattrs {
+        }),
+        MgrReply::Xattrs(Xattrs {
             stat: stat(),
             xattrs: vec![],
-        },
-        MgrReply::Xattrs {
+        }),
+        MgrReply::Xattrs(Xattrs {
             stat: stat(),
             xattrs: vec![Xattr {
                 name: "user.s3.content-type".into(),
                 value: b"text/plain".to_vec(),
             }],
-        },
+        }),
         MgrReply::Breaks(vec![]),
         MgrReply::Breaks(vec![
             CallbackBreak {

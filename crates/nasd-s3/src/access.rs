@@ -7,7 +7,8 @@
 //! [`KEY_CACHE_MS`].
 
 use nasd_client::files::{Client, FsError};
-use nasd_proto::manager::{MgrReply, MgrRequest, MgrStatus};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{MgrReply, MgrRequest, MgrStatus, S3KeyFound};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Error, S3Result};
 use std::collections::HashMap;
@@ -67,13 +68,15 @@ impl Access {
             .gateway
             .request(
                 "/",
-                MgrRequest::S3KeySecret {
+                MgrRequest::S3KeySecret(calls::S3KeySecret {
                     access_key_id: id.to_string(),
-                },
+                }),
             )
             .await;
         let (user, secret) = match r {
-            Ok(MgrReply::S3KeyFound { user, secret }) => (user, SecretKey::from(secret.0.as_str())),
+            Ok(MgrReply::S3KeyFound(S3KeyFound { user, secret })) => {
+                (user, SecretKey::from(secret.0.as_str()))
+            }
             Ok(other) => {
                 return Err(s3_error!(
                     InternalError,

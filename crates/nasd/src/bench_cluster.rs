@@ -44,6 +44,7 @@ use nasd_client::files::{Client, FsError};
 use nasd_client::pool::DOWN_FOR_MS;
 use nasd_client::session::SessionConfig;
 use nasd_cluster::{pseudo_random, Cluster, NodeId, Options};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -574,7 +575,10 @@ fn restart(
 async fn wait_healthy(c: &Arc<Client>) -> anyhow::Result<()> {
     let t0 = Instant::now();
     loop {
-        let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList).await? else {
+        let MgrReply::Drives(ds) = c
+            .request("/", MgrRequest::DriveList(calls::DriveList))
+            .await?
+        else {
             bail!("the manager did not answer the drive list with drives");
         };
         let sick: Vec<String> = ds

@@ -20,7 +20,8 @@ use hmac::{KeyInit, Mac};
 use http_body_util::{BodyExt, Full};
 use nasd_client::files::Client;
 use nasd_cluster::{pseudo_random, Cluster, Options};
-use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{Credential, MgrReply, MgrRequest, S3KeyMade};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -267,23 +268,23 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
         admin
             .request(
                 "/",
-                MgrRequest::UserAdd {
+                MgrRequest::UserAdd(calls::UserAdd {
                     name: BENCH_USER.into(),
                     password: password.clone().into(),
                     admin: false,
                     public_key: None,
-                },
+                }),
             )
             .await?;
-        let MgrReply::S3KeyMade {
+        let MgrReply::S3KeyMade(S3KeyMade {
             access_key_id,
             secret,
-        } = admin
+        }) = admin
             .request(
                 "/",
-                MgrRequest::S3KeyCreate {
+                MgrRequest::S3KeyCreate(calls::S3KeyCreate {
                     user: BENCH_USER.into(),
-                },
+                }),
             )
             .await?
         else {

@@ -14,6 +14,7 @@ use nasd_client::config::{saved_token, token_path, ClientFile, ConfigSearch, Cre
 use nasd_client::escape::shown;
 use nasd_client::files::{Client, FsError};
 use nasd_client::session::SessionConfig;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, DirEntry, FileKind, FileStat, MgrStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -683,7 +684,7 @@ pub async fn touch(paths: Vec<String>, mtime: Option<f64>, no_create: bool) -> a
 }
 
 pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
-    use nasd_proto::manager::{MgrReply, MgrRequest};
+    use nasd_proto::manager::{MgrReply, MgrRequest, S3KeyMade};
     if let UserCmd::Keygen { out } = &cmd {
         nasd_client::userkey::generate(out)?;
         println!(
@@ -724,11 +725,11 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             }
             c.request(
                 "/",
-                MgrRequest::UserPasswd {
+                MgrRequest::UserPasswd(calls::UserPasswd {
                     name: name.clone(),
                     password: password.into(),
                     public_key,
-                },
+                }),
             )
             .await?;
             println!("{what} of {name} changed; every session of {name} has ended");
@@ -737,10 +738,10 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             let on = state == "on";
             c.request(
                 "/",
-                MgrRequest::UserGateway {
+                MgrRequest::UserGateway(calls::UserGateway {
                     name: name.clone(),
                     on,
-                },
+                }),
             )
             .await?;
             if on {
@@ -751,12 +752,15 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
         }
         UserCmd::S3Key(S3KeyCmd::Create { user, json }) => {
             let r = c
-                .request("/", MgrRequest::S3KeyCreate { user: user.clone() })
+                .request(
+                    "/",
+                    MgrRequest::S3KeyCreate(calls::S3KeyCreate { user: user.clone() }),
+                )
                 .await?;
-            let MgrReply::S3KeyMade {
+            let MgrReply::S3KeyMade(S3KeyMade {
                 access_key_id,
                 secret,
-            } = r
+            }) = r
             else {
                 bail!("unexpected reply {r:?}");
             };
@@ -772,7 +776,9 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             }
         }
         UserCmd::S3Key(S3KeyCmd::List { user, json }) => {
-            let r = c.request("/", MgrRequest::S3KeyList { user }).await?;
+            let r = c
+                .request("/", MgrRequest::S3KeyList(calls::S3KeyList { user }))
+                .await?;
             let MgrReply::S3Keys(keys) = r else {
                 bail!("unexpected reply {r:?}");
             };
@@ -793,16 +799,19 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
         }) => {
             c.request(
                 "/",
-                MgrRequest::S3KeyRevoke {
+                MgrRequest::S3KeyRevoke(calls::S3KeyRevoke {
                     user,
                     access_key_id: access_key_id.clone(),
-                },
+                }),
             )
             .await?;
             println!("S3 key {access_key_id} revoked");
         }
         UserCmd::List { json } => {
-            if let MgrReply::Users(us) = c.request("/", MgrRequest::UserList).await? {
+            if let MgrReply::Users(us) = c
+                .request("/", MgrRequest::UserList(calls::UserList))
+                .await?
+            {
                 for u in us {
                     if json {
                         println!(
@@ -832,18 +841,21 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
     let c = connect().await?;
     match cmd {
         GroupCmd::Add { name } => {
-            c.request("/", MgrRequest::GroupAdd { name: name.clone() })
-                .await?;
+            c.request(
+                "/",
+                MgrRequest::GroupAdd(calls::GroupAdd { name: name.clone() }),
+            )
+            .await?;
             c.sync_group_keys(vec![name.clone()]).await?;
             println!("group {name} added");
         }
         GroupCmd::Member { group, user } => {
             c.request(
                 "/",
-                MgrRequest::GroupMember {
+                MgrRequest::GroupMember(calls::GroupMember {
                     group: group.clone(),
                     user: user.clone(),
-                },
+                }),
             )
             .await?;
             c.sync_group_keys(vec![group.clone()]).await?;

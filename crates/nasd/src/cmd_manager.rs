@@ -4,6 +4,7 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use nasd_manager::service::Policy;
 use nasd_manager::setup;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{MgrReply, MgrRequest};
 use std::path::PathBuf;
 
@@ -113,13 +114,13 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
                 None => String::new(),
             };
             let c = crate::cmd_fs::connect().await?;
-            c.request("/", MgrRequest::DriveAdd { addr: addr.clone(), drive_key_file: text, master_key_file }).await?;
+            c.request("/", MgrRequest::DriveAdd(calls::DriveAdd { addr: addr.clone(), drive_key_file: text, master_key_file })).await?;
             println!("drive at {addr} registered");
             Ok(())
         }),
         ManagerCmd::Drives { json } => crate::runtime()?.block_on(async move {
             let c = crate::cmd_fs::connect().await?;
-            if let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList).await? {
+            if let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList(calls::DriveList)).await? {
                 for d in ds {
                     if json {
                         println!(

@@ -6,6 +6,7 @@
 use anyhow::{bail, Context as _};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
 use nasd_client::files::Client;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{FileKind, MgrRequest, MgrStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,10 +145,10 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
     admin
         .request(
             "/",
-            MgrRequest::UserGateway {
+            MgrRequest::UserGateway(calls::UserGateway {
                 name: GATEWAY_USER.into(),
                 on: true,
-            },
+            }),
         )
         .await?;
     mkdir_mode(admin, ROOT_DEFAULT, 0o1777).await?;

@@ -11,6 +11,7 @@ use nasd_client::files::Client;
 use nasd_client::session::SessionConfig;
 use nasd_client::DriveConn;
 use nasd_cluster::{Cluster, NodeId, Options};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, MgrRequest, MgrStatus};
 use nasd_proto::{Region, Status};
 use std::collections::BTreeMap;
@@ -358,10 +359,10 @@ async fn erasure_coded(cluster: &mut Cluster, admin: &Arc<Client>) -> anyhow::Re
         let r = match admin
             .request(
                 "/ec/victim.bin",
-                MgrRequest::Scrub {
+                MgrRequest::Scrub(calls::Scrub {
                     path: "/ec/victim.bin".into(),
                     repair: false,
-                },
+                }),
             )
             .await?
         {

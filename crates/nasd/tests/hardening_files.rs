@@ -912,7 +912,7 @@ fn overwriting_a_file_needs_write_permission_on_the_file_not_on_its_directory() 
 fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
     use nasd_manager::scrub::{partition_contents, reclaim_orphans};
     use nasd_manager::service::{Caller, Manager, Policy};
-    use nasd_proto::manager::MgrReply;
+    use nasd_proto::manager::{Grant, MgrReply, StagedGrant};
     let drive = TestDrive::start_bare();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -933,9 +933,11 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
             via: None,
         };
         let staged = |r: MgrReply| match r {
-            MgrReply::Staged {
-                layout, replaces, ..
-            } => {
+            MgrReply::Staged(StagedGrant {
+                grant: Grant { layout, .. },
+                replaces,
+                ..
+            }) => {
                 assert!(!replaces);
                 layout.components[0].object
             }

@@ -6,7 +6,7 @@ use nasd_client::object::Target;
 use nasd_manager::drives::MANAGER_PROTECTION;
 use nasd_manager::scrub::{partition_contents, reclaim_orphans, ORPHAN_GRACE_MS};
 use nasd_manager::service::{Caller, Manager, Policy};
-use nasd_proto::manager::{MgrReply, MgrStatus};
+use nasd_proto::manager::{Grant, MgrReply, MgrStatus, StagedGrant};
 use nasd_proto::ObjectId;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -79,11 +79,14 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
         // A referenced file, a staged overwrite of it that is never committed, and an object
         // created as if the manager crashed before committing its name.
         let kept = match m.create(&a, "/kept", 0o644, true, 0).await.unwrap() {
-            MgrReply::Opened { layout, .. } => layout.components[0].object,
+            MgrReply::Opened(Grant { layout, .. }) => layout.components[0].object,
             r => panic!("{r:?}"),
         };
         let staged = match m.create(&a, "/kept", 0o644, false, 0).await.unwrap() {
-            MgrReply::Staged { layout, .. } => layout.components[0].object,
+            MgrReply::Staged(StagedGrant {
+                grant: Grant { layout, .. },
+                ..
+            }) => layout.components[0].object,
             r => panic!("{r:?}"),
         };
         let rec = m.drives.record(d).unwrap();

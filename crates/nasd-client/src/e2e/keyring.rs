@@ -13,6 +13,7 @@ use super::identity::Identity;
 use crate::files::{now_ms, Client, FsError};
 use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{
     Credential, GroupKeyInfo, MgrReply, MgrRequest, Principal, UserKeys, KEY_LIST_MAX,
 };
@@ -142,10 +143,10 @@ impl Client {
                         ))
                     }
                 };
-                let req = MgrRequest::UserKeySet {
+                let req = MgrRequest::UserKeySet(calls::UserKeySet {
                     user: me.clone(),
                     keys: id.user_keys(password),
-                };
+                });
                 self.request("/", req).await?;
                 self.forget_user_keys(uid);
                 id
@@ -172,15 +173,17 @@ impl Client {
     ) -> Result<(), FsError> {
         self.request(
             "/",
-            MgrRequest::UserAdd {
+            MgrRequest::UserAdd(calls::UserAdd {
                 name: name.into(),
                 password: password.into(),
                 admin,
                 public_key,
-            },
+            }),
         )
         .await?;
-        let r = self.request("/", MgrRequest::UserList).await?;
+        let r = self
+            .request("/", MgrRequest::UserList(calls::UserList))
+            .await?;
         let MgrReply::Users(us) = r else {
             return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
         };
@@ -192,10 +195,10 @@ impl Client {
         // A key user makes their keys at their first login; their groups get key pairs now.
         if public_key.is_none() {
             let id = Identity::generate(u.uid);
-            let req = MgrRequest::UserKeySet {
+            let req = MgrRequest::UserKeySet(calls::UserKeySet {
                 user: name.into(),
                 keys: id.user_keys(Some(password)),
-            };
+            });
             self.request("/", req).await?;
             self.forget_user_keys(u.uid);
         }
@@ -207,10 +210,10 @@ impl Client {
     /// oneself), so the next password login opens it.
     pub async fn reseal_own_keys(&self, new_password: &str) -> Result<(), FsError> {
         let id = self.identity().await?;
-        let req = MgrRequest::UserKeySet {
+        let req = MgrRequest::UserKeySet(calls::UserKeySet {
             user: self.cfg_user(),
             keys: id.user_keys(Some(new_password)),
-        };
+        });
         self.request("/", req).await?;
         self.forget_user_keys(id.uid);
         Ok(())
@@ -250,10 +253,10 @@ impl Client {
             let r = self
                 .request(
                     "/",
-                    MgrRequest::UserKeyGet {
+                    MgrRequest::UserKeyGet(calls::UserKeyGet {
                         uids: chunk.to_vec(),
                         names: vec![],
-                    },
+                    }),
                 )
                 .await?;
             let MgrReply::UserKeys(us) = r else {
@@ -273,10 +276,10 @@ impl Client {
         let r = self
             .request(
                 "/",
-                MgrRequest::UserKeyGet {
+                MgrRequest::UserKeyGet(calls::UserKeyGet {
                     uids: uids.to_vec(),
                     names: vec![],
-                },
+                }),
             )
             .await?;
         match r {
@@ -349,7 +352,10 @@ impl Client {
         names: Vec<String>,
     ) -> Result<Vec<GroupKeyInfo>, FsError> {
         let r = self
-            .request("/", MgrRequest::GroupKeyGet { gids, names })
+            .request(
+                "/",
+                MgrRequest::GroupKeyGet(calls::GroupKeyGet { gids, names }),
+            )
             .await?;
         match r {
             MgrReply::GroupKeys(gs) => Ok(gs),
@@ -570,12 +576,12 @@ impl Client {
                 wraps.push((*uid, w.encode()));
             }
             made += wraps.len();
-            let req = MgrRequest::GroupKeySet {
+            let req = MgrRequest::GroupKeySet(calls::GroupKeySet {
                 group: g.name.clone(),
                 version,
                 public: sk.public().0,
                 wraps,
-            };
+            });
             self.request("/", req).await?;
             self.keyring
                 .groups
@@ -588,7 +594,9 @@ impl Client {
 
     /// The members of group `name` that have key pairs (for a group's first key pair).
     async fn group_members_with_keys(&self, name: &str) -> Result<Vec<(u32, PublicKey)>, FsError> {
-        let r = self.request("/", MgrRequest::UserList).await?;
+        let r = self
+            .request("/", MgrRequest::UserList(calls::UserList))
+            .await?;
         let MgrReply::Users(us) = r else {
             return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
         };

@@ -12,6 +12,7 @@ use crate::files::{Client, FsError};
 use nasd_e2e::keys::{KeyFile, KeyVersion};
 use nasd_e2e::side::Side;
 use nasd_e2e::{FileKey, Principal as KeyPrincipal, TrustedRecord};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{E2eCommit, E2eState, MgrRequest, Principal};
 use std::sync::Arc;
 
@@ -98,10 +99,10 @@ impl Client {
         self.caps_invalidate(path);
         self.request(
             path,
-            MgrRequest::E2eUpdate {
+            MgrRequest::E2eUpdate(calls::E2eUpdate {
                 path: path.into(),
                 update,
-            },
+            }),
         )
         .await?;
         self.caps_invalidate(path);
