@@ -684,7 +684,7 @@ pub async fn touch(paths: Vec<String>, mtime: Option<f64>, no_create: bool) -> a
 }
 
 pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
-    use nasd_proto::manager::{MgrReply, MgrRequest, S3KeyMade};
+    use nasd_proto::manager::S3KeyMade;
     if let UserCmd::Keygen { out } = &cmd {
         nasd_client::userkey::generate(out)?;
         println!(
@@ -723,25 +723,25 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             if public_key.is_none() && name == c.user() {
                 c.reseal_own_keys(&password).await?;
             }
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::UserPasswd(calls::UserPasswd {
+                calls::UserPasswd {
                     name: name.clone(),
                     password: password.into(),
                     public_key,
-                }),
+                },
             )
             .await?;
             println!("{what} of {name} changed; every session of {name} has ended");
         }
         UserCmd::Gateway { name, state } => {
             let on = state == "on";
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::UserGateway(calls::UserGateway {
+                calls::UserGateway {
                     name: name.clone(),
                     on,
-                }),
+                },
             )
             .await?;
             if on {
@@ -751,19 +751,11 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             }
         }
         UserCmd::S3Key(S3KeyCmd::Create { user, json }) => {
-            let r = c
-                .request(
-                    "/",
-                    MgrRequest::S3KeyCreate(calls::S3KeyCreate { user: user.clone() }),
-                )
-                .await?;
-            let MgrReply::S3KeyMade(S3KeyMade {
+            let made = c.call("/", calls::S3KeyCreate { user: user.clone() });
+            let S3KeyMade {
                 access_key_id,
                 secret,
-            }) = r
-            else {
-                bail!("unexpected reply {r:?}");
-            };
+            } = made.await?;
             if json {
                 println!(
                     "{}",
@@ -776,12 +768,7 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             }
         }
         UserCmd::S3Key(S3KeyCmd::List { user, json }) => {
-            let r = c
-                .request("/", MgrRequest::S3KeyList(calls::S3KeyList { user }))
-                .await?;
-            let MgrReply::S3Keys(keys) = r else {
-                bail!("unexpected reply {r:?}");
-            };
+            let keys = c.call("/", calls::S3KeyList { user }).await?;
             for (id, made_ms) in keys {
                 if json {
                     println!(
@@ -797,38 +784,34 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             user,
             access_key_id,
         }) => {
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::S3KeyRevoke(calls::S3KeyRevoke {
+                calls::S3KeyRevoke {
                     user,
                     access_key_id: access_key_id.clone(),
-                }),
+                },
             )
             .await?;
             println!("S3 key {access_key_id} revoked");
         }
         UserCmd::List { json } => {
-            if let MgrReply::Users(us) = c
-                .request("/", MgrRequest::UserList(calls::UserList))
-                .await?
-            {
-                for u in us {
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::json!({"name": u.name, "uid": u.uid, "admin": u.admin, "groups": u.groups})
-                        );
-                    } else {
-                        // Names stored before the name rule may hold anything: print them escaped.
-                        let groups: Vec<_> = u.groups.iter().map(|g| shown(g)).collect();
-                        println!(
-                            "{:<16} uid {:<6} {}groups {}",
-                            shown(&u.name),
-                            u.uid,
-                            if u.admin { "admin " } else { "" },
-                            groups.join(",")
-                        );
-                    }
+            let us = c.call("/", calls::UserList).await?;
+            for u in us {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"name": u.name, "uid": u.uid, "admin": u.admin, "groups": u.groups})
+                    );
+                } else {
+                    // Names stored before the name rule may hold anything: print them escaped.
+                    let groups: Vec<_> = u.groups.iter().map(|g| shown(g)).collect();
+                    println!(
+                        "{:<16} uid {:<6} {}groups {}",
+                        shown(&u.name),
+                        u.uid,
+                        if u.admin { "admin " } else { "" },
+                        groups.join(",")
+                    );
                 }
             }
         }
@@ -837,25 +820,20 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
 }
 
 pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
-    use nasd_proto::manager::MgrRequest;
     let c = connect().await?;
     match cmd {
         GroupCmd::Add { name } => {
-            c.request(
-                "/",
-                MgrRequest::GroupAdd(calls::GroupAdd { name: name.clone() }),
-            )
-            .await?;
+            c.call("/", calls::GroupAdd { name: name.clone() }).await?;
             c.sync_group_keys(vec![name.clone()]).await?;
             println!("group {name} added");
         }
         GroupCmd::Member { group, user } => {
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::GroupMember(calls::GroupMember {
+                calls::GroupMember {
                     group: group.clone(),
                     user: user.clone(),
-                }),
+                },
             )
             .await?;
             c.sync_group_keys(vec![group.clone()]).await?;

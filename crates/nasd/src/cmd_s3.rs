@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
 use nasd_client::files::Client;
 use nasd_proto::manager::calls;
-use nasd_proto::manager::{FileKind, MgrRequest, MgrStatus};
+use nasd_proto::manager::{FileKind, MgrStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -143,12 +143,12 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
         .save(&cfg_path)?;
     }
     admin
-        .request(
+        .call(
             "/",
-            MgrRequest::UserGateway(calls::UserGateway {
+            calls::UserGateway {
                 name: GATEWAY_USER.into(),
                 on: true,
-            }),
+            },
         )
         .await?;
     mkdir_mode(admin, ROOT_DEFAULT, 0o1777).await?;

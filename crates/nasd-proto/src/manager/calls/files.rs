@@ -59,6 +59,25 @@ pub enum Created {
     Staged(StagedGrant),
 }
 
+impl Created {
+    /// The file opened, or the name of the reply that came instead (an exclusive create's).
+    pub fn opened(self) -> Result<Grant, &'static str> {
+        match self {
+            Created::Opened(g) => Ok(g),
+            Created::Staged(_) => Err("Staged"),
+        }
+    }
+
+    /// The staged upload, or the name of the reply that came instead (a non-exclusive
+    /// create's).
+    pub fn staged(self) -> Result<StagedGrant, &'static str> {
+        match self {
+            Created::Staged(s) => Ok(s),
+            Created::Opened(_) => Err("Opened"),
+        }
+    }
+}
+
 impl Reply for Created {
     fn into_reply(self) -> MgrReply {
         match self {
