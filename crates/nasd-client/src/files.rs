@@ -1553,18 +1553,7 @@ impl Client {
             let expect = crate::e2e::state_hash(g.e2e.as_ref());
             let auth = g.policy.auth;
             let grant = open_file(path, g);
-            if let Some(e) = &grant.e2e {
-                match self.open_crypt(path, &grant.layout, e, true).await {
-                    Ok(f) => {
-                        let _ = grant.crypt.set(f);
-                    }
-                    Err(err) => {
-                        self.abort_staged(path, key).await;
-                        return Err(err);
-                    }
-                }
-            }
-            if let Err(err) = self.signer_ready(&grant).await {
+            if let Err(err) = self.change_ready(path, &grant).await {
                 self.abort_staged(path, key).await;
                 return Err(err);
             }
@@ -1622,6 +1611,16 @@ impl Client {
                 Ok(()) => return Ok(()),
             }
         }
+    }
+
+    /// Readies the grant of a copy-on-write change of `path`: an encrypted file's writer state
+    /// (its keys, and the copies' tracks starting at the pins) and this user's signer.
+    async fn change_ready(&self, path: &str, grant: &OpenFile) -> Result<(), FsError> {
+        if let Some(e) = &grant.e2e {
+            let f = self.open_crypt(path, &grant.layout, e, true).await?;
+            let _ = grant.crypt.set(f);
+        }
+        self.signer_ready(grant).await
     }
 
     /// Gives up an upload: the manager forgets the staged objects and removes them now, so

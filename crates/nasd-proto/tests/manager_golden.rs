@@ -93,6 +93,19 @@ fn caps() -> Vec<CapGrant> {
 }
 
 fn requests() -> Vec<MgrRequest> {
+    [
+        requests_1(),
+        requests_2(),
+        requests_3(),
+        requests_4(),
+        requests_5(),
+        requests_6(),
+    ]
+    .concat()
+}
+
+/// Requests, in the order of the recording (part 1 of 6).
+fn requests_1() -> Vec<MgrRequest> {
     let p = || "/a/b".to_string();
     vec![
         MgrRequest::Login(calls::Login {
@@ -147,6 +160,13 @@ fn requests() -> Vec<MgrRequest> {
             write: false,
             extend_by: 0,
         }),
+    ]
+}
+
+/// Requests, in the order of the recording (part 2 of 6).
+fn requests_2() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::ReturnCapability(calls::ReturnCapability {
             path: p(),
             audit_id: 9,
@@ -193,6 +213,13 @@ fn requests() -> Vec<MgrRequest> {
             public_key: Some([9; 32]),
         }),
         MgrRequest::UserList(calls::UserList),
+    ]
+}
+
+/// Requests, in the order of the recording (part 3 of 6).
+fn requests_3() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::GroupAdd(calls::GroupAdd {
             name: "staff".into(),
         }),
@@ -258,6 +285,13 @@ fn requests() -> Vec<MgrRequest> {
             extend_by: 1 << 20,
         }),
         MgrRequest::LayoutGet(calls::LayoutGet { path: p() }),
+    ]
+}
+
+/// Requests, in the order of the recording (part 4 of 6).
+fn requests_4() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::LayoutSet(calls::LayoutSet {
             path: p(),
             spec: "rs:4+2".into(),
@@ -301,6 +335,13 @@ fn requests() -> Vec<MgrRequest> {
             new: "/b".into(),
         }),
         MgrRequest::Lstat(calls::Lstat { path: p() }),
+    ]
+}
+
+/// Requests, in the order of the recording (part 5 of 6).
+fn requests_5() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::ActFor(calls::ActFor { user: "bob".into() }),
         MgrRequest::UserGateway(calls::UserGateway {
             name: "s3gw".into(),
@@ -338,6 +379,13 @@ fn requests() -> Vec<MgrRequest> {
             user: "bob".into(),
             limit: Some(10 << 30),
         }),
+    ]
+}
+
+/// Requests, in the order of the recording (part 6 of 6).
+fn requests_6() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::QuotaSet(calls::QuotaSet {
             user: "bob".into(),
             limit: None,
@@ -379,14 +427,23 @@ fn requests() -> Vec<MgrRequest> {
     ]
 }
 
-fn replies() -> Vec<MgrReply> {
-    let prepared = |write_end, policy| PreparedFile {
+/// A prepared file with the sample stat, layout and grants.
+fn prepared(write_end: u64, policy: E2ePolicy) -> PreparedFile {
+    PreparedFile {
         stat: stat(),
         layout: layout(),
         caps: caps(),
         write_end,
         policy,
-    };
+    }
+}
+
+fn replies() -> Vec<MgrReply> {
+    [replies_1(), replies_2(), replies_3(), replies_4()].concat()
+}
+
+/// Replies, in the order of the recording (part 1 of 4).
+fn replies_1() -> Vec<MgrReply> {
     vec![
         MgrReply::error(MgrStatus::NoSuchPath, "/x"),
         MgrReply::error(
@@ -431,6 +488,12 @@ fn replies() -> Vec<MgrReply> {
             policy: E2ePolicy::default(),
             e2e: None,
         }),
+    ]
+}
+
+/// Replies, in the order of the recording (part 2 of 4).
+fn replies_2() -> Vec<MgrReply> {
+    vec![
         MgrReply::Opened(Grant {
             stat: stat(),
             layout: Layout::single(layout().components[0].clone()),
@@ -492,6 +555,12 @@ fn replies() -> Vec<MgrReply> {
             detail: "component 3: stale".into(),
         }),
         MgrReply::Status(ClusterStatus::default()),
+    ]
+}
+
+/// Replies, in the order of the recording (part 3 of 4).
+fn replies_3() -> Vec<MgrReply> {
+    vec![
         MgrReply::Status(ClusterStatus {
             drives: vec![DriveStatus {
                 drive: DriveId(4),
@@ -553,6 +622,12 @@ fn replies() -> Vec<MgrReply> {
                 value: b"text/plain".to_vec(),
             }],
         }),
+    ]
+}
+
+/// Replies, in the order of the recording (part 4 of 4).
+fn replies_4() -> Vec<MgrReply> {
+    vec![
         MgrReply::Breaks(vec![]),
         MgrReply::Breaks(vec![
             CallbackBreak {

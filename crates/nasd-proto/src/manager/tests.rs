@@ -43,6 +43,19 @@ fn sample_e2e_commit() -> E2eCommit {
 }
 
 fn requests() -> Vec<MgrRequest> {
+    [
+        requests_1(),
+        requests_2(),
+        requests_3(),
+        requests_4(),
+        requests_5(),
+        requests_6(),
+    ]
+    .concat()
+}
+
+/// Sample requests (part 1 of 6).
+fn requests_1() -> Vec<MgrRequest> {
     let p = || "/a/b".to_string();
     vec![
         MgrRequest::Login(calls::Login {
@@ -97,6 +110,13 @@ fn requests() -> Vec<MgrRequest> {
             path: p(),
             audit_id: 9,
         }),
+    ]
+}
+
+/// Sample requests (part 2 of 6).
+fn requests_2() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::Unlink(calls::Unlink { path: p() }),
         MgrRequest::Rename(calls::Rename {
             from: p(),
@@ -145,6 +165,13 @@ fn requests() -> Vec<MgrRequest> {
             password: "".into(),
             public_key: Some([9; 32]),
         }),
+    ]
+}
+
+/// Sample requests (part 3 of 6).
+fn requests_3() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::Logout(calls::Logout),
         MgrRequest::WaitBreaks(calls::WaitBreaks {
             acked: 7,
@@ -198,6 +225,13 @@ fn requests() -> Vec<MgrRequest> {
             uids: vec![],
             names: vec![],
         }),
+    ]
+}
+
+/// Sample requests (part 4 of 6).
+fn requests_4() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::UserKeyGet(calls::UserKeyGet {
             uids: vec![0, 1000, u32::MAX],
             names: vec!["bob".into()],
@@ -266,6 +300,13 @@ fn requests() -> Vec<MgrRequest> {
             user: "bob".into(),
             limit: None,
         }),
+    ]
+}
+
+/// Sample requests (part 5 of 6).
+fn requests_5() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::QuotaGet(calls::QuotaGet { user: "bob".into() }),
         MgrRequest::QuotaGet(calls::QuotaGet {
             user: String::new(),
@@ -294,6 +335,13 @@ fn requests() -> Vec<MgrRequest> {
             existing: p(),
             new: "/b".into(),
         }),
+    ]
+}
+
+/// Sample requests (part 6 of 6).
+fn requests_6() -> Vec<MgrRequest> {
+    let p = || "/a/b".to_string();
+    vec![
         MgrRequest::LayoutGet(calls::LayoutGet { path: p() }),
         MgrRequest::LayoutSet(calls::LayoutSet {
             path: p(),
@@ -379,95 +427,111 @@ fn replies() -> Vec<MgrReply> {
         v.push(MgrReply::Prepared(vec![]));
         v.push(MgrReply::Prepared(vec![one; 3]));
     }
-    v.push(MgrReply::Challenge([6; 32]));
-    v.push(MgrReply::UserKeys(vec![]));
-    v.push(MgrReply::UserKeys(vec![UserKeyInfo {
-        uid: 1000,
-        name: "alice".into(),
-        keys: UserKeys {
-            enc_public: [1; 32],
-            sign_public: [2; 32],
-            sealed: vec![],
-        },
-    }]));
-    v.push(MgrReply::GroupKeys(vec![
-        GroupKeyInfo {
-            gid: 100,
-            name: "staff".into(),
-            version: 0,
-            public: None,
-            wrap: vec![],
-            missing: vec![],
-        },
-        GroupKeyInfo {
-            gid: 101,
-            name: "ops".into(),
-            version: 2,
-            public: Some([8; 32]),
-            wrap: vec![1; 93],
-            missing: vec![(1002, [3; 32])],
-        },
-    ]));
-    v.push(MgrReply::Quotas(vec![]));
-    v.push(MgrReply::Quotas(vec![
-        QuotaInfo {
-            user: "alice".into(),
-            uid: 1000,
-            limit: 1 << 30,
-            used: 12345,
-            escrowed: 64 << 20,
-        },
-        QuotaInfo {
-            user: "bob".into(),
-            uid: 1001,
-            limit: 0,
-            used: 1,
-            escrowed: 0,
-        },
-    ]));
-    v.push(MgrReply::error(
-        MgrStatus::QuotaExceeded,
-        "/a: alice: limit 1 used 1 escrowed 0",
-    ));
-    v.push(MgrReply::LinkTarget(LinkTarget("/abs/target".into())));
-    v.push(MgrReply::Breaks(vec![
-        CallbackBreak {
-            seq: 1,
-            ino: 42,
-            parent: 0,
-            name: String::new(),
-        },
-        CallbackBreak {
-            seq: 2,
-            ino: 43,
-            parent: 1,
-            name: "naïve name".into(),
-        },
-    ]));
-    v.push(MgrReply::Xattrs(Xattrs {
-        stat: stat(),
-        xattrs: vec![Xattr {
-            name: "user.s3.content-type".into(),
-            value: b"text/plain".to_vec(),
-        }],
-    }));
-    v.push(MgrReply::S3KeyMade(S3KeyMade {
-        access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
-        secret: SecretString("s".repeat(40)),
-    }));
-    v.push(MgrReply::S3Keys(vec![]));
-    v.push(MgrReply::S3Keys(vec![
-        ("NASDA".into(), 1),
-        ("NASDB".into(), 2),
-    ]));
-    v.push(MgrReply::S3KeyFound(S3KeyFound {
-        user: "bob".into(),
-        secret: SecretString("t".repeat(40)),
-    }));
+    v.extend(key_replies());
+    v.extend(more_replies());
     v
 }
 
+/// Replies carrying keys.
+fn key_replies() -> Vec<MgrReply> {
+    vec![
+        MgrReply::Challenge([6; 32]),
+        MgrReply::UserKeys(vec![]),
+        MgrReply::UserKeys(vec![UserKeyInfo {
+            uid: 1000,
+            name: "alice".into(),
+            keys: UserKeys {
+                enc_public: [1; 32],
+                sign_public: [2; 32],
+                sealed: vec![],
+            },
+        }]),
+        MgrReply::GroupKeys(vec![
+            GroupKeyInfo {
+                gid: 100,
+                name: "staff".into(),
+                version: 0,
+                public: None,
+                wrap: vec![],
+                missing: vec![],
+            },
+            GroupKeyInfo {
+                gid: 101,
+                name: "ops".into(),
+                version: 2,
+                public: Some([8; 32]),
+                wrap: vec![1; 93],
+                missing: vec![(1002, [3; 32])],
+            },
+        ]),
+    ]
+}
+
+/// Quotas, errors, links, breaks, attributes and S3 keys.
+fn more_replies() -> Vec<MgrReply> {
+    vec![
+        MgrReply::Quotas(vec![]),
+        MgrReply::Quotas(vec![
+            QuotaInfo {
+                user: "alice".into(),
+                uid: 1000,
+                limit: 1 << 30,
+                used: 12345,
+                escrowed: 64 << 20,
+            },
+            QuotaInfo {
+                user: "bob".into(),
+                uid: 1001,
+                limit: 0,
+                used: 1,
+                escrowed: 0,
+            },
+        ]),
+        MgrReply::error(
+            MgrStatus::QuotaExceeded,
+            "/a: alice: limit 1 used 1 escrowed 0",
+        ),
+        MgrReply::LinkTarget(LinkTarget("/abs/target".into())),
+        MgrReply::Breaks(vec![
+            CallbackBreak {
+                seq: 1,
+                ino: 42,
+                parent: 0,
+                name: String::new(),
+            },
+            CallbackBreak {
+                seq: 2,
+                ino: 43,
+                parent: 1,
+                name: "naïve name".into(),
+            },
+        ]),
+        MgrReply::Xattrs(Xattrs {
+            stat: stat(),
+            xattrs: vec![Xattr {
+                name: "user.s3.content-type".into(),
+                value: b"text/plain".to_vec(),
+            }],
+        }),
+        MgrReply::S3KeyMade(S3KeyMade {
+            access_key_id: "NASDAAAABBBBCCCCDDDD".into(),
+            secret: SecretString("s".repeat(40)),
+        }),
+        MgrReply::S3Keys(vec![]),
+        MgrReply::S3Keys(vec![("NASDA".into(), 1), ("NASDB".into(), 2)]),
+        MgrReply::S3KeyFound(S3KeyFound {
+            user: "bob".into(),
+            secret: SecretString("t".repeat(40)),
+        }),
+    ]
+}
+
 fn base_replies() -> Vec<MgrReply> {
+    [base_replies_1(), base_replies_2()].concat()
+}
+
+/// Sample replies (part 1 of 2).
+fn base_replies_1() -> Vec<MgrReply> {
     vec![
         MgrReply::error(MgrStatus::NoSuchPath, "/x"),
         MgrReply::Ok(()),
@@ -539,6 +603,12 @@ fn base_replies() -> Vec<MgrReply> {
             policy: E2ePolicy::default(),
             e2e: None,
         }),
+    ]
+}
+
+/// Sample replies (part 2 of 2).
+fn base_replies_2() -> Vec<MgrReply> {
+    vec![
         MgrReply::LayoutSpec(LayoutSpec("raid6x:8/256K".into())),
         MgrReply::Scrubbed(ScrubReport {
             path: "/a/b".into(),
