@@ -496,9 +496,9 @@ impl Arb for Readdir {
 impl Arb for DirEntry {
     fn arb(g: &mut Gen) -> DirEntry {
         // `Entries` refuses a count of more entries than 70 bytes each would fill, but an
-        // entry takes 62 bytes plus its name, owner and group: one whose three names are
-        // shorter than 8 bytes together is refused when it is the only one (protocol 12 as it
-        // stands; kept here as it is, see the issue note). Names of 8 bytes and more stay clear.
+        // entry takes 62 bytes plus its name, owner and group: a lone entry whose three names
+        // are shorter than 8 bytes together is refused. That is the decoder's limit, not
+        // this test's subject: names of 8 bytes and more stay clear of it.
         let mut name = g.text(56);
         while name.len() < 8 {
             name.push('n');
