@@ -21,7 +21,7 @@
 //! without a quota are unbounded and cost nothing more.
 
 use crate::auth::Capability;
-use crate::callbacks::{AttrKind, Cached, CallbackState};
+use crate::callbacks::CallbackState;
 use crate::capcache::{CapCache, OpenFile};
 use crate::component::ComponentIo;
 use crate::escape::shown;
@@ -118,6 +118,23 @@ pub enum FsError {
     },
     #[error("{0}")]
     Usage(String),
+    /// The manager answered `call` with a reply of another kind (`reply`): it speaks the
+    /// protocol otherwise than this client. Nothing was done with the reply.
+    #[error("nasd:{}: the manager answered {call} with {reply}", shown(.path))]
+    Protocol {
+        path: String,
+        call: &'static str,
+        reply: &'static str,
+    },
+}
+
+/// [`FsError::Protocol`]: `call` about `path` answered with `reply`.
+pub(crate) fn protocol(path: &str, call: &'static str, reply: &'static str) -> FsError {
+    FsError::Protocol {
+        path: path.into(),
+        call,
+        reply,
+    }
 }
 
 /// Whose object a drive holds, as its `fs_specific` record says.
@@ -269,17 +286,16 @@ impl FsError {
     }
 }
 
-/// The end-to-end part of a grant: the writer's policy and the file's state.
-type E2ePart = (E2ePolicy, Option<E2eState>);
-
-fn open_file(
-    path: &str,
-    stat: FileStat,
-    layout: Layout,
-    caps: Vec<CapGrant>,
-    write_end: u64,
-    (policy, e2e): E2ePart,
-) -> OpenFile {
+/// The grant `g` for `path` as this client keeps it.
+fn open_file(path: &str, g: Grant) -> OpenFile {
+    let Grant {
+        stat,
+        layout,
+        caps,
+        write_end,
+        policy,
+        e2e,
+    } = g;
     let caps = caps
         .into_iter()
         .zip(&layout.components)
@@ -350,20 +366,24 @@ impl Upload {
         f: nasd_proto::manager::PreparedFile,
     ) -> Result<Upload, FsError> {
         check_grants(dir, &f.layout, &f.caps)?;
+        let (stat, layout) = (f.stat.clone(), f.layout.clone());
         let grant = open_file(
             dir,
-            f.stat.clone(),
-            f.layout.clone(),
-            f.caps,
-            f.write_end,
-            (f.policy, None),
+            Grant {
+                stat: f.stat,
+                layout: f.layout,
+                caps: f.caps,
+                write_end: f.write_end,
+                policy: f.policy,
+                e2e: None,
+            },
         );
         // The objects were just made for this file by the manager.
         grant.owner_checked.store(true, Ordering::Release);
         Ok(Upload {
             path: dir.into(),
-            layout: f.layout,
-            stat: f.stat,
+            layout,
+            stat,
             grant: Arc::new(tokio::sync::Mutex::new(Arc::new(grant))),
             replaces: false,
             end: Arc::new(AtomicU64::new(0)),
@@ -468,28 +488,6 @@ impl Client {
         }))
     }
 
-    /// The uid this client is logged in as.
-    pub async fn uid(&self) -> Result<u32, FsError> {
-        if let Some(s) = self.session.lock().await.as_ref() {
-            return Ok(s.uid);
-        }
-        // Reconnect (a lost connection is resumed by the next request).
-        self.request(
-            "/",
-            MgrRequest::UserKeyGet {
-                uids: vec![],
-                names: vec![],
-            },
-        )
-        .await?;
-        self.session
-            .lock()
-            .await
-            .as_ref()
-            .map(|s| s.uid)
-            .ok_or_else(|| FsError::Usage("not logged in".into()))
-    }
-
     pub(crate) fn cfg_user(&self) -> String {
         self.cfg.user.clone()
     }
@@ -498,62 +496,16 @@ impl Client {
         self.caps.invalidate(path);
     }
 
-    /// The uid of user `name` or the gid of group `name` (for `share`).
-    pub async fn principal_named(
-        &self,
-        name: &str,
-        group: bool,
-    ) -> Result<nasd_proto::manager::Principal, FsError> {
-        use nasd_proto::manager::Principal;
-        let missing = || {
-            FsError::Usage(format!(
-                "no {} named {name} with keys",
-                if group { "group" } else { "user" }
-            ))
-        };
-        if group {
-            let gs = self.group_key_get(vec![], vec![name.into()]).await?;
-            gs.first()
-                .map(|g| Principal::Group(g.gid))
-                .ok_or_else(missing)
-        } else {
-            let r = self
-                .request(
-                    "/",
-                    MgrRequest::UserKeyGet {
-                        uids: vec![],
-                        names: vec![name.into()],
-                    },
-                )
-                .await?;
-            match r {
-                MgrReply::UserKeys(us) => us
-                    .first()
-                    .map(|u| Principal::User(u.uid))
-                    .ok_or_else(missing),
-                other => Err(FsError::Usage(format!(
-                    "user keys: unexpected reply {other:?}"
-                ))),
-            }
-        }
-    }
-
     /// A client acting for `user`, for a trusted front end (an S3 gateway, a file server)
     /// whose own user an admin made a gateway (`nasd user gateway NAME on`): the manager
     /// opens a session for `user` on this client's word, and the new client logs in with
     /// its token, so the user's password never reaches the front end. Refused for admins.
     pub async fn act_for(&self, user: &str) -> Result<Arc<Client>, FsError> {
-        let r = self
-            .request("/", MgrRequest::ActFor { user: user.into() })
-            .await?;
-        let MgrReply::LoginOk { token, .. } = r else {
-            return Err(FsError::Usage(format!(
-                "act for {user}: unexpected reply {r:?}"
-            )));
-        };
+        let ok = self.call("/", calls::ActFor { user: user.into() });
+        let token = ok.await?.token;
         let cfg = SessionConfig {
             user: user.to_string(),
-            credential: nasd_proto::manager::Credential::Token(token.0),
+            credential: Credential::Token(token.0),
             signing_key: None,
             ..self.cfg.clone()
         };
@@ -576,6 +528,11 @@ impl Client {
         self.read_deadline_ms.store(ms.max(1), Ordering::Relaxed);
     }
 
+    /// The uid of the live session, if there is one.
+    pub(crate) async fn session_uid(&self) -> Option<u32> {
+        self.session.lock().await.as_ref().map(|s| s.uid)
+    }
+
     /// The session token and its expiry (for `nasd login`).
     pub async fn token(&self) -> Option<([u8; TOKEN_BYTES], u64)> {
         self.session
@@ -585,18 +542,27 @@ impl Client {
             .map(|s| (s.token, s.expires_ms))
     }
 
-    /// Sends a request to the manager; reconnects (and logs in again) once if the connection
-    /// was lost, e.g. because the manager restarted.
-    pub async fn request(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
+    /// Sends call `c` about `path` to the manager and returns its reply: the one way this
+    /// client talks to the manager. A lost connection is resumed once, with its session's
+    /// token (the manager may have restarted); a write grant refused for want of this user's
+    /// end-to-end keys is asked for again once they are registered; a refusal is
+    /// [`FsError::Manager`], a reply of another kind [`FsError::Protocol`].
+    pub async fn call<C: Call>(&self, path: &str, c: C) -> Result<C::Reply, FsError> {
+        let r = self.request(path, c.into()).await?;
+        C::Reply::from_reply(r).map_err(|reply| protocol(path, C::NAME, reply))
+    }
+
+    /// Sends a request to the manager (see [`Client::call`]); an `Error` reply is refused.
+    async fn request(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
         // A write grant under scheme 1 names the writer's key: a user who has none registered
         // yet registers it (loading the identity does) and asks once more.
         let grant = matches!(
             req,
-            MgrRequest::Open { write: true, .. }
-                | MgrRequest::Create { .. }
-                | MgrRequest::StageWrite { .. }
-                | MgrRequest::Renew { .. }
-                | MgrRequest::Prepare { .. }
+            MgrRequest::Open(calls::Open { write: true, .. })
+                | MgrRequest::Create(_)
+                | MgrRequest::StageWrite(_)
+                | MgrRequest::Renew(_)
+                | MgrRequest::Prepare(_)
         );
         if !grant || self.keyring_identity().is_some() {
             return self.request_once(path, req).await;
@@ -690,39 +656,39 @@ impl Client {
     fn own_change(&self, req: &MgrRequest) {
         use MgrRequest as Q;
         match req {
-            Q::Login { .. }
-            | Q::Stat { .. }
-            | Q::Lstat { .. }
-            | Q::Getxattrs { .. }
-            | Q::Readdir { .. }
-            | Q::Readlink { .. }
-            | Q::Open { write: false, .. }
-            | Q::Create {
+            Q::Login(_)
+            | Q::Stat(_)
+            | Q::Lstat(_)
+            | Q::Getxattrs(_)
+            | Q::Readdir(_)
+            | Q::Readlink(_)
+            | Q::Open(calls::Open { write: false, .. })
+            | Q::Create(calls::Create {
                 exclusive: false, ..
-            }
-            | Q::Prepare { .. }
-            | Q::StageWrite { .. }
-            | Q::Renew { .. }
-            | Q::Abort { .. }
-            | Q::Repair { .. }
-            | Q::LayoutGet { .. }
-            | Q::Status
-            | Q::UserList
-            | Q::DriveList
-            | Q::Challenge { .. }
-            | Q::ActFor { .. }
-            | Q::S3KeyList { .. }
-            | Q::S3KeySecret { .. }
-            | Q::QuotaGet { .. }
-            | Q::WaitBreaks { .. } => {}
-            Q::Open { path, .. }
-            | Q::ReturnCapability { path, .. }
-            | Q::Commit { path, .. }
-            | Q::Chmod { path, .. }
-            | Q::Chown { path, .. }
-            | Q::Truncate { path, .. }
-            | Q::Utimes { path, .. }
-            | Q::Setxattr { path, .. } => {
+            })
+            | Q::Prepare(_)
+            | Q::StageWrite(_)
+            | Q::Renew(_)
+            | Q::Abort(_)
+            | Q::Repair(_)
+            | Q::LayoutGet(_)
+            | Q::Status(_)
+            | Q::UserList(_)
+            | Q::DriveList(_)
+            | Q::Challenge(_)
+            | Q::ActFor(_)
+            | Q::S3KeyList(_)
+            | Q::S3KeySecret(_)
+            | Q::QuotaGet(_)
+            | Q::WaitBreaks(_) => {}
+            Q::Open(calls::Open { path, .. })
+            | Q::ReturnCapability(calls::ReturnCapability { path, .. })
+            | Q::Commit(calls::Commit { path, .. })
+            | Q::Chmod(calls::Chmod { path, .. })
+            | Q::Chown(calls::Chown { path, .. })
+            | Q::Truncate(calls::Truncate { path, .. })
+            | Q::Utimes(calls::Utimes { path, .. })
+            | Q::Setxattr(calls::Setxattr { path, .. }) => {
                 self.callbacks.forget(path);
                 self.callbacks.forget(parent_of(path));
             }
@@ -795,29 +761,19 @@ impl Client {
             };
             c.callbacks.polling(true, 0);
             drop(c);
-            let req = MgrRequest::WaitBreaks {
+            let poll = calls::WaitBreaks {
                 acked,
                 wait_ms: BREAK_WAIT_MS_MAX,
             };
-            let r = s.request(&req).await;
+            let r = s.call(poll).await;
             let Some(c) = me.upgrade() else {
                 return Ok(());
             };
             c.callbacks.polling(false, now_ms());
-            let breaks = match r {
-                Ok(MgrReply::Breaks(b)) => b,
-                Ok(other) => {
-                    return Err(FsError::Usage(format!(
-                        "callback channel: unexpected reply {other:?}"
-                    )))
-                }
-                Err(error) => {
-                    return Err(FsError::Manager {
-                        path: "/".into(),
-                        error,
-                    })
-                }
-            };
+            let breaks = r.map_err(|error| FsError::Manager {
+                path: "/".into(),
+                error,
+            })?;
             for b in &breaks {
                 if b.ino == 0 {
                     c.drop_cached();
@@ -830,40 +786,11 @@ impl Client {
         }
     }
 
-    /// A stat from the callback cache, else straight from the drive (for `Stat` of a
-    /// one-object file whose read grant is cached: seed 002 §3, no manager round trip), else
-    /// from the manager with `req`.
-    async fn stat_cached(
-        &self,
-        path: &str,
-        kind: AttrKind,
-        req: MgrRequest,
-    ) -> Result<FileStat, FsError> {
-        let now = now_ms();
-        if let Some(c) = self.callbacks.get(path, kind, now) {
-            return Ok(c.stat);
-        }
-        if kind == AttrKind::Stat {
-            if let Some(st) = self.stat_from_drive(path, now).await {
-                return Ok(st);
-            }
-        }
-        let epoch = self.callbacks.epoch();
-        let stat = self.stat_by(path, req).await?;
-        let c = Cached {
-            stat: stat.clone(),
-            xattrs: None,
-            fetched_ms: now,
-        };
-        self.callbacks.put(path, kind, c, epoch);
-        Ok(stat)
-    }
-
     /// The stat of a one-object file from its drive's attributes under the cached read grant
     /// (`None` when there is none, or the drive refuses it: revoked, replaced, removed).
     /// Size and modify time are the object's; mode and owners are checked against its
     /// `fs_specific` record (a chmod or chown revokes the grant anyway).
-    async fn stat_from_drive(&self, path: &str, now: u64) -> Option<FileStat> {
+    pub(crate) async fn stat_from_drive(&self, path: &str, now: u64) -> Option<FileStat> {
         let o = self.caps.get(path, false, true, now)?;
         if o.layout.components.len() != 1 || o.stat.kind != FileKind::File {
             return None;
@@ -897,29 +824,10 @@ impl Client {
         })
     }
 
-    async fn ok(&self, path: &str, req: MgrRequest) -> Result<(), FsError> {
-        self.request(path, req).await.map(|_| ())
-    }
-
-    fn opened(&self, path: &str, write: bool, r: MgrReply) -> Result<Arc<OpenFile>, FsError> {
-        match r {
-            MgrReply::Opened {
-                stat,
-                layout,
-                caps,
-                write_end,
-                policy,
-                e2e,
-            } => {
-                check_grants(path, &layout, &caps)?;
-                let o = open_file(path, stat, layout, caps, write_end, (policy, e2e));
-                Ok(self.caps.put(write, o))
-            }
-            other => Err(FsError::Usage(format!(
-                "{}: unexpected manager reply {other:?}",
-                shown(path)
-            ))),
-        }
+    /// Caches the grant `g` the manager gave for `path`.
+    fn opened(&self, path: &str, write: bool, g: Grant) -> Result<Arc<OpenFile>, FsError> {
+        check_grants(path, &g.layout, &g.caps)?;
+        Ok(self.caps.put(write, open_file(path, g)))
     }
 
     /// A grant for `path`: from the cache while fresh, else from the manager; while the
@@ -963,14 +871,14 @@ impl Client {
         let mut attempts = 0;
         let e = loop {
             attempts += 1;
-            let open = MgrRequest::Open {
+            let open = calls::Open {
                 path: path.into(),
                 write,
                 extend_by,
             };
-            match self.request(path, open).await {
-                Ok(r) => {
-                    let o = self.opened(path, write, r)?;
+            match self.call(path, open).await {
+                Ok(g) => {
+                    let o = self.opened(path, write, g)?;
                     if covers(&o) || attempts > 1 {
                         return Ok(o);
                     }
@@ -1120,13 +1028,13 @@ impl Client {
         found.sort_by_key(|d| (d.component, d.offset));
         found.dedup();
         for d in found.into_iter().take(REPAIR_REPORTS_MAX) {
-            let req = MgrRequest::Repair {
+            let repair = calls::Repair {
                 path: path.into(),
                 component: d.component as u16,
                 offset: d.offset,
                 len: d.len,
             };
-            match self.ok(path, req).await {
+            match self.call(path, repair).await {
                 Ok(()) => tracing::info!(
                     "repaired {} bytes at {} of component {} of {}",
                     d.len,
@@ -1294,18 +1202,17 @@ impl Client {
     /// one manager round trip that returns the layout and write capabilities.
     pub async fn create(&self, path: &str, mode: u32) -> Result<Arc<OpenFile>, FsError> {
         self.caps.invalidate(path);
-        let r = self
-            .request(
-                path,
-                MgrRequest::Create {
-                    path: path.into(),
-                    mode,
-                    exclusive: true,
-                    extend_by: 0,
-                },
-            )
-            .await?;
-        self.opened(path, true, r)
+        let create = calls::Create {
+            path: path.into(),
+            mode,
+            exclusive: true,
+            extend_by: 0,
+        };
+        let r = self.call(path, create).await?;
+        let g = r
+            .opened()
+            .map_err(|reply| protocol(path, calls::Create::NAME, reply))?;
+        self.opened(path, true, g)
     }
 
     /// Starts writing `path`: the manager stages fresh objects for the content, whether the
@@ -1325,59 +1232,40 @@ impl Client {
         size: Option<u64>,
     ) -> Result<Upload, FsError> {
         self.caps.invalidate(path);
-        let create = |extend_by| MgrRequest::Create {
+        let create = |extend_by| calls::Create {
             path: path.into(),
             mode,
             exclusive: false,
             extend_by,
         };
         let r = match self
-            .request(path, create(size.unwrap_or(ESCROW_CHUNK_BYTES)))
+            .call(path, create(size.unwrap_or(ESCROW_CHUNK_BYTES)))
             .await
         {
             // A stream of unknown length near its owner's quota starts with no escrow and
             // asks for what each write needs.
             Err(e) if size.is_none() && e.status() == Some(MgrStatus::QuotaExceeded) => {
-                self.request(path, create(0)).await?
+                self.call(path, create(0)).await?
             }
             r => r?,
         };
-        match r {
-            MgrReply::Staged {
-                stat,
-                layout,
-                caps,
-                write_end,
-                replaces,
-                policy,
-                e2e,
-            } => {
-                check_grants(path, &layout, &caps)?;
-                let grant = open_file(
-                    path,
-                    stat.clone(),
-                    layout.clone(),
-                    caps,
-                    write_end,
-                    (policy, e2e),
-                );
-                // The staged objects were just made for this file by the manager.
-                grant.owner_checked.store(true, Ordering::Release);
-                Ok(Upload {
-                    path: path.into(),
-                    layout,
-                    stat,
-                    grant: Arc::new(tokio::sync::Mutex::new(Arc::new(grant))),
-                    replaces,
-                    end: Arc::new(AtomicU64::new(0)),
-                    missed: Arc::new(AtomicU64::new(0)),
-                })
-            }
-            other => Err(FsError::Usage(format!(
-                "{}: unexpected manager reply {other:?}",
-                shown(path)
-            ))),
-        }
+        let StagedGrant { grant: g, replaces } = r
+            .staged()
+            .map_err(|reply| protocol(path, calls::Create::NAME, reply))?;
+        check_grants(path, &g.layout, &g.caps)?;
+        let (stat, layout) = (g.stat.clone(), g.layout.clone());
+        let grant = open_file(path, g);
+        // The staged objects were just made for this file by the manager.
+        grant.owner_checked.store(true, Ordering::Release);
+        Ok(Upload {
+            path: path.into(),
+            layout,
+            stat,
+            grant: Arc::new(tokio::sync::Mutex::new(Arc::new(grant))),
+            replaces,
+            end: Arc::new(AtomicU64::new(0)),
+            missed: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     /// The span an upload's writes should cover, aligned, so that no two of them share a
@@ -1472,7 +1360,7 @@ impl Client {
             return Ok(g.clone());
         }
         let (drive, object) = u.key();
-        let renew = |extend_by| MgrRequest::Renew {
+        let renew = |extend_by| calls::Renew {
             path: u.path.clone(),
             drive,
             object,
@@ -1483,39 +1371,29 @@ impl Client {
         } else {
             0
         };
-        let r = match self.request(&u.path, renew(ask)).await {
+        let r = match self.call(&u.path, renew(ask)).await {
             Err(e) if ask > short && e.status() == Some(MgrStatus::QuotaExceeded) => {
-                self.request(&u.path, renew(short)).await
+                self.call(&u.path, renew(short)).await
             }
             r => r,
         };
         match r {
-            Ok(MgrReply::Staged {
-                layout,
-                caps,
-                write_end,
-                ..
-            }) => {
-                check_grants(&u.path, &layout, &caps)?;
-                // The upload's policy, the state it replaces and its writer state stay.
-                let mut fresh = open_file(
-                    &u.path,
-                    u.stat.clone(),
-                    layout,
-                    caps,
-                    write_end,
-                    (g.policy.clone(), g.e2e.clone()),
-                );
+            Ok(StagedGrant { grant: fresh, .. }) => {
+                check_grants(&u.path, &fresh.layout, &fresh.caps)?;
+                // The upload's stat, policy, the state it replaces and its writer state stay.
+                let fresh = Grant {
+                    stat: u.stat.clone(),
+                    policy: g.policy.clone(),
+                    e2e: g.e2e.clone(),
+                    ..fresh
+                };
+                let mut fresh = open_file(&u.path, fresh);
                 fresh.crypt = g.crypt.clone();
                 fresh.group_locks = g.group_locks.clone();
                 fresh.owner_checked.store(true, Ordering::Release);
                 *g = Arc::new(fresh);
                 Ok(g.clone())
             }
-            Ok(other) => Err(FsError::Usage(format!(
-                "{}: unexpected manager reply {other:?}",
-                shown(&u.path)
-            ))),
             Err(FsError::Manager { error, .. })
                 if error.is_unavailable() && expired.is_none() && g.usable(now) && short == 0 =>
             {
@@ -1572,7 +1450,7 @@ impl Client {
                 }
             }
         }
-        let commit = MgrRequest::Commit {
+        let commit = calls::Commit {
             path: u.path.clone(),
             drive,
             object,
@@ -1616,11 +1494,11 @@ impl Client {
     /// Sends a commit; while the manager cannot be reached, retries for up to
     /// [`COMMIT_RETRY_MS`] (the data is durable on the drives, and a restarting manager still
     /// knows what was staged).
-    async fn commit(&self, path: &str, commit: MgrRequest) -> Result<(), FsError> {
+    async fn commit(&self, path: &str, commit: calls::Commit) -> Result<(), FsError> {
         let deadline = now_ms() + COMMIT_RETRY_MS;
         let mut wait_ms = COMMIT_RETRY_FIRST_MS;
         loop {
-            match self.ok(path, commit.clone()).await {
+            match self.call(path, commit.clone()).await {
                 Err(FsError::Manager { error, .. })
                     if error.is_unavailable() && now_ms() + wait_ms < deadline =>
                 {
@@ -1635,12 +1513,12 @@ impl Client {
 
     /// Gives up a staged change named by `key` (best effort; an abandoned one expires).
     async fn abort_staged(&self, path: &str, key: (nasd_proto::DriveId, nasd_proto::ObjectId)) {
-        let abort = MgrRequest::Abort {
+        let abort = calls::Abort {
             path: path.into(),
             drive: key.0,
             object: key.1,
         };
-        if let Err(e) = self.ok(path, abort).await {
+        if let Err(e) = self.call(path, abort).await {
             tracing::warn!("could not abort the change of {}: {e}", shown(path));
         }
     }
@@ -1668,55 +1546,25 @@ impl Client {
         loop {
             attempt += 1;
             self.caps.invalidate(path);
-            let r = self
-                .request(
-                    path,
-                    MgrRequest::StageWrite {
-                        path: path.into(),
-                        extend_by,
-                    },
-                )
-                .await?;
-            let MgrReply::Staged {
-                stat,
-                layout,
-                caps,
-                write_end,
-                policy,
-                e2e,
-                ..
-            } = r
-            else {
-                return Err(FsError::Usage(format!(
-                    "{}: unexpected manager reply {r:?}",
-                    shown(path)
-                )));
+            let stage = calls::StageWrite {
+                path: path.into(),
+                extend_by,
             };
-            check_grants(path, &layout, &caps)?;
-            let key = staged_key(&layout);
-            if write_end < end && attempt < CHANGE_ATTEMPTS_MAX {
+            let g = self.call(path, stage).await?.grant;
+            check_grants(path, &g.layout, &g.caps)?;
+            let key = staged_key(&g.layout);
+            if g.write_end < end && attempt < CHANGE_ATTEMPTS_MAX {
                 // The file is smaller than this client thought: ask for the rest.
                 self.abort_staged(path, key).await;
-                extend_by = end.saturating_sub(stat.size);
+                extend_by = end.saturating_sub(g.stat.size);
                 continue;
             }
             // An encrypted file changes under its writer's state: the copies' tracks start
             // at the pins, the counters and keys at the version the change builds on.
-            let expect = crate::e2e::state_hash(e2e.as_ref());
-            let auth = policy.auth;
-            let grant = open_file(path, stat, layout, caps, write_end, (policy, e2e));
-            if let Some(e) = &grant.e2e {
-                match self.open_crypt(path, &grant.layout, e, true).await {
-                    Ok(f) => {
-                        let _ = grant.crypt.set(f);
-                    }
-                    Err(err) => {
-                        self.abort_staged(path, key).await;
-                        return Err(err);
-                    }
-                }
-            }
-            if let Err(err) = self.signer_ready(&grant).await {
+            let expect = crate::e2e::state_hash(g.e2e.as_ref());
+            let auth = g.policy.auth;
+            let grant = open_file(path, g);
+            if let Err(err) = self.change_ready(path, &grant).await {
                 self.abort_staged(path, key).await;
                 return Err(err);
             }
@@ -1748,7 +1596,7 @@ impl Client {
                     }
                 },
             };
-            let commit = MgrRequest::Commit {
+            let commit = calls::Commit {
                 path: path.into(),
                 drive: key.0,
                 object: key.1,
@@ -1776,17 +1624,27 @@ impl Client {
         }
     }
 
+    /// Readies the grant of a copy-on-write change of `path`: an encrypted file's writer state
+    /// (its keys, and the copies' tracks starting at the pins) and this user's signer.
+    async fn change_ready(&self, path: &str, grant: &OpenFile) -> Result<(), FsError> {
+        if let Some(e) = &grant.e2e {
+            let f = self.open_crypt(path, &grant.layout, e, true).await?;
+            let _ = grant.crypt.set(f);
+        }
+        self.signer_ready(grant).await
+    }
+
     /// Gives up an upload: the manager forgets the staged objects and removes them now, so
     /// their space comes back at once. Best effort (the manager may be why the upload
     /// failed): an upload that is never aborted expires and the orphan scrub reclaims it.
     pub async fn abort_upload(&self, u: &Upload) {
         let (drive, object) = u.key();
-        let abort = MgrRequest::Abort {
+        let abort = calls::Abort {
             path: u.path.clone(),
             drive,
             object,
         };
-        if let Err(e) = self.ok(&u.path, abort).await {
+        if let Err(e) = self.call(&u.path, abort).await {
             tracing::warn!("could not abort the upload to {}: {e}", shown(&u.path));
         }
     }
@@ -1838,267 +1696,6 @@ impl Client {
             .map(|(s, _)| s)
     }
 
-    /// The layout spec new files under the directory `path` get.
-    pub async fn layout_get(&self, path: &str) -> Result<String, FsError> {
-        match self
-            .request(path, MgrRequest::LayoutGet { path: path.into() })
-            .await?
-        {
-            MgrReply::LayoutSpec(s) => Ok(s),
-            other => Err(FsError::Usage(format!(
-                "{}: unexpected reply {other:?}",
-                shown(path)
-            ))),
-        }
-    }
-
-    /// Sets the layout spec new files under the directory `path` get (`""`: the parent's).
-    pub async fn layout_set(&self, path: &str, spec: &str) -> Result<(), FsError> {
-        self.ok(
-            path,
-            MgrRequest::LayoutSet {
-                path: path.into(),
-                spec: spec.into(),
-            },
-        )
-        .await
-    }
-
-    pub async fn stat(&self, path: &str) -> Result<FileStat, FsError> {
-        let req = MgrRequest::Stat { path: path.into() };
-        self.stat_cached(path, AttrKind::Stat, req).await
-    }
-
-    /// A `Stat` or `Lstat` request and its `Stat` reply.
-    async fn stat_by(&self, path: &str, req: MgrRequest) -> Result<FileStat, FsError> {
-        match self.request(path, req).await? {
-            MgrReply::Stat(s) => Ok(s),
-            other => Err(FsError::Usage(format!(
-                "{path}: unexpected reply {other:?}"
-            ))),
-        }
-    }
-
-    /// [`Client::stat`] of the last name itself: a symbolic link is not followed.
-    pub async fn lstat(&self, path: &str) -> Result<FileStat, FsError> {
-        let req = MgrRequest::Lstat { path: path.into() };
-        self.stat_cached(path, AttrKind::Lstat, req).await
-    }
-
-    /// Every entry of directory `path`, in name order, read a page at a time.
-    pub async fn list(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
-        self.list_with(path, None).await
-    }
-
-    /// [`Client::list`], each file's entry carrying extended attribute `xattr`
-    /// ([`Client::list_page_with`]).
-    pub async fn list_with(
-        &self,
-        path: &str,
-        xattr: Option<&str>,
-    ) -> Result<Vec<DirEntry>, FsError> {
-        let mut all: Vec<DirEntry> = vec![];
-        loop {
-            let after = all.last().map(|e| e.name.clone()).unwrap_or_default();
-            let page = self
-                .list_page_with(path, &after, READDIR_PAGE_ENTRIES_MAX, xattr)
-                .await?;
-            let last = page.len() < READDIR_PAGE_ENTRIES_MAX;
-            all.extend(page);
-            if last {
-                return Ok(all);
-            }
-        }
-    }
-
-    /// A page of directory `path`: at most `limit` entries (and
-    /// [`READDIR_PAGE_ENTRIES_MAX`]) named after `after` in byte order, from the first when
-    /// `after` is empty. A page shorter than `limit` is the last.
-    pub async fn list_page(
-        &self,
-        path: &str,
-        after: &str,
-        limit: usize,
-    ) -> Result<Vec<DirEntry>, FsError> {
-        self.list_page_with(path, after, limit, None).await
-    }
-
-    /// [`Client::list_page`], each file's entry carrying extended attribute `xattr` (when
-    /// the file has it, this user may read the file, and it is short: an ETag, a checksum).
-    pub async fn list_page_with(
-        &self,
-        path: &str,
-        after: &str,
-        limit: usize,
-        xattr: Option<&str>,
-    ) -> Result<Vec<DirEntry>, FsError> {
-        let req = MgrRequest::Readdir {
-            path: path.into(),
-            after: after.into(),
-            limit: limit.min(READDIR_PAGE_ENTRIES_MAX) as u32,
-            xattr: xattr.map(str::to_string),
-        };
-        match self.request(path, req).await? {
-            MgrReply::Entries(e) if e.len() <= limit => Ok(e),
-            other => Err(FsError::Usage(format!(
-                "{path}: unexpected reply {other:?}"
-            ))),
-        }
-    }
-
-    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<(), FsError> {
-        self.ok(
-            path,
-            MgrRequest::Mkdir {
-                path: path.into(),
-                mode,
-            },
-        )
-        .await
-    }
-    pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
-        self.ok(path, MgrRequest::Rmdir { path: path.into() }).await
-    }
-    pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
-        self.caps.invalidate(path);
-        self.ok(path, MgrRequest::Unlink { path: path.into() })
-            .await
-    }
-    pub async fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
-        self.caps.invalidate(from);
-        self.caps.invalidate(to);
-        self.ok(
-            from,
-            MgrRequest::Rename {
-                from: from.into(),
-                to: to.into(),
-            },
-        )
-        .await
-    }
-    /// Makes `path` a symbolic link to `target` (stored as given; it need not exist).
-    pub async fn symlink(&self, target: &str, path: &str) -> Result<(), FsError> {
-        self.caps.invalidate(path);
-        self.ok(
-            path,
-            MgrRequest::Symlink {
-                path: path.into(),
-                target: target.into(),
-            },
-        )
-        .await
-    }
-    /// The stat and extended attributes of `path` (one manager round trip).
-    pub async fn getxattrs(&self, path: &str) -> Result<(FileStat, Vec<Xattr>), FsError> {
-        let now = now_ms();
-        if let Some(c) = self.callbacks.get(path, AttrKind::Xattrs, now) {
-            if let Some(x) = c.xattrs {
-                return Ok((c.stat, (*x).clone()));
-            }
-        }
-        let epoch = self.callbacks.epoch();
-        match self
-            .request(path, MgrRequest::Getxattrs { path: path.into() })
-            .await?
-        {
-            MgrReply::Xattrs { stat, xattrs } => {
-                let c = Cached {
-                    stat: stat.clone(),
-                    xattrs: Some(Arc::new(xattrs.clone())),
-                    fetched_ms: now,
-                };
-                self.callbacks.put(path, AttrKind::Xattrs, c, epoch);
-                Ok((stat, xattrs))
-            }
-            other => Err(FsError::Usage(format!(
-                "{}: unexpected manager reply {other:?}",
-                shown(path)
-            ))),
-        }
-    }
-    /// Sets extended attribute `name` of `path` to `value`, or removes it (`None`).
-    pub async fn setxattr(
-        &self,
-        path: &str,
-        name: &str,
-        value: Option<&[u8]>,
-    ) -> Result<(), FsError> {
-        self.ok(
-            path,
-            MgrRequest::Setxattr {
-                path: path.into(),
-                name: name.into(),
-                value: value.map(<[u8]>::to_vec),
-            },
-        )
-        .await
-    }
-    /// The target of the symbolic link `path`.
-    pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
-        match self
-            .request(path, MgrRequest::Readlink { path: path.into() })
-            .await?
-        {
-            MgrReply::LinkTarget(t) => Ok(t),
-            other => Err(FsError::Usage(format!(
-                "{}: unexpected manager reply {other:?}",
-                shown(path)
-            ))),
-        }
-    }
-    /// Gives the file `existing` the further name `new` (a hard link).
-    pub async fn link(&self, existing: &str, new: &str) -> Result<(), FsError> {
-        self.caps.invalidate(new);
-        self.ok(
-            new,
-            MgrRequest::Link {
-                existing: existing.into(),
-                new: new.into(),
-            },
-        )
-        .await
-    }
-    pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), FsError> {
-        self.caps.invalidate(path);
-        self.ok(
-            path,
-            MgrRequest::Chmod {
-                path: path.into(),
-                mode,
-            },
-        )
-        .await?;
-        self.follow_readers(path).await;
-        Ok(())
-    }
-
-    /// After a change of mode or owners, an encrypted file's wraps follow its new readers
-    /// ([`Client::rewrap`]); the change itself stands if that fails (a caller without a wrap
-    /// of the file's key cannot), and the failure is logged.
-    async fn follow_readers(&self, path: &str) {
-        match self.rewrap(path).await {
-            Ok(()) => {}
-            Err(e) if e.status() == Some(MgrStatus::IsADirectory) => {}
-            Err(e) => tracing::warn!(
-                "{}: keys not rewrapped for the new readers: {e}",
-                shown(path)
-            ),
-        }
-    }
-    pub async fn chown(&self, path: &str, owner: &str, group: &str) -> Result<(), FsError> {
-        self.caps.invalidate(path);
-        self.ok(
-            path,
-            MgrRequest::Chown {
-                path: path.into(),
-                owner: owner.into(),
-                group: group.into(),
-            },
-        )
-        .await?;
-        self.follow_readers(path).await;
-        Ok(())
-    }
     pub async fn truncate(&self, path: &str, size: u64) -> Result<(), FsError> {
         // A striped file's cached grant carries its size: gone with the change.
         self.caps.invalidate(path);
@@ -2121,14 +1718,8 @@ impl Client {
             }
             return self.rewrite_prefix(path, o.stat.mode, size).await;
         }
-        self.ok(
-            path,
-            MgrRequest::Truncate {
-                path: path.into(),
-                size,
-            },
-        )
-        .await
+        let p = path.into();
+        self.call(path, calls::Truncate { path: p, size }).await
     }
     /// Writes the first `size` bytes of `path` as its new version (an encrypted file cut
     /// short), streamed in the layout's pieces.
@@ -2158,60 +1749,17 @@ impl Client {
         }
     }
 
-    pub async fn utimes(&self, path: &str, mtime_us: u64) -> Result<(), FsError> {
-        self.ok(
-            path,
-            MgrRequest::Utimes {
-                path: path.into(),
-                mtime_us,
-            },
-        )
-        .await
-    }
-    /// Sets `user`'s quota to `limit` bytes, or removes it (`None`); admins only. Returns the
-    /// quota as set (none when removed).
-    pub async fn quota_set(
-        &self,
-        user: &str,
-        limit: Option<u64>,
-    ) -> Result<Vec<QuotaInfo>, FsError> {
-        let req = MgrRequest::QuotaSet {
-            user: user.into(),
-            limit,
-        };
-        self.quotas(req).await
-    }
-
-    /// `user`'s quota (one's own, or anyone's for an admin), or with `""` every quota this
-    /// user may see.
-    pub async fn quota_get(&self, user: &str) -> Result<Vec<QuotaInfo>, FsError> {
-        self.quotas(MgrRequest::QuotaGet { user: user.into() })
-            .await
-    }
-
-    async fn quotas(&self, req: MgrRequest) -> Result<Vec<QuotaInfo>, FsError> {
-        match self.request("/", req).await? {
-            MgrReply::Quotas(q) => Ok(q),
-            other => Err(FsError::Usage(format!(
-                "quota: unexpected manager reply {other:?}"
-            ))),
-        }
-    }
-
     /// Tells the manager the writer is done with a capability (NASD/AFS ReturnCapability).
     pub async fn return_capability(&self, path: &str) -> Result<(), FsError> {
         let Some(o) = self.caps.get(path, true, false, now_ms()) else {
             return Ok(());
         };
         self.caps.invalidate(path);
-        self.ok(
-            path,
-            MgrRequest::ReturnCapability {
-                path: path.into(),
-                audit_id: o.caps[0].args.audit_id,
-            },
-        )
-        .await
+        let done = calls::ReturnCapability {
+            path: path.into(),
+            audit_id: o.caps[0].args.audit_id,
+        };
+        self.call(path, done).await
     }
 }
 

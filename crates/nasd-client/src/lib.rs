@@ -17,8 +17,10 @@
 //!   extension's hints and consume notifications (seed 002 §2.2, §3.4, §4.6).
 //! - [`error`] — [`ClientError`].
 //! - [`userkey`] — Ed25519 user key files and login signatures.
-//! - [`files`] — files through the manager: uploads, reads, namespace operations;
-//!   [`capcache`] keeps their capabilities; [`session`] is the manager connection.
+//! - [`files`] — files through the manager: [`files::Client::call`], the one way to send a
+//!   manager call, then uploads, reads and changes; [`namespace`] — the namespace calls
+//!   (stats, listings, names, links, attributes, modes, quotas), one short method each;
+//!   [`capcache`] keeps capabilities; [`session`] is the manager connection.
 //! - The file stack under [`files`], one interface between its layers ([`layer`]):
 //!   [`e2e`] (encryption, keys and end-to-end integrity, issue 10) over [`striped`] (the layout: stripes, mirrors, erasure codes) over [`component`] (one object
 //!   on one drive, through the connection [`pool`]); [`memio`] is the in-memory layer tests
@@ -44,6 +46,7 @@ pub mod files;
 pub mod handle;
 pub mod layer;
 pub mod memio;
+pub mod namespace;
 pub mod object;
 pub mod pool;
 pub mod prefetch;

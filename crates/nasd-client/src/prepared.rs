@@ -14,7 +14,8 @@
 //! again until it sees new names. [`Client::release_prepared`] gives the unused ones back.
 
 use crate::files::{Client, FsError, Upload};
-use nasd_proto::manager::{MgrReply, MgrRequest, MgrStatus, PREPARED_FILES_MAX};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{MgrStatus, PREPARED_FILES_MAX};
 use std::collections::HashMap;
 
 /// Largest file written into a prepared slot: above this a second manager round trip is a
@@ -138,18 +139,14 @@ impl Client {
         }
         // Each file may hold a small file's bytes: under a quota they are escrowed, and the
         // manager prepares only as many files as the quota has room for.
-        let req = MgrRequest::Prepare {
+        let prepare = calls::Prepare {
             dir: dir.to_string(),
             mode,
             count: ask,
             extend_by: PREPARED_FILE_BYTES_MAX,
         };
-        let files = match self.request(dir, req).await {
-            Ok(MgrReply::Prepared(files)) => files,
-            Ok(other) => {
-                tracing::debug!("prepare in {dir}: unexpected reply {other:?}");
-                return None;
-            }
+        let files = match self.call(dir, prepare).await {
+            Ok(files) => files,
             Err(e) => {
                 tracing::debug!("prepare in {dir}: {e}");
                 return None;

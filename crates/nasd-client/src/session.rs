@@ -182,57 +182,41 @@ impl Session {
         let credential = match &cfg.signing_key {
             None => cfg.credential.clone(),
             Some(k) => {
-                let ask = MgrRequest::Challenge {
+                let ask = calls::Challenge {
                     user: cfg.user.clone(),
                 };
-                match s.request(&ask).await? {
-                    MgrReply::Challenge(c) => {
-                        Credential::Signature(crate::userkey::sign_login(k, &cfg.user, &c))
-                    }
-                    other => {
-                        return Err(SessionError::Protocol(format!(
-                            "challenge answered with {other:?}"
-                        )))
-                    }
-                }
+                let c = s.call(ask).await?;
+                Credential::Signature(crate::userkey::sign_login(k, &cfg.user, &c))
             }
         };
-        let login = MgrRequest::Login {
+        let login = calls::Login {
             user: cfg.user.clone(),
             credential,
         };
-        match s.request(&login).await? {
-            MgrReply::LoginOk {
-                uid,
-                admin,
-                token,
-                expires_ms,
-            } => {
-                s.uid = uid;
-                s.admin = admin;
-                s.token = token.0;
-                s.expires_ms = expires_ms;
-                Ok(s)
-            }
-            other => Err(SessionError::Protocol(format!(
-                "login answered with {other:?}"
-            ))),
-        }
+        let ok = s.call(login).await?;
+        s.uid = ok.uid;
+        s.admin = ok.admin;
+        s.token = ok.token.0;
+        s.expires_ms = ok.expires_ms;
+        Ok(s)
     }
 
     /// Ends this session on the manager (its token then logs in nowhere) and closes the
     /// connection.
     pub async fn logout(mut self) -> Result<(), SessionError> {
-        match self.request(&MgrRequest::Logout).await? {
-            MgrReply::Ok => Ok(()),
-            other => Err(SessionError::Protocol(format!(
-                "logout answered with {other:?}"
-            ))),
-        }
+        self.call(calls::Logout).await
+    }
+
+    /// Sends call `c` and returns its typed reply; an `Error` reply becomes
+    /// [`SessionError::Refused`], a reply of another kind [`SessionError::Protocol`].
+    pub async fn call<C: Call>(&mut self, c: C) -> Result<C::Reply, SessionError> {
+        let r = self.request(&c.into()).await?;
+        C::Reply::from_reply(r)
+            .map_err(|reply| SessionError::Protocol(format!("{} answered with {reply}", C::NAME)))
     }
 
     /// Sends a request and returns the reply as it came (an `Error` reply included).
-    pub async fn call(&mut self, req: &MgrRequest) -> Result<MgrReply, SessionError> {
+    async fn exchange(&mut self, req: &MgrRequest) -> Result<MgrReply, SessionError> {
         if self.in_call {
             return Err(SessionError::Lost(
                 "an earlier request on this connection was cancelled before its reply".into(),
@@ -263,8 +247,8 @@ impl Session {
 
     /// Sends a request; an `Error` reply becomes [`SessionError::Refused`].
     pub async fn request(&mut self, req: &MgrRequest) -> Result<MgrReply, SessionError> {
-        match self.call(req).await? {
-            MgrReply::Error { status, detail } => Err(SessionError::Refused {
+        match self.exchange(req).await? {
+            MgrReply::Error(Refused { status, detail }) => Err(SessionError::Refused {
                 op: req.name(),
                 status,
                 detail,

@@ -13,7 +13,8 @@ use crate::process::{self, runs_node};
 use crate::Options;
 use nasd_client::config::ClientFile;
 use nasd_client::session::SessionConfig;
-use nasd_proto::manager::{Credential, MgrRequest};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::Credential;
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -316,7 +317,7 @@ impl Cluster {
             };
             adds.push((
                 d.name.clone(),
-                MgrRequest::DriveAdd {
+                calls::DriveAdd {
                     addr: d.addr.clone(),
                     drive_key_file: read("drive.key")?,
                     master_key_file: read("master.key")?,
@@ -344,7 +345,10 @@ impl Cluster {
     }
 }
 
-async fn register(cfg: SessionConfig, adds: Vec<(String, MgrRequest)>) -> Result<(), ClusterError> {
+async fn register(
+    cfg: SessionConfig,
+    adds: Vec<(String, calls::DriveAdd)>,
+) -> Result<(), ClusterError> {
     let manager = cfg.manager.clone();
     let c = nasd_client::files::Client::connect(cfg)
         .await
@@ -353,7 +357,7 @@ async fn register(cfg: SessionConfig, adds: Vec<(String, MgrRequest)>) -> Result
             source: Box::new(source),
         })?;
     for (name, add) in adds {
-        c.request("/", add)
+        c.call("/", add)
             .await
             .map_err(|source| ClusterError::Manager {
                 what: format!("registering {name}"),

@@ -15,7 +15,8 @@
 //! - [`store`]: the engine's read side, tree node access, block accounting.
 //! - [`tree_cache`]: tree nodes computed for reads, kept consistent with commits.
 //! - [`writer`]: the single writer thread, jobs, transactions, group commit.
-//! - [`handler`]: request decoding, every check of seed 002 §2.4, replies.
+//! - [`handler`]: request decoding, every check of seed 002 §2.4 (one function each, in
+//!   `handler/checks.rs`), the operations (one function each, in `handler/ops.rs`), replies.
 //! - [`cache`]: the block cache, bounded in bytes.
 //! - [`prefetch`]: the `prefetch` extension's hint streams and fetcher threads (seed 002 §4.6).
 //! - [`options`]: run-time options (cache size, prefetch budgets, a slow and cold disk).

@@ -19,7 +19,7 @@
 
 use crate::service::{Caller, Manager};
 use nasd_proto::manager::{
-    CallbackBreak, FileKind, MgrReply, MgrRequest, BREAKS_PER_REPLY_MAX, BREAK_WAIT_MS_MAX,
+    CallbackBreak, FileKind, Grant, MgrReply, Xattrs, BREAKS_PER_REPLY_MAX, BREAK_WAIT_MS_MAX,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -303,83 +303,59 @@ impl Callbacks {
     }
 }
 
-/// What `req` by `c` will change, found before it runs (a name it removes or renames must be
-/// looked up while it still exists). Lookups that fail find nothing: the request fails too, or
-/// changes what nobody can have cached.
-pub(crate) fn touched(m: &Manager, c: &Caller, req: &MgrRequest) -> Vec<Changed> {
-    use MgrRequest as Q;
-    // The file a path names (symbolic links followed, as the request does).
-    let file = |path: &str| m.resolve(c, path).ok().map(|i| Changed::file(i.ino));
-    // The directory holding a path's last name, and what that name holds now.
-    let entry = |path: &str| -> Option<(u64, String, Option<u64>)> {
-        let (dir, last) = m.parent(c, path, false).ok()?;
-        let ino = m.st().lookup(dir.ino, last).ok().flatten();
-        Some((dir.ino, last.to_string(), ino))
-    };
-    // A name removed or replaced: the file under it and its directory; everyone, for the
-    // name of a directory or a symbolic link (paths run through it).
-    let gone = |path: &str, out: &mut Vec<Changed>| {
-        if let Some((dir, name, ino)) = entry(path) {
-            if let Some(ino) = ino {
-                let kind = m.st().inode(ino).ok().flatten().map(|i| i.kind);
-                out.push(Changed {
-                    everyone: kind != Some(FileKind::File),
-                    ..Changed::name(ino, dir, &name)
-                });
-            }
-            out.push(Changed::file(dir));
-        }
-    };
-    // A name made: its directory's entries change.
-    let made = |path: &str, out: &mut Vec<Changed>| {
-        if let Some((dir, _, _)) = entry(path) {
-            out.push(Changed::file(dir));
-        }
-    };
+/// What a call changes, found before it runs (a name it removes or renames must be looked
+/// up while it still exists), for [`crate::ops::Handle::touched`]. Lookups that fail find
+/// nothing: the call fails too, or changes what nobody can have cached.
+///
+/// The file `path` names (symbolic links followed, as the call does).
+pub(crate) fn file(m: &Manager, c: &Caller, path: &str) -> Vec<Changed> {
+    m.resolve(c, path)
+        .ok()
+        .map(|i| Changed::file(i.ino))
+        .into_iter()
+        .collect()
+}
+
+/// The directory holding `path`'s last name, the name, and what it holds now.
+pub(crate) fn entry(m: &Manager, c: &Caller, path: &str) -> Option<(u64, String, Option<u64>)> {
+    let (dir, last) = m.parent(c, path, false).ok()?;
+    let ino = m.st().lookup(dir.ino, last).ok().flatten();
+    Some((dir.ino, last.to_string(), ino))
+}
+
+/// A name removed or replaced: the file under it and its directory; everyone, for the name of
+/// a directory or a symbolic link (paths run through it).
+pub(crate) fn gone(m: &Manager, c: &Caller, path: &str) -> Vec<Changed> {
     let mut out = vec![];
-    match req {
-        Q::ReturnCapability { path, .. }
-        | Q::Truncate { path, .. }
-        | Q::Utimes { path, .. }
-        | Q::Chmod { path, .. }
-        | Q::Chown { path, .. }
-        | Q::Setxattr { path, .. }
-        | Q::E2eUpdate { path, .. } => out.extend(file(path)),
-        Q::Commit { path, .. } => match entry(path) {
-            Some((_, _, Some(ino))) => out.push(Changed::file(ino)),
-            Some((dir, _, None)) => out.push(Changed::file(dir)),
-            None => {}
-        },
-        Q::Unlink { path } | Q::Rmdir { path } => gone(path, &mut out),
-        Q::Rename { from, to } => {
-            gone(from, &mut out);
-            gone(to, &mut out);
+    if let Some((dir, name, ino)) = entry(m, c, path) {
+        if let Some(ino) = ino {
+            let kind = m.st().inode(ino).ok().flatten().map(|i| i.kind);
+            out.push(Changed {
+                everyone: kind != Some(FileKind::File),
+                ..Changed::name(ino, dir, &name)
+            });
         }
-        Q::Link { existing, new } => {
-            if let Some((_, _, Some(ino))) = entry(existing) {
-                out.push(Changed::file(ino));
-            }
-            made(new, &mut out);
-        }
-        Q::Mkdir { path, .. } | Q::Symlink { path, .. } => made(path, &mut out),
-        Q::Create {
-            path,
-            exclusive: true,
-            ..
-        } => made(path, &mut out),
-        _ => {}
+        out.push(Changed::file(dir));
     }
     out
+}
+
+/// A name made: its directory's entries change.
+pub(crate) fn made(m: &Manager, c: &Caller, path: &str) -> Vec<Changed> {
+    entry(m, c, path)
+        .map(|(dir, _, _)| Changed::file(dir))
+        .into_iter()
+        .collect()
 }
 
 /// Registers the callbacks a successful reply to `session` carries: a file's stat (for
 /// [`CALLBACK_LEASE_MS`]) or its capabilities (for as long as they last).
 pub(crate) fn register_reply(cb: &Callbacks, session: u64, r: &MgrReply, now: u64) {
     match r {
-        MgrReply::Stat(st) | MgrReply::Xattrs { stat: st, .. } => {
+        MgrReply::Stat(st) | MgrReply::Xattrs(Xattrs { stat: st, .. }) => {
             cb.register(session, st.ino, now + CALLBACK_LEASE_MS, now)
         }
-        MgrReply::Opened { stat, caps, .. } => {
+        MgrReply::Opened(Grant { stat, caps, .. }) => {
             let until = caps.iter().map(|g| g.args.expiry_ms).min().unwrap_or(0);
             cb.register(session, stat.ino, until.max(now + CALLBACK_LEASE_MS), now)
         }

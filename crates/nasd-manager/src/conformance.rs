@@ -45,6 +45,42 @@ pub fn file(uid: u32, object: u64) -> Inode {
     }
 }
 
+/// A new file's inode made at `created_ms`, on no object yet (a reservation).
+fn bare(created_ms: u64) -> Inode {
+    Inode {
+        layout: None,
+        ..fresh(created_ms)
+    }
+}
+
+/// A new file's inode made at `created_ms`.
+fn fresh(created_ms: u64) -> Inode {
+    Inode {
+        ctime_us: created_ms * 1000,
+        ..file(5, 0)
+    }
+}
+
+/// The staged upload of new file `ino` as `/n` on object `object`.
+fn new_upload(object: u64, created_ms: u64, ino: u64) -> Staged {
+    Staged {
+        path: "/n".into(),
+        new_file: true,
+        ..staged(object, created_ms, ino)
+    }
+}
+
+/// Commits staged object `o` as `name` in the root, replacing `replacing`, with no size,
+/// stale components, attributes, charge or end-to-end state.
+fn commit_plain<S: MetaStore>(
+    s: &mut S,
+    name: &str,
+    o: ObjRef,
+    replacing: Option<u64>,
+) -> StoreResult<Option<Inode>> {
+    s.commit_staged(ROOT_INO, name, o, replacing, None, 0, None, None, None, 0)
+}
+
 /// The first object of an inode's layout.
 fn first(i: &Inode) -> Option<ObjRef> {
     i.layout.as_ref().map(|l| l.first())
@@ -183,7 +219,11 @@ fn end_to_end<S: MetaStore>(s: &mut S) {
     commit(s, 22, None).unwrap();
     assert_eq!(s.inode(f).unwrap().unwrap().e2e, None);
 
-    // Users' keys.
+    user_and_group_keys(s);
+}
+
+/// Users' keys; groups' members, key versions, and wraps of the current version only.
+fn user_and_group_keys<S: MetaStore>(s: &mut S) {
     let g = s.add_group("crew").unwrap();
     let a = s.add_user("ann", "phc", false, g).unwrap();
     let b = s.add_user("ben", "phc", false, g).unwrap();
@@ -255,10 +295,35 @@ fn linked_file<S: MetaStore>(s: &mut S, uid: u32, name: &str, object: u64) -> u6
 /// transaction that creates, replaces, removes, re-owns or re-sizes a file; escrows are
 /// checked against the limit where they are taken, and only growth is refused.
 fn quotas<S: MetaStore>(s: &mut S) {
-    let over = |r: StoreResult<()>| match r {
+    let f = quota_counts_old_files(s);
+    let g = quota_escrows_uploads(s);
+    quota_checks_late_commits(s, f);
+    quota_escrows_files(s, f);
+    let n = quota_follows_sizes_and_names(s, f, g);
+    quota_follows_owners(s, n);
+    quota_removed(s);
+}
+
+/// Refusals of growth past user 5's quota.
+fn over(r: StoreResult<()>) {
+    match r {
         Err(StoreError::QuotaExceeded { uid: 5, .. }) => {}
         r => panic!("expected QuotaExceeded, got {r:?}"),
-    };
+    }
+}
+
+/// An escrow of user 5's from `base` to `end` until `expires_ms`.
+fn escrow(base: u64, end: u64, expires_ms: u64) -> Option<StagedEscrow> {
+    Some(StagedEscrow {
+        uid: 5,
+        base,
+        end,
+        expires_ms,
+    })
+}
+
+/// A new quota on user 5 (limit 2000) counts a file made before it; returns the file.
+fn quota_counts_old_files<S: MetaStore>(s: &mut S) -> u64 {
     // A file made before the quota: uncharged; a new quota charges it 0 until measured.
     let f = linked_file(s, 5, "f", 16);
     assert_eq!(s.inode(f).unwrap().unwrap().charged, None);
@@ -271,18 +336,14 @@ fn quotas<S: MetaStore>(s: &mut S) {
     // Setting it again keeps the usage.
     assert!(!s.set_quota(5, 2000).unwrap());
     assert_eq!(s.quotas().unwrap()[0].used_bytes, 100);
+    f
+}
 
-    // A new file's upload escrows its bytes until its capabilities expire (at 100).
+/// A new file's upload escrows its bytes until its capabilities expire (at 100), checked
+/// where taken and renewed; its commit charges what was written. Returns the file.
+fn quota_escrows_uploads<S: MetaStore>(s: &mut S) -> u64 {
     let g = s.reserve_inode(ROOT_INO, &file(5, 0)).unwrap();
     assert_eq!(s.inode(g).unwrap().unwrap().charged, Some(0));
-    let escrow = |base, end, expires_ms| {
-        Some(StagedEscrow {
-            uid: 5,
-            base,
-            end,
-            expires_ms,
-        })
-    };
     let up = Staged {
         path: "/g".into(),
         new_file: true,
@@ -329,8 +390,11 @@ fn quotas<S: MetaStore>(s: &mut S) {
     commit(s, Some(1200), 30).unwrap();
     assert_eq!(s.inode(g).unwrap().unwrap().charged, Some(1200));
     assert_eq!((usage(s, 5), s.escrowed(5, 30).unwrap()), (1300, 0));
+    g
+}
 
-    // An overwrite whose escrow expired before its commit: its growth must fit now.
+/// An overwrite of `f` whose escrow expired before its commit: its growth must fit now.
+fn quota_checks_late_commits<S: MetaStore>(s: &mut S, f: u64) {
     s.put_staged(&Staged {
         escrow: escrow(0, 600, 40),
         ..staged(19, 30, f)
@@ -369,8 +433,10 @@ fn quotas<S: MetaStore>(s: &mut S) {
     )
     .unwrap();
     assert_eq!(usage(s, 5), 2000);
+}
 
-    // File escrows: growth past the limit is refused, rewriting within the file is not.
+/// File escrows of `f`: growth past the limit is refused, rewriting within the file is not.
+fn quota_escrows_files<S: MetaStore>(s: &mut S, f: u64) {
     let fe = |end, expires_ms| FileEscrow {
         ino: f,
         uid: 5,
@@ -391,7 +457,11 @@ fn quotas<S: MetaStore>(s: &mut S) {
     s.escrow_file(&fe(750, 70), 60, true).unwrap();
     assert_eq!(s.escrowed(5, 1000).unwrap(), 50);
     s.settle_file(f, 700, true).unwrap();
+}
 
+/// Charges follow a new size of `f`, the names of `g`, and a file committed over `f`, which
+/// is returned.
+fn quota_follows_sizes_and_names<S: MetaStore>(s: &mut S, f: u64, g: u64) -> u64 {
     // Truncation (a new size through the layout) charges the new size.
     s.swap_layout(f, 2, &FileLayout::single(obj(19)), Some(300))
         .unwrap();
@@ -424,8 +494,11 @@ fn quotas<S: MetaStore>(s: &mut S) {
     )
     .unwrap();
     assert_eq!(usage(s, 5), 40);
+    n
+}
 
-    // A chown moves the charge; a new owner with a quota needs the file's size.
+/// A chown of `n` moves the charge; a new owner with a quota needs the file's size.
+fn quota_follows_owners<S: MetaStore>(s: &mut S, n: u64) {
     s.set_quota(6, 10).unwrap();
     let mut i = s.inode(n).unwrap().unwrap();
     i.uid = 6;
@@ -441,8 +514,10 @@ fn quotas<S: MetaStore>(s: &mut S) {
         (usage(s, 6), s.inode(n).unwrap().unwrap().charged),
         (0, None)
     );
+}
 
-    // Removing a quota forgets charges and escrows.
+/// Removing a quota forgets charges and escrows.
+fn quota_removed<S: MetaStore>(s: &mut S) {
     let k = linked_file(s, 5, "k", 21);
     s.settle_charge(k, 0, 9).unwrap();
     s.escrow_file(
@@ -559,35 +634,11 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         vec![ObjectId(16)]
     );
     assert_eq!(
-        s.commit_staged(
-            ROOT_INO,
-            "f",
-            a.layout.first(),
-            None,
-            None,
-            0,
-            None,
-            None,
-            None,
-            0
-        ),
+        commit_plain(s, "f", a.layout.first(), None),
         Err(StoreError::Exists),
         "the caller checked an empty name: nothing commits"
     );
-    let old = s
-        .commit_staged(
-            ROOT_INO,
-            "f",
-            a.layout.first(),
-            Some(f),
-            None,
-            0,
-            None,
-            None,
-            None,
-            0,
-        )
-        .unwrap();
+    let old = commit_plain(s, "f", a.layout.first(), Some(f)).unwrap();
     assert_eq!(
         old.as_ref().and_then(first).map(|o| o.object),
         Some(ObjectId(16))
@@ -599,18 +650,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     );
     assert_eq!(s.staged(a.layout.first()).unwrap(), None);
     assert_eq!(
-        s.commit_staged(
-            ROOT_INO,
-            "f",
-            a.layout.first(),
-            Some(f),
-            None,
-            0,
-            None,
-            None,
-            None,
-            0
-        ),
+        commit_plain(s, "f", a.layout.first(), Some(f)),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -628,18 +668,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
         .unwrap();
     assert!(f2 > f);
     assert_eq!(
-        s.commit_staged(
-            ROOT_INO,
-            "f",
-            b.layout.first(),
-            Some(f2),
-            None,
-            0,
-            None,
-            None,
-            None,
-            0
-        ),
+        commit_plain(s, "f", b.layout.first(), Some(f2)),
         Err(StoreError::NotFound)
     );
     assert_eq!(
@@ -652,18 +681,7 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
     let c = staged(19, 30, d);
     s.put_staged(&c).unwrap();
     assert_eq!(
-        s.commit_staged(
-            ROOT_INO,
-            "d",
-            c.layout.first(),
-            Some(d),
-            None,
-            0,
-            None,
-            None,
-            None,
-            0
-        ),
+        commit_plain(s, "d", c.layout.first(), Some(d)),
         Err(StoreError::IsADirectory)
     );
     assert_eq!(s.expire_staged(20).unwrap(), vec![]);
@@ -676,27 +694,10 @@ fn staged_commits<S: MetaStore>(s: &mut S) {
 /// by its commit, replacing whatever file took the name meanwhile; aborts and expiry drop the
 /// reservation; a reservation that never got an object is swept once old.
 fn staged_new_files<S: MetaStore>(s: &mut S) {
-    let fresh = |created_ms: u64| Inode {
-        ctime_us: created_ms * 1000,
-        ..file(5, 0)
-    };
-    let new = |object: u64, created_ms: u64, ino: u64| Staged {
-        path: "/n".into(),
-        new_file: true,
-        ..staged(object, created_ms, ino)
-    };
-    let r1 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(10)
-            },
-        )
-        .unwrap();
+    let r1 = s.reserve_inode(ROOT_INO, &bare(10)).unwrap();
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), None);
     assert!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().is_empty());
-    let a = new(20, 10, r1);
+    let a = new_upload(20, 10, r1);
     s.put_staged(&a).unwrap();
     assert_eq!(
         first(&s.inode(r1).unwrap().unwrap()),
@@ -712,80 +713,26 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     );
 
     // A second upload of the same name commits first; the first one then replaces it.
-    let r2 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(11)
-            },
-        )
-        .unwrap();
+    let r2 = s.reserve_inode(ROOT_INO, &bare(11)).unwrap();
     assert_ne!(r1, r2);
-    let b = new(21, 11, r2);
+    let b = new_upload(21, 11, r2);
     s.put_staged(&b).unwrap();
-    assert_eq!(
-        s.commit_staged(
-            ROOT_INO,
-            "n",
-            b.layout.first(),
-            None,
-            None,
-            0,
-            None,
-            None,
-            None,
-            0
-        ),
-        Ok(None)
-    );
+    assert_eq!(commit_plain(s, "n", b.layout.first(), None), Ok(None));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r2));
     assert_eq!(
-        s.commit_staged(
-            ROOT_INO,
-            "n",
-            a.layout.first(),
-            None,
-            None,
-            0,
-            None,
-            None,
-            None,
-            0
-        ),
+        commit_plain(s, "n", a.layout.first(), None),
         Err(StoreError::Exists),
         "the caller checked an empty name"
     );
-    let old = s
-        .commit_staged(
-            ROOT_INO,
-            "n",
-            a.layout.first(),
-            Some(r2),
-            None,
-            0,
-            None,
-            None,
-            None,
-            0,
-        )
-        .unwrap();
+    let old = commit_plain(s, "n", a.layout.first(), Some(r2)).unwrap();
     assert_eq!(old.map(|i| i.ino), Some(r2));
     assert_eq!(s.lookup(ROOT_INO, "n").unwrap(), Some(r1));
     assert_eq!(s.inode(r2).unwrap(), None);
     assert_eq!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().len(), 1);
 
     // Abort: the record and the reservation go; a linked file is never touched.
-    let r3 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(12)
-            },
-        )
-        .unwrap();
-    let c = new(22, 12, r3);
+    let r3 = s.reserve_inode(ROOT_INO, &bare(12)).unwrap();
+    let c = new_upload(22, 12, r3);
     s.put_staged(&c).unwrap();
     assert_eq!(s.abort_staged(c.layout.first()), Ok(Some(c.clone())));
     assert_eq!(s.inode(r3).unwrap(), None);
@@ -793,15 +740,7 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert!(s.inode(r1).unwrap().is_some(), "forgot a linked file");
 
     // Exclusive create: link the reservation, refused when the name is taken.
-    let r4 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(13)
-            },
-        )
-        .unwrap();
+    let r4 = s.reserve_inode(ROOT_INO, &bare(13)).unwrap();
     let o4 = obj(23);
     assert_eq!(
         s.link_reserved(ROOT_INO, "n", r4, &FileLayout::single(o4), 1),
@@ -812,42 +751,22 @@ fn staged_new_files<S: MetaStore>(s: &mut S) {
     assert_eq!(s.lookup(ROOT_INO, "x").unwrap(), Some(r4));
     assert_eq!(first(&s.inode(r4).unwrap().unwrap()), Some(o4));
 
-    // Expiry: an old staged new file and an old reservation without a record both go; a
-    // young one stays, and so does an old one whose upload was renewed.
-    let r5 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(14)
-            },
-        )
-        .unwrap();
-    let e = new(24, 14, r5);
+    new_files_expire(s, r4);
+}
+
+/// Expiry: an old staged new file and an old reservation without a record both go; a young
+/// one stays, and so does an old one whose upload was renewed; the linked file `r4` stays.
+fn new_files_expire<S: MetaStore>(s: &mut S, r4: u64) {
+    let r5 = s.reserve_inode(ROOT_INO, &bare(14)).unwrap();
+    let e = new_upload(24, 14, r5);
     s.put_staged(&e).unwrap();
     let r9 = s.reserve_inode(ROOT_INO, &fresh(14)).unwrap();
-    let renewed = new(25, 14, r9);
+    let renewed = new_upload(25, 14, r9);
     s.put_staged(&renewed).unwrap();
     s.touch_staged(renewed.layout.first(), 40).unwrap();
     assert_eq!(s.touch_staged(obj(99), 40), Err(StoreError::NotFound));
-    let r6 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(15)
-            },
-        )
-        .unwrap();
-    let r7 = s
-        .reserve_inode(
-            ROOT_INO,
-            &Inode {
-                layout: None,
-                ..fresh(50)
-            },
-        )
-        .unwrap();
+    let r6 = s.reserve_inode(ROOT_INO, &bare(15)).unwrap();
+    let r7 = s.reserve_inode(ROOT_INO, &bare(50)).unwrap();
     assert_eq!(s.expire_staged(16).unwrap(), vec![e]);
     assert_eq!(s.inode(r5).unwrap(), None);
     assert_eq!(
@@ -1108,19 +1027,7 @@ fn extended_attributes<S: MetaStore>(s: &mut S) {
     );
     let a = staged(17, 10, f);
     s.put_staged(&a).unwrap();
-    s.commit_staged(
-        ROOT_INO,
-        "f",
-        a.layout.first(),
-        Some(f),
-        None,
-        0,
-        None,
-        None,
-        None,
-        0,
-    )
-    .unwrap();
+    commit_plain(s, "f", a.layout.first(), Some(f)).unwrap();
     assert_eq!(
         s.xattrs(f).unwrap().len(),
         2,

@@ -451,3 +451,39 @@ pub async fn rotate(reg: &Registry, d: DriveId) -> Result<DriveRecord, MgrError>
     reg.upsert(rec.clone(), Some(c));
     Ok(rec)
 }
+
+impl crate::service::Manager {
+    /// Registers a new drive (taking over its drive key when given its master key file, see
+    /// [`register`]), or records a known drive's new address.
+    pub async fn add_drive(
+        &self,
+        addr: &str,
+        key_file: &str,
+        master_key_file: Option<&str>,
+    ) -> Result<(), MgrError> {
+        let kf = nasd_crypto::keyfile::KeyFile::decode(key_file).map_err(|e| {
+            MgrError::new(MgrStatus::InvalidArgument, format!("drive key file: {e}"))
+        })?;
+        if let Some(mut rec) = self.drives.record(kf.drive) {
+            if rec.addr != addr {
+                rec.addr = addr.to_string();
+                self.store
+                    .lock()
+                    .expect("store lock")
+                    .put_drive(&rec)
+                    .map_err(crate::service::db)?;
+                self.drives.upsert(rec, None);
+            }
+            return Ok(());
+        }
+        let (rec, conn) = register(addr, key_file, master_key_file).await?;
+        self.store
+            .lock()
+            .expect("store lock")
+            .put_drive(&rec)
+            .map_err(crate::service::db)?;
+        tracing::info!(drive = %format!("{:016x}", rec.drive.0), addr, "drive registered");
+        self.drives.upsert(rec, Some(conn));
+        Ok(())
+    }
+}

@@ -8,9 +8,12 @@
 //! # Layout
 //! - [`store`]: the [`store::MetaStore`] trait and its records; [`sqlite`]: the embedded store;
 //!   [`conformance`]: the suite every store passes.
-//! - [`service`]: policy (POSIX-like modes), namespace operations, capability minting,
-//!   revocation; [`striping`]: the striping manager under it (seed 002 §3.3): component
-//!   objects of layouts, their attributes, revocation and capabilities.
+//! - [`service`]: the [`service::Manager`] and its policy (POSIX-like modes), namespace
+//!   operations, capability minting, revocation; [`striping`]: the striping manager under it
+//!   (seed 002 §3.3): component objects of layouts, their attributes, revocation and
+//!   capabilities.
+//! - `ops`: one handler per call of the protocol's table, over the service (which knows
+//!   nothing of them).
 //! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
 //! - [`drives`]: drive registration, health, working-key rotation, drive choice.
@@ -23,7 +26,8 @@
 //!   components, drive replacement, cluster status.
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.
-//! - [`server`]: the TLS listener and the request dispatcher; [`conns`]: the connection table
+//! - [`server`]: the TLS listener, the login gate and the dispatch of calls to their
+//!   handlers; [`conns`]: the connection table
 //!   that bounds what peers which have not logged in can hold.
 //! - [`setup`]: `nasd manager init` and the manager's config file; its files are
 //!   private to its user, checked at start.
@@ -36,6 +40,7 @@ pub mod drives;
 pub mod e2e;
 pub mod heal;
 pub mod lease;
+mod ops;
 pub mod quota;
 pub mod scrub;
 pub mod server;

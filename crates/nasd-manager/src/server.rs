@@ -8,22 +8,26 @@
 //! password checks running at once ([`PASSWORD_CHECKS_CONCURRENT_MAX`]); failed logins back off
 //! per source and per user ([`crate::backoff`]). A logged-in connection is closed when idle
 //! ([`IDLE_TIMEOUT_MS`]), when its session expires, and on its next request after a logout or a
-//! credential change ended its session (the server's session epoch, see `Shared`).
+//! credential change ended its session (the manager's session epoch, see
+//! [`Manager::session_epoch`]). Calls go through the protocol's table of calls: the session's
+//! own (challenge, login, logout) are answered here, every other one by its handler in
+//! [`crate::ops`].
 //!
 //! Background tasks check drive health and rotate working keys on the policy's schedule (and
 //! once at start, see [`start_background`]).
 
 use crate::backoff::LoginBackoff;
 use crate::conns::{ConnId, ConnTable};
+use crate::ops::{self, Handle};
 use crate::service::{Caller, Manager};
 use crate::store::DriveRecord;
-use crate::{callbacks, drives, now_ms, scrub, users, MgrError};
+use crate::{drives, now_ms, scrub, users, MgrError};
 use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
 use nasd_proto::{DecodeError, DriveId};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -63,11 +67,6 @@ struct Shared {
     /// Held by a password check until its Argon2id work is done, also when the connection
     /// that asked is closed meanwhile (the blocking work cannot be cancelled).
     password_checks: Arc<Semaphore>,
-    /// Moves after every logout and credential change. A logged-in connection remembers the
-    /// value it last saw; when it has moved, the connection checks that its session is still in
-    /// the store before serving the next request. Nothing moves it on the hot path, so a
-    /// request costs one atomic load.
-    session_epoch: AtomicU64,
 }
 
 /// Serves until `shutdown` completes.
@@ -85,7 +84,6 @@ pub async fn serve(
         conns: Mutex::new(ConnTable::default()),
         logins: Mutex::new(LoginBackoff::default()),
         password_checks: Arc::new(Semaphore::new(PASSWORD_CHECKS_CONCURRENT_MAX)),
-        session_epoch: AtomicU64::new(0),
     });
     tokio::pin!(shutdown);
     loop {
@@ -179,12 +177,11 @@ async fn connection_task(
 
 /// A logged-in connection's session.
 struct Live {
+    /// The caller, with the gateway that opened this session for them, if one did.
     caller: Caller,
-    /// The gateway that opened this session for the caller, if one did.
-    via: Option<u32>,
     expires_ms: u64,
     token_hash: [u8; 32],
-    /// The [`Shared::session_epoch`] at which the session was last known to be live.
+    /// The [`Manager::session_epoch`] at which the session was last known to be live.
     epoch: u64,
 }
 
@@ -260,80 +257,75 @@ async fn connection(
     }
 }
 
+/// Answers one request: through the table of calls, each to its [`Serve`].
 async fn dispatch(sh: &Arc<Shared>, conn: &mut Conn, req: MgrRequest) -> (MgrReply, After) {
-    let name = req.name();
-    let req = match req {
-        MgrRequest::Challenge { user } => return (challenge(conn, user), After::Continue),
-        MgrRequest::Login { user, credential } => return login(sh, conn, user, credential).await,
-        req => req,
-    };
+    macro_rules! serve_each {
+        ($($tag:literal $C:ident $name:literal => $R:ty;)*) => {
+            match req {
+                $(MgrRequest::$C(q) => q.serve(sh, conn).await,)*
+            }
+        };
+    }
+    nasd_proto::for_each_manager_call!(serve_each)
+}
+
+/// How the server answers one call on a connection. The calls of the session itself touch
+/// the connection (a challenge, a login, a logout); every other one passes the login gate
+/// ([`gate`]) and goes to its handler ([`Handle`]).
+trait Serve {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After);
+}
+
+impl Serve for calls::Challenge {
+    async fn serve(self, _: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        (challenge(conn, self.user), After::Continue)
+    }
+}
+
+impl Serve for calls::Login {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        login(sh, conn, self.user, self.credential).await
+    }
+}
+
+impl Serve for calls::Logout {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        match gate(sh, conn, Self::NAME) {
+            Ok(_) => logout(sh, conn),
+            Err((e, after)) => (e.reply(), after),
+        }
+    }
+}
+
+impl<C: Handle> Serve for C {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        let c = match gate(sh, conn, C::NAME) {
+            Ok(c) => c,
+            Err((e, after)) => return (e.reply(), after),
+        };
+        match ops::run(&sh.mgr, c, self).await {
+            Ok(r) => (r, After::Continue),
+            Err(e) => {
+                tracing::debug!(user = %c.name, op = C::NAME, "refused: {e}");
+                (e.reply(), After::Continue)
+            }
+        }
+    }
+}
+
+/// The login gate: the caller of a connection whose session is live, else why `name` is
+/// refused and whether the connection stays open (a session that ended closes it: its client
+/// logs in anew).
+fn gate<'c>(sh: &Shared, conn: &'c mut Conn, name: &str) -> Result<&'c Caller, (MgrError, After)> {
     let Some(live) = conn.session.as_mut() else {
-        let e = MgrReply::error(MgrStatus::NotLoggedIn, format!("{name} before login"));
-        return (e, After::Continue);
+        let e = MgrError::new(MgrStatus::NotLoggedIn, format!("{name} before login"));
+        return Err((e, After::Continue));
     };
     if let Err(e) = still_live(sh, live) {
-        // The session is over: answer why, and close (the client logs in anew).
         conn.session = None;
-        return (e.reply(), After::Close);
+        return Err((e, After::Close));
     }
-    let live = conn.session.as_ref().expect("still live");
-    let c = &live.caller;
-    let r = match req {
-        MgrRequest::Logout => return logout(sh, conn),
-        MgrRequest::UserPasswd { .. } if live.via.is_some() => Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            "a session a gateway opened cannot change credentials",
-        )),
-        MgrRequest::UserPasswd {
-            name,
-            password,
-            public_key,
-        } => user_passwd(sh, c, name, password, public_key).await,
-        MgrRequest::ActFor { user } => act_for(sh, c, live.via, user).await,
-        MgrRequest::UserGateway { name, on } => user_gateway(sh, c, name, on),
-        MgrRequest::S3KeySecret { .. } if live.via.is_some() => Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            "a session a gateway opened reads no S3 secrets",
-        )),
-        MgrRequest::S3KeySecret { access_key_id } => {
-            let st = sh.mgr.store.lock().expect("store lock");
-            users::s3_key_secret(st.as_ref(), c, &access_key_id)
-                .map(|(user, secret)| MgrReply::S3KeyFound { user, secret })
-        }
-        MgrRequest::S3KeyCreate { user } => {
-            let mut st = sh.mgr.store.lock().expect("store lock");
-            let made = users::s3_key_create(st.as_mut(), c, &user);
-            if made.is_ok() {
-                tracing::info!(by = %c.name, user = %user, "S3 key made");
-            }
-            made.map(|(access_key_id, secret)| MgrReply::S3KeyMade {
-                access_key_id,
-                secret,
-            })
-        }
-        MgrRequest::S3KeyList { user } => {
-            let st = sh.mgr.store.lock().expect("store lock");
-            users::s3_key_list(st.as_ref(), c, &user).map(MgrReply::S3Keys)
-        }
-        MgrRequest::S3KeyRevoke {
-            user,
-            access_key_id,
-        } => {
-            let mut st = sh.mgr.store.lock().expect("store lock");
-            users::s3_key_revoke(st.as_mut(), c, &user, &access_key_id).map(|()| MgrReply::Ok)
-        }
-        MgrRequest::WaitBreaks { acked, wait_ms } => Ok(MgrReply::Breaks(
-            sh.mgr
-                .callbacks
-                .poll(c.session, acked, wait_ms, now_ms())
-                .await,
-        )),
-        req => handle(&sh.mgr, c, req).await,
-    };
-    if let Err(e) = &r {
-        tracing::debug!(user = %c.name, op = name, "refused: {e}");
-    }
-    (r.unwrap_or_else(|e| e.reply()), After::Continue)
+    Ok(&conn.session.as_ref().expect("still live").caller)
 }
 
 /// Gives this connection a fresh challenge for a key login as `user`. Answered alike for every
@@ -416,22 +408,21 @@ async fn login(
             After::Close,
         );
     }
-    let reply = MgrReply::LoginOk {
+    let reply = MgrReply::LoginOk(LoginOk {
         uid: ok.caller.uid,
         admin: ok.caller.admin,
         token: SessionToken(ok.token),
         expires_ms: ok.expires_ms,
-    };
+    });
     let token_hash = users::token_hash(&ok.token);
     let mut caller = ok.caller;
     caller.session = u64::from_le_bytes(token_hash[..8].try_into().expect("8 bytes"));
     caller.via = ok.via;
     conn.session = Some(Live {
         caller,
-        via: ok.via,
         expires_ms: ok.expires_ms,
         token_hash,
-        epoch: sh.session_epoch.load(Ordering::Acquire),
+        epoch: sh.mgr.session_epoch.load(Ordering::Acquire),
     });
     (reply, After::Continue)
 }
@@ -461,7 +452,7 @@ fn still_live(sh: &Shared, live: &mut Live) -> Result<(), MgrError> {
         ));
     }
     // Read before the store, so an end that lands during the check is seen next time.
-    let epoch = sh.session_epoch.load(Ordering::Acquire);
+    let epoch = sh.mgr.session_epoch.load(Ordering::Acquire);
     if epoch != live.epoch {
         let st = sh.mgr.store.lock().expect("store lock");
         if !users::session_live(st.as_ref(), &live.token_hash, live.caller.uid)? {
@@ -486,396 +477,14 @@ fn logout(sh: &Shared, conn: &mut Conn) -> (MgrReply, After) {
         sh.mgr.store.lock().expect("store lock").as_mut(),
         &live.token_hash,
     );
-    sh.session_epoch.fetch_add(1, Ordering::AcqRel);
+    sh.mgr.sessions_changed();
     match ended {
         Ok(_) => {
             tracing::info!(user = %live.caller.name, "logged out");
-            (MgrReply::Ok, After::Close)
+            (MgrReply::Ok(()), After::Close)
         }
         Err(e) => (e.reply(), After::Close),
     }
-}
-
-/// `ActFor`: a gateway's session for `user` (see [`users::act_for`]); logged, since it is
-/// the one way in without the user's credential.
-async fn act_for(
-    sh: &Shared,
-    c: &Caller,
-    via: Option<u32>,
-    user: String,
-) -> Result<MgrReply, MgrError> {
-    let (mgr, gw, ttl) = (sh.mgr.clone(), c.clone(), sh.mgr.policy.session_ttl_ms);
-    let name = user.clone();
-    let ok = tokio::task::spawn_blocking(move || users::act_for(&mgr.store, &gw, via, &name, ttl))
-        .await
-        .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
-    tracing::info!(gateway = %c.name, user = %user, "gateway acts for user");
-    Ok(MgrReply::LoginOk {
-        uid: ok.caller.uid,
-        admin: ok.caller.admin,
-        token: SessionToken(ok.token),
-        expires_ms: ok.expires_ms,
-    })
-}
-
-/// `user gateway NAME on|off` (admins): turning it off ends the sessions it opened, live
-/// connections included.
-fn user_gateway(sh: &Shared, c: &Caller, name: String, on: bool) -> Result<MgrReply, MgrError> {
-    admin_only(c, "making a user a gateway")?;
-    {
-        let mut st = sh.mgr.store.lock().expect("store lock");
-        users::set_gateway(st.as_mut(), &name, on)?;
-    }
-    sh.session_epoch.fetch_add(1, Ordering::AcqRel);
-    tracing::info!(admin = %c.name, user = %name, on, "gateway flag set");
-    Ok(MgrReply::Ok)
-}
-
-/// `user passwd`: a new password or key; every session of the user ends, live connections
-/// included (their next request finds the session gone).
-async fn user_passwd(
-    sh: &Shared,
-    c: &Caller,
-    name: String,
-    password: nasd_proto::manager::SecretString,
-    public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
-) -> Result<MgrReply, MgrError> {
-    let (mgr, by) = (sh.mgr.clone(), c.clone());
-    tokio::task::spawn_blocking(move || {
-        let new = match &public_key {
-            Some(pk) => users::NewCredential::PublicKey(pk),
-            None => users::NewCredential::Password(&password),
-        };
-        users::set_credential(&mgr.store, &by, &name, new)
-    })
-    .await
-    .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
-    sh.session_epoch.fetch_add(1, Ordering::AcqRel);
-    Ok(MgrReply::Ok)
-}
-
-fn admin_only(c: &Caller, what: &str) -> Result<(), MgrError> {
-    if c.admin {
-        Ok(())
-    } else {
-        Err(MgrError::new(
-            MgrStatus::PermissionDenied,
-            format!("{what} needs an admin"),
-        ))
-    }
-}
-
-fn db(e: crate::store::StoreError) -> MgrError {
-    MgrError::new(MgrStatus::Internal, e.to_string())
-}
-
-/// Runs a request, with AFS callbacks around it (seed 002 §3.2, [`callbacks`]): a change is
-/// answered only once every other session holding a callback on what it changed was told;
-/// a reply that hands out a file's stat or capabilities registers a callback.
-async fn handle(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
-    if m.callbacks.idle() {
-        return handle_op(m, c, req).await;
-    }
-    let changes = callbacks::touched(m, c, &req);
-    let r = handle_op(m, c, req).await?;
-    let now = now_ms();
-    if !changes.is_empty() {
-        m.callbacks.break_and_wait(&changes, c.session, now).await;
-    }
-    callbacks::register_reply(&m.callbacks, c.session, &r, now);
-    Ok(r)
-}
-
-async fn handle_op(m: &Arc<Manager>, c: &Caller, req: MgrRequest) -> Result<MgrReply, MgrError> {
-    use MgrRequest as Q;
-    let req_name = req.name();
-    Ok(match req {
-        Q::Login { .. }
-        | Q::Challenge { .. }
-        | Q::Logout
-        | Q::UserPasswd { .. }
-        | Q::ActFor { .. }
-        | Q::UserGateway { .. }
-        | Q::S3KeyCreate { .. }
-        | Q::S3KeyList { .. }
-        | Q::S3KeyRevoke { .. }
-        | Q::S3KeySecret { .. }
-        | Q::WaitBreaks { .. } => {
-            unreachable!("handled by dispatch")
-        }
-        Q::Stat { path } => MgrReply::Stat(m.stat(c, &path).await?),
-        Q::Readdir {
-            path,
-            after,
-            limit,
-            xattr,
-        } => MgrReply::Entries(
-            m.readdir(c, &path, &after, limit as usize, xattr.as_deref())
-                .await?,
-        ),
-        Q::Mkdir { path, mode } => {
-            m.mkdir(c, &path, mode)?;
-            MgrReply::Ok
-        }
-        Q::Rmdir { path } => {
-            m.rmdir(c, &path)?;
-            MgrReply::Ok
-        }
-        Q::Create {
-            path,
-            mode,
-            exclusive,
-            extend_by,
-        } => m.create(c, &path, mode, exclusive, extend_by).await?,
-        Q::Open {
-            path,
-            write,
-            extend_by,
-        } => m.open(c, &path, write, extend_by).await?,
-        Q::QuotaSet { user, limit } => MgrReply::Quotas(m.quota_set(c, &user, limit).await?),
-        Q::QuotaGet { user } => MgrReply::Quotas(m.quota_get(c, &user)?),
-        Q::Commit {
-            path,
-            drive,
-            object,
-            size,
-            stale,
-            xattrs,
-            e2e,
-        } => {
-            m.commit(c, &path, drive, object, size, stale, xattrs.as_deref(), e2e)
-                .await?;
-            MgrReply::Ok
-        }
-        Q::E2eUpdate { path, update } => {
-            m.e2e_update(c, &path, update)?;
-            MgrReply::Ok
-        }
-        Q::UserKeySet { user, keys } => {
-            m.user_key_set(c, &user, &keys)?;
-            MgrReply::Ok
-        }
-        Q::UserKeyGet { uids, names } => MgrReply::UserKeys(m.user_key_get(c, &uids, &names)?),
-        Q::GroupKeySet {
-            group,
-            version,
-            public,
-            wraps,
-        } => {
-            m.group_key_set(c, &group, version, &public, &wraps)?;
-            MgrReply::Ok
-        }
-        Q::GroupKeyGet { gids, names } => MgrReply::GroupKeys(m.group_key_get(c, &gids, &names)?),
-        Q::Getxattrs { path } => {
-            let (stat, xattrs) = m.getxattrs(c, &path).await?;
-            MgrReply::Xattrs { stat, xattrs }
-        }
-        Q::Setxattr { path, name, value } => {
-            m.setxattr(c, &path, &name, value.as_deref())?;
-            MgrReply::Ok
-        }
-        Q::StageWrite { path, extend_by } => m.stage_write(c, &path, extend_by).await?,
-        Q::Repair {
-            path,
-            component,
-            offset,
-            len,
-        } => {
-            m.repair(c, &path, component as usize, offset, len).await?;
-            MgrReply::Ok
-        }
-        Q::Scrub { path, repair } => {
-            admin_only(c, req_name)?;
-            MgrReply::Scrubbed(m.scrub_path(c, &path, repair).await?)
-        }
-        Q::Status => {
-            admin_only(c, req_name)?;
-            MgrReply::Status(m.cluster_status()?)
-        }
-        Q::DriveReplace { old, new } => {
-            admin_only(c, req_name)?;
-            m.drive_replace(old, new)?;
-            MgrReply::Ok
-        }
-        Q::LayoutGet { path } => MgrReply::LayoutSpec(m.layout_get(c, &path)?),
-        Q::LayoutSet { path, spec } => {
-            m.layout_set(c, &path, &spec)?;
-            MgrReply::Ok
-        }
-        Q::Abort {
-            path,
-            drive,
-            object,
-        } => {
-            m.abort(c, &path, drive, object).await?;
-            MgrReply::Ok
-        }
-        Q::Renew {
-            path,
-            drive,
-            object,
-            extend_by,
-        } => m.renew(c, &path, drive, object, extend_by).await?,
-        Q::Symlink { path, target } => {
-            m.symlink(c, &path, &target)?;
-            MgrReply::Ok
-        }
-        Q::Readlink { path } => MgrReply::LinkTarget(m.readlink(c, &path)?),
-        Q::Lstat { path } => MgrReply::Stat(m.lstat(c, &path).await?),
-        Q::Link { existing, new } => {
-            m.link(c, &existing, &new)?;
-            MgrReply::Ok
-        }
-        Q::Prepare {
-            dir,
-            mode,
-            count,
-            extend_by,
-        } => MgrReply::Prepared(m.prepare(c, &dir, mode, count, extend_by).await?),
-        Q::ReturnCapability { path, audit_id } => {
-            tracing::info!(audit_id, user = %c.name, path, "capability returned");
-            m.return_capability(c, &path).await?;
-            MgrReply::Ok
-        }
-        Q::Unlink { path } => {
-            m.unlink(c, &path).await?;
-            MgrReply::Ok
-        }
-        Q::Rename { from, to } => {
-            m.rename(c, &from, &to).await?;
-            MgrReply::Ok
-        }
-        Q::Chmod { path, mode } => {
-            m.chmod(c, &path, mode).await?;
-            MgrReply::Ok
-        }
-        Q::Chown { path, owner, group } => {
-            m.chown(c, &path, &owner, &group).await?;
-            MgrReply::Ok
-        }
-        Q::Truncate { path, size } => {
-            m.truncate(c, &path, size).await?;
-            MgrReply::Ok
-        }
-        Q::Utimes { path, mtime_us } => {
-            m.utimes(c, &path, mtime_us).await?;
-            MgrReply::Ok
-        }
-        Q::UserAdd {
-            name,
-            password,
-            admin,
-            public_key,
-        } => {
-            admin_only(c, "adding a user")?;
-            let m2 = m.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut st = m2.store.lock().expect("store lock");
-                match public_key {
-                    Some(pk) => users::add_key_user(st.as_mut(), &name, &pk, admin),
-                    None => users::add_user(st.as_mut(), &name, &password, admin),
-                }
-            })
-            .await
-            .map_err(|e| MgrError::new(MgrStatus::Internal, e.to_string()))??;
-            MgrReply::Ok
-        }
-        Q::UserList => {
-            let st = m.store.lock().expect("store lock");
-            let mut out = vec![];
-            for u in st.users().map_err(db)? {
-                let mut groups = vec![];
-                for g in st.groups_of(u.uid).map_err(db)? {
-                    groups.push(
-                        st.group_by_gid(g)
-                            .map_err(db)?
-                            .map(|g| g.name)
-                            .unwrap_or_else(|| g.to_string()),
-                    );
-                }
-                out.push(UserInfo {
-                    name: u.name,
-                    uid: u.uid,
-                    admin: u.admin,
-                    groups,
-                });
-            }
-            MgrReply::Users(out)
-        }
-        Q::GroupAdd { name } => {
-            admin_only(c, "adding a group")?;
-            users::check_account_name(&name)?;
-            m.store
-                .lock()
-                .expect("store lock")
-                .add_group(&name)
-                .map_err(|e| match e {
-                    crate::store::StoreError::Exists => {
-                        MgrError::new(MgrStatus::Exists, format!("group {name}"))
-                    }
-                    e => db(e),
-                })?;
-            MgrReply::Ok
-        }
-        Q::GroupMember { group, user } => {
-            admin_only(c, "changing group membership")?;
-            let mut st = m.store.lock().expect("store lock");
-            let g = st
-                .group_by_name(&group)
-                .map_err(db)?
-                .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.clone()))?;
-            let u = st
-                .user_by_name(&user)
-                .map_err(db)?
-                .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.clone()))?;
-            st.add_member(g.gid, u.uid).map_err(db)?;
-            MgrReply::Ok
-        }
-        Q::DriveAdd {
-            addr,
-            drive_key_file,
-            master_key_file,
-        } => {
-            admin_only(c, "registering a drive")?;
-            let master = (!master_key_file.is_empty()).then_some(master_key_file.as_str());
-            add_drive(m, &addr, &drive_key_file, master).await?;
-            MgrReply::Ok
-        }
-        Q::DriveList => MgrReply::Drives(m.drive_statuses()),
-    })
-}
-
-/// Registers a new drive (taking over its drive key when given its master key file, see
-/// [`drives::register`]), or records a known drive's new address.
-pub async fn add_drive(
-    m: &Arc<Manager>,
-    addr: &str,
-    key_file: &str,
-    master_key_file: Option<&str>,
-) -> Result<(), MgrError> {
-    let kf = nasd_crypto::keyfile::KeyFile::decode(key_file)
-        .map_err(|e| MgrError::new(MgrStatus::InvalidArgument, format!("drive key file: {e}")))?;
-    if let Some(mut rec) = m.drives.record(kf.drive) {
-        if rec.addr != addr {
-            rec.addr = addr.to_string();
-            m.store
-                .lock()
-                .expect("store lock")
-                .put_drive(&rec)
-                .map_err(db)?;
-            m.drives.upsert(rec, None);
-        }
-        return Ok(());
-    }
-    let (rec, conn) = drives::register(addr, key_file, master_key_file).await?;
-    m.store
-        .lock()
-        .expect("store lock")
-        .put_drive(&rec)
-        .map_err(db)?;
-    tracing::info!(drive = %format!("{:016x}", rec.drive.0), addr, "drive registered");
-    m.drives.upsert(rec, Some(conn));
-    Ok(())
 }
 
 fn persist(m: &Manager, rec: &DriveRecord) {

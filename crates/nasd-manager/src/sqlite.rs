@@ -978,6 +978,38 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// A commit's quota (seed 002 §3.2): under the owner's quota the staged upload `s`'s
+    /// `charge` (its size) becomes the file `target`'s, and growth its live escrow does not
+    /// cover must fit now; `ChargeNeeded` when the caller did not measure it.
+    fn charge_staged(
+        tx: &Connection,
+        s: &Staged,
+        target: &Inode,
+        charge: Option<u64>,
+        obj: ObjRef,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        if Self::quota_in(tx, target.uid)?.is_none() {
+            return Ok(());
+        }
+        let charge = charge.ok_or(StoreError::ChargeNeeded)?;
+        let before = target.charged.unwrap_or(0);
+        let covered = s
+            .escrow
+            .is_some_and(|e| e.held(now_ms) > 0 && charge <= e.end);
+        if !covered && charge > before {
+            Self::room(tx, target.uid, now_ms, charge - before, Skip::Staged(obj))?;
+        }
+        if target.charged.is_none() {
+            tx.execute(
+                "UPDATE inodes SET charged = 0 WHERE ino = ?1",
+                params![s.ino as i64],
+            )
+            .map_err(db)?;
+        }
+        Self::charge_in(tx, s.ino, charge)
+    }
+
     /// Sets file `ino`'s charge to `bytes`, its owner's usage moving by the difference;
     /// nothing for a file whose owner has no quota (no charge).
     fn charge_in(tx: &Connection, ino: u64, bytes: u64) -> StoreResult<()> {
@@ -1833,24 +1865,7 @@ impl MetaStore for SqliteStore {
                 return Err(StoreError::Conflict);
             }
         }
-        if Self::quota_in(&tx, target.uid)?.is_some() {
-            let charge = charge.ok_or(StoreError::ChargeNeeded)?;
-            let before = target.charged.unwrap_or(0);
-            let covered = s
-                .escrow
-                .is_some_and(|e| e.held(now_ms) > 0 && charge <= e.end);
-            if !covered && charge > before {
-                Self::room(&tx, target.uid, now_ms, charge - before, Skip::Staged(obj))?;
-            }
-            if target.charged.is_none() {
-                tx.execute(
-                    "UPDATE inodes SET charged = 0 WHERE ino = ?1",
-                    params![s.ino as i64],
-                )
-                .map_err(db)?;
-            }
-            Self::charge_in(&tx, s.ino, charge)?;
-        }
+        Self::charge_staged(&tx, &s, &target, charge, obj, now_ms)?;
         Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
         tx.execute(
             "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",

@@ -46,7 +46,7 @@ pub fn tolerated(l: &FileLayout) -> usize {
 
 /// What capabilities for a file allow: reading, or writing as far as the bound says.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Grant {
+pub(crate) enum Access {
     Read,
     Write(crate::quota::WriteBound),
 }

@@ -16,6 +16,8 @@
 //! - [`ext`]: drive extensions and their table in Drive Control (seed 002 §2.2, §3.4), the
 //!   first being informed prefetching (§4.6).
 //! - [`message`]: frames, handshake, request and reply envelopes.
+//! - [`manager`]: the file manager protocol: the table of calls, one struct per request in
+//!   [`manager::calls`], the replies and their shared types, status codes.
 //! - [`status`]: stable status codes.
 //! - `io` (feature `tokio`): frames on an async stream.
 

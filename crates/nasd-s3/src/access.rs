@@ -7,7 +7,8 @@
 //! [`KEY_CACHE_MS`].
 
 use nasd_client::files::{Client, FsError};
-use nasd_proto::manager::{MgrReply, MgrRequest, MgrStatus};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{MgrStatus, S3KeyFound};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Error, S3Result};
 use std::collections::HashMap;
@@ -63,23 +64,11 @@ impl Access {
                 return Ok((k.user.clone(), k.secret.clone()));
             }
         }
-        let r = self
-            .gateway
-            .request(
-                "/",
-                MgrRequest::S3KeySecret {
-                    access_key_id: id.to_string(),
-                },
-            )
-            .await;
-        let (user, secret) = match r {
-            Ok(MgrReply::S3KeyFound { user, secret }) => (user, SecretKey::from(secret.0.as_str())),
-            Ok(other) => {
-                return Err(s3_error!(
-                    InternalError,
-                    "unexpected manager reply {other:?}"
-                ))
-            }
+        let ask = calls::S3KeySecret {
+            access_key_id: id.to_string(),
+        };
+        let (user, secret) = match self.gateway.call("/", ask).await {
+            Ok(S3KeyFound { user, secret }) => (user, SecretKey::from(secret.0.as_str())),
             Err(e) if e.status() == Some(MgrStatus::UnknownUser) => {
                 return Err(s3_error!(InvalidAccessKeyId))
             }

@@ -44,7 +44,8 @@ use nasd_client::files::{Client, FsError};
 use nasd_client::pool::DOWN_FOR_MS;
 use nasd_client::session::SessionConfig;
 use nasd_cluster::{pseudo_random, Cluster, NodeId, Options};
-use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::Credential;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -574,9 +575,7 @@ fn restart(
 async fn wait_healthy(c: &Arc<Client>) -> anyhow::Result<()> {
     let t0 = Instant::now();
     loop {
-        let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList).await? else {
-            bail!("the manager did not answer the drive list with drives");
-        };
+        let ds = c.call("/", calls::DriveList).await?;
         let sick: Vec<String> = ds
             .iter()
             .filter(|d| !d.healthy)

@@ -20,7 +20,8 @@ use hmac::{KeyInit, Mac};
 use http_body_util::{BodyExt, Full};
 use nasd_client::files::Client;
 use nasd_cluster::{pseudo_random, Cluster, Options};
-use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{Credential, S3KeyMade};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -265,9 +266,9 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
         }
         let password = hex::encode(pseudo_random(16, 9));
         admin
-            .request(
+            .call(
                 "/",
-                MgrRequest::UserAdd {
+                calls::UserAdd {
                     name: BENCH_USER.into(),
                     password: password.clone().into(),
                     admin: false,
@@ -275,20 +276,13 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
                 },
             )
             .await?;
-        let MgrReply::S3KeyMade {
+        let made = calls::S3KeyCreate {
+            user: BENCH_USER.into(),
+        };
+        let S3KeyMade {
             access_key_id,
             secret,
-        } = admin
-            .request(
-                "/",
-                MgrRequest::S3KeyCreate {
-                    user: BENCH_USER.into(),
-                },
-            )
-            .await?
-        else {
-            bail!("unexpected reply to S3KeyCreate");
-        };
+        } = admin.call("/", made).await?;
         let user_cfg = nasd_client::session::SessionConfig {
             user: BENCH_USER.into(),
             credential: Credential::Password(password.into()),

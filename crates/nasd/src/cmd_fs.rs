@@ -14,6 +14,7 @@ use nasd_client::config::{saved_token, token_path, ClientFile, ConfigSearch, Cre
 use nasd_client::escape::shown;
 use nasd_client::files::{Client, FsError};
 use nasd_client::session::SessionConfig;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, DirEntry, FileKind, FileStat, MgrStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -683,7 +684,7 @@ pub async fn touch(paths: Vec<String>, mtime: Option<f64>, no_create: bool) -> a
 }
 
 pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
-    use nasd_proto::manager::{MgrReply, MgrRequest};
+    use nasd_proto::manager::S3KeyMade;
     if let UserCmd::Keygen { out } = &cmd {
         nasd_client::userkey::generate(out)?;
         println!(
@@ -722,9 +723,9 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             if public_key.is_none() && name == c.user() {
                 c.reseal_own_keys(&password).await?;
             }
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::UserPasswd {
+                calls::UserPasswd {
                     name: name.clone(),
                     password: password.into(),
                     public_key,
@@ -735,9 +736,9 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
         }
         UserCmd::Gateway { name, state } => {
             let on = state == "on";
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::UserGateway {
+                calls::UserGateway {
                     name: name.clone(),
                     on,
                 },
@@ -750,16 +751,11 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             }
         }
         UserCmd::S3Key(S3KeyCmd::Create { user, json }) => {
-            let r = c
-                .request("/", MgrRequest::S3KeyCreate { user: user.clone() })
-                .await?;
-            let MgrReply::S3KeyMade {
+            let made = c.call("/", calls::S3KeyCreate { user: user.clone() });
+            let S3KeyMade {
                 access_key_id,
                 secret,
-            } = r
-            else {
-                bail!("unexpected reply {r:?}");
-            };
+            } = made.await?;
             if json {
                 println!(
                     "{}",
@@ -772,10 +768,7 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             }
         }
         UserCmd::S3Key(S3KeyCmd::List { user, json }) => {
-            let r = c.request("/", MgrRequest::S3KeyList { user }).await?;
-            let MgrReply::S3Keys(keys) = r else {
-                bail!("unexpected reply {r:?}");
-            };
+            let keys = c.call("/", calls::S3KeyList { user }).await?;
             for (id, made_ms) in keys {
                 if json {
                     println!(
@@ -791,9 +784,9 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             user,
             access_key_id,
         }) => {
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::S3KeyRevoke {
+                calls::S3KeyRevoke {
                     user,
                     access_key_id: access_key_id.clone(),
                 },
@@ -802,24 +795,23 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             println!("S3 key {access_key_id} revoked");
         }
         UserCmd::List { json } => {
-            if let MgrReply::Users(us) = c.request("/", MgrRequest::UserList).await? {
-                for u in us {
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::json!({"name": u.name, "uid": u.uid, "admin": u.admin, "groups": u.groups})
-                        );
-                    } else {
-                        // Names stored before the name rule may hold anything: print them escaped.
-                        let groups: Vec<_> = u.groups.iter().map(|g| shown(g)).collect();
-                        println!(
-                            "{:<16} uid {:<6} {}groups {}",
-                            shown(&u.name),
-                            u.uid,
-                            if u.admin { "admin " } else { "" },
-                            groups.join(",")
-                        );
-                    }
+            let us = c.call("/", calls::UserList).await?;
+            for u in us {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"name": u.name, "uid": u.uid, "admin": u.admin, "groups": u.groups})
+                    );
+                } else {
+                    // Names stored before the name rule may hold anything: print them escaped.
+                    let groups: Vec<_> = u.groups.iter().map(|g| shown(g)).collect();
+                    println!(
+                        "{:<16} uid {:<6} {}groups {}",
+                        shown(&u.name),
+                        u.uid,
+                        if u.admin { "admin " } else { "" },
+                        groups.join(",")
+                    );
                 }
             }
         }
@@ -828,19 +820,17 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
 }
 
 pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
-    use nasd_proto::manager::MgrRequest;
     let c = connect().await?;
     match cmd {
         GroupCmd::Add { name } => {
-            c.request("/", MgrRequest::GroupAdd { name: name.clone() })
-                .await?;
+            c.call("/", calls::GroupAdd { name: name.clone() }).await?;
             c.sync_group_keys(vec![name.clone()]).await?;
             println!("group {name} added");
         }
         GroupCmd::Member { group, user } => {
-            c.request(
+            c.call(
                 "/",
-                MgrRequest::GroupMember {
+                calls::GroupMember {
                     group: group.clone(),
                     user: user.clone(),
                 },

@@ -6,7 +6,8 @@ use crate::cmd_fs::{connect, remote};
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use nasd_client::files::Client;
-use nasd_proto::manager::{ClusterStatus, FileKind, MgrReply, MgrRequest, ScrubReport};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{ClusterStatus, FileKind, ScrubReport};
 use nasd_proto::DriveId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,14 +46,11 @@ pub async fn set_layouts(paths: &[String], spec: &str) -> anyhow::Result<()> {
 }
 
 async fn scrub_one(c: &Arc<Client>, path: &str, repair: bool) -> anyhow::Result<ScrubReport> {
-    let req = MgrRequest::Scrub {
+    let scrub = calls::Scrub {
         path: path.to_string(),
         repair,
     };
-    match c.request(path, req).await? {
-        MgrReply::Scrubbed(r) => Ok(r),
-        other => bail!("{path}: unexpected reply {other:?}"),
-    }
+    Ok(c.call(path, scrub).await?)
 }
 
 /// Every file at or under `path`, depth first.
@@ -181,10 +179,7 @@ pub async fn scrub(path: Option<String>, repair: bool, json: bool) -> anyhow::Re
 }
 
 async fn cluster_status(c: &Arc<Client>) -> anyhow::Result<ClusterStatus> {
-    match c.request("/", MgrRequest::Status).await? {
-        MgrReply::Status(s) => Ok(s),
-        other => bail!("status: unexpected reply {other:?}"),
-    }
+    Ok(c.call("/", calls::Status).await?)
 }
 
 fn status_json(s: &ClusterStatus) -> serde_json::Value {
@@ -293,8 +288,7 @@ pub async fn drive_replace(old: String, new: String, no_wait: bool) -> anyhow::R
     let c = connect().await?;
     let s = cluster_status(&c).await?;
     let (old, new) = (drive_named(&s, &old)?, drive_named(&s, &new)?);
-    c.request("/", MgrRequest::DriveReplace { old, new })
-        .await?;
+    c.call("/", calls::DriveReplace { old, new }).await?;
     if no_wait {
         println!("drive replacement started; nasd status shows its progress");
         return Ok(());

@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use nasd_manager::service::Policy;
 use nasd_manager::setup;
-use nasd_proto::manager::{MgrReply, MgrRequest};
+use nasd_proto::manager::calls;
 use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
@@ -63,7 +63,13 @@ async fn shutdown_signal() {
 
 pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
     match c {
-        ManagerCmd::Init { data, listen, admin, admin_password_file, names } => {
+        ManagerCmd::Init {
+            data,
+            listen,
+            admin,
+            admin_password_file,
+            names,
+        } => {
             let admin_password = match admin_password_file {
                 Some(f) => std::fs::read_to_string(&f)
                     .with_context(|| format!("{}", f.display()))?
@@ -106,38 +112,52 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             .await?;
             Ok(())
         }),
-        ManagerCmd::DriveAdd { addr, key, master_key } => crate::runtime()?.block_on(async move {
-            let text = std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
+        ManagerCmd::DriveAdd {
+            addr,
+            key,
+            master_key,
+        } => crate::runtime()?.block_on(async move {
+            let text =
+                std::fs::read_to_string(&key).with_context(|| format!("{}", key.display()))?;
             let master_key_file = match &master_key {
-                Some(p) => std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
+                Some(p) => {
+                    std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?
+                }
                 None => String::new(),
             };
             let c = crate::cmd_fs::connect().await?;
-            c.request("/", MgrRequest::DriveAdd { addr: addr.clone(), drive_key_file: text, master_key_file }).await?;
+            c.call(
+                "/",
+                calls::DriveAdd {
+                    addr: addr.clone(),
+                    drive_key_file: text,
+                    master_key_file,
+                },
+            )
+            .await?;
             println!("drive at {addr} registered");
             Ok(())
         }),
         ManagerCmd::Drives { json } => crate::runtime()?.block_on(async move {
             let c = crate::cmd_fs::connect().await?;
-            if let MgrReply::Drives(ds) = c.request("/", MgrRequest::DriveList).await? {
-                for d in ds {
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::json!({"drive": format!("{:016x}", d.drive.0), "addr": d.addr,
-                                "partition": d.partition.0, "healthy": d.healthy, "files": d.files,
-                                "key_rotated_ms": d.key_rotated_ms, "detail": d.detail})
-                        );
-                    } else {
-                        println!(
-                            "{:016x} {:<22} {:<9} files {:<8} {}",
-                            d.drive.0,
-                            d.addr,
-                            if d.healthy { "healthy" } else { "DOWN" },
-                            d.files,
-                            d.detail
-                        );
-                    }
+            let ds = c.call("/", calls::DriveList).await?;
+            for d in ds {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"drive": format!("{:016x}", d.drive.0), "addr": d.addr,
+                            "partition": d.partition.0, "healthy": d.healthy, "files": d.files,
+                            "key_rotated_ms": d.key_rotated_ms, "detail": d.detail})
+                    );
+                } else {
+                    println!(
+                        "{:016x} {:<22} {:<9} files {:<8} {}",
+                        d.drive.0,
+                        d.addr,
+                        if d.healthy { "healthy" } else { "DOWN" },
+                        d.files,
+                        d.detail
+                    );
                 }
             }
             Ok(())

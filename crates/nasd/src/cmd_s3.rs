@@ -6,7 +6,8 @@
 use anyhow::{bail, Context as _};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
 use nasd_client::files::Client;
-use nasd_proto::manager::{FileKind, MgrRequest, MgrStatus};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{FileKind, MgrStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -142,9 +143,9 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
         .save(&cfg_path)?;
     }
     admin
-        .request(
+        .call(
             "/",
-            MgrRequest::UserGateway {
+            calls::UserGateway {
                 name: GATEWAY_USER.into(),
                 on: true,
             },

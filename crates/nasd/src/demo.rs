@@ -11,7 +11,8 @@ use nasd_client::files::Client;
 use nasd_client::session::SessionConfig;
 use nasd_client::DriveConn;
 use nasd_cluster::{Cluster, NodeId, Options};
-use nasd_proto::manager::{Credential, MgrRequest, MgrStatus};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{Credential, MgrStatus};
 use nasd_proto::{Region, Status};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -355,19 +356,11 @@ async fn erasure_coded(cluster: &mut Cluster, admin: &Arc<Client>) -> anyhow::Re
     // The read reported the damage; the manager rewrites it (read repair). A scrub confirms.
     let t0 = Instant::now();
     loop {
-        let r = match admin
-            .request(
-                "/ec/victim.bin",
-                MgrRequest::Scrub {
-                    path: "/ec/victim.bin".into(),
-                    repair: false,
-                },
-            )
-            .await?
-        {
-            nasd_proto::manager::MgrReply::Scrubbed(r) => r,
-            other => bail!("scrub: unexpected reply {other:?}"),
+        let scrub = calls::Scrub {
+            path: "/ec/victim.bin".into(),
+            repair: false,
         };
+        let r = admin.call("/ec/victim.bin", scrub).await?;
         if r.damaged == 0 && r.unrecoverable == 0 {
             break;
         }

@@ -8,6 +8,7 @@ mod common;
 use common::Up;
 use nasd_client::files::Client;
 use nasd_client::session::{Session, SessionConfig};
+use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, MgrReply, MgrRequest};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -114,7 +115,7 @@ fn a_holder_that_never_acknowledges_holds_a_store_up_only_briefly() {
         let cfg: SessionConfig = up.session("admin", up.admin_password().trim());
         let mut channel = Session::connect(&cfg).await.unwrap();
         let token = channel.token;
-        let poll = |acked, wait_ms| MgrRequest::WaitBreaks { acked, wait_ms };
+        let poll = |acked, wait_ms| MgrRequest::WaitBreaks(calls::WaitBreaks { acked, wait_ms });
         let r = channel.request(&poll(0, 0)).await.unwrap();
         assert_eq!(r, MgrReply::Breaks(vec![]));
         let mut other = Session::connect(&SessionConfig {
@@ -124,7 +125,7 @@ fn a_holder_that_never_acknowledges_holds_a_store_up_only_briefly() {
         .await
         .unwrap();
         let MgrReply::Stat(st) = other
-            .request(&MgrRequest::Stat { path: "/f".into() })
+            .request(&MgrRequest::Stat(calls::Stat { path: "/f".into() }))
             .await
             .unwrap()
         else {

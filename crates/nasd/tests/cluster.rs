@@ -6,6 +6,7 @@ use common::*;
 
 use nasd_client::files::Client;
 use nasd_cluster::Options;
+use nasd_proto::manager::calls;
 use nasd_proto::manager::MgrStatus;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -902,7 +903,6 @@ fn small_files_in_a_directory_being_filled_take_one_manager_round_trip_each() {
 /// opened, not to change credentials; turning the flag off ends those sessions.
 #[test]
 fn a_gateway_acts_for_users_without_their_credentials() {
-    use nasd_proto::manager::MgrRequest;
     let up = Up::start(1);
     for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
         up.add_user(u, pw);
@@ -943,12 +943,12 @@ fn a_gateway_acts_for_users_without_their_credentials() {
             .err()
             .expect("not from a delegated session"),
     );
-    let passwd = MgrRequest::UserPasswd {
+    let passwd = calls::UserPasswd {
         name: "bob".into(),
         password: "taken-over".into(),
         public_key: None,
     };
-    denied(rt.block_on(bob.request("/", passwd)).unwrap_err());
+    denied(rt.block_on(bob.call("/", passwd)).unwrap_err());
     // bob's own password still works: the gateway never changed it.
     up.ok(&["ls", "nasd:/"]);
     let bob_self = rt
@@ -965,11 +965,11 @@ fn a_gateway_acts_for_users_without_their_credentials() {
     up.ok(&["user", "gateway", "gw", "off"]);
     // The manager refuses the session; capabilities it already holds (and the stats a
     // drive serves under them) run out on their own, as after a logout.
-    let stat = MgrRequest::Stat {
+    let stat = calls::Stat {
         path: "/bob.txt".into(),
     };
     assert!(
-        rt.block_on(bob.request("/bob.txt", stat)).is_err(),
+        rt.block_on(bob.call("/bob.txt", stat)).is_err(),
         "the gateway's session for bob ended with its flag"
     );
     assert_eq!(
@@ -982,7 +982,7 @@ fn a_gateway_acts_for_users_without_their_credentials() {
 /// read back only by a gateway, keys are listed without secrets and revoked by id.
 #[test]
 fn s3_keys_are_made_by_their_user_and_read_only_by_gateways() {
-    use nasd_proto::manager::{MgrReply, MgrRequest};
+    use nasd_proto::manager::S3KeyFound;
     let up = Up::start(1);
     for (u, pw) in [("gw", "gw-pw"), ("bob", "bob-pw"), ("alice", "alice-pw")] {
         up.add_user(u, pw);
@@ -1020,9 +1020,9 @@ fn s3_keys_are_made_by_their_user_and_read_only_by_gateways() {
         .block_on(Client::connect(up.session("gw", "gw-pw")))
         .unwrap();
     let ask = |c: &Client| {
-        rt.block_on(c.request(
+        rt.block_on(c.call(
             "/",
-            MgrRequest::S3KeySecret {
+            calls::S3KeySecret {
                 access_key_id: id.clone(),
             },
         ))
@@ -1030,16 +1030,12 @@ fn s3_keys_are_made_by_their_user_and_read_only_by_gateways() {
     let e = ask(&gw).unwrap_err();
     assert_eq!(e.status(), Some(MgrStatus::PermissionDenied), "{e}");
     up.ok(&["user", "gateway", "gw", "on"]);
-    match ask(&gw).unwrap() {
-        MgrReply::S3KeyFound { user, secret: s } => {
-            assert_eq!((user.as_str(), s.0.as_str()), ("bob", secret.as_str()));
-            assert!(
-                !format!("{s:?}").contains(&secret),
-                "Debug hides the secret"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let S3KeyFound { user, secret: s } = ask(&gw).unwrap();
+    assert_eq!((user.as_str(), s.0.as_str()), ("bob", secret.as_str()));
+    assert!(
+        !format!("{s:?}").contains(&secret),
+        "Debug hides the secret"
+    );
     // Not from a session the gateway opened for a user.
     let as_bob = rt.block_on(gw.act_for("bob")).unwrap();
     assert_eq!(

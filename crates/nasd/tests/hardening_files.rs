@@ -912,16 +912,14 @@ fn overwriting_a_file_needs_write_permission_on_the_file_not_on_its_directory() 
 fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
     use nasd_manager::scrub::{partition_contents, reclaim_orphans};
     use nasd_manager::service::{Caller, Manager, Policy};
-    use nasd_proto::manager::MgrReply;
+    use nasd_proto::manager::{Created, Grant, StagedGrant};
     let drive = TestDrive::start_bare();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = nasd_manager::sqlite::SqliteStore::in_memory().unwrap();
         let m = Manager::new(Box::new(store), Policy::default()).unwrap();
         let key = std::fs::read_to_string(drive.dir.path().join("drive/keys/drive.key")).unwrap();
-        nasd_manager::server::add_drive(&m, &drive.addr, &key, None)
-            .await
-            .unwrap();
+        m.add_drive(&drive.addr, &key, None).await.unwrap();
         let d = m.drives.ids()[0];
         let a = Caller {
             uid: 0,
@@ -932,10 +930,12 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
             session: 0,
             via: None,
         };
-        let staged = |r: MgrReply| match r {
-            MgrReply::Staged {
-                layout, replaces, ..
-            } => {
+        let staged = |r: Created| match r {
+            Created::Staged(StagedGrant {
+                grant: Grant { layout, .. },
+                replaces,
+                ..
+            }) => {
                 assert!(!replaces);
                 layout.components[0].object
             }

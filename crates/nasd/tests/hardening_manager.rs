@@ -9,7 +9,10 @@ use common::*;
 
 use nasd_client::session::{tls_stream, Session};
 use nasd_proto::io::{read_frame, write_frame};
-use nasd_proto::manager::{Credential, MgrReply, MgrRequest, MgrStatus, MANAGER_FRAME_BYTES_MAX};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{
+    Credential, MgrReply, MgrRequest, MgrStatus, Refused, MANAGER_FRAME_BYTES_MAX,
+};
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -62,13 +65,13 @@ async fn signature_login(
     id: u64,
     user: &str,
 ) -> Vec<u8> {
-    let ask = MgrRequest::Challenge { user: user.into() };
+    let ask = MgrRequest::Challenge(calls::Challenge { user: user.into() });
     let (_, c) = MgrReply::decode(&raw_call(s, id, &ask).await).unwrap();
     assert!(matches!(c, MgrReply::Challenge(_)), "{c:?}");
-    let login = MgrRequest::Login {
+    let login = MgrRequest::Login(calls::Login {
         user: user.into(),
         credential: Credential::Signature([7; 64]),
-    };
+    });
     raw_call(s, id + 1, &login).await
 }
 
@@ -90,17 +93,17 @@ fn an_unknown_user_and_a_wrong_credential_get_byte_identical_replies() {
         let mut s = tls_stream(&cfg.manager, &cfg.ca_der, Some(ip("127.0.0.4")))
             .await
             .unwrap();
-        let login = |user: &str, credential: Credential| MgrRequest::Login {
+        let login = |user: &str, credential: Credential| MgrRequest::Login(calls::Login {
             user: user.into(),
             credential,
-        };
+        });
         let pw = || Credential::Password("not-the-password".into());
         let wrong = raw_call(&mut s, 1, &login("alice", pw())).await;
         let unknown = raw_call(&mut s, 2, &login("mallory", pw())).await;
         let key_user = raw_call(&mut s, 3, &login("carol", pw())).await;
         let (_, r) = MgrReply::decode(&wrong).unwrap();
         assert!(
-            matches!(r, MgrReply::Error { status, .. } if status == MgrStatus::WrongPassword),
+            matches!(r, MgrReply::Error(Refused { status, .. }) if status == MgrStatus::WrongPassword),
             "{r:?}"
         );
         assert_eq!(without_id(wrong.clone()), without_id(unknown));
@@ -213,7 +216,7 @@ fn a_password_change_ends_stored_sessions_and_live_connections() {
         let mut live = Session::connect(&up.session("alice", "alice-pw"))
             .await
             .unwrap();
-        let stat = MgrRequest::Stat { path: "/".into() };
+        let stat = MgrRequest::Stat(calls::Stat { path: "/".into() });
         live.request(&stat).await.unwrap();
         // The admin sets a new password (a blocking CLI call, off this runtime's workers).
         let o = tokio::task::block_in_place(|| {
@@ -259,7 +262,7 @@ fn connections_that_never_log_in_cannot_lock_honest_users_out() {
     rt().block_on(async {
         // An honest session that logged in before the attack.
         let mut early = Session::connect(&admin).await.unwrap();
-        let stat = MgrRequest::Stat { path: "/".into() };
+        let stat = MgrRequest::Stat(calls::Stat { path: "/".into() });
         let addr: std::net::SocketAddr = admin.manager.parse().unwrap();
         // More raw TCP connections than the manager has slots, from twelve attacking
         // addresses, then TLS connections that finish the handshake and never log in.

@@ -6,7 +6,7 @@ use nasd_client::object::Target;
 use nasd_manager::drives::MANAGER_PROTECTION;
 use nasd_manager::scrub::{partition_contents, reclaim_orphans, ORPHAN_GRACE_MS};
 use nasd_manager::service::{Caller, Manager, Policy};
-use nasd_proto::manager::{MgrReply, MgrStatus};
+use nasd_proto::manager::{Created, Grant, MgrStatus, StagedGrant};
 use nasd_proto::ObjectId;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -70,20 +70,21 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
         let store = nasd_manager::sqlite::SqliteStore::in_memory().unwrap();
         let m = Manager::new(Box::new(store), Policy::default()).unwrap();
         let key = std::fs::read_to_string(drive.dir.path().join("drive/keys/drive.key")).unwrap();
-        nasd_manager::server::add_drive(&m, &drive.addr, &key, None)
-            .await
-            .unwrap();
+        m.add_drive(&drive.addr, &key, None).await.unwrap();
         let d = m.drives.ids()[0];
         let a = admin();
 
         // A referenced file, a staged overwrite of it that is never committed, and an object
         // created as if the manager crashed before committing its name.
         let kept = match m.create(&a, "/kept", 0o644, true, 0).await.unwrap() {
-            MgrReply::Opened { layout, .. } => layout.components[0].object,
+            Created::Opened(Grant { layout, .. }) => layout.components[0].object,
             r => panic!("{r:?}"),
         };
         let staged = match m.create(&a, "/kept", 0o644, false, 0).await.unwrap() {
-            MgrReply::Staged { layout, .. } => layout.components[0].object,
+            Created::Staged(StagedGrant {
+                grant: Grant { layout, .. },
+                ..
+            }) => layout.components[0].object,
             r => panic!("{r:?}"),
         };
         let rec = m.drives.record(d).unwrap();

@@ -13,9 +13,8 @@ use super::identity::Identity;
 use crate::files::{now_ms, Client, FsError};
 use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
-use nasd_proto::manager::{
-    Credential, GroupKeyInfo, MgrReply, MgrRequest, Principal, UserKeys, KEY_LIST_MAX,
-};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{Credential, GroupKeyInfo, Principal, UserKeys, KEY_LIST_MAX};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -142,11 +141,11 @@ impl Client {
                         ))
                     }
                 };
-                let req = MgrRequest::UserKeySet {
+                let set = calls::UserKeySet {
                     user: me.clone(),
                     keys: id.user_keys(password),
                 };
-                self.request("/", req).await?;
+                self.call("/", set).await?;
                 self.forget_user_keys(uid);
                 id
             }
@@ -170,20 +169,14 @@ impl Client {
         admin: bool,
         public_key: Option<[u8; 32]>,
     ) -> Result<(), FsError> {
-        self.request(
-            "/",
-            MgrRequest::UserAdd {
-                name: name.into(),
-                password: password.into(),
-                admin,
-                public_key,
-            },
-        )
-        .await?;
-        let r = self.request("/", MgrRequest::UserList).await?;
-        let MgrReply::Users(us) = r else {
-            return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
+        let add = calls::UserAdd {
+            name: name.into(),
+            password: password.into(),
+            admin,
+            public_key,
         };
+        self.call("/", add).await?;
+        let us = self.call("/", calls::UserList).await?;
         let Some(u) = us.into_iter().find(|u| u.name == name) else {
             return Err(FsError::Usage(format!(
                 "user {name} was added but is not listed"
@@ -192,11 +185,11 @@ impl Client {
         // A key user makes their keys at their first login; their groups get key pairs now.
         if public_key.is_none() {
             let id = Identity::generate(u.uid);
-            let req = MgrRequest::UserKeySet {
+            let set = calls::UserKeySet {
                 user: name.into(),
                 keys: id.user_keys(Some(password)),
             };
-            self.request("/", req).await?;
+            self.call("/", set).await?;
             self.forget_user_keys(u.uid);
         }
         self.sync_group_keys(u.groups).await?;
@@ -207,11 +200,11 @@ impl Client {
     /// oneself), so the next password login opens it.
     pub async fn reseal_own_keys(&self, new_password: &str) -> Result<(), FsError> {
         let id = self.identity().await?;
-        let req = MgrRequest::UserKeySet {
+        let set = calls::UserKeySet {
             user: self.cfg_user(),
             keys: id.user_keys(Some(new_password)),
         };
-        self.request("/", req).await?;
+        self.call("/", set).await?;
         self.forget_user_keys(id.uid);
         Ok(())
     }
@@ -247,18 +240,11 @@ impl Client {
         ask.sort_unstable();
         ask.dedup();
         for chunk in ask.chunks(KEY_LIST_MAX) {
-            let r = self
-                .request(
-                    "/",
-                    MgrRequest::UserKeyGet {
-                        uids: chunk.to_vec(),
-                        names: vec![],
-                    },
-                )
-                .await?;
-            let MgrReply::UserKeys(us) = r else {
-                return Err(FsError::Usage(format!("user keys: unexpected reply {r:?}")));
+            let get = calls::UserKeyGet {
+                uids: chunk.to_vec(),
+                names: vec![],
             };
+            let us = self.call("/", get).await?;
             let mut c = self.keyring.users.lock().expect("keyring lock");
             for u in us {
                 put_bounded(&mut c, u.uid, (u.keys.clone(), now));
@@ -270,21 +256,12 @@ impl Client {
 
     /// The names of users `uids` (those with keys).
     pub async fn user_names(&self, uids: &[u32]) -> Result<HashMap<u32, String>, FsError> {
-        let r = self
-            .request(
-                "/",
-                MgrRequest::UserKeyGet {
-                    uids: uids.to_vec(),
-                    names: vec![],
-                },
-            )
-            .await?;
-        match r {
-            MgrReply::UserKeys(us) => Ok(us.into_iter().map(|u| (u.uid, u.name)).collect()),
-            other => Err(FsError::Usage(format!(
-                "user keys: unexpected reply {other:?}"
-            ))),
-        }
+        let get = calls::UserKeyGet {
+            uids: uids.to_vec(),
+            names: vec![],
+        };
+        let us = self.call("/", get).await?;
+        Ok(us.into_iter().map(|u| (u.uid, u.name)).collect())
     }
 
     /// How `principals` are shown: a user's name, "group NAME" (ids for unknown ones).
@@ -348,15 +325,7 @@ impl Client {
         gids: Vec<u32>,
         names: Vec<String>,
     ) -> Result<Vec<GroupKeyInfo>, FsError> {
-        let r = self
-            .request("/", MgrRequest::GroupKeyGet { gids, names })
-            .await?;
-        match r {
-            MgrReply::GroupKeys(gs) => Ok(gs),
-            other => Err(FsError::Usage(format!(
-                "group keys: unexpected reply {other:?}"
-            ))),
-        }
+        self.call("/", calls::GroupKeyGet { gids, names }).await
     }
 
     /// The secret of group `g`'s current key pair, unwrapped with this user's key.
@@ -570,13 +539,13 @@ impl Client {
                 wraps.push((*uid, w.encode()));
             }
             made += wraps.len();
-            let req = MgrRequest::GroupKeySet {
+            let set = calls::GroupKeySet {
                 group: g.name.clone(),
                 version,
                 public: sk.public().0,
                 wraps,
             };
-            self.request("/", req).await?;
+            self.call("/", set).await?;
             self.keyring
                 .groups
                 .lock()
@@ -588,10 +557,7 @@ impl Client {
 
     /// The members of group `name` that have key pairs (for a group's first key pair).
     async fn group_members_with_keys(&self, name: &str) -> Result<Vec<(u32, PublicKey)>, FsError> {
-        let r = self.request("/", MgrRequest::UserList).await?;
-        let MgrReply::Users(us) = r else {
-            return Err(FsError::Usage(format!("user list: unexpected reply {r:?}")));
-        };
+        let us = self.call("/", calls::UserList).await?;
         let uids: Vec<u32> = us
             .iter()
             .filter(|u| u.groups.iter().any(|g| g == name))

@@ -12,7 +12,8 @@ use crate::files::{Client, FsError};
 use nasd_e2e::keys::{KeyFile, KeyVersion};
 use nasd_e2e::side::Side;
 use nasd_e2e::{FileKey, Principal as KeyPrincipal, TrustedRecord};
-use nasd_proto::manager::{E2eCommit, E2eState, MgrRequest, Principal};
+use nasd_proto::manager::calls;
+use nasd_proto::manager::{E2eCommit, E2eState, Principal};
 use std::sync::Arc;
 
 fn key_principal(p: Principal) -> KeyPrincipal {
@@ -96,14 +97,9 @@ impl Client {
             },
         };
         self.caps_invalidate(path);
-        self.request(
-            path,
-            MgrRequest::E2eUpdate {
-                path: path.into(),
-                update,
-            },
-        )
-        .await?;
+        let p = path.into();
+        self.call(path, calls::E2eUpdate { path: p, update })
+            .await?;
         self.caps_invalidate(path);
         Ok(())
     }

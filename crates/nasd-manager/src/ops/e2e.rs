@@ -1,0 +1,43 @@
+//! The end-to-end calls: a file's state replaced without its content, users' and groups'
+//! keys set and looked up.
+
+use super::Handle;
+use crate::callbacks::{self, Changed};
+use crate::service::{Caller, Manager};
+use crate::MgrResult;
+use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo};
+use std::sync::Arc;
+
+impl Handle for calls::E2eUpdate {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.e2e_update(c, &self.path, self.update)
+    }
+}
+
+impl Handle for calls::UserKeySet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.user_key_set(c, &self.user, &self.keys)
+    }
+}
+
+impl Handle for calls::UserKeyGet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<UserKeyInfo>> {
+        m.user_key_get(c, &self.uids, &self.names)
+    }
+}
+
+impl Handle for calls::GroupKeySet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        let q = self;
+        m.group_key_set(c, &q.group, q.version, &q.public, &q.wraps)
+    }
+}
+
+impl Handle for calls::GroupKeyGet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<GroupKeyInfo>> {
+        m.group_key_get(c, &self.gids, &self.names)
+    }
+}

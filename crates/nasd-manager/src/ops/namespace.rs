@@ -1,0 +1,145 @@
+//! The namespace calls: stats, directory pages, directories, names, links, modes, owners,
+//! sizes, times and the layouts directories give new files.
+
+use super::Handle;
+use crate::callbacks::{self, Changed};
+use crate::service::{Caller, Manager};
+use crate::MgrResult;
+use nasd_proto::manager::{calls, DirEntry, FileStat, LayoutSpec, LinkTarget};
+use std::sync::Arc;
+
+impl Handle for calls::Stat {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
+        m.stat(c, &self.path).await
+    }
+}
+
+impl Handle for calls::Lstat {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
+        m.lstat(c, &self.path).await
+    }
+}
+
+impl Handle for calls::Readdir {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<DirEntry>> {
+        let limit = self.limit as usize;
+        m.readdir(c, &self.path, &self.after, limit, self.xattr.as_deref())
+            .await
+    }
+}
+
+impl Handle for calls::Mkdir {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::made(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.mkdir(c, &self.path, self.mode)
+    }
+}
+
+impl Handle for calls::Rmdir {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::gone(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.rmdir(c, &self.path)
+    }
+}
+
+impl Handle for calls::Unlink {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::gone(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.unlink(c, &self.path).await
+    }
+}
+
+impl Handle for calls::Rename {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        let mut out = callbacks::gone(m, c, &self.from);
+        out.extend(callbacks::gone(m, c, &self.to));
+        out
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.rename(c, &self.from, &self.to).await
+    }
+}
+
+impl Handle for calls::Symlink {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::made(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.symlink(c, &self.path, &self.target)
+    }
+}
+
+impl Handle for calls::Readlink {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<LinkTarget> {
+        m.readlink(c, &self.path).map(LinkTarget)
+    }
+}
+
+impl Handle for calls::Link {
+    /// The linked file (its link count) and the new name's directory.
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        let mut out = vec![];
+        if let Some((_, _, Some(ino))) = callbacks::entry(m, c, &self.existing) {
+            out.push(Changed::file(ino));
+        }
+        out.extend(callbacks::made(m, c, &self.new));
+        out
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.link(c, &self.existing, &self.new)
+    }
+}
+
+impl Handle for calls::Chmod {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.chmod(c, &self.path, self.mode).await
+    }
+}
+
+impl Handle for calls::Chown {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.chown(c, &self.path, &self.owner, &self.group).await
+    }
+}
+
+impl Handle for calls::Truncate {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.truncate(c, &self.path, self.size).await
+    }
+}
+
+impl Handle for calls::Utimes {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.utimes(c, &self.path, self.mtime_us).await
+    }
+}
+
+impl Handle for calls::LayoutGet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<LayoutSpec> {
+        m.layout_get(c, &self.path).map(LayoutSpec)
+    }
+}
+
+impl Handle for calls::LayoutSet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.layout_set(c, &self.path, &self.spec)
+    }
+}

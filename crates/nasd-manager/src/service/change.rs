@@ -1,0 +1,236 @@
+//! Changes to a file's attributes — mode, owners, size, times — and the revocation of its
+//! capabilities that comes with them (and with a returned write capability).
+
+use super::perms::{may, W};
+use super::{denied, store_err, Caller, Manager};
+use crate::store::*;
+use crate::{now_ms, now_us, MgrError, MgrResult};
+use nasd_proto::manager::*;
+use nasd_proto::{AttrMask, Attributes};
+
+impl Manager {
+    /// Revokes every capability of a file (its components' access_control_version moves on)
+    /// and mirrors the inode (as given: a chmod's new mode included) into their
+    /// `fs_specific`. Crash-safe: the inode with its new version is stored first together with
+    /// a revocation intent, then the drives take the version, then the intent goes; an intent
+    /// a crash left is completed before the manager serves again
+    /// ([`Manager::complete_revocations`]), so capabilities are never minted from a version
+    /// the drives do not have for long. Components that could not take the new version are
+    /// marked stale (the layout covers them, or the revocation fails and its intent stays).
+    pub(super) async fn revoke_and_mirror(&self, mut i: Inode) -> MgrResult<Inode> {
+        i.acv += 1;
+        self.st()
+            .begin_revocation(&i)
+            .map_err(|e| store_err(e, "inode"))?;
+        self.finish_revocation(i).await
+    }
+
+    /// The drives' half of a revocation whose intent is stored (see
+    /// [`Manager::revoke_and_mirror`]).
+    pub(super) async fn finish_revocation(&self, mut i: Inode) -> MgrResult<Inode> {
+        let missed = self.revoke_layout(&i).await?;
+        if let (Some(l), true) = (&mut i.layout, missed != 0) {
+            l.stale |= missed;
+            l.version += 1;
+            self.st()
+                .update_inode(&i)
+                .map_err(|e| store_err(e, "inode"))?;
+        }
+        self.st()
+            .end_revocation(i.ino)
+            .map_err(|e| store_err(e, "inode"))?;
+        Ok(i)
+    }
+
+    /// Whether a revocation intent is stored (a crash or an unreachable drive interrupted it).
+    pub fn revocations_pending(&self) -> bool {
+        self.st().revocations().is_ok_and(|r| !r.is_empty())
+    }
+
+    /// Completes the revocations a crash interrupted (their intents in the store); returns
+    /// how many are still pending (a drive did not answer; retried later).
+    pub async fn complete_revocations(&self) -> usize {
+        let pending = match self.st().revocations() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("reading revocation intents: {e}");
+                return 0;
+            }
+        };
+        let mut left = 0;
+        for ino in pending {
+            let i = match self.st().inode(ino) {
+                Ok(Some(i)) => i,
+                Ok(None) => {
+                    let _ = self.st().end_revocation(ino);
+                    continue;
+                }
+                Err(_) => {
+                    left += 1;
+                    continue;
+                }
+            };
+            match self.finish_revocation(i).await {
+                Ok(_) => tracing::info!(ino, "interrupted revocation completed"),
+                Err(e) => {
+                    tracing::warn!(ino, "interrupted revocation still pending: {}", e.detail);
+                    left += 1;
+                }
+            }
+        }
+        left
+    }
+
+    /// `ReturnCapability`: the writer is done. If it held the file's write lease, the lease
+    /// ends and every capability for the file's objects is revoked now (seed 002 §3.2), so the
+    /// returned one stops working at once. Under a quota the file is then measured, its size
+    /// charged and its escrow let go ("when the capability is returned ... the file manager
+    /// examines the object to determine its new size").
+    pub async fn return_capability(&self, c: &Caller, path: &str) -> MgrResult<()> {
+        let i = self.resolve(c, path)?;
+        if i.kind == FileKind::Dir || !self.leases.release(i.ino, c.holder(), now_ms()) {
+            return Ok(());
+        }
+        let tracked = i.charged.is_some();
+        let ino = i.ino;
+        self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        if tracked {
+            self.settle(ino, true).await.map_err(|e| e.at(path))?;
+        }
+        Ok(())
+    }
+
+    pub async fn chmod(&self, c: &Caller, path: &str, mode: u32) -> MgrResult<()> {
+        let mut i = self.resolve(c, path)?;
+        if !c.admin && i.uid != c.uid {
+            return Err(denied(path, "only the owner may change the mode"));
+        }
+        i.mode = mode & 0o7777;
+        self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        Ok(())
+    }
+
+    /// Under quotas the file's charge moves from its old owner to its new one (measured now),
+    /// in the same transaction as the new owner.
+    pub async fn chown(&self, c: &Caller, path: &str, owner: &str, group: &str) -> MgrResult<()> {
+        let mut i = self.resolve(c, path)?;
+        let was = i.uid;
+        if !owner.is_empty() {
+            // A number names a uid, as GNU chown reads one (names never start with a digit).
+            let u = match owner.parse::<u32>() {
+                Ok(uid) => self.st().user_by_uid(uid),
+                Err(_) => self.st().user_by_name(owner),
+            }
+            .map_err(|e| store_err(e, owner))?
+            .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, owner.to_string()))?;
+            if !c.admin && u.uid != i.uid {
+                return Err(denied(path, "only an admin may give a file away"));
+            }
+            i.uid = u.uid;
+        }
+        if !group.is_empty() {
+            let g = match group.parse::<u32>() {
+                Ok(gid) => self.st().group_by_gid(gid),
+                Err(_) => self.st().group_by_name(group),
+            }
+            .map_err(|e| store_err(e, group))?
+            .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
+            if !c.admin && (i.uid != c.uid || !c.groups.contains(&g.gid)) {
+                return Err(denied(
+                    path,
+                    "the owner may only choose a group they belong to",
+                ));
+            }
+            i.gid = g.gid;
+        }
+        if i.uid != was && i.kind == FileKind::File && self.has_quota(i.uid)? {
+            i.charged = Some(self.file_times(&i).await.map_err(|e| e.at(path))?.0);
+        }
+        self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
+        Ok(())
+    }
+
+    pub async fn truncate(&self, c: &Caller, path: &str, size: u64) -> MgrResult<()> {
+        let i = self.resolve(c, path)?;
+        if i.layout.is_none() {
+            return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
+        }
+        if !may(c, &i, W) {
+            return Err(denied(path, "write permission on the file"));
+        }
+        if i.e2e.is_some() {
+            // Cutting re-encrypts the new last block and changes the trusted record: only a
+            // writer holding the key can (seed 003).
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: an encrypted file is cut by its writer (a copy-on-write change), not by the manager"),
+            ));
+        }
+        // The change holds the write lease; one the caller held before stays theirs.
+        let had = self
+            .leases
+            .holder(i.ino, now_ms())
+            .is_some_and(|(h, _)| h == c.holder());
+        let i = self.take_lease(c, path, &i).await?;
+        let r = self.truncate_charged(path, &i, size).await;
+        if !had {
+            self.leases.release(i.ino, c.holder(), now_ms());
+        }
+        r.map_err(|e| e.at(path))
+    }
+
+    /// [`Manager::truncate_layout`], under the owner's quota when there is one: the change is
+    /// recorded first as a file escrow reaching the larger of the two sizes (checked when it
+    /// grows the file), so a crash in between leaves the file to be measured and settled;
+    /// then the file is measured, and the escrow goes unless a writer's was there already.
+    pub(super) async fn truncate_charged(&self, path: &str, i: &Inode, size: u64) -> MgrResult<()> {
+        if i.charged.is_none() {
+            return self.truncate_layout(path, i, size).await;
+        }
+        let (now_size, _) = self.file_times(i).await?;
+        let had_escrow = self
+            .st()
+            .file_escrow(i.ino)
+            .map_err(|e| store_err(e, path))?
+            .is_some();
+        let intent = FileEscrow {
+            ino: i.ino,
+            uid: i.uid,
+            end: size.max(now_size),
+            expires_ms: now_ms(),
+        };
+        let taken = self.st().escrow_file(&intent, now_ms(), size > now_size);
+        taken.map_err(|e| self.quota_err(e, path))?;
+        let r = self.truncate_layout(path, i, size).await;
+        self.settle(i.ino, !had_escrow).await?;
+        r
+    }
+
+    pub async fn utimes(&self, c: &Caller, path: &str, mtime_us: u64) -> MgrResult<()> {
+        let mut i = self.resolve(c, path)?;
+        if !c.admin && i.uid != c.uid && !may(c, &i, W) {
+            return Err(denied(path, "only the owner or a writer may set times"));
+        }
+        match i
+            .layout
+            .as_ref()
+            .filter(|l| l.sized_by_object())
+            .map(|l| l.first())
+        {
+            Some(o) => {
+                let attrs = Attributes {
+                    fs_data_modify_time_us: mtime_us,
+                    fs_attribute_modify_time_us: now_us(),
+                    ..Attributes::default()
+                };
+                let mask = AttrMask::FS_DATA_MODIFY_TIME.with(AttrMask::FS_ATTRIBUTE_MODIFY_TIME);
+                self.setattr(o, mask, attrs).await.map_err(|e| e.at(path))?;
+            }
+            None => {
+                i.mtime_us = mtime_us;
+                self.st().update_inode(&i).map_err(|e| store_err(e, path))?;
+            }
+        }
+        Ok(())
+    }
+}

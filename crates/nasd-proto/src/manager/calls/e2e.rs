@@ -1,0 +1,224 @@
+//! The end-to-end calls (manager protocol 12; issue 10): a file's end-to-end state replaced
+//! without its content, users' public keys and password-sealed secrets, groups' key pairs
+//! and their wraps to members. The types themselves are in [`crate::e2e`].
+//! ```text
+//! key lookup  := u32 n (<= KEY_LIST_MAX), n x u32 id, u32 m (<= KEY_LIST_MAX), m x string name
+//! GroupKeySet := string group, u32 version, [32] public, u32 n, n x (u32 uid, blob wrap)
+//! ```
+
+use crate::codec::{Reader, Writer};
+use crate::manager::codec::{
+    get_count, get_ids, get_names, get_public_key, get_str, put_ids_and_names, put_public_key,
+    put_str,
+};
+use crate::manager::{
+    E2eCommit, GroupKeyInfo, UserKeyInfo, UserKeys, Wire, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+};
+use crate::DecodeError;
+
+/// Replaces a file's end-to-end state without changing its content (new key wraps after
+/// `nasd share`, `unshare` or `chmod`), if its record is still the one `expect` names;
+/// the file's owner or an admin.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct E2eUpdate {
+    pub path: String,
+    pub update: E2eCommit,
+}
+
+impl Wire for E2eUpdate {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.path);
+        self.update.put(w);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(E2eUpdate {
+            path: get_str(r, "path")?,
+            update: E2eCommit::get(r)?,
+        })
+    }
+}
+
+/// Sets `user`'s end-to-end keys: the user's own, or an admin's for a user that has none
+/// yet (`user add`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserKeySet {
+    pub user: String,
+    pub keys: UserKeys,
+}
+
+impl Wire for UserKeySet {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.user);
+        self.keys.put(w);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(UserKeySet {
+            user: get_str(r, "user")?,
+            keys: UserKeys::get(r)?,
+        })
+    }
+}
+
+/// The end-to-end public keys of the users `uids` and of those named `names` (at most
+/// [`KEY_LIST_MAX`] each; unknown users and users without keys are left out), answered
+/// with a [`UserKeyInfo`] each; the caller's own entry also carries their sealed secret.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserKeyGet {
+    pub uids: Vec<u32>,
+    pub names: Vec<String>,
+}
+
+impl Wire for UserKeyGet {
+    fn put(&self, w: &mut Writer) {
+        put_ids_and_names(w, &self.uids, &self.names);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let uids = get_ids(r, "uids")?;
+        let names = get_names(r)?;
+        Ok(UserKeyGet { uids, names })
+    }
+}
+
+impl Wire for Vec<UserKeyInfo> {
+    fn put(&self, w: &mut Writer) {
+        debug_assert!(self.len() <= KEY_LIST_MAX);
+        w.u32(self.len() as u32);
+        for u in self {
+            w.u32(u.uid);
+            put_str(w, &u.name);
+            u.keys.put(w);
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        // uid, name (4 + name), two keys, sealed (4 + bytes).
+        let n = get_count(r, 4 + 4 + 64 + 4, "user keys")?;
+        let mut us = Vec::with_capacity(n);
+        for _ in 0..n {
+            us.push(UserKeyInfo {
+                uid: r.u32("uid")?,
+                name: get_str(r, "user")?,
+                keys: UserKeys::get(r)?,
+            });
+        }
+        Ok(us)
+    }
+}
+
+/// Gives group `group` key pair `version` (greater than its current one), its public half
+/// and the wraps of its secret to members (uid, wrap); admins only. Wraps of the current
+/// version may be added later with the same version and public key.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GroupKeySet {
+    pub group: String,
+    pub version: u32,
+    pub public: [u8; 32],
+    pub wraps: Vec<(u32, Vec<u8>)>,
+}
+
+impl Wire for GroupKeySet {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.group);
+        w.u32(self.version);
+        w.bytes(&self.public);
+        debug_assert!(self.wraps.len() <= KEY_LIST_MAX);
+        w.u32(self.wraps.len() as u32);
+        for (uid, wrap) in &self.wraps {
+            w.u32(*uid);
+            w.blob(wrap);
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let group = get_str(r, "group")?;
+        let version = r.u32("group key version")?;
+        let public = r.array("group public key")?;
+        let n = r.u32("group wraps")? as usize;
+        if n > KEY_LIST_MAX || n.saturating_mul(8) > r.remaining() {
+            return Err(DecodeError::TooLong("group wraps"));
+        }
+        let mut wraps = Vec::with_capacity(n);
+        for _ in 0..n {
+            let uid = r.u32("wrap uid")?;
+            wraps.push((uid, r.blob(GROUP_WRAP_BYTES_MAX, "group wrap")?.to_vec()));
+        }
+        Ok(GroupKeySet {
+            group,
+            version,
+            public,
+            wraps,
+        })
+    }
+}
+
+/// The key pairs of groups `gids` and of the groups named `names`, answered with a
+/// [`GroupKeyInfo`] each (unknown ones left out).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GroupKeyGet {
+    pub gids: Vec<u32>,
+    pub names: Vec<String>,
+}
+
+impl Wire for GroupKeyGet {
+    fn put(&self, w: &mut Writer) {
+        put_ids_and_names(w, &self.gids, &self.names);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let gids = get_ids(r, "gids")?;
+        let names = get_names(r)?;
+        Ok(GroupKeyGet { gids, names })
+    }
+}
+
+impl Wire for Vec<GroupKeyInfo> {
+    fn put(&self, w: &mut Writer) {
+        debug_assert!(self.len() <= KEY_LIST_MAX);
+        w.u32(self.len() as u32);
+        for g in self {
+            w.u32(g.gid);
+            put_str(w, &g.name);
+            w.u32(g.version);
+            put_public_key(w, &g.public);
+            w.blob(&g.wrap);
+            debug_assert!(g.missing.len() <= KEY_LIST_MAX);
+            w.u32(g.missing.len() as u32);
+            for (uid, pk) in &g.missing {
+                w.u32(*uid);
+                w.bytes(pk);
+            }
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let n = get_count(r, 4 + 4 + 4 + 1 + 4 + 4, "group keys")?;
+        let mut gs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let gid = r.u32("gid")?;
+            let name = get_str(r, "group")?;
+            let version = r.u32("group key version")?;
+            let public = get_public_key(r)?;
+            let wrap = r.blob(GROUP_WRAP_BYTES_MAX, "group wrap")?.to_vec();
+            let m = r.u32("missing wraps")? as usize;
+            if m > KEY_LIST_MAX || m.saturating_mul(36) > r.remaining() {
+                return Err(DecodeError::TooLong("missing wraps"));
+            }
+            let mut missing = Vec::with_capacity(m);
+            for _ in 0..m {
+                missing.push((r.u32("uid")?, r.array("public key")?));
+            }
+            gs.push(GroupKeyInfo {
+                gid,
+                name,
+                version,
+                public,
+                wrap,
+                missing,
+            });
+        }
+        Ok(gs)
+    }
+}

@@ -1,0 +1,148 @@
+//! The user calls: users (password or key logins), groups and their members, gateways that
+//! act for users.
+//! ```text
+//! UserAdd   := string name, string password, bool admin, option [32] public_key
+//! Users     := u32 n, n x (string name, u32 uid, bool admin, u32 m, m x string group)
+//! ```
+
+use super::{no_fields, one_string, two_strings};
+use crate::codec::{Reader, Writer};
+use crate::manager::codec::{
+    get_bool, get_count, get_public_key, get_str, put_public_key, put_str,
+};
+use crate::manager::{SecretString, Wire, PUBLIC_KEY_BYTES};
+use crate::DecodeError;
+
+/// Adds a user; with `public_key`, the user logs in by key only (the password is ignored).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserAdd {
+    pub name: String,
+    pub password: SecretString,
+    pub admin: bool,
+    pub public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
+}
+
+impl Wire for UserAdd {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.name);
+        put_str(w, &self.password);
+        w.u8(self.admin as u8);
+        put_public_key(w, &self.public_key);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(UserAdd {
+            name: get_str(r, "name")?,
+            password: SecretString(get_str(r, "password")?),
+            admin: get_bool(r, "admin")?,
+            public_key: get_public_key(r)?,
+        })
+    }
+}
+
+/// Sets a user's password or, with `public_key`, makes them a key user with that key (the
+/// password is then ignored). Ends every session of the user, live connections included.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserPasswd {
+    pub name: String,
+    pub password: SecretString,
+    pub public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
+}
+
+impl Wire for UserPasswd {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.name);
+        put_str(w, &self.password);
+        put_public_key(w, &self.public_key);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(UserPasswd {
+            name: get_str(r, "name")?,
+            password: SecretString(get_str(r, "password")?),
+            public_key: get_public_key(r)?,
+        })
+    }
+}
+
+no_fields! {
+    /// Every user, answered with a [`UserInfo`] each.
+    UserList
+}
+
+/// A user as `UserList` shows them.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: u32,
+    pub admin: bool,
+    pub groups: Vec<String>,
+}
+
+impl Wire for Vec<UserInfo> {
+    fn put(&self, w: &mut Writer) {
+        w.u32(self.len() as u32);
+        for u in self {
+            put_str(w, &u.name);
+            w.u32(u.uid);
+            w.u8(u.admin as u8);
+            w.u32(u.groups.len() as u32);
+            for g in &u.groups {
+                put_str(w, g);
+            }
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let n = get_count(r, 13, "users")?;
+        let mut us = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = get_str(r, "name")?;
+            let uid = r.u32("uid")?;
+            let admin = get_bool(r, "admin")?;
+            let g = get_count(r, 4, "groups")?;
+            let mut groups = Vec::with_capacity(g);
+            for _ in 0..g {
+                groups.push(get_str(r, "group")?);
+            }
+            us.push(UserInfo {
+                name,
+                uid,
+                admin,
+                groups,
+            });
+        }
+        Ok(us)
+    }
+}
+
+one_string! {
+    /// Adds group `name`; admins only.
+    GroupAdd { name: "name" }
+}
+
+two_strings! {
+    /// Makes `user` a member of `group`; admins only.
+    GroupMember { group: "group", user: "user" }
+}
+
+/// Marks user `name` a gateway (`on`) or not; admins only.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UserGateway {
+    pub name: String,
+    pub on: bool,
+}
+
+impl Wire for UserGateway {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.name);
+        w.u8(self.on as u8);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(UserGateway {
+            name: get_str(r, "name")?,
+            on: get_bool(r, "on")?,
+        })
+    }
+}
