@@ -143,7 +143,9 @@ impl Front {
             },
             logged: false,
         };
-        let span = tracing::info_span!("request", id = %id);
+        // At the level of the gateway's log (warnings), so each line a request causes
+        // names it.
+        let span = tracing::warn_span!("request", id = %id);
         let Ok(permit) = self.inflight.clone().try_acquire_owned() else {
             let e = S3Error::with_message(
                 S3ErrorCode::SlowDown,
@@ -499,7 +501,7 @@ impl Done {
         self.entry.bytes_out = bytes_out;
         self.entry.duration_ms = self.start.elapsed().as_millis() as u64;
         if let Some(log) = &self.log {
-            log.record(&self.entry);
+            log.record(std::mem::take(&mut self.entry));
         }
         self.guards.busy.take();
     }

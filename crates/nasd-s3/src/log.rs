@@ -1,18 +1,20 @@
 //! The access log (issue 22 §3): one JSON line per request once its answer is sent — the
-//! time, request id, peer, user (`-` when none signed), operation, bucket, key, status,
-//! bytes in and out, and duration. The file is opened by the caller, private (`nasd up`
-//! makes it 0600 through `nasd-private`); lines are written by a thread of their own
-//! through a queue of [`QUEUE_LINES_MAX`], so a slow disk never stalls a request: when the
-//! queue is full, lines are dropped and counted, and the count is written once there is
-//! room again.
+//! time, request id, peer, user (`-` when none signed), method, operation, bucket, key,
+//! status, bytes in and out, and duration. The file is opened by the caller, private (`nasd
+//! up` makes it 0600 through `nasd-private`). A request only queues its entry (at most
+//! [`QUEUE_ENTRIES_MAX`]); a thread of its own formats and writes what queued every
+//! [`FLUSH_MS`], so logging costs a request neither a system call nor a wake-up, and a slow
+//! disk never stalls one: when the queue is full, entries are dropped and counted, and a
+//! `{"dropped_entries": N}` line says how many.
 
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Lines waiting to be written, at most.
-pub const QUEUE_LINES_MAX: usize = 65_536;
+/// Entries waiting to be written, at most.
+pub const QUEUE_ENTRIES_MAX: usize = 65_536;
+/// How often queued entries are written.
+pub const FLUSH_MS: u64 = 100;
 
 /// One request, as logged.
 #[derive(Clone, Default, serde::Serialize)]
@@ -31,57 +33,113 @@ pub struct Entry {
     pub duration_ms: u64,
 }
 
-/// The access log's writer.
+#[derive(Default)]
+struct Queue {
+    entries: Vec<(time::OffsetDateTime, Entry)>,
+    dropped: u64,
+}
+
+struct Inner {
+    queue: Mutex<Queue>,
+    file: Mutex<std::fs::File>,
+}
+
+impl Inner {
+    /// Writes what queued.
+    fn flush(&self) {
+        let Queue { entries, dropped } = std::mem::take(&mut *self.queue.lock().expect("log lock"));
+        let mut out = String::new();
+        for (at, mut e) in entries {
+            e.time = at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            if let Ok(line) = serde_json::to_string(&e) {
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
+        if dropped > 0 {
+            out.push_str(&format!("{{\"dropped_entries\":{dropped}}}\n"));
+        }
+        if !out.is_empty() {
+            let mut f = self.file.lock().expect("log file lock");
+            if let Err(e) = f.write_all(out.as_bytes()) {
+                tracing::warn!("writing the access log: {e}");
+            }
+        }
+    }
+}
+
+/// The access log's writer; dropping it writes what is queued.
 pub struct AccessLog {
-    tx: SyncSender<String>,
-    dropped: Arc<AtomicU64>,
+    inner: Arc<Inner>,
 }
 
 impl AccessLog {
     /// Logs to `file` (opened for appending, private).
-    pub fn new(mut file: std::fs::File) -> AccessLog {
-        let (tx, rx) = sync_channel::<String>(QUEUE_LINES_MAX);
-        let dropped = Arc::new(AtomicU64::new(0));
-        let lost = dropped.clone();
+    pub fn new(file: std::fs::File) -> AccessLog {
+        let inner = Arc::new(Inner {
+            queue: Mutex::new(Queue::default()),
+            file: Mutex::new(file),
+        });
+        let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("s3-access-log".into())
-            .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    let mut out = first;
-                    out.push('\n');
-                    while let Ok(mut more) = rx.try_recv() {
-                        more.push('\n');
-                        out.push_str(&more);
-                    }
-                    let n = lost.swap(0, Ordering::Relaxed);
-                    if n > 0 {
-                        out.push_str(&format!("{{\"dropped_lines\":{n}}}\n"));
-                    }
-                    if let Err(e) = file.write_all(out.as_bytes()) {
-                        tracing::warn!("writing the access log: {e}");
-                    }
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(FLUSH_MS));
+                match weak.upgrade() {
+                    Some(i) => i.flush(),
+                    None => return,
                 }
             })
             .expect("spawning the access log's thread");
-        AccessLog { tx, dropped }
+        AccessLog { inner }
     }
 
-    /// Queues `e` (stamped with the time now).
-    pub fn record(&self, e: &Entry) {
-        let mut e = e.clone();
-        e.time = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
-        let line = serde_json::to_string(&e);
-        let Ok(line) = line else {
-            return;
-        };
-        match self.tx.try_send(line) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(TrySendError::Disconnected(_)) => {}
+    /// Queues `e`, stamped with the time now.
+    pub fn record(&self, e: Entry) {
+        let now = time::OffsetDateTime::now_utc();
+        let mut q = self.inner.queue.lock().expect("log lock");
+        if q.entries.len() >= QUEUE_ENTRIES_MAX {
+            q.dropped += 1;
+        } else {
+            q.entries.push((now, e));
         }
+    }
+}
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        self.inner.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_written_as_json_lines_when_the_log_drops() {
+        let dir = std::env::temp_dir().join(format!("nasd-s3-log-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("access.log");
+        let file = std::fs::File::create(&path).unwrap();
+        let log = AccessLog::new(file);
+        log.record(Entry {
+            user: "alice".into(),
+            op: "GetObject".into(),
+            key: "a \"b\"\n".into(),
+            status: 200,
+            bytes_out: 7,
+            ..Default::default()
+        });
+        drop(log);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(v["user"], "alice");
+        assert_eq!(v["key"], "a \"b\"\n");
+        assert_eq!(v["bytes_out"], 7);
+        assert!(v["time"].as_str().unwrap().ends_with('Z'));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
