@@ -423,6 +423,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_peer_that_reads_nothing_of_its_answer_is_cut_off() {
+        use tokio::io::AsyncWriteExt;
+        let (near, _far) = tokio::io::duplex(1024);
+        let mut s = Stalls::new(near);
+        let t0 = Instant::now();
+        let block = vec![0u8; 4096];
+        let e = loop {
+            if let Err(e) = s.write_all(&block).await {
+                break e;
+            }
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(t0.elapsed(), Duration::from_millis(WRITE_STALL_TIMEOUT_MS));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_idle_connection_closes_after_the_header_timeout_and_a_busy_one_does_not() {
         let conns = Conns::new();
         let idle = conns.admit(ip(4)).unwrap();

@@ -659,6 +659,30 @@ mod tests {
         assert_eq!(form_boundary("application/xml"), None);
     }
 
+    /// A body whose client never sends anything.
+    struct Silent;
+
+    impl http_body::Body for Silent {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::convert::Infallible>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_whose_client_stalls_fails_after_the_stall_timeout() {
+        use http_body_util::BodyExt;
+        let mut b = Stalled::new(Silent, Arc::new(AtomicU64::new(0)));
+        let t0 = tokio::time::Instant::now();
+        let r = b.frame().await.unwrap();
+        assert!(r.is_err());
+        assert_eq!(t0.elapsed(), Duration::from_millis(BODY_STALL_TIMEOUT_MS));
+    }
+
     #[test]
     fn error_replies_carry_the_request_id() {
         let e = S3Error::with_message(S3ErrorCode::NoSuchKey, "gone");

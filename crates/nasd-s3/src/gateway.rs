@@ -200,7 +200,8 @@ impl Gateway {
         Ok(())
     }
 
-    /// Starts an upload to `key`, making its directories when they are missing.
+    /// Starts an upload to `key` of mode `mode`, making its directories when they are
+    /// missing; what to do about the mode of the object it replaces once it is committed.
     pub(crate) async fn begin(
         &self,
         c: &Arc<Client>,
@@ -208,7 +209,7 @@ impl Gateway {
         key: &str,
         digests: Digests,
         mode: u32,
-    ) -> S3Result<Writer> {
+    ) -> S3Result<(Writer, ModeFix)> {
         let (path, _) = self.names.key(bucket, key)?;
         let mut attempt = 0;
         let upload = loop {
@@ -224,9 +225,18 @@ impl Gateway {
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
             }
         };
-        Writer::new(c.clone(), upload, digests)
+        let old = upload.replaces().then(|| upload.stat().clone());
+        let fix = match ModeFix::before(c, old.as_ref(), &path, mode).await {
+            Ok(f) => f,
+            Err(e) => {
+                c.abort_upload(&upload).await;
+                return Err(e);
+            }
+        };
+        let w = Writer::new(c.clone(), upload, digests)
             .await
-            .map_err(status_err)
+            .map_err(status_err)?;
+        Ok((w, fix))
     }
 
     /// Writes a whole small object with its metadata (one round trip to create it).
@@ -369,23 +379,35 @@ impl Gateway {
     ) -> S3Result<ObjectMeta> {
         let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
         if length.is_some_and(|n| n <= SMALL_OBJECT_BYTES) {
-            let data = body.collect(SMALL_OBJECT_BYTES).await?;
+            // The object there now, if any, read while the body arrives.
+            let (path, _) = self.names.key(bucket, key)?;
+            let (data, old) = tokio::join!(body.collect(SMALL_OBJECT_BYTES), c.stat(&path));
+            let data = data?;
+            let old = match old {
+                Ok(st) if st.kind == FileKind::File => Some(st),
+                Ok(_) => None,
+                Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
+                Err(e) => return Err(self.fs_err(c, bucket, e).await),
+            };
             digests.update(&data);
             let (md5, sums) = digests.finish();
             let claimed = claims.with_trailers(trailers);
             digest::verify(&md5, claims.content_md5.as_deref(), &sums, &claimed)?;
             m.etag = Some(hex::encode(md5));
             m.checksums = sums;
+            let fix = ModeFix::before(c, old.as_ref(), &path, mode).await?;
             self.put_small(c, bucket, key, &data, &m, mode).await?;
+            fix.after(c).await?;
             return Ok(m);
         }
-        let w = self.begin(c, bucket, key, digests, mode).await?;
+        let (w, fix) = self.begin(c, bucket, key, digests, mode).await?;
         let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
         m.etag = Some(hex::encode(done.md5));
         m.checksums = done.checksums;
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(c, bucket, e).await);
         }
+        fix.after(c).await?;
         Ok(m)
     }
 
@@ -588,6 +610,59 @@ impl BodySlot {
         match self.take_stream().await {
             Ok(b) => refuse(b, e).await,
             Err(_) => e,
+        }
+    }
+}
+
+/// The mode of a file an upload replaces stays the old file's (the manager applies a mode
+/// only when it creates a file), so a write's ACL would be ignored on an overwrite: `ModeFix`
+/// narrows the old file's mode before the commit to what both modes allow — neither the old
+/// bytes nor the new are ever more open than asked — and sets the new one after it.
+#[must_use = "the new mode is set by `after`, once the upload is committed"]
+pub(crate) struct ModeFix {
+    path: String,
+    then: Option<u32>,
+}
+
+impl ModeFix {
+    /// Narrows `old` (the file at `path` an upload replaces, if any) for mode `mode`.
+    pub(crate) async fn before(
+        c: &Client,
+        old: Option<&FileStat>,
+        path: &str,
+        mode: u32,
+    ) -> S3Result<ModeFix> {
+        let none = ModeFix {
+            path: path.to_string(),
+            then: None,
+        };
+        let Some(old) = old.map(|st| st.mode & 0o777) else {
+            return Ok(none);
+        };
+        if old == mode {
+            return Ok(none);
+        }
+        let both = old & mode;
+        if both != old {
+            c.chmod(path, both).await.map_err(|e| match e.status() {
+                Some(MgrStatus::PermissionDenied) => s3_error!(
+                    AccessDenied,
+                    "the object there belongs to another user, whose permissions it keeps"
+                ),
+                _ => status_err(e),
+            })?;
+        }
+        Ok(ModeFix {
+            path: path.to_string(),
+            then: (both != mode).then_some(mode),
+        })
+    }
+
+    /// Gives the committed object its mode.
+    pub(crate) async fn after(self, c: &Client) -> S3Result<()> {
+        match self.then {
+            Some(m) => c.chmod(&self.path, m).await.map_err(status_err),
+            None => Ok(()),
         }
     }
 }

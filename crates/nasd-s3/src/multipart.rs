@@ -304,7 +304,7 @@ impl Gateway {
             }
             md5s.update(hex::decode(e).unwrap_or_default());
         }
-        let mut w = self
+        let (mut w, fix) = self
             .begin(
                 &c,
                 &i.bucket,
@@ -332,6 +332,7 @@ impl Gateway {
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(&c, &i.bucket, e).await);
         }
+        fix.after(&c).await?;
         remove_upload(&c, &dir).await;
         let mut out = CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),

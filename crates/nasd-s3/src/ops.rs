@@ -534,7 +534,7 @@ impl Gateway {
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
         let algorithms: Vec<&str> = sm.checksums.keys().map(String::as_str).collect();
-        let w = self
+        let (w, fix) = self
             .begin(
                 &c,
                 &i.bucket,
@@ -544,6 +544,7 @@ impl Gateway {
             )
             .await?;
         let m = copy_commit(&c, w, &src, 0..st.size, m).await?;
+        fix.after(&c).await?;
         let (_, nst, _) = self.object(&c, &i.bucket, &i.key).await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {

@@ -357,6 +357,18 @@ const HOSTILE_BODY_GROWTH_BYTES_MAX: u64 = 64 << 20;
 #[test]
 fn sixteen_thousand_silent_connections_do_not_lock_users_out_and_idle_ones_are_closed() {
     let s3 = S3::start();
+    // This process holds them all: as many descriptors as it may.
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an initialized struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
     // More silent connections than the gateway holds: each new one takes the place of the
     // oldest idle one, so an honest user is still admitted (the old gateway let them queue
     // behind the silent ones for ever).

@@ -434,6 +434,22 @@ def check_acls(s3):
     # PutObjectAcl and PutBucketAcl change what others may do.
     s3.put_object_acl(Bucket="shared", Key="plain", ACL="public-read")
     assert bob.get_object(Bucket="shared", Key="plain")["Body"].read() == b"p"
+    # An overwrite gets the ACL it asks for (none: private), small or streamed, put or copied.
+    for size in [10, 3 << 20]:
+        k = f"over{size}"
+        s3.put_object(Bucket="shared", Key=k, Body=b"a" * size, ACL="public-read")
+        assert bob.get_object(Bucket="shared", Key=k)["Body"].read() == b"a" * size
+        s3.put_object(Bucket="shared", Key=k, Body=b"b" * size)
+        assert code_of(lambda: bob.get_object(Bucket="shared", Key=k)) == "AccessDenied", size
+        assert grants_of(s3.get_object_acl(Bucket="shared", Key=k)) == [("alice", "FULL_CONTROL")]
+        s3.copy_object(Bucket="shared", Key=k, CopySource={"Bucket": "shared", "Key": k},
+                       MetadataDirective="REPLACE", ACL="public-read")
+        assert bob.get_object(Bucket="shared", Key=k)["Body"].read() == b"b" * size
+        uid = s3.create_multipart_upload(Bucket="shared", Key=k)["UploadId"]
+        e = s3.upload_part(Bucket="shared", Key=k, UploadId=uid, PartNumber=1, Body=b"c")["ETag"]
+        s3.complete_multipart_upload(Bucket="shared", Key=k, UploadId=uid,
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e}]})
+        assert code_of(lambda: bob.get_object(Bucket="shared", Key=k)) == "AccessDenied", size
     s3.put_bucket_acl(Bucket="shared", ACL="private")
     assert code_of(lambda: bob.list_objects_v2(Bucket="shared")) == "AccessDenied"
     assert code_of(lambda: bob.get_object(Bucket="shared", Key="open")) == "AccessDenied"
