@@ -2,8 +2,14 @@
 """S3 clients against a real nasd gateway, driven by tests/s3.rs.
 
     s3_client.py all            every check below (exit status 1 on the first failure)
+    s3_client.py only NAME      one check (check_NAME: private, acls, unsupported, ...)
     s3_client.py put-durable N  writes N objects, prints "key md5" per acknowledged one
     s3_client.py check-durable  reads those keys (stdin) back and compares their MD5s
+    s3_client.py post-forms N M N unsigned POST forms sending M MiB each; prints how many
+                                were refused, then checks a signed form
+    s3_client.py chunked-hold M an aws-chunked PUT declaring a 1 GiB chunk, M MiB of it sent;
+                                prints "sent" and holds the connection until stdin has a line
+    s3_client.py sigv2-allowed  SigV2 against a gateway started with --sigv2
 
 The endpoint and the keys come from the environment: S3_ENDPOINT, ALICE_KEY, ALICE_SECRET,
 BOB_KEY, BOB_SECRET. Each check asserts outcomes (bytes, ETags, error codes), so it can fail.
