@@ -4,7 +4,8 @@
 //! key's user through a session the manager opened for it (`ActFor`), so every namespace
 //! check is the manager's, made for that user, and the user's password never reaches the
 //! gateway. Secrets and sessions are cached briefly: a revoked key stops working within
-//! [`KEY_CACHE_MS`].
+//! [`KEY_CACHE_MS`]. A session the manager ended (a password change ends them all) is
+//! dropped at its first refusal and opened anew ([`session_ended`]).
 
 use nasd_client::files::{Client, FsError};
 use nasd_proto::manager::calls;
@@ -35,11 +36,17 @@ struct KeyEntry {
     fetched_ms: u64,
 }
 
+/// A user's groups, and when they were read.
+type Groups = (Arc<Vec<String>>, u64);
+
 /// The gateway's identity and its caches of keys and user sessions.
 pub struct Access {
     gateway: Arc<Client>,
     keys: Mutex<HashMap<String, KeyEntry>>,
     users: tokio::sync::Mutex<HashMap<String, (Arc<Client>, u64)>>,
+    /// Each user's groups and when they were read (for permissions the gateway checks
+    /// itself, [`crate::acl`]).
+    groups: Mutex<HashMap<String, Groups>>,
 }
 
 impl Access {
@@ -48,6 +55,7 @@ impl Access {
             gateway,
             keys: Mutex::new(HashMap::new()),
             users: tokio::sync::Mutex::new(HashMap::new()),
+            groups: Mutex::new(HashMap::new()),
         })
     }
 
@@ -56,8 +64,17 @@ impl Access {
         &self.gateway
     }
 
+    /// The user of access key `id`, if its secret was fetched lately (for the access log).
+    pub fn cached_user(&self, id: &str) -> Option<String> {
+        self.keys
+            .lock()
+            .expect("keys lock")
+            .get(id)
+            .map(|k| k.user.clone())
+    }
+
     /// The user of access key `id` and its secret.
-    async fn key(&self, id: &str) -> S3Result<(String, SecretKey)> {
+    pub(crate) async fn key(&self, id: &str) -> S3Result<(String, SecretKey)> {
         let now = now_ms();
         if let Some(k) = self.keys.lock().expect("keys lock").get(id) {
             if now < k.fetched_ms + KEY_CACHE_MS {
@@ -98,6 +115,43 @@ impl Access {
         self.client_for(&user).await
     }
 
+    /// Drops the session cached for `user` if it is `dead` (the manager ended it), so the
+    /// next request opens a fresh one.
+    pub async fn forget(&self, user: &str, dead: &Arc<Client>) {
+        let mut users = self.users.lock().await;
+        if users.get(user).is_some_and(|(c, _)| Arc::ptr_eq(c, dead)) {
+            users.remove(user);
+        }
+    }
+
+    /// The groups `user` belongs to (read through the gateway's session, cached for
+    /// [`KEY_CACHE_MS`]).
+    pub async fn groups(&self, user: &str) -> S3Result<Arc<Vec<String>>> {
+        let now = now_ms();
+        if let Some((g, at)) = self.groups.lock().expect("groups lock").get(user) {
+            if now < at + KEY_CACHE_MS {
+                return Ok(g.clone());
+            }
+        }
+        let users = match self.gateway.call("/", calls::UserList).await {
+            Ok(u) => u,
+            Err(e) => return Err(internal(&e)),
+        };
+        let mine = Arc::new(
+            users
+                .into_iter()
+                .find(|u| u.name == user)
+                .map(|u| u.groups)
+                .unwrap_or_default(),
+        );
+        let mut g = self.groups.lock().expect("groups lock");
+        if g.len() >= CACHED_MAX {
+            g.clear();
+        }
+        g.insert(user.to_string(), (mine.clone(), now));
+        Ok(mine)
+    }
+
     /// A client acting for `user`: a cached session, or a fresh one the manager opens.
     pub async fn client_for(&self, user: &str) -> S3Result<Arc<Client>> {
         let now = now_ms();
@@ -131,16 +185,43 @@ impl Access {
     }
 }
 
-/// An error the client cannot name as an S3 error: logged, and answered as `InternalError`
-/// or `ServiceUnavailable` (the manager or a drive could not be reached).
+/// The message of every `InternalError`: its cause is in the gateway's log, under the
+/// request id the error carries, never in the reply (it names paths of the namespace).
+pub const INTERNAL: &str = "internal error; the gateway's log has its cause under this request id";
+/// The message of every `ServiceUnavailable` for an unreachable manager or drive.
+pub const UNAVAILABLE: &str = "the storage cluster is unreachable for now; try again";
+/// The message of the error that tells a request its user's session ended
+/// ([`session_ended`]); it is answered as `ServiceUnavailable` if a fresh session fails too.
+pub const SESSION_ENDED: &str = "the user's session ended; try again";
+
+/// Whether the manager refused a request because its session is over: expired, or ended by
+/// a logout or a credential change (then a fresh session is needed, not a retry).
+pub fn is_session_over(e: &FsError) -> bool {
+    matches!(
+        e.status(),
+        Some(MgrStatus::SessionExpired) | Some(MgrStatus::NotLoggedIn)
+    )
+}
+
+/// Whether `e` is the error [`internal`] makes of an ended session.
+pub fn session_ended(e: &S3Error) -> bool {
+    *e.code() == s3s::S3ErrorCode::ServiceUnavailable && e.message() == Some(SESSION_ENDED)
+}
+
+/// An error the client cannot name as an S3 error: logged with its cause, and answered as
+/// `InternalError` or `ServiceUnavailable` (the manager or a drive could not be reached, or
+/// the user's session ended) without it.
 pub fn internal(e: &FsError) -> S3Error {
     tracing::warn!("{e}");
+    if is_session_over(e) {
+        return s3_error!(ServiceUnavailable, "{SESSION_ENDED}");
+    }
     let unavailable = matches!(e, FsError::Manager { error, .. } if error.is_unavailable())
         || matches!(e, FsError::Drive { .. } | FsError::Layout { .. });
     if unavailable {
-        s3_error!(ServiceUnavailable, "{e}")
+        s3_error!(ServiceUnavailable, "{UNAVAILABLE}")
     } else {
-        s3_error!(InternalError, "{e}")
+        s3_error!(InternalError, "{INTERNAL}")
     }
 }
 

@@ -3,9 +3,12 @@
 //! made by a client acting for the user whose key signed it, so the manager checks every
 //! permission as for that user. Writes are staged uploads committed with their metadata in
 //! one manager transaction: a failed or interrupted PUT leaves nothing visible, and a reader
-//! sees the old object or the new one, never a mix of bytes and metadata.
+//! sees the old object or the new one, never a mix of bytes and metadata. Buckets and
+//! objects are private unless an ACL says otherwise ([`crate::acl`]); a key's directories
+//! take their bucket's mode.
 
-use crate::access::{internal, Access};
+use crate::access::{internal, session_ended, Access, SESSION_ENDED};
+use crate::acl::{self, Caller};
 use crate::digest::{self, Digests};
 use crate::list::{self, Query};
 use crate::meta::{self, ObjectMeta};
@@ -21,10 +24,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// Mode of the files the gateway makes (a user's umask of 022 would give the same).
-pub const FILE_MODE: u32 = 0o644;
-/// Mode of the directories (buckets, key prefixes) the gateway makes.
-pub const DIR_MODE: u32 = 0o755;
 /// Objects up to this size arrive whole before they are written (one manager round trip to
 /// create them, through the client's prepared files); larger ones stream.
 pub const SMALL_OBJECT_BYTES: u64 = 1 << 20;
@@ -46,12 +45,98 @@ impl Gateway {
         }
     }
 
-    /// The client acting for the request's signer (anonymous requests are refused).
-    pub(crate) async fn user<T>(&self, req: &S3Request<T>) -> S3Result<Arc<Client>> {
-        let Some(c) = &req.credentials else {
+    /// Runs `op` with a client acting for the request's signer (anonymous requests are
+    /// refused), after checking `x-amz-expected-bucket-owner` against `bucket`'s owner. When
+    /// the manager ended the signer's session meanwhile (a password change ends them all),
+    /// the session is opened anew and `op` runs once more: an operation that consumed its
+    /// body by then fails on its second run ([`BodySlot`]) and answers `ServiceUnavailable`.
+    pub(crate) async fn as_user<T, R, F, Fut>(
+        &self,
+        req: &S3Request<T>,
+        bucket: Option<&str>,
+        op: F,
+    ) -> S3Result<R>
+    where
+        F: Fn(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = S3Result<R>>,
+    {
+        let Some(cred) = &req.credentials else {
             return Err(s3_error!(AccessDenied, "anonymous requests are not served"));
         };
-        self.access.client_for_key(&c.access_key).await
+        let expected = req
+            .headers
+            .get("x-amz-expected-bucket-owner")
+            .and_then(|v| v.to_str().ok());
+        let mut retried = false;
+        loop {
+            let c = self.access.client_for_key(&cred.access_key).await?;
+            let r = async {
+                if let (Some(want), Some(b)) = (expected, bucket) {
+                    let (_, st) = self.bucket_stat(&c, b).await?;
+                    if st.owner != want {
+                        return Err(s3_error!(
+                            AccessDenied,
+                            "the bucket's owner is not the expected one"
+                        ));
+                    }
+                }
+                op(c.clone()).await
+            }
+            .await;
+            match r {
+                Err(e) if session_ended(&e) && !retried => {
+                    self.access.forget(c.user(), &c).await;
+                    retried = true;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Whether `c`'s user passes `check` on `st` (their groups are read only when `st`'s
+    /// permissions depend on them).
+    pub(crate) async fn may(
+        &self,
+        c: &Client,
+        st: &FileStat,
+        check: fn(&FileStat, &Caller<'_>) -> bool,
+    ) -> S3Result<bool> {
+        let none = Vec::new();
+        if st.owner == c.user() || acl::group_is_other(st) {
+            return Ok(check(
+                st,
+                &Caller {
+                    user: c.user(),
+                    groups: &none,
+                },
+            ));
+        }
+        let groups = self.access.groups(c.user()).await?;
+        Ok(check(
+            st,
+            &Caller {
+                user: c.user(),
+                groups: &groups,
+            },
+        ))
+    }
+
+    /// Fails with `AccessDenied` unless `c`'s user may add objects to the bucket of stat `st`.
+    pub(crate) async fn need_write(&self, c: &Client, st: &FileStat) -> S3Result<()> {
+        if self.may(c, st, acl::may_write).await? {
+            Ok(())
+        } else {
+            Err(s3_error!(AccessDenied))
+        }
+    }
+
+    /// Fails with `AccessDenied` unless `c`'s user may list the bucket of stat `st`.
+    pub(crate) async fn need_list(&self, c: &Client, st: &FileStat) -> S3Result<()> {
+        if self.may(c, st, acl::may_list).await? {
+            Ok(())
+        } else {
+            Err(s3_error!(AccessDenied))
+        }
     }
 
     /// An error about `path` in bucket `bucket` as S3 names it: a missing path is a missing
@@ -81,20 +166,32 @@ impl Gateway {
         }
     }
 
-    /// Fails with `NoSuchBucket` unless the bucket exists.
-    pub(crate) async fn need_bucket(&self, c: &Client, bucket: &str) -> S3Result<String> {
+    /// The directory of a bucket that exists, and its stat (`NoSuchBucket` otherwise).
+    pub(crate) async fn bucket_stat(
+        &self,
+        c: &Client,
+        bucket: &str,
+    ) -> S3Result<(String, FileStat)> {
         let path = self.names.bucket(bucket)?;
-        if !self.bucket_exists(c, bucket).await? {
-            return Err(s3_error!(NoSuchBucket));
+        match c.stat(&path).await {
+            Ok(st) if st.kind == FileKind::Dir => Ok((path, st)),
+            Ok(_) => Err(s3_error!(NoSuchBucket)),
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => Err(s3_error!(NoSuchBucket)),
+            Err(e) => Err(status_err(e)),
         }
-        Ok(path)
     }
 
-    /// Makes the directories between the bucket and `key` (the bucket must exist).
+    /// Fails with `NoSuchBucket` unless the bucket exists.
+    pub(crate) async fn need_bucket(&self, c: &Client, bucket: &str) -> S3Result<String> {
+        Ok(self.bucket_stat(c, bucket).await?.0)
+    }
+
+    /// Makes the directories between the bucket and `key` (the bucket must exist), each with
+    /// the bucket's mode, so a key's prefixes are as open as its bucket.
     pub(crate) async fn make_parents(&self, c: &Client, bucket: &str, key: &str) -> S3Result<()> {
-        self.need_bucket(c, bucket).await?;
+        let (_, st) = self.bucket_stat(c, bucket).await?;
         for d in self.names.parents(bucket, key)? {
-            match c.mkdir(&d, DIR_MODE).await {
+            match c.mkdir(&d, st.mode & 0o777).await {
                 Ok(()) => {}
                 Err(e) if e.status() == Some(MgrStatus::Exists) => {}
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
@@ -103,19 +200,21 @@ impl Gateway {
         Ok(())
     }
 
-    /// Starts an upload to `key`, making its directories when they are missing.
+    /// Starts an upload to `key` of mode `mode`, making its directories when they are
+    /// missing; what to do about the mode of the object it replaces once it is committed.
     pub(crate) async fn begin(
         &self,
         c: &Arc<Client>,
         bucket: &str,
         key: &str,
         digests: Digests,
-    ) -> S3Result<Writer> {
+        mode: u32,
+    ) -> S3Result<(Writer, ModeFix)> {
         let (path, _) = self.names.key(bucket, key)?;
         let mut attempt = 0;
         let upload = loop {
             attempt += 1;
-            match c.begin_upload(&path, FILE_MODE).await {
+            match c.begin_upload(&path, mode).await {
                 Ok(u) => break u,
                 Err(e)
                     if matches!(e.status(), Some(MgrStatus::NoSuchPath))
@@ -126,9 +225,18 @@ impl Gateway {
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
             }
         };
-        Writer::new(c.clone(), upload, digests)
+        let old = upload.replaces().then(|| upload.stat().clone());
+        let fix = match ModeFix::before(c, old.as_ref(), &path, mode).await {
+            Ok(f) => f,
+            Err(e) => {
+                c.abort_upload(&upload).await;
+                return Err(e);
+            }
+        };
+        let w = Writer::new(c.clone(), upload, digests)
             .await
-            .map_err(status_err)
+            .map_err(status_err)?;
+        Ok((w, fix))
     }
 
     /// Writes a whole small object with its metadata (one round trip to create it).
@@ -139,13 +247,14 @@ impl Gateway {
         key: &str,
         data: &[u8],
         m: &ObjectMeta,
+        mode: u32,
     ) -> S3Result<()> {
         let (path, _) = self.names.key(bucket, key)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
             match c
-                .put_bytes_with(&path, data, FILE_MODE, Some(m.to_xattrs()))
+                .put_bytes_with(&path, data, mode, Some(m.to_xattrs()))
                 .await
             {
                 Ok(()) => return Ok(()),
@@ -157,6 +266,34 @@ impl Gateway {
         }
     }
 
+    /// Fails with `AccessDenied` unless `c`'s user may pass through the bucket and the
+    /// directories of `key`. The manager checks this on every lookup it makes, but a client
+    /// serves a path it looked up before from its cache (its callback is broken when the file
+    /// changes, not when a directory above it does), so a bucket made private would stay
+    /// readable for those who read it before; the directories' own stats are fresh (their
+    /// callbacks are broken by the change).
+    async fn need_reach(&self, c: &Client, bucket: &str, key: &str) -> S3Result<()> {
+        let (_, b) = self.bucket_stat(c, bucket).await?;
+        if b.owner == c.user() && b.mode & 0o100 != 0 {
+            // A bucket's owner is shut out only by another user's prefix in a
+            // public-read-write bucket, and the manager checks a lookup it makes.
+            return Ok(());
+        }
+        if !self.may(c, &b, acl::may_pass).await? {
+            return Err(s3_error!(AccessDenied));
+        }
+        for d in self.names.parents(bucket, key)? {
+            match c.stat(&d).await {
+                Ok(st) if !self.may(c, &st, acl::may_pass).await? => {
+                    return Err(s3_error!(AccessDenied))
+                }
+                Ok(_) => {}
+                Err(e) => return Err(self.fs_err(c, bucket, e).await),
+            }
+        }
+        Ok(())
+    }
+
     /// The stat and metadata of object `key` (directories are not objects).
     pub(crate) async fn object(
         &self,
@@ -164,6 +301,7 @@ impl Gateway {
         bucket: &str,
         key: &str,
     ) -> S3Result<(String, FileStat, ObjectMeta)> {
+        self.need_reach(c, bucket, key).await?;
         let (path, dir) = self.names.key(bucket, key)?;
         let (st, x) = match c.getxattrs(&path).await {
             Ok(v) => v,
@@ -223,41 +361,53 @@ impl Gateway {
         Ok(())
     }
 
-    /// Streams `body` into a new version of `key` with metadata `m` (its ETag and checksums
-    /// filled in here), checking the claimed digests before anything is committed. Returns
-    /// the metadata committed.
+    /// Streams the body in `body` into a new version of `key` of mode `mode` with metadata
+    /// `m` (its ETag and checksums filled in here), checking the claimed digests before
+    /// anything is committed. Returns the metadata committed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn put_stream(
         &self,
         c: &Arc<Client>,
         bucket: &str,
         key: &str,
-        body: Option<StreamingBlob>,
+        body: &BodySlot,
         length: Option<u64>,
         mut m: ObjectMeta,
         claims: &Claims,
         trailers: Option<&s3s::TrailingHeaders>,
+        mode: u32,
     ) -> S3Result<ObjectMeta> {
         let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
-        let mut body = body;
         if length.is_some_and(|n| n <= SMALL_OBJECT_BYTES) {
-            let data = collect(&mut body, SMALL_OBJECT_BYTES).await?;
+            // The object there now, if any, read while the body arrives.
+            let (path, _) = self.names.key(bucket, key)?;
+            let (data, old) = tokio::join!(body.collect(SMALL_OBJECT_BYTES), c.stat(&path));
+            let data = data?;
+            let old = match old {
+                Ok(st) if st.kind == FileKind::File => Some(st),
+                Ok(_) => None,
+                Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
+                Err(e) => return Err(self.fs_err(c, bucket, e).await),
+            };
             digests.update(&data);
             let (md5, sums) = digests.finish();
             let claimed = claims.with_trailers(trailers);
             digest::verify(&md5, claims.content_md5.as_deref(), &sums, &claimed)?;
             m.etag = Some(hex::encode(md5));
             m.checksums = sums;
-            self.put_small(c, bucket, key, &data, &m).await?;
+            let fix = ModeFix::before(c, old.as_ref(), &path, mode).await?;
+            self.put_small(c, bucket, key, &data, &m, mode).await?;
+            fix.after(c).await?;
             return Ok(m);
         }
-        let w = self.begin(c, bucket, key, digests).await?;
-        let done = receive(c, w, body, length, claims, trailers).await?;
+        let (w, fix) = self.begin(c, bucket, key, digests, mode).await?;
+        let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
         m.etag = Some(hex::encode(done.md5));
         m.checksums = done.checksums;
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(c, bucket, e).await);
         }
+        fix.after(c).await?;
         Ok(m)
     }
 
@@ -417,6 +567,106 @@ pub(crate) async fn refuse(mut body: Option<StreamingBlob>, e: S3Error) -> S3Err
     e
 }
 
+/// A request's body, held so that an operation run again with a fresh session
+/// ([`Gateway::as_user`]) finds it: whole when it was collected, or not at all once it was
+/// streamed.
+pub(crate) struct BodySlot(tokio::sync::Mutex<Slot>);
+
+enum Slot {
+    Stream(Option<StreamingBlob>),
+    Collected(Bytes),
+    Taken,
+}
+
+impl BodySlot {
+    pub fn new(body: Option<StreamingBlob>) -> BodySlot {
+        BodySlot(tokio::sync::Mutex::new(Slot::Stream(body)))
+    }
+
+    /// The body as a stream, for the one run that consumes it.
+    pub async fn take_stream(&self) -> S3Result<Option<StreamingBlob>> {
+        let mut s = self.0.lock().await;
+        match std::mem::replace(&mut *s, Slot::Taken) {
+            Slot::Stream(b) => Ok(b),
+            Slot::Collected(b) => Ok(Some(StreamingBlob::from(s3s::Body::from(b)))),
+            Slot::Taken => Err(s3_error!(ServiceUnavailable, "{SESSION_ENDED}")),
+        }
+    }
+
+    /// The whole body, of at most `max` bytes (kept for a second run).
+    pub async fn collect(&self, max: u64) -> S3Result<Bytes> {
+        let mut s = self.0.lock().await;
+        let bytes = match &mut *s {
+            Slot::Collected(b) => return Ok(b.clone()),
+            Slot::Taken => return Err(s3_error!(ServiceUnavailable, "{SESSION_ENDED}")),
+            Slot::Stream(b) => Bytes::from(collect(b, max).await?),
+        };
+        *s = Slot::Collected(bytes.clone());
+        Ok(bytes)
+    }
+
+    /// `e`, once up to [`REFUSED_BODY_BYTES_MAX`] of the body has been read.
+    pub async fn refuse(&self, e: S3Error) -> S3Error {
+        match self.take_stream().await {
+            Ok(b) => refuse(b, e).await,
+            Err(_) => e,
+        }
+    }
+}
+
+/// The mode of a file an upload replaces stays the old file's (the manager applies a mode
+/// only when it creates a file), so a write's ACL would be ignored on an overwrite: `ModeFix`
+/// narrows the old file's mode before the commit to what both modes allow — neither the old
+/// bytes nor the new are ever more open than asked — and sets the new one after it.
+#[must_use = "the new mode is set by `after`, once the upload is committed"]
+pub(crate) struct ModeFix {
+    path: String,
+    then: Option<u32>,
+}
+
+impl ModeFix {
+    /// Narrows `old` (the file at `path` an upload replaces, if any) for mode `mode`.
+    pub(crate) async fn before(
+        c: &Client,
+        old: Option<&FileStat>,
+        path: &str,
+        mode: u32,
+    ) -> S3Result<ModeFix> {
+        let none = ModeFix {
+            path: path.to_string(),
+            then: None,
+        };
+        let Some(old) = old.map(|st| st.mode & 0o777) else {
+            return Ok(none);
+        };
+        if old == mode {
+            return Ok(none);
+        }
+        let both = old & mode;
+        if both != old {
+            c.chmod(path, both).await.map_err(|e| match e.status() {
+                Some(MgrStatus::PermissionDenied) => s3_error!(
+                    AccessDenied,
+                    "the object there belongs to another user, whose permissions it keeps"
+                ),
+                _ => status_err(e),
+            })?;
+        }
+        Ok(ModeFix {
+            path: path.to_string(),
+            then: (both != mode).then_some(mode),
+        })
+    }
+
+    /// Gives the committed object its mode.
+    pub(crate) async fn after(self, c: &Client) -> S3Result<()> {
+        match self.then {
+            Some(m) => c.chmod(&self.path, m).await.map_err(status_err),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Reads a whole body of at most `max` bytes.
 pub(crate) async fn collect(body: &mut Option<StreamingBlob>, max: u64) -> S3Result<Vec<u8>> {
     let mut out = vec![];
@@ -441,7 +691,11 @@ pub(crate) fn status_err(e: FsError) -> S3Error {
         Some(MgrStatus::NotEmpty) => s3_error!(BucketNotEmpty),
         Some(MgrStatus::NameTooLong) => s3_error!(KeyTooLongError),
         Some(MgrStatus::BadName) | Some(MgrStatus::InvalidArgument) => {
-            s3_error!(InvalidArgument, "{e}")
+            tracing::debug!("{e}");
+            s3_error!(
+                InvalidArgument,
+                "the namespace refused the name or an argument"
+            )
         }
         Some(MgrStatus::Busy) | Some(MgrStatus::Conflict) => {
             s3_error!(SlowDown, "another writer holds the object; try again")
@@ -449,7 +703,9 @@ pub(crate) fn status_err(e: FsError) -> S3Error {
         Some(MgrStatus::DiskFull) => s3_error!(InternalError, "no space left on the drives"),
         // S3 has no quota error of its own; AccessDenied with the reason is what AWS
         // services answer for an account limit.
-        Some(MgrStatus::QuotaExceeded) => s3_error!(AccessDenied, "{e}"),
+        Some(MgrStatus::QuotaExceeded) => {
+            s3_error!(AccessDenied, "the write would exceed the owner's quota")
+        }
         _ => internal(&e),
     }
 }

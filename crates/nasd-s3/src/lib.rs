@@ -7,6 +7,9 @@
 //! within 15 minutes) and writes S3's XML; the gateway maps the API onto the namespace:
 //! - [`access`] — access keys (the manager's `S3KeySecret`, gateways only) and a session per
 //!   user opened through `ActFor`, so the manager checks every permission for that user;
+//! - [`acl`] — buckets and objects private to their owners unless a canned ACL or a grant
+//!   that modes express opens them, ACLs read back as enforced; [`buckets`] — the bucket and
+//!   ACL operations; [`unsupported`] — what the gateway refuses rather than ignores;
 //! - [`names`] — buckets as directories under a root, keys as paths (never leaving their
 //!   bucket);
 //! - [`gateway`] and [`ops`] — the object and bucket operations; [`multipart`] — multipart
@@ -15,7 +18,11 @@
 //!   committed with the content; [`digest`] — MD5 and `x-amz-checksum-*` as bytes stream;
 //! - [`stream`] — bounded-memory streams between HTTP bodies and the drives;
 //! - [`list`] — listings in key order over the directory tree;
-//! - [`server`] — the HTTP(S) server and its limits.
+//! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
+//!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
+//!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
+//!   re-cut into bounded chunks; [`guard`] — signature rules (no SigV2 by default, presigned
+//!   lifetimes, signed headers).
 
 /// Copies the checksums of metadata `$m` into an output that has S3's checksum fields.
 macro_rules! set_checksums {
@@ -57,15 +64,23 @@ macro_rules! content_headers {
 }
 
 pub mod access;
+pub mod acl;
+mod buckets;
+pub mod chunked;
+pub mod conns;
 pub mod digest;
+pub mod front;
 pub mod gateway;
+pub mod guard;
 pub mod list;
+pub mod log;
 pub mod meta;
 pub mod multipart;
 pub mod names;
 mod ops;
 pub mod server;
 pub mod stream;
+pub mod unsupported;
 
 pub use gateway::Gateway;
-pub use server::{serve, ServeError, Tls};
+pub use server::{serve, Options, ServeError, Tls};

@@ -7,11 +7,15 @@
 //! staged upload of the key, committed with the multipart ETag (the MD5 of the parts' MD5s,
 //! `-N`) and the metadata in one manager transaction; aborting removes the directory. An
 //! upload nobody completes or aborts stays listed (`ListMultipartUploads`) until someone
-//! does; its bytes are never visible as an object.
+//! does; its bytes are never visible as an object. Since parts are staged outside the
+//! bucket, starting an upload and storing each part need write permission on the bucket,
+//! which the gateway checks itself ([`crate::acl`]); the upload's record keeps the mode its
+//! ACL asked for, given to the object when it completes.
 
 use crate::digest::Digests;
 use crate::gateway::*;
 use crate::meta::{self, ObjectMeta};
+use crate::ops::copy_source;
 use crate::stream;
 use md5::Digest as _;
 use nasd_client::files::Client;
@@ -36,6 +40,8 @@ const INFO: &str = "upload";
 const X_BUCKET: &str = "user.s3.upload.bucket";
 const X_KEY: &str = "user.s3.upload.key";
 const X_ALGORITHM: &str = "user.s3.upload.algorithm";
+/// The mode the object gets (its ACL), octal.
+const X_MODE: &str = "user.s3.upload.mode";
 
 /// An upload's record.
 struct Info {
@@ -43,6 +49,7 @@ struct Info {
     key: String,
     meta: ObjectMeta,
     algorithm: Option<String>,
+    mode: u32,
     initiated_us: u64,
 }
 
@@ -94,12 +101,14 @@ impl Gateway {
 
     pub(crate) async fn mp_create(
         &self,
-        req: S3Request<CreateMultipartUploadInput>,
+        c: Arc<Client>,
+        req: &S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         self.names.key(&i.bucket, &i.key)?;
-        self.need_bucket(&c, &i.bucket).await?;
+        let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
+        self.need_write(&c, &bucket).await?;
+        let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
         let m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
         let mut id = [0u8; 16];
         nasd_crypto::random_bytes(&mut id);
@@ -112,6 +121,7 @@ impl Gateway {
         let mut x = m.to_xattrs();
         x.push(xattr(X_BUCKET, &i.bucket));
         x.push(xattr(X_KEY, &i.key));
+        x.push(xattr(X_MODE, &format!("{mode:o}")));
         let algorithm = i
             .checksum_algorithm
             .as_ref()
@@ -134,38 +144,31 @@ impl Gateway {
 
     pub(crate) async fn mp_upload_part(
         &self,
-        req: S3Request<UploadPartInput>,
+        c: Arc<Client>,
+        req: &S3Request<UploadPartInput>,
+        body: &BodySlot,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let c = self.user(&req).await?;
-        let S3Request {
-            input: i,
-            headers,
-            trailing_headers,
-            ..
-        } = req;
-        let checked = match check_part(i.part_number) {
-            Ok(()) => self.info(&c, &i.upload_id, &i.bucket, &i.key).await,
-            Err(e) => Err(e),
-        };
-        let info = match checked {
-            Ok(info) => info,
-            Err(e) => return Err(refuse(i.body, e).await),
-        };
+        let i = &req.input;
+        check_part(i.part_number)?;
+        let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        // The upload's user may still write to the bucket (its ACL may have changed).
+        let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
+        self.need_write(&c, &bucket).await?;
         let dir = self.upload_dir(&i.upload_id)?;
         let length = i.content_length.and_then(|n| u64::try_from(n).ok());
         if length.is_some_and(|n| n > PART_BYTES_MAX) {
             return Err(s3_error!(EntityTooLarge));
         }
-        let mut claims = Claims::of(&headers, i.content_md5.clone());
+        let mut claims = Claims::of(&req.headers, i.content_md5.clone());
         claims.algorithms.extend(info.algorithm.clone());
         let m = self
             .put_file(
                 &c,
                 &format!("{dir}/{}", part_name(i.part_number)),
-                i.body,
+                body,
                 length,
                 &claims,
-                trailing_headers.as_ref(),
+                req.trailing_headers.as_ref(),
             )
             .await?;
         let mut out = UploadPartOutput {
@@ -181,7 +184,7 @@ impl Gateway {
         &self,
         c: &Arc<Client>,
         path: &str,
-        body: Option<StreamingBlob>,
+        body: &BodySlot,
         length: Option<u64>,
         claims: &Claims,
         trailers: Option<&s3s::TrailingHeaders>,
@@ -197,26 +200,22 @@ impl Gateway {
         let w = stream::Writer::new(c.clone(), u, digests)
             .await
             .map_err(status_err)?;
-        let done = receive(c, w, body, length, claims, trailers).await?;
+        let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
         commit(c, done, ObjectMeta::default()).await
     }
 
     pub(crate) async fn mp_upload_part_copy(
         &self,
-        req: S3Request<UploadPartCopyInput>,
+        c: Arc<Client>,
+        req: &S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         check_part(i.part_number)?;
         let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
-        let CopySource::Bucket {
-            bucket: sb,
-            key: sk,
-            ..
-        } = &i.copy_source
-        else {
-            return Err(s3_error!(NotImplemented, "copies from access points"));
-        };
+        let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
+        self.need_write(&c, &bucket).await?;
+        let (sb, sk) = copy_source(&i.copy_source)?;
+        self.expected_source_owner(&c, &req.headers, sb).await?;
         let (src, st, _) = self.object(&c, sb, sk).await?;
         let range = match &i.copy_source_range {
             None => 0..st.size,
@@ -261,9 +260,9 @@ impl Gateway {
 
     pub(crate) async fn mp_complete(
         &self,
-        req: S3Request<CompleteMultipartUploadInput>,
+        c: Arc<Client>,
+        req: &S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
         let dir = self.upload_dir(&i.upload_id)?;
@@ -305,12 +304,13 @@ impl Gateway {
             }
             md5s.update(hex::decode(e).unwrap_or_default());
         }
-        let mut w = self
+        let (mut w, fix) = self
             .begin(
                 &c,
                 &i.bucket,
                 &i.key,
                 Digests::new(info.algorithm.as_deref()),
+                info.mode,
             )
             .await?;
         for (n, _) in &asked {
@@ -332,6 +332,7 @@ impl Gateway {
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(&c, &i.bucket, e).await);
         }
+        fix.after(&c).await?;
         remove_upload(&c, &dir).await;
         let mut out = CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),
@@ -346,9 +347,9 @@ impl Gateway {
 
     pub(crate) async fn mp_abort(
         &self,
-        req: S3Request<AbortMultipartUploadInput>,
+        c: Arc<Client>,
+        req: &S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
         remove_upload(&c, &self.upload_dir(&i.upload_id)?).await;
@@ -357,11 +358,12 @@ impl Gateway {
 
     pub(crate) async fn mp_list_uploads(
         &self,
-        req: S3Request<ListMultipartUploadsInput>,
+        c: Arc<Client>,
+        req: &S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
-        self.need_bucket(&c, &i.bucket).await?;
+        let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
+        self.need_list(&c, &bucket).await?;
         let staging = self.staging();
         let prefix = i.prefix.clone().unwrap_or_default();
         let max = i
@@ -410,9 +412,9 @@ impl Gateway {
 
     pub(crate) async fn mp_list_parts(
         &self,
-        req: S3Request<ListPartsInput>,
+        c: Arc<Client>,
+        req: &S3Request<ListPartsInput>,
     ) -> S3Result<S3Response<ListPartsOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
         let dir = self.upload_dir(&i.upload_id)?;
@@ -466,6 +468,9 @@ async fn read_info(c: &Client, dir: &str) -> Option<Info> {
         bucket: get(X_BUCKET)?,
         key: get(X_KEY)?,
         algorithm: get(X_ALGORITHM),
+        mode: get(X_MODE)
+            .and_then(|m| u32::from_str_radix(&m, 8).ok())
+            .map_or(crate::acl::OBJECT_MODE, |m| m & 0o777),
         meta: ObjectMeta::from_xattrs(&x),
         initiated_us: st.ctime_us,
     })

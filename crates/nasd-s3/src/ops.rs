@@ -1,18 +1,33 @@
-//! The S3 API as s3s dispatches it: buckets, objects and listings here, multipart uploads
-//! in [`crate::multipart`]. Each operation resolves the signer's client, maps bucket and key
-//! to paths ([`crate::names`]) and calls the namespace or the streams of
-//! [`crate::gateway`].
+//! The S3 API as s3s dispatches it. Each operation runs for the signer through
+//! [`Gateway::as_user`] (which opens the signer's session anew if the manager ended it) and
+//! is one function of the gateway: objects and listings here, buckets and ACLs in
+//! [`crate::buckets`], multipart uploads in [`crate::multipart`]. Each maps bucket and key to
+//! paths ([`crate::names`]) and calls the namespace or the streams of [`crate::gateway`].
 
+use crate::acl;
 use crate::gateway::*;
 use crate::list;
 use crate::meta::ObjectMeta;
-use nasd_proto::manager::{FileKind, MgrStatus};
+use nasd_client::files::Client;
+use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::Arc;
 
 fn no_content<T>(output: T) -> S3Response<T> {
     S3Response::new(output)
+}
+
+/// Runs `$f` (a gateway method taking the client and the request) for the signer of `$req`,
+/// whose bucket is `$req.input.bucket`.
+macro_rules! as_user {
+    ($self:ident, $req:ident, $f:ident) => {
+        $self
+            .as_user(&$req, Some($req.input.bucket.as_str()), |c| {
+                $self.$f(c, &$req)
+            })
+            .await
+    };
 }
 
 #[async_trait::async_trait]
@@ -21,165 +36,256 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let c = self.user(&req).await?;
-        let root = self.names.root();
-        let buckets = c
-            .list(&root)
+        self.as_user(&req, None, |c| self.list_buckets_as(c, &req))
             .await
-            .map_err(status_err)?
-            .into_iter()
-            .filter(|e| e.stat.kind == FileKind::Dir && crate::names::check_bucket(&e.name).is_ok())
-            .map(|e| Bucket {
-                name: Some(e.name),
-                creation_date: Some(Timestamp::from(
-                    UNIX_EPOCH + Duration::from_micros(e.stat.ctime_us),
-                )),
-                bucket_region: None,
-            })
-            .collect();
-        Ok(S3Response::new(ListBucketsOutput {
-            buckets: Some(buckets),
-            ..Default::default()
-        }))
     }
 
     async fn create_bucket(
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        let c = self.user(&req).await?;
-        let path = self.names.bucket(&req.input.bucket)?;
-        match c.mkdir(&path, DIR_MODE).await {
-            Ok(()) => {}
-            Err(e) if e.status() == Some(MgrStatus::Exists) => {
-                let mine = c
-                    .stat(&path)
-                    .await
-                    .is_ok_and(|st| st.kind == FileKind::Dir && st.owner == c.user());
-                return Err(if mine {
-                    s3_error!(BucketAlreadyOwnedByYou)
-                } else {
-                    s3_error!(BucketAlreadyExists)
-                });
-            }
-            Err(e) => return Err(status_err(e)),
-        }
-        Ok(S3Response::new(CreateBucketOutput {
-            location: Some(format!("/{}", req.input.bucket)),
-        }))
+        self.as_user(&req, None, |c| self.create_bucket_as(c, &req))
+            .await
     }
 
     async fn delete_bucket(
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        let c = self.user(&req).await?;
-        let path = self.names.bucket(&req.input.bucket)?;
-        c.rmdir(&path).await.map_err(|e| match e.status() {
-            Some(MgrStatus::NoSuchPath) | Some(MgrStatus::NotADirectory) => {
-                s3_error!(NoSuchBucket)
-            }
-            _ => status_err(e),
-        })?;
-        Ok(no_content(DeleteBucketOutput {}))
+        as_user!(self, req, delete_bucket_as)
     }
 
     async fn head_bucket(
         &self,
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
-        let c = self.user(&req).await?;
-        let path = self.names.bucket(&req.input.bucket)?;
-        match c.stat(&path).await {
-            Ok(st) if st.kind == FileKind::Dir => Ok(S3Response::new(HeadBucketOutput::default())),
-            Ok(_) => Err(s3_error!(NoSuchBucket)),
-            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => Err(s3_error!(NoSuchBucket)),
-            Err(e) => Err(status_err(e)),
-        }
+        as_user!(self, req, head_bucket_as)
     }
 
     async fn get_bucket_location(
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        let c = self.user(&req).await?;
-        self.need_bucket(&c, &req.input.bucket).await?;
-        Ok(S3Response::new(GetBucketLocationOutput::default()))
+        as_user!(self, req, get_bucket_location_as)
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        as_user!(self, req, get_bucket_acl_as)
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        as_user!(self, req, put_bucket_acl_as)
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        as_user!(self, req, get_object_acl_as)
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        as_user!(self, req, put_object_acl_as)
     }
 
     async fn put_object(
         &self,
-        req: S3Request<PutObjectInput>,
+        mut req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let c = self.user(&req).await?;
-        let S3Request {
-            mut input,
-            headers,
-            trailing_headers,
-            ..
-        } = req;
-        let body = input.body.take();
-        let (path, dir) = match self.names.key(&input.bucket, &input.key) {
-            Ok(x) => x,
-            Err(e) => return Err(refuse(body, e).await),
+        let body = BodySlot::new(req.input.body.take());
+        let r = self
+            .as_user(&req, Some(req.input.bucket.as_str()), |c| {
+                self.put_object_as(c, &req, &body)
+            })
+            .await;
+        match r {
+            Err(e) => Err(body.refuse(e).await),
+            ok => ok,
+        }
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        as_user!(self, req, get_object_as)
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        as_user!(self, req, head_object_as)
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        as_user!(self, req, delete_object_as)
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        as_user!(self, req, delete_objects_as)
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        as_user!(self, req, copy_object_as)
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        as_user!(self, req, list_objects_as)
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        as_user!(self, req, list_objects_v2_as)
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        as_user!(self, req, mp_create)
+    }
+
+    async fn upload_part(
+        &self,
+        mut req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let body = BodySlot::new(req.input.body.take());
+        let r = self
+            .as_user(&req, Some(req.input.bucket.as_str()), |c| {
+                self.mp_upload_part(c, &req, &body)
+            })
+            .await;
+        match r {
+            Err(e) => Err(body.refuse(e).await),
+            ok => ok,
+        }
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        as_user!(self, req, mp_upload_part_copy)
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        as_user!(self, req, mp_complete)
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        as_user!(self, req, mp_abort)
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        as_user!(self, req, mp_list_uploads)
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        as_user!(self, req, mp_list_parts)
+    }
+}
+
+/// The etag S3 gives an empty object (a folder marker).
+const EMPTY_ETAG: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+impl Gateway {
+    /// The mode a write of an object into the bucket of stat `bucket` asks for, by canned
+    /// ACL or grant headers ([`acl`]); refused when nasd cannot enforce it.
+    pub(crate) fn object_mode_of(
+        &self,
+        c: &Client,
+        bucket: &FileStat,
+        canned: Option<&ObjectCannedACL>,
+        headers: &http::HeaderMap,
+    ) -> S3Result<u32> {
+        let grants = grant_headers(headers);
+        let mode = match (canned, grants.is_empty()) {
+            (Some(_), false) => return Err(both_acls()),
+            (_, true) => acl::object_mode(canned, c.user(), &bucket.owner)?,
+            (None, false) => acl::granted_mode(&grants, c.user(), false)?,
         };
-        input.body = body;
+        acl::check_reachable(mode, bucket)?;
+        Ok(mode)
+    }
+
+    async fn put_object_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<PutObjectInput>,
+        body: &BodySlot,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let i = &req.input;
+        crate::unsupported::put_object(i)?;
+        let (path, dir) = self.names.key(&i.bucket, &i.key)?;
         if dir {
             // A folder marker: a directory.
-            let mut body = input.body;
-            if !collect(&mut body, 0).await?.is_empty() {
+            if !body.collect(0).await?.is_empty() {
                 return Err(s3_error!(
                     InvalidRequest,
                     "a key ending in `/` names a folder and holds no bytes"
                 ));
             }
-            self.make_parents(&c, &input.bucket, &input.key).await?;
+            self.make_parents(&c, &i.bucket, &i.key).await?;
             return Ok(S3Response::new(PutObjectOutput {
-                e_tag: Some(ETag::Strong("d41d8cd98f00b204e9800998ecf8427e".into())),
+                e_tag: Some(ETag::Strong(EMPTY_ETAG.into())),
                 ..Default::default()
             }));
         }
-        if input.if_none_match.is_some() || input.if_match.is_some() {
-            let current = match c.getxattrs(&path).await {
-                Ok((st, x)) if st.kind == FileKind::File => {
-                    Some(etag_of(&st, &ObjectMeta::from_xattrs(&x)))
-                }
-                Ok(_) => None,
-                Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
-                Err(e) => return Err(status_err(e)),
-            };
-            let ok = match (&input.if_none_match, &input.if_match, &current) {
-                (Some(_), _, Some(_)) => false,
-                (_, Some(ETagCondition::Any), None) => false,
-                (_, Some(ETagCondition::ETag(want)), cur) => {
-                    cur.as_ref().is_some_and(|e| e.value() == want.value())
-                }
-                _ => true,
-            };
-            if !ok {
-                return Err(refuse(input.body, s3_error!(PreconditionFailed)).await);
-            }
+        let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
+        let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
+        if i.if_none_match.is_some() || i.if_match.is_some() {
+            self.write_conditions(&c, &path, i).await?;
         }
-        let m = match meta_of(
-            input.content_type.as_deref(),
-            &headers,
-            input.metadata.as_ref(),
-        ) {
-            Ok(m) => m,
-            Err(e) => return Err(refuse(input.body, e).await),
-        };
-        let claims = Claims::of(&headers, input.content_md5.clone());
-        let length = input.content_length.and_then(|n| u64::try_from(n).ok());
+        let m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        let claims = Claims::of(&req.headers, i.content_md5.clone());
+        let length = i.content_length.and_then(|n| u64::try_from(n).ok());
         let m = self
             .put_stream(
                 &c,
-                &input.bucket,
-                &input.key,
-                input.body,
+                &i.bucket,
+                &i.key,
+                body,
                 length,
                 m,
                 &claims,
-                trailing_headers.as_ref(),
+                req.trailing_headers.as_ref(),
+                mode,
             )
             .await?;
         let mut out = PutObjectOutput {
@@ -190,13 +296,59 @@ impl S3 for Gateway {
         Ok(S3Response::new(out))
     }
 
-    async fn get_object(
+    /// `If-None-Match: *` and `If-Match` of a PUT, against the object there now (checked
+    /// before the upload starts, not atomically with its commit).
+    async fn write_conditions(&self, c: &Client, path: &str, i: &PutObjectInput) -> S3Result<()> {
+        if matches!(i.if_none_match, Some(ETagCondition::ETag(_))) {
+            return Err(s3_error!(
+                NotImplemented,
+                "If-None-Match on a write takes only `*`"
+            ));
+        }
+        let current = match c.getxattrs(path).await {
+            Ok((st, x)) if st.kind == FileKind::File => {
+                Some(etag_of(&st, &ObjectMeta::from_xattrs(&x)))
+            }
+            Ok(_) => None,
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
+            Err(e) => return Err(status_err(e)),
+        };
+        let ok = match (&i.if_none_match, &i.if_match, &current) {
+            (Some(_), _, Some(_)) => false,
+            (_, Some(ETagCondition::Any), None) => false,
+            (_, Some(ETagCondition::ETag(want)), cur) => {
+                cur.as_ref().is_some_and(|e| e.value() == want.value())
+            }
+            _ => true,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(s3_error!(PreconditionFailed))
+        }
+    }
+
+    /// The whole object for `partNumber=1` of an object written in one piece; other parts
+    /// are not recorded, so they are refused rather than answered with the whole object.
+    fn check_part_number(n: Option<i32>, m: &ObjectMeta) -> S3Result<()> {
+        match n {
+            None => Ok(()),
+            Some(1) if m.parts.is_none() => Ok(()),
+            Some(_) => Err(s3_error!(
+                NotImplemented,
+                "the gateway does not record where an object's parts begin"
+            )),
+        }
+    }
+
+    async fn get_object_as(
         &self,
-        req: S3Request<GetObjectInput>,
+        c: Arc<Client>,
+        req: &S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         let (path, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        Self::check_part_number(i.part_number, &m)?;
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -242,13 +394,14 @@ impl S3 for Gateway {
         Ok(resp)
     }
 
-    async fn head_object(
+    async fn head_object_as(
         &self,
-        req: S3Request<HeadObjectInput>,
+        c: Arc<Client>,
+        req: &S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        Self::check_part_number(i.part_number, &m)?;
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -278,20 +431,20 @@ impl S3 for Gateway {
         Ok(S3Response::new(out))
     }
 
-    async fn delete_object(
+    async fn delete_object_as(
         &self,
-        req: S3Request<DeleteObjectInput>,
+        c: Arc<Client>,
+        req: &S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        let c = self.user(&req).await?;
         self.delete(&c, &req.input.bucket, &req.input.key).await?;
         Ok(no_content(DeleteObjectOutput::default()))
     }
 
-    async fn delete_objects(
+    async fn delete_objects_as(
         &self,
-        req: S3Request<DeleteObjectsInput>,
+        c: Arc<Client>,
+        req: &S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
         self.need_bucket(&c, &i.bucket).await?;
         if i.delete.objects.len() > list::MAX_KEYS {
@@ -304,9 +457,15 @@ impl S3 for Gateway {
         let quiet = i.delete.quiet == Some(true);
         let (mut deleted, mut errors) = (vec![], vec![]);
         for o in &i.delete.objects {
-            match self.delete(&c, &i.bucket, &o.key).await {
+            let r = match o.version_id.as_deref() {
+                // An unversioned bucket has one version of each object, "null".
+                Some(v) if v != "null" => Err(s3_error!(NoSuchVersion)),
+                _ => self.delete(&c, &i.bucket, &o.key).await,
+            };
+            match r {
                 Ok(()) if !quiet => deleted.push(DeletedObject {
                     key: Some(o.key.clone()),
+                    version_id: o.version_id.clone(),
                     ..Default::default()
                 }),
                 Ok(()) => {}
@@ -314,7 +473,7 @@ impl S3 for Gateway {
                     code: Some(e.code().as_str().to_string()),
                     key: Some(o.key.clone()),
                     message: e.message().map(str::to_string),
-                    version_id: None,
+                    version_id: o.version_id.clone(),
                 }),
             }
         }
@@ -325,24 +484,18 @@ impl S3 for Gateway {
         }))
     }
 
-    async fn copy_object(
+    async fn copy_object_as(
         &self,
-        req: S3Request<CopyObjectInput>,
+        c: Arc<Client>,
+        req: &S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        let c = self.user(&req).await?;
         let i = &req.input;
-        let CopySource::Bucket {
-            bucket: sb,
-            key: sk,
-            ..
-        } = &i.copy_source
-        else {
-            return Err(s3_error!(NotImplemented, "copies from access points"));
-        };
+        let (sb, sk) = copy_source(&i.copy_source)?;
         let (src, st, sm) = self.object(&c, sb, sk).await?;
         if st.kind == FileKind::Dir {
             return Err(s3_error!(InvalidRequest, "the source is a folder"));
         }
+        self.expected_source_owner(&c, &req.headers, sb).await?;
         let etag = etag_of(&st, &sm);
         preconditions(
             &etag,
@@ -363,7 +516,7 @@ impl S3 for Gateway {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if !replace && sb.as_ref() == i.bucket.as_str() && sk.as_ref() == i.key.as_str() {
+        if !replace && sb == i.bucket.as_str() && sk == i.key.as_str() {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object to itself needs the REPLACE metadata directive"
@@ -378,16 +531,20 @@ impl S3 for Gateway {
                 ..Default::default()
             }
         };
+        let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
+        let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
         let algorithms: Vec<&str> = sm.checksums.keys().map(String::as_str).collect();
-        let w = self
+        let (w, fix) = self
             .begin(
                 &c,
                 &i.bucket,
                 &i.key,
                 crate::digest::Digests::new(algorithms),
+                mode,
             )
             .await?;
         let m = copy_commit(&c, w, &src, 0..st.size, m).await?;
+        fix.after(&c).await?;
         let (_, nst, _) = self.object(&c, &i.bucket, &i.key).await?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -399,12 +556,36 @@ impl S3 for Gateway {
         }))
     }
 
-    async fn list_objects(
+    /// Checks `x-amz-source-expected-bucket-owner` against the owner of bucket `bucket`.
+    pub(crate) async fn expected_source_owner(
         &self,
-        req: S3Request<ListObjectsInput>,
+        c: &Client,
+        headers: &http::HeaderMap,
+        bucket: &str,
+    ) -> S3Result<()> {
+        let Some(want) = headers
+            .get("x-amz-source-expected-bucket-owner")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return Ok(());
+        };
+        let (_, st) = self.bucket_stat(c, bucket).await?;
+        if st.owner == want {
+            Ok(())
+        } else {
+            Err(s3_error!(
+                AccessDenied,
+                "the source bucket's owner is not the expected one"
+            ))
+        }
+    }
+
+    async fn list_objects_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        let c = self.user(&req).await?;
-        let i = req.input;
+        let i = &req.input;
         let bucket = self.need_bucket(&c, &i.bucket).await?;
         let q = query(
             i.prefix.clone(),
@@ -416,27 +597,28 @@ impl S3 for Gateway {
         let next_marker = (l.truncated && q.delimiter.is_some())
             .then(|| l.last.clone())
             .flatten();
+        let enc = Encoding::of(i.encoding_type.as_ref());
         Ok(S3Response::new(ListObjectsOutput {
-            name: Some(i.bucket),
-            prefix: i.prefix,
-            marker: i.marker,
+            name: Some(i.bucket.clone()),
+            prefix: enc.opt(&i.prefix),
+            marker: enc.opt(&i.marker),
             max_keys: Some(q.max_keys as i32),
             is_truncated: Some(l.truncated),
-            contents: Some(objects(&l)),
-            common_prefixes: Some(prefixes(&l)),
-            delimiter: i.delimiter,
-            next_marker,
-            encoding_type: i.encoding_type,
+            contents: Some(objects(&l, enc)),
+            common_prefixes: Some(prefixes(&l, enc)),
+            delimiter: enc.opt(&i.delimiter),
+            next_marker: enc.opt(&next_marker),
+            encoding_type: i.encoding_type.clone(),
             ..Default::default()
         }))
     }
 
-    async fn list_objects_v2(
+    async fn list_objects_v2_as(
         &self,
-        req: S3Request<ListObjectsV2Input>,
+        c: Arc<Client>,
+        req: &S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        let c = self.user(&req).await?;
-        let i = req.input;
+        let i = &req.input;
         let bucket = self.need_bucket(&c, &i.bucket).await?;
         let token = match &i.continuation_token {
             Some(t) => Some(
@@ -457,80 +639,101 @@ impl S3 for Gateway {
             .truncated
             .then(|| l.last.as_ref().map(hex::encode))
             .flatten();
-        let contents = objects(&l);
-        let common = prefixes(&l);
+        let enc = Encoding::of(i.encoding_type.as_ref());
+        let contents = objects(&l, enc);
+        let common = prefixes(&l, enc);
         Ok(S3Response::new(ListObjectsV2Output {
-            name: Some(i.bucket),
-            prefix: i.prefix,
+            name: Some(i.bucket.clone()),
+            prefix: enc.opt(&i.prefix),
             max_keys: Some(q.max_keys as i32),
             key_count: Some((contents.len() + common.len()) as i32),
-            continuation_token: i.continuation_token,
+            continuation_token: i.continuation_token.clone(),
             is_truncated: Some(l.truncated),
             next_continuation_token: next,
             contents: Some(contents),
             common_prefixes: Some(common),
-            delimiter: i.delimiter,
-            encoding_type: i.encoding_type,
-            start_after: i.start_after,
+            delimiter: enc.opt(&i.delimiter),
+            encoding_type: i.encoding_type.clone(),
+            start_after: enc.opt(&i.start_after),
             ..Default::default()
         }))
     }
+}
 
-    async fn create_multipart_upload(
-        &self,
-        req: S3Request<CreateMultipartUploadInput>,
-    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        self.mp_create(req).await
-    }
-
-    async fn upload_part(
-        &self,
-        req: S3Request<UploadPartInput>,
-    ) -> S3Result<S3Response<UploadPartOutput>> {
-        self.mp_upload_part(req).await
-    }
-
-    async fn upload_part_copy(
-        &self,
-        req: S3Request<UploadPartCopyInput>,
-    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-        self.mp_upload_part_copy(req).await
-    }
-
-    async fn complete_multipart_upload(
-        &self,
-        req: S3Request<CompleteMultipartUploadInput>,
-    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        self.mp_complete(req).await
-    }
-
-    async fn abort_multipart_upload(
-        &self,
-        req: S3Request<AbortMultipartUploadInput>,
-    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        self.mp_abort(req).await
-    }
-
-    async fn list_multipart_uploads(
-        &self,
-        req: S3Request<ListMultipartUploadsInput>,
-    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-        self.mp_list_uploads(req).await
-    }
-
-    async fn list_parts(
-        &self,
-        req: S3Request<ListPartsInput>,
-    ) -> S3Result<S3Response<ListPartsOutput>> {
-        self.mp_list_parts(req).await
+/// The bucket and key of a copy's source (an object of a bucket, in its one version).
+pub(crate) fn copy_source(s: &CopySource) -> S3Result<(&str, &str)> {
+    match s {
+        CopySource::Bucket {
+            version_id: Some(v),
+            ..
+        } if v.as_ref() != "null" => Err(s3_error!(NoSuchVersion)),
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
+        _ => Err(s3_error!(NotImplemented, "copies from access points")),
     }
 }
 
-fn objects(l: &list::Listing) -> Vec<Object> {
+/// The grants of a request's `x-amz-grant-*` headers.
+pub(crate) fn grant_headers(headers: &http::HeaderMap) -> Vec<acl::Granted> {
+    let mut out = vec![];
+    for (h, p) in [
+        ("x-amz-grant-read", Permission::READ),
+        ("x-amz-grant-write", Permission::WRITE),
+        ("x-amz-grant-read-acp", Permission::READ_ACP),
+        ("x-amz-grant-write-acp", Permission::WRITE_ACP),
+        ("x-amz-grant-full-control", Permission::FULL_CONTROL),
+    ] {
+        for v in headers.get_all(h) {
+            if let Ok(v) = v.to_str() {
+                out.extend(acl::header_grants(p, v));
+            }
+        }
+    }
+    out
+}
+
+/// S3's answer to a canned ACL and grant headers in one request.
+pub(crate) fn both_acls() -> s3s::S3Error {
+    s3_error!(
+        InvalidRequest,
+        "a canned ACL and grant headers cannot be given together"
+    )
+}
+
+/// How a listing shows keys: as they are, or URL-encoded (`EncodingType=url`, which boto3
+/// asks for and decodes).
+#[derive(Clone, Copy)]
+pub(crate) struct Encoding(bool);
+
+impl Encoding {
+    fn of(t: Option<&EncodingType>) -> Encoding {
+        Encoding(t.is_some_and(|t| t.as_str() == EncodingType::URL))
+    }
+
+    fn apply(self, s: &str) -> String {
+        if !self.0 {
+            return s.to_string();
+        }
+        let mut out = String::with_capacity(s.len());
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    }
+
+    fn opt(self, s: &Option<String>) -> Option<String> {
+        s.as_deref().map(|s| self.apply(s))
+    }
+}
+
+fn objects(l: &list::Listing, enc: Encoding) -> Vec<Object> {
     l.objects
         .iter()
         .map(|o| Object {
-            key: Some(o.key.clone()),
+            key: Some(enc.apply(&o.key)),
             size: Some(if o.stat.kind == FileKind::Dir {
                 0
             } else {
@@ -549,15 +752,27 @@ fn objects(l: &list::Listing) -> Vec<Object> {
         .collect()
 }
 
-fn prefixes(l: &list::Listing) -> Vec<CommonPrefix> {
+fn prefixes(l: &list::Listing, enc: Encoding) -> Vec<CommonPrefix> {
     l.prefixes
         .iter()
         .map(|p| CommonPrefix {
-            prefix: Some(p.clone()),
+            prefix: Some(enc.apply(p)),
         })
         .collect()
 }
 
 fn user_meta(m: &ObjectMeta) -> Option<Metadata> {
     (!m.user.is_empty()).then(|| m.user.clone().into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_encoding_keeps_unreserved_bytes_and_slashes() {
+        let e = Encoding(true);
+        assert_eq!(e.apply("a+b/c%20d e/ü"), "a%2Bb/c%2520d%20e/%C3%BC");
+        assert_eq!(Encoding(false).apply("a+b"), "a+b");
+    }
 }

@@ -1,12 +1,17 @@
 //! The HTTP(S) side: one task per connection (HTTP/1.1 or HTTP/2, TLS optional), each
-//! request handed to s3s. Hostile peers meet named limits: a request's headers must arrive
-//! within [`HEADER_READ_TIMEOUT_MS`] and fit [`HEADER_BYTES_MAX`], XML bodies are bounded,
-//! at most [`CONNECTIONS_MAX`] connections are served at once (more wait in the listen
-//! queue), and a failed `accept` (out of file descriptors) pauses the loop instead of
+//! request handed through [`crate::front`] to s3s. Hostile peers meet named limits: every
+//! connection is timed from its accept and connections are capped in total and per source
+//! ([`crate::conns`]), a request's head fits [`HEADER_BYTES_MAX`] and [`HEADERS_MAX`], an
+//! HTTP/2 connection carries at most [`H2_STREAMS_MAX`] requests at once, XML bodies are
+//! bounded, and a failed `accept` (out of file descriptors) pauses the loop instead of
 //! ending it.
 
 use crate::access::{Access, KeyAuth};
+use crate::conns::{Conns, Stalls, HEADER_READ_TIMEOUT_MS};
+use crate::front::{self, Front};
 use crate::gateway::Gateway;
+use crate::guard::Guard;
+use crate::log::AccessLog;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use s3s::service::S3ServiceBuilder;
 use std::future::Future;
@@ -15,18 +20,27 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Connections served at once.
-pub const CONNECTIONS_MAX: usize = 16_384;
-/// How long a client has to send a request's headers (slow clients are cut off).
-pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// Largest request head (request line and headers).
 pub const HEADER_BYTES_MAX: usize = 64 << 10;
 /// Most headers in one request.
 pub const HEADERS_MAX: usize = 128;
+/// Requests one HTTP/2 connection carries at once.
+pub const H2_STREAMS_MAX: u32 = 64;
 /// Largest XML request body (a DeleteObjects of 1,000 keys of 1,024 bytes fits).
 pub const XML_BODY_BYTES_MAX: usize = 2 << 20;
 /// Pause after a failed `accept`.
 const ACCEPT_PAUSE_MS: u64 = 100;
+
+/// How the gateway serves.
+#[derive(Default)]
+pub struct Options {
+    /// HTTPS with this certificate.
+    pub tls: Option<Tls>,
+    /// Serve SigV2-signed requests (off by default: SigV2 is weaker, and dated loosely).
+    pub sigv2: bool,
+    /// Log every request here (a file opened for appending, private).
+    pub access_log: Option<std::fs::File>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -85,41 +99,59 @@ fn raise_fd_limit() {
     }
 }
 
-/// Serves S3 on `listener` for the gateway `gateway` (whose client is `access`'s) until
-/// `shutdown` completes; then stops accepting and returns (requests in flight finish on
-/// their tasks).
+/// The s3s service of the gateway: operations, signature checks with the manager's secrets,
+/// the guard every request passes, and the body limits.
+fn s3_service(access: &Arc<Access>, root: &str, sigv2: bool) -> s3s::service::S3Service {
+    let mut b = S3ServiceBuilder::new(Gateway::new(access.clone(), root));
+    b.set_auth(KeyAuth(access.clone()));
+    b.set_access(Guard {
+        access: access.clone(),
+        sigv2,
+    });
+    let mut cfg = s3s::config::S3Config::default();
+    cfg.xml_max_body_size = XML_BODY_BYTES_MAX;
+    cfg.post_object_max_file_size = front::POST_OBJECT_BYTES_MAX;
+    cfg.form_max_field_size = front::FORM_FIELD_BYTES_MAX;
+    cfg.form_max_fields_size = front::FORM_FIELDS_BYTES_MAX;
+    cfg.form_max_parts = front::FORM_PARTS_MAX;
+    b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        cfg,
+    ))));
+    b.build()
+}
+
+/// Serves S3 on `listener` for the gateway whose client is `access`'s, with buckets under
+/// `root`, until `shutdown` completes; then stops accepting and returns (requests in flight
+/// finish on their tasks).
 pub async fn serve(
     listener: TcpListener,
     access: Arc<Access>,
     root: &str,
-    tls: Option<Tls>,
+    options: Options,
     shutdown: impl Future<Output = ()>,
 ) {
     raise_fd_limit();
-    let mut b = S3ServiceBuilder::new(Gateway::new(access.clone(), root));
-    b.set_auth(KeyAuth(access));
-    let mut cfg = s3s::config::S3Config::default();
-    cfg.xml_max_body_size = XML_BODY_BYTES_MAX;
-    b.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
-        cfg,
-    ))));
-    let service = b.build();
+    let s3 = s3_service(&access, root, options.sigv2);
+    let front = Arc::new(Front::new(
+        s3,
+        access,
+        options.access_log.map(AccessLog::new),
+    ));
     let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     http.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(HEADER_READ_TIMEOUT_MS))
         .max_buf_size(HEADER_BYTES_MAX)
         .max_headers(HEADERS_MAX);
-    http.http2().timer(TokioTimer::new());
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_STREAMS_MAX)
+        .max_header_list_size(HEADER_BYTES_MAX as u32);
     let http = Arc::new(http);
-    let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.0));
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let acceptor = options.tls.map(|t| tokio_rustls::TlsAcceptor::from(t.0));
+    let conns = Conns::new();
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => return,
-            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-        };
         let (tcp, peer) = tokio::select! {
             _ = &mut shutdown => return,
             r = listener.accept() => match r {
@@ -131,30 +163,40 @@ pub async fn serve(
                 }
             },
         };
+        // Admitted, perhaps in place of an idle connection; refused (closed) only when every
+        // connection it could replace is busy.
+        let Some(conn) = conns.admit(peer.ip()) else {
+            tracing::debug!("refusing a connection from {peer}: all busy");
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
-        let (service, http, acceptor) = (service.clone(), http.clone(), acceptor.clone());
+        let (front, http, acceptor) = (front.clone(), http.clone(), acceptor.clone());
         tokio::spawn(async move {
-            let _permit = permit;
-            let r = match acceptor {
-                None => http.serve_connection(TokioIo::new(tcp), service).await,
-                Some(a) => {
-                    let handshake = tokio::time::timeout(
-                        Duration::from_millis(HEADER_READ_TIMEOUT_MS),
-                        a.accept(tcp),
-                    )
-                    .await;
-                    match handshake {
-                        Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!("TLS handshake with {peer}: {e}");
-                            return;
-                        }
-                        Err(_) => return,
+            let handle = conn.handle();
+            let service = hyper::service::service_fn(move |req| {
+                front.clone().call(req, handle.clone(), peer)
+            });
+            let served = async {
+                match acceptor {
+                    None => {
+                        http.serve_connection(TokioIo::new(Stalls::new(tcp)), service)
+                            .await
                     }
+                    Some(a) => match a.accept(tcp).await {
+                        Ok(s) => {
+                            http.serve_connection(TokioIo::new(Stalls::new(s)), service)
+                                .await
+                        }
+                        Err(e) => Err(e.into()),
+                    },
                 }
             };
-            if let Err(e) = r {
-                tracing::debug!("connection from {peer}: {e}");
+            tokio::select! {
+                r = served => if let Err(e) = r {
+                    tracing::debug!("connection from {peer}: {e}");
+                },
+                // Idle for too long (a silent peer, or one between requests), or evicted.
+                _ = conn.closed() => {}
             }
         });
     }

@@ -20,6 +20,8 @@ const GATEWAY_CONFIG: &str = "s3-gateway.json";
 const GATEWAY_PASSWORD: &str = "s3-gateway.password";
 const GATEWAY_PID: &str = "s3-gateway.pid";
 const GATEWAY_LOG: &str = "s3-gateway.log";
+/// The access log `nasd up --s3` has the gateway write (one JSON line per request).
+pub const ACCESS_LOG: &str = "s3-access.log";
 
 #[derive(clap::Subcommand, Debug)]
 pub enum S3Cmd {
@@ -43,6 +45,14 @@ pub struct ServeArgs {
     /// ...and this private key (PEM).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Append a line per request (time, user, operation, bucket, key, status, bytes,
+    /// duration; JSON) to this file, made private (0600).
+    #[arg(long, value_name = "FILE")]
+    pub access_log: Option<PathBuf>,
+    /// Also serve requests signed with AWS's older SigV2 (off by default: its date is
+    /// checked to 15 minutes and presigned URLs to 7 days, but it is weaker than SigV4).
+    #[arg(long)]
+    pub sigv2: bool,
 }
 
 pub fn run(c: S3Cmd) -> anyhow::Result<()> {
@@ -56,6 +66,27 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         (Some(c), Some(k)) => Some(nasd_s3::Tls::from_pem(c, k)?),
         _ => None,
     };
+    let access_log = match &a.access_log {
+        Some(p) => {
+            Some(nasd_private::open_append(p).with_context(|| format!("opening {}", p.display()))?)
+        }
+        None => None,
+    };
+    let options = nasd_s3::Options {
+        tls,
+        sigv2: a.sigv2,
+        access_log,
+    };
+    // Warnings (each naming the request that caused it) to stderr, the gateway's log under
+    // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,s3s=off")),
+        )
+        .init();
     crate::runtime()?.block_on(async move {
         let c = crate::cmd_fs::connect().await?;
         let root = crate::cmd_fs::remote(&a.root)?;
@@ -63,14 +94,18 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(&a.listen)
             .await
             .with_context(|| format!("listening on {}", a.listen))?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         println!(
             "S3 gateway on {scheme}://{} (buckets under nasd:{root}, acting as {})",
             listener.local_addr()?,
             c.user()
         );
         let access = nasd_s3::access::Access::new(c);
-        nasd_s3::serve(listener, access, &root, tls, crate::terminated()).await;
+        nasd_s3::serve(listener, access, &root, options, crate::terminated()).await;
         Ok(())
     })
 }
@@ -173,10 +208,15 @@ pub fn start(dir: &Path, listen: &str) -> anyhow::Result<u32> {
         setup(&admin, dir).await
     })?;
     stop(dir);
-    let log = std::fs::File::create(dir.join(GATEWAY_LOG))?;
+    // The gateway's log names users, buckets and keys: private, like the access log.
+    let log_path = dir.join(GATEWAY_LOG);
+    nasd_private::write_file(&log_path, b"")?;
+    let log = nasd_private::open_append(&log_path)?;
     let exe = std::env::current_exe()?;
     let child = std::process::Command::new(exe)
         .args(["s3", "serve", "--listen", listen, "--root", ROOT_DEFAULT])
+        .arg("--access-log")
+        .arg(dir.join(ACCESS_LOG))
         .env("NASD_CONFIG", &cfg)
         .env_remove("NASD_USER")
         .env_remove("NASD_PASSWORD")
@@ -187,7 +227,7 @@ pub fn start(dir: &Path, listen: &str) -> anyhow::Result<u32> {
         .spawn()
         .context("starting the S3 gateway")?;
     let pid = child.id();
-    std::fs::write(dir.join(GATEWAY_PID), pid.to_string())?;
+    nasd_private::write_file(&dir.join(GATEWAY_PID), pid.to_string().as_bytes())?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(listen).is_err() {
         if std::time::Instant::now() > deadline {
