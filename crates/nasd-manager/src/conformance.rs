@@ -852,9 +852,29 @@ fn users_and_groups<S: MetaStore>(s: &mut S) {
         s.s3_keys_of(alice).unwrap(),
         vec![key("K1", alice, 1), key("K2", alice, 2)]
     );
+    // A session a gateway opened for alice lasts while alice has an S3 key; her own does not
+    // depend on them.
+    let delegated = SessionRecord {
+        via: Some(admin),
+        ..session(7, alice)
+    };
+    s.put_session(&delegated).unwrap();
+    s.put_session(&session(8, alice)).unwrap();
     assert!(!s.delete_s3_key(admin, "K1").unwrap(), "another user's key");
     assert!(s.delete_s3_key(alice, "K1").unwrap());
     assert_eq!(s.s3_key("K1").unwrap(), None);
+    assert_eq!(
+        s.session(&[7; 32]).unwrap(),
+        Some(delegated),
+        "a key is left"
+    );
+    assert!(s.delete_s3_key(alice, "K2").unwrap());
+    assert_eq!(
+        s.session(&[7; 32]).unwrap(),
+        None,
+        "the last key took it along"
+    );
+    assert_eq!(s.session(&[8; 32]).unwrap(), Some(session(8, alice)));
     assert!(
         !format!("{:?}", key("K9", 1, 1)).contains("secret-K9"),
         "Debug hides it"

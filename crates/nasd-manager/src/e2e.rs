@@ -411,7 +411,9 @@ impl Manager {
             let Some(mut keys) = st.user_keys(uid).map_err(|e| store_err(e, "user"))? else {
                 continue;
             };
-            if uid != c.uid {
+            // A sealed seed goes to its own user's session only: never to another user, nor
+            // to a gateway acting for its user (issue 21 §6).
+            if uid != c.uid || c.via.is_some() {
                 keys.sealed.clear();
             }
             out.push(UserKeyInfo {
@@ -486,10 +488,13 @@ impl Manager {
                 continue;
             };
             let (version, public) = st.group_key(gid).map_err(|e| store_err(e, &g.name))?;
-            let wrap = st
-                .group_wrap(gid, c.uid)
-                .map_err(|e| store_err(e, &g.name))?
-                .unwrap_or_default();
+            let wrap = match c.via {
+                Some(_) => None,
+                None => st
+                    .group_wrap(gid, c.uid)
+                    .map_err(|e| store_err(e, &g.name))?,
+            }
+            .unwrap_or_default();
             let mut missing = vec![];
             if public.is_some() {
                 for uid in st.members_of(gid).map_err(|e| store_err(e, &g.name))? {

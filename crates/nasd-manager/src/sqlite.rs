@@ -2082,13 +2082,20 @@ impl MetaStore for SqliteStore {
     }
 
     fn delete_s3_key(&mut self, uid: u32, access_key_id: &str) -> StoreResult<bool> {
-        let n = self
-            .db
+        let tx = self.db.transaction().map_err(db)?;
+        let n = tx
             .execute(
                 "DELETE FROM s3_keys WHERE uid = ?1 AND access_key = ?2",
                 params![uid, access_key_id],
             )
             .map_err(db)?;
+        tx.execute(
+            "DELETE FROM sessions WHERE uid = ?1 AND via IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM s3_keys WHERE uid = ?1)",
+            params![uid],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
         Ok(n > 0)
     }
 

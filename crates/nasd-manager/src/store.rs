@@ -509,7 +509,8 @@ pub trait MetaStore: Send {
     fn s3_key(&self, access_key_id: &str) -> StoreResult<Option<S3Key>>;
     /// The keys of `uid`, oldest first.
     fn s3_keys_of(&self, uid: u32) -> StoreResult<Vec<S3Key>>;
-    /// Forgets key `access_key_id` of `uid`; whether it existed.
+    /// Forgets key `access_key_id` of `uid`; whether it existed. When `uid` has no key left,
+    /// the sessions gateways opened for `uid` end with it (same transaction).
     fn delete_s3_key(&mut self, uid: u32, access_key_id: &str) -> StoreResult<bool>;
 
     fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()>;

@@ -202,8 +202,10 @@ pub const DELEGATED_SESSION_TTL_MS: u64 = 60 * 60 * 1000;
 
 /// A session for `user` opened by the gateway `gateway` (which logged in with its own
 /// credential: the user's never reaches it). Refused unless `gateway` is marked a gateway,
-/// for admins (a gateway cannot gain admin rights), and from a session a gateway opened
-/// itself (`via`). The session ends with the gateway's flag, its credential or the user's.
+/// for admins (a gateway cannot gain admin rights), for users without an S3 key, and from a
+/// session a gateway opened itself (`via`). The session ends with the gateway's flag, its
+/// credential, the user's, or the user's last S3 key; it may send only the calls a gateway
+/// serves (`ops::Handle::DELEGATED`).
 pub fn act_for(
     store: &Mutex<Box<dyn MetaStore>>,
     gateway: &Caller,
@@ -232,6 +234,13 @@ pub fn act_for(
         .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.to_string()))?;
     if u.admin {
         return Err(denied("a gateway does not act for admins"));
+    }
+    // Only for a user who gave S3 access (issue 21 §6): a gateway's credential alone opens
+    // no session for anyone else. Revoking the last key ends such sessions.
+    if st.s3_keys_of(u.uid).map_err(db)?.is_empty() {
+        return Err(denied(&format!(
+            "{user} has no S3 key: a gateway acts only for users with one"
+        )));
     }
     let mut token = [0u8; TOKEN_BYTES];
     nasd_crypto::random_bytes(&mut token);

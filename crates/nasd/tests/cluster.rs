@@ -899,8 +899,9 @@ fn small_files_in_a_directory_being_filled_take_one_manager_round_trip_each() {
 }
 
 /// A trusted front end acts for users without their passwords: only once an admin made its
-/// user a gateway, never for admins, with the user's own permissions, not from a session it
-/// opened, not to change credentials; turning the flag off ends those sessions.
+/// user a gateway, only for users with an S3 key, never for admins, with the user's own
+/// permissions, not from a session it opened, not to change credentials; turning the flag off
+/// ends those sessions.
 #[test]
 fn a_gateway_acts_for_users_without_their_credentials() {
     let up = Up::start(1);
@@ -930,6 +931,12 @@ fn a_gateway_acts_for_users_without_their_credentials() {
             .expect("not a gateway yet"),
     );
     up.ok(&["user", "gateway", "gw", "on"]);
+    denied(
+        rt.block_on(gw.act_for("bob"))
+            .err()
+            .expect("bob has no S3 key yet"),
+    );
+    up.ok(&["user", "s3-key", "create", "bob"]);
     let bob = rt.block_on(gw.act_for("bob")).unwrap();
     assert_eq!(rt.block_on(bob.get_bytes("/bob.txt")).unwrap(), b"bob's");
     denied(rt.block_on(bob.get_bytes("/alice.txt")).unwrap_err());

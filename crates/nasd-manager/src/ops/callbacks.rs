@@ -7,6 +7,7 @@ use nasd_proto::manager::{calls, CallbackBreak};
 use std::sync::Arc;
 
 impl Handle for calls::WaitBreaks {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<CallbackBreak>> {
         let breaks = m
             .callbacks

@@ -24,6 +24,7 @@ impl Handle for calls::UserKeySet {
 }
 
 impl Handle for calls::UserKeyGet {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<UserKeyInfo>> {
         m.user_key_get(c, &self.uids, &self.names)
     }
@@ -37,6 +38,7 @@ impl Handle for calls::GroupKeySet {
 }
 
 impl Handle for calls::GroupKeyGet {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<GroupKeyInfo>> {
         m.group_key_get(c, &self.gids, &self.names)
     }

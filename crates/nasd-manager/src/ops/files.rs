@@ -9,6 +9,7 @@ use nasd_proto::manager::{calls, Created, Grant, PreparedFile, StagedGrant};
 use std::sync::Arc;
 
 impl Handle for calls::Create {
+    const DELEGATED: bool = true;
     /// An exclusive create makes its name at once; a staged one only at its commit.
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         match self.exclusive {
@@ -23,12 +24,14 @@ impl Handle for calls::Create {
 }
 
 impl Handle for calls::Open {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Grant> {
         m.open(c, &self.path, self.write, self.extend_by).await
     }
 }
 
 impl Handle for calls::ReturnCapability {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
@@ -40,6 +43,7 @@ impl Handle for calls::ReturnCapability {
 }
 
 impl Handle for calls::Commit {
+    const DELEGATED: bool = true;
     /// The file the name holds now (its content changes), else the directory the new name
     /// goes into.
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
@@ -66,12 +70,14 @@ impl Handle for calls::Commit {
 }
 
 impl Handle for calls::Abort {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
         m.abort(c, &self.path, self.drive, self.object).await
     }
 }
 
 impl Handle for calls::Renew {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<StagedGrant> {
         m.renew(c, &self.path, self.drive, self.object, self.extend_by)
             .await
@@ -79,6 +85,7 @@ impl Handle for calls::Renew {
 }
 
 impl Handle for calls::Prepare {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<PreparedFile>> {
         m.prepare(c, &self.dir, self.mode, self.count, self.extend_by)
             .await
@@ -86,6 +93,7 @@ impl Handle for calls::Prepare {
 }
 
 impl Handle for calls::StageWrite {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<StagedGrant> {
         m.stage_write(c, &self.path, self.extend_by).await
     }

@@ -22,6 +22,7 @@ impl Handle for calls::DriveList {
 }
 
 impl Handle for calls::Repair {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
         let q = self;
         m.repair(c, &q.path, q.component as usize, q.offset, q.len)

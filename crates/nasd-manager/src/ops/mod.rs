@@ -31,6 +31,13 @@ use std::sync::Arc;
 
 /// How the manager answers one call of a logged-in session.
 pub(crate) trait Handle: Call {
+    /// Whether a session a gateway opened for a user (`ActFor`) may send this call: only the
+    /// object operations a gateway serves for that user, so whoever holds a gateway's
+    /// credential changes no key, password, S3 key, owner or policy of the users it acts for
+    /// (issue 21 §6). Refused unless a call says otherwise, so a new call is never delegated
+    /// by mistake.
+    const DELEGATED: bool = false;
+
     /// What the call will change, found before it runs (a name it removes or renames must be
     /// looked up while it still exists): the callbacks on it are broken once it succeeded.
     /// Nothing, for calls that change no file or name.
@@ -50,6 +57,16 @@ pub(crate) trait Handle: Call {
 /// is answered only once every other session holding a callback on what it changed was told;
 /// a reply that hands out a file's stat or capabilities registers a callback.
 pub(crate) async fn run<C: Handle>(m: &Arc<Manager>, c: &Caller, call: C) -> MgrResult<MgrReply> {
+    if c.via.is_some() && !C::DELEGATED {
+        return Err(MgrError::new(
+            MgrStatus::PermissionDenied,
+            format!(
+                "{}: a session a gateway opened may not send {}",
+                c.name,
+                C::NAME
+            ),
+        ));
+    }
     if m.callbacks.idle() {
         return Ok(call.handle(m, c).await?.into_reply());
     }

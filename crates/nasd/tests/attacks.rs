@@ -1,0 +1,154 @@
+//! Issue 21's attacks on end-to-end protection, made as an operator or an insider would make
+//! them against a real cluster, each asserting that it fails. The manager runs as its own
+//! process; the attacker holds only what the finding says it holds.
+
+mod common;
+use common::*;
+use nasd_client::files::{Client, FsError};
+use nasd_proto::manager::{calls, MgrStatus, UserKeys};
+use std::process::Command;
+
+/// Asserts that the manager refused `r` for lack of permission.
+fn denied<T>(r: Result<T, FsError>, what: &str) {
+    match r {
+        Err(e) => assert_eq!(e.status(), Some(MgrStatus::PermissionDenied), "{what}: {e}"),
+        Ok(_) => panic!("{what}: allowed"),
+    }
+}
+
+/// Whoever holds the gateway's credential (`DIR/s3-gateway.password`, written by `nasd up
+/// --s3`) could act for any non-admin user, even one who never made an S3 key, and from that
+/// session replace the user's public keys, mint S3 keys that outlive a rotation of the
+/// gateway's password, and read the user's sealed seed (issue 21, critical). Now a gateway's
+/// session exists only for users with a live S3 key, may send only the object calls a gateway
+/// serves, never sees a sealed seed, and ends with the user's last S3 key.
+#[test]
+fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects() {
+    let up = Up::start(1);
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listen.local_addr().unwrap().to_string();
+    drop(listen);
+    let o = Command::new(NASD)
+        .args(["up", "--background", "--s3", &addr, "--data"])
+        .arg(up.data())
+        .env("XDG_CONFIG_HOME", up.dir.path().join("xdg"))
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_DATA")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for user in ["alice", "bob"] {
+        up.add_user(user, &format!("{user}-pw"));
+    }
+    up.ok(&["user", "s3-key", "create", "alice"]);
+    // Both log in once, so both have keys and sealed seeds at the manager.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for user in ["alice", "bob"] {
+        let c = rt
+            .block_on(Client::connect(up.session(user, &format!("{user}-pw"))))
+            .unwrap();
+        rt.block_on(c.identity())
+            .unwrap_or_else(|e| panic!("{user}'s keys: {e}"));
+    }
+
+    // The attacker: the gateway's password file, nothing else.
+    let stolen = std::fs::read_to_string(up.data().join("s3-gateway.password")).unwrap();
+    let gw = rt
+        .block_on(Client::connect(up.session("s3-gateway", stolen.trim())))
+        .unwrap();
+    denied(
+        rt.block_on(gw.act_for("bob")).map(drop),
+        "a session for a user with no S3 key",
+    );
+    let alice = rt.block_on(gw.act_for("alice")).unwrap();
+
+    // What a gateway serves still works: alice's own objects.
+    rt.block_on(alice.mkdir("/s3/alice-dir", 0o700)).unwrap();
+    rt.block_on(alice.put_bytes("/s3/alice-dir/o", b"object", 0o600))
+        .unwrap();
+    assert_eq!(
+        rt.block_on(alice.get_bytes("/s3/alice-dir/o")).unwrap(),
+        b"object"
+    );
+
+    // Nothing that changes who alice is, or what she shares.
+    let mine = rt
+        .block_on(alice.call(
+            "/",
+            calls::UserKeyGet {
+                uids: vec![],
+                names: vec!["alice".into()],
+            },
+        ))
+        .unwrap();
+    assert_eq!(mine.len(), 1);
+    assert!(
+        mine[0].keys.sealed.is_empty(),
+        "a gateway's session read alice's sealed seed"
+    );
+    let forged = UserKeys {
+        sealed: vec![],
+        ..mine[0].keys.clone()
+    };
+    denied(
+        rt.block_on(alice.call(
+            "/",
+            calls::UserKeySet {
+                user: "alice".into(),
+                keys: forged,
+            },
+        )),
+        "replacing alice's public keys",
+    );
+    denied(
+        rt.block_on(alice.call(
+            "/",
+            calls::S3KeyCreate {
+                user: "alice".into(),
+            },
+        )),
+        "minting an S3 key for alice",
+    );
+    denied(
+        rt.block_on(alice.call(
+            "/",
+            calls::UserPasswd {
+                name: "alice".into(),
+                password: "taken-over".into(),
+                public_key: None,
+            },
+        )),
+        "changing alice's password",
+    );
+    denied(
+        rt.block_on(alice.chown("/s3/alice-dir/o", "bob", "")),
+        "giving alice's file away",
+    );
+    denied(
+        rt.block_on(alice.layout_set("/s3/alice-dir", "plain,reader=s3-gateway")),
+        "changing the policy of alice's directory",
+    );
+
+    // Revoking alice's last S3 key ends the sessions gateways opened for her.
+    let listed = up.ok(&["user", "s3-key", "list", "alice", "--json"]);
+    let first = listed.lines().next().expect("alice's key is listed");
+    let id = serde_json::from_str::<serde_json::Value>(first).unwrap()["access_key_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    up.ok(&["user", "s3-key", "revoke", "alice", &id]);
+    let after = rt.block_on(alice.call(
+        "/",
+        calls::Stat {
+            path: "/s3/alice-dir/o".into(),
+        },
+    ));
+    assert!(
+        after.is_err(),
+        "the gateway's session for alice outlived her last S3 key"
+    );
+    denied(
+        rt.block_on(gw.act_for("alice")).map(drop),
+        "a new session once the key is gone",
+    );
+}
