@@ -503,6 +503,7 @@ impl Client {
     pub async fn act_for(&self, user: &str) -> Result<Arc<Client>, FsError> {
         let ok = self.call("/", calls::ActFor { user: user.into() });
         let token = ok.await?.token;
+        let principals = self.principals_of(user).await?;
         let cfg = SessionConfig {
             user: user.to_string(),
             credential: Credential::Token(token.0),
@@ -511,11 +512,43 @@ impl Client {
         };
         let c = Client::connect(cfg).await?;
         c.set_read_deadline_ms(self.read_deadline_ms.load(Ordering::Relaxed));
-        // It decrypts what is wrapped for this (the gateway's) user, and signs as it.
-        if let Ok(id) = self.identity().await {
-            c.set_identity_source(crate::e2e::keyring::IdentitySource::Borrowed(id));
+        // It decrypts what is wrapped for this (the gateway's) user, where the user's own
+        // client would too, and signs as it.
+        if let Ok(identity) = self.identity().await {
+            c.set_identity_source(crate::e2e::keyring::IdentitySource::Delegate {
+                identity,
+                user: principals,
+            });
         }
         Ok(c)
+    }
+
+    /// `user`'s uid and groups, as this client's session sees them.
+    async fn principals_of(&self, user: &str) -> Result<crate::e2e::keyring::Principals, FsError> {
+        let users = self.call("/", calls::UserList).await?;
+        let u = users.into_iter().find(|u| u.name == user).ok_or_else(|| {
+            FsError::Usage(format!("user {} is not in the manager's list", shown(user)))
+        })?;
+        let gids = match u.groups.is_empty() {
+            true => vec![],
+            false => self
+                .call(
+                    "/",
+                    calls::GroupKeyGet {
+                        gids: vec![],
+                        names: u.groups,
+                    },
+                )
+                .await?
+                .into_iter()
+                .map(|g| g.gid)
+                .collect(),
+        };
+        Ok(crate::e2e::keyring::Principals {
+            name: u.name,
+            uid: u.uid,
+            gids,
+        })
     }
 
     /// The user this client logged in as.

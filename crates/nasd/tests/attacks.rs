@@ -152,3 +152,67 @@ fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects(
         "a new session once the key is gone",
     );
 }
+
+/// The gateway deciphered whatever the mode let a user read, with the wrap every file under
+/// `/s3` carries for it, so a user removed with `nasd unshare` still read through S3 (issue 21,
+/// medium). Now a gateway's session for a user opens a file's key only where the file holds a
+/// wrap for that user or a group of theirs, as the user's own client needs.
+#[test]
+fn a_user_unshared_from_a_file_reads_it_neither_directly_nor_through_the_gateway() {
+    let up = Up::start(1);
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listen.local_addr().unwrap().to_string();
+    drop(listen);
+    let o = Command::new(NASD)
+        .args(["up", "--background", "--s3", &addr, "--data"])
+        .arg(up.data())
+        .env("XDG_CONFIG_HOME", up.dir.path().join("xdg"))
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_DATA")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for user in ["alice", "bob"] {
+        up.add_user(user, &format!("{user}-pw"));
+    }
+    up.ok(&["user", "s3-key", "create", "alice"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = |user: &str| {
+        rt.block_on(Client::connect(up.session(user, &format!("{user}-pw"))))
+            .unwrap()
+    };
+    let (alice_own, bob) = (client("alice"), client("bob"));
+    rt.block_on(alice_own.identity()).unwrap();
+    rt.block_on(bob.mkdir("/s3/bobs", 0o755)).unwrap();
+    rt.block_on(bob.put_bytes("/s3/bobs/f", b"for everyone, at first", 0o644))
+        .unwrap();
+    let stolen = std::fs::read_to_string(up.data().join("s3-gateway.password")).unwrap();
+    let gw = rt
+        .block_on(Client::connect(up.session("s3-gateway", stolen.trim())))
+        .unwrap();
+    let alice = rt.block_on(gw.act_for("alice")).unwrap();
+    assert_eq!(
+        rt.block_on(alice.get_bytes("/s3/bobs/f")).unwrap(),
+        b"for everyone, at first"
+    );
+
+    // bob takes everyone's wraps away; the mode still lets alice open the file.
+    let bob_cli = |args: &[&str]| {
+        let o = up.nasd(args, &[("NASD_USER", "bob"), ("NASD_PASSWORD", "bob-pw")]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    bob_cli(&["unshare", "nasd:/s3/bobs/f", "--group", "users"]);
+    let own = rt.block_on(alice_own.get_bytes("/s3/bobs/f"));
+    denied(own, "alice's own client after the unshare");
+    // A gateway session opened after the unshare (the session that read before keeps the
+    // grant it holds, as any client does, until it expires: it held those bytes already).
+    drop(alice);
+    let alice = rt.block_on(gw.act_for("alice")).unwrap();
+    let through = rt.block_on(alice.get_bytes("/s3/bobs/f"));
+    denied(through, "alice through the gateway after the unshare");
+    assert_eq!(
+        rt.block_on(bob.get_bytes("/s3/bobs/f")).unwrap(),
+        b"for everyone, at first",
+        "the owner still reads"
+    );
+}

@@ -32,9 +32,33 @@ pub enum IdentitySource {
     /// Its login: a password unseals the seed kept at the manager (or makes one), a login key
     /// derives it, a saved token finds it in the cache file.
     Login { cache: Option<PathBuf> },
-    /// A gateway's client acting for a user decrypts with the gateway's own identity (files it
-    /// serves are wrapped for it by their directory's policy).
+    /// Another client's identity, of the same user (a pool of connections).
     Borrowed(Arc<Identity>),
+    /// A gateway's client acting for a user decrypts with the gateway's own identity (files it
+    /// serves are wrapped for it by their directory's policy), but only where the user's own
+    /// client would: a key version wrapped for the user or a group of theirs (issue 21 §6; an
+    /// `unshare` reaches the gateway too).
+    Delegate {
+        identity: Arc<Identity>,
+        user: Principals,
+    },
+}
+
+/// A user and the groups they belong to, as the manager counts them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principals {
+    pub name: String,
+    pub uid: u32,
+    pub gids: Vec<u32>,
+}
+
+impl Principals {
+    /// Whether key file `kf` holds key version `kv` for one of these principals.
+    fn reads(&self, kf: &KeyFile, kv: KeyVersion) -> bool {
+        std::iter::once(KeyPrincipal::User(self.uid))
+            .chain(self.gids.iter().map(|&g| KeyPrincipal::Group(g)))
+            .any(|p| kf.find(p, kv).is_some())
+    }
 }
 
 /// The client's keys (module docs).
@@ -101,7 +125,9 @@ impl Client {
     async fn load_identity(&self) -> Result<Arc<Identity>, FsError> {
         let source = self.keyring.source.lock().expect("keyring lock").clone();
         let cache = match source {
-            IdentitySource::Borrowed(id) => return Ok(id),
+            IdentitySource::Borrowed(id) | IdentitySource::Delegate { identity: id, .. } => {
+                return Ok(id)
+            }
             IdentitySource::Login { cache } => cache,
         };
         let uid = self.uid().await?;
@@ -468,6 +494,13 @@ impl Client {
         kv: KeyVersion,
     ) -> Result<FileKey, FsError> {
         let id = self.identity().await?;
+        let delegated_for = match &*self.keyring.source.lock().expect("keyring lock") {
+            IdentitySource::Delegate { user, .. } => Some(user.clone()),
+            _ => None,
+        };
+        if let Some(user) = delegated_for.filter(|u| !u.reads(kf, kv)) {
+            return Err(not_wrapped_for(path, &user.name));
+        }
         if kf.find(KeyPrincipal::User(id.uid), kv).is_some() {
             return kf
                 .unwrap(KeyPrincipal::User(id.uid), id.enc_secret(), file_id, kv)
@@ -490,17 +523,7 @@ impl Client {
                 return Ok(k);
             }
         }
-        Err(FsError::Manager {
-            path: path.into(),
-            error: crate::session::SessionError::Refused {
-                op: "decrypt",
-                status: nasd_proto::manager::MgrStatus::PermissionDenied,
-                detail: format!(
-                    "the file's key is not wrapped for {} or a group of theirs",
-                    self.cfg_user()
-                ),
-            },
-        })
+        Err(not_wrapped_for(path, &self.cfg_user()))
     }
 
     /// Completes group key wraps: every group the caller may see gets a key pair if it has
@@ -568,5 +591,17 @@ impl Client {
             .into_iter()
             .map(|(u, k)| (u, PublicKey(k.enc_public)))
             .collect())
+    }
+}
+
+/// "Permission denied": no key of `user` or their groups opens `path`'s key.
+fn not_wrapped_for(path: &str, user: &str) -> FsError {
+    FsError::Manager {
+        path: path.into(),
+        error: crate::session::SessionError::Refused {
+            op: "decrypt",
+            status: nasd_proto::manager::MgrStatus::PermissionDenied,
+            detail: format!("the file's key is not wrapped for {user} or a group of theirs"),
+        },
     }
 }

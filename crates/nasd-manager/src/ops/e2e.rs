@@ -8,7 +8,11 @@ use crate::MgrResult;
 use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo};
 use std::sync::Arc;
 
+/// Delegated: wraps follow a mode a gateway sets (S3 ACLs), and a new wrap can carry only a key
+/// the session already opens, so a gateway reads nothing more through it; dropping wraps takes
+/// no more than removing the file, which a delegate may do.
 impl Handle for calls::E2eUpdate {
+    const DELEGATED: bool = true;
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
