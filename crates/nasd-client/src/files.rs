@@ -556,6 +556,18 @@ impl Client {
         &self.cfg.user
     }
 
+    /// Where this client's cluster is (the manager and its CA), for another login there: the
+    /// user and credentials are left empty.
+    pub fn cluster_config(&self) -> SessionConfig {
+        SessionConfig {
+            manager: self.cfg.manager.clone(),
+            ca_der: self.cfg.ca_der.clone(),
+            user: String::new(),
+            credential: Credential::Password(String::new().into()),
+            signing_key: None,
+        }
+    }
+
     /// Sets how long a read waits on one component before decoding around it.
     pub fn set_read_deadline_ms(&self, ms: u64) {
         self.read_deadline_ms.store(ms.max(1), Ordering::Relaxed);

@@ -348,6 +348,11 @@ impl FileHandle {
         self.path.read().expect("path lock").clone()
     }
 
+    /// The client the handle reads and writes with (its user's).
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+
     /// The committed file was renamed to `path` (a mount keeping an unlinked file open
     /// under a hidden name, as NFS does): later flushes and reads go there.
     pub fn moved(&self, path: &str) {

@@ -17,8 +17,9 @@ use nasd_proto::manager::CallbackBreak;
 use std::ffi::OsString;
 use std::sync::Arc;
 
-/// Starts the client's callback channel and hands its breaks to the kernel through `n`.
-pub fn start(client: &Arc<Client>, rt: &tokio::runtime::Handle, n: Notifier, inodes: Arc<Inodes>) {
+/// Makes the hook that hands a client's callback breaks to the kernel through `n`; each
+/// client of the mount (every user's) gets it with [`watch`].
+pub fn hook(n: Notifier, inodes: Arc<Inodes>) -> nasd_client::callbacks::BreakHook {
     let (tx, rx) = std::sync::mpsc::channel::<(u64, OsString)>();
     let entries = n.clone();
     std::thread::spawn(move || {
@@ -27,7 +28,8 @@ pub fn start(client: &Arc<Client>, rt: &tokio::runtime::Handle, n: Notifier, ino
             let _ = entries.inval_entry(INodeNo(parent), &name);
         }
     });
-    let hook = move |b: &CallbackBreak| {
+    let tx = std::sync::Mutex::new(tx);
+    Arc::new(move |b: &CallbackBreak| {
         if b.ino == 0 {
             for ino in inodes.known() {
                 let _ = n.inval_inode(INodeNo(ino), 0, 0);
@@ -36,10 +38,21 @@ pub fn start(client: &Arc<Client>, rt: &tokio::runtime::Handle, n: Notifier, ino
         }
         let _ = n.inval_inode(INodeNo(inodes.fuse_ino(b.ino)), 0, 0);
         if b.parent != 0 && !b.name.is_empty() {
-            let _ = tx.send((inodes.fuse_ino(b.parent), OsString::from(&b.name)));
+            let _ = tx
+                .lock()
+                .expect("entries channel lock")
+                .send((inodes.fuse_ino(b.parent), OsString::from(&b.name)));
         }
-    };
-    client.callbacks.add_hook(Arc::new(hook));
+    })
+}
+
+/// Starts `client`'s callback channel with `hook` on its breaks.
+pub fn watch(
+    client: &Arc<Client>,
+    rt: &tokio::runtime::Handle,
+    hook: nasd_client::callbacks::BreakHook,
+) {
+    client.callbacks.add_hook(hook);
     let _entered = rt.enter();
     client.enable_callbacks();
 }

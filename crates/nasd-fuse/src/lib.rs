@@ -19,13 +19,18 @@
 //! returns. Without the channel nothing is kept (a zero time to live, pages dropped at
 //! open), so a file closed on one mount is still seen whole on every other at its next open.
 
+mod errno;
 mod fs;
 mod inodes;
 mod invalidate;
+mod kernel;
 mod open;
+pub mod users;
 
-pub use fs::{errno_of, NasdFs};
+pub use errno::errno_of;
+pub use fs::NasdFs;
 pub use inodes::Inodes;
+pub use users::{IdMap, Options, Users};
 
 use nasd_client::files::Client;
 use std::path::Path;
@@ -34,8 +39,10 @@ use std::sync::Arc;
 /// Event-loop threads serving the kernel's requests (each waits on the cluster in turn).
 pub const FUSE_THREADS: usize = 4;
 
-/// The mount options nasd uses: named `nasd`, no device files, no set-user-id.
-fn config() -> fuser::Config {
+/// The mount options nasd uses: named `nasd`, no device files, no set-user-id. A mount for
+/// every local user (`allow_other`) lets the kernel check modes too (`default_permissions`),
+/// so a name it cached for one user never lets another past a directory they may not search.
+fn config(allow_other: bool) -> fuser::Config {
     let mut c = fuser::Config::default();
     c.mount_options = vec![
         fuser::MountOption::FSName("nasd".into()),
@@ -43,25 +50,34 @@ fn config() -> fuser::Config {
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
     ];
+    if allow_other {
+        c.mount_options.push(fuser::MountOption::DefaultPermissions);
+        c.acl = fuser::SessionACL::All;
+    }
     c.n_threads = Some(FUSE_THREADS);
     c
 }
 
 /// Mounts the cluster's directory `remote` at `mountpoint` and serves it until it is
-/// unmounted (`nasd umount`, `umount`, `fusermount3 -u`). Blocking; `rt` runs the client.
+/// unmounted (`nasd umount`, `umount`, `fusermount3 -u`). Blocking; `rt` runs the clients.
+/// `client` is the mounter's login; `options` says whether other local users are served.
 pub fn serve(
     client: Arc<Client>,
     rt: tokio::runtime::Handle,
     remote: &str,
     mountpoint: &Path,
+    options: Options,
 ) -> std::io::Result<()> {
-    let fs = NasdFs::new(client.clone(), rt.clone(), remote)?;
+    let allow_other = options.allow_other;
+    let users = Arc::new(Users::new(client, rt.clone(), options));
+    let fs = NasdFs::new(users.clone(), rt.clone(), remote)?;
     let inodes = fs.inodes();
-    let session = fuser::Session::new(fs, mountpoint, &config())?;
+    let session = fuser::Session::new(fs, mountpoint, &config(allow_other))?;
     if let Err(e) = raise_readahead(mountpoint) {
         tracing::debug!("kernel read-ahead of the mount left at its default: {e}");
     }
-    invalidate::start(&client, &rt, session.notifier(), inodes);
+    let hook = invalidate::hook(session.notifier(), inodes);
+    users.on_login(Box::new(move |c| invalidate::watch(c, &rt, hook.clone())));
     session.run()
 }
 

@@ -1,8 +1,9 @@
-//! Open files, one per inode. Every descriptor of a file on this mount shares one
-//! [`FileHandle`], as every descriptor of a local file shares one inode: what one writes,
-//! another reads at once, and the file has one size here, so `O_APPEND` writers through
-//! different descriptors (the kernel places each append at the size it knows) never land on
-//! each other.
+//! Open files, one per inode and user. Every descriptor of a file one user has open on this
+//! mount shares one [`FileHandle`], as every descriptor of a local file shares one inode: what
+//! one writes, another reads at once, and the file has one size here, so `O_APPEND` writers
+//! through different descriptors (the kernel places each append at the size it knows) never
+//! land on each other. Users of a shared mount (`--allow-other`) each have their own handle,
+//! since a handle writes with its user's credentials, as two clients would.
 //!
 //! The table also keeps the mount's answers about sizes from going back in time. A file's
 //! size comes from its open handle while one is open (it knows what was written), and from
@@ -24,6 +25,8 @@ pub struct Open<H = FileHandle> {
     pub h: H,
     /// The kernel's inode number.
     pub ino: u64,
+    /// The local user whose handle it is.
+    pub uid: u32,
     path: Mutex<String>,
     /// Unlinked while open: kept under a hidden name until its last release.
     unlinked: AtomicBool,
@@ -48,16 +51,16 @@ impl<H> Open<H> {
 /// A file's last release: the file, and what its final commit returned.
 pub type Released<H, E> = (Arc<Open<H>>, Result<(), E>);
 
-/// One inode's gate: its open file, if any. Exclusive for the first open and the last
-/// release, shared for a stat of the file while it is not open.
+/// One inode's gate: its open files, by user. Exclusive for a user's first open and last
+/// release, shared for a stat of the file.
 struct Node<H> {
-    open: RwLock<Option<Arc<Open<H>>>>,
+    open: RwLock<HashMap<u32, Arc<Open<H>>>>,
 }
 
 impl<H> Default for Node<H> {
     fn default() -> Self {
         Node {
-            open: RwLock::new(None),
+            open: RwLock::new(HashMap::new()),
         }
     }
 }
@@ -109,34 +112,37 @@ impl<H> OpenFiles<H> {
         let mut nodes = self.nodes.lock().expect("nodes lock");
         // The map's reference and `node`: nobody else holds the gate. A gate held elsewhere
         // (`try_read` fails) is pruned by its holder.
-        let idle = node.open.try_read().is_ok_and(|o| o.is_none());
+        let idle = node.open.try_read().is_ok_and(|o| o.is_empty());
         if Arc::strong_count(&node) == 2 && idle {
             nodes.remove(&ino);
         }
     }
 
-    /// Opens a descriptor on inode `ino` at `path`: the file open here already, or one
-    /// `make` opens (under the inode's gate, so two first opens make one handle).
+    /// Opens a descriptor of user `uid` on inode `ino` at `path`: the file the user has open
+    /// here already, or one `make` opens (under the inode's gate, so two first opens make one
+    /// handle).
     pub fn open<E>(
         &self,
         ino: u64,
+        uid: u32,
         path: &str,
         make: impl FnOnce() -> Result<H, E>,
     ) -> Result<(u64, Arc<Open<H>>), E> {
         let node = self.node(ino);
         let o = {
             let mut open = node.open.write().expect("node lock");
-            let o = match &*open {
+            let o = match open.get(&uid) {
                 Some(o) => o.clone(),
                 None => Arc::new(Open {
                     h: make()?,
                     ino,
+                    uid,
                     path: Mutex::new(path.to_string()),
                     unlinked: AtomicBool::new(false),
                     descriptors: AtomicUsize::new(0),
                 }),
             };
-            *open = Some(o.clone());
+            open.insert(uid, o.clone());
             // Counted under the gate, so a last release either came before (and this makes a
             // new handle) or sees this descriptor.
             o.descriptors.fetch_add(1, Ordering::AcqRel);
@@ -168,14 +174,15 @@ impl<H> OpenFiles<H> {
         let node = self.node(o.ino);
         let r = {
             let mut open = node.open.write().expect("node lock");
-            // A file with descriptors is its inode's open file (the count moves under the gate).
-            debug_assert!(open.as_ref().is_some_and(|n| Arc::ptr_eq(n, &o)));
+            // A file with descriptors is its inode's open file for its user (the count moves
+            // under the gate).
+            debug_assert!(open.get(&o.uid).is_some_and(|n| Arc::ptr_eq(n, &o)));
             if o.descriptors.fetch_sub(1, Ordering::AcqRel) > 1 {
                 None
             } else {
                 let r = last(&o);
                 self.committed();
-                *open = None;
+                open.remove(&o.uid);
                 Some(r)
             }
         };
@@ -183,13 +190,14 @@ impl<H> OpenFiles<H> {
         r.map(|r| (o, r))
     }
 
-    /// Runs `f` with inode `ino`'s open file, if any, while no first open or last release of
-    /// it can happen.
-    pub fn view<T>(&self, ino: u64, f: impl FnOnce(Option<&Arc<Open<H>>>) -> T) -> T {
+    /// Runs `f` with inode `ino`'s open files (every user's), while no first open or last
+    /// release of it can happen.
+    pub fn view<T>(&self, ino: u64, f: impl FnOnce(&[Arc<Open<H>>]) -> T) -> T {
         let node = self.node(ino);
         let r = {
             let open = node.open.read().expect("node lock");
-            f(open.as_ref())
+            let all: Vec<Arc<Open<H>>> = open.values().cloned().collect();
+            f(&all)
         };
         self.prune(ino, node);
         r
@@ -213,8 +221,8 @@ impl<H> OpenFiles<H> {
             .values()
             .cloned()
             .collect();
-        v.sort_by_key(|o| o.ino);
-        v.dedup_by_key(|o| o.ino);
+        v.sort_by_key(|o| (o.ino, o.uid));
+        v.dedup_by_key(|o| (o.ino, o.uid));
         v
     }
 
@@ -254,10 +262,15 @@ mod tests {
                         seed ^= seed << 17;
                         if held.is_empty() || seed % 3 != 0 {
                             let (fh, o) = files
-                                .open(7, "/f", || Ok::<_, ()>(made.fetch_add(1, Ordering::AcqRel)))
+                                .open(7, 0, "/f", || {
+                                    Ok::<_, ()>(made.fetch_add(1, Ordering::AcqRel))
+                                })
                                 .unwrap();
                             files.view(7, |g| {
-                                assert!(Arc::ptr_eq(g.expect("open"), &o), "one file per inode")
+                                assert!(
+                                    g.len() == 1 && Arc::ptr_eq(&g[0], &o),
+                                    "one file per inode"
+                                )
                             });
                             held.push(fh);
                         } else {
@@ -287,7 +300,7 @@ mod tests {
             (0..made).collect::<Vec<_>>(),
             "each made file finished once"
         );
-        assert!(files.view(7, |g| g.is_none()), "nothing left open");
+        assert!(files.view(7, |g| g.is_empty()), "nothing left open");
         assert!(files.nodes.lock().unwrap().is_empty(), "nodes pruned");
     }
 }

@@ -587,9 +587,21 @@ pub async fn mv(from: String, to: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `nasd mount [nasd:/PATH] MOUNTPOINT`: serves until unmounted; ctrl-c or SIGTERM
-/// unmounts first, so the mount point is never left dead.
-pub fn mount(paths: Vec<String>) -> anyhow::Result<()> {
+/// `nasd mount [--allow-other [--users FILE]] [nasd:/PATH] MOUNTPOINT`: serves until
+/// unmounted; ctrl-c or SIGTERM unmounts first, so the mount point is never left dead.
+pub fn mount(
+    paths: Vec<String>,
+    allow_other: bool,
+    users: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let map = match &users {
+        Some(f) => nasd_fuse::IdMap::read(f)?,
+        None => nasd_fuse::IdMap::default(),
+    };
+    // SAFETY: geteuid has no preconditions.
+    if allow_other && unsafe { libc::geteuid() } != 0 {
+        bail!("--allow-other: only root serves every local user (it reads their saved logins)");
+    }
     let (remote, mountpoint) = match paths.as_slice() {
         [mp] => ("/".to_string(), mp.clone()),
         [r, mp] => (remote(r)?, mp.clone()),
@@ -599,7 +611,8 @@ pub fn mount(paths: Vec<String>) -> anyhow::Result<()> {
     let c = rt.block_on(connect())?;
     let mp = std::path::PathBuf::from(&mountpoint);
     crate::unmount_on_signal(&rt, mp.clone());
-    nasd_fuse::serve(c, rt.handle().clone(), &remote, &mp)
+    let options = nasd_fuse::Options { allow_other, map };
+    nasd_fuse::serve(c, rt.handle().clone(), &remote, &mp, options)
         .with_context(|| format!("mounting nasd:{remote} at {mountpoint}"))
 }
 

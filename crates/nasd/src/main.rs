@@ -192,6 +192,15 @@ enum Cmd {
         /// nasd:/PATH then MOUNTPOINT, or MOUNTPOINT alone.
         #[arg(required = true, num_args = 1..=2)]
         paths: Vec<String>,
+        /// Serve every local user (root only): each uid acts as its own nasd user, with the
+        /// login it saved (`nasd login`) or the one `--users` gives; a uid with neither is
+        /// refused. Without it the mount serves its mounter alone.
+        #[arg(long)]
+        allow_other: bool,
+        /// With --allow-other: a file mapping local ids to nasd names, one per line:
+        /// `user UID NAME [KEY_FILE]` or `group GID NAME` (docs/mount.md).
+        #[arg(long, value_name = "FILE", requires = "allow_other")]
+        users: Option<std::path::PathBuf>,
     },
     /// Unmount a `nasd mount`.
     Umount { mountpoint: String },
@@ -370,7 +379,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status { json } => runtime()?.block_on(cmd_heal::status(json)),
         Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
-        Cmd::Mount { paths } => cmd_fs::mount(paths),
+        Cmd::Mount {
+            paths,
+            allow_other,
+            users,
+        } => cmd_fs::mount(paths, allow_other, users),
         Cmd::S3(c) => cmd_s3::run(c),
         Cmd::Umount { mountpoint } => anyhow::Context::with_context(
             nasd_fuse::unmount(std::path::Path::new(&mountpoint)),

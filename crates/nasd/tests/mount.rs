@@ -38,9 +38,16 @@ fn mounted(dir: &Path) -> bool {
 
 impl Mounted {
     fn start(up: &Up, remote: &str, dir: &Path, env: &[(&str, &str)]) -> Mounted {
+        Mounted::start_with(up, &[remote], dir, env)
+    }
+
+    /// `nasd mount ARGS DIR`.
+    fn start_with(up: &Up, args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Mounted {
         std::fs::create_dir_all(dir).unwrap();
         let mut cmd = Command::new(NASD);
-        cmd.args(["mount", remote, dir.to_str().unwrap()])
+        cmd.arg("mount")
+            .args(args)
+            .arg(dir)
             .env("NASD_CONFIG", up.config())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -580,6 +587,138 @@ fn appenders_and_rewriters_beside_a_stat_loop_lose_nothing() {
         f.set_len(n - 1).unwrap();
     }
     stats.stop();
+}
+
+/// `sh -c SCRIPT` as local uid `uid` (group `gid`) in `dir`: its exit code and output; -1 and
+/// the error when it could not start there (a `chdir` refused).
+fn as_uid(uid: u32, gid: u32, dir: &Path, script: &str) -> (i32, String) {
+    use std::os::unix::process::CommandExt;
+    let o = match Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .uid(uid)
+        .gid(gid)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => return (-1, e.to_string()),
+    };
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    (o.status.code().unwrap_or(-1), out)
+}
+
+/// Issue 20 §2: one mount serves every local user as their own nasd user. Root mounts with
+/// `--allow-other` and a map of local ids to nasd names; each mapped uid writes with its own
+/// key (the manager records it as the owner), reads only what the manager lets that user
+/// read, and sees owners as its local ids; root's `chown` to a local uid gives the file to
+/// the nasd user it maps to; a uid with no login is refused everything.
+#[test]
+fn one_mount_serves_each_local_user_as_their_own_nasd_user() {
+    if !can_mount() {
+        return;
+    }
+    const ALICE: u32 = 60_001;
+    const BOB: u32 = 60_002;
+    const NOBODY: u32 = 60_003;
+    const USERS_GID: u32 = 60_010;
+    let up = Up::start(1);
+    let keys = up.dir.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    for u in ["alice", "bob"] {
+        let k = keys.join(format!("{u}.key"));
+        up.ok(&["user", "keygen", "--out", k.to_str().unwrap()]);
+        let pubk = format!("{}.pub", k.display());
+        up.ok(&["user", "add", u, "--public-key", &pubk]);
+    }
+    up.ok(&["mkdir", "nasd:/home"]);
+    up.ok(&["chmod", "777", "nasd:/home"]);
+    let map = up.dir.path().join("users.map");
+    std::fs::write(
+        &map,
+        format!(
+            "user {ALICE} alice {}\nuser {BOB} bob {}\ngroup {USERS_GID} users\n",
+            keys.join("alice.key").display(),
+            keys.join("bob.key").display()
+        ),
+    )
+    .unwrap();
+    let dir = up.dir.path().join("m");
+    let m = Mounted::start_with(
+        &up,
+        &["--allow-other", "--users", map.to_str().unwrap(), "nasd:/"],
+        &dir,
+        &[],
+    );
+    // The test directory's parents must let the local users reach the mount.
+    let mut p = m.dir.clone();
+    while let Some(parent) = p.parent() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(parent).unwrap().permissions().mode();
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
+        p = parent.to_path_buf();
+    }
+    let home = m.dir.join("home");
+
+    let (rc, out) = as_uid(
+        ALICE,
+        USERS_GID,
+        &home,
+        "umask 077; echo secret > a && cat a",
+    );
+    assert_eq!(
+        (rc, out.as_str()),
+        (0, "secret\n"),
+        "alice writes and reads"
+    );
+    let md = std::fs::metadata(home.join("a")).unwrap();
+    assert_eq!(
+        (md.uid(), md.gid(), md.mode() & 0o777),
+        (ALICE, USERS_GID, 0o600)
+    );
+    assert!(
+        up.ok(&["stat", "--json", "nasd:/home/a"])
+            .contains("\"owner\":\"alice\""),
+        "the manager records alice as the writer"
+    );
+    let (rc, out) = as_uid(BOB, USERS_GID, &home, "cat a");
+    assert_ne!(rc, 0, "bob read alice's 0600 file: {out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    let (rc, out) = as_uid(BOB, USERS_GID, &home, "echo mine > b && ls -n b");
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains(&format!(" {BOB} {USERS_GID} ")), "{out}");
+
+    // A uid with no nasd login is refused, not served as the mounter.
+    let (rc, out) = as_uid(NOBODY, NOBODY, &home, "ls");
+    assert_ne!(rc, 0, "a uid with no login listed the mount: {out}");
+    let (rc, _) = as_uid(NOBODY, NOBODY, &m.dir, "cat home/b");
+    assert_ne!(rc, 0, "a uid with no login read a file");
+
+    // root gives alice's file to bob by local uid: the manager's owner is bob. Its key is
+    // wrapped for alice alone, and root's client holds no wrap to add one for bob (files are
+    // encrypted end to end), so alice shares it first.
+    let alice_key = keys.join("alice.key");
+    let o = up.nasd(
+        &["share", "nasd:/home/a", "--user", "bob"],
+        &[
+            ("NASD_USER", "alice"),
+            ("NASD_KEY", alice_key.to_str().unwrap()),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (rc, _) = as_uid(BOB, USERS_GID, &home, "cat a");
+    assert_ne!(rc, 0, "the mode still keeps bob out");
+    std::os::unix::fs::chown(home.join("a"), Some(BOB), None).unwrap();
+    assert!(up
+        .ok(&["stat", "--json", "nasd:/home/a"])
+        .contains("\"owner\":\"bob\""));
+    assert_eq!(std::fs::metadata(home.join("a")).unwrap().uid(), BOB);
+    let (rc, out) = as_uid(BOB, USERS_GID, &home, "cat a");
+    assert_eq!(
+        (rc, out.as_str()),
+        (0, "secret\n"),
+        "bob owns and reads it now"
+    );
 }
 
 #[test]

@@ -1,0 +1,687 @@
+//! The kernel's requests, one short function each: names and attributes from the manager as
+//! the request's user, file contents through [`FileHandle`]s straight to and from the drives.
+
+use crate::errno::{answer, chown_errno, errno, errno_of, user_xattr, xattr_errno, xattr_reply};
+use crate::fs::{kind_of, us_of, NasdFs, DIRECT_READ_MIN_BYTES, MAX_READAHEAD_BYTES};
+use crate::inodes::join;
+use fuser::{
+    BsdFileFlags, Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use nasd_client::files::{Client, FsError};
+use nasd_client::handle::{FileHandle, OpenOptions};
+use nasd_proto::manager::MgrStatus;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::SystemTime;
+
+/// Largest write the kernel sends in one request (it caps this by its own limit).
+const MAX_WRITE_BYTES: u32 = 1 << 20;
+
+/// What a setattr asks for, beside the file it names.
+struct Change {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    size: Option<u64>,
+    mtime: Option<TimeOrNow>,
+}
+
+impl NasdFs {
+    fn entry(&self, c: &Client, path: &str, reply: ReplyEntry) {
+        match self.stat_path(c, path) {
+            Ok(a) => reply.entry(&self.ttl(), &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// A setattr: what this mount wrote is committed first, as an NFS client flushes before
+    /// a SETATTR, so a new file has its name for the manager's change, and a later commit does
+    /// not undo it (a modify time set now stays).
+    fn change(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: Option<fuser::FileHandle>,
+        ch: Change,
+    ) -> Result<FileAttr, Errno> {
+        let c = self.who(req)?;
+        let open = match fh {
+            Some(f) => Some(self.open_file(f.0)?),
+            None => self.open_at_ino(ino, req.uid()),
+        };
+        let path = match &open {
+            Some(o) => o.path(),
+            None => self.path(ino)?,
+        };
+        let attrs = ch.mode.is_some() || ch.uid.is_some() || ch.gid.is_some();
+        if let Some(o) = open.as_ref().filter(|_| attrs || ch.mtime.is_some()) {
+            self.sync(o)?;
+        }
+        if let Some(m) = ch.mode {
+            self.rt
+                .block_on(c.chmod(&path, m & 0o7777))
+                .map_err(errno)?;
+        }
+        if ch.uid.is_some() || ch.gid.is_some() {
+            self.chown(&c, &path, ch.uid, ch.gid)?;
+        }
+        if let Some(size) = ch.size {
+            match &open {
+                Some(o) => self.rt.block_on(o.h.truncate(size)).map_err(errno)?,
+                None => self.rt.block_on(c.truncate(&path, size)).map_err(errno)?,
+            }
+        }
+        if let Some(t) = ch.mtime {
+            let us = match t {
+                TimeOrNow::SpecificTime(t) => us_of(t),
+                TimeOrNow::Now => us_of(SystemTime::now()),
+            };
+            self.rt.block_on(c.utimes(&path, us)).map_err(errno)?;
+        }
+        self.stat_ino(&c, ino)
+    }
+
+    /// chown/chgrp to local ids: the nasd user and group they stand for ([`crate::users`]).
+    fn chown(
+        &self,
+        c: &Client,
+        path: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<(), Errno> {
+        let now = self.lstat(c, path)?;
+        let a = self.attr(&now);
+        let owner = match uid.filter(|&u| u != a.uid) {
+            Some(u) => self.users.nasd_user(u).ok_or(Errno::EINVAL)?,
+            None => String::new(),
+        };
+        let group = match gid.filter(|&g| g != a.gid) {
+            Some(g) => self.users.nasd_group(g).ok_or(Errno::EINVAL)?,
+            None => String::new(),
+        };
+        if owner.is_empty() && group.is_empty() {
+            return Ok(());
+        }
+        self.rt
+            .block_on(c.chown(path, &owner, &group))
+            .map_err(chown_errno)
+    }
+
+    fn rename_paths(
+        &self,
+        req: &Request,
+        from: (INodeNo, &OsStr),
+        to: (INodeNo, &OsStr),
+    ) -> Result<(), Errno> {
+        let c = self.who(req)?;
+        let (from, to) = (self.child(from.0, from.1)?, self.child(to.0, to.1)?);
+        // A file made here and still open has no name at the manager yet, and an upload
+        // commits at the path it began at: commit what is open at or under `from` first.
+        let moving = self.moving(&from, &to);
+        for (o, _) in &moving {
+            self.sync(o)?;
+        }
+        self.rt.block_on(c.rename(&from, &to)).map_err(errno)?;
+        self.inodes.renamed(&from, &to);
+        // Open files move with their names.
+        for (o, moved) in moving {
+            o.moved(&moved);
+        }
+        Ok(())
+    }
+
+    fn open_ino(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        flags: OpenFlags,
+    ) -> Result<(u64, FopenFlags), Errno> {
+        let c = self.who(req)?;
+        let path = self.path(ino)?;
+        // One handle per file and user, shared by their descriptors, so it is opened for
+        // writing whatever this descriptor may do (the kernel refuses writes through a
+        // read-only descriptor). `O_TRUNC` arrives as a setattr of the size.
+        let (fh, o) = self.open.open(ino.0, req.uid(), &path, || {
+            let o = OpenOptions {
+                write: true,
+                ..Default::default()
+            };
+            self.rt
+                .block_on(FileHandle::open(&c, &path, o))
+                .map_err(errno)
+        })?;
+        let mut f = self.open_flags();
+        let read_only = flags.acc_mode() == OpenAccMode::O_RDONLY;
+        if read_only && self.rt.block_on(o.h.size()) >= DIRECT_READ_MIN_BYTES {
+            f |= FopenFlags::FOPEN_DIRECT_IO;
+        }
+        Ok((fh, f))
+    }
+
+    fn create_file(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(u64, FileAttr), Errno> {
+        let c = self.who(req)?;
+        let path = self.child(parent, name)?;
+        if let Some(o) = self.open.at(&path).into_iter().find(|o| o.uid == req.uid()) {
+            // Made here and still open (so not yet at the manager): one more descriptor.
+            // If its last one closed meanwhile, it is committed and found below.
+            if flags & libc::O_EXCL != 0 {
+                return Err(Errno::EEXIST);
+            }
+            if let Ok((fh, o)) = self
+                .open
+                .open(o.ino, req.uid(), &path, || Err(Errno::ESTALE))
+            {
+                if flags & libc::O_TRUNC != 0 {
+                    self.rt.block_on(o.h.truncate(0)).map_err(errno)?;
+                }
+                return Ok((fh, self.stat_path(&c, &path)?));
+            }
+        }
+        if flags & libc::O_EXCL != 0 && self.rt.block_on(c.lstat(&path)).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        let o = OpenOptions {
+            write: true,
+            create: true,
+            truncate: flags & libc::O_TRUNC != 0,
+            mode,
+        };
+        let h = self
+            .rt
+            .block_on(FileHandle::open(&c, &path, o))
+            .map_err(errno)?;
+        let fresh = self.rt.block_on(h.staged());
+        let ino = self.inodes.fuse_ino(h.ino());
+        let (fh, open) = self
+            .open
+            .open(ino, req.uid(), &path, || Ok::<_, Errno>(h))?;
+        if fresh {
+            self.pending
+                .lock()
+                .expect("pending lock")
+                .insert(path.clone(), open.clone());
+        }
+        Ok((fh, self.stat_path(&c, &path)?))
+    }
+
+    fn list_dir(&self, req: &Request, ino: INodeNo) -> Result<u64, Errno> {
+        let c = self.who(req)?;
+        let path = self.path(ino)?;
+        let list = self.rt.block_on(c.list(&path)).map_err(errno)?;
+        let mut entries = vec![
+            (ino.0, FileType::Directory, ".".to_string()),
+            (ino.0, FileType::Directory, "..".to_string()),
+        ];
+        for e in list {
+            let i = self.inodes.fuse_ino(e.stat.ino);
+            self.inodes.saw(i, &join(&path, &e.name));
+            entries.push((i, kind_of(e.stat.kind), e.name));
+        }
+        let fh = self.open.next_fh();
+        self.dirs.lock().expect("dirs lock").insert(fh, entries);
+        Ok(fh)
+    }
+
+    fn set_xattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &str,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let c = self.who(req)?;
+        let p = self.path(ino)?;
+        self.rt.block_on(async {
+            if flags & (libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+                let (_, x) = c.getxattrs(&p).await.map_err(errno)?;
+                let has = x.iter().any(|a| a.name == name);
+                if flags & libc::XATTR_CREATE != 0 && has {
+                    return Err(Errno::EEXIST);
+                }
+                if flags & libc::XATTR_REPLACE != 0 && !has {
+                    return Err(Errno::ENODATA);
+                }
+            }
+            c.setxattr(&p, name, Some(value))
+                .await
+                .map_err(|e| xattr_errno(&e))
+        })
+    }
+
+    /// The extended attributes of `ino`, as `req`'s user reads them.
+    fn xattrs(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+    ) -> Result<Vec<nasd_proto::manager::Xattr>, Errno> {
+        let c = self.who(req)?;
+        let p = self.path(ino)?;
+        self.rt
+            .block_on(c.getxattrs(&p))
+            .map(|(_, x)| x)
+            .map_err(errno)
+    }
+}
+
+impl Filesystem for NasdFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The kernel caps both by its own limits; whatever it grants is fine.
+        let _ = config.set_max_write(MAX_WRITE_BYTES);
+        let _ = config.set_max_readahead(MAX_READAHEAD_BYTES);
+        // Shared maps of a file read with direct I/O (kernel 6.6 and later; before, such a
+        // map of a large file fails with ENODEV, private maps and exec work either way).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self
+            .who(req)
+            .and_then(|c| Ok((c, self.child(parent, name)?)))
+        {
+            Ok((c, p)) => self.entry(&c, &p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: Option<fuser::FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        match self.who(req).and_then(|c| self.stat_ino(&c, ino)) {
+            Ok(a) => reply.attr(&self.ttl(), &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<fuser::FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let ch = Change {
+            mode,
+            uid,
+            gid,
+            size,
+            mtime,
+        };
+        match self.change(req, ino, fh, ch) {
+            Ok(a) => reply.attr(&self.ttl(), &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = self.who(req).and_then(|c| {
+            let p = self.path(ino)?;
+            self.rt.block_on(c.readlink(&p)).map_err(errno)
+        });
+        match r {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(name) = user_xattr(name) else {
+            // Only `user.` attributes are kept; asking for another (the kernel asks for
+            // `security.capability` before writes) costs no round trip.
+            return reply.error(Errno::ENODATA);
+        };
+        match self.xattrs(req, ino) {
+            Ok(x) => match x.into_iter().find(|a| a.name == name) {
+                Some(a) => xattr_reply(reply, size, &a.value),
+                None => reply.error(Errno::ENODATA),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.xattrs(req, ino) {
+            Ok(x) => {
+                let mut names = vec![];
+                for a in x {
+                    names.extend_from_slice(a.name.as_bytes());
+                    names.push(0);
+                }
+                xattr_reply(reply, size, &names)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let Some(name) = user_xattr(name) else {
+            return reply.error(Errno::ENOTSUP);
+        };
+        answer(reply, self.set_xattr(req, ino, name, value, flags))
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = user_xattr(name) else {
+            return reply.error(Errno::ENODATA);
+        };
+        let r = self.who(req).and_then(|c| {
+            let p = self.path(ino)?;
+            self.rt
+                .block_on(c.setxattr(&p, name, None))
+                .map_err(|e| match e.status() {
+                    Some(MgrStatus::NoSuchPath) => Errno::ENODATA,
+                    _ => xattr_errno(&e),
+                })
+        });
+        answer(reply, r)
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.who(req).and_then(|c| {
+            let p = self.child(parent, name)?;
+            self.rt
+                .block_on(c.mkdir(&p, mode & !umask & 0o7777))
+                .map_err(errno)?;
+            Ok((c, p))
+        });
+        match r {
+            Ok((c, p)) => self.entry(&c, &p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self
+            .who(req)
+            .and_then(|c| self.unlink_path(&c, &self.child(parent, name)?));
+        answer(reply, r)
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.who(req).and_then(|c| {
+            let p = self.child(parent, name)?;
+            self.rt.block_on(c.rmdir(&p)).map_err(errno)
+        });
+        answer(reply, r)
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.who(req).and_then(|c| {
+            let p = self.child(parent, link_name)?;
+            let t = target.to_str().ok_or(Errno::EINVAL)?;
+            self.rt.block_on(c.symlink(t, &p)).map_err(errno)?;
+            Ok((c, p))
+        });
+        match r {
+            Ok((c, p)) => self.entry(&c, &p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !flags.is_empty() {
+            // RENAME_NOREPLACE / RENAME_EXCHANGE: callers fall back to rename(2).
+            return reply.error(Errno::EINVAL);
+        }
+        answer(
+            reply,
+            self.rename_paths(req, (parent, name), (newparent, newname)),
+        )
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.who(req).and_then(|c| {
+            let (from, to) = (self.path(ino)?, self.child(newparent, newname)?);
+            self.rt.block_on(c.link(&from, &to)).map_err(errno)?;
+            Ok((c, to))
+        });
+        match r {
+            Ok((c, p)) => self.entry(&c, &p, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_ino(req, ino, flags) {
+            Ok((fh, f)) => reply.opened(fuser::FileHandle(fh), f),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.create_file(req, parent, name, mode & !umask & 0o7777, flags) {
+            Ok((fh, a)) => reply.created(
+                &self.ttl(),
+                &a,
+                Generation(0),
+                fuser::FileHandle(fh),
+                self.open_flags(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.open_file(fh.0).and_then(|o| {
+            self.rt
+                .block_on(o.h.read_bytes(offset, u64::from(size)))
+                .map_err(errno)
+        });
+        match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.open_file(fh.0).and_then(|o| {
+            self.rt
+                .block_on(o.h.write_at(offset, data))
+                .map_err(|e| match e {
+                    FsError::Usage(_) => Errno::EBADF,
+                    e => errno_of(&e),
+                })
+        });
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Called at every close of a descriptor: what was written becomes visible to other
+    /// clients (close-to-open).
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        answer(reply, self.open_file(fh.0).and_then(|o| self.sync(&o)))
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        // The last descriptor commits; an unlinked file then goes with its hidden name.
+        let r = match self.open.release(fh.0, |o| self.sync(o)) {
+            Some((o, Ok(()))) if o.unlinked() && self.open.at(&o.path()).is_empty() => self
+                .rt
+                .block_on(o.h.client().unlink(&o.path()))
+                .map_err(errno),
+            Some((_, r)) => r,
+            None => Ok(()),
+        };
+        answer(reply, r)
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        answer(reply, self.open_file(fh.0).and_then(|o| self.sync(&o)))
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.list_dir(req, ino) {
+            Ok(fh) => reply.opened(fuser::FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock().expect("dirs lock");
+        let Some(entries) = dirs.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().expect("dirs lock").remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // The cluster's capacity is an admin's figure (`nasd status`); report a large
+        // file system so tools that check free space proceed, and the name limit.
+        let blocks = 1u64 << 40 >> 12;
+        reply.statfs(
+            blocks,
+            blocks / 2,
+            blocks / 2,
+            1 << 32,
+            1 << 31,
+            4096,
+            255,
+            4096,
+        );
+    }
+}
