@@ -181,6 +181,8 @@ mod tests {
             mtime_us: 0,
             ctime_us: 0,
             nlink: 1,
+            atime_us: 0,
+            rdev: 0,
         }
     }
 

@@ -184,6 +184,8 @@ mod tests {
                 mtime_us: 0,
                 ctime_us: 0,
                 nlink: 1,
+                atime_us: 0,
+                rdev: 0,
             },
             layout: manager::Layout::single(manager::Component {
                 drive: DriveId(1),

@@ -8,7 +8,7 @@ use crate::callbacks::{AttrKind, Cached};
 use crate::escape::shown;
 use crate::files::{now_ms, Client, FsError};
 use nasd_proto::manager::{
-    calls, Call, DirEntry, FileStat, MgrStatus, Principal, QuotaInfo, Xattr,
+    calls, Call, DirEntry, FileKind, FileStat, FsSpace, MgrStatus, Principal, QuotaInfo, Xattr,
     READDIR_PAGE_ENTRIES_MAX,
 };
 use std::sync::Arc;
@@ -174,10 +174,41 @@ impl Client {
     }
 
     pub async fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        self.rename_with(from, to, 0).await
+    }
+
+    /// [`Client::rename`] with `flags`: `RENAME_NOREPLACE` (`Exists` rather than replace) or
+    /// `RENAME_EXCHANGE` (swap two names, both of which exist).
+    pub async fn rename_with(&self, from: &str, to: &str, flags: u8) -> Result<(), FsError> {
         self.caps_invalidate(from);
         self.caps_invalidate(to);
         let (f, to) = (from.into(), to.into());
-        self.call(from, calls::Rename { from: f, to }).await
+        self.call(from, calls::Rename { from: f, to, flags }).await
+    }
+
+    /// Makes `path` a FIFO, socket or device of `kind` with permission bits `mode` and device
+    /// number `rdev` (devices: admins only).
+    pub async fn mknod(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<(), FsError> {
+        self.caps_invalidate(path);
+        let p = path.into();
+        let call = calls::Mknod {
+            path: p,
+            kind,
+            mode,
+            rdev,
+        };
+        self.call(path, call).await
+    }
+
+    /// The cluster's capacity and the caller's quota, as `statfs` shows them.
+    pub async fn statfs(&self, path: &str) -> Result<FsSpace, FsError> {
+        self.call(path, calls::Statfs { path: path.into() }).await
     }
 
     /// Makes `path` a symbolic link to `target` (stored as given; it need not exist).
@@ -244,11 +275,23 @@ impl Client {
     }
 
     pub async fn chown(&self, path: &str, owner: &str, group: &str) -> Result<(), FsError> {
+        self.chown_with(path, owner, group, false).await
+    }
+
+    /// [`Client::chown`]; with `nofollow`, of a symbolic link itself (`lchown`).
+    pub async fn chown_with(
+        &self,
+        path: &str,
+        owner: &str,
+        group: &str,
+        nofollow: bool,
+    ) -> Result<(), FsError> {
         self.caps_invalidate(path);
         let call = calls::Chown {
             path: path.into(),
             owner: owner.into(),
             group: group.into(),
+            nofollow,
         };
         self.call(path, call).await?;
         self.follow_readers(path).await;
@@ -269,9 +312,29 @@ impl Client {
         }
     }
 
+    /// Sets the modify time of `path` (its access time stays).
     pub async fn utimes(&self, path: &str, mtime_us: u64) -> Result<(), FsError> {
+        self.set_times(path, None, Some(mtime_us), 0).await
+    }
+
+    /// Sets the access and modify times of `path` (`None` leaves one as it is); `flags`:
+    /// `UTIMES_NOFOLLOW` (a symbolic link's own), `UTIMES_ACCESSED` (a read's access time:
+    /// the change time stays).
+    pub async fn set_times(
+        &self,
+        path: &str,
+        atime_us: Option<u64>,
+        mtime_us: Option<u64>,
+        flags: u8,
+    ) -> Result<(), FsError> {
         let p = path.into();
-        self.call(path, calls::Utimes { path: p, mtime_us }).await
+        let call = calls::Utimes {
+            path: p,
+            atime_us,
+            mtime_us,
+            flags,
+        };
+        self.call(path, call).await
     }
 
     /// The layout spec new files under the directory `path` get.

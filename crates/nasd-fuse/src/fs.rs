@@ -57,6 +57,10 @@ pub(crate) fn kind_of(k: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -141,7 +145,7 @@ impl NasdFs {
             ino: INodeNo(self.inodes.fuse_ino(s.ino)),
             size: s.size,
             blocks: s.size.div_ceil(512),
-            atime: time_of(s.mtime_us),
+            atime: time_of(s.atime_us),
             mtime: time_of(s.mtime_us),
             ctime: time_of(s.ctime_us),
             crtime: time_of(s.ctime_us),
@@ -150,7 +154,8 @@ impl NasdFs {
             nlink: s.nlink,
             uid: self.users.local_uid(s),
             gid: self.users.local_gid(s),
-            rdev: 0,
+            // The kernel's encoding of the number `mknod` was given.
+            rdev: s.rdev as u32,
             blksize: BLOCK_BYTES,
             flags: 0,
         }

@@ -70,6 +70,26 @@ impl Inodes {
     }
 }
 
+impl Inodes {
+    /// The names `a` and `b` swapped what they name (`RENAME_EXCHANGE`): everything seen at or
+    /// under one is now at or under the other.
+    pub fn exchanged(&self, a: &str, b: &str) {
+        let mut p = self.paths.lock().expect("inodes lock");
+        let (under_a, under_b) = (format!("{a}/"), format!("{b}/"));
+        for v in p.values_mut() {
+            if v == a {
+                *v = b.to_string();
+            } else if v == b {
+                *v = a.to_string();
+            } else if let Some(rest) = v.strip_prefix(&under_a) {
+                *v = format!("{b}/{rest}");
+            } else if let Some(rest) = v.strip_prefix(&under_b) {
+                *v = format!("{a}/{rest}");
+            }
+        }
+    }
+}
+
 /// Every path under `from/` moves under `to/`.
 fn move_under(p: &mut HashMap<u64, String>, from: &str, to: &str) {
     let under = format!("{from}/");

@@ -12,9 +12,13 @@ use fuser::{
 };
 use nasd_client::files::{Client, FsError};
 use nasd_client::handle::{FileHandle, OpenOptions};
-use nasd_proto::manager::MgrStatus;
+use nasd_proto::manager::{
+    FileKind, MgrStatus, NAME_BYTES_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIMES_ACCESSED,
+    UTIMES_NOFOLLOW,
+};
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// Largest write the kernel sends in one request (it caps this by its own limit).
@@ -26,8 +30,24 @@ struct Change {
     uid: Option<u32>,
     gid: Option<u32>,
     size: Option<u64>,
+    atime: Option<TimeOrNow>,
     mtime: Option<TimeOrNow>,
 }
+
+fn us_of_time(t: TimeOrNow) -> u64 {
+    match t {
+        TimeOrNow::SpecificTime(t) => us_of(t),
+        TimeOrNow::Now => us_of(SystemTime::now()),
+    }
+}
+
+/// The bytes `statfs` counts in (its `bsize` and `frsize`).
+const STATFS_BLOCK_BYTES: u64 = 4096;
+/// The files `statfs` shows free: nasd's namespace has no fixed inode table.
+const STATFS_FILES_FREE: u64 = 1 << 32;
+/// How stale a file's access time may get before a read moves it (Linux's `relatime`: also
+/// whenever it is not after the modify time).
+const RELATIME_US: u64 = 24 * 3600 * 1_000_000;
 
 impl NasdFs {
     fn entry(&self, c: &Client, path: &str, reply: ReplyEntry) {
@@ -36,10 +56,11 @@ impl NasdFs {
             Err(e) => reply.error(e),
         }
     }
-
     /// A setattr: what this mount wrote is committed first, as an NFS client flushes before
     /// a SETATTR, so a new file has its name for the manager's change, and a later commit does
-    /// not undo it (a modify time set now stays).
+    /// not undo it (a modify time set now stays). It acts on the inode the kernel names, so a
+    /// symbolic link's own owners and times change (`chown -h`, `touch -h`), never what it
+    /// names; a link has no mode of its own to change (`EOPNOTSUPP`, as on Linux).
     fn change(
         &self,
         req: &Request,
@@ -57,10 +78,14 @@ impl NasdFs {
             None => self.path(ino)?,
         };
         let attrs = ch.mode.is_some() || ch.uid.is_some() || ch.gid.is_some();
-        if let Some(o) = open.as_ref().filter(|_| attrs || ch.mtime.is_some()) {
+        let times = ch.atime.is_some() || ch.mtime.is_some();
+        if let Some(o) = open.as_ref().filter(|_| attrs || times) {
             self.sync(o)?;
         }
         if let Some(m) = ch.mode {
+            if self.lstat(&c, &path)?.kind == FileKind::Symlink {
+                return Err(Errno::EOPNOTSUPP);
+            }
             self.rt
                 .block_on(c.chmod(&path, m & 0o7777))
                 .map_err(errno)?;
@@ -74,12 +99,11 @@ impl NasdFs {
                 None => self.rt.block_on(c.truncate(&path, size)).map_err(errno)?,
             }
         }
-        if let Some(t) = ch.mtime {
-            let us = match t {
-                TimeOrNow::SpecificTime(t) => us_of(t),
-                TimeOrNow::Now => us_of(SystemTime::now()),
-            };
-            self.rt.block_on(c.utimes(&path, us)).map_err(errno)?;
+        if times {
+            let (a, m) = (ch.atime.map(us_of_time), ch.mtime.map(us_of_time));
+            self.rt
+                .block_on(c.set_times(&path, a, m, UTIMES_NOFOLLOW))
+                .map_err(errno)?;
         }
         self.stat_ino(&c, ino)
     }
@@ -106,16 +130,23 @@ impl NasdFs {
             return Ok(());
         }
         self.rt
-            .block_on(c.chown(path, &owner, &group))
+            .block_on(c.chown_with(path, &owner, &group, true))
             .map_err(chown_errno)
     }
-
     fn rename_paths(
         &self,
         req: &Request,
         from: (INodeNo, &OsStr),
         to: (INodeNo, &OsStr),
+        flags: RenameFlags,
     ) -> Result<(), Errno> {
+        let bits = match flags {
+            f if f.is_empty() => 0,
+            f if f == RenameFlags::RENAME_NOREPLACE => RENAME_NOREPLACE,
+            f if f == RenameFlags::RENAME_EXCHANGE => RENAME_EXCHANGE,
+            // RENAME_WHITEOUT is for overlay file systems.
+            _ => return Err(Errno::EINVAL),
+        };
         let c = self.who(req)?;
         let (from, to) = (self.child(from.0, from.1)?, self.child(to.0, to.1)?);
         // A file made here and still open has no name at the manager yet, and an upload
@@ -124,7 +155,18 @@ impl NasdFs {
         for (o, _) in &moving {
             self.sync(o)?;
         }
-        self.rt.block_on(c.rename(&from, &to)).map_err(errno)?;
+        self.rt
+            .block_on(c.rename_with(&from, &to, bits))
+            .map_err(errno)?;
+        if bits == RENAME_EXCHANGE {
+            // Each name now holds the other's file.
+            let back = self.moving(&to, &from);
+            self.inodes.exchanged(&from, &to);
+            for (o, moved) in moving.into_iter().chain(back) {
+                o.moved(&moved);
+            }
+            return Ok(());
+        }
         self.inodes.renamed(&from, &to);
         // Open files move with their names.
         for (o, moved) in moving {
@@ -155,6 +197,9 @@ impl NasdFs {
         })?;
         let mut f = self.open_flags();
         let read_only = flags.acc_mode() == OpenAccMode::O_RDONLY;
+        if flags.acc_mode() != OpenAccMode::O_WRONLY {
+            self.relatime(&c, &path);
+        }
         if read_only && self.rt.block_on(o.h.size()) >= DIRECT_READ_MIN_BYTES {
             f |= FopenFlags::FOPEN_DIRECT_IO;
         }
@@ -212,6 +257,57 @@ impl NasdFs {
                 .insert(path.clone(), open.clone());
         }
         Ok((fh, self.stat_path(&c, &path)?))
+    }
+    /// Moves a file's access time as Linux's `relatime` does when a reader opens it: if the
+    /// access time is not after the modify time, or is a day old. In the background: an open
+    /// does not wait for it, and a refusal is only logged.
+    fn relatime(&self, c: &Arc<Client>, path: &str) {
+        let Ok(st) = self.rt.block_on(c.lstat(path)) else {
+            return;
+        };
+        let now = us_of(SystemTime::now());
+        if st.atime_us > st.mtime_us && now < st.atime_us + RELATIME_US {
+            return;
+        }
+        let (c, path) = (c.clone(), path.to_string());
+        self.rt.spawn(async move {
+            if let Err(e) = c.set_times(&path, Some(now), None, UTIMES_ACCESSED).await {
+                tracing::debug!("access time of {path} not moved: {e}");
+            }
+        });
+    }
+
+    /// A FIFO, socket or device node (or, as `mknod` may be asked, an empty regular file).
+    fn make_node(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<(Arc<Client>, String), Errno> {
+        let c = self.who(req)?;
+        let p = self.child(parent, name)?;
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            libc::S_IFREG => {
+                self.rt
+                    .block_on(c.create(&p, mode & 0o7777))
+                    .map_err(errno)?;
+                return Ok((c, p));
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        let made = c.mknod(&p, kind, mode & 0o7777, u64::from(rdev));
+        self.rt.block_on(made).map_err(|e| match e.status() {
+            // mknod(2) of a device without the right to: EPERM.
+            Some(MgrStatus::PermissionDenied) if kind != FileKind::Fifo => Errno::EPERM,
+            _ => errno_of(&e),
+        })?;
+        Ok((c, p))
     }
 
     fn list_dir(&self, req: &Request, ino: INodeNo) -> Result<u64, Errno> {
@@ -316,7 +412,7 @@ impl Filesystem for NasdFs {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<fuser::FileHandle>,
@@ -331,6 +427,7 @@ impl Filesystem for NasdFs {
             uid,
             gid,
             size,
+            atime,
             mtime,
         };
         match self.change(req, ino, fh, ch) {
@@ -478,13 +575,9 @@ impl Filesystem for NasdFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if !flags.is_empty() {
-            // RENAME_NOREPLACE / RENAME_EXCHANGE: callers fall back to rename(2).
-            return reply.error(Errno::EINVAL);
-        }
         answer(
             reply,
-            self.rename_paths(req, (parent, name), (newparent, newname)),
+            self.rename_paths(req, (parent, name), (newparent, newname), flags),
         )
     }
 
@@ -669,19 +762,50 @@ impl Filesystem for NasdFs {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        // The cluster's capacity is an admin's figure (`nasd status`); report a large
-        // file system so tools that check free space proceed, and the name limit.
-        let blocks = 1u64 << 40 >> 12;
+    /// The drives' capacity and free bytes; for a user with a quota, the quota's, when it
+    /// is the smaller (as a quota'd NFS export shows it). Raw bytes: what the layouts'
+    /// redundancy takes is paid from them as files are written.
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let r = self.who(req).and_then(|c| {
+            let p = self.path(ino)?;
+            self.rt.block_on(c.statfs(&p)).map_err(errno)
+        });
+        let s = match r {
+            Ok(s) => s,
+            Err(e) => return reply.error(e),
+        };
+        let (mut total, mut free) = (s.total_bytes, s.free_bytes);
+        if let Some((limit, used)) = s.quota.filter(|&(limit, _)| limit < total) {
+            total = limit;
+            free = free.min(limit.saturating_sub(used));
+        }
+        let b = STATFS_BLOCK_BYTES;
         reply.statfs(
-            blocks,
-            blocks / 2,
-            blocks / 2,
-            1 << 32,
-            1 << 31,
-            4096,
-            255,
-            4096,
+            total / b,
+            free / b,
+            free / b,
+            s.files + STATFS_FILES_FREE,
+            STATFS_FILES_FREE,
+            b as u32,
+            NAME_BYTES_MAX as u32,
+            b as u32,
         );
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let mode = (mode & libc::S_IFMT) | (mode & !umask & 0o7777);
+        match self.make_node(req, parent, name, mode, rdev) {
+            Ok((c, p)) => self.entry(&c, &p, reply),
+            Err(e) => reply.error(e),
+        }
     }
 }

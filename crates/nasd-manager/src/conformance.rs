@@ -16,6 +16,8 @@ pub fn dir(uid: u32) -> Inode {
         parent: 0,
         ctime_us: 1,
         mtime_us: 1,
+        atime_us: 1,
+        rdev: 0,
         layout: None,
         size: None,
         dir_layout: None,
@@ -91,6 +93,7 @@ pub fn run<S: MetaStore>(make: impl Fn() -> S) {
     users_and_groups(&mut make());
     namespace(&mut make());
     rename(&mut make());
+    posix_times_and_special_files(&mut make());
     drives_sessions_meta(&mut make());
     staged_commits(&mut make());
     staged_new_files(&mut make());
@@ -971,6 +974,61 @@ fn rename<S: MetaStore>(s: &mut S) {
     // Renaming onto itself is a no-op.
     assert_eq!(s.rename(b, "g", b, "g").unwrap(), None);
     assert_eq!(s.lookup(b, "g").unwrap(), Some(f));
+}
+
+/// Issue 20: special files keep their kind and device number, times are set one at a time,
+/// names swap, and moves change the moved inode's change time.
+fn posix_times_and_special_files<S: MetaStore>(s: &mut S) {
+    let count = s.inode_count().unwrap();
+    let dev = Inode {
+        kind: FileKind::CharDevice,
+        rdev: (1 << 8) | 3,
+        atime_us: 5,
+        ..dir(0)
+    };
+    let d = s.link_new(ROOT_INO, "null", &dev).unwrap();
+    let got = s.inode(d).unwrap().unwrap();
+    assert_eq!(
+        (got.kind, got.rdev, got.atime_us),
+        (FileKind::CharDevice, 259, 5)
+    );
+    assert_eq!(s.inode_count().unwrap(), count + 1);
+    // Each time alone, the change time always.
+    s.set_times(d, Some(40), None, 50).unwrap();
+    let got = s.inode(d).unwrap().unwrap();
+    assert_eq!((got.atime_us, got.mtime_us, got.ctime_us), (40, 1, 50));
+    s.set_times(d, None, Some(60), 70).unwrap();
+    let got = s.inode(d).unwrap().unwrap();
+    assert_eq!((got.atime_us, got.mtime_us, got.ctime_us), (40, 60, 70));
+    assert_eq!(
+        s.set_times(99_999, None, None, 1),
+        Err(StoreError::NotFound)
+    );
+    // Two names swap, across directories; a directory's parent follows it.
+    let a = s.link_new(ROOT_INO, "a", &dir(0)).unwrap();
+    let f = s.link_new(a, "f", &file(0, 30)).unwrap();
+    let sub = s.link_new(ROOT_INO, "sub", &dir(0)).unwrap();
+    s.exchange(a, "f", ROOT_INO, "sub").unwrap();
+    assert_eq!(s.lookup(a, "f").unwrap(), Some(sub));
+    assert_eq!(s.lookup(ROOT_INO, "sub").unwrap(), Some(f));
+    assert_eq!(s.inode(sub).unwrap().unwrap().parent, a);
+    assert!(
+        s.inode(f).unwrap().unwrap().ctime_us > 1,
+        "a move is a change"
+    );
+    assert_eq!(
+        s.exchange(a, "f", ROOT_INO, "nope"),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        s.lookup(a, "f").unwrap(),
+        Some(sub),
+        "a failed swap changed nothing"
+    );
+    // A rename moves the moved inode's change time.
+    s.set_times(f, None, None, 2).unwrap();
+    s.rename(ROOT_INO, "sub", a, "g").unwrap();
+    assert!(s.inode(f).unwrap().unwrap().ctime_us > 2);
 }
 
 fn drives_sessions_meta<S: MetaStore>(s: &mut S) {

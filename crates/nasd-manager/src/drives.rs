@@ -32,6 +32,15 @@ pub struct DriveState {
     pub conn: Option<Arc<DriveConn>>,
     pub healthy: bool,
     pub detail: String,
+    /// Bytes the drive holds and could hold, as its last health check answered.
+    pub space: Option<DriveSpace>,
+}
+
+/// A drive's bytes used and capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriveSpace {
+    pub used_bytes: u64,
+    pub capacity_bytes: u64,
 }
 
 #[derive(Default)]
@@ -62,6 +71,7 @@ impl Registry {
                         conn: None,
                         healthy: false,
                         detail: "not yet contacted".into(),
+                        space: None,
                     },
                 );
             }
@@ -119,6 +129,7 @@ impl Registry {
                 conn,
                 healthy,
                 detail: String::new(),
+                space: None,
             },
         );
     }
@@ -131,6 +142,21 @@ impl Registry {
                 s.conn = conn;
             }
         }
+    }
+    /// The bytes every drive holds and could hold, as their last health checks answered; if
+    /// a drive has not answered one yet, every drive is asked now.
+    pub async fn space(&self) -> DriveSpace {
+        let known = |g: &HashMap<DriveId, DriveState>| g.values().all(|s| s.space.is_some());
+        if !known(&self.drives.lock().expect("registry lock")) {
+            self.check_health().await;
+        }
+        let g = self.drives.lock().expect("registry lock");
+        g.values()
+            .filter_map(|s| s.space)
+            .fold(DriveSpace::default(), |t, s| DriveSpace {
+                used_bytes: t.used_bytes + s.used_bytes,
+                capacity_bytes: t.capacity_bytes + s.capacity_bytes,
+            })
     }
 
     /// A connection to drive `d`, connecting when there is none.
@@ -302,6 +328,13 @@ impl Registry {
                     let detail =
                         format!("{} of {} bytes used", info.used_bytes, info.capacity_bytes);
                     self.set_health(d, true, detail, None);
+                    let space = DriveSpace {
+                        used_bytes: info.used_bytes,
+                        capacity_bytes: info.capacity_bytes,
+                    };
+                    if let Some(s) = self.drives.lock().expect("registry lock").get_mut(&d) {
+                        s.space = Some(space);
+                    }
                 }
                 Ok(Err(e)) => self.drop_conn(d, &e.detail),
                 Err(_) => self.drop_conn(

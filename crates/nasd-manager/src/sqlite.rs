@@ -54,7 +54,9 @@
 //! quotas (`quotas`, `escrows`, `inodes.charged`, the `staged.escrow_*` columns). No user has
 //! a quota after the migration: usage is counted when one is first set. Version 9 end-to-end
 //! protection: `inodes.root` (never written) became `inodes.e2e`, users gained `e2e_keys`,
-//! groups a key pair, and `group_wraps` holds its secret wrapped to members.
+//! groups a key pair, and `group_wraps` holds its secret wrapped to members. Version 10
+//! (issue 20): `inodes.atime_us` (first the modify time) and `inodes.rdev`; special files
+//! (FIFOs, sockets, devices) are inodes of their kinds with neither layout nor target.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -64,7 +66,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -108,7 +110,7 @@ CREATE TABLE inodes(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
     ctime_us INTEGER NOT NULL, mtime_us INTEGER NOT NULL, acv INTEGER NOT NULL, e2e BLOB,
     geometry TEXT, layout_version INTEGER NOT NULL DEFAULT 1,
     stale INTEGER NOT NULL DEFAULT 0, size INTEGER, dir_layout TEXT, target TEXT,
-    charged INTEGER);
+    charged INTEGER, atime_us INTEGER NOT NULL DEFAULT 0, rdev INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX dirents_ino ON dirents(ino);
 ALTER TABLE users ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN via INTEGER;
@@ -158,6 +160,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_6_to_7,
     migrate_7_to_8,
     migrate_8_to_9,
+    migrate_9_to_10,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -198,7 +201,7 @@ fn staged_of(r: &Row<'_>) -> rusqlite::Result<Staged> {
 }
 
 const INODE_COLS: &str = "ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, e2e, \
-     geometry, layout_version, stale, size, dir_layout, target, charged";
+     geometry, layout_version, stale, size, dir_layout, target, charged, atime_us, rdev";
 
 /// An inodes row, its columns from `at` on; a file's components are read separately
 /// ([`SqliteStore::fill_layout`]).
@@ -231,6 +234,8 @@ fn inode_at(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         dir_layout: r.get(at + 14)?,
         target: r.get(at + 15)?,
         charged: r.get::<_, Option<i64>>(at + 16)?.map(|v| v as u64),
+        atime_us: r.get::<_, i64>(at + 17)? as u64,
+        rdev: r.get::<_, i64>(at + 18)? as u64,
     })
 }
 
@@ -362,6 +367,17 @@ fn migrate_7_to_8(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
              used_bytes INTEGER NOT NULL);
          CREATE TABLE escrows(ino INTEGER PRIMARY KEY, uid INTEGER NOT NULL,
              end_bytes INTEGER NOT NULL, expires_ms INTEGER NOT NULL);",
+    )
+    .map_err(db)
+}
+
+/// Schema 9 to 10: the mount's POSIX (issue 20). Inodes gain an access time (the modify time
+/// until something sets it) and a device number; special files are new kinds of inode.
+fn migrate_9_to_10(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "ALTER TABLE inodes ADD COLUMN atime_us INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE inodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;
+         UPDATE inodes SET atime_us = mtime_us;",
     )
     .map_err(db)
 }
@@ -601,7 +617,7 @@ impl SqliteStore {
         let n = tx
             .execute(
                 "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, e2e = ?7,
-                     size = ?8, dir_layout = ?9 WHERE ino = ?1",
+                     size = ?8, dir_layout = ?9, ctime_us = ?10, atime_us = ?11 WHERE ino = ?1",
                 params![
                     i.ino as i64,
                     i.mode,
@@ -612,6 +628,8 @@ impl SqliteStore {
                     e2e_blob(&i.e2e),
                     i.size.map(|v| v as i64),
                     i.dir_layout,
+                    i.ctime_us as i64,
+                    i.atime_us as i64,
                 ],
             )
             .map_err(db)?;
@@ -902,8 +920,10 @@ impl SqliteStore {
         let l = i.layout.as_ref();
         tx.execute(
             "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, e2e,
-                 geometry, layout_version, stale, size, dir_layout, target, charged)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                 geometry, layout_version, stale, size, dir_layout, target, charged, atime_us,
+                 rdev)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                 ?18, ?19)",
             params![
                 ino.map(|v| v as i64),
                 i.kind as u8,
@@ -923,6 +943,8 @@ impl SqliteStore {
                 i.target,
                 // A new file of a user with a quota starts charged nothing (it is empty).
                 (i.kind == FileKind::File && Self::quota_in(tx, i.uid)?.is_some()).then_some(0i64),
+                i.atime_us as i64,
+                i.rdev as i64,
             ],
         )
         .map_err(db)?;
@@ -1199,9 +1221,10 @@ impl SqliteStore {
         .map_err(db)
     }
 
+    /// A directory's entries changed: its modify and change times are now.
     fn touch_dir(tx: &Connection, ino: u64) -> StoreResult<()> {
         tx.execute(
-            "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
+            "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
             params![ino as i64, now_us() as i64],
         )
         .map_err(db)?;
@@ -1655,14 +1678,74 @@ impl MetaStore for SqliteStore {
         )
         .map_err(db)?;
         tx.execute(
-            "UPDATE inodes SET parent = ?2 WHERE ino = ?1",
-            params![src.ino as i64, to_parent as i64],
+            "UPDATE inodes SET parent = ?2, ctime_us = ?3 WHERE ino = ?1",
+            params![src.ino as i64, to_parent as i64, now_us() as i64],
         )
         .map_err(db)?;
         Self::touch_dir(&tx, from_parent)?;
         Self::touch_dir(&tx, to_parent)?;
         tx.commit().map_err(db)?;
         Ok(gone)
+    }
+
+    fn exchange(
+        &mut self,
+        a_parent: u64,
+        a_name: &str,
+        b_parent: u64,
+        b_name: &str,
+    ) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let a = Self::entry(&tx, a_parent, a_name)?.ok_or(StoreError::NotFound)?;
+        let b = Self::entry(&tx, b_parent, b_name)?.ok_or(StoreError::NotFound)?;
+        let now = now_us() as i64;
+        for (parent, name, ino) in [(a_parent, a_name, b.ino), (b_parent, b_name, a.ino)] {
+            tx.execute(
+                "UPDATE dirents SET ino = ?3 WHERE parent = ?1 AND name = ?2",
+                params![parent as i64, name, ino as i64],
+            )
+            .map_err(db)?;
+            tx.execute(
+                "UPDATE inodes SET parent = ?2, ctime_us = ?3 WHERE ino = ?1",
+                params![ino as i64, parent as i64, now],
+            )
+            .map_err(db)?;
+            Self::touch_dir(&tx, parent)?;
+        }
+        tx.commit().map_err(db)
+    }
+
+    fn inode_count(&self) -> StoreResult<u64> {
+        self.db
+            .query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get::<_, i64>(0))
+            .map(|n| n as u64)
+            .map_err(db)
+    }
+
+    fn set_times(
+        &mut self,
+        ino: u64,
+        atime_us: Option<u64>,
+        mtime_us: Option<u64>,
+        ctime_us: u64,
+    ) -> StoreResult<()> {
+        let n = self
+            .db
+            .execute(
+                "UPDATE inodes SET atime_us = COALESCE(?2, atime_us),
+                     mtime_us = COALESCE(?3, mtime_us), ctime_us = ?4 WHERE ino = ?1",
+                params![
+                    ino as i64,
+                    atime_us.map(|t| t as i64),
+                    mtime_us.map(|t| t as i64),
+                    ctime_us as i64
+                ],
+            )
+            .map_err(db)?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
     }
 
     fn update_inode(&mut self, i: &Inode) -> StoreResult<()> {
@@ -1868,7 +1951,7 @@ impl MetaStore for SqliteStore {
         Self::charge_staged(&tx, &s, &target, charge, obj, now_ms)?;
         Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
         tx.execute(
-            "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
+            "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
             params![s.ino as i64, now_us() as i64],
         )
         .map_err(db)?;
@@ -1910,7 +1993,7 @@ impl MetaStore for SqliteStore {
         }
         if size.is_some() {
             tx.execute(
-                "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
+                "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
                 params![ino as i64, now_us() as i64],
             )
             .map_err(db)?;

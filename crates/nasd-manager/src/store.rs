@@ -193,6 +193,10 @@ pub struct Inode {
     /// it was last settled (`None` otherwise). Read from the store; writes of an inode change
     /// it only when the owner changes (a chown gives the new owner's charge here).
     pub charged: Option<u64>,
+    /// Last access as `utimes` or a mount's reads (relatime) set it.
+    pub atime_us: u64,
+    /// Devices: the device number; 0 for every other kind.
+    pub rdev: u64,
 }
 
 /// A user's quota (seed 002 §3.2's volume quota, per user): the most bytes of files (logical
@@ -384,9 +388,31 @@ pub trait MetaStore: Send {
     /// `Exists` if the name is taken, `IsADirectory` for a directory, `NotFound` for an
     /// unknown inode or parent.
     fn link(&mut self, ino: u64, parent: u64, name: &str) -> StoreResult<()>;
+    /// Swaps two existing entries (`RENAME_EXCHANGE`): each name then names the other's
+    /// inode, a moved directory's parent follows it, both inodes' change times and both
+    /// directories' times are now. `NotFound` when either is missing.
+    fn exchange(
+        &mut self,
+        a_parent: u64,
+        a_name: &str,
+        b_parent: u64,
+        b_name: &str,
+    ) -> StoreResult<()>;
+    /// Inodes in the namespace (files, directories, links: `statfs`'s file count).
+    fn inode_count(&self) -> StoreResult<u64>;
+    /// Sets an inode's times and nothing else: the access and modify times when given, the
+    /// change time always (its status changed: names, links, content, times). `NotFound` for
+    /// an unknown inode.
+    fn set_times(
+        &mut self,
+        ino: u64,
+        atime_us: Option<u64>,
+        mtime_us: Option<u64>,
+        ctime_us: u64,
+    ) -> StoreResult<()>;
     /// Moves an entry; an existing target file is replaced (and returned if that was its
     /// last name), an existing target directory only when empty and the source is a
-    /// directory too.
+    /// directory too. The moved inode's change time is now.
     fn rename(
         &mut self,
         from_parent: u64,

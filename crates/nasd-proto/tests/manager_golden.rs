@@ -1,7 +1,7 @@
 //! The manager protocol's encoding, byte for byte: a representative value of every request and
 //! reply (each tag at least once, optional fields both ways, end-to-end state, empty and
 //! non-ASCII strings) encodes to the frame recorded in `golden/manager_frames.txt`, and that
-//! frame decodes back to the value. The file was recorded from protocol 12 as it stood; a change
+//! frame decodes back to the value. The file was recorded from protocol 13 as it stood; a change
 //! of encoding fails here. `NASD_BLESS_GOLDEN=1` rewrites the file (only for a deliberate
 //! protocol change, with a new `MANAGER_PROTOCOL_VERSION`).
 
@@ -30,6 +30,8 @@ fn stat() -> FileStat {
         mtime_us: 1_700_000_000_000_000,
         ctime_us: 1_600_000_000_000_000,
         nlink: 2,
+        atime_us: 1_650_000_000_000_000,
+        rdev: 0,
     }
 }
 
@@ -175,7 +177,20 @@ fn requests_2() -> Vec<MgrRequest> {
         MgrRequest::Rename(calls::Rename {
             from: p(),
             to: "/c".into(),
+            flags: 0,
         }),
+        MgrRequest::Rename(calls::Rename {
+            from: p(),
+            to: "/c".into(),
+            flags: RENAME_EXCHANGE,
+        }),
+        MgrRequest::Mknod(calls::Mknod {
+            path: p(),
+            kind: FileKind::CharDevice,
+            mode: 0o620,
+            rdev: (4 << 8) | 1,
+        }),
+        MgrRequest::Statfs(calls::Statfs { path: p() }),
         MgrRequest::Chmod(calls::Chmod {
             path: p(),
             mode: 0o4755,
@@ -184,11 +199,20 @@ fn requests_2() -> Vec<MgrRequest> {
             path: p(),
             owner: "bob".into(),
             group: String::new(),
+            nofollow: true,
         }),
         MgrRequest::Truncate(calls::Truncate { path: p(), size: 5 }),
         MgrRequest::Utimes(calls::Utimes {
             path: p(),
-            mtime_us: 77,
+            atime_us: None,
+            mtime_us: Some(77),
+            flags: 0,
+        }),
+        MgrRequest::Utimes(calls::Utimes {
+            path: p(),
+            atime_us: Some(66),
+            mtime_us: None,
+            flags: UTIMES_NOFOLLOW | UTIMES_ACCESSED,
         }),
         MgrRequest::UserAdd(calls::UserAdd {
             name: "bob".into(),
@@ -671,6 +695,18 @@ fn replies_4() -> Vec<MgrReply> {
             },
         }]),
         MgrReply::GroupKeys(vec![]),
+        MgrReply::FsSpace(FsSpace {
+            total_bytes: 1 << 40,
+            free_bytes: 1 << 39,
+            quota: Some((10 << 30, 3 << 30)),
+            files: 12_345,
+        }),
+        MgrReply::FsSpace(FsSpace {
+            total_bytes: 0,
+            free_bytes: 0,
+            quota: None,
+            files: 0,
+        }),
         MgrReply::GroupKeys(vec![
             GroupKeyInfo {
                 gid: 100,
@@ -709,8 +745,15 @@ fn frames() -> String {
         tags.1.insert(b[15]);
         writeln!(out, "reply {i} {} {}", b[15], hex(&b)).unwrap();
     }
-    assert_eq!(tags.0, (1..=54).collect(), "every request tag is sampled");
-    assert_eq!(tags.1, (1..=23).collect(), "every reply tag is sampled");
+    macro_rules! call_tags {
+        ($($tag:literal $C:ident $name:literal => $R:ty;)*) => {
+            BTreeSet::from([$($tag),*])
+        };
+    }
+    let calls: BTreeSet<u8> = nasd_proto::for_each_manager_call!(call_tags);
+    assert_eq!(tags.0, calls, "every request tag is sampled");
+    let replies: BTreeSet<u8> = (1..=23).chain([30]).collect();
+    assert_eq!(tags.1, replies, "every reply tag is sampled");
     out
 }
 

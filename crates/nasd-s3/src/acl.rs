@@ -342,6 +342,8 @@ mod tests {
             mtime_us: 0,
             ctime_us: 0,
             nlink: 2,
+            atime_us: 0,
+            rdev: 0,
         }
     }
 

@@ -296,6 +296,13 @@ async fn download_path(
         }
         return download_dir(c, src, dst, &st, o).await;
     }
+    if st.kind.special() {
+        eprintln!(
+            "nasd: skipping nasd:{}: a special file (cp copies regular files, directories and symbolic links)",
+            shown(src)
+        );
+        return Ok(0);
+    }
     let finish = LocalFinish {
         mode: download_mode(&st, dst, o),
         mtime_us: o.preserve.then_some(st.mtime_us),

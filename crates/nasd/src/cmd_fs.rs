@@ -225,6 +225,10 @@ fn mode_str(s: &FileStat) -> String {
         FileKind::Dir => "d",
         FileKind::Symlink => "l",
         FileKind::File => "-",
+        FileKind::Fifo => "p",
+        FileKind::Socket => "s",
+        FileKind::CharDevice => "c",
+        FileKind::BlockDevice => "b",
     });
     for shift in [6, 3, 0] {
         let b = (s.mode >> shift) & 7;
@@ -237,11 +241,14 @@ fn mode_str(s: &FileStat) -> String {
 
 fn stat_json(name: Option<&str>, s: &FileStat) -> serde_json::Value {
     let mut v = serde_json::json!({
-        "ino": s.ino,
-        "kind": match s.kind {
+        "ino": s.ino,        "kind": match s.kind {
             FileKind::Dir => "dir",
             FileKind::Symlink => "symlink",
             FileKind::File => "file",
+            FileKind::Fifo => "fifo",
+            FileKind::Socket => "socket",
+            FileKind::CharDevice => "char-device",
+            FileKind::BlockDevice => "block-device",
         },
         "nlink": s.nlink,
         "mode": format!("{:o}", s.mode),
@@ -451,6 +458,10 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
                     FileKind::Dir => "directory",
                     FileKind::Symlink => "symbolic link",
                     FileKind::File => "file",
+                    FileKind::Fifo => "FIFO",
+                    FileKind::Socket => "socket",
+                    FileKind::CharDevice => "character device",
+                    FileKind::BlockDevice => "block device",
                 }
             );
             println!("  links {}", s.nlink);

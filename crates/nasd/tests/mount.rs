@@ -721,6 +721,202 @@ fn one_mount_serves_each_local_user_as_their_own_nasd_user() {
     );
 }
 
+/// `renameat2(from, to, flags)` in the current directory's terms; the errno on failure.
+fn renameat2(from: &Path, to: &Path, flags: u32) -> Result<(), i32> {
+    let c = |p: &Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    let (f, t) = (c(from), c(to));
+    // SAFETY: both are NUL-terminated paths valid for the call; AT_FDCWD is a valid dirfd.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap()),
+    }
+}
+
+/// `utimensat` of `path` with atime and mtime as (seconds, nanoseconds), `UTIME_OMIT` for
+/// `None`; `nofollow` for the link itself.
+fn utimensat(path: &Path, atime: Option<(i64, i64)>, mtime: Option<(i64, i64)>, nofollow: bool) {
+    let ts = |t: Option<(i64, i64)>| match t {
+        Some((s, ns)) => libc::timespec {
+            tv_sec: s,
+            tv_nsec: ns,
+        },
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+    };
+    let times = [ts(atime), ts(mtime)];
+    let p = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let flags = if nofollow {
+        libc::AT_SYMLINK_NOFOLLOW
+    } else {
+        0
+    };
+    // SAFETY: `p` is NUL-terminated and `times` two valid timespecs, for the call.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), flags) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Issue 20 §1: FIFOs, sockets and device nodes are namespace entries (a FIFO passes data
+/// through the kernel; `nodev` keeps devices shut); `chown -h` and `touch -h` change a link,
+/// never its target; access, modify and change times are POSIX's (`relatime` for reads);
+/// `RENAME_NOREPLACE` and `RENAME_EXCHANGE`; `statfs` shows the drives' bytes and the user's
+/// quota.
+#[test]
+fn special_files_times_link_owners_rename_flags_and_statfs_are_posix() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if !can_mount() {
+        return;
+    }
+    let up = Up::start(2);
+    let m = Mounted::start(&up, "nasd:/", &up.dir.path().join("m"), &[]);
+    let d = m.dir.clone();
+
+    // Special files.
+    let fifo = d.join("fifo");
+    let p = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `p` is a NUL-terminated path for the call.
+    assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o640) }, 0);
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(std::fs::metadata(&fifo).unwrap().mode() & 0o777, 0o640);
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, b"through the pipe").unwrap())
+    };
+    assert_eq!(std::fs::read(&fifo).unwrap(), b"through the pipe");
+    writer.join().unwrap();
+    let dev = d.join("null2");
+    let p = std::ffi::CString::new(dev.to_str().unwrap()).unwrap();
+    let rdev = libc::makedev(1, 3);
+    // SAFETY: `p` is a NUL-terminated path for the call.
+    assert_eq!(
+        unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o666, rdev) },
+        0
+    );
+    let md = std::fs::metadata(&dev).unwrap();
+    assert!(md.file_type().is_char_device());
+    assert_eq!(md.rdev(), rdev);
+    assert!(
+        std::fs::read(&dev).is_err(),
+        "nodev: a device node opens nothing"
+    );
+    let sock = d.join("sock");
+    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    assert!(std::fs::metadata(&sock).unwrap().file_type().is_socket());
+    drop(l);
+    assert!(up.ok(&["ls", "-l", "nasd:/"]).contains("prw-r-----"));
+    for f in [&fifo, &dev, &sock] {
+        std::fs::remove_file(f).unwrap();
+    }
+
+    // A link's own owners and times; its target keeps its own.
+    up.add_user("bob", "bob-pw");
+    std::fs::write(d.join("target"), b"t").unwrap();
+    std::os::unix::fs::symlink("target", d.join("link")).unwrap();
+    let bob_uid = up
+        .ok(&["user", "list", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|u| u["name"] == "bob")
+        .unwrap()["uid"]
+        .as_u64()
+        .unwrap() as u32;
+    std::os::unix::fs::lchown(d.join("link"), Some(bob_uid), None).unwrap();
+    assert_eq!(
+        std::fs::symlink_metadata(d.join("link")).unwrap().uid(),
+        bob_uid
+    );
+    assert_ne!(std::fs::metadata(d.join("target")).unwrap().uid(), bob_uid);
+    utimensat(
+        &d.join("link"),
+        Some((1_000_000_000, 0)),
+        Some((1_100_000_000, 0)),
+        true,
+    );
+    let link = std::fs::symlink_metadata(d.join("link")).unwrap();
+    assert_eq!((link.atime(), link.mtime()), (1_000_000_000, 1_100_000_000));
+    assert_ne!(
+        std::fs::metadata(d.join("target")).unwrap().mtime(),
+        1_100_000_000
+    );
+
+    // Times: atime apart from mtime; ctime moves with a chmod; a read moves an atime that is
+    // not after the mtime (relatime), and not again within the day.
+    let f = d.join("times");
+    std::fs::write(&f, b"x").unwrap();
+    utimensat(&f, Some((2_000_000_000, 500_000_000)), None, false);
+    let md = std::fs::metadata(&f).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (2_000_000_000, 500_000_000));
+    assert_ne!(md.mtime(), 2_000_000_000, "mtime left as it was");
+    utimensat(&f, Some((1_000, 0)), Some((2_000, 0)), false);
+    let before = std::fs::metadata(&f).unwrap();
+    std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let after = std::fs::metadata(&f).unwrap();
+    assert!(
+        (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+        "chmod moved ctime"
+    );
+    assert_eq!(after.atime(), 1_000);
+    std::fs::read(&f).unwrap();
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64; // The access time moves in the background; the kernel may keep the old one a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&f).unwrap().atime() < t0 - 5 {
+        assert!(
+            Instant::now() < deadline,
+            "a read moved the old atime (relatime)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // rename flags.
+    std::fs::write(d.join("a"), b"A").unwrap();
+    std::fs::write(d.join("b"), b"B").unwrap();
+    assert_eq!(
+        renameat2(&d.join("a"), &d.join("b"), libc::RENAME_NOREPLACE),
+        Err(libc::EEXIST)
+    );
+    assert_eq!(std::fs::read(d.join("b")).unwrap(), b"B");
+    renameat2(&d.join("a"), &d.join("c"), libc::RENAME_NOREPLACE).unwrap();
+    renameat2(&d.join("c"), &d.join("b"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(std::fs::read(d.join("b")).unwrap(), b"A");
+    assert_eq!(std::fs::read(d.join("c")).unwrap(), b"B");
+    assert_eq!(
+        renameat2(&d.join("c"), &d.join("nope"), libc::RENAME_EXCHANGE),
+        Err(libc::ENOENT)
+    );
+
+    // statfs: the drives' bytes, then the mounter's quota once one is set.
+    let vfs = |p: &Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: an all-zero statvfs is a valid out parameter.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is NUL-terminated and `s` valid for the call.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+        (s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize)
+    };
+    let (total, free) = vfs(&d);
+    assert!(
+        total > 0 && free <= total && total != 1 << 40,
+        "{total} {free}"
+    );
+    up.ok(&["quota", "set", "admin", "64M"]);
+    let (total, free) = vfs(&d);
+    assert_eq!(total, 64 << 20);
+    assert!(free <= total);
+}
+
 #[test]
 fn extended_attributes_through_the_mount_are_the_namespaces() {
     if !can_mount() {

@@ -5,7 +5,7 @@ use super::Handle;
 use crate::callbacks::{self, Changed};
 use crate::service::{Caller, Manager};
 use crate::MgrResult;
-use nasd_proto::manager::{calls, DirEntry, FileStat, LayoutSpec, LinkTarget};
+use nasd_proto::manager::{calls, DirEntry, FileStat, FsSpace, LayoutSpec, LinkTarget};
 use std::sync::Arc;
 
 impl Handle for calls::Stat {
@@ -69,7 +69,7 @@ impl Handle for calls::Rename {
         out
     }
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.rename(c, &self.from, &self.to).await
+        m.rename(c, &self.from, &self.to, self.flags).await
     }
 }
 
@@ -121,7 +121,8 @@ impl Handle for calls::Chown {
         callbacks::file(m, c, &self.path)
     }
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.chown(c, &self.path, &self.owner, &self.group).await
+        m.chown(c, &self.path, &self.owner, &self.group, self.nofollow)
+            .await
     }
 }
 
@@ -141,7 +142,8 @@ impl Handle for calls::Utimes {
         callbacks::file(m, c, &self.path)
     }
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.utimes(c, &self.path, self.mtime_us).await
+        let (a, t) = (self.atime_us, self.mtime_us);
+        m.utimes(c, &self.path, a, t, self.flags).await
     }
 }
 
@@ -155,5 +157,21 @@ impl Handle for calls::LayoutGet {
 impl Handle for calls::LayoutSet {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
         m.layout_set(c, &self.path, &self.spec)
+    }
+}
+
+impl Handle for calls::Mknod {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::made(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.mknod(c, &self.path, self.kind, self.mode, self.rdev)
+    }
+}
+
+impl Handle for calls::Statfs {
+    const DELEGATED: bool = true;
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FsSpace> {
+        m.statfs(c, &self.path).await
     }
 }

@@ -1,7 +1,7 @@
 //! Changes to a file's attributes — mode, owners, size, times — and the revocation of its
 //! capabilities that comes with them (and with a returned write capability).
 
-use super::perms::{may, W};
+use super::perms::{may, R, W};
 use super::{denied, store_err, Caller, Manager};
 use crate::store::*;
 use crate::{now_ms, now_us, MgrError, MgrResult};
@@ -106,14 +106,23 @@ impl Manager {
             return Err(denied(path, "only the owner may change the mode"));
         }
         i.mode = mode & 0o7777;
+        i.ctime_us = now_us();
         self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
         Ok(())
     }
 
     /// Under quotas the file's charge moves from its old owner to its new one (measured now),
-    /// in the same transaction as the new owner.
-    pub async fn chown(&self, c: &Caller, path: &str, owner: &str, group: &str) -> MgrResult<()> {
-        let mut i = self.resolve(c, path)?;
+    /// in the same transaction as the new owner. With `nofollow` a symbolic link itself
+    /// changes owners (`lchown`), never what it names.
+    pub async fn chown(
+        &self,
+        c: &Caller,
+        path: &str,
+        owner: &str,
+        group: &str,
+        nofollow: bool,
+    ) -> MgrResult<()> {
+        let mut i = self.resolve_at(c, path, nofollow)?;
         let was = i.uid;
         if !owner.is_empty() {
             // A number names a uid, as GNU chown reads one (names never start with a digit).
@@ -146,6 +155,7 @@ impl Manager {
         if i.uid != was && i.kind == FileKind::File && self.has_quota(i.uid)? {
             i.charged = Some(self.file_times(&i).await.map_err(|e| e.at(path))?.0);
         }
+        i.ctime_us = now_us();
         self.revoke_and_mirror(i).await.map_err(|e| e.at(path))?;
         Ok(())
     }
@@ -176,7 +186,10 @@ impl Manager {
         if !had {
             self.leases.release(i.ino, c.holder(), now_ms());
         }
-        r.map_err(|e| e.at(path))
+        r.map_err(|e| e.at(path))?;
+        self.st()
+            .set_times(i.ino, None, None, now_us())
+            .map_err(|e| store_err(e, path))
     }
 
     /// [`Manager::truncate_layout`], under the owner's quota when there is one: the change is
@@ -206,31 +219,51 @@ impl Manager {
         r
     }
 
-    pub async fn utimes(&self, c: &Caller, path: &str, mtime_us: u64) -> MgrResult<()> {
-        let mut i = self.resolve(c, path)?;
+    /// Sets the access and modify times (each `None` left as it is; `UTIMES_NOFOLLOW`: a
+    /// symbolic link's own). A one-object file's modify time lives in its object's
+    /// attributes (seed 002 Table 5); every other time in the inode, whose change time
+    /// moves now. `UTIMES_ACCESSED` is a read's access time (a mount's `relatime`): any
+    /// reader may set it, to now at the latest, and the change time stays.
+    pub async fn utimes(
+        &self,
+        c: &Caller,
+        path: &str,
+        atime_us: Option<u64>,
+        mtime_us: Option<u64>,
+        flags: u8,
+    ) -> MgrResult<()> {
+        let i = self.resolve_at(c, path, flags & UTIMES_NOFOLLOW != 0)?;
+        if flags & UTIMES_ACCESSED != 0 {
+            if mtime_us.is_some() || !may(c, &i, R) {
+                return Err(denied(path, "a read's access time, by a reader"));
+            }
+            let at = atime_us.map(|t| t.min(now_us()));
+            return self
+                .st()
+                .set_times(i.ino, at, None, i.ctime_us)
+                .map_err(|e| store_err(e, path));
+        }
         if !c.admin && i.uid != c.uid && !may(c, &i, W) {
             return Err(denied(path, "only the owner or a writer may set times"));
         }
-        match i
+        let on_object = i
             .layout
             .as_ref()
             .filter(|l| l.sized_by_object())
-            .map(|l| l.first())
-        {
-            Some(o) => {
-                let attrs = Attributes {
-                    fs_data_modify_time_us: mtime_us,
-                    fs_attribute_modify_time_us: now_us(),
-                    ..Attributes::default()
-                };
-                let mask = AttrMask::FS_DATA_MODIFY_TIME.with(AttrMask::FS_ATTRIBUTE_MODIFY_TIME);
-                self.setattr(o, mask, attrs).await.map_err(|e| e.at(path))?;
-            }
-            None => {
-                i.mtime_us = mtime_us;
-                self.st().update_inode(&i).map_err(|e| store_err(e, path))?;
-            }
+            .map(|l| l.first());
+        let mut inode_mtime = mtime_us;
+        if let (Some(mtime_us), Some(o)) = (mtime_us, on_object) {
+            let attrs = Attributes {
+                fs_data_modify_time_us: mtime_us,
+                fs_attribute_modify_time_us: now_us(),
+                ..Attributes::default()
+            };
+            let mask = AttrMask::FS_DATA_MODIFY_TIME.with(AttrMask::FS_ATTRIBUTE_MODIFY_TIME);
+            self.setattr(o, mask, attrs).await.map_err(|e| e.at(path))?;
+            inode_mtime = None;
         }
-        Ok(())
+        self.st()
+            .set_times(i.ino, atime_us, inode_mtime, now_us())
+            .map_err(|e| store_err(e, path))
     }
 }

@@ -879,6 +879,12 @@ impl Manager {
         if i.kind == FileKind::Dir {
             return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
         }
+        if i.kind.special() {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: a special file has no content here (the kernel serves it where it is opened)"),
+            ));
+        }
         if write {
             return self.open_write(c, path, i, extend_by).await;
         }

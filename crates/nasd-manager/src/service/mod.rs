@@ -338,6 +338,8 @@ impl Manager {
             ctime_us: i.ctime_us,
             // A file about to be linked has the one name it will get.
             nlink: self.st().links(i).unwrap_or(0).max(1),
+            atime_us: i.atime_us,
+            rdev: i.rdev,
         }
     }
 

@@ -29,6 +29,8 @@ pub(super) fn new_inode(
         parent: dir.ino,
         ctime_us: now,
         mtime_us: now,
+        atime_us: now,
+        rdev: 0,
         layout: None,
         size: None,
         dir_layout: None,
@@ -280,7 +282,13 @@ impl Manager {
                 ));
             }
             check_sticky(c, &dir, &i, path)?;
-            st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?
+            let gone = st.unlink(dir.ino, name).map_err(|e| store_err(e, path))?;
+            if gone.is_none() {
+                // Other names remain: the file's link count changed.
+                st.set_times(i.ino, None, None, now_us())
+                    .map_err(|e| store_err(e, path))?;
+            }
+            gone
         };
         // The objects go with the file's last name.
         if let Some(l) = i.and_then(|i| i.layout) {
@@ -305,6 +313,57 @@ impl Manager {
             .link_new(dir.ino, name, &i)
             .map_err(|e| store_err(e, path))?;
         Ok(())
+    }
+
+    /// Makes `path` a FIFO, socket or device of `kind` (POSIX mknod: an entry with no content
+    /// of its own; whoever opens it gets the kernel's behaviour, and mounts are `nodev`).
+    /// Devices are an admin's to make, as `CAP_MKNOD` is root's.
+    pub fn mknod(
+        &self,
+        c: &Caller,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> MgrResult<()> {
+        if !kind.special() {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: mknod makes FIFOs, sockets and devices"),
+            ));
+        }
+        let device = matches!(kind, FileKind::CharDevice | FileKind::BlockDevice);
+        if device && !c.admin {
+            return Err(denied(path, "only an admin makes device nodes"));
+        }
+        let (dir, name) = self.parent(c, path, true)?;
+        check_new_name(path, name)?;
+        let i = Inode {
+            rdev: if device { rdev } else { 0 },
+            ..new_inode(c, &dir, kind, mode, None)
+        };
+        self.st()
+            .link_new(dir.ino, name, &i)
+            .map_err(|e| store_err(e, path))?;
+        Ok(())
+    }
+
+    /// The cluster's capacity as the caller's `statfs` shows it: the drives' bytes from their
+    /// last health checks, the caller's quota, the namespace's inodes.
+    pub async fn statfs(&self, c: &Caller, path: &str) -> MgrResult<FsSpace> {
+        self.resolve(c, path)?;
+        let space = self.drives.space().await;
+        let st = self.st();
+        let quota = st
+            .quota(c.uid)
+            .map_err(|e| store_err(e, path))?
+            .map(|q| (q.limit_bytes, q.used_bytes));
+        Ok(FsSpace {
+            total_bytes: space.capacity_bytes,
+            free_bytes: space.capacity_bytes.saturating_sub(space.used_bytes),
+            quota,
+            files: st.inode_count().map_err(|e| store_err(e, path))?,
+        })
     }
 
     /// The stat and extended attributes of `path`; reading the attributes needs read
@@ -352,7 +411,9 @@ impl Manager {
             None => {}
         }
         check_xattrs(&x).map_err(|e| invalid_xattrs(path, e))?;
-        st.set_xattrs(i.ino, &x).map_err(|e| store_err(e, path))
+        st.set_xattrs(i.ino, &x).map_err(|e| store_err(e, path))?;
+        st.set_times(i.ino, None, None, now_us())
+            .map_err(|e| store_err(e, path))
     }
 
     /// The target of the symbolic link `path` (its last name is not followed).
@@ -392,12 +453,15 @@ impl Manager {
         }
         let (nd, nn) = self.parent(c, new, true)?;
         check_new_name(new, nn)?;
-        self.st()
-            .link(i.ino, nd.ino, nn)
+        let mut st = self.st();
+        st.link(i.ino, nd.ino, nn).map_err(|e| store_err(e, new))?;
+        st.set_times(i.ino, None, None, now_us())
             .map_err(|e| store_err(e, new))
     }
 
-    pub async fn rename(&self, c: &Caller, from: &str, to: &str) -> MgrResult<()> {
+    /// Renames `from` to `to`. `flags`: [`RENAME_NOREPLACE`] refuses an existing `to`
+    /// (`Exists`); [`RENAME_EXCHANGE`] swaps the two names, both of which must exist.
+    pub async fn rename(&self, c: &Caller, from: &str, to: &str, flags: u8) -> MgrResult<()> {
         let (fd, fname) = self.parent(c, from, true)?;
         let (td, tname) = self.parent(c, to, true)?;
         let entry = |dir: &Inode, name: &str, path: &str| -> MgrResult<Option<Inode>> {
@@ -410,26 +474,22 @@ impl Manager {
         let src = entry(&fd, fname, from)?
             .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, from.to_string()))?;
         check_sticky(c, &fd, &src, from)?;
-        if let Some(target) = entry(&td, tname, to)? {
-            check_sticky(c, &td, &target, to)?;
+        let target = entry(&td, tname, to)?;
+        if let Some(t) = &target {
+            if flags & RENAME_NOREPLACE != 0 {
+                return Err(MgrError::new(MgrStatus::Exists, to.to_string()));
+            }
+            check_sticky(c, &td, t, to)?;
         }
-        let src_ino = src.ino;
-        // A directory may not move under itself.
-        let mut up = td.ino;
-        loop {
-            if up == src_ino {
-                return Err(MgrError::new(
-                    MgrStatus::InvalidArgument,
-                    format!("{to}: cannot move a directory into itself"),
-                ));
-            }
-            if up == ROOT_INO {
-                break;
-            }
-            up = match self.st().inode(up).map_err(|e| store_err(e, to))? {
-                Some(i) => i.parent,
-                None => break,
-            };
+        // A directory may not move under itself (nor, swapped, the target under it).
+        self.not_under(src.ino, td.ino, to)?;
+        if flags & RENAME_EXCHANGE != 0 {
+            let t = target.ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, to.to_string()))?;
+            self.not_under(t.ino, fd.ino, from)?;
+            return self
+                .st()
+                .exchange(fd.ino, fname, td.ino, tname)
+                .map_err(|e| store_err(e, to));
         }
         let replaced = self
             .st()
@@ -439,5 +499,26 @@ impl Manager {
             self.remove_objects(&l.components).await;
         }
         Ok(())
+    }
+
+    /// `InvalidArgument` when directory `ino` is `dir` or one of its ancestors (a directory
+    /// moved there would be under itself).
+    fn not_under(&self, ino: u64, dir: u64, path: &str) -> MgrResult<()> {
+        let mut up = dir;
+        loop {
+            if up == ino {
+                return Err(MgrError::new(
+                    MgrStatus::InvalidArgument,
+                    format!("{path}: cannot move a directory into itself"),
+                ));
+            }
+            if up == ROOT_INO {
+                return Ok(());
+            }
+            up = match self.st().inode(up).map_err(|e| store_err(e, path))? {
+                Some(i) => i.parent,
+                None => return Ok(()),
+            };
+        }
     }
 }

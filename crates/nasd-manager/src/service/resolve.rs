@@ -138,6 +138,17 @@ impl Manager {
 
     /// The parent directory of `path` (with write and search permission checked when
     /// `modify`) and the last name.
+    /// The inode `path` names; with `nofollow` its last name is not followed (a symbolic link
+    /// itself, as `lstat` sees it: `lchown`, `utimensat(AT_SYMLINK_NOFOLLOW)`).
+    pub(crate) fn resolve_at(&self, c: &Caller, path: &str, nofollow: bool) -> MgrResult<Inode> {
+        if !nofollow || split_path(path)?.is_empty() {
+            return self.resolve(c, path);
+        }
+        let (dir, name) = self.parent(c, path, false)?;
+        self.entry(&dir, name, path)?
+            .ok_or_else(|| MgrError::new(MgrStatus::NoSuchPath, path.to_string()))
+    }
+
     pub(crate) fn parent<'p>(
         &self,
         c: &Caller,

@@ -141,8 +141,8 @@ async fn names_stored_before_the_rule_stay_usable_but_none_is_made() {
     m.stat(&a, "/old\nname").await.unwrap();
     m.mkdir(&a, "/old\nname/inside", 0o755).unwrap();
     m.rmdir(&a, "/old\nname/inside").unwrap();
-    m.rename(&a, "/old\nname", "/clean").await.unwrap();
-    let back = m.rename(&a, "/clean", "/old\nname").await.unwrap_err();
+    m.rename(&a, "/old\nname", "/clean", 0).await.unwrap();
+    let back = m.rename(&a, "/clean", "/old\nname", 0).await.unwrap_err();
     assert_eq!(back.status, MgrStatus::BadName);
     m.st()
         .link_new(ROOT_INO, "gone\r", &crate::conformance::dir(0))
@@ -183,11 +183,11 @@ async fn in_a_sticky_directory_others_may_not_remove_rename_or_replace() {
         assert!(e.detail.contains("sticky"), "{}", e.detail);
     };
     denied(m.rmdir(&bob, "/tmp/a"));
-    denied(m.rename(&bob, "/tmp/a", "/tmp/mine").await);
-    denied(m.rename(&bob, "/tmp/b", "/tmp/a").await);
-    m.rename(&bob, "/tmp/b", "/tmp/b2").await.unwrap();
+    denied(m.rename(&bob, "/tmp/a", "/tmp/mine", 0).await);
+    denied(m.rename(&bob, "/tmp/b", "/tmp/a", 0).await);
+    m.rename(&bob, "/tmp/b", "/tmp/b2", 0).await.unwrap();
     m.rmdir(&bob, "/tmp/b2").unwrap();
-    m.rename(&alice, "/tmp/a", "/tmp/a2").await.unwrap();
+    m.rename(&alice, "/tmp/a", "/tmp/a2", 0).await.unwrap();
     m.rmdir(&admin(), "/tmp/a2").unwrap();
 }
 

@@ -6,7 +6,7 @@
 //! bool      := u8 (0 | 1)
 //! option    := u8 (0 | 1), then the value when 1
 //! FileStat  := u64 ino, u8 kind, u32 mode, u32 uid, u32 gid, string owner, string group,
-//!              u64 size, u64 mtime_us, u64 ctime_us, u32 nlink
+//!              u64 size, u64 mtime_us, u64 ctime_us, u32 nlink, u64 atime_us, u64 rdev
 //! Layout    := u64 version, string geometry, u16 n (1..=COMPONENTS_MAX), n x
 //!              (u64 drive, string addr, u8 suite, u16 partition, u64 object, bool stale)
 //! Grant     := FileStat, Layout, n x (capability args, option writer key [32], [32] key),
@@ -34,6 +34,10 @@ pub(crate) fn put_str(w: &mut Writer, s: &str) {
 pub(crate) fn get_str(r: &mut Reader<'_>, what: &'static str) -> Result<String, DecodeError> {
     let b = r.blob(STRING_BYTES_MAX, what)?;
     String::from_utf8(b.to_vec()).map_err(|_| DecodeError::BadValue("string is not UTF-8"))
+}
+
+pub(crate) fn put_bool(w: &mut Writer, v: bool) {
+    w.u8(u8::from(v));
 }
 
 pub(crate) fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
@@ -187,6 +191,8 @@ impl Wire for FileStat {
         w.u64(self.mtime_us);
         w.u64(self.ctime_us);
         w.u32(self.nlink);
+        w.u64(self.atime_us);
+        w.u64(self.rdev);
     }
 
     fn get(r: &mut Reader<'_>) -> Result<FileStat, DecodeError> {
@@ -202,6 +208,8 @@ impl Wire for FileStat {
             mtime_us: r.u64("mtime")?,
             ctime_us: r.u64("ctime")?,
             nlink: r.u32("nlink")?,
+            atime_us: r.u64("atime")?,
+            rdev: r.u64("rdev")?,
         })
     }
 }

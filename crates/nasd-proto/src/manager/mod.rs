@@ -47,7 +47,10 @@ pub use calls::files::Created;
 pub use calls::heal::{
     ClusterStatus, DriveStatus, RebuildStatus, ScrubReport, ScrubStatus, STATUS_PATHS_MAX,
 };
-pub use calls::namespace::{DirEntry, LayoutSpec, LinkTarget};
+pub use calls::namespace::{
+    DirEntry, FsSpace, LayoutSpec, LinkTarget, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIMES_ACCESSED,
+    UTIMES_NOFOLLOW,
+};
 pub use calls::quota::QuotaInfo;
 pub use calls::s3keys::{S3KeyFound, S3KeyMade};
 pub use calls::session::{
@@ -153,7 +156,15 @@ use call::{define_calls, define_replies};
 ///   Ed25519 public key): a write grant on a file under `auth=1` names the writer's key and
 ///   its drives store only writes that key signed (seed 001 §3.3.1 scheme 1; drive
 ///   protocol 4); [`MgrStatus::NoUserKeys`] refuses one to a user with no keys registered yet.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 12;
+/// - 13: the mount's POSIX (issue 20). [`FileKind`] gains FIFOs, sockets and character and
+///   block devices, made with [`MgrRequest::Mknod`]; a [`FileStat`] ends with `atime_us` and
+///   `rdev`, and its `ctime_us` moves with every change of the inode; [`MgrRequest::Rename`]
+///   carries flags (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`); [`MgrRequest::Chown`] and
+///   [`MgrRequest::Utimes`] may act on a symbolic link itself (`nofollow`), and `Utimes` sets
+///   the access and modify times apart (either may be left as it is), a read's access time
+///   without moving the change time (`UTIMES_ACCESSED`, a mount's `relatime`); [`MgrRequest::Statfs`]
+///   answers the drives' capacity and the caller's quota ([`MgrReply::FsSpace`]).
+pub const MANAGER_PROTOCOL_VERSION: u16 = 13;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -182,11 +193,15 @@ pub const LIST_ENTRIES_MAX: usize = 16384;
 pub const READDIR_PAGE_ENTRIES_MAX: usize = 4096;
 /// Largest extended attribute value a directory entry carries ([`MgrRequest::Readdir`]).
 pub const READDIR_XATTR_BYTES_MAX: usize = 128;
-/// Encoded bytes of the largest directory entry: its name, then the stat (ino, kind, mode,
-/// uid, gid, owner, group, size, mtime, ctime, nlink), then the attribute asked for, strings
-/// with their 4-byte length.
-const DIR_ENTRY_BYTES_MAX: usize =
-    3 * (4 + NAME_BYTES_MAX) + 8 + 1 + 3 * 4 + 3 * 8 + 4 + 1 + 4 + READDIR_XATTR_BYTES_MAX;
+/// Encoded bytes of the largest directory entry: its name, then the stat (its fixed fields and
+/// the longest owner and group), then the attribute asked for, strings with their 4-byte
+/// length.
+const DIR_ENTRY_BYTES_MAX: usize = (4 + NAME_BYTES_MAX)
+    + FileStat::ENCODED_BYTES_MIN
+    + 2 * NAME_BYTES_MAX
+    + 1
+    + 4
+    + READDIR_XATTR_BYTES_MAX;
 /// Most new files one [`MgrRequest::Prepare`] stages: a batch pays one round trip and one
 /// group commit on each drive; 32 files of the widest layout (44 components) fit one frame
 /// with room to spare, and an abandoned batch leaves at most this many records to expire.
@@ -266,6 +281,8 @@ macro_rules! for_each_manager_call {
             52 UserKeyGet "user key get" => Vec<UserKeyInfo>;
             53 GroupKeySet "group key set" => ();
             54 GroupKeyGet "group key get" => Vec<GroupKeyInfo>;
+            60 Mknod "mknod" => ();
+            61 Statfs "statfs" => FsSpace;
         }
     };
 }
@@ -298,6 +315,7 @@ define_replies! {
     21 Quotas(Vec<QuotaInfo>);
     22 UserKeys(Vec<UserKeyInfo>);
     23 GroupKeys(Vec<GroupKeyInfo>);
+    30 FsSpace(FsSpace);
 }
 
 impl MgrReply {

@@ -27,6 +27,8 @@ fn stat() -> FileStat {
         mtime_us: 1_700_000_000_000_000,
         ctime_us: 1_600_000_000_000_000,
         nlink: 2,
+        atime_us: 1_650_000_000_000_000,
+        rdev: 0,
     }
 }
 
@@ -121,7 +123,20 @@ fn requests_2() -> Vec<MgrRequest> {
         MgrRequest::Rename(calls::Rename {
             from: p(),
             to: "/c".into(),
+            flags: 0,
         }),
+        MgrRequest::Rename(calls::Rename {
+            from: p(),
+            to: "/c".into(),
+            flags: RENAME_EXCHANGE,
+        }),
+        MgrRequest::Mknod(calls::Mknod {
+            path: p(),
+            kind: FileKind::CharDevice,
+            mode: 0o620,
+            rdev: (4 << 8) | 1,
+        }),
+        MgrRequest::Statfs(calls::Statfs { path: p() }),
         MgrRequest::Chmod(calls::Chmod {
             path: p(),
             mode: 0o600,
@@ -130,11 +145,20 @@ fn requests_2() -> Vec<MgrRequest> {
             path: p(),
             owner: "bob".into(),
             group: String::new(),
+            nofollow: true,
         }),
         MgrRequest::Truncate(calls::Truncate { path: p(), size: 5 }),
         MgrRequest::Utimes(calls::Utimes {
             path: p(),
-            mtime_us: 77,
+            atime_us: None,
+            mtime_us: Some(77),
+            flags: 0,
+        }),
+        MgrRequest::Utimes(calls::Utimes {
+            path: p(),
+            atime_us: Some(66),
+            mtime_us: None,
+            flags: UTIMES_NOFOLLOW | UTIMES_ACCESSED,
         }),
         MgrRequest::UserAdd(calls::UserAdd {
             name: "bob".into(),
@@ -446,6 +470,12 @@ fn key_replies() -> Vec<MgrReply> {
                 sealed: vec![],
             },
         }]),
+        MgrReply::FsSpace(FsSpace {
+            total_bytes: 1 << 40,
+            free_bytes: 1 << 39,
+            quota: Some((10 << 30, 3 << 30)),
+            files: 12_345,
+        }),
         MgrReply::GroupKeys(vec![
             GroupKeyInfo {
                 gid: 100,

@@ -10,13 +10,18 @@ use crate::types::{DriveId, ObjectId, PartitionId, Suite};
 use crate::DecodeError;
 use std::fmt;
 
-/// File or directory.
+/// What a name is: a file, a directory, a symbolic link, or a special file that only names
+/// itself (its behaviour is the kernel's where it is opened: a FIFO, a socket, a device).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[repr(u8)]
 pub enum FileKind {
     File = 1,
     Dir = 2,
     Symlink = 3,
+    Fifo = 4,
+    Socket = 5,
+    CharDevice = 6,
+    BlockDevice = 7,
 }
 
 impl FileKind {
@@ -25,8 +30,20 @@ impl FileKind {
             1 => Ok(Self::File),
             2 => Ok(Self::Dir),
             3 => Ok(Self::Symlink),
+            4 => Ok(Self::Fifo),
+            5 => Ok(Self::Socket),
+            6 => Ok(Self::CharDevice),
+            7 => Ok(Self::BlockDevice),
             _ => Err(DecodeError::BadValue("file kind")),
         }
+    }
+
+    /// FIFOs, sockets and devices: entries with no content of their own.
+    pub fn special(self) -> bool {
+        matches!(
+            self,
+            Self::Fifo | Self::Socket | Self::CharDevice | Self::BlockDevice
+        )
     }
 }
 
@@ -43,9 +60,20 @@ pub struct FileStat {
     pub group: String,
     pub size: u64,
     pub mtime_us: u64,
+    /// When the inode last changed: its content, mode, owners, names or attributes.
     pub ctime_us: u64,
     /// Names of the file (hard links); a directory's is 2 plus its subdirectories.
     pub nlink: u32,
+    /// Last access, as `utimes` set it (reads through a mount move it, `relatime`).
+    pub atime_us: u64,
+    /// A device's number (`makedev` of major and minor); 0 for everything else.
+    pub rdev: u64,
+}
+
+impl FileStat {
+    /// Bytes of an encoded stat with empty owner and group: ino, kind, mode, uid, gid, the two
+    /// string lengths, size, mtime, ctime, nlink, atime, rdev.
+    pub const ENCODED_BYTES_MIN: usize = 8 + 1 + 3 * 4 + 2 * 4 + 3 * 8 + 4 + 2 * 8;
 }
 
 /// Most component objects in one layout (`raid6x:42` has 44).

@@ -195,17 +195,17 @@ arb_fields! {
     Mkdir { path, mode }
     Rmdir { path }
     Unlink { path }
-    Rename { from, to }
     Symlink { path, target }
     Readlink { path }
     Link { existing, new }
     Chmod { path, mode }
-    Chown { path, owner, group }
+    Chown { path, owner, group, nofollow }
     Truncate { path, size }
-    Utimes { path, mtime_us }
+    Statfs { path }
+    FsSpace { total_bytes, free_bytes, quota, files }
     LayoutGet { path }
     LayoutSet { path, spec }
-    FileStat { ino, kind, mode, uid, gid, owner, group, size, mtime_us, ctime_us, nlink }
+    FileStat { ino, kind, mode, uid, gid, owner, group, size, mtime_us, ctime_us, nlink, atime_us, rdev }
     Create { path, mode, exclusive, extend_by }
     Open { path, write, extend_by }
     ReturnCapability { path, audit_id }
@@ -277,9 +277,56 @@ impl Arb for Credential {
     }
 }
 
+/// Every kind of entry.
+const KINDS: [FileKind; 7] = [
+    FileKind::File,
+    FileKind::Dir,
+    FileKind::Symlink,
+    FileKind::Fifo,
+    FileKind::Socket,
+    FileKind::CharDevice,
+    FileKind::BlockDevice,
+];
+
 impl Arb for FileKind {
     fn arb(g: &mut Gen) -> FileKind {
-        [FileKind::File, FileKind::Dir, FileKind::Symlink][g.below(3) as usize]
+        KINDS[g.below(KINDS.len() as u64) as usize]
+    }
+}
+
+/// Renames carry only the flags the protocol has.
+impl Arb for Rename {
+    fn arb(g: &mut Gen) -> Rename {
+        Rename {
+            from: Arb::arb(g),
+            to: Arb::arb(g),
+            flags: [0, RENAME_NOREPLACE, RENAME_EXCHANGE][g.below(3) as usize],
+        }
+    }
+}
+
+/// Utimes carry only the flags the protocol has.
+impl Arb for Utimes {
+    fn arb(g: &mut Gen) -> Utimes {
+        Utimes {
+            path: Arb::arb(g),
+            atime_us: Arb::arb(g),
+            mtime_us: Arb::arb(g),
+            flags: g.below(4) as u8,
+        }
+    }
+}
+
+/// Only special files are made with `Mknod`.
+impl Arb for Mknod {
+    fn arb(g: &mut Gen) -> Mknod {
+        let special: Vec<FileKind> = KINDS.into_iter().filter(|k| k.special()).collect();
+        Mknod {
+            path: Arb::arb(g),
+            kind: special[g.below(special.len() as u64) as usize],
+            mode: Arb::arb(g),
+            rdev: Arb::arb(g),
+        }
     }
 }
 

@@ -25,8 +25,8 @@ pub use e2e::{E2eUpdate, GroupKeyGet, GroupKeySet, UserKeyGet, UserKeySet};
 pub use files::{Abort, Commit, Create, Open, Prepare, Renew, ReturnCapability, StageWrite};
 pub use heal::{DriveAdd, DriveList, DriveReplace, Repair, Scrub, Status};
 pub use namespace::{
-    Chmod, Chown, LayoutGet, LayoutSet, Link, Lstat, Mkdir, Readdir, Readlink, Rename, Rmdir, Stat,
-    Symlink, Truncate, Unlink, Utimes,
+    Chmod, Chown, LayoutGet, LayoutSet, Link, Lstat, Mkdir, Mknod, Readdir, Readlink, Rename,
+    Rmdir, Stat, Statfs, Symlink, Truncate, Unlink, Utimes,
 };
 pub use quota::{QuotaGet, QuotaSet};
 pub use s3keys::{S3KeyCreate, S3KeyList, S3KeyRevoke, S3KeySecret};

@@ -4,12 +4,21 @@
 //! ```text
 //! Readdir   := string path, string after, u32 limit, option string xattr
 //! Entries   := u32 n, n x (string name, FileStat, option blob xattr)
+//! Rename    := string from, string to, u8 flags (0 | NOREPLACE 1 | EXCHANGE 2)
+//! Chown     := string path, string owner, string group, bool nofollow
+//! Utimes    := string path, option u64 atime_us, option u64 mtime_us, u8 flags
+//!              (NOFOLLOW 1 | ACCESSED 2)
+//! Mknod     := string path, u8 kind (4 fifo, 5 socket, 6 char, 7 block), u32 mode, u64 rdev
+//! Statfs    := string path;  FsSpace := u64 total, u64 free, option (u64 limit, u64 used),
+//!              u64 files
 //! ```
 
 use super::{one_string, path_and_mode, path_and_u64, two_strings};
 use crate::codec::{Reader, Writer};
-use crate::manager::codec::{get_count, get_opt, get_str, get_xattr_name, put_opt, put_str};
-use crate::manager::{FileStat, Wire, LIST_ENTRIES_MAX, READDIR_XATTR_BYTES_MAX};
+use crate::manager::codec::{
+    get_bool, get_count, get_opt, get_str, get_xattr_name, put_bool, put_opt, put_str,
+};
+use crate::manager::{FileKind, FileStat, Wire, LIST_ENTRIES_MAX, READDIR_XATTR_BYTES_MAX};
 use crate::DecodeError;
 
 one_string! {
@@ -80,7 +89,8 @@ impl Wire for Vec<DirEntry> {
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let n = get_count(r, 8 + 62, "entries")?;
+        // Each entry: its name's length, a stat, the xattr option (names may be short).
+        let n = get_count(r, 4 + FileStat::ENCODED_BYTES_MIN + 1, "entries")?;
         let mut es = Vec::with_capacity(n);
         for _ in 0..n {
             es.push(DirEntry {
@@ -110,9 +120,110 @@ one_string! {
     Unlink { path: "path" }
 }
 
-two_strings! {
-    /// Renames `from` to `to`, replacing what `to` names.
-    Rename { from: "from", to: "to" }
+/// [`Rename::flags`]: fail with `Exists` rather than replace what `to` names
+/// (`RENAME_NOREPLACE`).
+pub const RENAME_NOREPLACE: u8 = 1;
+/// [`Rename::flags`]: swap `from` and `to`, both of which must exist (`RENAME_EXCHANGE`).
+pub const RENAME_EXCHANGE: u8 = 2;
+
+/// Renames `from` to `to`, replacing what `to` names unless `flags` say otherwise.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Rename {
+    pub from: String,
+    pub to: String,
+    /// 0, [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
+    pub flags: u8,
+}
+
+impl Wire for Rename {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.from);
+        put_str(w, &self.to);
+        w.u8(self.flags);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let (from, to) = (get_str(r, "from")?, get_str(r, "to")?);
+        let flags = r.u8("rename flags")?;
+        if !matches!(flags, 0 | RENAME_NOREPLACE | RENAME_EXCHANGE) {
+            return Err(DecodeError::BadValue("rename flags"));
+        }
+        Ok(Rename { from, to, flags })
+    }
+}
+
+/// Makes `path` a special file of `kind` (a FIFO, socket or device: no content of its own)
+/// with permission bits `mode`; `rdev` is a device's number, else 0. Devices are an admin's to
+/// make (as `CAP_MKNOD`'s).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Mknod {
+    pub path: String,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub rdev: u64,
+}
+
+impl Wire for Mknod {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.path);
+        w.u8(self.kind as u8);
+        w.u32(self.mode);
+        w.u64(self.rdev);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let path = get_str(r, "path")?;
+        let kind = FileKind::from_u8(r.u8("kind")?)?;
+        if !kind.special() {
+            return Err(DecodeError::BadValue("special file kind"));
+        }
+        Ok(Mknod {
+            path,
+            kind,
+            mode: r.u32("mode")?,
+            rdev: r.u64("rdev")?,
+        })
+    }
+}
+
+one_string! {
+    /// The capacity of the cluster as `path`'s caller sees it, answered with [`FsSpace`].
+    Statfs { path: "path" }
+}
+
+/// What `statfs` shows ([`Statfs`]): the drives' bytes, and the caller's quota where one
+/// bounds them (the smaller room wins, as a quota'd NFS export shows it).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct FsSpace {
+    /// Bytes the drives hold in all, and have free now (logical bytes after the layout's
+    /// redundancy is paid for are the client's to estimate).
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    /// The caller's quota and what it uses, when one is set.
+    pub quota: Option<(u64, u64)>,
+    /// Files (inodes) in the namespace.
+    pub files: u64,
+}
+
+impl Wire for FsSpace {
+    fn put(&self, w: &mut Writer) {
+        w.u64(self.total_bytes);
+        w.u64(self.free_bytes);
+        put_opt(w, &self.quota, |w, (limit, used)| {
+            w.u64(*limit);
+            w.u64(*used);
+        });
+        w.u64(self.files);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(FsSpace {
+            total_bytes: r.u64("total bytes")?,
+            free_bytes: r.u64("free bytes")?,
+            quota: get_opt(r, "has quota", |r| Ok((r.u64("limit")?, r.u64("used")?)))?,
+            files: r.u64("files")?,
+        })
+    }
 }
 
 two_strings! {
@@ -159,6 +270,8 @@ pub struct Chown {
     pub path: String,
     pub owner: String,
     pub group: String,
+    /// Change a symbolic link itself, not what it names (`lchown`, `chown -h`).
+    pub nofollow: bool,
 }
 
 impl Wire for Chown {
@@ -166,6 +279,7 @@ impl Wire for Chown {
         put_str(w, &self.path);
         put_str(w, &self.owner);
         put_str(w, &self.group);
+        put_bool(w, self.nofollow);
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -173,6 +287,7 @@ impl Wire for Chown {
             path: get_str(r, "path")?,
             owner: get_str(r, "owner")?,
             group: get_str(r, "group")?,
+            nofollow: get_bool(r, "nofollow")?,
         })
     }
 }
@@ -182,9 +297,43 @@ path_and_u64! {
     Truncate { size: "size" }
 }
 
-path_and_u64! {
-    /// Sets the modify time of `path`, in µs since the epoch.
-    Utimes { mtime_us: "mtime" }
+/// [`Utimes::flags`]: set a symbolic link's own times (`AT_SYMLINK_NOFOLLOW`, `touch -h`).
+pub const UTIMES_NOFOLLOW: u8 = 1;
+/// [`Utimes::flags`]: a read moved the access time (a mount's `relatime`): the change time
+/// stays, as a kernel's atime update leaves it.
+pub const UTIMES_ACCESSED: u8 = 2;
+
+/// Sets the access and modify times of `path`, in µs since the epoch (`None` leaves one as
+/// it is, as `UTIME_OMIT`); the inode's change time becomes now unless [`UTIMES_ACCESSED`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Utimes {
+    pub path: String,
+    pub atime_us: Option<u64>,
+    pub mtime_us: Option<u64>,
+    /// [`UTIMES_NOFOLLOW`] | [`UTIMES_ACCESSED`].
+    pub flags: u8,
+}
+
+impl Wire for Utimes {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.path);
+        put_opt(w, &self.atime_us, |w, t| w.u64(*t));
+        put_opt(w, &self.mtime_us, |w, t| w.u64(*t));
+        w.u8(self.flags);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let u = Utimes {
+            path: get_str(r, "path")?,
+            atime_us: get_opt(r, "has atime", |r| r.u64("atime"))?,
+            mtime_us: get_opt(r, "has mtime", |r| r.u64("mtime"))?,
+            flags: r.u8("utimes flags")?,
+        };
+        if u.flags & !(UTIMES_NOFOLLOW | UTIMES_ACCESSED) != 0 {
+            return Err(DecodeError::BadValue("utimes flags"));
+        }
+        Ok(u)
+    }
 }
 
 one_string! {
