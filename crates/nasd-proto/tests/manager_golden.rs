@@ -1,7 +1,7 @@
 //! The manager protocol's encoding, byte for byte: a representative value of every request and
 //! reply (each tag at least once, optional fields both ways, end-to-end state, empty and
 //! non-ASCII strings) encodes to the frame recorded in `golden/manager_frames.txt`, and that
-//! frame decodes back to the value. The file was recorded from protocol 12 as it stood; a change
+//! frame decodes back to the value. The file was recorded from protocol 13 as it stood; a change
 //! of encoding fails here. `NASD_BLESS_GOLDEN=1` rewrites the file (only for a deliberate
 //! protocol change, with a new `MANAGER_PROTOCOL_VERSION`).
 
@@ -314,7 +314,8 @@ fn requests_4() -> Vec<MgrRequest> {
             path: p(),
             repair: false,
         }),
-        MgrRequest::Status(calls::Status),
+        MgrRequest::Status(calls::Status { recount: false }),
+        MgrRequest::Status(calls::Status { recount: true }),
         MgrRequest::DriveReplace(calls::DriveReplace {
             old: DriveId(3),
             new: DriveId(9),
@@ -517,6 +518,9 @@ fn replies_2() -> Vec<MgrReply> {
             files: 3,
             key_rotated_ms: 4,
             detail: String::new(),
+            stale: 1,
+            capacity_bytes: 1 << 40,
+            used_bytes: 1 << 30,
         }]),
         MgrReply::Staged(StagedGrant {
             grant: Grant {
@@ -570,6 +574,9 @@ fn replies_3() -> Vec<MgrReply> {
                 files: 3,
                 key_rotated_ms: 5,
                 detail: "connection refused".into(),
+                stale: 1,
+                capacity_bytes: 1 << 40,
+                used_bytes: 1 << 30,
             }],
             files: 10,
             degraded_files: 2,
@@ -594,6 +601,22 @@ fn replies_3() -> Vec<MgrReply> {
                 last_pass_ms: 6,
                 rate_bytes_per_s: 7,
             },
+            stale_files: 1,
+            stale_components: 2,
+            bytes: 3 << 20,
+            stale_bytes: 1 << 20,
+            recounted: Some(FileCounts {
+                files: 10,
+                stale_files: 1,
+                stale_components: 2,
+                bytes: 3 << 20,
+                stale_bytes: 1 << 20,
+                drives: vec![DriveCount {
+                    drive: DriveId(4),
+                    files: 3,
+                    stale: 1,
+                }],
+            }),
         }),
         MgrReply::Prepared(vec![]),
         MgrReply::Prepared(vec![
