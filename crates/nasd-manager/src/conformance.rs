@@ -207,6 +207,12 @@ fn file_counts<S: MetaStore>(s: &mut S) {
         (2, vec![r])
     );
 
+    file_counts_after_rebuilds(s, r, g);
+}
+
+/// [`file_counts`] continued with the striped file `r` (stale components 1 and 3) and the
+/// one-object file `g`: rebuilds swapped in, an overwrite, links, a size, renames, removals.
+fn file_counts_after_rebuilds<S: MetaStore>(s: &mut S, r: u64, g: u64) {
     // The absent component rebuilt onto drive 5, then component 1 on its own drive, with
     // the file grown meanwhile.
     let mut next = s.inode(r).unwrap().unwrap().layout.unwrap();

@@ -493,3 +493,68 @@ async fn status_counts_equal_a_walk_after_every_kind_of_change() {
         .sum();
     assert_eq!(drives, want, "{s}");
 }
+
+/// The figures in docs/ec.md and docs/manager.md (not a check; run with `--ignored
+/// --nocapture`): `nasd status` with 20,000 files, healthy and with one and two of four
+/// drives down, and with `--recount`; 200 new files with two drives down, and how long the
+/// manager takes to rebuild their absent components once the drives are back.
+#[test]
+#[ignore]
+fn measure_status_and_degraded_writes() {
+    let mut up = Up::start(4);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = up.admin_client(&rt);
+    up.ok(&["mkdir", "nasd:/d"]);
+    let t0 = Instant::now();
+    rt.block_on(async {
+        let mut tasks = vec![];
+        for t in 0..8u64 {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..2500u64 {
+                    let p = format!("/d/f{t}-{i}");
+                    c.put_bytes(&p, b"x", 0o644).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    eprintln!("20000 files made in {:?}", t0.elapsed());
+    let timed = |args: &[&str]| {
+        let t0 = Instant::now();
+        let s: serde_json::Value = serde_json::from_str(&up.ok(args)).unwrap();
+        (t0.elapsed(), s)
+    };
+    let t0 = Instant::now();
+    up.ok(&["layout", "get", "nasd:/"]);
+    eprintln!("a command that only logs in: {:?}", t0.elapsed());
+    for args in [&["status", "--json"][..], &["status", "--json", "--recount"]] {
+        for _ in 0..3 {
+            let (t, s) = timed(args);
+            eprintln!("{args:?}: {t:?} ({} files)", s["files"]);
+        }
+    }
+    for (victim, left) in [(3, 3), (2, 2)] {
+        up.kill(&format!("drive-{victim}"));
+        wait_healthy(&up, left);
+        for _ in 0..3 {
+            let (t, s) = timed(&["status", "--json"]);
+            eprintln!("status, {left} of 4 up: {t:?} ({} degraded)", s["degraded_files"]);
+        }
+    }
+    let t0 = Instant::now();
+    rt.block_on(async {
+        for i in 0..200u64 {
+            let p = format!("/d/g{i}");
+            c.put_bytes(&p, &[7u8; 100_000], 0o644).await.unwrap();
+        }
+    });
+    eprintln!("200 x 100 kB new files, 2 of 4 drives down: {:?}", t0.elapsed());
+    up.restart("drive-2");
+    up.restart("drive-3");
+    let t0 = Instant::now();
+    wait_rebuilt(&up);
+    eprintln!("drives restarted to every component rebuilt: {:?}", t0.elapsed());
+}
