@@ -119,9 +119,17 @@ impl Manager {
         }
         if absent.len() > tolerated {
             self.remove_objects(&components).await;
-            return Err(failure.unwrap_or_else(|| {
-                MgrError::new(MgrStatus::NoDrives, format!("{what}: too few drives"))
-            }));
+            let (status, why) = failure.map_or((MgrStatus::NoDrives, String::new()), |e| {
+                (e.status, format!(": {}", e.detail))
+            });
+            return Err(MgrError::new(
+                status,
+                format!(
+                    "{what}: {} of its {n} components could not be made, and it can do \
+                     without {tolerated}{why}",
+                    absent.len()
+                ),
+            ));
         }
         let real = components.len();
         let partition = drives::FILES_PARTITION;

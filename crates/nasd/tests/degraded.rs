@@ -530,7 +530,10 @@ fn measure_status_and_degraded_writes() {
     let t0 = Instant::now();
     up.ok(&["layout", "get", "nasd:/"]);
     eprintln!("a command that only logs in: {:?}", t0.elapsed());
-    for args in [&["status", "--json"][..], &["status", "--json", "--recount"]] {
+    for args in [
+        &["status", "--json"][..],
+        &["status", "--json", "--recount"],
+    ] {
         for _ in 0..3 {
             let (t, s) = timed(args);
             eprintln!("{args:?}: {t:?} ({} files)", s["files"]);
@@ -541,7 +544,10 @@ fn measure_status_and_degraded_writes() {
         wait_healthy(&up, left);
         for _ in 0..3 {
             let (t, s) = timed(&["status", "--json"]);
-            eprintln!("status, {left} of 4 up: {t:?} ({} degraded)", s["degraded_files"]);
+            eprintln!(
+                "status, {left} of 4 up: {t:?} ({} degraded)",
+                s["degraded_files"]
+            );
         }
     }
     let t0 = Instant::now();
@@ -551,10 +557,16 @@ fn measure_status_and_degraded_writes() {
             c.put_bytes(&p, &[7u8; 100_000], 0o644).await.unwrap();
         }
     });
-    eprintln!("200 x 100 kB new files, 2 of 4 drives down: {:?}", t0.elapsed());
+    eprintln!(
+        "200 x 100 kB new files, 2 of 4 drives down: {:?}",
+        t0.elapsed()
+    );
     up.restart("drive-2");
     up.restart("drive-3");
     let t0 = Instant::now();
     wait_rebuilt(&up);
-    eprintln!("drives restarted to every component rebuilt: {:?}", t0.elapsed());
+    eprintln!(
+        "drives restarted to every component rebuilt: {:?}",
+        t0.elapsed()
+    );
 }

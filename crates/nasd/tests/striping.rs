@@ -240,7 +240,9 @@ fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
     put(&up, "/ec/f", &data);
     // The file lies on six of the seven drives: lose one of them. (Drive `d` of the cluster
     // is the status entry with its address.)
-    let addrs: Vec<String> = (0..7).map(|d| up.cluster.drives()[d].addr.clone()).collect();
+    let addrs: Vec<String> = (0..7)
+        .map(|d| up.cluster.drives()[d].addr.clone())
+        .collect();
     let entry = |s: &serde_json::Value, d: usize| {
         let addr = &addrs[d];
         s["drives"]
