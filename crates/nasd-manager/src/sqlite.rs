@@ -778,7 +778,8 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Names the reserved inode `ino` `parent`/`name` and ends its reservation.
+    /// Names the reserved inode `ino` `parent`/`name` and ends its reservation (the caller
+    /// counts the file: [`SqliteStore::counted`]).
     fn link_reservation(tx: &Connection, parent: u64, name: &str, ino: u64) -> StoreResult<()> {
         if !Self::is_reserved(tx, ino)? {
             return Err(StoreError::NotFound);
@@ -795,7 +796,6 @@ impl SqliteStore {
         .map_err(db)?;
         tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
-        Self::counted_link(tx, ino)?;
         Self::touch_dir(tx, parent)
     }
 
@@ -1826,8 +1826,10 @@ impl MetaStore for SqliteStore {
             return Err(StoreError::Exists);
         }
         let size = Self::inode_in(&tx, ino)?.and_then(|i| i.size);
-        Self::set_layout(&tx, ino, layout, acv, size)?;
-        Self::link_reservation(&tx, parent, name, ino)?;
+        Self::counted(&tx, ino, || {
+            Self::write_layout(&tx, ino, layout, acv, size)?;
+            Self::link_reservation(&tx, parent, name, ino)
+        })?;
         tx.commit().map_err(db)
     }
 
@@ -1869,6 +1871,9 @@ impl MetaStore for SqliteStore {
             }
         }
         let mut replaced = old.clone();
+        // The file's share of the counts, moved once its reservation is linked and its layout
+        // written (below).
+        let before = counts::share_of(&tx, s.ino)?;
         if s.new_file {
             if let Some(i) = &old {
                 if !Self::drop_name(&tx, parent, name, i)? {
@@ -1906,7 +1911,8 @@ impl MetaStore for SqliteStore {
             }
         }
         Self::charge_staged(&tx, &s, &target, charge, obj, now_ms)?;
-        Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
+        Self::write_layout(&tx, s.ino, &s.layout, s.acv, size)?;
+        Self::counted_since(&tx, s.ino, before)?;
         tx.execute(
             "UPDATE inodes SET mtime_us = ?2 WHERE ino = ?1",
             params![s.ino as i64, now_us() as i64],

@@ -14,10 +14,10 @@
 //!
 //! The four statements that change a file's share are wrapped here, each inside the
 //! transaction that runs it: [`insert`](SqliteStore::counted_insert) of an inode,
-//! [`delete`](SqliteStore::counted_delete), a reservation linked
-//! ([`SqliteStore::counted_link`]), and any update of its layout, stale mask or size
-//! ([`SqliteStore::counted`]): the share before is taken away and the share after added, so the
-//! counters move in the same transaction as the file and stay right across any crash.
+//! [`delete`](SqliteStore::counted_delete), and any update of its layout, stale mask or size
+//! or its reservation linked under a name ([`SqliteStore::counted`],
+//! [`SqliteStore::counted_since`]): the share before is taken away and the share after added,
+//! so the counters move in the same transaction as the file and stay right across any crash.
 //! [`SqliteStore::recount_in`] counts the same things by walking every file with aggregate
 //! queries, independently of this bookkeeping; the conformance suite checks that the two agree
 //! after every kind of change, and `nasd status --recount` lets an operator check (and reset)
@@ -204,9 +204,18 @@ impl SqliteStore {
     ) -> StoreResult<T> {
         let before = share_of(tx, ino)?;
         let v = f()?;
-        let after = share_of(tx, ino)?;
-        apply(tx, before.as_ref(), after.as_ref())?;
+        Self::counted_since(tx, ino, before)?;
         Ok(v)
+    }
+
+    /// Moves the counters by what changed in inode `ino`'s share since it was `before` (a
+    /// change over several statements, with other work between them).
+    pub(super) fn counted_since(
+        tx: &Connection,
+        ino: u64,
+        before: Option<Share>,
+    ) -> StoreResult<()> {
+        apply(tx, before.as_ref(), share_of(tx, ino)?.as_ref())
     }
 
     /// Counts inode `ino`, just inserted.
@@ -217,11 +226,6 @@ impl SqliteStore {
     /// Takes inode `ino` out of the counts, before it is deleted.
     pub(super) fn counted_delete(tx: &Connection, ino: u64) -> StoreResult<()> {
         apply(tx, share_of(tx, ino)?.as_ref(), None)
-    }
-
-    /// Counts inode `ino`, whose reservation was just linked under a name.
-    pub(super) fn counted_link(tx: &Connection, ino: u64) -> StoreResult<()> {
-        Self::counted_insert(tx, ino)
     }
 
     /// The counters as kept.
