@@ -200,3 +200,24 @@ impl ComponentPin {
         self.lost.store(true, std::sync::atomic::Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer's component that could not be pinned commits an unknown pin (readers read
+    /// around it), until a rebuilt track pins it again.
+    #[test]
+    fn a_forgotten_pin_is_unknown_until_a_track_replaces_it() {
+        let p = ComponentPin::fresh(Suite::Blake3);
+        let empty = p.pin();
+        assert!(empty.known);
+        assert!(p.matches(empty.size, &empty.top));
+        p.forget();
+        assert!(!p.pin().known);
+        assert!(!p.matches(empty.size, &empty.top));
+        let sink = TrackSink::new(Suite::Blake3);
+        p.replace_track(sink);
+        assert_eq!(p.pin(), empty);
+    }
+}
