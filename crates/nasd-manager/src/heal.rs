@@ -20,8 +20,10 @@
 //!   the manager starts, every stale component (a write or a revocation it missed, or an
 //!   absent component of a file laid out while drives were down) is rebuilt in the
 //!   background, file by file from the store's index of stale files, onto its own drive when
-//!   that takes it, else onto one the layout does not use. What cannot be rebuilt yet waits
-//!   for the next such event, `nasd scrub --repair`, or the background scrub.
+//!   that takes it, else onto one the layout does not use. Stale components on drives that
+//!   are up (a write that missed a live drive) start a pass from a health check at most every
+//!   [`HEAL_RETRY_MS`]. What cannot be rebuilt yet waits for the next pass, `nasd scrub
+//!   --repair`, or the background scrub.
 //! - **Status** comes from the counts the store keeps as files change (no walk of the
 //!   namespace): files, stale files, components and bytes, per drive its files and stale
 //!   components, with capacity and use as each drive last reported them.
@@ -48,6 +50,10 @@ pub const WALK_PAGE_FILES: usize = 256;
 pub const REBUILD_ATTEMPTS_MAX: usize = 3;
 /// Characters of problem text a report or a status keeps.
 pub const DETAIL_CHARS_MAX: usize = 2000;
+/// How often a health check may start a rebuild of stale components that lie on drives that
+/// are up (a write that missed a live drive, an absent component on a drive full then):
+/// what failed to rebuild is not tried again on every check.
+pub const HEAL_RETRY_MS: u64 = 60_000;
 
 /// What the healing tasks report through `Status`.
 #[derive(Default)]
@@ -58,6 +64,8 @@ pub struct HealState {
     healing: AtomicBool,
     /// Another pass is due when it ends (a drive came back meanwhile).
     heal_again: AtomicBool,
+    /// When the last pass started (Unix ms).
+    healed_ms: std::sync::atomic::AtomicU64,
 }
 
 fn append(detail: &mut String, what: &str) {
@@ -567,6 +575,23 @@ impl Manager {
         self.heal_stale(&format!("{} drive(s) came back", back.len()));
     }
 
+    /// From a health check: a pass when stale components lie on drives that are up and none
+    /// started within [`HEAL_RETRY_MS`].
+    pub fn heal_if_due(self: &Arc<Self>) {
+        let since = now_ms().saturating_sub(self.heal.healed_ms.load(Ordering::Acquire));
+        if since < HEAL_RETRY_MS {
+            return;
+        }
+        let Ok(c) = self.st().counts() else { return };
+        let on_up = c
+            .drives
+            .iter()
+            .any(|d| d.stale > 0 && self.drives.healthy(d.drive));
+        if on_up {
+            self.heal_stale("stale components lie on drives that are up");
+        }
+    }
+
     /// Starts a background pass that rebuilds every stale component it can (module docs),
     /// unless one runs; then that one runs once more when it ends. `why` is logged.
     pub fn heal_stale(self: &Arc<Self>, why: &str) {
@@ -581,6 +606,7 @@ impl Manager {
         let m = self.clone();
         tokio::spawn(async move {
             while m.heal.heal_again.swap(false, Ordering::AcqRel) {
+                m.heal.healed_ms.store(now_ms(), Ordering::Release);
                 m.heal_pass().await;
             }
             m.heal.healing.store(false, Ordering::Release);

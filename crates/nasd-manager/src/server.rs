@@ -554,6 +554,8 @@ pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::ta
                         m.heal_stale("the manager started");
                     } else if !back.is_empty() {
                         m.drives_back(&back);
+                    } else {
+                        m.heal_if_due();
                     }
                     let mut still = vec![];
                     for d in pending.drain(..) {
