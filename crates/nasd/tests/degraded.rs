@@ -494,6 +494,13 @@ async fn status_counts_equal_a_walk_after_every_kind_of_change() {
     assert_eq!(drives, want, "{s}");
 }
 
+/// Runs `nasd ARGS` (printing JSON); how long it took, and what it printed.
+fn timed(up: &Up, args: &[&str]) -> (Duration, serde_json::Value) {
+    let t0 = Instant::now();
+    let s: serde_json::Value = serde_json::from_str(&up.ok(args)).unwrap();
+    (t0.elapsed(), s)
+}
+
 /// The figures in docs/ec.md and docs/manager.md (not a check; run with `--ignored
 /// --nocapture`): `nasd status` with 20,000 files, healthy and with one and two of four
 /// drives down, and with `--recount`; 200 new files with two drives down, and how long the
@@ -522,11 +529,6 @@ fn measure_status_and_degraded_writes() {
         }
     });
     eprintln!("20000 files made in {:?}", t0.elapsed());
-    let timed = |args: &[&str]| {
-        let t0 = Instant::now();
-        let s: serde_json::Value = serde_json::from_str(&up.ok(args)).unwrap();
-        (t0.elapsed(), s)
-    };
     let t0 = Instant::now();
     up.ok(&["layout", "get", "nasd:/"]);
     eprintln!("a command that only logs in: {:?}", t0.elapsed());
@@ -535,7 +537,7 @@ fn measure_status_and_degraded_writes() {
         &["status", "--json", "--recount"],
     ] {
         for _ in 0..3 {
-            let (t, s) = timed(args);
+            let (t, s) = timed(&up, args);
             eprintln!("{args:?}: {t:?} ({} files)", s["files"]);
         }
     }
@@ -543,7 +545,7 @@ fn measure_status_and_degraded_writes() {
         up.kill(&format!("drive-{victim}"));
         wait_healthy(&up, left);
         for _ in 0..3 {
-            let (t, s) = timed(&["status", "--json"]);
+            let (t, s) = timed(&up, &["status", "--json"]);
             eprintln!(
                 "status, {left} of 4 up: {t:?} ({} degraded)",
                 s["degraded_files"]
