@@ -25,6 +25,7 @@ use nasd_client::Capability;
 use nasd_ec::Layout as Geometry;
 use nasd_proto::manager::{CapGrant, Component, Layout, MgrStatus};
 use nasd_proto::{AttrMask, Attributes, CapabilityArgs, DriveId, ObjectId, Op, ReplyBody, Rights};
+use std::sync::Arc;
 
 /// The bytes a component of `geo` takes for a file of `size` bytes (the largest component: a
 /// parity layout's are whole units of each group): what placement must find room for.
@@ -34,7 +35,6 @@ pub fn component_need(geo: &Geometry, size: u64) -> u64 {
         .max()
         .unwrap_or(0)
 }
-use std::sync::Arc;
 
 /// The layout every file gets when neither its directory nor an ancestor names one, unless
 /// the cluster's policy says otherwise.
