@@ -71,6 +71,13 @@ impl ConnPool {
         d.get(addr).is_some_and(|until| *until > now_ms())
     }
 
+    /// Forgets every connection to the drive at `addr` and that it was down: it restarted,
+    /// so the connections kept are dead, and the next use connects afresh.
+    pub fn forget(&self, addr: &str) {
+        self.conns.lock().expect("pool lock").remove(addr);
+        self.down.lock().expect("pool lock").remove(addr);
+    }
+
     /// Forgets a connection that failed.
     pub fn drop_conn(&self, addr: &str, c: &Arc<DriveConn>) {
         if let Some(v) = self.conns.lock().expect("pool lock").get_mut(addr) {

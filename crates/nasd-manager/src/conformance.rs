@@ -2,7 +2,7 @@
 //! call [`run`] with a constructor of empty stores.
 
 use crate::store::*;
-use nasd_proto::manager::{E2eCommit, E2eState, FileKind, UserKeys, Xattr};
+use nasd_proto::manager::{DriveCount, E2eCommit, E2eState, FileCounts, FileKind, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// A fresh directory inode owned by `uid`.
@@ -89,20 +89,202 @@ fn first(i: &Inode) -> Option<ObjRef> {
 }
 
 /// Runs every check against stores made by `make` (each call must give an empty store).
+/// After each, the file counts the store kept equal a walk of its files.
 pub fn run<S: MetaStore>(make: impl Fn() -> S) {
-    users_and_groups(&mut make());
-    namespace(&mut make());
-    rename(&mut make());
-    posix_times_and_special_files(&mut make());
-    drives_sessions_meta(&mut make());
-    staged_commits(&mut make());
-    staged_new_files(&mut make());
-    revocation_intents(&mut make());
-    directory_pages(&mut make());
-    posix_names(&mut make());
-    extended_attributes(&mut make());
-    quotas(&mut make());
-    end_to_end(&mut make());
+    let checks: [fn(&mut S); 14] = [
+        users_and_groups,
+        namespace,
+        rename,
+        posix_times_and_special_files,
+        drives_sessions_meta,
+        staged_commits,
+        staged_new_files,
+        revocation_intents,
+        directory_pages,
+        posix_names,
+        extended_attributes,
+        quotas,
+        end_to_end,
+        file_counts,
+    ];
+    for check in checks {
+        let mut s = make();
+        check(&mut s);
+        agreed(&mut s);
+    }
+}
+
+/// The counts the store kept, checked against a walk of every file.
+fn agreed<S: MetaStore>(s: &mut S) -> FileCounts {
+    let kept = s.counts().unwrap();
+    assert_eq!(
+        kept,
+        s.recount(false).unwrap(),
+        "kept counts against a walk"
+    );
+    kept
+}
+
+/// A layout over drives 1 to `n` (objects 100 + i), with `stale` components.
+fn striped(geometry: &str, n: u64, stale: u64) -> FileLayout {
+    FileLayout {
+        version: 1,
+        geometry: geometry.into(),
+        components: (1..=n)
+            .map(|d| ObjRef {
+                drive: DriveId(d),
+                partition: PartitionId(1),
+                object: ObjectId(100 + d),
+            })
+            .collect(),
+        stale,
+    }
+}
+
+fn drive_count(drive: u64, files: u64, stale: u64) -> DriveCount {
+    DriveCount {
+        drive: DriveId(drive),
+        files,
+        stale,
+    }
+}
+
+/// The kept file counts (schema 11) follow every kind of change — uploads in flight not
+/// counted until committed, commits with missed components, rebuilds swapped in, sizes,
+/// one-object files, overwrites, hard links, renames over a file, removals — and equal a
+/// walk after each; degraded files are counted with no, one and two drives down; stale files
+/// are listed from their index; a file's name is found from its inode.
+fn file_counts<S: MetaStore>(s: &mut S) {
+    assert_eq!(agreed(s), FileCounts::default());
+    // A new rs:2+2 file laid out with its fourth drive down: that component is absent.
+    let mut l = striped("rs:2+2", 4, 0b1000);
+    l.components[3].object = ObjectId::ABSENT;
+    let r = s.reserve_inode(ROOT_INO, &bare(10)).unwrap();
+    let up = Staged {
+        layout: l.clone(),
+        ..new_upload(0, 10, r)
+    };
+    s.put_staged(&up).unwrap();
+    assert_eq!(agreed(s), FileCounts::default(), "an upload in flight");
+    let key = up.layout.key();
+    assert_eq!(key.drive, DriveId(1));
+    // Its writer missed component 1 too.
+    s.commit_staged(
+        ROOT_INO,
+        "f",
+        key,
+        None,
+        Some(1000),
+        0b0010,
+        None,
+        None,
+        None,
+        0,
+    )
+    .unwrap();
+    let want = FileCounts {
+        files: 1,
+        stale_files: 1,
+        stale_components: 2,
+        bytes: 1000,
+        stale_bytes: 1000,
+        drives: vec![
+            drive_count(1, 1, 0),
+            drive_count(2, 1, 1),
+            drive_count(3, 1, 0),
+            drive_count(4, 1, 1),
+        ],
+    };
+    assert_eq!(agreed(s), want);
+    assert_eq!(s.stale_files_after(0, 10).unwrap(), vec![r]);
+    assert_eq!(s.degraded(&[], 10).unwrap(), (1, vec![r]));
+    assert_eq!(s.name_of(r).unwrap(), Some((ROOT_INO, "f".into())));
+
+    // A one-object file on drive 7, not degraded.
+    let g = s.link_new(ROOT_INO, "g", &file(5, 16)).unwrap();
+    assert_eq!(agreed(s).files, 2);
+    assert_eq!(s.degraded(&[DriveId(7)], 10).unwrap(), (2, vec![r, g]));
+    assert_eq!(s.degraded(&[DriveId(1)], 10).unwrap(), (1, vec![r]));
+    assert_eq!(
+        s.degraded(&[DriveId(1), DriveId(7)], 1).unwrap(),
+        (2, vec![r])
+    );
+
+    file_counts_after_rebuilds(s, r, g);
+}
+
+/// [`file_counts`] continued with the striped file `r` (stale components 1 and 3) and the
+/// one-object file `g`: rebuilds swapped in, an overwrite, links, a size, renames, removals.
+fn file_counts_after_rebuilds<S: MetaStore>(s: &mut S, r: u64, g: u64) {
+    // The absent component rebuilt onto drive 5, then component 1 on its own drive, with
+    // the file grown meanwhile.
+    let mut next = s.inode(r).unwrap().unwrap().layout.unwrap();
+    let v = next.version;
+    next.components[3] = ObjRef {
+        drive: DriveId(5),
+        partition: PartitionId(1),
+        object: ObjectId(300),
+    };
+    next.stale = 0b0010;
+    let v = s.swap_layout(r, v, &next, None).unwrap();
+    next.components[1].object = ObjectId(301);
+    next.stale = 0;
+    s.swap_layout(r, v, &next, Some(5000)).unwrap();
+    let c = agreed(s);
+    assert_eq!(
+        (
+            c.files,
+            c.stale_files,
+            c.stale_components,
+            c.bytes,
+            c.stale_bytes
+        ),
+        (2, 0, 0, 5000, 0)
+    );
+    assert_eq!(
+        c.drives,
+        vec![
+            drive_count(1, 1, 0),
+            drive_count(2, 1, 0),
+            drive_count(3, 1, 0),
+            drive_count(5, 1, 0),
+            drive_count(7, 1, 0),
+        ]
+    );
+    assert!(s.stale_files_after(0, 10).unwrap().is_empty());
+    assert_eq!(s.degraded(&[], 10).unwrap(), (0, vec![]));
+
+    // An overwrite of g moves it to another object; a second name and its removal keep it
+    // counted once; a size kept by an update counts.
+    let o = staged(17, 10, g);
+    s.put_staged(&o).unwrap();
+    commit_plain(s, "g", o.layout.first(), Some(g)).unwrap();
+    s.link(g, ROOT_INO, "g2").unwrap();
+    assert_eq!(agreed(s).files, 2);
+    s.unlink(ROOT_INO, "g").unwrap();
+    assert_eq!(agreed(s).files, 2);
+    let mut gi = s.inode(g).unwrap().unwrap();
+    gi.size = Some(77);
+    s.update_inode(&gi).unwrap();
+    assert_eq!(agreed(s).bytes, 5077);
+
+    // A rename over the striped file removes it; the last name of g goes too.
+    s.rename(ROOT_INO, "g2", ROOT_INO, "f").unwrap();
+    let c = agreed(s);
+    assert_eq!((c.files, c.bytes, c.drives.len()), (1, 77, 1));
+    s.unlink(ROOT_INO, "f").unwrap();
+    assert_eq!(agreed(s), FileCounts::default());
+    assert_eq!(s.name_of(g).unwrap(), None);
+    // A reservation that never commits is never counted.
+    let r2 = s.reserve_inode(ROOT_INO, &bare(20)).unwrap();
+    let up2 = Staged {
+        layout: striped("mirror:2", 2, 0b01),
+        ..new_upload(0, 20, r2)
+    };
+    s.put_staged(&up2).unwrap();
+    s.abort_staged(up2.layout.key()).unwrap();
+    assert_eq!(agreed(s), FileCounts::default());
+    assert_eq!(s.recount(true).unwrap(), FileCounts::default());
 }
 
 /// A state whose record (a real `TrustedRecord` encoding) has key version `key_version`.
@@ -927,14 +1109,14 @@ fn namespace<S: MetaStore>(s: &mut S) {
     let back = s.inode(f).unwrap().unwrap();
     assert_eq!((back.mode, back.acv), (0o600, 3));
     assert_eq!(back.e2e, Some(e2e_state(1, b"side")));
-    assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 1);
+    assert_eq!(agreed(s).drives, vec![drive_count(7, 1, 0)]);
     let gone = s.unlink(d, "f").unwrap().expect("its last name");
     assert_eq!(gone.ino, f);
     assert!(s.inode(f).unwrap().is_none());
     assert_eq!(s.unlink(d, "f"), Err(StoreError::NotFound));
     s.unlink(ROOT_INO, "d").unwrap();
     assert!(s.readdir(ROOT_INO, "", usize::MAX).unwrap().is_empty());
-    assert_eq!(s.files_on_drive(DriveId(7)).unwrap(), 0);
+    assert!(agreed(s).drives.is_empty());
 }
 
 fn rename<S: MetaStore>(s: &mut S) {

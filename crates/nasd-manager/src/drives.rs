@@ -1,6 +1,16 @@
 //! The drive registry: which drives the manager uses, the keys it shares with each drive's
 //! partition (seed 002 Table 6), one connection per drive for the manager's own requests,
-//! health, working-key rotation, and the choice of a drive for a new file.
+//! health and free space, working-key rotation, and where a new file's components go.
+//!
+//! **Placement.** A drive takes new components while its last health check found it up and
+//! its room — free space as it reported then, less what was placed on it since, less a
+//! reserve ([`reserve_bytes`]) — holds them. Among those, drives are chosen in proportion
+//! to their room by smooth weighted round robin (each layout adds every candidate's share of
+//! the components to its credit, the drives with the most credit are taken, distinct, and
+//! pay one each): deterministic, spread evenly between equal drives, and a fuller drive gets
+//! fewer components long before it is full. A layout that can lose `t` components is laid
+//! out on as few as `n - t` such drives; the others get an absent component
+//! ([`ObjectId::ABSENT`]) on a drive that cannot take one now, stale until rebuilt.
 //!
 //! The manager authorizes its own object operations (create, remove, getattr, setattr) with the
 //! partition's working key, and partition setup with the drive and partition keys; keys are
@@ -15,7 +25,6 @@ use nasd_crypto::Key;
 use nasd_proto::manager::MgrStatus;
 use nasd_proto::{DriveId, KeyType, ObjectId, OpCode, PartitionId, Protection, Scheme, Status};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How long a health check waits for a drive's answer before calling it unhealthy.
@@ -26,27 +35,96 @@ pub const FILES_PARTITION: PartitionId = PartitionId(1);
 /// Protection of the manager's own requests to drives.
 pub const MANAGER_PROTECTION: Protection = Protection::INTEGRITY_DATA;
 
+/// A drive keeps this share of its capacity (1/64) free of new components: room for its
+/// own metadata and for bytes written beyond what the manager placed (streams past their
+/// first escrow, repairs, uploads in flight when it last reported).
+pub const RESERVE_CAPACITY_DIVISOR: u64 = 64;
+/// ... and at least this many bytes.
+pub const RESERVE_BYTES_MIN: u64 = 1 << 20;
+/// Placement credit a drive may bank (in components): one that is chosen less than its
+/// share (a very large drive among small ones) cannot build up a debt without bound.
+pub const PLACEMENT_CREDIT_MAX: f64 = 4.0;
+
+/// The room a drive of `capacity` bytes keeps free of new components.
+pub fn reserve_bytes(capacity: u64) -> u64 {
+    (capacity / RESERVE_CAPACITY_DIVISOR).max(RESERVE_BYTES_MIN)
+}
+
 /// What the manager knows about one drive at run time.
 pub struct DriveState {
     pub rec: DriveRecord,
     pub conn: Option<Arc<DriveConn>>,
     pub healthy: bool,
     pub detail: String,
-    /// Bytes the drive holds and could hold, as its last health check answered.
-    pub space: Option<DriveSpace>,
+    /// What the drive said at its last health check (both 0 until it has).
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    /// Bytes of components placed on it since then.
+    pub placed_bytes: u64,
+    /// Its placement credit (module docs).
+    credit: f64,
 }
 
-/// A drive's bytes used and capacity.
+impl DriveState {
+    fn new(rec: DriveRecord, conn: Option<Arc<DriveConn>>, healthy: bool, detail: String) -> Self {
+        DriveState {
+            rec,
+            conn,
+            healthy,
+            detail,
+            capacity_bytes: 0,
+            used_bytes: 0,
+            placed_bytes: 0,
+            credit: 0.0,
+        }
+    }
+
+    /// Bytes it can take in new components now; `None` until it reported its capacity.
+    fn room(&self) -> Option<u64> {
+        (self.capacity_bytes > 0).then(|| {
+            self.capacity_bytes
+                .saturating_sub(self.used_bytes)
+                .saturating_sub(self.placed_bytes)
+                .saturating_sub(reserve_bytes(self.capacity_bytes))
+        })
+    }
+
+    /// Whether it takes a new component of `need` bytes now.
+    fn takes(&self, need: u64) -> bool {
+        self.healthy && self.room().is_none_or(|r| r >= need.max(1))
+    }
+
+    /// Why it takes no new component of `need` bytes, for an error message.
+    fn why_not(&self, need: u64) -> String {
+        let d = format!("drive {:016x} at {}", self.rec.drive.0, self.rec.addr);
+        match self.room() {
+            _ if !self.healthy => format!("{d} is down ({})", self.detail),
+            Some(r) => format!("{d} is full ({r} bytes of room, {need} needed)"),
+            None => format!("{d} cannot take it"),
+        }
+    }
+}
+
+/// Bytes used and capacity, summed over drives ([`Registry::space`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriveSpace {
     pub used_bytes: u64,
     pub capacity_bytes: u64,
 }
 
+/// Where the components of a new layout go ([`Registry::place`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Drives that take a real component, in component order.
+    pub drives: Vec<DriveId>,
+    /// Drives that cannot take one now and hold the layout's absent components (after the
+    /// real ones), distinct from those and from each other.
+    pub absent: Vec<DriveId>,
+}
+
 #[derive(Default)]
 pub struct Registry {
     drives: Mutex<HashMap<DriveId, DriveState>>,
-    next: AtomicUsize,
 }
 
 fn drive_err(d: DriveId, e: nasd_client::ClientError) -> MgrError {
@@ -66,13 +144,7 @@ impl Registry {
             for rec in records {
                 g.insert(
                     rec.drive,
-                    DriveState {
-                        rec,
-                        conn: None,
-                        healthy: false,
-                        detail: "not yet contacted".into(),
-                        space: None,
-                    },
+                    DriveState::new(rec, None, false, "not yet contacted".into()),
                 );
             }
         }
@@ -108,30 +180,41 @@ impl Registry {
             .is_some_and(|s| s.healthy)
     }
 
-    /// (record, healthy, detail) of every drive.
-    pub fn snapshot(&self) -> Vec<(DriveRecord, bool, String)> {
+    /// Every drive as it stands: record, health, detail, capacity and use last reported.
+    pub fn snapshot(&self) -> Vec<DriveView> {
         let g = self.drives.lock().expect("registry lock");
         let mut v: Vec<_> = g
             .values()
-            .map(|s| (s.rec.clone(), s.healthy, s.detail.clone()))
+            .map(|s| DriveView {
+                rec: s.rec.clone(),
+                healthy: s.healthy,
+                detail: s.detail.clone(),
+                capacity_bytes: s.capacity_bytes,
+                used_bytes: s.used_bytes,
+            })
             .collect();
-        v.sort_by_key(|x| x.0.drive);
+        v.sort_by_key(|x| x.rec.drive);
         v
     }
 
+    /// Records a drive (registered, or its key rotated); what it last reported stays.
     pub fn upsert(&self, rec: DriveRecord, conn: Option<Arc<DriveConn>>) {
         let mut g = self.drives.lock().expect("registry lock");
         let healthy = conn.is_some();
-        g.insert(
-            rec.drive,
-            DriveState {
-                rec,
-                conn,
-                healthy,
-                detail: String::new(),
-                space: None,
-            },
-        );
+        match g.get_mut(&rec.drive) {
+            Some(s) => {
+                s.rec = rec;
+                s.conn = conn;
+                s.healthy = healthy;
+                s.detail = String::new();
+            }
+            None => {
+                g.insert(
+                    rec.drive,
+                    DriveState::new(rec, conn, healthy, String::new()),
+                );
+            }
+        }
     }
 
     fn set_health(&self, d: DriveId, healthy: bool, detail: String, conn: Option<Arc<DriveConn>>) {
@@ -146,17 +229,15 @@ impl Registry {
     /// The bytes every drive holds and could hold, as their last health checks answered; if
     /// a drive has not answered one yet, every drive is asked now.
     pub async fn space(&self) -> DriveSpace {
-        let known = |g: &HashMap<DriveId, DriveState>| g.values().all(|s| s.space.is_some());
+        let known = |g: &HashMap<DriveId, DriveState>| g.values().all(|s| s.capacity_bytes > 0);
         if !known(&self.drives.lock().expect("registry lock")) {
             self.check_health().await;
         }
         let g = self.drives.lock().expect("registry lock");
-        g.values()
-            .filter_map(|s| s.space)
-            .fold(DriveSpace::default(), |t, s| DriveSpace {
-                used_bytes: t.used_bytes + s.used_bytes,
-                capacity_bytes: t.capacity_bytes + s.capacity_bytes,
-            })
+        g.values().fold(DriveSpace::default(), |t, s| DriveSpace {
+            used_bytes: t.used_bytes + s.used_bytes,
+            capacity_bytes: t.capacity_bytes + s.capacity_bytes,
+        })
     }
 
     /// A connection to drive `d`, connecting when there is none.
@@ -192,70 +273,74 @@ impl Registry {
         self.set_health(d, false, why.to_string(), None);
     }
 
-    /// A healthy drive for a new file, round robin.
-    pub fn choose(&self) -> Result<DriveId, MgrError> {
-        let g = self.drives.lock().expect("registry lock");
-        let mut healthy: Vec<DriveId> = g
-            .iter()
-            .filter(|(_, s)| s.healthy || s.conn.is_none() && s.detail == "not yet contacted")
-            .map(|(d, _)| *d)
-            .collect();
-        if healthy.is_empty() {
-            healthy = g.keys().copied().collect();
-        }
-        if healthy.is_empty() {
-            return Err(MgrError::new(
-                MgrStatus::NoDrives,
-                "register a drive first (nasd up does)",
-            ));
-        }
-        healthy.sort();
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % healthy.len();
-        Ok(healthy[i])
-    }
-
-    /// `n` distinct healthy drives for a new layout's components, starting at a rotating
-    /// point so files spread over the cluster.
-    pub fn choose_n(&self, n: usize) -> Result<Vec<DriveId>, MgrError> {
-        let g = self.drives.lock().expect("registry lock");
-        let mut healthy: Vec<DriveId> = g
-            .iter()
-            .filter(|(_, s)| s.healthy || s.conn.is_none() && s.detail == "not yet contacted")
-            .map(|(d, _)| *d)
-            .collect();
+    /// Where the `n` components of a new layout go, each of `need` bytes, avoiding
+    /// `exclude`: on distinct drives that take them now, chosen by room (module docs). When
+    /// fewer than `n` do, the layout may still be made with up to `tolerated` absent
+    /// components, each on another registered drive (those that are down first); beyond that
+    /// the refusal names every drive that cannot take a component and why. `what` names the
+    /// layout in it.
+    pub fn place(
+        &self,
+        n: usize,
+        tolerated: usize,
+        need: u64,
+        exclude: &[DriveId],
+        what: &str,
+    ) -> Result<Placement, MgrError> {
+        let mut g = self.drives.lock().expect("registry lock");
         if g.is_empty() {
             return Err(MgrError::new(
                 MgrStatus::NoDrives,
                 "register a drive first (nasd up does)",
             ));
         }
-        if healthy.len() < n {
-            // Name the drives that are not, and why, so an operator knows which to look at.
-            let down: Vec<String> = g
-                .values()
-                .filter(|s| !healthy.contains(&s.rec.drive))
-                .map(|s| {
-                    format!(
-                        "drive {} at {} unreachable: {}",
-                        s.rec.drive, s.rec.addr, s.detail
-                    )
-                })
-                .collect();
+        let mut ids: Vec<DriveId> = g.keys().copied().filter(|d| !exclude.contains(d)).collect();
+        ids.sort();
+        if ids.len() < n {
             return Err(MgrError::new(
                 MgrStatus::NoDrives,
                 format!(
-                    "the layout needs {n} healthy drives; {} of {} are ({})",
-                    healthy.len(),
-                    g.len(),
-                    down.join("; ")
+                    "{what} needs {n} drives, one per component, and the cluster has {}",
+                    ids.len()
                 ),
             ));
         }
-        healthy.sort();
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % healthy.len();
-        Ok((0..n)
-            .map(|k| healthy[(start + k) % healthy.len()])
-            .collect())
+        let takers: Vec<DriveId> = ids.iter().copied().filter(|d| g[d].takes(need)).collect();
+        let k = takers.len().min(n);
+        if k + tolerated < n {
+            return Err(refusal(&g, &ids, n, tolerated, need, what));
+        }
+        let chosen = choose_by_room(&mut g, &takers, k);
+        for d in &chosen {
+            let s = g.get_mut(d).expect("chosen among the drives");
+            s.credit -= 1.0;
+            s.placed_bytes = s.placed_bytes.saturating_add(need);
+        }
+        // Absent components wait on drives that are down (they come back) before full ones.
+        let mut others: Vec<DriveId> = ids.into_iter().filter(|d| !chosen.contains(d)).collect();
+        others.sort_by_key(|d| (g[d].healthy, *d));
+        others.truncate(n - k);
+        Ok(Placement {
+            drives: chosen,
+            absent: others,
+        })
+    }
+
+    /// One drive outside `exclude` that takes a component of `need` bytes now (a rebuild, or
+    /// a component whose drive failed while its layout was made).
+    pub fn spare(&self, exclude: &[DriveId], need: u64) -> Option<DriveId> {
+        self.place(1, 0, need, exclude, "a component")
+            .ok()
+            .and_then(|p| p.drives.first().copied())
+    }
+
+    /// Whether drive `d` takes a component of `need` bytes now.
+    pub fn takes(&self, d: DriveId, need: u64) -> bool {
+        self.drives
+            .lock()
+            .expect("registry lock")
+            .get(&d)
+            .is_some_and(|s| s.takes(need))
     }
 
     /// Drives registered.
@@ -290,11 +375,19 @@ impl Registry {
     }
 
     /// Checks every drive with an inquiry (drive key), all at once, and records what each
-    /// says. A drive that does not answer within [`HEALTH_CHECK_TIMEOUT_MS`] is unhealthy: a
-    /// hung drive (or one whose process is dying with a thread stuck in the kernel) keeps its
-    /// socket open, and waiting out the request timeout for it would leave every other
-    /// drive's health unchecked meanwhile.
-    pub async fn check_health(&self) {
+    /// says, its capacity and use among it (what was placed on it before is in that use from
+    /// now on). A drive that does not answer within [`HEALTH_CHECK_TIMEOUT_MS`] is unhealthy:
+    /// a hung drive (or one whose process is dying with a thread stuck in the kernel) keeps
+    /// its socket open, and waiting out the request timeout for it would leave every other
+    /// drive's health unchecked meanwhile. Returns the drives that were not healthy before
+    /// and are now.
+    pub async fn check_health(&self) -> Vec<DriveId> {
+        let was: Vec<DriveId> = self
+            .snapshot()
+            .into_iter()
+            .filter(|v| !v.healthy)
+            .map(|v| v.rec.drive)
+            .collect();
         let checks = self.ids().into_iter().map(|d| async move {
             // A connection the drive closed (it restarted since) is not a verdict on the
             // drive: the check connects again and asks once more.
@@ -324,18 +417,7 @@ impl Registry {
             };
             let timeout = std::time::Duration::from_millis(HEALTH_CHECK_TIMEOUT_MS);
             match tokio::time::timeout(timeout, inquiry).await {
-                Ok(Ok(info)) => {
-                    let detail =
-                        format!("{} of {} bytes used", info.used_bytes, info.capacity_bytes);
-                    self.set_health(d, true, detail, None);
-                    let space = DriveSpace {
-                        used_bytes: info.used_bytes,
-                        capacity_bytes: info.capacity_bytes,
-                    };
-                    if let Some(s) = self.drives.lock().expect("registry lock").get_mut(&d) {
-                        s.space = Some(space);
-                    }
-                }
+                Ok(Ok(info)) => self.reported(d, info.capacity_bytes, info.used_bytes),
                 Ok(Err(e)) => self.drop_conn(d, &e.detail),
                 Err(_) => self.drop_conn(
                     d,
@@ -344,7 +426,91 @@ impl Registry {
             }
         });
         futures_util::future::join_all(checks).await;
+        was.into_iter().filter(|&d| self.healthy(d)).collect()
     }
+
+    /// Records a health check's answer: the drive is up, with `capacity` bytes of which `used`
+    /// are in use (components placed on it before count in `used` from now on).
+    pub fn reported(&self, d: DriveId, capacity: u64, used: u64) {
+        if let Some(s) = self.drives.lock().expect("registry lock").get_mut(&d) {
+            s.healthy = true;
+            s.detail = format!("{used} of {capacity} bytes used");
+            s.capacity_bytes = capacity;
+            s.used_bytes = used;
+            s.placed_bytes = 0;
+        }
+    }
+}
+
+/// A drive as [`Registry::snapshot`] shows it.
+#[derive(Clone, Debug)]
+pub struct DriveView {
+    pub rec: DriveRecord,
+    pub healthy: bool,
+    pub detail: String,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// `k` distinct drives of `takers` by room (module docs): each adds its share of `k` to its
+/// credit, and the `k` with the most credit go (ties to the lower id). A drive that has not
+/// reported its capacity yet weighs what the others weigh on average.
+fn choose_by_room(
+    g: &mut HashMap<DriveId, DriveState>,
+    takers: &[DriveId],
+    k: usize,
+) -> Vec<DriveId> {
+    if k == 0 {
+        return vec![];
+    }
+    let known: Vec<u64> = takers.iter().filter_map(|d| g[d].room()).collect();
+    let mean = match known.len() {
+        0 => 1.0,
+        n => known.iter().map(|&r| r as f64).sum::<f64>() / n as f64,
+    };
+    let weight = |s: &DriveState| s.room().map_or(mean, |r| r as f64).max(1.0);
+    let total: f64 = takers.iter().map(|d| weight(&g[d])).sum();
+    for d in takers {
+        let s = g.get_mut(d).expect("a taker is a drive");
+        let share = k as f64 * weight(s) / total;
+        s.credit = (s.credit + share).clamp(-PLACEMENT_CREDIT_MAX, PLACEMENT_CREDIT_MAX);
+    }
+    let mut order = takers.to_vec();
+    order.sort_by(|a, b| g[b].credit.total_cmp(&g[a].credit).then(a.cmp(b)));
+    order.truncate(k);
+    order
+}
+
+/// Why a layout of `n` components that can do without `tolerated` cannot be placed now.
+fn refusal(
+    g: &HashMap<DriveId, DriveState>,
+    ids: &[DriveId],
+    n: usize,
+    tolerated: usize,
+    need: u64,
+    what: &str,
+) -> MgrError {
+    let not: Vec<&DriveState> = ids
+        .iter()
+        .map(|d| &g[d])
+        .filter(|s| !s.takes(need))
+        .collect();
+    let status = match not.iter().all(|s| s.healthy) {
+        true => MgrStatus::DiskFull,
+        false => MgrStatus::NoDrives,
+    };
+    let why: Vec<String> = not.iter().map(|s| s.why_not(need)).collect();
+    MgrError::new(
+        status,
+        format!(
+            "{what} needs {} of its {n} drives to take a component now ({tolerated} may be \
+             absent until rebuilt); {} of {} can: {}",
+            n - tolerated,
+            ids.len() - not.len(),
+            ids.len(),
+            why.join("; ")
+        ),
+    )
 }
 
 fn key_file(text: &str, want: KeyType) -> Result<KeyFile, MgrError> {
@@ -518,5 +684,145 @@ impl crate::service::Manager {
         tracing::info!(drive = %format!("{:016x}", rec.drive.0), addr, "drive registered");
         self.drives.upsert(rec, Some(conn));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    /// A registry of drives 1..=n, each up with `capacity` bytes of which `used[i]` are used.
+    fn registry(capacity: u64, used: &[u64]) -> Registry {
+        let records = (1..=used.len() as u64)
+            .map(|d| DriveRecord {
+                drive: DriveId(d),
+                addr: format!("10.0.0.{d}:7000"),
+                suite: nasd_proto::Suite::Blake3,
+                drive_key: Key::generate(),
+                partition: FILES_PARTITION,
+                partition_key: Key::generate(),
+                working_key: Key::generate(),
+                rotated_ms: 0,
+            })
+            .collect();
+        let r = Registry::load(records);
+        for (i, &u) in used.iter().enumerate() {
+            r.reported(DriveId(i as u64 + 1), capacity, u);
+        }
+        r
+    }
+
+    /// How many of `files` layouts of `n` components each drive got.
+    fn tally(r: &Registry, files: usize, n: usize, need: u64) -> Vec<usize> {
+        let mut got = vec![0; r.count()];
+        for _ in 0..files {
+            let p = r.place(n, 0, need, &[], "test").unwrap();
+            let mut ds = p.drives.clone();
+            ds.sort();
+            ds.dedup();
+            assert_eq!(ds.len(), n, "two components on one drive: {p:?}");
+            for d in p.drives {
+                got[d.0 as usize - 1] += 1;
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn equal_drives_take_turns_and_nothing_advances_twice() {
+        // Two drives, one-component files: every other file on each (the double advance of
+        // the round robin sent every file to the first drive).
+        let r = registry(GIB, &[0, 0]);
+        let order: Vec<u64> = (0..6)
+            .map(|_| r.place(1, 0, 0, &[], "single").unwrap().drives[0].0)
+            .collect();
+        assert_eq!(order, vec![1, 2, 1, 2, 1, 2]);
+        // Three of four drives per file: each drive in three of every four files.
+        assert_eq!(tally(&registry(GIB, &[0; 4]), 400, 3, 0), vec![300; 4]);
+    }
+
+    #[test]
+    fn drives_are_chosen_in_proportion_to_their_room() {
+        // Room 3 : 1 (reserve aside).
+        let reserve = reserve_bytes(4 * GIB);
+        let r = registry(4 * GIB, &[GIB - reserve, 3 * GIB - reserve]);
+        assert_eq!(tally(&r, 400, 1, 0), vec![300, 100]);
+        // What is placed counts against a drive's room until it reports again.
+        let r = registry(GIB, &[0, 0]);
+        let room = GIB - reserve_bytes(GIB);
+        let big = room / 2 + 1;
+        let first = r.place(1, 0, big, &[], "single").unwrap().drives[0];
+        let second = r.place(1, 0, big, &[], "single").unwrap().drives[0];
+        assert_ne!(first, second);
+        let err = r.place(1, 0, big, &[], "a new single file").unwrap_err();
+        assert_eq!(err.status, MgrStatus::DiskFull, "{}", err.detail);
+        assert!(
+            err.detail.contains("a new single file") && err.detail.contains("is full"),
+            "{}",
+            err.detail
+        );
+        // Its next report says what is on it now (the upload was aborted): room again.
+        r.reported(first, GIB, 0);
+        assert_eq!(
+            r.place(1, 0, big, &[], "single").unwrap().drives,
+            vec![first]
+        );
+    }
+
+    #[test]
+    fn a_full_drive_gets_nothing_and_the_others_take_its_share() {
+        let r = registry(GIB, &[GIB - reserve_bytes(GIB), 0, 0]);
+        assert_eq!(tally(&r, 30, 1, 4096), vec![0, 15, 15]);
+        assert_eq!(r.spare(&[DriveId(2)], 4096), Some(DriveId(3)));
+        assert_eq!(r.spare(&[DriveId(2), DriveId(3)], 4096), None);
+    }
+
+    #[test]
+    fn a_layout_with_redundancy_is_placed_while_enough_drives_take_it() {
+        let r = registry(GIB, &[0; 4]);
+        r.drop_conn(DriveId(2), "connection refused");
+        let p = r.place(4, 2, 0, &[], "rs:2+2").unwrap();
+        assert_eq!(p.drives.len(), 3);
+        assert_eq!(p.absent, vec![DriveId(2)]);
+        r.drop_conn(DriveId(4), "connection refused");
+        let p = r.place(4, 2, 0, &[], "rs:2+2").unwrap();
+        let mut real = p.drives.clone();
+        real.sort();
+        assert_eq!(
+            (real, p.absent),
+            (vec![DriveId(1), DriveId(3)], vec![DriveId(2), DriveId(4)])
+        );
+        // Without redundancy every component needs a drive that takes it.
+        let err = r.place(4, 0, 0, &[], "a new raid0:4 file").unwrap_err();
+        assert_eq!(err.status, MgrStatus::NoDrives);
+        // A third drive down: more than the code covers, refused with every reason.
+        r.drop_conn(DriveId(1), "no answer");
+        let err = r.place(4, 2, 0, &[], "a new rs:2+2 file").unwrap_err();
+        assert_eq!(err.status, MgrStatus::NoDrives);
+        for want in [
+            "a new rs:2+2 file needs 2 of its 4 drives",
+            "1 of 4 can",
+            "no answer",
+            "0000000000000002 at 10.0.0.2:7000 is down",
+        ] {
+            assert!(err.detail.contains(want), "{want}: {}", err.detail);
+        }
+        // More components than drives: refused whatever their health.
+        let err = r.place(5, 2, 0, &[], "a new rs:3+2 file").unwrap_err();
+        assert!(err.detail.contains("needs 5 drives"), "{}", err.detail);
+    }
+
+    #[test]
+    fn absent_components_wait_on_drives_that_are_down_before_full_ones() {
+        let full = GIB - reserve_bytes(GIB);
+        let r = registry(GIB, &[0, full, 0, 0]);
+        r.drop_conn(DriveId(4), "connection refused");
+        let p = r.place(4, 2, 4096, &[], "rs:2+2").unwrap();
+        let mut real = p.drives.clone();
+        real.sort();
+        assert_eq!(real, vec![DriveId(1), DriveId(3)]);
+        assert_eq!(p.absent, vec![DriveId(4), DriveId(2)]);
     }
 }

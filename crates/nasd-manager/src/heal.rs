@@ -16,6 +16,17 @@
 //!   never see the new object before the swap, and the old one is removed only after it.
 //! - A **drive replacement** rebuilds every component on drive `old` onto drive `new`, file by
 //!   file in the background; `Status` shows its progress.
+//! - **Drives that come back**: when a health check finds a drive up that was not, and when
+//!   the manager starts, every stale component (a write or a revocation it missed, or an
+//!   absent component of a file laid out while drives were down) is rebuilt in the
+//!   background, file by file from the store's index of stale files, onto its own drive when
+//!   that takes it, else onto one the layout does not use. Stale components on drives that
+//!   are up (a write that missed a live drive) start a pass from a health check at most every
+//!   [`HEAL_RETRY_MS`]. What cannot be rebuilt yet waits for the next pass, `nasd scrub
+//!   --repair`, or the background scrub.
+//! - **Status** comes from the counts the store keeps as files change (no walk of the
+//!   namespace): files, stale files, components and bytes, per drive its files and stale
+//!   components, with capacity and use as each drive last reported them.
 
 use crate::service::Manager;
 use crate::store::{Inode, ObjRef};
@@ -29,6 +40,7 @@ use nasd_proto::manager::{
     STATUS_PATHS_MAX,
 };
 use nasd_proto::{AttrMask, Attributes, DriveId};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,12 +50,22 @@ pub const WALK_PAGE_FILES: usize = 256;
 pub const REBUILD_ATTEMPTS_MAX: usize = 3;
 /// Characters of problem text a report or a status keeps.
 pub const DETAIL_CHARS_MAX: usize = 2000;
+/// How often a health check may start a rebuild of stale components that lie on drives that
+/// are up (a write that missed a live drive, an absent component on a drive full then):
+/// what failed to rebuild is not tried again on every check.
+pub const HEAL_RETRY_MS: u64 = 60_000;
 
 /// What the healing tasks report through `Status`.
 #[derive(Default)]
 pub struct HealState {
     rebuild: Mutex<Option<RebuildStatus>>,
     scrub: Mutex<ScrubStatus>,
+    /// A pass rebuilding stale components runs.
+    healing: AtomicBool,
+    /// Another pass is due when it ends (a drive came back meanwhile).
+    heal_again: AtomicBool,
+    /// When the last pass started (Unix ms).
+    healed_ms: std::sync::atomic::AtomicU64,
 }
 
 fn append(detail: &mut String, what: &str) {
@@ -99,23 +121,20 @@ impl Pace {
 }
 
 impl Manager {
-    /// The path of inode `ino` (for reports), or `#ino` if it has no name now.
+    /// The path of inode `ino` (for reports; one of its names), or `#ino` if it has no name
+    /// now. One indexed lookup per directory level.
     pub(crate) fn path_of(&self, ino: u64) -> String {
         let st = self.st();
         let mut names = vec![];
         let mut at = ino;
         while at != crate::store::ROOT_INO && names.len() < 256 {
-            let Ok(Some(i)) = st.inode(at) else {
-                return format!("#{ino}");
-            };
-            let Ok(entries) = st.readdir(i.parent, "", usize::MAX) else {
-                return format!("#{ino}");
-            };
-            match entries.into_iter().find(|(_, e)| e.ino == at) {
-                Some((n, _)) => names.push(n),
-                None => return format!("#{ino}"),
+            match st.name_of(at) {
+                Ok(Some((parent, name))) => {
+                    names.push(name);
+                    at = parent;
+                }
+                _ => return format!("#{ino}"),
             }
-            at = i.parent;
         }
         names.reverse();
         format!("/{}", names.join("/"))
@@ -287,12 +306,20 @@ impl Manager {
                 format!("{what}: no component {c}"),
             )
         })?;
+        if onto.is_none() && !l.is_stale(c) {
+            // Rebuilt meanwhile, or the file was rewritten: nothing stale to rebuild.
+            return Ok(0);
+        }
         let used = |d: DriveId| {
             l.components
                 .iter()
                 .enumerate()
                 .any(|(k, o)| k != c && o.drive == d)
         };
+        let (size, _) = self.file_times(&i).await?;
+        let need =
+            crate::striping::component_need(&crate::striping::geometry_of(&l.geometry)?, size);
+        let busy: Vec<DriveId> = l.components.iter().map(|o| o.drive).collect();
         let drive = match onto {
             Some(d) if used(d) => {
                 return Err(MgrError::new(
@@ -304,21 +331,18 @@ impl Manager {
                 ))
             }
             Some(d) => d,
-            None if self.drives.healthy(old.drive) => old.drive,
-            None => self
-                .drives
-                .choose_n(self.drives.count())
-                .unwrap_or_default()
-                .into_iter()
-                .find(|&d| !used(d) && d != old.drive)
-                .ok_or_else(|| {
-                    MgrError::new(
-                        MgrStatus::NoDrives,
-                        format!("{what}: no healthy drive outside the layout for component {c}"),
-                    )
-                })?,
+            None if self.drives.takes(old.drive, need) => old.drive,
+            None => self.drives.spare(&busy, need).ok_or_else(|| {
+                MgrError::new(
+                    MgrStatus::NoDrives,
+                    format!(
+                        "{what}: drive {:016x} of component {c} is down or full, and no drive \
+                         outside the layout takes it",
+                        old.drive.0
+                    ),
+                )
+            })?,
         };
-        let (size, _) = self.file_times(&i).await?;
         let (new, attrs) = self.create_object(drive, &i, i.e2e.is_some()).await?;
         let filled = async {
             if attrs.access_control_version != i.acv {
@@ -460,64 +484,168 @@ impl Manager {
         tracing::info!(old = %format!("{:016x}", old.0), "drive replacement finished");
     }
 
-    /// Every drive with its health and the number of files on it.
-    pub fn drive_statuses(&self) -> Vec<DriveStatus> {
-        let snap = self.drives.snapshot();
-        let st = self.st();
-        snap.into_iter()
-            .map(|(r, healthy, detail)| DriveStatus {
-                drive: r.drive,
-                addr: r.addr,
-                partition: r.partition,
-                healthy,
-                files: st.files_on_drive(r.drive).unwrap_or(0),
-                key_rotated_ms: r.rotated_ms,
-                detail,
+    /// Every drive with its health, its files and stale components (as counted), and its
+    /// capacity and use as it last reported them.
+    pub fn drive_statuses(&self) -> MgrResult<Vec<DriveStatus>> {
+        let counts = self.st().counts().map_err(internal)?;
+        Ok(self
+            .drives
+            .snapshot()
+            .into_iter()
+            .map(|v| {
+                let c = counts.drives.iter().find(|c| c.drive == v.rec.drive);
+                DriveStatus {
+                    drive: v.rec.drive,
+                    addr: v.rec.addr,
+                    partition: v.rec.partition,
+                    healthy: v.healthy,
+                    files: c.map_or(0, |c| c.files),
+                    key_rotated_ms: v.rec.rotated_ms,
+                    detail: v.detail,
+                    stale: c.map_or(0, |c| c.stale),
+                    capacity_bytes: v.capacity_bytes,
+                    used_bytes: v.used_bytes,
+                }
             })
-            .collect()
+            .collect())
     }
 
-    /// `Status`: drives, degraded files (a stale component, or one on a drive that is not
-    /// healthy now), the drive replacement's and the background scrub's progress.
-    pub fn cluster_status(&self) -> MgrResult<ClusterStatus> {
-        let drives = self.drive_statuses();
-        let sick: Vec<DriveId> = drives
+    /// `Status`: drives, the file counts, degraded files (a stale component, or one on a
+    /// drive that is not healthy now), the drive replacement's and the background scrub's
+    /// progress — from the counts the store keeps, never a walk. With `recount`, also what a
+    /// walk of every file finds; counts that disagree with it are logged and replaced by it.
+    pub fn cluster_status(&self, recount: bool) -> MgrResult<ClusterStatus> {
+        let recounted = match recount {
+            true => Some(self.recount_files()?),
+            false => None,
+        };
+        let drives = self.drive_statuses()?;
+        let down: Vec<DriveId> = drives
             .iter()
             .filter(|d| !d.healthy)
             .map(|d| d.drive)
             .collect();
+        let (c, (degraded_files, degraded)) = {
+            let st = self.st();
+            let c = st.counts().map_err(internal)?;
+            (c, st.degraded(&down, STATUS_PATHS_MAX).map_err(internal)?)
+        };
         let mut s = ClusterStatus {
             drives,
+            files: c.files,
+            degraded_files,
+            stale_files: c.stale_files,
+            stale_components: c.stale_components,
+            bytes: c.bytes,
+            stale_bytes: c.stale_bytes,
+            recounted,
             ..ClusterStatus::default()
         };
-        let mut degraded = vec![];
-        let mut after = 0;
-        loop {
-            let page = self
-                .st()
-                .files_after(after, WALK_PAGE_FILES)
-                .map_err(internal)?;
-            let Some(&last) = page.last() else { break };
-            after = last;
-            for ino in page {
-                let Ok(Some(i)) = self.st().inode(ino) else {
-                    continue;
-                };
-                let Some(l) = &i.layout else { continue };
-                s.files += 1;
-                if l.stale != 0 || l.components.iter().any(|o| sick.contains(&o.drive)) {
-                    s.degraded_files += 1;
-                    if degraded.len() < STATUS_PATHS_MAX {
-                        degraded.push(ino);
-                    }
-                }
-            }
-        }
         s.degraded = degraded.into_iter().map(|ino| self.path_of(ino)).collect();
         s.rebuild = self.heal.rebuild.lock().expect("heal lock").clone();
         s.scrub = self.heal.scrub.lock().expect("heal lock").clone();
         s.scrub.rate_bytes_per_s = self.policy.scrub_bytes_per_s;
         Ok(s)
+    }
+
+    /// The file counts found by walking every file (one store transaction). Kept counts that
+    /// differ are a bug: logged, and replaced by what the walk found.
+    pub(crate) fn recount_files(&self) -> MgrResult<nasd_proto::manager::FileCounts> {
+        let mut st = self.st();
+        let kept = st.counts().map_err(internal)?;
+        let counted = st.recount(true).map_err(internal)?;
+        if kept != counted {
+            tracing::error!(
+                ?kept,
+                ?counted,
+                "file counts disagreed with a walk of every file; replaced"
+            );
+        }
+        Ok(counted)
+    }
+
+    /// Drives found up again: connections kept to them are dead (they restarted), and stale
+    /// components may be rebuilt now.
+    pub fn drives_back(self: &Arc<Self>, back: &[DriveId]) {
+        for d in back {
+            if let Some(r) = self.drives.record(*d) {
+                self.pool.forget(&r.addr);
+            }
+        }
+        self.heal_stale(&format!("{} drive(s) came back", back.len()));
+    }
+
+    /// From a health check: a pass when stale components lie on drives that are up and none
+    /// started within [`HEAL_RETRY_MS`].
+    pub fn heal_if_due(self: &Arc<Self>) {
+        let since = now_ms().saturating_sub(self.heal.healed_ms.load(Ordering::Acquire));
+        if since < HEAL_RETRY_MS {
+            return;
+        }
+        let Ok(c) = self.st().counts() else { return };
+        let on_up = c
+            .drives
+            .iter()
+            .any(|d| d.stale > 0 && self.drives.healthy(d.drive));
+        if on_up {
+            self.heal_stale("stale components lie on drives that are up");
+        }
+    }
+
+    /// Starts a background pass that rebuilds every stale component it can (module docs),
+    /// unless one runs; then that one runs once more when it ends. `why` is logged.
+    pub fn heal_stale(self: &Arc<Self>, why: &str) {
+        if self.st().counts().is_ok_and(|c| c.stale_files == 0) {
+            return;
+        }
+        self.heal.heal_again.store(true, Ordering::Release);
+        if self.heal.healing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::info!("rebuilding stale components: {why}");
+        let m = self.clone();
+        tokio::spawn(async move {
+            while m.heal.heal_again.swap(false, Ordering::AcqRel) {
+                m.heal.healed_ms.store(now_ms(), Ordering::Release);
+                m.heal_pass().await;
+            }
+            m.heal.healing.store(false, Ordering::Release);
+        });
+    }
+
+    /// One pass over the files with stale components: each component rebuilt, or left for
+    /// later when that fails (logged).
+    async fn heal_pass(&self) {
+        let (mut after, mut rebuilt, mut left) = (0, 0u64, 0u64);
+        loop {
+            let page = match self.st().stale_files_after(after, WALK_PAGE_FILES) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!("rebuilding stale components: {e}");
+                    return;
+                }
+            };
+            let Some(&last) = page.last() else { break };
+            after = last;
+            for ino in page {
+                let stale = match self.st().inode(ino) {
+                    Ok(Some(Inode {
+                        layout: Some(l), ..
+                    })) if !l.sized_by_object() => l.stale,
+                    _ => continue,
+                };
+                for c in (0..64).filter(|c| stale >> c & 1 == 1) {
+                    match self.rebuild_component(ino, c, None).await {
+                        Ok(_) => rebuilt += 1,
+                        Err(e) => {
+                            left += 1;
+                            tracing::info!(ino, component = c, "not rebuilt yet: {}", e.detail);
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!(rebuilt, left, "stale components rebuilt");
     }
 
     /// One background pass: every file scrubbed and repaired, at the policy's rate.

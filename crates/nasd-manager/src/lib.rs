@@ -6,7 +6,8 @@
 //! capabilities expire.
 //!
 //! # Layout
-//! - [`store`]: the [`store::MetaStore`] trait and its records; [`sqlite`]: the embedded store;
+//! - [`store`]: the [`store::MetaStore`] trait and its records; [`sqlite`]: the embedded store
+//!   (with the file counts `nasd status` shows, kept as files change);
 //!   [`conformance`]: the suite every store passes.
 //! - [`service`]: the [`service::Manager`] and its policy (POSIX-like modes), namespace
 //!   operations, capability minting, revocation; [`striping`]: the striping manager under it
@@ -16,14 +17,16 @@
 //!   nothing of them).
 //! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
 //!   failed login; [`backoff`]: waits after failed logins, per source and per user.
-//! - [`drives`]: drive registration, health, working-key rotation, drive choice.
+//! - [`drives`]: drive registration, health and free space, working-key rotation, placement
+//!   of new components by room (degraded when the code allows).
 //! - [`e2e`]: end-to-end protection (issue 10): directory policies, files' trusted records
 //!   and side data, users' and groups' public keys and wraps; nothing the manager can unwrap.
 //! - [`lease`]: write leases, one writer per file (seed 002 §3.2).
 //! - [`quota`]: per-user quotas and the escrow of write capabilities against them (seed 002
 //!   §3.2): capability regions bound by the escrow, settlement when capabilities end.
 //! - [`heal`]: scrub of files against their drives' trees and their codes, rebuild of
-//!   components, drive replacement, cluster status.
+//!   components (by itself when drives come back), drive replacement, cluster status from
+//!   kept counts.
 //! - [`scrub`]: reclaims drive objects no name points to (orphans).
 //! - [`tls`]: the cluster CA and the server certificate.
 //! - [`server`]: the TLS listener, the login gate and the dispatch of calls to their

@@ -529,7 +529,8 @@ pub async fn rotate_at_start(m: &Manager) -> Vec<DriveId> {
 }
 
 /// Checks health and rotates on the policy's schedule (retrying, at each health check, the
-/// drives in `pending` that missed the start-up rotation), settles the quota escrows of files
+/// drives in `pending` that missed the start-up rotation), rebuilds stale components at start
+/// and whenever a drive comes back ([`Manager::heal_stale`]), settles the quota escrows of files
 /// whose write capabilities expired (also those a restart left), and scrubs orphaned objects
 /// at start and every [`scrub::ORPHAN_SCRUB_INTERVAL_MS`].
 pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::task::JoinHandle<()> {
@@ -543,10 +544,19 @@ pub fn start_background(m: Arc<Manager>, mut pending: Vec<DriveId>) -> tokio::ta
         // The first tick is immediate: a scrub at every start.
         let mut orphans =
             tokio::time::interval(Duration::from_millis(scrub::ORPHAN_SCRUB_INTERVAL_MS));
+        let mut first = true;
         loop {
             tokio::select! {
                 _ = health.tick() => {
-                    m.drives.check_health().await;
+                    let back = m.drives.check_health().await;
+                    // Stale components are rebuilt once their drives are back (and at start).
+                    if std::mem::take(&mut first) {
+                        m.heal_stale("the manager started");
+                    } else if !back.is_empty() {
+                        m.drives_back(&back);
+                    } else {
+                        m.heal_if_due();
+                    }
                     let mut still = vec![];
                     for d in pending.drain(..) {
                         match drives::rotate(&m.drives, d).await {

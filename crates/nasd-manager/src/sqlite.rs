@@ -4,7 +4,7 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 9 (the `meta` row `schema` holds it):
+//! Schema version 11 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT,
@@ -37,6 +37,9 @@
 //! quotas(uid INTEGER PK, limit_bytes INT, used_bytes INT)   used = SUM(inodes.charged)
 //! escrows(ino INTEGER PK, uid INT, end_bytes INT, expires_ms INT)   a committed file's
 //!        objects may grow to end_bytes until expires_ms, and are settled after
+//! counters(name TEXT PK, value INT), drive_counts(drive INT PK, files INT, stale INT)
+//!        the file counts `nasd status` shows, kept as files change ([`counts`])
+//!        index inodes_stale ON inodes(ino) WHERE stale != 0
 //! ```
 //! A file's layout is its `inodes` row (geometry, version, stale bits, size) and its
 //! `components` rows; a staged upload is keyed by its first component, and
@@ -57,6 +60,8 @@
 //! groups a key pair, and `group_wraps` holds its secret wrapped to members. Version 10
 //! (issue 20): `inodes.atime_us` (first the modify time) and `inodes.rdev`; special files
 //! (FIFOs, sockets, devices) are inodes of their kinds with neither layout nor target.
+//! Version 11 the file counters (`counters`, `drive_counts`, set from the files there are) and
+//! the index of stale files.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -66,7 +71,9 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
-pub const SCHEMA_VERSION: u32 = 10;
+mod counts;
+
+pub const SCHEMA_VERSION: u32 = 11;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -161,6 +168,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_7_to_8,
     migrate_8_to_9,
     migrate_9_to_10,
+    counts::migrate_10_to_11,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -499,6 +507,7 @@ impl SqliteStore {
         let tx = self.db.transaction().map_err(db)?;
         tx.execute_batch(SCHEMA_NEW).map_err(db)?;
         tx.execute_batch(SCHEMA_V3_TABLES).map_err(db)?;
+        counts::create(&tx)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA_VERSION.to_le_bytes().to_vec()],
@@ -614,8 +623,8 @@ impl SqliteStore {
             )
             .map_err(db)?;
         }
-        let n = tx
-            .execute(
+        let n = Self::counted(tx, i.ino, || {
+            tx.execute(
                 "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, e2e = ?7,
                      size = ?8, dir_layout = ?9, ctime_us = ?10, atime_us = ?11 WHERE ino = ?1",
                 params![
@@ -632,7 +641,8 @@ impl SqliteStore {
                     i.atime_us as i64,
                 ],
             )
-            .map_err(db)?;
+            .map_err(db)
+        })?;
         if n == 0 {
             return Err(StoreError::NotFound);
         }
@@ -643,8 +653,18 @@ impl SqliteStore {
     }
 
     /// Points inode `ino` at `layout` (its version `acv`) and, for a file spread over several
-    /// objects, `size`.
+    /// objects, `size`; the file counts follow.
     fn set_layout(
+        tx: &Connection,
+        ino: u64,
+        layout: &FileLayout,
+        acv: u64,
+        size: Option<u64>,
+    ) -> StoreResult<()> {
+        Self::counted(tx, ino, || Self::write_layout(tx, ino, layout, acv, size))
+    }
+
+    fn write_layout(
         tx: &Connection,
         ino: u64,
         layout: &FileLayout,
@@ -776,7 +796,8 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Names the reserved inode `ino` `parent`/`name` and ends its reservation.
+    /// Names the reserved inode `ino` `parent`/`name` and ends its reservation (the caller
+    /// counts the file: [`SqliteStore::counted`]).
     fn link_reservation(tx: &Connection, parent: u64, name: &str, ino: u64) -> StoreResult<()> {
         if !Self::is_reserved(tx, ino)? {
             return Err(StoreError::NotFound);
@@ -842,12 +863,13 @@ impl SqliteStore {
             params![FILE_INO_HIGH, ino.to_le_bytes().to_vec()],
         )
         .map_err(db)?;
-        Self::insert_inode(&tx, Some(ino), parent, inode)?;
+        // Reserved first, so the inode is never counted as a file before it is linked.
         tx.execute(
             "INSERT INTO reserved(ino, created_ms) VALUES (?1, ?2)",
             params![ino as i64, (inode.ctime_us / 1000) as i64],
         )
         .map_err(db)?;
+        Self::insert_inode(&tx, Some(ino), parent, inode)?;
         tx.commit().map_err(db)?;
         Ok(ino)
     }
@@ -949,6 +971,7 @@ impl SqliteStore {
         )
         .map_err(db)?;
         let ino = tx.last_insert_rowid() as u64;
+        Self::counted_insert(tx, ino)?;
         if let Some(l) = l {
             Self::set_layout(tx, ino, l, i.acv, i.size)?;
         }
@@ -1177,6 +1200,7 @@ impl SqliteStore {
     /// Deletes an inodes row and its components; its charge leaves its owner's usage, and its
     /// file escrow goes.
     fn delete_inode(tx: &Connection, ino: u64) -> StoreResult<()> {
+        Self::counted_delete(tx, ino)?;
         let charged: Option<(u32, Option<i64>)> = tx
             .query_row(
                 "SELECT uid, charged FROM inodes WHERE ino = ?1",
@@ -1786,14 +1810,30 @@ impl MetaStore for SqliteStore {
         rows.collect::<Result<_, _>>().map_err(db)
     }
 
-    fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64> {
+    fn counts(&self) -> StoreResult<nasd_proto::manager::FileCounts> {
+        Self::counts_in(&self.db)
+    }
+
+    fn recount(&mut self, fix: bool) -> StoreResult<nasd_proto::manager::FileCounts> {
+        self.recount_now(fix)
+    }
+
+    fn degraded(&self, down: &[DriveId], limit: usize) -> StoreResult<(u64, Vec<u64>)> {
+        Self::degraded_in(&self.db, down, limit)
+    }
+
+    fn stale_files_after(&self, after: u64, limit: usize) -> StoreResult<Vec<u64>> {
+        Self::stale_files_in(&self.db, after, limit)
+    }
+
+    fn name_of(&self, ino: u64) -> StoreResult<Option<(u64, String)>> {
         self.db
-            .query_row(
-                "SELECT COUNT(DISTINCT ino) FROM components WHERE drive = ?1",
-                params![drive.0 as i64],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n as u64)
+            .prepare_cached("SELECT parent, name FROM dirents WHERE ino = ?1 LIMIT 1")
+            .map_err(db)?
+            .query_row(params![ino as i64], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+            })
+            .optional()
             .map_err(db)
     }
 
@@ -1869,8 +1909,10 @@ impl MetaStore for SqliteStore {
             return Err(StoreError::Exists);
         }
         let size = Self::inode_in(&tx, ino)?.and_then(|i| i.size);
-        Self::set_layout(&tx, ino, layout, acv, size)?;
-        Self::link_reservation(&tx, parent, name, ino)?;
+        Self::counted(&tx, ino, || {
+            Self::write_layout(&tx, ino, layout, acv, size)?;
+            Self::link_reservation(&tx, parent, name, ino)
+        })?;
         tx.commit().map_err(db)
     }
 
@@ -1912,6 +1954,9 @@ impl MetaStore for SqliteStore {
             }
         }
         let mut replaced = old.clone();
+        // The file's share of the counts, moved once its reservation is linked and its layout
+        // written (below).
+        let before = counts::share_of(&tx, s.ino)?;
         if s.new_file {
             if let Some(i) = &old {
                 if !Self::drop_name(&tx, parent, name, i)? {
@@ -1949,7 +1994,8 @@ impl MetaStore for SqliteStore {
             }
         }
         Self::charge_staged(&tx, &s, &target, charge, obj, now_ms)?;
-        Self::set_layout(&tx, s.ino, &s.layout, s.acv, size)?;
+        Self::write_layout(&tx, s.ino, &s.layout, s.acv, size)?;
+        Self::counted_since(&tx, s.ino, before)?;
         tx.execute(
             "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
             params![s.ino as i64, now_us() as i64],
@@ -2554,6 +2600,12 @@ mod tests {
         assert!(s.set_quota(0, 1 << 20).unwrap());
         assert_eq!(s.inode(9).unwrap().unwrap().charged, Some(0));
         assert!(s.remove_quota(0).unwrap());
+        // Version 11: the old file is counted.
+        let c = s.counts().unwrap();
+        assert_eq!(
+            (c.files, c.drives.len(), c.drives[0].drive),
+            (1, 1, DriveId(7))
+        );
         let fresh = crate::conformance::file(0, 0);
         assert_eq!(s.reserve_inode(ROOT_INO, &fresh).unwrap(), 10);
         assert_eq!(s.expire_staged(6).unwrap(), vec![old]);
@@ -2561,5 +2613,50 @@ mod tests {
         // Opening it again changes nothing.
         let s = SqliteStore::open(&p).unwrap();
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap(), Some(9));
+    }
+
+    /// A version-10 database (no counters) holding files, one of them with stale components,
+    /// opens as version 11 with counters that say what a walk says.
+    #[test]
+    fn a_version_10_database_gains_counters_of_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v10.sqlite");
+        let want = {
+            let mut s = SqliteStore::open(&p).unwrap();
+            s.link_new(ROOT_INO, "a", &crate::conformance::file(0, 16))
+                .unwrap();
+            let mut b = crate::conformance::file(0, 17);
+            b.layout = Some(FileLayout {
+                version: 1,
+                geometry: "mirror:2".into(),
+                components: vec![crate::conformance::obj(17), {
+                    let mut o = crate::conformance::obj(18);
+                    o.drive = DriveId(8);
+                    o
+                }],
+                stale: 0b10,
+            });
+            b.size = Some(123);
+            s.link_new(ROOT_INO, "b", &b).unwrap();
+            let want = s.counts().unwrap();
+            assert_eq!(
+                (
+                    want.files,
+                    want.stale_files,
+                    want.stale_components,
+                    want.bytes
+                ),
+                (2, 1, 1, 123)
+            );
+            s.db.execute_batch(
+                "DROP TABLE counters; DROP TABLE drive_counts; DROP INDEX inodes_stale;",
+            )
+            .unwrap();
+            s.put_meta("schema", &10u32.to_le_bytes()).unwrap();
+            want
+        };
+        let mut s = SqliteStore::open(&p).unwrap();
+        assert_eq!(s.counts().unwrap(), want);
+        assert_eq!(s.recount(false).unwrap(), want);
     }
 }

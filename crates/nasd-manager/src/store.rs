@@ -429,7 +429,23 @@ pub trait MetaStore: Send {
     fn end_revocation(&mut self, ino: u64) -> StoreResult<()>;
     /// Inodes with a revocation intent, in order.
     fn revocations(&self) -> StoreResult<Vec<u64>>;
-    fn files_on_drive(&self, drive: DriveId) -> StoreResult<u64>;
+    /// The file counts as kept: every method that links, removes or changes a file's layout,
+    /// stale mask or size moves them in its own transaction (linked files only; an upload in
+    /// flight counts once committed).
+    fn counts(&self) -> StoreResult<nasd_proto::manager::FileCounts>;
+    /// The same counts found by walking every file, in one transaction, independently of the
+    /// kept ones; with `fix`, the kept counts become these.
+    fn recount(&mut self, fix: bool) -> StoreResult<nasd_proto::manager::FileCounts>;
+    /// Linked files with a stale component or a component on a drive in `down`: how many, and
+    /// the first `limit` inodes (those with a stale component first). Work in proportion to
+    /// the stale files, and with two or more drives down to the files on them.
+    fn degraded(&self, down: &[DriveId], limit: usize) -> StoreResult<(u64, Vec<u64>)>;
+    /// Inodes of linked files with a stale component, in inode order after `after`, at most
+    /// `limit` (an index of them, not a walk of every file).
+    fn stale_files_after(&self, after: u64, limit: usize) -> StoreResult<Vec<u64>>;
+    /// One name of inode `ino`: its directory and its name there (`None` for the root, a
+    /// reserved inode or one that is gone).
+    fn name_of(&self, ino: u64) -> StoreResult<Option<(u64, String)>>;
     /// Every object of `drive` that a file's layout names.
     fn objects_on_drive(&self, drive: DriveId) -> StoreResult<Vec<ObjectId>>;
     /// Inodes of files with a component on `drive`, in inode order from `after` on, at most

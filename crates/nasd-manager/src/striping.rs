@@ -3,7 +3,10 @@
 //! remove, capabilities. It owns the allocation of component objects and their capabilities.
 //!
 //! Invariants:
-//! - a layout's components lie on distinct drives, chosen among the healthy ones;
+//! - a layout's components lie on distinct drives, chosen among those that take them now by
+//!   their room; a component that has no object ([`ObjectId::ABSENT`]: its drive could not
+//!   take one when the file was laid out) is stale, its grant authorizes nothing, and it is
+//!   never removed, revoked or read;
 //! - every component of a file carries the file's `fs_specific` record (so any one proves which
 //!   file it belongs to) and the file's access_control_version: they are created together at
 //!   version 0, and revocation moves them together, so one capability key per component is
@@ -23,6 +26,15 @@ use nasd_ec::Layout as Geometry;
 use nasd_proto::manager::{CapGrant, Component, Layout, MgrStatus};
 use nasd_proto::{AttrMask, Attributes, CapabilityArgs, DriveId, ObjectId, Op, ReplyBody, Rights};
 use std::sync::Arc;
+
+/// The bytes a component of `geo` takes for a file of `size` bytes (the largest component: a
+/// parity layout's are whole units of each group): what placement must find room for.
+pub fn component_need(geo: &Geometry, size: u64) -> u64 {
+    (0..geo.components())
+        .map(|c| geo.component_bound(c, size))
+        .max()
+        .unwrap_or(0)
+}
 
 /// The layout every file gets when neither its directory nor an ancestor names one, unless
 /// the cluster's policy says otherwise.
@@ -52,72 +64,109 @@ pub(crate) enum Access {
 }
 
 impl Manager {
-    /// Creates the component objects of a new layout `spec` for the file `i`, on distinct
-    /// healthy drives and in parallel, each with `i`'s `fs_specific` record (flagged when
-    /// they will hold ciphertext). On any failure the objects already made are removed.
+    /// Creates the component objects of a new layout `spec` for the file `i`, to hold
+    /// `extend_by` bytes, each with `i`'s `fs_specific` record (flagged when they will hold
+    /// ciphertext): on distinct drives that take them now, chosen by room
+    /// ([`crate::drives::Registry::place`]), in parallel. A drive that fails meanwhile is
+    /// replaced by another that takes a component. A layout with redundancy is made while at
+    /// least as many components as it needs are: the rest are absent (on drives down or full
+    /// now, [`ObjectId::ABSENT`]) and stale, rebuilt once a drive takes them, so new files
+    /// are written while reads work. Beyond that, or on any other failure, the objects made
+    /// are removed and the error says which drives could not take a component.
     pub(crate) async fn create_layout(
         &self,
         spec: &str,
         i: &Inode,
         encrypted: bool,
+        extend_by: u64,
     ) -> MgrResult<FileLayout> {
-        let n = components_of(spec)?;
-        let drives = self.drives.choose_n(n)?;
+        let geo = geometry_of(spec)?;
+        let (n, tolerated) = (geo.components(), geo.tolerated_failures());
+        let need = component_need(&geo, extend_by);
+        let what = format!("a new {spec} file");
+        let plan = self.drives.place(n, tolerated, need, &[], &what)?;
         let made = futures_util::future::join_all(
-            drives.iter().map(|&d| self.create_object(d, i, encrypted)),
+            plan.drives
+                .iter()
+                .map(|&d| self.create_fresh(d, i, encrypted)),
         )
         .await;
-        let mut components: Vec<Option<ObjRef>> = Vec::with_capacity(n);
+        let mut components = Vec::with_capacity(n);
+        let mut absent: Vec<DriveId> = plan.absent.clone();
         let mut failure = None;
-        for r in made {
+        let mut used: Vec<DriveId> = plan.drives.iter().chain(&plan.absent).copied().collect();
+        for (&d, r) in plan.drives.iter().zip(made) {
             match r {
-                Ok((o, a)) if a.access_control_version == 0 => components.push(Some(o)),
-                Ok((o, _)) => {
-                    self.remove_object(o).await;
-                    components.push(None);
-                    failure.get_or_insert(MgrError::new(
-                        MgrStatus::Internal,
-                        "a new object does not start at access_control_version 0",
-                    ));
-                }
+                Ok(o) => components.push(o),
                 Err(e) => {
-                    components.push(None);
+                    tracing::warn!(drive = %format!("{:016x}", d.0), "no component made: {}", e.detail);
                     failure.get_or_insert(e);
-                }
-            }
-        }
-        // A drive that failed (down since the last health check) is replaced by another
-        // healthy one not in the layout yet, if the cluster has one.
-        let mut spare = self
-            .drives
-            .choose_n(self.drives.count())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|d| !drives.contains(d));
-        for slot in components.iter_mut().filter(|c| c.is_none()) {
-            for d in spare.by_ref() {
-                if let Ok((o, a)) = self.create_object(d, i, encrypted).await {
-                    if a.access_control_version == 0 {
-                        *slot = Some(o);
-                        break;
+                    // Another drive that takes it, else an absent component here.
+                    let mut placed = None;
+                    while let Some(spare) = self.drives.spare(&used, need) {
+                        used.push(spare);
+                        if let Ok(o) = self.create_fresh(spare, i, encrypted).await {
+                            placed = Some(o);
+                            break;
+                        }
                     }
-                    self.remove_object(o).await;
+                    match placed {
+                        Some(o) => components.push(o),
+                        None => absent.push(d),
+                    }
                 }
             }
         }
-        if components.iter().any(|c| c.is_none()) {
-            let made: Vec<ObjRef> = components.into_iter().flatten().collect();
-            self.remove_objects(&made).await;
-            return Err(failure.unwrap_or_else(|| {
-                MgrError::new(MgrStatus::NoDrives, "no healthy drive for a component")
-            }));
+        if absent.len() > tolerated {
+            self.remove_objects(&components).await;
+            let (status, why) = failure.map_or((MgrStatus::NoDrives, String::new()), |e| {
+                (e.status, format!(": {}", e.detail))
+            });
+            return Err(MgrError::new(
+                status,
+                format!(
+                    "{what}: {} of its {n} components could not be made, and it can do \
+                     without {tolerated}{why}",
+                    absent.len()
+                ),
+            ));
+        }
+        let real = components.len();
+        let partition = drives::FILES_PARTITION;
+        components.extend(absent.iter().map(|&drive| ObjRef {
+            drive,
+            partition,
+            object: ObjectId::ABSENT,
+        }));
+        let stale = (real..n).fold(0u64, |m, k| m | 1 << k);
+        if stale != 0 {
+            tracing::info!(
+                ino = i.ino,
+                absent = n - real,
+                layout = spec,
+                "a new file laid out without the drives that are down or full"
+            );
         }
         Ok(FileLayout {
             version: 1,
             geometry: spec.to_string(),
-            components: components.into_iter().flatten().collect(),
-            stale: 0,
+            components,
+            stale,
         })
+    }
+
+    /// A new object for `i` on drive `d`, at access_control_version 0 (else removed, and an
+    /// error).
+    async fn create_fresh(&self, d: DriveId, i: &Inode, encrypted: bool) -> MgrResult<ObjRef> {
+        let (o, a) = self.create_object(d, i, encrypted).await?;
+        if a.access_control_version != 0 {
+            self.remove_object(o).await;
+            return Err(MgrError::new(
+                MgrStatus::Internal,
+                "a new object does not start at access_control_version 0",
+            ));
+        }
+        Ok(o)
     }
 
     /// Copy-on-write copies of `l`'s components (drive FastCopy: blocks are shared until
@@ -300,8 +349,11 @@ impl Manager {
             .await
     }
 
-    /// Removes one object (see [`Manager::remove_objects`]).
+    /// Removes one object (see [`Manager::remove_objects`]); an absent component has none.
     pub(crate) async fn remove_object(&self, o: ObjRef) {
+        if o.object == ObjectId::ABSENT {
+            return;
+        }
         let r = self
             .drives
             .with_working(o.drive, |c, auth, partition| async move {
@@ -339,11 +391,15 @@ impl Manager {
             ..Attributes::default()
         };
         let mask = AttrMask::ACCESS_CONTROL_VERSION.with(AttrMask::FS_SPECIFIC);
-        let done = futures_util::future::join_all(
-            l.components
-                .iter()
-                .map(|&o| self.setattr(o, mask, attrs.clone())),
-        )
+        let done = futures_util::future::join_all(l.components.iter().map(|&o| {
+            let attrs = attrs.clone();
+            async move {
+                match o.object {
+                    ObjectId::ABSENT => Ok(Attributes::default()),
+                    _ => self.setattr(o, mask, attrs).await,
+                }
+            }
+        }))
         .await;
         let mut missed = 0u64;
         let mut first = None;
@@ -427,7 +483,20 @@ impl Manager {
                 min_protection: self.min_protection(),
                 writer_key,
             };
-            let cap = Capability::mint(rec.suite, &rec.working_key, args, i.acv, false);
+            let key = match o.object {
+                // No object: a grant that authorizes nothing (no rights, a key no drive has).
+                ObjectId::ABSENT => *nasd_crypto::Key::generate().expose(),
+                _ => *Capability::mint(rec.suite, &rec.working_key, args, i.acv, false)
+                    .key
+                    .expose(),
+            };
+            let args = match o.object {
+                ObjectId::ABSENT => CapabilityArgs {
+                    rights: Rights::default(),
+                    ..args
+                },
+                _ => args,
+            };
             components.push(Component {
                 drive: o.drive,
                 addr: rec.addr,
@@ -436,10 +505,7 @@ impl Manager {
                 object: o.object,
                 stale: l.is_stale(k),
             });
-            caps.push(CapGrant {
-                args,
-                key: *cap.key.expose(),
-            });
+            caps.push(CapGrant { args, key });
         }
         tracing::info!(audit_id, user, path, rights = %rights, components = components.len(), write_end = bound.end, "capabilities issued");
         Ok((

@@ -52,6 +52,10 @@ impl ObjectId {
     pub const FIRST_OBJECT: ObjectId = ObjectId(4);
     /// Identifiers below this are reserved for well-known objects.
     pub const FIRST_ORDINARY: ObjectId = ObjectId(16);
+    /// Never an object on any drive (a reserved identifier no drive creates): a file
+    /// manager's name for a layout component that has no object yet, because its drive was
+    /// down or full when the file was laid out. Such a component is stale until rebuilt.
+    pub const ABSENT: ObjectId = ObjectId(15);
 
     /// Whether this is one of the generated, read-only control objects.
     pub fn is_control(self) -> bool {

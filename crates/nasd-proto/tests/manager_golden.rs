@@ -338,7 +338,8 @@ fn requests_4() -> Vec<MgrRequest> {
             path: p(),
             repair: false,
         }),
-        MgrRequest::Status(calls::Status),
+        MgrRequest::Status(calls::Status { recount: false }),
+        MgrRequest::Status(calls::Status { recount: true }),
         MgrRequest::DriveReplace(calls::DriveReplace {
             old: DriveId(3),
             new: DriveId(9),
@@ -541,6 +542,9 @@ fn replies_2() -> Vec<MgrReply> {
             files: 3,
             key_rotated_ms: 4,
             detail: String::new(),
+            stale: 1,
+            capacity_bytes: 1 << 40,
+            used_bytes: 1 << 30,
         }]),
         MgrReply::Staged(StagedGrant {
             grant: Grant {
@@ -594,6 +598,9 @@ fn replies_3() -> Vec<MgrReply> {
                 files: 3,
                 key_rotated_ms: 5,
                 detail: "connection refused".into(),
+                stale: 1,
+                capacity_bytes: 1 << 40,
+                used_bytes: 1 << 30,
             }],
             files: 10,
             degraded_files: 2,
@@ -618,6 +625,22 @@ fn replies_3() -> Vec<MgrReply> {
                 last_pass_ms: 6,
                 rate_bytes_per_s: 7,
             },
+            stale_files: 1,
+            stale_components: 2,
+            bytes: 3 << 20,
+            stale_bytes: 1 << 20,
+            recounted: Some(FileCounts {
+                files: 10,
+                stale_files: 1,
+                stale_components: 2,
+                bytes: 3 << 20,
+                stale_bytes: 1 << 20,
+                drives: vec![DriveCount {
+                    drive: DriveId(4),
+                    files: 3,
+                    stale: 1,
+                }],
+            }),
         }),
         MgrReply::Prepared(vec![]),
         MgrReply::Prepared(vec![

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use clap::Subcommand;
 use nasd_client::files::Client;
 use nasd_proto::manager::calls;
-use nasd_proto::manager::{ClusterStatus, FileKind, ScrubReport};
+use nasd_proto::manager::{ClusterStatus, DriveCount, FileCounts, FileKind, ScrubReport};
 use nasd_proto::DriveId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,7 +179,43 @@ pub async fn scrub(path: Option<String>, repair: bool, json: bool) -> anyhow::Re
 }
 
 async fn cluster_status(c: &Arc<Client>) -> anyhow::Result<ClusterStatus> {
-    Ok(c.call("/", calls::Status).await?)
+    Ok(c.call("/", calls::Status { recount: false }).await?)
+}
+
+/// Whether the counts the manager kept are those a walk found.
+fn agreed(s: &ClusterStatus, walked: &FileCounts) -> bool {
+    let kept = FileCounts {
+        files: s.files,
+        stale_files: s.stale_files,
+        stale_components: s.stale_components,
+        bytes: s.bytes,
+        stale_bytes: s.stale_bytes,
+        drives: s
+            .drives
+            .iter()
+            .filter(|d| d.files > 0 || d.stale > 0)
+            .map(|d| DriveCount {
+                drive: d.drive,
+                files: d.files,
+                stale: d.stale,
+            })
+            .collect(),
+    };
+    kept == *walked
+}
+
+fn counts_json(c: &FileCounts) -> serde_json::Value {
+    let drives: Vec<_> = c
+        .drives
+        .iter()
+        .map(|d| {
+            serde_json::json!({"drive": format!("{:016x}", d.drive.0), "files": d.files,
+                "stale": d.stale})
+        })
+        .collect();
+    serde_json::json!({"files": c.files, "stale_files": c.stale_files,
+        "stale_components": c.stale_components, "bytes": c.bytes, "stale_bytes": c.stale_bytes,
+        "drives": drives})
 }
 
 fn status_json(s: &ClusterStatus) -> serde_json::Value {
@@ -188,7 +224,8 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
         .iter()
         .map(|d| {
             serde_json::json!({"drive": format!("{:016x}", d.drive.0), "addr": d.addr,
-                "healthy": d.healthy, "files": d.files, "detail": d.detail})
+                "healthy": d.healthy, "files": d.files, "detail": d.detail, "stale": d.stale,
+                "capacity_bytes": d.capacity_bytes, "used_bytes": d.used_bytes})
         })
         .collect();
     let rebuild = s.rebuild.as_ref().map(|r| {
@@ -196,18 +233,25 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
             "files_done": r.files_done, "files_total": r.files_total, "bytes_done": r.bytes_done,
             "failed": r.failed, "finished": r.finished, "detail": r.detail})
     });
+    let recount = s.recounted.as_ref().map(|c| {
+        let mut v = counts_json(c);
+        v["agreed"] = agreed(s, c).into();
+        v
+    });
     serde_json::json!({
         "drives": drives, "files": s.files, "degraded_files": s.degraded_files,
         "degraded": s.degraded, "rebuild": rebuild,
+        "stale_files": s.stale_files, "stale_components": s.stale_components,
+        "bytes": s.bytes, "stale_bytes": s.stale_bytes, "recount": recount,
         "scrub": {"passes": s.scrub.passes, "files": s.scrub.files, "bytes": s.scrub.bytes,
             "damaged": s.scrub.damaged, "repaired": s.scrub.repaired,
             "last_pass_ms": s.scrub.last_pass_ms, "rate_bytes_per_s": s.scrub.rate_bytes_per_s},
     })
 }
 
-pub async fn status(json: bool) -> anyhow::Result<()> {
+pub async fn status(json: bool, recount: bool) -> anyhow::Result<()> {
     let c = connect().await?;
-    let s = cluster_status(&c).await?;
+    let s: ClusterStatus = c.call("/", calls::Status { recount }).await?;
     if json {
         println!("{}", status_json(&s));
         return Ok(());
@@ -215,15 +259,19 @@ pub async fn status(json: bool) -> anyhow::Result<()> {
     println!("drives:");
     for d in &s.drives {
         println!(
-            "  {:016x} {:<22} {:<8} files {:<8} {}",
+            "  {:016x} {:<22} {:<8} files {:<8} stale {:<6} {}",
             d.drive.0,
             d.addr,
             if d.healthy { "healthy" } else { "DOWN" },
             d.files,
+            d.stale,
             d.detail
         );
     }
-    println!("files: {}, degraded: {}", s.files, s.degraded_files);
+    println!(
+        "files: {}, degraded: {}, with stale components: {} ({} components, {} of {} bytes)",
+        s.files, s.degraded_files, s.stale_files, s.stale_components, s.stale_bytes, s.bytes
+    );
     for p in &s.degraded {
         println!("  degraded {p}");
     }
@@ -231,6 +279,20 @@ pub async fn status(json: bool) -> anyhow::Result<()> {
         println!(
             "  … and {} more",
             s.degraded_files - s.degraded.len() as u64
+        );
+    }
+    if let Some(w) = &s.recounted {
+        println!(
+            "recount: {} files, {} with stale components ({} components), {} bytes: {}",
+            w.files,
+            w.stale_files,
+            w.stale_components,
+            w.bytes,
+            if agreed(&s, w) {
+                "the kept counts agree"
+            } else {
+                "the kept counts DIFFERED (the manager keeps the walked ones now)"
+            }
         );
     }
     if let Some(r) = &s.rebuild {

@@ -147,15 +147,18 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
                         "{}",
                         serde_json::json!({"drive": format!("{:016x}", d.drive.0), "addr": d.addr,
                             "partition": d.partition.0, "healthy": d.healthy, "files": d.files,
-                            "key_rotated_ms": d.key_rotated_ms, "detail": d.detail})
+                            "key_rotated_ms": d.key_rotated_ms, "detail": d.detail,
+                            "stale": d.stale, "capacity_bytes": d.capacity_bytes,
+                            "used_bytes": d.used_bytes})
                     );
                 } else {
                     println!(
-                        "{:016x} {:<22} {:<9} files {:<8} {}",
+                        "{:016x} {:<22} {:<9} files {:<8} stale {:<6} {}",
                         d.drive.0,
                         d.addr,
                         if d.healthy { "healthy" } else { "DOWN" },
                         d.files,
+                        d.stale,
                         d.detail
                     );
                 }

@@ -171,10 +171,15 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// The cluster's health: drives, degraded files, drive replacement, background scrub.
+    /// The cluster's health: drives, degraded files, drive replacement, background scrub,
+    /// from counts the manager keeps as files change. Admins only.
     Status {
         #[arg(long)]
         json: bool,
+        /// Also count by walking every file (slow on a large namespace) and say whether the
+        /// kept counts agree; the manager keeps the walked ones from then on.
+        #[arg(long)]
+        recount: bool,
     },
     /// Remove files (and with -r directories).
     Rm {
@@ -376,7 +381,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Scrub { path, repair, json } => {
             runtime()?.block_on(cmd_heal::scrub(path, repair, json))
         }
-        Cmd::Status { json } => runtime()?.block_on(cmd_heal::status(json)),
+        Cmd::Status { json, recount } => runtime()?.block_on(cmd_heal::status(json, recount)),
         Cmd::Rm { paths, recursive } => runtime()?.block_on(cmd_fs::rm(paths, recursive)),
         Cmd::Mv { from, to } => runtime()?.block_on(cmd_fs::mv(from, to)),
         Cmd::Mount {

@@ -242,10 +242,11 @@ impl Client {
     }
 
     /// Pins for the components of an MT file that missed this writer's writes (their drive
-    /// was down, or they were stale): the content the layout's code says they hold, rebuilt
-    /// from the others (read through the writer's own tracks, so checked) into track sinks, as
-    /// the manager's rebuild will write it. A component that cannot be rebuilt now keeps the
-    /// old pin, and the commit marks it stale anyway.
+    /// was down, they were stale, or they have no object yet): the content the layout's code
+    /// says they hold, rebuilt from the others (read through the writer's own tracks, so
+    /// checked) into track sinks, as the manager's rebuild will write it. A component that
+    /// cannot be rebuilt now gets an unknown pin (the commit marks it stale anyway, and
+    /// readers read around it: no rebuild could match an old pin).
     pub(crate) async fn pin_missed(
         &self,
         o: &crate::capcache::OpenFile,
@@ -289,10 +290,13 @@ impl Client {
                         .map_err(|_| e2e_err(&f.path, "a sink still in use"))?;
                     f.pins[c].replace_track(sink);
                 }
-                Err(e) => tracing::warn!(
-                    "{}: component {c} missed the writes and cannot be pinned now: {e}",
-                    f.path
-                ),
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: component {c} missed the writes and cannot be pinned now: {e}",
+                        f.path
+                    );
+                    f.pins[c].forget();
+                }
             }
         }
         Ok(())

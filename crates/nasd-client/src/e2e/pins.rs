@@ -36,6 +36,9 @@ pub struct ComponentPin {
     /// Writes hold it shared while they are in flight; a slow path and a checked read hold it
     /// alone, so the object is what the track says while they look.
     pub gate: tokio::sync::RwLock<()>,
+    /// A writer could not learn what the object holds (it missed the writes and could not be
+    /// rebuilt from the others then): the pin is unknown, and readers read around it.
+    lost: std::sync::atomic::AtomicBool,
 }
 
 impl ComponentPin {
@@ -43,6 +46,7 @@ impl ComponentPin {
         ComponentPin {
             mode: PinMode::Check(pin),
             gate: Default::default(),
+            lost: Default::default(),
         }
     }
 
@@ -60,11 +64,19 @@ impl ComponentPin {
         ComponentPin {
             mode: PinMode::Track(Mutex::new(t)),
             gate: Default::default(),
+            lost: Default::default(),
         }
     }
 
     /// The pin the object has now (a writer's, for its commit).
     pub fn pin(&self) -> Pin {
+        if self.lost.load(std::sync::atomic::Ordering::Acquire) {
+            return Pin {
+                known: false,
+                size: 0,
+                top: [0; 32],
+            };
+        }
         match &self.mode {
             PinMode::Check(p) => *p,
             PinMode::Track(t) => {
@@ -177,6 +189,35 @@ impl ComponentPin {
     pub fn replace_track(&self, sink: TrackSink) {
         if let PinMode::Track(t) = &self.mode {
             *t.lock().expect("track lock") = sink.track.into_inner().expect("track lock");
+            self.lost.store(false, std::sync::atomic::Ordering::Release);
         }
+    }
+
+    /// Gives up on knowing what the object holds: it missed the writes and cannot be rebuilt
+    /// now, so whatever a rebuild later puts there is not what this version pins. Its pin is
+    /// committed unknown, and readers read around the component until a writer pins it again.
+    pub fn forget(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer's component that could not be pinned commits an unknown pin (readers read
+    /// around it), until a rebuilt track pins it again.
+    #[test]
+    fn a_forgotten_pin_is_unknown_until_a_track_replaces_it() {
+        let p = ComponentPin::fresh(Suite::Blake3);
+        let empty = p.pin();
+        assert!(empty.known);
+        assert!(p.matches(empty.size, &empty.top));
+        p.forget();
+        assert!(!p.pin().known);
+        assert!(!p.matches(empty.size, &empty.top));
+        let sink = TrackSink::new(Suite::Blake3);
+        p.replace_track(sink);
+        assert_eq!(p.pin(), empty);
     }
 }

@@ -17,7 +17,7 @@ impl Handle for calls::DriveAdd {
 
 impl Handle for calls::DriveList {
     async fn handle(self, m: &Arc<Manager>, _: &Caller) -> MgrResult<Vec<DriveStatus>> {
-        Ok(m.drive_statuses())
+        m.drive_statuses()
     }
 }
 
@@ -41,7 +41,7 @@ impl Handle for calls::Scrub {
 impl Handle for calls::Status {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<ClusterStatus> {
         admin_only(c, Self::NAME)?;
-        m.cluster_status()
+        m.cluster_status(self.recount)
     }
 }
 

@@ -172,7 +172,7 @@ impl Manager {
         self.precheck(c.uid, escrow_end(&geo, 0, extend_by), path)?;
         let encrypted = self.policy_for(&dir)?.encrypted;
         let i = self.reserve_inode(c, &dir, mode).map_err(|e| e.at(path))?;
-        let layout = match self.create_layout(&spec, &i, encrypted).await {
+        let layout = match self.create_layout(&spec, &i, encrypted, extend_by).await {
             Ok(l) => l,
             Err(e) => {
                 self.forget_reservation(i.ino);
@@ -238,7 +238,10 @@ impl Manager {
         let (escrow, bound) = self.staged_escrow(c.uid, &spec, 0, extend_by)?;
         let made = futures_util::future::join_all((0..count).map(|_| async {
             let i = self.reserve_inode(c, &dir, mode)?;
-            match self.create_layout(&spec, &i, policy.encrypted).await {
+            match self
+                .create_layout(&spec, &i, policy.encrypted, extend_by)
+                .await
+            {
                 Ok(l) => Ok(Inode {
                     size: (!l.sized_by_object()).then_some(0),
                     layout: Some(l),
@@ -471,7 +474,7 @@ impl Manager {
         let (escrow, bound) = self.staged_escrow(i.uid, &spec, 0, extend_by)?;
         let encrypted = self.policy_for(&dir)?.encrypted;
         let layout = self
-            .create_layout(&spec, &i, encrypted)
+            .create_layout(&spec, &i, encrypted, extend_by)
             .await
             .map_err(|e| e.at(path))?;
         let staged = Staged {

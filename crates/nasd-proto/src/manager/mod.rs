@@ -45,7 +45,8 @@ pub use calls::callbacks::{
 };
 pub use calls::files::Created;
 pub use calls::heal::{
-    ClusterStatus, DriveStatus, RebuildStatus, ScrubReport, ScrubStatus, STATUS_PATHS_MAX,
+    ClusterStatus, DriveCount, DriveStatus, FileCounts, RebuildStatus, ScrubReport, ScrubStatus,
+    STATUS_PATHS_MAX,
 };
 pub use calls::namespace::{
     DirEntry, FsSpace, LayoutSpec, LinkTarget, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIMES_ACCESSED,
@@ -164,7 +165,15 @@ use call::{define_calls, define_replies};
 ///   the access and modify times apart (either may be left as it is), a read's access time
 ///   without moving the change time (`UTIMES_ACCESSED`, a mount's `relatime`); [`MgrRequest::Statfs`]
 ///   answers the drives' capacity and the caller's quota ([`MgrReply::FsSpace`]).
-pub const MANAGER_PROTOCOL_VERSION: u16 = 13;
+/// - 14: writes never stop while reads work (issue 23 §4). A layout component may be
+///   [`ObjectId::ABSENT`](crate::ObjectId::ABSENT): a new file laid out while the drive it
+///   belongs on was down or full has no object there yet; such a component is always stale,
+///   and its capability authorizes nothing. [`MgrRequest::Status`] carries `recount`, and
+///   [`ClusterStatus`] the counts the manager keeps as files change (stale files and
+///   components, bytes, stale bytes) and, after a recount, what a walk of every file found
+///   ([`FileCounts`]); each [`DriveStatus`] its stale components and the capacity and use the
+///   drive reported at its last health check.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 14;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).

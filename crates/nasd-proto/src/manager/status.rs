@@ -96,7 +96,7 @@ impl MgrStatus {
             Self::NameTooLong => "name too long",
             Self::BadName => "invalid name",
             Self::InvalidArgument => "invalid argument",
-            Self::NoDrives => "no drive is registered and healthy",
+            Self::NoDrives => "too few drives are up",
             Self::DriveUnreachable => "drive unreachable",
             Self::DiskFull => "drive full",
             Self::Internal => "internal manager error",

@@ -385,7 +385,8 @@ fn requests_6() -> Vec<MgrRequest> {
             path: p(),
             repair: true,
         }),
-        MgrRequest::Status(calls::Status),
+        MgrRequest::Status(calls::Status { recount: false }),
+        MgrRequest::Status(calls::Status { recount: true }),
         MgrRequest::DriveReplace(calls::DriveReplace {
             old: DriveId(3),
             new: DriveId(9),
@@ -662,6 +663,9 @@ fn base_replies_2() -> Vec<MgrReply> {
                 files: 3,
                 key_rotated_ms: 5,
                 detail: "connection refused".into(),
+                stale: 1,
+                capacity_bytes: 1 << 40,
+                used_bytes: 1 << 30,
             }],
             files: 10,
             degraded_files: 2,
@@ -686,6 +690,22 @@ fn base_replies_2() -> Vec<MgrReply> {
                 last_pass_ms: 6,
                 rate_bytes_per_s: 7,
             },
+            stale_files: 1,
+            stale_components: 2,
+            bytes: 3 << 20,
+            stale_bytes: 1 << 20,
+            recounted: Some(FileCounts {
+                files: 10,
+                stale_files: 1,
+                stale_components: 2,
+                bytes: 3 << 20,
+                stale_bytes: 1 << 20,
+                drives: vec![DriveCount {
+                    drive: DriveId(4),
+                    files: 3,
+                    stale: 1,
+                }],
+            }),
         }),
         MgrReply::Users(vec![UserInfo {
             name: "a".into(),
@@ -701,6 +721,9 @@ fn base_replies_2() -> Vec<MgrReply> {
             files: 3,
             key_rotated_ms: 4,
             detail: String::new(),
+            stale: 1,
+            capacity_bytes: 1 << 40,
+            used_bytes: 1 << 30,
         }]),
     ]
 }

@@ -172,11 +172,12 @@ arb_newtype!(
     LinkTarget,
     LayoutSpec
 );
-arb_unit!(Logout, UserList, DriveList, Status);
+arb_unit!(Logout, UserList, DriveList);
 arb_vec!(
     DirEntry,
     UserInfo,
     DriveStatus,
+    DriveCount,
     (String, u64),
     CallbackBreak,
     QuotaInfo,
@@ -237,7 +238,13 @@ arb_fields! {
     QuotaGet { user }
     QuotaInfo { user, uid, limit, used, escrowed }
     DriveAdd { addr, drive_key_file, master_key_file }
-    DriveStatus { drive, addr, partition, healthy, files, key_rotated_ms, detail }
+    DriveStatus {
+        drive, addr, partition, healthy, files, key_rotated_ms, detail, stale, capacity_bytes,
+        used_bytes,
+    }
+    Status { recount }
+    DriveCount { drive, files, stale }
+    FileCounts { files, stale_files, stale_components, bytes, stale_bytes, drives }
     Repair { path, component, offset, len }
     Scrub { path, repair }
     ScrubReport {
@@ -581,6 +588,11 @@ impl Arb for ClusterStatus {
             degraded: g.list(3, String::arb),
             rebuild: Arb::arb(g),
             scrub: Arb::arb(g),
+            stale_files: Arb::arb(g),
+            stale_components: Arb::arb(g),
+            bytes: Arb::arb(g),
+            stale_bytes: Arb::arb(g),
+            recounted: Arb::arb(g),
         }
     }
 }

@@ -2,9 +2,14 @@
 //! file scrubbed, and the cluster's health.
 //! ```text
 //! Drives    := u32 n, n x (u64 drive, string addr, u16 partition, bool healthy, u64 files,
-//!              u64 key_rotated_ms, string detail)
+//!              u64 key_rotated_ms, string detail, u64 stale, u64 capacity_bytes,
+//!              u64 used_bytes)
 //! Status    := Drives, u64 files, u64 degraded_files, u32 n (<= STATUS_PATHS_MAX),
-//!              n x string path, option RebuildStatus, 7 x u64 ScrubStatus
+//!              n x string path, option RebuildStatus, 7 x u64 ScrubStatus,
+//!              u64 stale_files, u64 stale_components, u64 bytes, u64 stale_bytes,
+//!              option FileCounts
+//! FileCounts := u64 files, u64 stale_files, u64 stale_components, u64 bytes,
+//!              u64 stale_bytes, u32 n, n x (u64 drive, u64 files, u64 stale)
 //! ```
 
 use super::no_fields;
@@ -99,9 +104,25 @@ impl Wire for Scrub {
     }
 }
 
-no_fields! {
-    /// The cluster's health, answered with a [`ClusterStatus`]. Admins only.
-    Status
+/// The cluster's health, answered with a [`ClusterStatus`] from the counts the manager keeps
+/// as files change. With `recount`, the manager also counts by walking every file (work in
+/// proportion to the namespace), answers both, and keeps the walked counts from then on.
+/// Admins only.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Status {
+    pub recount: bool,
+}
+
+impl Wire for Status {
+    fn put(&self, w: &mut Writer) {
+        w.u8(self.recount as u8);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Status {
+            recount: get_bool(r, "recount")?,
+        })
+    }
 }
 
 /// Rebuilds every component on drive `old` onto drive `new`, in the background (progress
@@ -133,10 +154,44 @@ pub struct DriveStatus {
     pub addr: String,
     pub partition: PartitionId,
     pub healthy: bool,
+    /// Files with a component on the drive (stale or not).
     pub files: u64,
     /// Milliseconds since the Unix epoch of the last working-key rotation.
     pub key_rotated_ms: u64,
     pub detail: String,
+    /// Stale components on the drive: to be rebuilt.
+    pub stale: u64,
+    /// What the drive reported at its last health check (0 and 0: not yet).
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// The files of one drive as the manager counts them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct DriveCount {
+    pub drive: DriveId,
+    /// Files with a component on the drive.
+    pub files: u64,
+    /// Stale components on the drive.
+    pub stale: u64,
+}
+
+/// What the manager counts of the files (every linked file with a layout; uploads in flight
+/// not): kept as files change, or found by walking them (`Status { recount }`).
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct FileCounts {
+    pub files: u64,
+    /// Files with at least one stale component.
+    pub stale_files: u64,
+    /// Stale components of all files.
+    pub stale_components: u64,
+    /// Logical bytes of the files whose size the manager keeps: every layout over several
+    /// objects, and encrypted files (a plaintext one-object file's size is its object's).
+    pub bytes: u64,
+    /// Logical bytes of the files with a stale component.
+    pub stale_bytes: u64,
+    /// Drives with files, in drive order.
+    pub drives: Vec<DriveCount>,
 }
 
 /// Most paths a [`ClusterStatus`] lists by name.
@@ -209,6 +264,56 @@ pub struct ClusterStatus {
     pub degraded: Vec<String>,
     pub rebuild: Option<RebuildStatus>,
     pub scrub: ScrubStatus,
+    /// Files with at least one stale component (counted as files change).
+    pub stale_files: u64,
+    pub stale_components: u64,
+    /// See [`FileCounts::bytes`].
+    pub bytes: u64,
+    pub stale_bytes: u64,
+    /// With `Status { recount }`: the counts a walk of every file found (the kept ones, in
+    /// the fields above and in [`DriveStatus`], are what the counters said before it).
+    pub recounted: Option<FileCounts>,
+}
+
+impl Wire for FileCounts {
+    fn put(&self, w: &mut Writer) {
+        for v in [
+            self.files,
+            self.stale_files,
+            self.stale_components,
+            self.bytes,
+            self.stale_bytes,
+        ] {
+            w.u64(v);
+        }
+        w.u32(self.drives.len() as u32);
+        for d in &self.drives {
+            w.u64(d.drive.0);
+            w.u64(d.files);
+            w.u64(d.stale);
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let mut c = FileCounts {
+            files: r.u64("files")?,
+            stale_files: r.u64("stale files")?,
+            stale_components: r.u64("stale components")?,
+            bytes: r.u64("bytes")?,
+            stale_bytes: r.u64("stale bytes")?,
+            drives: vec![],
+        };
+        let n = get_count(r, 24, "drive counts")?;
+        c.drives.reserve(n);
+        for _ in 0..n {
+            c.drives.push(DriveCount {
+                drive: DriveId(r.u64("drive")?),
+                files: r.u64("files")?,
+                stale: r.u64("stale")?,
+            });
+        }
+        Ok(c)
+    }
 }
 
 impl Wire for Vec<DriveStatus> {
@@ -222,11 +327,14 @@ impl Wire for Vec<DriveStatus> {
             w.u64(d.files);
             w.u64(d.key_rotated_ms);
             put_str(w, &d.detail);
+            w.u64(d.stale);
+            w.u64(d.capacity_bytes);
+            w.u64(d.used_bytes);
         }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let n = get_count(r, 35, "drives")?;
+        let n = get_count(r, 59, "drives")?;
         let mut ds = Vec::with_capacity(n);
         for _ in 0..n {
             ds.push(DriveStatus {
@@ -237,6 +345,9 @@ impl Wire for Vec<DriveStatus> {
                 files: r.u64("files")?,
                 key_rotated_ms: r.u64("rotated")?,
                 detail: get_str(r, "detail")?,
+                stale: r.u64("stale")?,
+                capacity_bytes: r.u64("capacity")?,
+                used_bytes: r.u64("used")?,
             });
         }
         Ok(ds)
@@ -349,6 +460,15 @@ impl Wire for ClusterStatus {
         }
         put_opt(w, &self.rebuild, |w, b| b.put(w));
         self.scrub.put(w);
+        for v in [
+            self.stale_files,
+            self.stale_components,
+            self.bytes,
+            self.stale_bytes,
+        ] {
+            w.u64(v);
+        }
+        put_opt(w, &self.recounted, |w, c| c.put(w));
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -370,6 +490,11 @@ impl Wire for ClusterStatus {
             degraded,
             rebuild: get_opt(r, "rebuild", RebuildStatus::get)?,
             scrub: ScrubStatus::get(r)?,
+            stale_files: r.u64("stale files")?,
+            stale_components: r.u64("stale components")?,
+            bytes: r.u64("bytes")?,
+            stale_bytes: r.u64("stale bytes")?,
+            recounted: get_opt(r, "recounted", FileCounts::get)?,
         })
     }
 }
