@@ -36,8 +36,8 @@ mod tests;
 mod types;
 
 pub use crate::e2e::{
-    E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo, UserKeys,
-    WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+    key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal,
+    UserKeyInfo, UserKeys, WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
 };
 pub use call::{Call, Reply, Wire};
 pub use calls::callbacks::{
@@ -50,11 +50,14 @@ pub use calls::heal::{
 pub use calls::namespace::{DirEntry, LayoutSpec, LinkTarget};
 pub use calls::quota::QuotaInfo;
 pub use calls::s3keys::{S3KeyFound, S3KeyMade};
+pub use calls::e2e::{WrappedFile, WRAPPED_FILES_PAGE_MAX};
 pub use calls::session::{
-    login_message, Credential, LoginOk, CHALLENGE_BYTES, LOGIN_CONTEXT, PUBLIC_KEY_BYTES,
-    SIGNATURE_BYTES, TOKEN_BYTES,
+    login_message, Credential, LoginOk, LoginProof, OpaqueMessage, CHALLENGE_BYTES,
+    ENROLLMENT_CODE_BYTES_MAX, LOGIN_CONTEXT, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES,
+    OPAQUE_MESSAGE_BYTES_MAX, OPAQUE_REGISTRATION_REQUEST_BYTES,
+    OPAQUE_REGISTRATION_UPLOAD_BYTES, PUBLIC_KEY_BYTES, SIGNATURE_BYTES, TOKEN_BYTES,
 };
-pub use calls::users::UserInfo;
+pub use calls::users::{Enrollment, UserInfo};
 pub use calls::xattr::Xattrs;
 pub use status::{MgrStatus, Refused};
 pub use types::{
@@ -153,7 +156,23 @@ use call::{define_calls, define_replies};
 ///   Ed25519 public key): a write grant on a file under `auth=1` names the writer's key and
 ///   its drives store only writes that key signed (seed 001 §3.3.1 scheme 1; drive
 ///   protocol 4); [`MgrStatus::NoUserKeys`] refuses one to a user with no keys registered yet.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 12;
+/// - 13: passwords never reach the manager (issue 21 §2-3). A password user logs in with
+///   OPAQUE (RFC 9807; ristretto255, SHA-512, 3DH, Argon2id on the client):
+///   [`MgrRequest::OpaqueLoginStart`] (KE1, answered with KE2 in an [`OpaqueMessage`], a fake
+///   one for unknown users) then [`MgrRequest::OpaqueLoginFinish`] (KE3, answered with
+///   `LoginOk`); a password file is made by the user's own client with
+///   [`MgrRequest::OpaqueRegisterStart`] (before login with an enrollment code, or from the
+///   user's own session) and [`MgrRequest::OpaqueRegisterFinish`], which also carries the
+///   user's seed sealed under a key from OPAQUE's export key. `Login` carries a
+///   [`LoginProof`]: a token, a signature, or the legacy password of an account made before
+///   this version (checked once, then moved over). `UserAdd` and `UserPasswd` carry no
+///   password and answer [`Enrollment`] (a one-time code for a password user). [`UserKeys`]
+///   carry their version and the signature of the key change by the previous sign key (the
+///   first self-signed); only the user sets their own. A key rotation rewraps the caller's own
+///   wraps: [`MgrRequest::E2eWrappedFiles`] lists the files wrapped for the caller
+///   ([`WrappedFile`]), [`MgrRequest::E2eRewrap`] replaces the caller's wraps in one file,
+///   [`MgrRequest::GroupWrapSet`] the caller's wraps of group secrets. Store schema 10.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 13;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -226,8 +245,8 @@ macro_rules! for_each_manager_call {
             12 Chown "chown" => ();
             13 Truncate "truncate" => ();
             14 Utimes "utimes" => ();
-            15 UserAdd "user add" => ();
-            16 UserPasswd "user passwd" => ();
+            15 UserAdd "user add" => Enrollment;
+            16 UserPasswd "user passwd" => Enrollment;
             17 UserList "user list" => Vec<UserInfo>;
             18 GroupAdd "group add" => ();
             19 GroupMember "group member" => ();
@@ -266,6 +285,13 @@ macro_rules! for_each_manager_call {
             52 UserKeyGet "user key get" => Vec<UserKeyInfo>;
             53 GroupKeySet "group key set" => ();
             54 GroupKeyGet "group key get" => Vec<GroupKeyInfo>;
+            55 OpaqueLoginStart "opaque login start" => OpaqueMessage;
+            56 OpaqueLoginFinish "opaque login finish" => LoginOk;
+            57 OpaqueRegisterStart "opaque register start" => OpaqueMessage;
+            58 OpaqueRegisterFinish "opaque register finish" => ();
+            59 E2eWrappedFiles "e2e wrapped files" => Vec<WrappedFile>;
+            60 E2eRewrap "e2e rewrap" => ();
+            61 GroupWrapSet "group wrap set" => ();
         }
     };
 }
@@ -298,6 +324,9 @@ define_replies! {
     21 Quotas(Vec<QuotaInfo>);
     22 UserKeys(Vec<UserKeyInfo>);
     23 GroupKeys(Vec<GroupKeyInfo>);
+    24 OpaqueMessage(OpaqueMessage);
+    25 Enrollment(Enrollment);
+    26 WrappedFiles(Vec<WrappedFile>);
 }
 
 impl MgrReply {
