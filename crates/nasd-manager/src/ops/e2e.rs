@@ -5,7 +5,7 @@ use super::Handle;
 use crate::callbacks::{self, Changed};
 use crate::service::{Caller, Manager};
 use crate::MgrResult;
-use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo};
+use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo, WrappedFile};
 use std::sync::Arc;
 
 impl Handle for calls::E2eUpdate {
@@ -39,5 +39,29 @@ impl Handle for calls::GroupKeySet {
 impl Handle for calls::GroupKeyGet {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<GroupKeyInfo>> {
         m.group_key_get(c, &self.gids, &self.names)
+    }
+}
+
+impl Handle for calls::E2eWrappedFiles {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<WrappedFile>> {
+        let (mgr, c) = (m.clone(), c.clone());
+        tokio::task::spawn_blocking(move || mgr.e2e_wrapped_files(&c, self.after, self.limit))
+            .await
+            .map_err(super::joined)?
+    }
+}
+
+impl Handle for calls::E2eRewrap {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.e2e_rewrap(c, &self.path, self.update)
+    }
+}
+
+impl Handle for calls::GroupWrapSet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.group_wrap_set(c, &self.wraps)
     }
 }

@@ -60,6 +60,10 @@ pub const ENROLLMENT_CODE_BYTES_MAX: usize = 128;
 #[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
     Password(SecretString),
+    /// The password of an account made before manager protocol 13, shown to the manager one
+    /// last time so it can check it against its old hash and let the client register the
+    /// account through OPAQUE (which deletes the hash).
+    LegacyPassword(SecretString),
     /// A session token from an earlier login.
     Token([u8; TOKEN_BYTES]),
     /// An Ed25519 signature of [`login_message`] over the challenge this connection received.
@@ -70,6 +74,7 @@ impl fmt::Debug for Credential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Credential::Password(_) => f.write_str("Password(..)"),
+            Credential::LegacyPassword(_) => f.write_str("LegacyPassword(..)"),
             Credential::Token(_) => f.write_str("Token(..)"),
             Credential::Signature(_) => f.write_str("Signature(..)"),
         }
