@@ -32,9 +32,8 @@ use opaque_ke::errors::ProtocolError;
 use opaque_ke::{
     ClientLogin, ClientLoginFinishParameters, ClientRegistration,
     ClientRegistrationFinishParameters, CredentialFinalization, CredentialRequest,
-    CredentialResponse, Identifiers, RegistrationRequest, RegistrationResponse,
-    RegistrationUpload, Ristretto255, ServerLogin, ServerLoginStartParameters,
-    ServerRegistration, ServerSetup,
+    CredentialResponse, Identifiers, RegistrationRequest, RegistrationResponse, RegistrationUpload,
+    Ristretto255, ServerLogin, ServerLoginStartParameters, ServerRegistration, ServerSetup,
 };
 use rand_core::OsRng;
 use zeroize::Zeroizing;
@@ -208,8 +207,11 @@ impl ClientLoginStart {
     ) -> Result<([u8; OPAQUE_KE3_BYTES], SeedKey), OpaqueError> {
         let response = CredentialResponse::<Suite>::deserialize(ke2)?;
         let ksf = ksf();
-        let params =
-            ClientLoginFinishParameters::new(Some(LOGIN_CONTEXT), Identifiers::default(), Some(&ksf));
+        let params = ClientLoginFinishParameters::new(
+            Some(LOGIN_CONTEXT),
+            Identifiers::default(),
+            Some(&ksf),
+        );
         let done = self.state.finish(password, response, params)?;
         let ke3 = done
             .message
@@ -365,7 +367,12 @@ pub fn register_locally(
 mod tests {
     use super::*;
 
-    fn login(keys: &ServerKeys, record: Option<&[u8]>, id: &[u8], pw: &[u8]) -> Result<SeedKey, OpaqueError> {
+    fn login(
+        keys: &ServerKeys,
+        record: Option<&[u8]>,
+        id: &[u8],
+        pw: &[u8],
+    ) -> Result<SeedKey, OpaqueError> {
         let c = client_login_start(pw)?;
         let (ke2, st) = keys.login_start(record, id, &c.message)?;
         let (ke3, key) = c.finish(pw, &ke2)?;
@@ -384,12 +391,24 @@ mod tests {
         assert!(reg_key.open(1001, &sealed).is_none(), "bound to its uid");
         assert!(is_export_sealed(&sealed));
         // A wrong password, another credential id, another server's keys: refused.
-        assert!(matches!(login(&keys, Some(&record), b"id-1", b"hunter3"), Err(OpaqueError::Refused)));
-        assert!(matches!(login(&keys, Some(&record), b"id-2", b"hunter2"), Err(OpaqueError::Refused)));
+        assert!(matches!(
+            login(&keys, Some(&record), b"id-1", b"hunter3"),
+            Err(OpaqueError::Refused)
+        ));
+        assert!(matches!(
+            login(&keys, Some(&record), b"id-2", b"hunter2"),
+            Err(OpaqueError::Refused)
+        ));
         let other = ServerKeys::generate();
-        assert!(matches!(login(&other, Some(&record), b"id-1", b"hunter2"), Err(OpaqueError::Refused)));
+        assert!(matches!(
+            login(&other, Some(&record), b"id-1", b"hunter2"),
+            Err(OpaqueError::Refused)
+        ));
         // No record: a fake one answers, and the login fails like a wrong password.
-        assert!(matches!(login(&keys, None, b"id-1", b"hunter2"), Err(OpaqueError::Refused)));
+        assert!(matches!(
+            login(&keys, None, b"id-1", b"hunter2"),
+            Err(OpaqueError::Refused)
+        ));
         // The keys survive their file.
         let back = ServerKeys::from_bytes(&keys.to_bytes()).unwrap();
         login(&back, Some(&record), b"id-1", b"hunter2").unwrap();

@@ -275,7 +275,10 @@ fn user_and_group_keys<S: MetaStore>(s: &mut S) {
         sealed: vec![],
         ..k.clone()
     };
-    assert_eq!(s.user_key_log(a).unwrap(), vec![unsealed(&k), unsealed(&k2)]);
+    assert_eq!(
+        s.user_key_log(a).unwrap(),
+        vec![unsealed(&k), unsealed(&k2)]
+    );
     assert_eq!(s.user_key_log(b).unwrap(), vec![]);
     // Groups: members, key versions, wraps of the current version only.
     assert_eq!(s.members_of(g).unwrap(), vec![a, b]);

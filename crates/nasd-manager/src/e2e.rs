@@ -384,9 +384,8 @@ impl Manager {
             ));
         }
         let has = st.user_keys(u.uid).map_err(|e| store_err(e, user))?;
-        check_key_change(u.uid, has.as_ref(), keys).map_err(|why| {
-            MgrError::new(MgrStatus::InvalidArgument, format!("{user}: {why}"))
-        })?;
+        check_key_change(u.uid, has.as_ref(), keys)
+            .map_err(|why| MgrError::new(MgrStatus::InvalidArgument, format!("{user}: {why}")))?;
         st.set_user_keys(u.uid, keys)
             .map_err(|e| store_err(e, user))
     }
@@ -442,8 +441,12 @@ impl Manager {
                 format!("{path}: the file is not encrypted"),
             ));
         };
-        only_own_wraps_change(c.uid, current, &update.state)
-            .map_err(|why| denied(path, &format!("a rewrap may change only the caller's own wraps: {why}")))?;
+        only_own_wraps_change(c.uid, current, &update.state).map_err(|why| {
+            denied(
+                path,
+                &format!("a rewrap may change only the caller's own wraps: {why}"),
+            )
+        })?;
         let state = E2eState {
             writer: current.writer,
             ..update.state
@@ -466,7 +469,9 @@ impl Manager {
         for (gid, version, wrap) in wraps {
             let what = format!("gid {gid}");
             let (current, public) = st.group_key(*gid).map_err(|e| store_err(e, &what))?;
-            let holds = st.group_wrap(*gid, c.uid).map_err(|e| store_err(e, &what))?;
+            let holds = st
+                .group_wrap(*gid, c.uid)
+                .map_err(|e| store_err(e, &what))?;
             let (Some(public), Some(_)) = (public, holds) else {
                 return Err(denied(&what, "no wrap of this group's key to replace"));
             };
@@ -630,7 +635,12 @@ fn check_key_change(uid: u32, has: Option<&UserKeys>, new: &UserKeys) -> Result<
                 new.version, h.version
             ))
         }
-        None => return Err(format!("a user's first keys are version 1, not {}", new.version)),
+        None => {
+            return Err(format!(
+                "a user's first keys are version 1, not {}",
+                new.version
+            ))
+        }
     };
     let vk = ed25519_dalek::VerifyingKey::from_bytes(&signer)
         .map_err(|_| "the signing key is not an Ed25519 key".to_string())?;

@@ -25,8 +25,8 @@ use crate::users::{db, new_session, LoggedIn, PASSWORD_REFUSED};
 use crate::{MgrError, MgrResult};
 use nasd_client::opaque::{OpaqueError, ServerKeys, ServerLoginState, CREDENTIAL_ID_BYTES};
 use nasd_proto::manager::{
-    MgrStatus, SecretString, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES,
-    OPAQUE_REGISTRATION_REQUEST_BYTES, OPAQUE_REGISTRATION_UPLOAD_BYTES,
+    MgrStatus, SecretString, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES, OPAQUE_REGISTRATION_REQUEST_BYTES,
+    OPAQUE_REGISTRATION_UPLOAD_BYTES,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -303,7 +303,10 @@ impl PendingRegistration {
         nasd_client::opaque::check_upload(upload)
             .map_err(|e| MgrError::new(MgrStatus::Malformed, format!("register: {e}")))?;
         if sealed.len() > nasd_proto::e2e::SEALED_SECRET_BYTES_MAX {
-            return Err(MgrError::new(MgrStatus::InvalidArgument, "sealed secret too long"));
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                "sealed secret too long",
+            ));
         }
         let verifier = verifier_of(&self.credential_id, upload);
         let mut st = store.lock().expect("store lock");
@@ -311,11 +314,15 @@ impl PendingRegistration {
         if now.map(|u| u.phc).as_deref() != Some(self.previous.as_str()) {
             return Err(MgrError::new(
                 MgrStatus::Conflict,
-                format!("{}: the credential changed meanwhile; start again", self.user),
+                format!(
+                    "{}: the credential changed meanwhile; start again",
+                    self.user
+                ),
             ));
         }
         let sealed = (!sealed.is_empty()).then_some(sealed);
-        st.set_password_file(self.uid, &verifier, sealed).map_err(db)
+        st.set_password_file(self.uid, &verifier, sealed)
+            .map_err(db)
     }
 }
 
@@ -324,7 +331,10 @@ impl PendingRegistration {
 pub fn load_or_make_keys(dir: &Path) -> MgrResult<ServerKeys> {
     let path = key_path(dir);
     let io = |what: &str, e: String| {
-        MgrError::new(MgrStatus::Internal, format!("{what} {}: {e}", path.display()))
+        MgrError::new(
+            MgrStatus::Internal,
+            format!("{what} {}: {e}", path.display()),
+        )
     };
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -333,15 +343,15 @@ pub fn load_or_make_keys(dir: &Path) -> MgrResult<ServerKeys> {
                 .strip_prefix(KEY_FILE_HEADER)
                 .map(str::trim)
                 .ok_or_else(|| io("reading", "not an OPAQUE server keys file".into()))?;
-            let bytes = Zeroizing::new(
-                hex::decode(hex_part).map_err(|e| io("reading", e.to_string()))?,
-            );
+            let bytes =
+                Zeroizing::new(hex::decode(hex_part).map_err(|e| io("reading", e.to_string()))?);
             ServerKeys::from_bytes(&bytes).map_err(|e| io("reading", e.to_string()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let keys = ServerKeys::generate();
             let dir_path = path.parent().expect("the key file is in keys/");
-            nasd_private::create_dir(dir_path).map_err(|e| io("making the directory of", e.to_string()))?;
+            nasd_private::create_dir(dir_path)
+                .map_err(|e| io("making the directory of", e.to_string()))?;
             let text = Zeroizing::new(format!(
                 "{KEY_FILE_HEADER}\n{}\n",
                 hex::encode(&*keys.to_bytes())
@@ -370,7 +380,11 @@ mod tests {
         let v = c.verifier();
         assert!(!v.contains(&*c.code));
         assert!(enrollment_matches(&v, &c.code, 1001));
-        assert!(enrollment_matches(&v, &c.code.to_lowercase().replace('-', " "), 1001));
+        assert!(enrollment_matches(
+            &v,
+            &c.code.to_lowercase().replace('-', " "),
+            1001
+        ));
         assert!(!enrollment_matches(&v, &c.code, c.expires_ms));
         let other = EnrollmentCode::generate(1000);
         assert!(!enrollment_matches(&v, &other.code, 1001));
@@ -401,7 +415,12 @@ mod flow_tests {
         Mutex::new(Box::new(SqliteStore::in_memory().unwrap()))
     }
 
-    fn login(m: &Mutex<Box<dyn MetaStore>>, keys: &ServerKeys, user: &str, pw: &str) -> MgrResult<LoggedIn> {
+    fn login(
+        m: &Mutex<Box<dyn MetaStore>>,
+        keys: &ServerKeys,
+        user: &str,
+        pw: &str,
+    ) -> MgrResult<LoggedIn> {
         let c = client_login_start(pw.as_bytes()).unwrap();
         let (ke2, pending) = login_start(m, keys, user, &c.message)?;
         match c.finish(pw.as_bytes(), &ke2) {
@@ -411,9 +430,16 @@ mod flow_tests {
         }
     }
 
-    fn enroll(m: &Mutex<Box<dyn MetaStore>>, keys: &ServerKeys, user: &str, code: &str, pw: &str) -> MgrResult<()> {
+    fn enroll(
+        m: &Mutex<Box<dyn MetaStore>>,
+        keys: &ServerKeys,
+        user: &str,
+        code: &str,
+        pw: &str,
+    ) -> MgrResult<()> {
         let c = client_register_start(pw.as_bytes()).unwrap();
-        let (resp, pending) = register_start(m, keys, None, user, &c.message, Some(code), crate::now_ms())?;
+        let (resp, pending) =
+            register_start(m, keys, None, user, &c.message, Some(code), crate::now_ms())?;
         let (upload, _) = c.finish(pw.as_bytes(), &resp).unwrap();
         pending.finish(m, &upload, &[])
     }
@@ -427,13 +453,26 @@ mod flow_tests {
         assert_eq!(refused_login, refused());
         let e = enroll(&m, &keys, "alice", "WRONG-CODE", "pw").unwrap_err();
         assert_eq!(e.detail, ENROLLMENT_REFUSED);
-        assert_eq!(enroll(&m, &keys, "nobody", &code.code, "pw").unwrap_err(), e);
+        assert_eq!(
+            enroll(&m, &keys, "nobody", &code.code, "pw").unwrap_err(),
+            e
+        );
         enroll(&m, &keys, "alice", &code.code, "correct horse").unwrap();
-        assert_eq!(enroll(&m, &keys, "alice", &code.code, "again").unwrap_err(), e, "used once");
+        assert_eq!(
+            enroll(&m, &keys, "alice", &code.code, "again").unwrap_err(),
+            e,
+            "used once"
+        );
         let ok = login(&m, &keys, "alice", "correct horse").unwrap();
         assert_eq!(ok.caller.name, "alice");
         // The store holds the record, never the password.
-        let phc = m.lock().unwrap().user_by_name("alice").unwrap().unwrap().phc;
+        let phc = m
+            .lock()
+            .unwrap()
+            .user_by_name("alice")
+            .unwrap()
+            .unwrap()
+            .phc;
         assert!(phc.starts_with(OPAQUE_PREFIX) && !phc.contains("correct"));
         // Wrong password, unknown user, legacy and key users: one answer.
         crate::users::add_legacy_user(m.lock().unwrap().as_mut(), "old", "secret", false).unwrap();
@@ -442,7 +481,10 @@ mod flow_tests {
         }
         // Another server's keys (the database alone) confirm not even the right password.
         let other = ServerKeys::generate();
-        assert_eq!(login(&m, &other, "alice", "correct horse").unwrap_err(), refused());
+        assert_eq!(
+            login(&m, &other, "alice", "correct horse").unwrap_err(),
+            refused()
+        );
     }
 
     #[test]
@@ -454,7 +496,9 @@ mod flow_tests {
         let (_, bcode) = crate::users::add_user(m.lock().unwrap().as_mut(), "bob", false).unwrap();
         enroll(&m, &keys, "bob", &bcode.code, "bobs").unwrap();
         let c = client_register_start(b"two").unwrap();
-        let e = register_start(&m, &keys, Some(&me), "bob", &c.message, None, 0).err().unwrap();
+        let e = register_start(&m, &keys, Some(&me), "bob", &c.message, None, 0)
+            .err()
+            .unwrap();
         assert_eq!(e.status, MgrStatus::PermissionDenied);
         // The same request evaluated twice gets two answers: each registration its own key.
         let (r1, _) = register_start(&m, &keys, Some(&me), "alice", &c.message, None, 0).unwrap();

@@ -374,7 +374,10 @@ impl Serve for calls::OpaqueRegisterStart {
         match started {
             Ok(Ok((response, pending))) => {
                 conn.registration = Some((pending, attempt));
-                (MgrReply::OpaqueMessage(OpaqueMessage(response)), After::Continue)
+                (
+                    MgrReply::OpaqueMessage(OpaqueMessage(response)),
+                    After::Continue,
+                )
             }
             Ok(Err(e)) => {
                 tracing::info!(peer = %conn.peer, user = %user, "registration refused: {}", e.detail);

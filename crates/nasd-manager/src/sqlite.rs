@@ -430,8 +430,11 @@ fn migrate_9_to_10(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
         })();
         let Ok(keys) = decoded else {
             // Never written by us: the user makes keys anew at their next login.
-            tx.execute("UPDATE users SET e2e_keys = NULL WHERE uid = ?1", params![uid])
-                .map_err(db)?;
+            tx.execute(
+                "UPDATE users SET e2e_keys = NULL WHERE uid = ?1",
+                params![uid],
+            )
+            .map_err(db)?;
             continue;
         };
         tx.execute(
@@ -441,7 +444,13 @@ fn migrate_9_to_10(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
         .map_err(db)?;
         tx.execute(
             "INSERT INTO user_key_log(uid, version, keys) VALUES (?1, 1, ?2)",
-            params![uid, keys_blob(&UserKeys { sealed: vec![], ..keys })],
+            params![
+                uid,
+                keys_blob(&UserKeys {
+                    sealed: vec![],
+                    ..keys
+                })
+            ],
         )
         .map_err(db)?;
     }
@@ -1512,12 +1521,7 @@ impl MetaStore for SqliteStore {
         tx.commit().map_err(db)
     }
 
-    fn set_password_file(
-        &mut self,
-        uid: u32,
-        phc: &str,
-        sealed: Option<&[u8]>,
-    ) -> StoreResult<()> {
+    fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         let keys: Option<Option<Vec<u8>>> = tx
             .query_row(

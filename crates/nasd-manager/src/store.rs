@@ -330,8 +330,7 @@ pub trait MetaStore: Send {
     /// Replaces a user's credential with an OPAQUE password file and, when `sealed` is given
     /// and the user has keys, their sealed seed (keys unchanged), forgetting every session of
     /// the user, all in one transaction. `NotFound` for an unknown uid.
-    fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>)
-        -> StoreResult<()>;
+    fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>) -> StoreResult<()>;
     /// The versions of `uid`'s keys, oldest first, as each was registered (with the signature
     /// of its change): the key chain a later check verifies.
     fn user_key_log(&self, uid: u32) -> StoreResult<Vec<UserKeys>>;

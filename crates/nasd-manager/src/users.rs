@@ -408,9 +408,7 @@ pub fn set_gateway(st: &mut dyn MetaStore, name: &str, on: bool) -> MgrResult<()
 /// The answer to every failed password or key login for `proof`'s kind.
 pub fn refused(proof: &LoginProof) -> MgrError {
     match proof {
-        LoginProof::LegacyPassword(_) => {
-            MgrError::new(MgrStatus::WrongPassword, PASSWORD_REFUSED)
-        }
+        LoginProof::LegacyPassword(_) => MgrError::new(MgrStatus::WrongPassword, PASSWORD_REFUSED),
         LoginProof::Signature(_) => MgrError::new(MgrStatus::WrongPassword, SIGNATURE_REFUSED),
         LoginProof::Token(_) => MgrError::new(MgrStatus::SessionExpired, TOKEN_REFUSED),
     }

@@ -10,8 +10,8 @@
 //! and are kept [`KEYS_TTL_MS`]; a group's secret, once unwrapped, for the client's life.
 
 use super::identity::Identity;
-use crate::opaque::SeedKey;
 use crate::files::{now_ms, Client, FsError};
+use crate::opaque::SeedKey;
 use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
 use nasd_proto::manager::calls;
@@ -247,6 +247,37 @@ impl Client {
             self.sync_group_keys(u.groups).await?;
         }
         Ok(made)
+    }
+
+    /// Adds a password user and enrolls them at once with `password`, for a program that
+    /// makes an account it will log in as itself (the S3 gateway's user, the demo's and the
+    /// benchmarks' users): the registration runs in this process, so the manager still never
+    /// sees the password, but whoever runs it knows it. People get an enrollment code instead
+    /// ([`Client::add_user`]), so an admin never knows their password or their seed. Returns
+    /// the new uid.
+    pub async fn add_user_enrolled(
+        &self,
+        name: &str,
+        password: &str,
+        admin: bool,
+    ) -> Result<u32, FsError> {
+        let made = self.add_user(name, admin, None).await?;
+        let code = made
+            .code
+            .ok_or_else(|| FsError::Usage(format!("user {name} got no enrollment code")))?;
+        let cfg = crate::session::SessionConfig {
+            user: name.into(),
+            credential: Credential::Password(password.into()),
+            signing_key: None,
+            ..self.cfg.clone()
+        };
+        crate::session::Session::enroll(&cfg, &code)
+            .await
+            .map_err(|error| FsError::Manager {
+                path: "/".into(),
+                error,
+            })?;
+        Ok(made.uid)
     }
 
     /// Changes this user's password (OPAQUE registration from their own session, which

@@ -106,7 +106,12 @@ impl Client {
 
     /// Rewraps one file's wraps for this user; whether anything changed. A file whose state
     /// changed meanwhile is read again (compare-and-swap at the manager).
-    async fn rewrap_file(&self, path: &str, old: &Identity, new: &Identity) -> Result<bool, FsError> {
+    async fn rewrap_file(
+        &self,
+        path: &str,
+        old: &Identity,
+        new: &Identity,
+    ) -> Result<bool, FsError> {
         for _ in 0..3 {
             let Some(e) = self.e2e_state(path).await? else {
                 return Ok(false);
@@ -140,7 +145,10 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        Err(e2e_err(path, "the file kept changing during the key rotation; run it again"))
+        Err(e2e_err(
+            path,
+            "the file kept changing during the key rotation; run it again",
+        ))
     }
 
     /// Rewraps every group secret this user holds a wrap of to `new`. Returns how many.

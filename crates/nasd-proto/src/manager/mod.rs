@@ -36,13 +36,14 @@ mod tests;
 mod types;
 
 pub use crate::e2e::{
-    key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal,
-    UserKeyInfo, UserKeys, WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+    key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo,
+    UserKeys, WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
 };
 pub use call::{Call, Reply, Wire};
 pub use calls::callbacks::{
     CallbackBreak, BREAKS_PER_REPLY_MAX, BREAK_WAIT_MS_MAX, CALLBACK_LEASE_MS,
 };
+pub use calls::e2e::{WrappedFile, WRAPPED_FILES_PAGE_MAX};
 pub use calls::files::Created;
 pub use calls::heal::{
     ClusterStatus, DriveStatus, RebuildStatus, ScrubReport, ScrubStatus, STATUS_PATHS_MAX,
@@ -50,12 +51,11 @@ pub use calls::heal::{
 pub use calls::namespace::{DirEntry, LayoutSpec, LinkTarget};
 pub use calls::quota::QuotaInfo;
 pub use calls::s3keys::{S3KeyFound, S3KeyMade};
-pub use calls::e2e::{WrappedFile, WRAPPED_FILES_PAGE_MAX};
 pub use calls::session::{
     login_message, Credential, LoginOk, LoginProof, OpaqueMessage, CHALLENGE_BYTES,
     ENROLLMENT_CODE_BYTES_MAX, LOGIN_CONTEXT, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES,
-    OPAQUE_MESSAGE_BYTES_MAX, OPAQUE_REGISTRATION_REQUEST_BYTES,
-    OPAQUE_REGISTRATION_UPLOAD_BYTES, PUBLIC_KEY_BYTES, SIGNATURE_BYTES, TOKEN_BYTES,
+    OPAQUE_MESSAGE_BYTES_MAX, OPAQUE_REGISTRATION_REQUEST_BYTES, OPAQUE_REGISTRATION_UPLOAD_BYTES,
+    PUBLIC_KEY_BYTES, SIGNATURE_BYTES, TOKEN_BYTES,
 };
 pub use calls::users::{Enrollment, UserInfo};
 pub use calls::xattr::Xattrs;

@@ -126,7 +126,10 @@ impl Up {
 
     /// Adds user `name` with `password` (as the admin, through the CLI).
     pub fn add_user(&self, name: &str, password: &str) {
-        let o = self.nasd(&["user", "add", name], &[("NASD_NEW_PASSWORD", password)]);
+        let o = self.nasd(
+            &["user", "add", name, "--password"],
+            &[("NASD_NEW_PASSWORD", password)],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
 
