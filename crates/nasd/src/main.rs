@@ -49,6 +49,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 mod bench;
 mod bench_cluster;
 mod bench_ec;
+mod bench_login;
 mod bench_mount;
 mod bench_s3;
 mod cmd_cp;

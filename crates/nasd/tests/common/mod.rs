@@ -72,6 +72,17 @@ impl Up {
         String::from_utf8(o.stdout).unwrap()
     }
 
+    /// Runs a command with `env` that must succeed; returns its stdout.
+    pub fn ok_env(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let o = self.nasd(args, env);
+        assert!(
+            o.status.success(),
+            "nasd {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// Runs a command that must fail; returns its stderr.
     pub fn fails(&self, args: &[&str], env: &[(&str, &str)]) -> String {
         let o = self.nasd(args, env);
