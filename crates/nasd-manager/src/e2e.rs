@@ -390,7 +390,8 @@ impl Manager {
             .map_err(|e| store_err(e, user))
     }
 
-    /// Encrypted files whose key file holds a wrap for the caller, by inode after `after`.
+    /// Encrypted files whose key file holds a wrap for the caller, or whose version the caller
+    /// signed, by inode after `after`.
     pub fn e2e_wrapped_files(
         &self,
         c: &Caller,
@@ -415,7 +416,10 @@ impl Manager {
                     .e2e
                     .as_ref()
                     .and_then(|e| nasd_e2e::side::Side::decode(&e.side).ok())
-                    .is_some_and(|s| s.key_file.entries().iter().any(|e| e.principal == me));
+                    .is_some_and(|s| {
+                        s.signer == Some(c.uid)
+                            || s.key_file.entries().iter().any(|e| e.principal == me)
+                    });
                 if wrapped {
                     out.push(WrappedFile {
                         ino,
@@ -431,8 +435,9 @@ impl Manager {
         Ok(out)
     }
 
-    /// Replaces the caller's own wraps in `path`'s key file (a key rotation): anyone with a
-    /// wrap there may, provided nothing else of the state changes.
+    /// Replaces the caller's own wraps in `path`'s key file, and the signature of a version
+    /// the caller signed (a key rotation): anyone with a wrap there may, provided nothing else
+    /// of the state changes and a new signature verifies with the caller's current key.
     pub fn e2e_rewrap(&self, c: &Caller, path: &str, update: E2eCommit) -> MgrResult<()> {
         let i = self.resolve(c, path)?;
         let Some(current) = &i.e2e else {
@@ -441,7 +446,12 @@ impl Manager {
                 format!("{path}: the file is not encrypted"),
             ));
         };
-        only_own_wraps_change(c.uid, current, &update.state).map_err(|why| {
+        let sign_key = self
+            .st()
+            .user_keys(c.uid)
+            .map_err(|e| store_err(e, path))?
+            .map(|k| k.sign_public);
+        only_own_wraps_change(c.uid, sign_key, current, &update.state).map_err(|why| {
             denied(
                 path,
                 &format!("a rewrap may change only the caller's own wraps: {why}"),
@@ -649,11 +659,17 @@ fn check_key_change(uid: u32, has: Option<&UserKeys>, new: &UserKeys) -> Result<
         .map_err(|_| "the key change is not signed by the current key".to_string())
 }
 
-/// Whether `new` differs from `old` only in `uid`'s own wraps: same record, signature and
+/// Whether `new` differs from `old` only in `uid`'s own wraps and, for a version `uid`
+/// signed, in a signature that verifies with `uid`'s current key `sign_key`: same record and
 /// side data but for the key file's entries for `uid`.
-fn only_own_wraps_change(uid: u32, old: &E2eState, new: &E2eState) -> Result<(), &'static str> {
-    if new.record != old.record || new.signature != old.signature {
-        return Err("the record or its signature differs");
+fn only_own_wraps_change(
+    uid: u32,
+    sign_key: Option<[u8; 32]>,
+    old: &E2eState,
+    new: &E2eState,
+) -> Result<(), &'static str> {
+    if new.record != old.record {
+        return Err("the record differs");
     }
     let (Ok(a), Ok(b)) = (
         nasd_e2e::side::Side::decode(&old.side),
@@ -661,6 +677,23 @@ fn only_own_wraps_change(uid: u32, old: &E2eState, new: &E2eState) -> Result<(),
     ) else {
         return Err("the side data does not decode");
     };
+    if new.signature != old.signature {
+        let record = nasd_e2e::TrustedRecord::decode(&new.record)
+            .map_err(|_| "the record does not decode")?;
+        let sig: [u8; 64] = new
+            .signature
+            .as_slice()
+            .try_into()
+            .map_err(|_| "a signature is 64 bytes")?;
+        let verifies = sign_key.is_some_and(|k| {
+            nasd_e2e::sign::WriterPublicKey(k)
+                .verify_record(b.file_id, &record, &sig)
+                .is_ok()
+        });
+        if a.signer != Some(uid) || !verifies {
+            return Err("a new signature must be the caller's, of a version they signed");
+        }
+    }
     if a.file_id != b.file_id
         || a.signer != b.signer
         || a.counters != b.counters

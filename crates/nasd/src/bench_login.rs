@@ -87,7 +87,10 @@ pub fn run(a: BenchLoginArgs) -> anyhow::Result<()> {
             })
         );
     } else {
-        println!("password login (TCP, TLS 1.3, OPAQUE KE1/KE2/KE3), {} rounds:", a.rounds);
+        println!(
+            "password login (TCP, TLS 1.3, OPAQUE KE1/KE2/KE3), {} rounds:",
+            a.rounds
+        );
         println!("  median {l50:.1} ms   p90 {l90:.1} ms   max {lmax:.1} ms");
         println!(
             "Argon2id alone (m={} KiB, t={}, p={}; one offline guess with database and key file): {k50:.1} ms",

@@ -222,6 +222,10 @@ pub enum GroupCmd {
     Add { name: String },
     /// Add USER to GROUP (admin only).
     Member { group: String, user: String },
+    /// Give every member of GROUP (default: of every group) who has keys but no wrap of the
+    /// group's secret yet one, and make key pairs for groups that have none (admin only): a
+    /// user's keys are made at their first login, after `user add`.
+    Sync { groups: Vec<String> },
 }
 
 fn time_str(us: u64) -> String {
@@ -885,7 +889,8 @@ fn print_enrollment(name: &str, made: &nasd_proto::manager::Enrollment, json: bo
             println!("enrollment code    {}", code.0);
             eprintln!(
                 "(shown once, valid until {} UTC: {name} runs `nasd user enroll {name} --code CODE` \
-                 to set a password, which only {name}'s own client ever sees)",
+                 to set a password, which only {name}'s own client ever sees; after {name}'s \
+                 first login, `nasd group sync` gives {name} the group keys)",
                 time_str(made.expires_ms * 1000)
             );
         }
@@ -963,6 +968,16 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
             .await?;
             c.sync_group_keys(vec![group.clone()]).await?;
             println!("{user} is now a member of {group}");
+        }
+        GroupCmd::Sync { mut groups } => {
+            if groups.is_empty() {
+                let us = c.call("/", calls::UserList).await?;
+                groups = us.into_iter().flat_map(|u| u.groups).collect();
+                groups.sort();
+                groups.dedup();
+            }
+            let made = c.sync_group_keys(groups).await?;
+            println!("{made} wrap(s) of group keys made");
         }
     }
     Ok(())

@@ -249,28 +249,36 @@ fn a_password_change_ends_stored_sessions_and_live_connections() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let alice = [("NASD_USER", "alice")];
-    rt().block_on(async {
+    let reset = rt().block_on(async {
         // A connection that logged in before the change.
         let mut live = Session::connect(&up.session("alice", "alice-pw"))
             .await
             .unwrap();
         let stat = MgrRequest::Stat(calls::Stat { path: "/".into() });
         live.request(&stat).await.unwrap();
-        // The admin sets a new password (a blocking CLI call, off this runtime's workers).
-        let o = tokio::task::block_in_place(|| {
-            up.nasd(
-                &["user", "passwd", "alice"],
-                &[("NASD_NEW_PASSWORD", "new-pw")],
-            )
-        });
+        // The admin resets the password to a new enrollment code (a blocking CLI call, off
+        // this runtime's workers).
+        let o = tokio::task::block_in_place(|| up.nasd(&["user", "passwd", "alice"], &[]));
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let e = live.request(&stat).await.unwrap_err();
         assert_eq!(e.status(), Some(MgrStatus::SessionExpired), "{e}");
+        String::from_utf8(o.stdout).unwrap()
     });
+    let code = reset
+        .lines()
+        .find_map(|l| l.strip_prefix("enrollment code"))
+        .expect("the reset prints a code")
+        .trim()
+        .to_string();
     // The token `nasd login` saved is dead too; the new password works.
     assert!(up
         .fails(&["ls", "nasd:/"], &alice)
         .contains("session expired"));
+    let o = up.nasd(
+        &["user", "enroll", "alice", "--code", &code],
+        &[("NASD_NEW_PASSWORD", "new-pw")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = up.nasd(
         &["ls", "nasd:/"],
         &[("NASD_USER", "alice"), ("NASD_PASSWORD", "new-pw")],

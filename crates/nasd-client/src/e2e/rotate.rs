@@ -2,8 +2,9 @@
 //! registers it as the next version of the user's keys (signed by the current sign key, the
 //! new seed sealed under this password login's key, replacing the sealed copy of the old),
 //! and rewraps what the user can read: every wrap of a file key and every wrap of a group's
-//! secret addressed to the old key gets a wrap to the new one in its place. New writes wrap
-//! only to the new key (the manager now answers it for the user). An old copy of the seed
+//! secret addressed to the old key gets a wrap to the new one in its place, and every version
+//! the user signed is signed again with the new sign key (readers check a version's signature
+//! with its signer's current key). New writes wrap only to the new key (the manager now answers it for the user). An old copy of the seed
 //! then opens nothing written after the rotation; with the password changed before, neither
 //! does the first password.
 //!
@@ -104,8 +105,9 @@ impl Client {
         }
     }
 
-    /// Rewraps one file's wraps for this user; whether anything changed. A file whose state
-    /// changed meanwhile is read again (compare-and-swap at the manager).
+    /// Rewraps one file's wraps for this user, and signs its version again if this user
+    /// signed it; whether anything changed. A file whose state changed meanwhile is read again
+    /// (compare-and-swap at the manager).
     async fn rewrap_file(
         &self,
         path: &str,
@@ -116,17 +118,27 @@ impl Client {
             let Some(e) = self.e2e_state(path).await? else {
                 return Ok(false);
             };
-            let (_, side) = decode_state(path, &e)?;
-            let Some(key_file) = rewrapped(path, &side.key_file, side.file_id, old, new)? else {
+            let (record, side) = decode_state(path, &e)?;
+            let key_file = rewrapped(path, &side.key_file, side.file_id, old, new)?;
+            let resigned = side.signer == Some(new.uid) && e.signature.len() == 64;
+            if key_file.is_none() && !resigned {
                 return Ok(false);
+            }
+            let signature = match resigned {
+                true => new.signer().sign_record(side.file_id, &record).to_vec(),
+                false => e.signature.clone(),
+            };
+            let side = Side {
+                key_file: key_file.unwrap_or_else(|| side.key_file.clone()),
+                ..side
             };
             let update = E2eCommit {
                 expect: state_hash(Some(&e)),
                 state: E2eState {
                     record: e.record.clone(),
                     writer: 0,
-                    signature: e.signature.clone(),
-                    side: Side { key_file, ..side }.encode(),
+                    signature,
+                    side: side.encode(),
                 },
             };
             let sent = self
