@@ -49,9 +49,10 @@ pub const LOGIN_DEADLINE_MS: u64 = 10_000;
 /// fits (16 404 bytes). Frame buffers are allocated at their declared size, so before
 /// authentication they stay small.
 pub const PRELOGIN_FRAME_BYTES_MAX: usize = 17 << 10;
-/// Password checks (Argon2id: 19 MiB of memory and tens of milliseconds of CPU each) running
-/// at once; more wait their turn (within the login deadline), so a crowd of login attempts
-/// costs bounded memory.
+/// Legacy password checks (Argon2id: 19 MiB of memory and tens of milliseconds of CPU each;
+/// only accounts made before manager protocol 13 log in so, once) running at once; more wait
+/// their turn (within the login deadline), so a crowd of login attempts costs bounded memory.
+/// OPAQUE logins hash nothing on the manager (the client runs the KSF).
 pub const PASSWORD_CHECKS_CONCURRENT_MAX: usize = 4;
 
 // Header (magic, version, kind, request id, tag), user, credential kind, password.

@@ -145,8 +145,9 @@ pub enum UserCmd {
         public_key: Option<PathBuf>,
         /// Set the password now, from this (the admin's) client, instead of printing an
         /// enrollment code: read from $NASD_NEW_PASSWORD or the terminal. For accounts a
-        /// program or script uses; the admin then knows the password (the manager still never
-        /// sees it, and the user's seed is still made by the user's own client).
+        /// program or script uses: the manager still never sees the password, but the admin
+        /// knows it, and the account's first keys are made here too (a login as the user), so
+        /// its group keys reach it at once; `nasd user rotate-keys` as the user replaces them.
         #[arg(long, conflicts_with = "public_key")]
         password: bool,
         /// Print {"name", "uid", "enrollment_code", "expires_ms"}.
@@ -997,10 +998,16 @@ pub async fn login(
     let mut cfg = ClientFile::load(&path)?;
     let user = user.unwrap_or_else(|| cfg.user.clone());
     let (password, signing_key) = match key {
-        Some(k) => (String::new(), Some(nasd_client::userkey::read_secret(&k)?)),
+        Some(k) => (
+            zeroize::Zeroizing::new(String::new()),
+            Some(nasd_client::userkey::read_secret(&k)?),
+        ),
         None => match std::env::var("NASD_PASSWORD") {
-            Ok(p) => (p, None),
-            Err(_) => (prompt_secret(&format!("password for {user}: "))?, None),
+            Ok(p) => (zeroize::Zeroizing::new(p), None),
+            Err(_) => (
+                zeroize::Zeroizing::new(prompt_secret(&format!("password for {user}: "))?),
+                None,
+            ),
         },
     };
     let ca_der = cfg.read_ca()?;
@@ -1008,7 +1015,7 @@ pub async fn login(
         manager: cfg.manager.clone(),
         ca_der,
         user: user.clone(),
-        credential: Credential::Password(password.clone().into()),
+        credential: Credential::Password(password.as_str().into()),
         signing_key,
     };
     if legacy_password {

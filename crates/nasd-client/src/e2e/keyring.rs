@@ -251,10 +251,12 @@ impl Client {
 
     /// Adds a password user and enrolls them at once with `password`, for a program that
     /// makes an account it will log in as itself (the S3 gateway's user, the demo's and the
-    /// benchmarks' users): the registration runs in this process, so the manager still never
-    /// sees the password, but whoever runs it knows it. People get an enrollment code instead
-    /// ([`Client::add_user`]), so an admin never knows their password or their seed. Returns
-    /// the new uid.
+    /// benchmarks' users, scripts): the registration runs in this process, so the manager
+    /// still never sees the password, but whoever runs it knows it. It then logs in as the
+    /// user once, which makes the user's keys (in this process too), and gives them the wraps
+    /// of their groups' keys, so the account reads what its groups may at once. People get an
+    /// enrollment code instead ([`Client::add_user`]), so an admin never knows their password
+    /// or their seed. Returns the new uid.
     pub async fn add_user_enrolled(
         &self,
         name: &str,
@@ -277,6 +279,12 @@ impl Client {
                 path: "/".into(),
                 error,
             })?;
+        let user = Client::connect(cfg).await?;
+        user.identity().await?;
+        let us = self.call("/", calls::UserList).await?;
+        if let Some(u) = us.into_iter().find(|u| u.name == name) {
+            self.sync_group_keys(u.groups).await?;
+        }
         Ok(made.uid)
     }
 

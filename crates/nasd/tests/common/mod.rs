@@ -135,23 +135,13 @@ impl Up {
         }
     }
 
-    /// Adds user `name` with `password` (as the admin, through the CLI), has the user's own
-    /// client make their keys (their first login), and gives them the wraps of their groups'
-    /// keys (`group sync`), as an admin does after a new user's first login.
+    /// Adds user `name` with `password` (as the admin, through the CLI: `user add
+    /// --password`, which also makes the account's keys and group wraps).
     pub fn add_user(&self, name: &str, password: &str) {
         let o = self.nasd(
             &["user", "add", name, "--password"],
             &[("NASD_NEW_PASSWORD", password)],
         );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let c = nasd_client::files::Client::connect(self.session(name, password))
-                .await
-                .unwrap();
-            c.identity().await.unwrap();
-        });
-        let o = self.nasd(&["group", "sync"], &[]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
 
