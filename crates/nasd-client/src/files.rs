@@ -468,13 +468,14 @@ impl Client {
 
     /// Connects and logs in.
     pub async fn connect(cfg: SessionConfig) -> Result<Arc<Client>, FsError> {
-        let s = Session::connect(&cfg)
+        let mut s = Session::connect(&cfg)
             .await
             .map_err(|error| FsError::Manager {
                 path: "/".into(),
                 error,
             })?;
-        Ok(Arc::new(Client {
+        let seed_key = s.seed_key.take();
+        let c = Arc::new(Client {
             cfg,
             session: tokio::sync::Mutex::new(Some(s)),
             caps: CapCache::new(),
@@ -485,7 +486,27 @@ impl Client {
             read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
             callbacks: CallbackState::default(),
             keyring: Default::default(),
-        }))
+        });
+        c.set_seed_key(seed_key);
+        Ok(c)
+    }
+
+    /// The live session, connected (and logged in with this client's credential) if there
+    /// is none: for a sequence of calls that must go on one connection.
+    pub(crate) async fn session_guard(
+        &self,
+    ) -> Result<tokio::sync::MutexGuard<'_, Option<Session>>, FsError> {
+        let mut g = self.session.lock().await;
+        if g.is_none() {
+            let s = Session::connect(&self.cfg)
+                .await
+                .map_err(|error| FsError::Manager {
+                    path: "/".into(),
+                    error,
+                })?;
+            *g = Some(s);
+        }
+        Ok(g)
     }
 
     pub(crate) fn cfg_user(&self) -> String {

@@ -17,6 +17,8 @@
 //!   extension's hints and consume notifications (seed 002 §2.2, §3.4, §4.6).
 //! - [`error`] — [`ClientError`].
 //! - [`userkey`] — Ed25519 user key files and login signatures.
+//! - [`opaque`] — OPAQUE (RFC 9807) password logins and registrations, both ends' halves
+//!   (the manager takes its own from here), and the key an export key gives for the seed.
 //! - [`files`] — files through the manager: [`files::Client::call`], the one way to send a
 //!   manager call, then uploads, reads and changes; [`namespace`] — the namespace calls
 //!   (stats, listings, names, links, attributes, modes, quotas), one short method each;
@@ -48,6 +50,7 @@ pub mod layer;
 pub mod memio;
 pub mod namespace;
 pub mod object;
+pub mod opaque;
 pub mod pool;
 pub mod prefetch;
 pub mod prepared;

@@ -1,7 +1,8 @@
 //! A TLS 1.3 session with the file manager: connect, trust only the cluster CA named in the
-//! client's config, log in (password, session token, or an Ed25519 signature over the manager's
-//! challenge), then one request at a time; [`Session::logout`] ends the session on the
-//! manager. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
+//! client's config, log in (a password through OPAQUE, which never shows the manager the
+//! password, a session token, or an Ed25519 signature over the manager's challenge), then one
+//! request at a time; [`Session::logout`] ends the session on the manager. [`Session::enroll`]
+//! makes a new account's password file with the code `user add` gave. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
 //! this TLS session.
 
 use nasd_proto::io::{read_frame, write_frame};
@@ -10,6 +11,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
+
+fn opaque_err(e: crate::opaque::OpaqueError) -> SessionError {
+    SessionError::Protocol(e.to_string())
+}
 
 /// How long connecting, the TLS handshake and the login may take.
 pub const MANAGER_CONNECT_TIMEOUT_MS: u64 = 10_000;
@@ -65,6 +70,9 @@ pub struct SessionConfig {
 
 pub struct Session {
     stream: ManagerStream,
+    /// After a password login: the key that seals this user's end-to-end seed, from OPAQUE's
+    /// export key.
+    pub seed_key: Option<Arc<crate::opaque::SeedKey>>,
     next_id: u64,
     /// A call is between sending its request and reading its reply. Still set when the next
     /// call starts, the earlier one was cancelled mid-flight (its future dropped): the stream
@@ -168,9 +176,42 @@ impl Session {
         cfg: &SessionConfig,
         source: Option<IpAddr>,
     ) -> Result<Session, SessionError> {
+        let mut s = Session::unauthenticated(cfg, source).await?;
+        let proof = match (&cfg.signing_key, &cfg.credential) {
+            (Some(k), _) => {
+                let ask = calls::Challenge {
+                    user: cfg.user.clone(),
+                };
+                let c = s.call(ask).await?;
+                LoginProof::Signature(crate::userkey::sign_login(k, &cfg.user, &c))
+            }
+            (None, Credential::Password(p)) => {
+                let ok = s.opaque_login(&cfg.user, p).await?;
+                s.logged_in(ok);
+                return Ok(s);
+            }
+            (None, Credential::LegacyPassword(p)) => LoginProof::LegacyPassword(p.clone()),
+            (None, Credential::Token(t)) => LoginProof::Token(*t),
+            (None, Credential::Signature(sig)) => LoginProof::Signature(*sig),
+        };
+        let login = calls::Login {
+            user: cfg.user.clone(),
+            proof,
+        };
+        let ok = s.call(login).await?;
+        s.logged_in(ok);
+        Ok(s)
+    }
+
+    /// A TLS session with the manager that has not logged in.
+    async fn unauthenticated(
+        cfg: &SessionConfig,
+        source: Option<IpAddr>,
+    ) -> Result<Session, SessionError> {
         let stream = tls_stream(&cfg.manager, &cfg.ca_der, source).await?;
-        let mut s = Session {
+        Ok(Session {
             stream,
+            seed_key: None,
             next_id: 1,
             in_call: false,
             user: cfg.user.clone(),
@@ -178,27 +219,86 @@ impl Session {
             admin: false,
             token: [0; TOKEN_BYTES],
             expires_ms: 0,
+        })
+    }
+
+    /// An OPAQUE login (RFC 9807): KE1, KE2, KE3; the password stays here. A password that
+    /// does not open the password file is refused here, before KE3, with the answer the
+    /// manager gives every failed login.
+    async fn opaque_login(&mut self, user: &str, password: &str) -> Result<LoginOk, SessionError> {
+        let refused = || SessionError::Refused {
+            op: "login",
+            status: MgrStatus::WrongPassword,
+            detail: "login: unknown user or wrong password".into(),
         };
-        let credential = match &cfg.signing_key {
-            None => cfg.credential.clone(),
-            Some(k) => {
-                let ask = calls::Challenge {
-                    user: cfg.user.clone(),
-                };
-                let c = s.call(ask).await?;
-                Credential::Signature(crate::userkey::sign_login(k, &cfg.user, &c))
-            }
+        let pw = password.as_bytes();
+        let start = crate::opaque::client_login_start(pw).map_err(opaque_err)?;
+        let ke2 = self
+            .call(calls::OpaqueLoginStart {
+                user: user.to_string(),
+                request: start.message,
+            })
+            .await?;
+        let (ke3, seed_key) = match start.finish(pw, &ke2.0) {
+            Ok(x) => x,
+            Err(crate::opaque::OpaqueError::Refused) => return Err(refused()),
+            Err(e) => return Err(opaque_err(e)),
         };
-        let login = calls::Login {
-            user: cfg.user.clone(),
-            credential,
+        let ok = self
+            .call(calls::OpaqueLoginFinish { finalization: ke3 })
+            .await?;
+        self.seed_key = Some(Arc::new(seed_key));
+        Ok(ok)
+    }
+
+    fn logged_in(&mut self, ok: LoginOk) {
+        self.uid = ok.uid;
+        self.admin = ok.admin;
+        self.token = ok.token.0;
+        self.expires_ms = ok.expires_ms;
+    }
+
+    /// Completes the enrollment of a new (or reset) account: with the one-time `code` from
+    /// `user add` (or an admin's `user passwd`), the client registers `cfg.user`'s password
+    /// (`cfg.credential`) through OPAQUE; the manager keeps only the password file. The
+    /// account then logs in with [`Session::connect`].
+    pub async fn enroll(cfg: &SessionConfig, code: &str) -> Result<(), SessionError> {
+        let Credential::Password(p) = &cfg.credential else {
+            return Err(SessionError::Protocol(
+                "enrollment sets a password: give one".into(),
+            ));
         };
-        let ok = s.call(login).await?;
-        s.uid = ok.uid;
-        s.admin = ok.admin;
-        s.token = ok.token.0;
-        s.expires_ms = ok.expires_ms;
-        Ok(s)
+        let mut s = Session::unauthenticated(cfg, None).await?;
+        s.register(&cfg.user, p, Some(code.into()), |_| vec![])
+            .await
+            .map(drop)
+    }
+
+    /// Registers `password` as `user`'s new password file (OPAQUE registration, on this
+    /// connection): before login with an enrollment `code`, or from the user's own session.
+    /// `sealed` seals the user's seed under the new key ([`crate::opaque::SeedKey`]), or
+    /// gives nothing to keep the user's keys unsealed anew. Every session of the user ends.
+    pub async fn register(
+        &mut self,
+        user: &str,
+        password: &str,
+        code: Option<SecretString>,
+        sealed: impl FnOnce(&crate::opaque::SeedKey) -> Vec<u8>,
+    ) -> Result<crate::opaque::SeedKey, SessionError> {
+        let pw = password.as_bytes();
+        let start = crate::opaque::client_register_start(pw).map_err(opaque_err)?;
+        let response = self
+            .call(calls::OpaqueRegisterStart {
+                user: user.to_string(),
+                request: start.message,
+                code,
+            })
+            .await?;
+        let (upload, seed_key) = start.finish(pw, &response.0).map_err(opaque_err)?;
+        let sealed = sealed(&seed_key);
+        self.call(calls::OpaqueRegisterFinish { upload, sealed })
+            .await?;
+        Ok(seed_key)
     }
 
     /// Ends this session on the manager (its token then logs in nowhere) and closes the

@@ -416,11 +416,55 @@ fn user_and_group_keys<S: MetaStore>(s: &mut S) {
     let k = UserKeys {
         enc_public: [1; 32],
         sign_public: [2; 32],
+        version: 1,
+        signature: [4; 64],
         sealed: vec![3; 80],
     };
     s.set_user_keys(a, &k).unwrap();
     assert_eq!(s.user_keys(a).unwrap(), Some(k.clone()));
     assert_eq!(s.set_user_keys(424_242, &k), Err(StoreError::NotFound));
+    // A new password file replaces the sealed seed alone, and ends the user's sessions.
+    s.put_session(&SessionRecord {
+        token_hash: [9; 32],
+        uid: a,
+        expires_ms: u64::MAX,
+        via: None,
+    })
+    .unwrap();
+    s.set_password_file(a, "$opaque$v1$00$00", Some(&[5; 61]))
+        .unwrap();
+    let resealed = UserKeys {
+        sealed: vec![5; 61],
+        ..k.clone()
+    };
+    assert_eq!(s.user_keys(a).unwrap(), Some(resealed.clone()));
+    assert_eq!(s.user_by_uid(a).unwrap().unwrap().phc, "$opaque$v1$00$00");
+    assert_eq!(s.session(&[9; 32]).unwrap(), None);
+    s.set_password_file(b, "$opaque$v1$01$01", Some(&[5; 61]))
+        .unwrap();
+    assert_eq!(s.user_keys(b).unwrap(), None, "no keys to reseal");
+    assert_eq!(
+        s.set_password_file(424_242, "x", None),
+        Err(StoreError::NotFound)
+    );
+    // Every version of a user's keys is logged, without the sealed seed.
+    let k2 = UserKeys {
+        enc_public: [6; 32],
+        sign_public: [7; 32],
+        version: 2,
+        signature: [8; 64],
+        sealed: vec![9; 61],
+    };
+    s.set_user_keys(a, &k2).unwrap();
+    let unsealed = |k: &UserKeys| UserKeys {
+        sealed: vec![],
+        ..k.clone()
+    };
+    assert_eq!(
+        s.user_key_log(a).unwrap(),
+        vec![unsealed(&k), unsealed(&k2)]
+    );
+    assert_eq!(s.user_key_log(b).unwrap(), vec![]);
     // Groups: members, key versions, wraps of the current version only.
     assert_eq!(s.members_of(g).unwrap(), vec![a, b]);
     assert_eq!(s.group_key(g).unwrap(), (0, None));

@@ -361,7 +361,10 @@ impl Manager {
             })
     }
 
-    /// Sets `user`'s keys: their own, or an admin's for a user that has none yet.
+    /// Sets `user`'s keys: only their own, never from a session a gateway opened. A new
+    /// version must be the next one and carry the signature of its change by the current
+    /// sign key (the first, by its own); the current version again may only replace the
+    /// sealed seed.
     pub fn user_key_set(&self, c: &Caller, user: &str, keys: &UserKeys) -> MgrResult<()> {
         if keys.sealed.len() > SEALED_SECRET_BYTES_MAX {
             return Err(MgrError::new(
@@ -374,18 +377,124 @@ impl Manager {
             .user_by_name(user)
             .map_err(|e| store_err(e, user))?
             .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, user.to_string()))?;
-        let has = st.user_keys(u.uid).map_err(|e| store_err(e, user))?;
-        let may = u.uid == c.uid || (c.admin && has.is_none());
-        if !may {
+        if u.uid != c.uid || c.via.is_some() {
             return Err(MgrError::new(
                 MgrStatus::PermissionDenied,
-                format!(
-                    "{user}: only the user sets their keys (an admin only for a user without any)"
-                ),
+                format!("{user}: only the user's own client sets their keys"),
             ));
         }
+        let has = st.user_keys(u.uid).map_err(|e| store_err(e, user))?;
+        check_key_change(u.uid, has.as_ref(), keys)
+            .map_err(|why| MgrError::new(MgrStatus::InvalidArgument, format!("{user}: {why}")))?;
         st.set_user_keys(u.uid, keys)
             .map_err(|e| store_err(e, user))
+    }
+
+    /// Encrypted files whose key file holds a wrap for the caller, or whose version the caller
+    /// signed, by inode after `after`.
+    pub fn e2e_wrapped_files(
+        &self,
+        c: &Caller,
+        after: u64,
+        limit: u32,
+    ) -> MgrResult<Vec<WrappedFile>> {
+        let limit = limit.clamp(1, WRAPPED_FILES_PAGE_MAX) as usize;
+        let me = nasd_e2e::Principal::User(c.uid);
+        let mut out = vec![];
+        let mut at = after;
+        while out.len() < limit {
+            let inos = self
+                .st()
+                .files_after(at, SCAN_BATCH)
+                .map_err(|e| store_err(e, "files"))?;
+            let Some(&last) = inos.last() else { break };
+            for ino in inos {
+                let Some(i) = self.st().inode(ino).map_err(|e| store_err(e, "file"))? else {
+                    continue;
+                };
+                let wrapped = i
+                    .e2e
+                    .as_ref()
+                    .and_then(|e| nasd_e2e::side::Side::decode(&e.side).ok())
+                    .is_some_and(|s| {
+                        s.signer == Some(c.uid)
+                            || s.key_file.entries().iter().any(|e| e.principal == me)
+                    });
+                if wrapped {
+                    out.push(WrappedFile {
+                        ino,
+                        path: self.path_of(ino),
+                    });
+                    if out.len() == limit {
+                        break;
+                    }
+                }
+            }
+            at = last;
+        }
+        Ok(out)
+    }
+
+    /// Replaces the caller's own wraps in `path`'s key file, and the signature of a version
+    /// the caller signed (a key rotation): anyone with a wrap there may, provided nothing else
+    /// of the state changes and a new signature verifies with the caller's current key.
+    pub fn e2e_rewrap(&self, c: &Caller, path: &str, update: E2eCommit) -> MgrResult<()> {
+        let i = self.resolve(c, path)?;
+        let Some(current) = &i.e2e else {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: the file is not encrypted"),
+            ));
+        };
+        let sign_key = self
+            .st()
+            .user_keys(c.uid)
+            .map_err(|e| store_err(e, path))?
+            .map(|k| k.sign_public);
+        only_own_wraps_change(c.uid, sign_key, current, &update.state).map_err(|why| {
+            denied(
+                path,
+                &format!("a rewrap may change only the caller's own wraps: {why}"),
+            )
+        })?;
+        let state = E2eState {
+            writer: current.writer,
+            ..update.state
+        };
+        self.st()
+            .set_e2e(i.ino, &update.expect, &state)
+            .map_err(|e| match e {
+                StoreError::Conflict => MgrError::new(
+                    MgrStatus::Conflict,
+                    format!("{path}: the file's keys or content changed meanwhile; read it again"),
+                ),
+                e => store_err(e, path),
+            })
+    }
+
+    /// Replaces the caller's own wraps of group secrets (gid, version, wrap): only of a
+    /// group's current version, and only where the caller holds a wrap already.
+    pub fn group_wrap_set(&self, c: &Caller, wraps: &[(u32, u32, Vec<u8>)]) -> MgrResult<()> {
+        let mut st = self.st();
+        for (gid, version, wrap) in wraps {
+            let what = format!("gid {gid}");
+            let (current, public) = st.group_key(*gid).map_err(|e| store_err(e, &what))?;
+            let holds = st
+                .group_wrap(*gid, c.uid)
+                .map_err(|e| store_err(e, &what))?;
+            let (Some(public), Some(_)) = (public, holds) else {
+                return Err(denied(&what, "no wrap of this group's key to replace"));
+            };
+            if *version != current || wrap.len() > GROUP_WRAP_BYTES_MAX {
+                return Err(MgrError::new(
+                    MgrStatus::Conflict,
+                    format!("{what}: key version {version} is not the group's current one"),
+                ));
+            }
+            st.set_group_key(*gid, current, &public, &[(c.uid, wrap.clone())])
+                .map_err(|e| store_err(e, &what))?;
+        }
+        Ok(())
     }
 
     /// Public keys of the users `uids` and `names` that have them; the caller's own entry
@@ -516,6 +625,115 @@ impl Manager {
         }
         Ok(out)
     }
+}
+
+/// Files read per store call while looking for the caller's wraps.
+const SCAN_BATCH: usize = 256;
+
+/// Whether `new` may follow `has` as a user's keys: the next version, signed by the current
+/// sign key (the first version by its own), or the current version again with only the
+/// sealed seed changed.
+fn check_key_change(uid: u32, has: Option<&UserKeys>, new: &UserKeys) -> Result<(), String> {
+    let same_keys = |h: &UserKeys| {
+        h.version == new.version
+            && h.enc_public == new.enc_public
+            && h.sign_public == new.sign_public
+            && h.signature == new.signature
+    };
+    let signer = match has {
+        Some(h) if same_keys(h) => return Ok(()),
+        Some(h) if new.version == h.version + 1 => h.sign_public,
+        None if new.version == 1 => new.sign_public,
+        Some(h) => {
+            return Err(format!(
+                "key version {} does not follow the current {}",
+                new.version, h.version
+            ))
+        }
+        None => {
+            return Err(format!(
+                "a user's first keys are version 1, not {}",
+                new.version
+            ))
+        }
+    };
+    let vk = ed25519_dalek::VerifyingKey::from_bytes(&signer)
+        .map_err(|_| "the signing key is not an Ed25519 key".to_string())?;
+    let sig = ed25519_dalek::Signature::from_bytes(&new.signature);
+    vk.verify_strict(&new.change_message(uid), &sig)
+        .map_err(|_| "the key change is not signed by the current key".to_string())
+}
+
+/// Whether `new` differs from `old` only in `uid`'s own wraps and, for a version `uid`
+/// signed, in a signature that verifies with `uid`'s current key `sign_key`: same record and
+/// side data but for the key file's entries for `uid`.
+fn only_own_wraps_change(
+    uid: u32,
+    sign_key: Option<[u8; 32]>,
+    old: &E2eState,
+    new: &E2eState,
+) -> Result<(), &'static str> {
+    if new.record != old.record {
+        return Err("the record differs");
+    }
+    let (Ok(a), Ok(b)) = (
+        nasd_e2e::side::Side::decode(&old.side),
+        nasd_e2e::side::Side::decode(&new.side),
+    ) else {
+        return Err("the side data does not decode");
+    };
+    if new.signature != old.signature {
+        let record = nasd_e2e::TrustedRecord::decode(&new.record)
+            .map_err(|_| "the record does not decode")?;
+        let sig: [u8; 64] = new
+            .signature
+            .as_slice()
+            .try_into()
+            .map_err(|_| "a signature is 64 bytes")?;
+        let verifies = sign_key.is_some_and(|k| {
+            nasd_e2e::sign::WriterPublicKey(k)
+                .verify_record(b.file_id, &record, &sig)
+                .is_ok()
+        });
+        if a.signer != Some(uid) || !verifies {
+            return Err("a new signature must be the caller's, of a version they signed");
+        }
+    }
+    if a.file_id != b.file_id
+        || a.signer != b.signer
+        || a.counters != b.counters
+        || a.integrity != b.integrity
+    {
+        return Err("more than the key file differs");
+    }
+    let me = nasd_e2e::Principal::User(uid);
+    let others = |s: &nasd_e2e::side::Side| -> Vec<nasd_e2e::keys::KeyFileEntry> {
+        s.key_file
+            .entries()
+            .iter()
+            .filter(|e| e.principal != me)
+            .cloned()
+            .collect()
+    };
+    let (oa, ob) = (others(&a), others(&b));
+    if oa.len() != ob.len() || !oa.iter().all(|e| ob.contains(e)) {
+        return Err("another principal's wraps differ");
+    }
+    let versions = |s: &nasd_e2e::side::Side| {
+        let mut v: Vec<u32> = s
+            .key_file
+            .entries()
+            .iter()
+            .filter(|e| e.principal == me)
+            .map(|e| e.key_version)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    if versions(&a) != versions(&b) {
+        return Err("the caller's wraps must cover the key versions they covered");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

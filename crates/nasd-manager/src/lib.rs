@@ -15,8 +15,11 @@
 //!   capabilities.
 //! - `ops`: one handler per call of the protocol's table, over the service (which knows
 //!   nothing of them).
-//! - [`users`]: Argon2id passwords, Ed25519 key logins, session tokens, one answer for every
-//!   failed login; [`backoff`]: waits after failed logins, per source and per user.
+//! - [`users`]: credentials (OPAQUE password files, enrollment codes, Ed25519 keys, the
+//!   Argon2id hashes of accounts made before protocol 15), session tokens, one answer for
+//!   every failed login; [`login`]: OPAQUE logins and registrations, enrollment codes and
+//!   the OPAQUE server keys' file; [`backoff`]: waits after failed logins, per source and per
+//!   user.
 //! - [`drives`]: drive registration, health and free space, working-key rotation, placement
 //!   of new components by room (degraded when the code allows).
 //! - [`e2e`]: end-to-end protection (issue 10): directory policies, files' trusted records
@@ -43,6 +46,7 @@ pub mod drives;
 pub mod e2e;
 pub mod heal;
 pub mod lease;
+pub mod login;
 mod ops;
 pub mod quota;
 pub mod scrub;

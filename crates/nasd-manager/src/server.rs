@@ -49,9 +49,10 @@ pub const LOGIN_DEADLINE_MS: u64 = 10_000;
 /// fits (16 404 bytes). Frame buffers are allocated at their declared size, so before
 /// authentication they stay small.
 pub const PRELOGIN_FRAME_BYTES_MAX: usize = 17 << 10;
-/// Password checks (Argon2id: 19 MiB of memory and tens of milliseconds of CPU each) running
-/// at once; more wait their turn (within the login deadline), so a crowd of login attempts
-/// costs bounded memory.
+/// Legacy password checks (Argon2id: 19 MiB of memory and tens of milliseconds of CPU each;
+/// only accounts made before manager protocol 15 log in so, once) running at once; more wait
+/// their turn (within the login deadline), so a crowd of login attempts costs bounded memory.
+/// OPAQUE logins hash nothing on the manager (the client runs the KSF).
 pub const PASSWORD_CHECKS_CONCURRENT_MAX: usize = 4;
 
 // Header (magic, version, kind, request id, tag), user, credential kind, password.
@@ -165,6 +166,8 @@ async fn connection_task(
                 login_deadline,
                 session: None,
                 challenge: None,
+                opaque_login: None,
+                registration: None,
             };
             if let Err(e) = connection(&sh, conn, stream).await {
                 tracing::debug!(%peer, "connection closed: {e}");
@@ -193,6 +196,14 @@ struct Conn {
     session: Option<Live>,
     /// The challenge given to this connection for a key login: (user, challenge), used once.
     challenge: Option<(String, [u8; CHALLENGE_BYTES])>,
+    /// An OPAQUE login between KE2 and KE3, with its backoff attempt; used once.
+    opaque_login: Option<(crate::login::PendingLogin, crate::backoff::Attempt)>,
+    /// An OPAQUE registration between its response and its upload (with the backoff
+    /// attempt of an enrollment); used once.
+    registration: Option<(
+        crate::login::PendingRegistration,
+        Option<crate::backoff::Attempt>,
+    )>,
 }
 
 /// Whether the connection stays open after a reply.
@@ -284,8 +295,153 @@ impl Serve for calls::Challenge {
 
 impl Serve for calls::Login {
     async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
-        login(sh, conn, self.user, self.credential).await
+        login(sh, conn, self.user, self.proof).await
     }
+}
+
+impl Serve for calls::OpaqueLoginStart {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        conn.opaque_login = None;
+        let attempt = match begin_attempt(sh, conn, &self.user) {
+            Ok(a) => a,
+            Err(r) => return (r, After::Continue),
+        };
+        let mgr = sh.mgr.clone();
+        let started = tokio::task::spawn_blocking(move || {
+            crate::login::login_start(&mgr.store, &mgr.opaque, &self.user, &self.request)
+        })
+        .await;
+        match started {
+            Ok(Ok((ke2, pending))) => {
+                conn.opaque_login = Some((pending, attempt));
+                (MgrReply::OpaqueMessage(OpaqueMessage(ke2)), After::Continue)
+            }
+            Ok(Err(e)) => (e.reply(), After::Continue),
+            Err(e) => (
+                MgrReply::error(MgrStatus::Internal, e.to_string()),
+                After::Close,
+            ),
+        }
+    }
+}
+
+impl Serve for calls::OpaqueLoginFinish {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        let Some((pending, attempt)) = conn.opaque_login.take() else {
+            let e = MgrError::new(
+                MgrStatus::InvalidArgument,
+                "an OPAQUE login finishes after its start, on the same connection",
+            );
+            return (e.reply(), After::Continue);
+        };
+        let (mgr, ttl) = (sh.mgr.clone(), sh.mgr.policy.session_ttl_ms);
+        let checked = tokio::task::spawn_blocking(move || {
+            pending.finish(&mgr.store, &self.finalization, ttl)
+        })
+        .await;
+        logged_in(sh, conn, checked, Some(attempt))
+    }
+}
+
+impl Serve for calls::OpaqueRegisterStart {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        conn.registration = None;
+        // From a session: the caller's own password; before login: an enrollment code,
+        // throttled like a login.
+        let (by, attempt) = match conn.session {
+            Some(_) => match gate(sh, conn, Self::NAME) {
+                Ok(c) => (Some(c.clone()), None),
+                Err((e, after)) => return (e.reply(), after),
+            },
+            None => match begin_attempt(sh, conn, &self.user) {
+                Ok(a) => (None, Some(a)),
+                Err(r) => return (r, After::Continue),
+            },
+        };
+        let mgr = sh.mgr.clone();
+        let user = self.user.clone();
+        let started = tokio::task::spawn_blocking(move || {
+            crate::login::register_start(
+                &mgr.store,
+                &mgr.opaque,
+                by.as_ref(),
+                &self.user,
+                &self.request,
+                self.code.as_deref(),
+                now_ms(),
+            )
+        })
+        .await;
+        match started {
+            Ok(Ok((response, pending))) => {
+                conn.registration = Some((pending, attempt));
+                (
+                    MgrReply::OpaqueMessage(OpaqueMessage(response)),
+                    After::Continue,
+                )
+            }
+            Ok(Err(e)) => {
+                tracing::info!(peer = %conn.peer, user = %user, "registration refused: {}", e.detail);
+                (e.reply(), After::Continue)
+            }
+            Err(e) => (
+                MgrReply::error(MgrStatus::Internal, e.to_string()),
+                After::Close,
+            ),
+        }
+    }
+}
+
+impl Serve for calls::OpaqueRegisterFinish {
+    async fn serve(self, sh: &Arc<Shared>, conn: &mut Conn) -> (MgrReply, After) {
+        let Some((pending, attempt)) = conn.registration.take() else {
+            let e = MgrError::new(
+                MgrStatus::InvalidArgument,
+                "a registration finishes after its start, on the same connection",
+            );
+            return (e.reply(), After::Continue);
+        };
+        let user = pending.user.clone();
+        let mgr = sh.mgr.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            pending.finish(&mgr.store, &self.upload, &self.sealed)
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => {
+                if let Some(a) = attempt {
+                    sh.logins.lock().expect("logins lock").succeeded(a);
+                }
+                // Every session of the user ended, this connection's included.
+                sh.mgr.sessions_changed();
+                tracing::info!(peer = %conn.peer, user = %user, "password file registered");
+                (MgrReply::Ok(()), After::Continue)
+            }
+            Ok(Err(e)) => (e.reply(), After::Continue),
+            Err(e) => (
+                MgrReply::error(MgrStatus::Internal, e.to_string()),
+                After::Close,
+            ),
+        }
+    }
+}
+
+/// The backoff's verdict on a login (or enrollment) attempt for `user` from this
+/// connection's source: the attempt, or the answer that refuses it.
+fn begin_attempt(
+    sh: &Shared,
+    conn: &Conn,
+    user: &str,
+) -> Result<crate::backoff::Attempt, MgrReply> {
+    let begun = sh
+        .logins
+        .lock()
+        .expect("logins lock")
+        .begin(user, conn.peer.ip(), now_ms());
+    begun.map_err(|r| {
+        tracing::info!(peer = %conn.peer, "login refused: backing off");
+        too_many_attempts(r)
+    })
 }
 
 impl Serve for calls::Logout {
@@ -343,7 +499,7 @@ async fn login(
     sh: &Arc<Shared>,
     conn: &mut Conn,
     user: String,
-    credential: Credential,
+    credential: LoginProof,
 ) -> (MgrReply, After) {
     // A challenge serves one login attempt, and only for the user it was asked for.
     let ch = conn
@@ -352,24 +508,16 @@ async fn login(
         .filter(|(u, _)| *u == user)
         .map(|(_, c)| c);
     let attempt = match credential {
-        Credential::Token(_) => None,
-        Credential::Password(_) | Credential::Signature(_) => {
-            let begun =
-                sh.logins
-                    .lock()
-                    .expect("logins lock")
-                    .begin(&user, conn.peer.ip(), now_ms());
-            match begun {
+        LoginProof::Token(_) => None,
+        LoginProof::LegacyPassword(_) | LoginProof::Signature(_) => {
+            match begin_attempt(sh, conn, &user) {
                 Ok(a) => Some(a),
-                Err(r) => {
-                    tracing::info!(peer = %conn.peer, "login refused: backing off");
-                    return (too_many_attempts(r), After::Continue);
-                }
+                Err(r) => return (r, After::Continue),
             }
         }
     };
     let permit = match credential {
-        Credential::Password(_) => Some(
+        LoginProof::LegacyPassword(_) => Some(
             sh.password_checks
                 .clone()
                 .acquire_owned()
@@ -385,6 +533,16 @@ async fn login(
         r
     })
     .await;
+    logged_in(sh, conn, checked, attempt)
+}
+
+/// Opens the connection's session after a checked login, or answers why not.
+fn logged_in(
+    sh: &Shared,
+    conn: &mut Conn,
+    checked: Result<crate::MgrResult<users::LoggedIn>, tokio::task::JoinError>,
+    attempt: Option<crate::backoff::Attempt>,
+) -> (MgrReply, After) {
     let ok = match checked {
         Ok(Ok(ok)) => ok,
         Ok(Err(e)) => {

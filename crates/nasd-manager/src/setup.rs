@@ -4,6 +4,7 @@
 //! DIR/manager.json   {"version": 1, "listen": "127.0.0.1:7700", "policy": {...}}
 //! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files)
 //! DIR/tls/           the cluster CA and the server certificate (see [`crate::tls`])
+//! DIR/keys/opaque.key  the OPAQUE server keys (OPRF seed, key pair; [`crate::login`])
 //! ```
 //!
 //! All of it is private to the manager's user (directories 0700, files 0600, whatever the
@@ -71,8 +72,9 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
         ));
     }
     nasd_private::create_dir(&o.dir).map_err(|e| err(e.to_string()))?;
+    let keys = crate::login::load_or_make_keys(&o.dir)?;
     let mut st = open_store(&o.dir)?;
-    users::add_user(&mut st, &o.admin_user, &o.admin_password, true)?;
+    users::add_password_user_here(&mut st, &keys, &o.admin_user, &o.admin_password, true)?;
     if st
         .group_by_name(users::USERS_GROUP)
         .map_err(|e| err(e.to_string()))?
@@ -111,8 +113,9 @@ pub async fn run(
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
     nasd_private::check_tree(dir).map_err(|e| err(e.to_string()))?;
+    let keys = crate::login::load_or_make_keys(dir)?;
     let st = open_store(dir)?;
-    let m = Manager::new(Box::new(st), cfg.policy.clone())?;
+    let m = Manager::with_keys(Box::new(st), cfg.policy.clone(), keys)?;
     let tls = tls::server_config(dir)?;
     let addr = listen.unwrap_or(&cfg.listen);
     let listener = tokio::net::TcpListener::bind(addr)

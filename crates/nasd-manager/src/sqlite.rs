@@ -4,11 +4,16 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 11 (the `meta` row `schema` holds it):
+//! Schema version 12 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT,
-//!        e2e_keys BLOB NULL)   e2e_keys: the user's public keys and sealed secret (UserKeys)
+//!        e2e_keys BLOB NULL)   phc: the credential verifier (an OPAQUE password file, an
+//!        enrollment code's hash, an Ed25519 key, or a legacy Argon2id hash; `users.rs`);
+//!        e2e_keys: the user's current public keys, their version and change signature, and
+//!        sealed seed (UserKeys)
+//! user_key_log(uid INT, version INT, keys BLOB, PK(uid, version))   every version of a
+//!        user's public keys as registered, with its signature (UserKeys, nothing sealed)
 //! groups(gid INTEGER PK, name TEXT UNIQUE, key_version INT, key_public BLOB NULL)
 //! group_wraps(gid INT, uid INT, version INT, wrap BLOB, PK(gid, uid))   the group's secret
 //!        of `version` wrapped to member `uid`
@@ -62,6 +67,11 @@
 //! (FIFOs, sockets, devices) are inodes of their kinds with neither layout nor target.
 //! Version 11 the file counters (`counters`, `drive_counts`, set from the files there are) and
 //! the index of stale files.
+//! Version 12 signed
+//! key changes: `e2e_keys` gained the keys' version and signature (keys stored before are
+//! version 1 with an all-zero signature: made before key changes were signed) and
+//! `user_key_log` the history; credentials may now be OPAQUE password files or enrollment
+//! codes (the Argon2id hashes stay until each user's next login moves them over).
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -73,7 +83,7 @@ use std::path::Path;
 
 mod counts;
 
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -142,6 +152,8 @@ ALTER TABLE groups ADD COLUMN key_version INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE groups ADD COLUMN key_public BLOB;
 CREATE TABLE group_wraps(gid INTEGER NOT NULL, uid INTEGER NOT NULL,
     version INTEGER NOT NULL, wrap BLOB NOT NULL, PRIMARY KEY(gid, uid));
+CREATE TABLE user_key_log(uid INTEGER NOT NULL, version INTEGER NOT NULL, keys BLOB NOT NULL,
+    PRIMARY KEY(uid, version));
 ";
 
 /// What version 3 adds to any database (new, or migrated from 2).
@@ -169,6 +181,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_8_to_9,
     migrate_9_to_10,
     counts::migrate_10_to_11,
+    migrate_11_to_12,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -404,6 +417,84 @@ fn migrate_8_to_9(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
              version INTEGER NOT NULL, wrap BLOB NOT NULL, PRIMARY KEY(gid, uid));",
     )
     .map_err(db)
+}
+
+/// Schema 11 to 12: users' keys carry a version and the signature of their change, and a log
+/// of every version. Keys stored before become version 1 with an all-zero signature (they
+/// were made before key changes were signed) and the first entry of their user's log.
+fn migrate_11_to_12(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(
+        "CREATE TABLE user_key_log(uid INTEGER NOT NULL, version INTEGER NOT NULL,
+             keys BLOB NOT NULL, PRIMARY KEY(uid, version));",
+    )
+    .map_err(db)?;
+    let old: Vec<(u32, Vec<u8>)> = {
+        let mut st = tx
+            .prepare("SELECT uid, e2e_keys FROM users WHERE e2e_keys IS NOT NULL")
+            .map_err(db)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)?
+    };
+    for (uid, blob) in old {
+        // Schema 9 to 11's encoding: [32] enc_public, [32] sign_public, blob sealed.
+        let mut r = nasd_proto::codec::Reader::new(&blob);
+        let decoded = (|| -> Result<UserKeys, nasd_proto::DecodeError> {
+            let k = UserKeys {
+                enc_public: r.array("enc public")?,
+                sign_public: r.array("sign public")?,
+                version: 1,
+                signature: [0; 64],
+                sealed: r
+                    .blob(nasd_proto::e2e::SEALED_SECRET_BYTES_MAX, "sealed secret")?
+                    .to_vec(),
+            };
+            r.finish("user keys")?;
+            Ok(k)
+        })();
+        let Ok(keys) = decoded else {
+            // Never written by us: the user makes keys anew at their next login.
+            tx.execute(
+                "UPDATE users SET e2e_keys = NULL WHERE uid = ?1",
+                params![uid],
+            )
+            .map_err(db)?;
+            continue;
+        };
+        tx.execute(
+            "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
+            params![uid, keys_blob(&keys)],
+        )
+        .map_err(db)?;
+        tx.execute(
+            "INSERT INTO user_key_log(uid, version, keys) VALUES (?1, 1, ?2)",
+            params![
+                uid,
+                keys_blob(&UserKeys {
+                    sealed: vec![],
+                    ..keys
+                })
+            ],
+        )
+        .map_err(db)?;
+    }
+    Ok(())
+}
+
+/// A user's keys as their columns hold them.
+fn keys_blob(keys: &UserKeys) -> Vec<u8> {
+    let mut w = nasd_proto::codec::Writer::new();
+    keys.put(&mut w);
+    w.into_vec()
+}
+
+/// The keys of a column; a value that does not decode reads as none (never written by us).
+fn keys_of(b: &[u8]) -> Option<UserKeys> {
+    let mut r = nasd_proto::codec::Reader::new(b);
+    let k = UserKeys::get(&mut r).ok()?;
+    r.finish("user keys").ok()?;
+    Some(k)
 }
 
 /// An end-to-end state as its column holds it.
@@ -1452,26 +1543,76 @@ impl MetaStore for SqliteStore {
             .optional()
             .map_err(db)?
             .flatten();
-        Ok(b.and_then(|b| {
-            let mut r = nasd_proto::codec::Reader::new(&b);
-            UserKeys::get(&mut r).ok()
-        }))
+        Ok(b.and_then(|b| keys_of(&b)))
     }
 
     fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()> {
-        let mut w = nasd_proto::codec::Writer::new();
-        keys.put(&mut w);
-        let n = self
-            .db
+        let tx = self.db.transaction().map_err(db)?;
+        let n = tx
             .execute(
                 "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
-                params![uid, w.into_vec()],
+                params![uid, keys_blob(keys)],
             )
             .map_err(db)?;
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        Ok(())
+        let public = UserKeys {
+            sealed: vec![],
+            ..keys.clone()
+        };
+        tx.execute(
+            "INSERT OR IGNORE INTO user_key_log(uid, version, keys) VALUES (?1, ?2, ?3)",
+            params![uid, keys.version, keys_blob(&public)],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        let keys: Option<Option<Vec<u8>>> = tx
+            .query_row(
+                "SELECT e2e_keys FROM users WHERE uid = ?1",
+                params![uid],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        let Some(keys) = keys else {
+            return Err(StoreError::NotFound);
+        };
+        tx.execute(
+            "UPDATE users SET phc = ?2 WHERE uid = ?1",
+            params![uid, phc],
+        )
+        .map_err(db)?;
+        if let (Some(sealed), Some(mut k)) = (sealed, keys.as_deref().and_then(keys_of)) {
+            k.sealed = sealed.to_vec();
+            tx.execute(
+                "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
+                params![uid, keys_blob(&k)],
+            )
+            .map_err(db)?;
+        }
+        tx.execute(
+            "DELETE FROM sessions WHERE uid = ?1 OR via = ?1",
+            params![uid],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<UserKeys>> {
+        let mut st = self
+            .db
+            .prepare("SELECT keys FROM user_key_log WHERE uid = ?1 ORDER BY version")
+            .map_err(db)?;
+        let rows = st
+            .query_map(params![uid], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(db)?;
+        let blobs: Vec<Vec<u8>> = rows.collect::<Result<_, _>>().map_err(db)?;
+        Ok(blobs.iter().filter_map(|b| keys_of(b)).collect())
     }
 
     fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)> {
@@ -2648,8 +2789,10 @@ mod tests {
                 ),
                 (2, 1, 1, 123)
             );
+            // Back to version 10: no counters (11), no key log (12; no user has keys here).
             s.db.execute_batch(
-                "DROP TABLE counters; DROP TABLE drive_counts; DROP INDEX inodes_stale;",
+                "DROP TABLE counters; DROP TABLE drive_counts; DROP INDEX inodes_stale;
+                 DROP TABLE user_key_log;",
             )
             .unwrap();
             s.put_meta("schema", &10u32.to_le_bytes()).unwrap();

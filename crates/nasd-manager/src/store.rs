@@ -67,7 +67,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct User {
     pub uid: u32,
     pub name: String,
-    /// Argon2id PHC string.
+    /// The credential verifier (`crate::users`): an OPAQUE password file, an enrollment
+    /// code's hash, an Ed25519 public key, or a legacy Argon2id PHC string.
     pub phc: String,
     pub admin: bool,
     /// Primary group.
@@ -330,6 +331,13 @@ pub trait MetaStore: Send {
     /// the same transaction, forgets every session of the user: a session never outlives the
     /// credential it was opened with. `NotFound` for an unknown uid.
     fn set_credential(&mut self, uid: u32, phc: &str) -> StoreResult<()>;
+    /// Replaces a user's credential with an OPAQUE password file and, when `sealed` is given
+    /// and the user has keys, their sealed seed (keys unchanged), forgetting every session of
+    /// the user, all in one transaction. `NotFound` for an unknown uid.
+    fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>) -> StoreResult<()>;
+    /// The versions of `uid`'s keys, oldest first, as each was registered (with the signature
+    /// of its change): the key chain a later check verifies.
+    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<UserKeys>>;
     /// Makes `uid` a gateway or not; turning it off forgets, in the same transaction, every
     /// session it opened for others. `NotFound` for an unknown uid.
     fn set_gateway(&mut self, uid: u32, on: bool) -> StoreResult<()>;
@@ -344,7 +352,8 @@ pub trait MetaStore: Send {
 
     /// A user's end-to-end keys (issue 10), if set.
     fn user_keys(&self, uid: u32) -> StoreResult<Option<UserKeys>>;
-    /// Sets a user's end-to-end keys. `NotFound` for an unknown uid.
+    /// Sets a user's end-to-end keys; a new version is also appended to the user's key log.
+    /// `NotFound` for an unknown uid.
     fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()>;
     /// A group's key pair: its version (0: none yet) and public half.
     fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)>;

@@ -1,17 +1,26 @@
-//! Users, passwords, keys and sessions. A user has either a password, stored as an Argon2id
-//! PHC string, or an Ed25519 public key, stored in the same column as `$ed25519$<hex>`; a key
-//! user logs in by signing [`login_message`] over a fresh challenge the manager gave this
-//! connection (so a signature is good for one login only). A successful login returns a random
+//! Users, credentials and sessions. The store's credential column (`phc`) holds one of:
+//! - `$opaque$v1$<credential id hex>$<record hex>`: a password user's OPAQUE password file
+//!   ([`crate::login`]); the manager never holds the password or anything it can test a
+//!   guess against without its OPAQUE server keys, which live outside the database;
+//! - `$enroll$v1$<BLAKE3 hex of the code>$<expires_ms>`: an account waiting for its user to
+//!   set a password with the one-time code `user add` (or an admin's reset) gave;
+//! - `$ed25519$<hex>`: a key user's Ed25519 public key; they log in by signing
+//!   [`login_message`] over a fresh challenge the manager gave this connection (so a
+//!   signature is good for one login only);
+//! - an Argon2id PHC string: the password hash of an account made before manager protocol 15,
+//!   checked once more at its user's next login ([`LoginProof::LegacyPassword`]), after which
+//!   their client registers through OPAQUE and the hash is deleted. A successful login returns a random
 //! session token whose BLAKE3 hash the store keeps, so later commands (`nasd login` once, then
 //! `nasd ls`) authenticate without the credential until it expires, the user logs out
 //! ([`logout`]), or their credential changes ([`set_credential`] ends every session).
 //!
 //! A failed login answers the same whatever failed — an unknown user, a user without a
-//! credential of that kind, or a wrong one — and costs the same: a password is always checked
-//! against an Argon2id hash ([`dummy_phc`] when there is no real one) and a signature always
-//! against an Ed25519 key. Only the credential kind, which the client chose, shapes the answer
-//! ([`PASSWORD_REFUSED`], [`SIGNATURE_REFUSED`], [`TOKEN_REFUSED`]). How often one may fail is
-//! [`crate::backoff`]'s business.
+//! credential of that kind, or a wrong one — and costs the same: a legacy password is always
+//! checked against an Argon2id hash ([`dummy_phc`] when there is no real one), an OPAQUE
+//! login always answered from a record (a fake one when there is no real one), and a
+//! signature always checked against an Ed25519 key. Only the credential kind, which the client
+//! chose, shapes the answer ([`PASSWORD_REFUSED`], [`SIGNATURE_REFUSED`], [`TOKEN_REFUSED`]).
+//! How often one may fail is [`crate::backoff`]'s business.
 
 use crate::service::Caller;
 use crate::store::{MetaStore, S3Key, SessionRecord, StoreError, User};
@@ -21,7 +30,7 @@ use argon2::password_hash::{
 };
 use argon2::Argon2;
 use nasd_proto::manager::{
-    login_message, Credential, MgrStatus, CHALLENGE_BYTES, PUBLIC_KEY_BYTES, TOKEN_BYTES,
+    login_message, LoginProof, MgrStatus, CHALLENGE_BYTES, PUBLIC_KEY_BYTES, TOKEN_BYTES,
 };
 use std::sync::{Mutex, OnceLock};
 
@@ -75,13 +84,21 @@ pub fn check_account_name(name: &str) -> MgrResult<()> {
     ))
 }
 
-pub fn hash_password(password: &str) -> MgrResult<String> {
+/// A password given to this host (`manager init`) is of an accepted length.
+pub fn check_password(password: &str) -> MgrResult<()> {
     if password.len() < PASSWORD_BYTES_MIN || password.len() > PASSWORD_BYTES_MAX {
         return Err(MgrError::new(
             MgrStatus::InvalidArgument,
             format!("passwords are {PASSWORD_BYTES_MIN} to {PASSWORD_BYTES_MAX} bytes"),
         ));
     }
+    Ok(())
+}
+
+/// An Argon2id PHC string of `password`, as accounts made before manager protocol 15 have
+/// (and the dummy every legacy check of an unknown user costs).
+pub fn hash_password(password: &str) -> MgrResult<String> {
+    check_password(password)?;
     let salt = SaltString::generate(&mut OsRng);
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
@@ -164,7 +181,7 @@ pub fn token_hash(token: &[u8; TOKEN_BYTES]) -> [u8; 32] {
     *blake3::hash(token).as_bytes()
 }
 
-fn db(e: StoreError) -> MgrError {
+pub(crate) fn db(e: StoreError) -> MgrError {
     MgrError::new(MgrStatus::Internal, e.to_string())
 }
 
@@ -284,7 +301,7 @@ fn random_chars(alphabet: &[u8], n: usize) -> String {
 
 /// The user `name`, if `by` is that user or an admin; else `PermissionDenied` with
 /// `denied` as the detail.
-fn self_or_admin(
+pub(crate) fn self_or_admin(
     st: &dyn MetaStore,
     by: &Caller,
     name: &str,
@@ -397,12 +414,12 @@ pub fn set_gateway(st: &mut dyn MetaStore, name: &str, on: bool) -> MgrResult<()
     st.set_gateway(u.uid, on).map_err(db)
 }
 
-/// The answer to every failed password or key login for `cred`'s kind.
-pub fn refused(cred: &Credential) -> MgrError {
-    match cred {
-        Credential::Password(_) => MgrError::new(MgrStatus::WrongPassword, PASSWORD_REFUSED),
-        Credential::Signature(_) => MgrError::new(MgrStatus::WrongPassword, SIGNATURE_REFUSED),
-        Credential::Token(_) => MgrError::new(MgrStatus::SessionExpired, TOKEN_REFUSED),
+/// The answer to every failed password or key login for `proof`'s kind.
+pub fn refused(proof: &LoginProof) -> MgrError {
+    match proof {
+        LoginProof::LegacyPassword(_) => MgrError::new(MgrStatus::WrongPassword, PASSWORD_REFUSED),
+        LoginProof::Signature(_) => MgrError::new(MgrStatus::WrongPassword, SIGNATURE_REFUSED),
+        LoginProof::Token(_) => MgrError::new(MgrStatus::SessionExpired, TOKEN_REFUSED),
     }
 }
 
@@ -413,7 +430,7 @@ pub fn refused(cred: &Credential) -> MgrError {
 pub fn login(
     store: &Mutex<Box<dyn MetaStore>>,
     user: &str,
-    cred: &Credential,
+    cred: &LoginProof,
     session_ttl_ms: u64,
     challenge: Option<&[u8; CHALLENGE_BYTES]>,
 ) -> MgrResult<LoggedIn> {
@@ -424,8 +441,8 @@ pub fn login(
         .map_err(db)?;
     let verifier = known.as_ref().map(|u| u.phc.as_str()).unwrap_or("");
     let ok = match cred {
-        Credential::Password(p) => password_matches(verifier, p),
-        Credential::Signature(sig) => {
+        LoginProof::LegacyPassword(p) => password_matches(verifier, p),
+        LoginProof::Signature(sig) => {
             let Some(ch) = challenge else {
                 return Err(MgrError::new(
                     MgrStatus::InvalidArgument,
@@ -434,7 +451,7 @@ pub fn login(
             };
             signature_matches(verifier, user, ch, sig)
         }
-        Credential::Token(t) => return resume_session(store, known.map(|u| u.uid), t),
+        LoginProof::Token(t) => return resume_session(store, known.map(|u| u.uid), t),
     };
     match known {
         Some(u) if ok => {
@@ -486,7 +503,7 @@ fn resume_session(
             expires_ms: s.expires_ms,
             via: s.via,
         }),
-        _ => Err(refused(&Credential::Token(*token))),
+        _ => Err(refused(&LoginProof::Token(*token))),
     }
 }
 
@@ -494,7 +511,7 @@ fn resume_session(
 /// credential is no longer `verified` (changed while it was being checked): a session must
 /// never outlive the credential it was opened with, and [`set_credential`] has already ended
 /// the sessions it could see.
-fn new_session(
+pub(crate) fn new_session(
     store: &Mutex<Box<dyn MetaStore>>,
     uid: u32,
     verified: &str,
@@ -539,35 +556,69 @@ pub fn session_live(st: &dyn MetaStore, token_hash: &[u8; 32], uid: u32) -> MgrR
         .is_some_and(|s| s.uid == uid && s.expires_ms > now_ms()))
 }
 
-/// The new credential of a `user passwd`: a password, or a public key.
+/// The new credential of a `user passwd`: a public key, or a fresh enrollment code (an
+/// admin's reset of a password user).
 pub enum NewCredential<'a> {
-    Password(&'a str),
     PublicKey(&'a [u8; PUBLIC_KEY_BYTES]),
+    Enrollment(&'a crate::login::EnrollmentCode),
 }
 
 /// Sets `name`'s credential on behalf of `by` (the user themself, or an admin) and ends every
-/// session of the user, in one store transaction. The Argon2id hash is made before the store
-/// lock is taken.
+/// session of the user, in one store transaction. Returns the user's uid.
 pub fn set_credential(
     store: &Mutex<Box<dyn MetaStore>>,
     by: &Caller,
     name: &str,
     new: NewCredential<'_>,
-) -> MgrResult<()> {
+) -> MgrResult<u32> {
     let verifier = match new {
-        NewCredential::Password(p) => hash_password(p)?,
         NewCredential::PublicKey(pk) => key_verifier(pk)?,
+        NewCredential::Enrollment(code) => code.verifier(),
     };
     let mut st = store.lock().expect("store lock");
     let u = self_or_admin(st.as_ref(), by, name, || {
         format!("changing the credential of {name}")
     })?;
-    st.set_credential(u.uid, &verifier).map_err(db)
+    st.set_credential(u.uid, &verifier).map_err(db)?;
+    Ok(u.uid)
 }
 
-/// Adds a user with `users` (or, for admins, `admin`) as primary group.
-pub fn add_user(st: &mut dyn MetaStore, name: &str, password: &str, admin: bool) -> MgrResult<u32> {
+/// Adds a password user with `users` (or, for admins, `admin`) as primary group and no
+/// password yet: the enrollment code their client sets one with.
+pub fn add_user(
+    st: &mut dyn MetaStore,
+    name: &str,
+    admin: bool,
+) -> MgrResult<(u32, crate::login::EnrollmentCode)> {
+    let code = crate::login::EnrollmentCode::generate(now_ms());
+    let uid = add_user_with(st, name, &code.verifier(), admin)?;
+    Ok((uid, code))
+}
+
+/// Adds an account made before manager protocol 15 (an Argon2id hash of `password`): what
+/// tests of the move to OPAQUE start from.
+pub fn add_legacy_user(
+    st: &mut dyn MetaStore,
+    name: &str,
+    password: &str,
+    admin: bool,
+) -> MgrResult<u32> {
     add_user_with(st, name, &hash_password(password)?, admin)
+}
+
+/// Adds a password user whose password was given to this host (`nasd manager init`'s first
+/// admin): their OPAQUE password file is made here, both halves of the registration run in
+/// this process, and the password goes nowhere else.
+pub fn add_password_user_here(
+    st: &mut dyn MetaStore,
+    keys: &nasd_client::opaque::ServerKeys,
+    name: &str,
+    password: &str,
+    admin: bool,
+) -> MgrResult<u32> {
+    check_password(password)?;
+    let verifier = crate::login::register_here(keys, password)?;
+    add_user_with(st, name, &verifier, admin)
 }
 
 /// Adds a user who logs in with the Ed25519 key `pk` (and has no password).
@@ -603,36 +654,36 @@ mod tests {
         Mutex::new(Box::new(SqliteStore::in_memory().unwrap()))
     }
 
-    fn pw(p: &str) -> Credential {
-        Credential::Password(p.into())
+    fn pw(p: &str) -> LoginProof {
+        LoginProof::LegacyPassword(p.into())
     }
 
-    fn sign(k: &SigningKey, user: &str, ch: &[u8; 32]) -> Credential {
-        Credential::Signature(k.sign(&login_message(user, ch)).to_bytes())
+    fn sign(k: &SigningKey, user: &str, ch: &[u8; 32]) -> LoginProof {
+        LoginProof::Signature(k.sign(&login_message(user, ch)).to_bytes())
     }
 
     #[test]
     fn login_by_password_then_token() {
         let m = store();
-        add_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
+        add_legacy_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
         let wrong = login(&m, "alice", &pw("nope"), 1000, None).unwrap_err();
         assert_eq!(wrong.status, MgrStatus::WrongPassword);
         let ok = login(&m, "alice", &pw("secret"), 60_000, None).unwrap();
         assert_eq!(ok.caller.name, "alice");
         assert!(!ok.caller.admin);
-        let again = login(&m, "alice", &Credential::Token(ok.token), 60_000, None).unwrap();
+        let again = login(&m, "alice", &LoginProof::Token(ok.token), 60_000, None).unwrap();
         assert_eq!(again.caller.uid, ok.caller.uid);
         assert_eq!(again.expires_ms, ok.expires_ms);
-        let bad = login(&m, "alice", &Credential::Token([0; 32]), 60_000, None).unwrap_err();
+        let bad = login(&m, "alice", &LoginProof::Token([0; 32]), 60_000, None).unwrap_err();
         assert_eq!(bad.status, MgrStatus::SessionExpired);
         // A token is good only for its own user, and an expired one for nobody.
-        add_user(m.lock().unwrap().as_mut(), "bob", "secret2", false).unwrap();
-        let theirs = login(&m, "bob", &Credential::Token(ok.token), 60_000, None).unwrap_err();
+        add_legacy_user(m.lock().unwrap().as_mut(), "bob", "secret2", false).unwrap();
+        let theirs = login(&m, "bob", &LoginProof::Token(ok.token), 60_000, None).unwrap_err();
         assert_eq!(theirs, bad);
         let old = login(&m, "alice", &pw("secret"), 0, None).unwrap();
-        let exp = login(&m, "alice", &Credential::Token(old.token), 60_000, None).unwrap_err();
+        let exp = login(&m, "alice", &LoginProof::Token(old.token), 60_000, None).unwrap_err();
         assert_eq!(exp, bad);
-        let nobody = login(&m, "zed", &Credential::Token(ok.token), 60_000, None).unwrap_err();
+        let nobody = login(&m, "zed", &LoginProof::Token(ok.token), 60_000, None).unwrap_err();
         assert_eq!(nobody, bad);
     }
 
@@ -643,7 +694,7 @@ mod tests {
         let other = SigningKey::from_bytes(&[8; 32]);
         {
             let mut st = m.lock().unwrap();
-            add_user(st.as_mut(), "alice", "secret", false).unwrap();
+            add_legacy_user(st.as_mut(), "alice", "secret", false).unwrap();
             add_key_user(st.as_mut(), "carol", &key.verifying_key().to_bytes(), false).unwrap();
         }
         let refused_pw = refused(&pw("x"));
@@ -651,7 +702,7 @@ mod tests {
             assert_eq!(login(&m, user, &pw(p), 1000, None).unwrap_err(), refused_pw);
         }
         let ch = [3u8; CHALLENGE_BYTES];
-        let refused_sig = refused(&Credential::Signature([0; 64]));
+        let refused_sig = refused(&LoginProof::Signature([0; 64]));
         assert_ne!(refused_sig.detail, refused_pw.detail);
         for (user, k) in [("carol", &other), ("alice", &key), ("nobody", &key)] {
             let e = login(&m, user, &sign(k, user, &ch), 1000, Some(&ch)).unwrap_err();
@@ -722,7 +773,7 @@ mod tests {
     #[test]
     fn a_new_password_or_key_ends_every_session_and_logout_ends_one() {
         let m = store();
-        add_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
+        add_legacy_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
         let a = login(&m, "alice", &pw("secret"), 60_000, None).unwrap();
         let b = login(&m, "alice", &pw("secret"), 60_000, None).unwrap();
         let live = |t: &[u8; 32]| {
@@ -732,32 +783,39 @@ mod tests {
         // Logout ends one session.
         assert!(logout(m.lock().unwrap().as_mut(), &token_hash(&a.token)).unwrap());
         assert!(!live(&a.token) && live(&b.token));
-        let e = login(&m, "alice", &Credential::Token(a.token), 60_000, None).unwrap_err();
+        let e = login(&m, "alice", &LoginProof::Token(a.token), 60_000, None).unwrap_err();
         assert_eq!(e.status, MgrStatus::SessionExpired);
-        // A password change ends them all; only the new password logs in.
-        set_credential(&m, &a.caller, "alice", NewCredential::Password("other")).unwrap();
+        // A reset to an enrollment code ends them all; the old password logs in no more.
+        let code = crate::login::EnrollmentCode::generate(now_ms());
+        set_credential(&m, &a.caller, "alice", NewCredential::Enrollment(&code)).unwrap();
         assert!(!live(&b.token));
         assert!(login(&m, "alice", &pw("secret"), 60_000, None).is_err());
-        let c = login(&m, "alice", &pw("other"), 60_000, None).unwrap();
+        add_legacy_user(m.lock().unwrap().as_mut(), "alice2", "other", false).unwrap();
+        let c = login(&m, "alice2", &pw("other"), 60_000, None).unwrap();
         // So does a key change, made by an admin.
         let key = SigningKey::from_bytes(&[5; 32]);
         let pk = key.verifying_key().to_bytes();
-        set_credential(&m, &admin(), "alice", NewCredential::PublicKey(&pk)).unwrap();
-        assert!(!live(&c.token));
+        let live2 = |t: &[u8; 32]| {
+            session_live(m.lock().unwrap().as_ref(), &token_hash(t), c.caller.uid).unwrap()
+        };
+        assert!(live2(&c.token));
+        set_credential(&m, &admin(), "alice2", NewCredential::PublicKey(&pk)).unwrap();
+        assert!(!live2(&c.token));
         let ch = [1u8; 32];
-        login(&m, "alice", &sign(&key, "alice", &ch), 60_000, Some(&ch)).unwrap();
+        login(&m, "alice2", &sign(&key, "alice2", &ch), 60_000, Some(&ch)).unwrap();
         // Nobody changes another user's credential but an admin.
-        add_user(m.lock().unwrap().as_mut(), "bob", "secret", false).unwrap();
-        let e = set_credential(&m, &c.caller, "bob", NewCredential::Password("mine!"));
+        add_legacy_user(m.lock().unwrap().as_mut(), "bob", "secret", false).unwrap();
+        let e = set_credential(&m, &c.caller, "bob", NewCredential::Enrollment(&code));
         assert_eq!(e.unwrap_err().status, MgrStatus::PermissionDenied);
     }
 
     #[test]
     fn a_session_is_not_opened_on_a_credential_that_changed_while_it_was_checked() {
         let m = store();
-        add_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
+        add_legacy_user(m.lock().unwrap().as_mut(), "alice", "secret", false).unwrap();
         let verified = m.lock().unwrap().user_by_name("alice").unwrap().unwrap();
-        set_credential(&m, &admin(), "alice", NewCredential::Password("changed")).unwrap();
+        let code = crate::login::EnrollmentCode::generate(now_ms());
+        set_credential(&m, &admin(), "alice", NewCredential::Enrollment(&code)).unwrap();
         let s = new_session(&m, verified.uid, &verified.phc, 60_000).unwrap();
         assert!(s.is_none());
     }
@@ -786,7 +844,7 @@ mod tests {
             assert!(!e.detail.contains('\n') && !e.detail.contains('\u{1b}'));
         }
         let mut st = SqliteStore::in_memory().unwrap();
-        let e = add_user(&mut st, "Bad Name", "secret", false).unwrap_err();
+        let e = add_legacy_user(&mut st, "Bad Name", "secret", false).unwrap_err();
         assert_eq!(e.status, MgrStatus::BadName);
     }
 }

@@ -16,7 +16,8 @@
 //! E2eState    := blob record (<= E2E_RECORD_BYTES_MAX), u32 writer,
 //!                blob signature (0 or 64 bytes), blob side (<= E2E_SIDE_BYTES_MAX)
 //! E2eCommit   := [32] expect, E2eState
-//! UserKeys    := [32] enc_public, [32] sign_public, blob sealed (<= SEALED_SECRET_BYTES_MAX)
+//! UserKeys    := [32] enc_public, [32] sign_public, u32 version, [64] signature,
+//!                blob sealed (<= SEALED_SECRET_BYTES_MAX)
 //! ```
 
 use crate::codec::{Reader, Writer};
@@ -31,8 +32,28 @@ pub const E2E_RECORD_BYTES_MAX: usize = 128;
 pub const E2E_SIDE_BYTES_MAX: usize = 256 << 10;
 /// An Ed25519 signature.
 pub const SIGNATURE_BYTES: usize = 64;
-/// Largest sealed user secret (a 32-byte seed under Argon2id and an AEAD, with its header).
+/// Largest sealed user secret (a 32-byte seed under an AEAD, with its header).
 pub const SEALED_SECRET_BYTES_MAX: usize = 512;
+/// Domain separation of the signature over a user's key change ([`key_change_message`]).
+pub const KEY_CHANGE_CONTEXT: &[u8] = b"nasd user key change v1\0";
+
+/// What the Ed25519 key of `uid`'s previous keys (the new sign key itself for version 1)
+/// signs when the user's keys become version `version`: the context, the uid, the version
+/// and both new public keys. Kept with the keys, so a key chain can be checked later.
+pub fn key_change_message(
+    uid: u32,
+    version: u32,
+    enc_public: &[u8; 32],
+    sign_public: &[u8; 32],
+) -> Vec<u8> {
+    let mut m = Vec::with_capacity(KEY_CHANGE_CONTEXT.len() + 8 + 64);
+    m.extend_from_slice(KEY_CHANGE_CONTEXT);
+    m.extend_from_slice(&uid.to_le_bytes());
+    m.extend_from_slice(&version.to_le_bytes());
+    m.extend_from_slice(enc_public);
+    m.extend_from_slice(sign_public);
+    m
+}
 /// Most wraps one `GroupKeySet` carries, and most ids one key lookup names.
 pub const KEY_LIST_MAX: usize = 4096;
 /// Smallest and largest block sizes a policy may name, as powers of two (1 KiB .. 64 KiB).
@@ -302,12 +323,17 @@ impl E2eCommit {
     }
 }
 
-/// A user's end-to-end public keys (X25519 for key wraps, Ed25519 for signatures) and, only
-/// ever returned to the user, their secret sealed under their password.
+/// A user's end-to-end public keys (X25519 for key wraps, Ed25519 for signatures), their
+/// version (1 for the first, one more at each change) and the signature of
+/// [`key_change_message`] by the previous version's sign key (version 1: by its own; all
+/// zeros: keys made before key changes were signed), and, only ever returned to the user,
+/// their seed sealed under a key from their OPAQUE export key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct UserKeys {
     pub enc_public: [u8; 32],
     pub sign_public: [u8; 32],
+    pub version: u32,
+    pub signature: [u8; SIGNATURE_BYTES],
     pub sealed: Vec<u8>,
 }
 
@@ -316,6 +342,7 @@ impl std::fmt::Debug for UserKeys {
         f.debug_struct("UserKeys")
             .field("enc_public", &hex8(&self.enc_public))
             .field("sign_public", &hex8(&self.sign_public))
+            .field("version", &self.version)
             .field("sealed_bytes", &self.sealed.len())
             .finish()
     }
@@ -329,6 +356,8 @@ impl UserKeys {
     pub fn put(&self, w: &mut Writer) {
         w.bytes(&self.enc_public);
         w.bytes(&self.sign_public);
+        w.u32(self.version);
+        w.bytes(&self.signature);
         w.blob(&self.sealed);
     }
 
@@ -336,8 +365,15 @@ impl UserKeys {
         Ok(UserKeys {
             enc_public: r.array("enc public")?,
             sign_public: r.array("sign public")?,
+            version: r.u32("key version")?,
+            signature: r.array("key signature")?,
             sealed: r.blob(SEALED_SECRET_BYTES_MAX, "sealed secret")?.to_vec(),
         })
+    }
+
+    /// The message this version's signature signs.
+    pub fn change_message(&self, uid: u32) -> Vec<u8> {
+        key_change_message(uid, self.version, &self.enc_public, &self.sign_public)
     }
 }
 

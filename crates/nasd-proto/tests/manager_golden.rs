@@ -112,15 +112,36 @@ fn requests_1() -> Vec<MgrRequest> {
     vec![
         MgrRequest::Login(calls::Login {
             user: "alice".into(),
-            credential: Credential::Password("pw".into()),
+            proof: LoginProof::LegacyPassword("pw".into()),
         }),
         MgrRequest::Login(calls::Login {
             user: "alice".into(),
-            credential: Credential::Token([3; 32]),
+            proof: LoginProof::Token([3; 32]),
         }),
         MgrRequest::Login(calls::Login {
             user: "carol".into(),
-            credential: Credential::Signature([8; 64]),
+            proof: LoginProof::Signature([8; 64]),
+        }),
+        MgrRequest::OpaqueLoginStart(calls::OpaqueLoginStart {
+            user: "alice".into(),
+            request: [4; OPAQUE_KE1_BYTES],
+        }),
+        MgrRequest::OpaqueLoginFinish(calls::OpaqueLoginFinish {
+            finalization: [5; OPAQUE_KE3_BYTES],
+        }),
+        MgrRequest::OpaqueRegisterStart(calls::OpaqueRegisterStart {
+            user: "alice".into(),
+            request: [6; OPAQUE_REGISTRATION_REQUEST_BYTES],
+            code: Some("ABCD".into()),
+        }),
+        MgrRequest::OpaqueRegisterStart(calls::OpaqueRegisterStart {
+            user: "alice".into(),
+            request: [6; OPAQUE_REGISTRATION_REQUEST_BYTES],
+            code: None,
+        }),
+        MgrRequest::OpaqueRegisterFinish(calls::OpaqueRegisterFinish {
+            upload: [7; OPAQUE_REGISTRATION_UPLOAD_BYTES],
+            sealed: vec![8; 61],
         }),
         MgrRequest::Stat(calls::Stat { path: p() }),
         MgrRequest::Readdir(calls::Readdir {
@@ -216,24 +237,20 @@ fn requests_2() -> Vec<MgrRequest> {
         }),
         MgrRequest::UserAdd(calls::UserAdd {
             name: "bob".into(),
-            password: "x".into(),
             admin: false,
             public_key: None,
         }),
         MgrRequest::UserAdd(calls::UserAdd {
             name: "carol".into(),
-            password: "".into(),
             admin: true,
             public_key: Some([7; 32]),
         }),
         MgrRequest::UserPasswd(calls::UserPasswd {
             name: "bob".into(),
-            password: "y".into(),
             public_key: None,
         }),
         MgrRequest::UserPasswd(calls::UserPasswd {
             name: "carol".into(),
-            password: "".into(),
             public_key: Some([9; 32]),
         }),
         MgrRequest::UserList(calls::UserList),
@@ -428,8 +445,21 @@ fn requests_6() -> Vec<MgrRequest> {
             keys: UserKeys {
                 enc_public: [1; 32],
                 sign_public: [2; 32],
+                version: 2,
+                signature: [6; 64],
                 sealed: vec![3; 90],
             },
+        }),
+        MgrRequest::E2eWrappedFiles(calls::E2eWrappedFiles {
+            after: 7,
+            limit: 100,
+        }),
+        MgrRequest::E2eRewrap(calls::E2eRewrap {
+            path: p(),
+            update: e2e_commit(),
+        }),
+        MgrRequest::GroupWrapSet(calls::GroupWrapSet {
+            wraps: vec![(100, 2, vec![9; 93])],
         }),
         MgrRequest::UserKeyGet(calls::UserKeyGet {
             uids: vec![],
@@ -714,8 +744,25 @@ fn replies_4() -> Vec<MgrReply> {
             keys: UserKeys {
                 enc_public: [1; 32],
                 sign_public: [2; 32],
+                version: 1,
+                signature: [7; 64],
                 sealed: vec![5; 12],
             },
+        }]),
+        MgrReply::OpaqueMessage(OpaqueMessage(vec![5; 320])),
+        MgrReply::Enrollment(Enrollment {
+            uid: 1001,
+            code: Some("ABCD".into()),
+            expires_ms: 9,
+        }),
+        MgrReply::Enrollment(Enrollment {
+            uid: 1002,
+            code: None,
+            expires_ms: 0,
+        }),
+        MgrReply::WrappedFiles(vec![WrappedFile {
+            ino: 12,
+            path: "/a/b".into(),
         }]),
         MgrReply::GroupKeys(vec![]),
         MgrReply::FsSpace(FsSpace {
@@ -775,7 +822,7 @@ fn frames() -> String {
     }
     let calls: BTreeSet<u8> = nasd_proto::for_each_manager_call!(call_tags);
     assert_eq!(tags.0, calls, "every request tag is sampled");
-    let replies: BTreeSet<u8> = (1..=23).chain([30]).collect();
+    let replies: BTreeSet<u8> = (1..=26).chain([30]).collect();
     assert_eq!(tags.1, replies, "every reply tag is sampled");
     out
 }

@@ -65,6 +65,9 @@ pub enum BenchCmd {
     S3(crate::bench_s3::BenchS3Args),
     /// Sequential and small-file transfers through `nasd mount` beside `nasd cp`.
     Mount(crate::bench_mount::BenchMountArgs),
+    /// Password logins (OPAQUE) against the current cluster, end to end, and the Argon2id
+    /// run a login (and an offline guess) costs.
+    Login(crate::bench_login::BenchLoginArgs),
 }
 
 #[derive(Args, Debug)]
@@ -200,6 +203,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Ec(a) => return crate::bench_ec::run(a),
         BenchCmd::S3(a) => return crate::bench_s3::run(a),
         BenchCmd::Mount(a) => return crate::bench_mount::run(a),
+        BenchCmd::Login(a) => return crate::bench_login::run(a),
     };
     let cpus = allowed_cpus();
     if a.shared_cores || cpus.len() < 2 {

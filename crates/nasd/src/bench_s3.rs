@@ -266,15 +266,7 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
         }
         let password = hex::encode(pseudo_random(16, 9));
         admin
-            .call(
-                "/",
-                calls::UserAdd {
-                    name: BENCH_USER.into(),
-                    password: password.clone().into(),
-                    admin: false,
-                    public_key: None,
-                },
-            )
+            .add_user_enrolled(BENCH_USER, &password, false)
             .await?;
         let made = calls::S3KeyCreate {
             user: BENCH_USER.into(),

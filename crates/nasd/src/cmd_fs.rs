@@ -131,8 +131,10 @@ pub struct LsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum UserCmd {
-    /// Add a user (admin only); the password is read from stdin or $NASD_NEW_PASSWORD, unless
-    /// the user logs in with a key (--public-key).
+    /// Add a user (admin only), with no password and no keys: prints a one-time enrollment
+    /// code to give to the user, who sets their password with `nasd user enroll` (their own
+    /// client makes their keys at their first login); with --public-key the user logs in with
+    /// that key instead.
     Add {
         name: String,
         #[arg(long)]
@@ -141,14 +143,37 @@ pub enum UserCmd {
         /// matching secret key and has no password.
         #[arg(long, value_name = "FILE")]
         public_key: Option<PathBuf>,
+        /// Set the password now, from this (the admin's) client, instead of printing an
+        /// enrollment code: read from $NASD_NEW_PASSWORD or the terminal. For accounts a
+        /// program or script uses: the manager still never sees the password, but the admin
+        /// knows it, and the account's first keys are made here too (a login as the user), so
+        /// its group keys reach it at once; `nasd user rotate-keys` as the user replaces them.
+        #[arg(long, conflicts_with = "public_key")]
+        password: bool,
+        /// Print {"name", "uid", "enrollment_code", "expires_ms"}.
+        #[arg(long)]
+        json: bool,
     },
+    /// Set NAME's password with the enrollment code `user add` (or an admin's `user passwd`)
+    /// printed: the password is read from the terminal or $NASD_NEW_PASSWORD and never sent to
+    /// the manager (OPAQUE registration). Needs no login.
+    Enroll {
+        name: String,
+        #[arg(long)]
+        code: String,
+    },
+    /// Make yourself a new end-to-end key pair (seed) and move every wrap of a file key or a
+    /// group secret that was addressed to the old one over to it; files written afterwards
+    /// are wrapped to the new key only. Needs your password ($NASD_PASSWORD or the terminal).
+    RotateKeys,
     /// Make an Ed25519 key pair: the secret key to FILE (mode 0600), the public key to FILE.pub.
     Keygen {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-    /// Change a password (your own, or anyone's as admin), or with --public-key make the user
-    /// log in with that key instead. Ends every session of the user.
+    /// Change your own password (never sent to the manager: OPAQUE registration), reset
+    /// another user's as admin (a new enrollment code is printed), or with --public-key make
+    /// the user log in with that key instead. Ends every session of the user.
     Passwd {
         name: String,
         /// An Ed25519 public key file (from `nasd user keygen`): the user's new credential.
@@ -198,6 +223,10 @@ pub enum GroupCmd {
     Add { name: String },
     /// Add USER to GROUP (admin only).
     Member { group: String, user: String },
+    /// Give every member of GROUP (default: of every group) who has keys but no wrap of the
+    /// group's secret yet one, and make key pairs for groups that have none (admin only): a
+    /// user's keys are made at their first login, after `user add`.
+    Sync { groups: Vec<String> },
 }
 
 fn time_str(us: u64) -> String {
@@ -718,46 +747,68 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if let UserCmd::Enroll { name, code } = &cmd {
+        return enroll(name, code).await;
+    }
+    if let UserCmd::RotateKeys = &cmd {
+        return rotate_keys().await;
+    }
     let c = connect().await?;
     match cmd {
-        UserCmd::Keygen { .. } => unreachable!("handled above"),
+        UserCmd::Keygen { .. } | UserCmd::Enroll { .. } | UserCmd::RotateKeys => {
+            unreachable!("handled above")
+        }
+        UserCmd::Add {
+            name,
+            admin,
+            password: true,
+            ..
+        } => {
+            let password = read_password(&format!("password for {name}: "))?;
+            c.add_user_enrolled(&name, &password, admin).await?;
+            println!("user {name} added with the password given (the manager never saw it)");
+        }
         UserCmd::Add {
             name,
             admin,
             public_key,
+            json,
+            ..
         } => {
-            let (password, public_key) = match public_key {
-                Some(p) => (String::new(), Some(nasd_client::userkey::read_public(&p)?)),
-                None => (read_password(&format!("password for {name}: "))?, None),
+            let public_key = match public_key {
+                Some(p) => Some(nasd_client::userkey::read_public(&p)?),
+                None => None,
             };
-            c.add_user(&name, &password, admin, public_key).await?;
-            println!("user {name} added");
+            let made = c.add_user(&name, admin, public_key).await?;
+            print_enrollment(&name, &made, json, "added");
         }
-        UserCmd::Passwd { name, public_key } => {
-            let (password, public_key) = match public_key {
-                Some(p) => (String::new(), Some(nasd_client::userkey::read_public(&p)?)),
-                None => (read_password(&format!("new password for {name}: "))?, None),
-            };
-            let what = if public_key.is_some() {
-                "key"
-            } else {
-                "password"
-            };
-            // One's own end-to-end seed goes under the new password before the old one ends.
-            if public_key.is_none() && name == c.user() {
-                c.reseal_own_keys(&password).await?;
-            }
-            c.call(
-                "/",
-                calls::UserPasswd {
+        UserCmd::Passwd { name, public_key } => match public_key {
+            Some(p) => {
+                let public_key = Some(nasd_client::userkey::read_public(&p)?);
+                let passwd = calls::UserPasswd {
                     name: name.clone(),
-                    password: password.into(),
                     public_key,
-                },
-            )
-            .await?;
-            println!("{what} of {name} changed; every session of {name} has ended");
-        }
+                };
+                c.call("/", passwd).await?;
+                println!("key of {name} changed; every session of {name} has ended");
+            }
+            None if name == c.user() => {
+                let password = read_password(&format!("new password for {name}: "))?;
+                c.change_password(&password).await?;
+                println!(
+                    "password of {name} changed (the manager never saw it); every session of \
+                     {name} has ended: log in again"
+                );
+            }
+            None => {
+                let passwd = calls::UserPasswd {
+                    name: name.clone(),
+                    public_key: None,
+                };
+                let made = c.call("/", passwd).await?;
+                print_enrollment(&name, &made, false, "reset; every session has ended");
+            }
+        },
         UserCmd::Gateway { name, state } => {
             let on = state == "on";
             c.call(
@@ -843,6 +894,86 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints what `user add` or an admin's `user passwd` made: the enrollment code, if any.
+fn print_enrollment(name: &str, made: &nasd_proto::manager::Enrollment, json: bool, what: &str) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "name": name,
+                "uid": made.uid,
+                "enrollment_code": made.code.as_ref().map(|c| c.0.clone()),
+                "expires_ms": made.expires_ms,
+            })
+        );
+        return;
+    }
+    match &made.code {
+        Some(code) => {
+            println!("user {name} {what}");
+            println!("enrollment code    {}", code.0);
+            eprintln!(
+                "(shown once, valid until {} UTC: {name} runs `nasd user enroll {name} --code CODE` \
+                 to set a password, which only {name}'s own client ever sees; after {name}'s \
+                 first login, `nasd group sync` gives {name} the group keys)",
+                time_str(made.expires_ms * 1000)
+            );
+        }
+        None => println!("user {name} {what}"),
+    }
+}
+
+/// `nasd user enroll NAME --code CODE`: sets NAME's password with the code, through OPAQUE.
+async fn enroll(name: &str, code: &str) -> anyhow::Result<()> {
+    let path = config_path()?;
+    let cfg = ClientFile::load(&path)?;
+    let password = read_password(&format!("new password for {name}: "))?;
+    let session = SessionConfig {
+        manager: cfg.manager.clone(),
+        ca_der: cfg.read_ca()?,
+        user: name.to_string(),
+        credential: Credential::Password(password.into()),
+        signing_key: None,
+    };
+    nasd_client::session::Session::enroll(&session, code).await?;
+    println!(
+        "{name} enrolled: the password is set (the manager never saw it); `nasd login --user \
+         {name}` logs in and makes {name}'s keys"
+    );
+    Ok(())
+}
+
+/// `nasd user rotate-keys`: logs in with the password (whose login key seals the new seed)
+/// and rotates.
+async fn rotate_keys() -> anyhow::Result<()> {
+    let path = config_path()?;
+    let mut cfg = session_config(&path)?;
+    if cfg.signing_key.is_some() {
+        bail!(
+            "{}: key users' end-to-end keys follow their login key (nasd user passwd --public-key)",
+            cfg.user
+        );
+    }
+    if !matches!(cfg.credential, Credential::Password(_)) || std::env::var("NASD_PASSWORD").is_err()
+    {
+        let p = prompt_secret(&format!("password for {}: ", cfg.user))?;
+        cfg.credential = Credential::Password(p.into());
+    }
+    let cache = nasd_client::config::e2e_key_path(&path, &cfg.user);
+    let c = Client::connect(cfg).await?;
+    c.set_identity_source(nasd_client::e2e::keyring::IdentitySource::Login { cache: Some(cache) });
+    let r = c.rotate_keys().await?;
+    println!(
+        "{}'s keys are now version {}: {} file(s) and {} group key(s) rewrapped to the new key; \
+         the old seed opens nothing written from now on",
+        c.user(),
+        r.version,
+        r.files,
+        r.groups
+    );
+    Ok(())
+}
+
 pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
     let c = connect().await?;
     match cmd {
@@ -863,6 +994,16 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
             c.sync_group_keys(vec![group.clone()]).await?;
             println!("{user} is now a member of {group}");
         }
+        GroupCmd::Sync { mut groups } => {
+            if groups.is_empty() {
+                let us = c.call("/", calls::UserList).await?;
+                groups = us.into_iter().flat_map(|u| u.groups).collect();
+                groups.sort();
+                groups.dedup();
+            }
+            let made = c.sync_group_keys(groups).await?;
+            println!("{made} wrap(s) of group keys made");
+        }
     }
     Ok(())
 }
@@ -872,32 +1013,46 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
 /// commands use it until it expires (the manager's `session_ttl_ms`, 12 h by default), until
 /// `nasd logout`, or until the user's password or key changes. Also makes USER the config's
 /// user.
-pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result<()> {
+pub async fn login(
+    user: Option<String>,
+    key: Option<PathBuf>,
+    legacy_password: bool,
+) -> anyhow::Result<()> {
     let path = config_path()?;
     let mut cfg = ClientFile::load(&path)?;
     let user = user.unwrap_or_else(|| cfg.user.clone());
-    let (credential, signing_key) = match key {
+    let (password, signing_key) = match key {
         Some(k) => (
-            Credential::Password("".into()),
+            zeroize::Zeroizing::new(String::new()),
             Some(nasd_client::userkey::read_secret(&k)?),
         ),
         None => match std::env::var("NASD_PASSWORD") {
-            Ok(p) => (Credential::Password(p.into()), None),
+            Ok(p) => (zeroize::Zeroizing::new(p), None),
             Err(_) => (
-                Credential::Password(prompt_secret(&format!("password for {user}: "))?.into()),
+                zeroize::Zeroizing::new(prompt_secret(&format!("password for {user}: "))?),
                 None,
             ),
         },
     };
     let ca_der = cfg.read_ca()?;
-    let c = Client::connect(SessionConfig {
+    let session = SessionConfig {
         manager: cfg.manager.clone(),
         ca_der,
         user: user.clone(),
-        credential,
+        credential: Credential::Password(password.as_str().into()),
         signing_key,
-    })
-    .await?;
+    };
+    if legacy_password {
+        migrate_legacy(&path, &session, &password).await?;
+    }
+    let c = match Client::connect(session).await {
+        Ok(c) => c,
+        Err(e) if e.status() == Some(MgrStatus::WrongPassword) => bail!(
+            "{e} (an account made before manager protocol 15 logs in once with `nasd login \
+             --legacy-password`, which moves it to OPAQUE)"
+        ),
+        Err(e) => return Err(e.into()),
+    };
     // The end-to-end key: unsealed (or made) now, kept beside the token for later commands.
     c.set_identity_source(nasd_client::e2e::keyring::IdentitySource::Login {
         cache: Some(nasd_client::config::e2e_key_path(&path, &user)),
@@ -911,6 +1066,32 @@ pub async fn login(user: Option<String>, key: Option<PathBuf>) -> anyhow::Result
     }
     let left_h = expires_ms.saturating_sub(nasd_drive::now_us() / 1000) / 3_600_000;
     println!("logged in as {user}; the session lasts {left_h} h");
+    Ok(())
+}
+
+/// Moves an account made before manager protocol 15 to OPAQUE: one last login with the
+/// password itself, checked against the manager's old hash, then a registration from that
+/// session that replaces the hash with a password file and reseals the user's seed.
+async fn migrate_legacy(
+    config: &Path,
+    session: &SessionConfig,
+    password: &str,
+) -> anyhow::Result<()> {
+    let legacy = SessionConfig {
+        credential: Credential::LegacyPassword(password.into()),
+        ..session.clone()
+    };
+    let c = Client::connect(legacy).await?;
+    c.set_identity_source(nasd_client::e2e::keyring::IdentitySource::Login {
+        cache: Some(nasd_client::config::e2e_key_path(config, &session.user)),
+    });
+    c.change_password(password).await?;
+    eprintln!(
+        "{}: moved to OPAQUE; the manager no longer holds a hash of the password. Its \
+         end-to-end key may have been made by an admin's client: `nasd user rotate-keys` makes \
+         one only you hold",
+        session.user
+    );
     Ok(())
 }
 

@@ -156,7 +156,9 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
         nasd_private::write_file(&pw_path, password.as_bytes())
             .with_context(|| format!("writing {}", pw_path.display()))?;
         // With its end-to-end keys: it deciphers the objects it serves (issue 10).
-        let r = admin.add_user(GATEWAY_USER, &password, false, None).await;
+        let r = admin
+            .add_user_enrolled(GATEWAY_USER, &password, false)
+            .await;
         match r {
             Ok(_) => {}
             Err(e) if e.status() == Some(MgrStatus::Exists) => bail!(

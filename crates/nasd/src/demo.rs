@@ -173,7 +173,7 @@ async fn tour(cluster: &mut Cluster, tmp: &Path) -> anyhow::Result<()> {
 
     // 3. Revocation: alice holds a read capability; the owner's chmod bumps the object's
     //    access_control_version and the drive refuses the old capability.
-    admin.add_user("alice", "alice-pw", false, None).await?;
+    admin.add_user_enrolled("alice", "alice-pw", false).await?;
     admin
         .put_bytes("/demo/shared.txt", b"for alice's eyes until chmod\n", 0o644)
         .await?;

@@ -49,6 +49,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 mod bench;
 mod bench_cluster;
 mod bench_ec;
+mod bench_login;
 mod bench_mount;
 mod bench_s3;
 mod cmd_cp;
@@ -298,6 +299,11 @@ enum Cmd {
         /// Log in with this Ed25519 secret key file instead of a password.
         #[arg(long, value_name = "FILE")]
         key: Option<std::path::PathBuf>,
+        /// For an account made before manager protocol 15: show the manager the password one
+        /// last time, so it checks it against its old hash, then move the account to OPAQUE
+        /// (the hash is deleted and the password never travels again).
+        #[arg(long, conflicts_with = "key")]
+        legacy_password: bool,
     },
     /// End the session `nasd login` saved (on the manager too) and delete its token file.
     Logout {
@@ -422,7 +428,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::User(c) => runtime()?.block_on(cmd_fs::user(c)),
         Cmd::Group(c) => runtime()?.block_on(cmd_fs::group(c)),
         Cmd::Quota(c) => runtime()?.block_on(cmd_quota::run(c)),
-        Cmd::Login { user, key } => runtime()?.block_on(cmd_fs::login(user, key)),
+        Cmd::Login {
+            user,
+            key,
+            legacy_password,
+        } => runtime()?.block_on(cmd_fs::login(user, key, legacy_password)),
         Cmd::Logout { user } => runtime()?.block_on(cmd_fs::logout(user)),
     }
 }

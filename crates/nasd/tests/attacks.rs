@@ -114,11 +114,10 @@ fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects(
             "/",
             calls::UserPasswd {
                 name: "alice".into(),
-                password: "taken-over".into(),
                 public_key: None,
             },
         )),
-        "changing alice's password",
+        "resetting alice's password to an enrollment code",
     );
     denied(
         rt.block_on(alice.chown("/s3/alice-dir/o", "bob", "")),

@@ -118,7 +118,10 @@ fn bad_inputs_get_clear_errors_and_change_nothing() {
 #[test]
 fn permissions_between_two_users_and_revocation_after_chmod() {
     let up = Up::start(1);
-    let o = up.nasd(&["user", "add", "bob"], &[("NASD_NEW_PASSWORD", "bob-pw")]);
+    let o = up.nasd(
+        &["user", "add", "bob", "--password"],
+        &[("NASD_NEW_PASSWORD", "bob-pw")],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let f = up.dir.path().join("secret");
     std::fs::write(&f, b"top secret").unwrap();
@@ -881,7 +884,7 @@ fn small_files_in_a_directory_being_filled_take_one_manager_round_trip_each() {
 
     // Another user may not fill a directory they cannot write, prepared or not.
     let o = up.nasd(
-        &["user", "add", "mallory"],
+        &["user", "add", "mallory", "--password"],
         &[("NASD_NEW_PASSWORD", "m-pass-123")],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -952,7 +955,6 @@ fn a_gateway_acts_for_users_without_their_credentials() {
     );
     let passwd = calls::UserPasswd {
         name: "bob".into(),
-        password: "taken-over".into(),
         public_key: None,
     };
     denied(rt.block_on(bob.call("/", passwd)).unwrap_err());

@@ -82,7 +82,10 @@ fn admin_client(up: &Up, rt: &tokio::runtime::Runtime) -> std::sync::Arc<Client>
 /// Adds a user `name` (password `name-pw`) as the admin.
 fn add_user(up: &Up, name: &str) {
     let pw = format!("{name}-pw");
-    let o = up.nasd(&["user", "add", name], &[("NASD_NEW_PASSWORD", &pw)]);
+    let o = up.nasd(
+        &["user", "add", name, "--password"],
+        &[("NASD_NEW_PASSWORD", &pw)],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 

@@ -11,7 +11,8 @@ use nasd_client::session::{tls_stream, Session};
 use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::calls;
 use nasd_proto::manager::{
-    Credential, MgrReply, MgrRequest, MgrStatus, Refused, MANAGER_FRAME_BYTES_MAX,
+    Credential, LoginProof, MgrReply, MgrRequest, MgrStatus, Refused, MANAGER_FRAME_BYTES_MAX,
+    OPAQUE_KE3_BYTES,
 };
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -36,7 +37,10 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn add_user(up: &Up, name: &str, password: &str) {
-    let o = up.nasd(&["user", "add", name], &[("NASD_NEW_PASSWORD", password)]);
+    let o = up.nasd(
+        &["user", "add", name, "--password"],
+        &[("NASD_NEW_PASSWORD", password)],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -70,9 +74,30 @@ async fn signature_login(
     assert!(matches!(c, MgrReply::Challenge(_)), "{c:?}");
     let login = MgrRequest::Login(calls::Login {
         user: user.into(),
-        credential: Credential::Signature([7; 64]),
+        proof: LoginProof::Signature([7; 64]),
     });
     raw_call(s, id + 1, &login).await
+}
+
+/// An OPAQUE login as `user` with a password the client cannot open the answer with: KE1,
+/// then a KE3 the manager must refuse. Returns the KE2 reply and the KE3 reply.
+async fn opaque_login(
+    s: &mut nasd_client::session::ManagerStream,
+    id: u64,
+    user: &str,
+) -> (Vec<u8>, Vec<u8>) {
+    let start = nasd_client::opaque::client_login_start(b"not-the-password").unwrap();
+    let ask = MgrRequest::OpaqueLoginStart(calls::OpaqueLoginStart {
+        user: user.into(),
+        request: start.message,
+    });
+    let ke2 = raw_call(s, id, &ask).await;
+    let (_, r) = MgrReply::decode(&ke2).unwrap();
+    assert!(matches!(r, MgrReply::OpaqueMessage(_)), "{r:?}");
+    let finish = MgrRequest::OpaqueLoginFinish(calls::OpaqueLoginFinish {
+        finalization: [9; OPAQUE_KE3_BYTES],
+    });
+    (ke2, raw_call(s, id + 1, &finish).await)
 }
 
 #[test]
@@ -93,21 +118,34 @@ fn an_unknown_user_and_a_wrong_credential_get_byte_identical_replies() {
         let mut s = tls_stream(&cfg.manager, &cfg.ca_der, Some(ip("127.0.0.4")))
             .await
             .unwrap();
-        let login = |user: &str, credential: Credential| MgrRequest::Login(calls::Login {
-            user: user.into(),
-            credential,
-        });
-        let pw = || Credential::Password("not-the-password".into());
-        let wrong = raw_call(&mut s, 1, &login("alice", pw())).await;
-        let unknown = raw_call(&mut s, 2, &login("mallory", pw())).await;
-        let key_user = raw_call(&mut s, 3, &login("carol", pw())).await;
+        // OPAQUE: a password user, an unknown user and a key user get a KE2 of one size (a
+        // fake record answers for the last two) and one refusal of the KE3.
+        let (ke2_a, wrong) = opaque_login(&mut s, 1, "alice").await;
+        let (ke2_m, unknown) = opaque_login(&mut s, 3, "mallory").await;
+        let (ke2_c, key_user) = opaque_login(&mut s, 5, "carol").await;
+        assert_eq!(ke2_a.len(), ke2_m.len());
+        assert_eq!(ke2_a.len(), ke2_c.len());
         let (_, r) = MgrReply::decode(&wrong).unwrap();
         assert!(
             matches!(r, MgrReply::Error(Refused { status, .. }) if status == MgrStatus::WrongPassword),
             "{r:?}"
         );
         assert_eq!(without_id(wrong.clone()), without_id(unknown));
-        assert_eq!(without_id(wrong), without_id(key_user));
+        assert_eq!(without_id(wrong.clone()), without_id(key_user));
+        // A legacy password check of anyone who has no legacy hash: the same refusal.
+        let mut s = tls_stream(&cfg.manager, &cfg.ca_der, Some(ip("127.0.0.6")))
+            .await
+            .unwrap();
+        let legacy = |user: &str| {
+            MgrRequest::Login(calls::Login {
+                user: user.into(),
+                proof: LoginProof::LegacyPassword("not-the-password".into()),
+            })
+        };
+        for (i, u) in ["alice", "mallory", "carol"].into_iter().enumerate() {
+            let r = raw_call(&mut s, 40 + i as u64, &legacy(u)).await;
+            assert_eq!(without_id(r), without_id(wrong.clone()), "{u}");
+        }
 
         // Signatures: a key user with a wrong signature, a password user, an unknown user.
         // (From another address: six failures from one would start its backoff.)
@@ -211,28 +249,36 @@ fn a_password_change_ends_stored_sessions_and_live_connections() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let alice = [("NASD_USER", "alice")];
-    rt().block_on(async {
+    let reset = rt().block_on(async {
         // A connection that logged in before the change.
         let mut live = Session::connect(&up.session("alice", "alice-pw"))
             .await
             .unwrap();
         let stat = MgrRequest::Stat(calls::Stat { path: "/".into() });
         live.request(&stat).await.unwrap();
-        // The admin sets a new password (a blocking CLI call, off this runtime's workers).
-        let o = tokio::task::block_in_place(|| {
-            up.nasd(
-                &["user", "passwd", "alice"],
-                &[("NASD_NEW_PASSWORD", "new-pw")],
-            )
-        });
+        // The admin resets the password to a new enrollment code (a blocking CLI call, off
+        // this runtime's workers).
+        let o = tokio::task::block_in_place(|| up.nasd(&["user", "passwd", "alice"], &[]));
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let e = live.request(&stat).await.unwrap_err();
         assert_eq!(e.status(), Some(MgrStatus::SessionExpired), "{e}");
+        String::from_utf8(o.stdout).unwrap()
     });
+    let code = reset
+        .lines()
+        .find_map(|l| l.strip_prefix("enrollment code"))
+        .expect("the reset prints a code")
+        .trim()
+        .to_string();
     // The token `nasd login` saved is dead too; the new password works.
     assert!(up
         .fails(&["ls", "nasd:/"], &alice)
         .contains("session expired"));
+    let o = up.nasd(
+        &["user", "enroll", "alice", "--code", &code],
+        &[("NASD_NEW_PASSWORD", "new-pw")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = up.nasd(
         &["ls", "nasd:/"],
         &[("NASD_USER", "alice"), ("NASD_PASSWORD", "new-pw")],

@@ -3,19 +3,25 @@
 //! user writes (schemes 1 and 2), both derived from one 32-byte secret seed.
 //!
 //! Where the seed lives:
-//! - a user who logs in with a **password** has a random seed, sealed under the password with
-//!   Argon2id and AES-256-GCM-SIV (nasd-crypto's [`KeySeal`], the drives' key sealing) and kept
-//!   at the manager, which returns it only to its user; `user add` makes it (the admin's client
-//!   knows the new password then), or the user's first login does;
+//! - a user who logs in with a **password** has a random seed made by their own client at
+//!   their first login (never by an admin's), sealed under the key OPAQUE's export key gives
+//!   ([`crate::opaque::SeedKey`]: only the user's client, with the password, has it) and kept
+//!   at the manager, which returns it only to its user; `nasd user rotate-keys` replaces it.
+//!   Seeds of accounts made before manager protocol 15 were sealed under the password itself
+//!   (Argon2id and AES-256-GCM-SIV, nasd-crypto's [`KeySeal`]); such a seal is opened once,
+//!   at the login that moves the account to OPAQUE, and sealed anew;
 //! - a user who logs in with an **Ed25519 key file** has a seed derived from that key, so the
 //!   key file is all they need;
 //! - the client keeps the seed it used in a 0600 file beside its session token
-//!   ([`crate::config`]), so commands that log in with the saved token can decrypt too, and a
-//!   password login skips the Argon2id work when the file is there and matches.
+//!   ([`crate::config`]), so commands that log in with the saved token can decrypt too.
+//!
+//! Every key change is signed: version 1 of a user's keys by its own sign key, each later
+//! version by the sign key of the one before ([`Identity::user_keys`]), so a chain of them can
+//! be checked from the first.
 
 use crate::auth::write_secret_file;
+use crate::opaque::SeedKey;
 use nasd_crypto::seal::{KeySeal, SealHeader, SEALED_KEY_BYTES, SEAL_HEADER_BYTES};
-use nasd_crypto::Key;
 use nasd_e2e::sign::{WriterKey, WriterPublicKey};
 use nasd_e2e::{PublicKey, SecretKey};
 use nasd_proto::manager::UserKeys;
@@ -107,13 +113,57 @@ impl Identity {
         self.drive.clone()
     }
 
-    /// The public keys (and, with a password, the sealed seed) to register at the manager.
-    pub fn user_keys(&self, password: Option<&str>) -> UserKeys {
-        UserKeys {
+    /// The public keys to register at the manager as version `version` of this user's
+    /// keys, signed by `previous` (the identity of version `version - 1`; `None` for the
+    /// first, which signs itself), with the seed sealed under `seed_key` (a password user's;
+    /// `None`: nothing sealed, a key user's).
+    pub fn user_keys(
+        &self,
+        version: u32,
+        previous: Option<&Identity>,
+        seed_key: Option<&SeedKey>,
+    ) -> UserKeys {
+        let mut k = UserKeys {
             enc_public: self.enc_public().0,
             sign_public: self.sign_public().0,
-            sealed: password.map(|p| self.seal(p)).unwrap_or_default(),
+            version,
+            signature: [0; 64],
+            sealed: seed_key
+                .map(|s| s.seal(self.uid, &self.seed))
+                .unwrap_or_default(),
+        };
+        let signer = previous.unwrap_or(self);
+        k.signature = signer.sign_key_change(&k.change_message(self.uid));
+        k
+    }
+
+    /// The Ed25519 signature of a key change's message with this identity's sign key.
+    fn sign_key_change(&self, message: &[u8]) -> [u8; 64] {
+        use ed25519_dalek::Signer;
+        let e = Zeroizing::new(blake3::derive_key(ED25519_CONTEXT, self.seed.as_ref()));
+        ed25519_dalek::SigningKey::from_bytes(&e)
+            .sign(message)
+            .to_bytes()
+    }
+
+    /// The seed sealed under `seed_key` (the user's keys stay as they are).
+    pub fn seal_with(&self, seed_key: &SeedKey) -> Vec<u8> {
+        seed_key.seal(self.uid, &self.seed)
+    }
+
+    /// Opens a seed sealed under `seed_key` ([`Identity::user_keys`]).
+    pub fn unseal_with(
+        uid: u32,
+        sealed: &[u8],
+        seed_key: &SeedKey,
+    ) -> Result<Identity, IdentityError> {
+        if !crate::opaque::is_export_sealed(sealed) {
+            return Err(IdentityError::Malformed);
         }
+        let seed = seed_key
+            .open(uid, sealed)
+            .ok_or(IdentityError::WrongPassword)?;
+        Ok(Identity::from_seed(uid, &seed))
     }
 
     /// Whether `keys` are this identity's public keys.
@@ -121,17 +171,24 @@ impl Identity {
         keys.enc_public == self.enc_public().0 && keys.sign_public == self.sign_public().0
     }
 
-    /// The seed sealed under `password`: the seal header, then the sealed seed.
-    fn seal(&self, password: &str) -> Vec<u8> {
+    /// The seed sealed under `password` as accounts made before manager protocol 15 had it:
+    /// the seal header, then the sealed seed.
+    #[cfg(test)]
+    fn seal_legacy(&self, password: &str) -> Vec<u8> {
         let seal = KeySeal::create(password.as_bytes()).expect("Argon2id parameters are valid");
-        let key = Key::from_bytes(*self.seed);
+        let key = nasd_crypto::Key::from_bytes(*self.seed);
         let mut out = seal.header().encode().to_vec();
         out.extend_from_slice(&seal.seal(SEAL_SLOT, &key));
         out
     }
 
-    /// Opens a seed sealed under `password` ([`Identity::user_keys`]).
-    pub fn unseal(uid: u32, sealed: &[u8], password: &str) -> Result<Identity, IdentityError> {
+    /// Opens a seed sealed under `password` itself (an account made before manager
+    /// protocol 13, at the login that moves it to OPAQUE).
+    pub fn unseal_legacy(
+        uid: u32,
+        sealed: &[u8],
+        password: &str,
+    ) -> Result<Identity, IdentityError> {
         if sealed.len() != SEAL_HEADER_BYTES + SEALED_KEY_BYTES {
             return Err(IdentityError::Malformed);
         }
@@ -169,17 +226,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sealed_seed_opens_with_its_password_only() {
+    fn a_legacy_sealed_seed_opens_with_its_password_only() {
         let id = Identity::from_seed(7, &[3; 32]);
-        let keys = id.user_keys(Some("correct horse"));
-        let back = Identity::unseal(7, &keys.sealed, "correct horse").unwrap();
-        assert!(back.matches(&keys));
+        let sealed = id.seal_legacy("correct horse");
+        let back = Identity::unseal_legacy(7, &sealed, "correct horse").unwrap();
+        assert!(back.matches(&id.user_keys(1, None, None)));
         assert!(matches!(
-            Identity::unseal(7, &keys.sealed, "wrong"),
+            Identity::unseal_legacy(7, &sealed, "wrong"),
             Err(IdentityError::WrongPassword)
         ));
         assert!(matches!(
-            Identity::unseal(7, &keys.sealed[1..], "correct horse"),
+            Identity::unseal_legacy(7, &sealed[1..], "correct horse"),
             Err(IdentityError::Malformed)
         ));
         assert!(
@@ -189,13 +246,39 @@ mod tests {
     }
 
     #[test]
+    fn key_changes_are_signed_by_the_previous_key_and_the_first_by_itself() {
+        use ed25519_dalek::{Signature, VerifyingKey};
+        let verify = |pk: &[u8; 32], k: &UserKeys| {
+            VerifyingKey::from_bytes(pk)
+                .unwrap()
+                .verify_strict(&k.change_message(7), &Signature::from_bytes(&k.signature))
+                .is_ok()
+        };
+        let seed_key = SeedKey::from_export_key(&[1; 64]);
+        let a = Identity::from_seed(7, &[3; 32]);
+        let first = a.user_keys(1, None, Some(&seed_key));
+        assert!(verify(&first.sign_public, &first));
+        let b = Identity::from_seed(7, &[4; 32]);
+        let second = b.user_keys(2, Some(&a), Some(&seed_key));
+        assert!(verify(&first.sign_public, &second), "signed by the old key");
+        assert!(!verify(&second.sign_public, &second), "not by the new one");
+        let back = Identity::unseal_with(7, &second.sealed, &seed_key).unwrap();
+        assert!(back.matches(&second));
+        let other = SeedKey::from_export_key(&[2; 64]);
+        assert!(matches!(
+            Identity::unseal_with(7, &second.sealed, &other),
+            Err(IdentityError::WrongPassword)
+        ));
+    }
+
+    #[test]
     fn login_keys_and_seeds_give_distinct_stable_identities() {
         let a = Identity::from_login_key(1, &[9; 32]);
         let b = Identity::from_login_key(1, &[9; 32]);
-        assert!(a.matches(&b.user_keys(None)));
+        assert!(a.matches(&b.user_keys(1, None, None)));
         let c = Identity::from_seed(1, &[9; 32]);
         assert!(
-            !a.matches(&c.user_keys(None)),
+            !a.matches(&c.user_keys(1, None, None)),
             "a login key is not used as a seed"
         );
     }
@@ -207,7 +290,7 @@ mod tests {
         let id = Identity::generate(1000);
         id.save(&p).unwrap();
         let back = Identity::load(1000, &p).unwrap();
-        assert!(back.matches(&id.user_keys(None)));
+        assert!(back.matches(&id.user_keys(1, None, None)));
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,

@@ -11,10 +11,13 @@
 
 use super::identity::Identity;
 use crate::files::{now_ms, Client, FsError};
+use crate::opaque::SeedKey;
 use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
 use nasd_proto::manager::calls;
-use nasd_proto::manager::{Credential, GroupKeyInfo, Principal, UserKeys, KEY_LIST_MAX};
+use nasd_proto::manager::{
+    Credential, Enrollment, GroupKeyInfo, Principal, UserKeys, KEY_LIST_MAX,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -64,6 +67,10 @@ impl Principals {
 /// The client's keys (module docs).
 pub struct Keyring {
     source: Mutex<IdentitySource>,
+    /// An identity that replaced the one loaded (after a key rotation).
+    rotated: Mutex<Option<Arc<Identity>>>,
+    /// The key that seals this user's seed (from the password login's OPAQUE export key).
+    seed_key: Mutex<Option<Arc<SeedKey>>>,
     identity: tokio::sync::OnceCell<Arc<Identity>>,
     users: Mutex<HashMap<u32, (UserKeys, u64)>>,
     groups: Mutex<HashMap<u32, (GroupKeyInfo, u64)>>,
@@ -78,6 +85,8 @@ impl Default for Keyring {
     fn default() -> Keyring {
         Keyring {
             source: Mutex::new(IdentitySource::Login { cache: None }),
+            seed_key: Mutex::new(None),
+            rotated: Mutex::new(None),
             identity: Default::default(),
             users: Default::default(),
             groups: Default::default(),
@@ -111,10 +120,32 @@ impl Client {
     /// This client's user's identity: loaded, unsealed or made (and registered) on first use.
     /// This user's identity if it is loaded already (no manager round trip).
     pub(crate) fn keyring_identity(&self) -> Option<Arc<Identity>> {
-        self.keyring.identity.get().cloned()
+        let rotated = self.keyring.rotated.lock().expect("keyring lock").clone();
+        rotated.or_else(|| self.keyring.identity.get().cloned())
+    }
+
+    /// Makes `id` this client's identity from now on (a key rotation), and keeps it in the
+    /// cache file.
+    pub(crate) fn replace_identity(&self, id: Arc<Identity>) {
+        if let IdentitySource::Login { cache: Some(p) } =
+            &*self.keyring.source.lock().expect("keyring lock")
+        {
+            if let Err(e) = id.save(p) {
+                tracing::warn!("could not keep the end-to-end key in {}: {e}", p.display());
+            }
+        }
+        *self.keyring.rotated.lock().expect("keyring lock") = Some(id);
+    }
+
+    /// Drops the cached public keys of `uid` (they changed).
+    pub(crate) fn forget_cached_keys(&self, uid: u32) {
+        self.forget_user_keys(uid);
     }
 
     pub async fn identity(&self) -> Result<Arc<Identity>, FsError> {
+        if let Some(id) = self.keyring.rotated.lock().expect("keyring lock").clone() {
+            return Ok(id);
+        }
         self.keyring
             .identity
             .get_or_try_init(|| self.load_identity())
@@ -133,48 +164,10 @@ impl Client {
         let uid = self.uid().await?;
         let registered = self.user_keys(&[uid], true).await?.remove(&uid);
         let cached = cache.as_deref().and_then(|p| Identity::load(uid, p));
-        let me = self.cfg_user();
         let id = match (registered, cached) {
             (Some(keys), Some(id)) if id.matches(&keys) => id,
-            (Some(keys), _) => {
-                let id = match (&self.cfg.signing_key, &self.cfg.credential) {
-                    (Some(k), _) => Identity::from_login_key(uid, k.expose()),
-                    (None, Credential::Password(p)) => Identity::unseal(uid, &keys.sealed, p)
-                        .map_err(|e| e2e_err("/", format!("{me}: {e}")))?,
-                    _ => {
-                        return Err(e2e_err(
-                            "/",
-                            format!("{me}: this client has no end-to-end key; log in with your password or key (nasd login)"),
-                        ))
-                    }
-                };
-                if !id.matches(&keys) {
-                    return Err(e2e_err(
-                        "/",
-                        format!("{me}: the end-to-end keys at the manager are not this login's"),
-                    ));
-                }
-                id
-            }
-            (None, _) => {
-                let (id, password) = match (&self.cfg.signing_key, &self.cfg.credential) {
-                    (Some(k), _) => (Identity::from_login_key(uid, k.expose()), None),
-                    (None, Credential::Password(p)) => (Identity::generate(uid), Some(&**p)),
-                    _ => {
-                        return Err(e2e_err(
-                            "/",
-                            format!("{me}: no end-to-end key yet; log in with your password or key once (nasd login)"),
-                        ))
-                    }
-                };
-                let set = calls::UserKeySet {
-                    user: me.clone(),
-                    keys: id.user_keys(password),
-                };
-                self.call("/", set).await?;
-                self.forget_user_keys(uid);
-                id
-            }
+            (Some(keys), _) => self.registered_identity(uid, &keys)?,
+            (None, _) => self.first_identity(uid).await?,
         };
         if let Some(p) = &cache {
             if let Err(e) = id.save(p) {
@@ -184,54 +177,169 @@ impl Client {
         Ok(Arc::new(id))
     }
 
-    /// Adds a user (admins) with their end-to-end keys: a password user's are made here and
-    /// sealed under the password (the admin knows it now), and the user gets a wrap of their
-    /// primary group's key; a key user makes theirs at their first login, and gets group
+    /// The key that seals this user's seed, if this client logged in with the password.
+    pub(crate) fn seed_key(&self) -> Option<Arc<SeedKey>> {
+        self.keyring.seed_key.lock().expect("keyring lock").clone()
+    }
+
+    pub(crate) fn set_seed_key(&self, key: Option<Arc<SeedKey>>) {
+        *self.keyring.seed_key.lock().expect("keyring lock") = key;
+    }
+
+    /// The identity whose public keys are registered as `keys`: derived from the login key,
+    /// or unsealed with the key this password login gave (or, at the login that moves an
+    /// account made before manager protocol 15, with the password itself).
+    fn registered_identity(&self, uid: u32, keys: &UserKeys) -> Result<Identity, FsError> {
+        let me = self.cfg_user();
+        let id = match (&self.cfg.signing_key, &self.cfg.credential, self.seed_key()) {
+            (Some(k), _, _) => Identity::from_login_key(uid, k.expose()),
+            (None, _, Some(sk)) if crate::opaque::is_export_sealed(&keys.sealed) => {
+                Identity::unseal_with(uid, &keys.sealed, &sk)
+                    .map_err(|e| e2e_err("/", format!("{me}: {e}")))?
+            }
+            (None, Credential::LegacyPassword(p), _) => {
+                Identity::unseal_legacy(uid, &keys.sealed, p)
+                    .map_err(|e| e2e_err("/", format!("{me}: {e}")))?
+            }
+            (None, Credential::Password(_), Some(_)) => {
+                return Err(e2e_err(
+                    "/",
+                    format!(
+                        "{me}: your end-to-end key is sealed under an earlier password file (an \
+                         admin reset it) and this client does not keep it; \
+                         files only your old key opened stay closed to you"
+                    ),
+                ))
+            }
+            _ => {
+                return Err(e2e_err(
+                    "/",
+                    format!("{me}: this client has no end-to-end key; log in with your password or key (nasd login)"),
+                ))
+            }
+        };
+        if !id.matches(keys) {
+            return Err(e2e_err(
+                "/",
+                format!("{me}: the end-to-end keys at the manager are not this login's"),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// A user's first identity, made here (never by an admin's client) and registered as
+    /// version 1 of their keys, signed by itself: derived from the login key of a key user,
+    /// or random and sealed under this password login's key.
+    async fn first_identity(&self, uid: u32) -> Result<Identity, FsError> {
+        let me = self.cfg_user();
+        let seed_key = self.seed_key();
+        let id = match (&self.cfg.signing_key, &seed_key) {
+            (Some(k), _) => Identity::from_login_key(uid, k.expose()),
+            (None, Some(_)) => Identity::generate(uid),
+            _ => {
+                return Err(e2e_err(
+                    "/",
+                    format!("{me}: no end-to-end key yet; log in with your password or key once (nasd login)"),
+                ))
+            }
+        };
+        let set = calls::UserKeySet {
+            user: me,
+            keys: id.user_keys(1, None, seed_key.as_deref()),
+        };
+        self.call("/", set).await?;
+        self.forget_user_keys(uid);
+        Ok(id)
+    }
+
+    /// Adds a user (admins), with no keys: a password user gets a one-time enrollment code
+    /// (in the answer) with which their own client sets their password and makes their keys
+    /// at their first login; a key user makes theirs at their first login. Both get group
     /// wraps at an admin's next group command ([`Client::sync_group_keys`]).
     pub async fn add_user(
         &self,
         name: &str,
-        password: &str,
         admin: bool,
         public_key: Option<[u8; 32]>,
-    ) -> Result<(), FsError> {
+    ) -> Result<Enrollment, FsError> {
         let add = calls::UserAdd {
             name: name.into(),
-            password: password.into(),
             admin,
             public_key,
         };
-        self.call("/", add).await?;
+        let made = self.call("/", add).await?;
         let us = self.call("/", calls::UserList).await?;
-        let Some(u) = us.into_iter().find(|u| u.name == name) else {
-            return Err(FsError::Usage(format!(
-                "user {name} was added but is not listed"
-            )));
-        };
-        // A key user makes their keys at their first login; their groups get key pairs now.
-        if public_key.is_none() {
-            let id = Identity::generate(u.uid);
-            let set = calls::UserKeySet {
-                user: name.into(),
-                keys: id.user_keys(Some(password)),
-            };
-            self.call("/", set).await?;
-            self.forget_user_keys(u.uid);
+        if let Some(u) = us.into_iter().find(|u| u.name == name) {
+            self.sync_group_keys(u.groups).await?;
         }
-        self.sync_group_keys(u.groups).await?;
-        Ok(())
+        Ok(made)
     }
 
-    /// Seals this user's end-to-end seed under their new password (after `user passwd` of
-    /// oneself), so the next password login opens it.
-    pub async fn reseal_own_keys(&self, new_password: &str) -> Result<(), FsError> {
-        let id = self.identity().await?;
-        let set = calls::UserKeySet {
-            user: self.cfg_user(),
-            keys: id.user_keys(Some(new_password)),
+    /// Adds a password user and enrolls them at once with `password`, for a program that
+    /// makes an account it will log in as itself (the S3 gateway's user, the demo's and the
+    /// benchmarks' users, scripts): the registration runs in this process, so the manager
+    /// still never sees the password, but whoever runs it knows it. It then logs in as the
+    /// user once, which makes the user's keys (in this process too), and gives them the wraps
+    /// of their groups' keys, so the account reads what its groups may at once. People get an
+    /// enrollment code instead ([`Client::add_user`]), so an admin never knows their password
+    /// or their seed. Returns the new uid.
+    pub async fn add_user_enrolled(
+        &self,
+        name: &str,
+        password: &str,
+        admin: bool,
+    ) -> Result<u32, FsError> {
+        let made = self.add_user(name, admin, None).await?;
+        let code = made
+            .code
+            .ok_or_else(|| FsError::Usage(format!("user {name} got no enrollment code")))?;
+        let cfg = crate::session::SessionConfig {
+            user: name.into(),
+            credential: Credential::Password(password.into()),
+            signing_key: None,
+            ..self.cfg.clone()
         };
-        self.call("/", set).await?;
-        self.forget_user_keys(id.uid);
+        crate::session::Session::enroll(&cfg, &code)
+            .await
+            .map_err(|error| FsError::Manager {
+                path: "/".into(),
+                error,
+            })?;
+        let user = Client::connect(cfg).await?;
+        user.identity().await?;
+        let us = self.call("/", calls::UserList).await?;
+        if let Some(u) = us.into_iter().find(|u| u.name == name) {
+            self.sync_group_keys(u.groups).await?;
+        }
+        Ok(made.uid)
+    }
+
+    /// Changes this user's password (OPAQUE registration from their own session, which
+    /// ends every session of theirs) and seals their end-to-end seed, if they have one, under
+    /// the new password file's key in the same step. Also what moves an account made before
+    /// manager protocol 13 to OPAQUE (its seed then sealed anew, its old hash deleted).
+    pub async fn change_password(&self, new_password: &str) -> Result<(), FsError> {
+        let uid = self.uid().await?;
+        let id = match self.user_keys(&[uid], true).await?.remove(&uid) {
+            Some(_) => Some(self.identity().await?),
+            None => None,
+        };
+        let me = self.cfg_user();
+        let mut g = self.session_guard().await?;
+        let s = g.as_mut().expect("connected");
+        let registered = s
+            .register(&me, new_password, None, |k| {
+                id.as_ref().map(|id| id.seal_with(k)).unwrap_or_default()
+            })
+            .await;
+        // The registration ended every session of the user, this one included.
+        *g = None;
+        let key = registered.map_err(|error| FsError::Manager {
+            path: "/".into(),
+            error,
+        })?;
+        self.set_seed_key(Some(Arc::new(key)));
+        self.forget_user_keys(uid);
         Ok(())
     }
 

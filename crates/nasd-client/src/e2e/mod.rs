@@ -5,12 +5,15 @@
 //! undetected. The manager holds policy, the trusted records and wrapped keys it cannot open.
 //!
 //! # Layout
-//! - [`identity`]: a user's X25519 and Ed25519 keys from one seed, sealed under the password.
+//! - [`identity`]: a user's X25519 and Ed25519 keys from one seed, made by the user's own
+//!   client and sealed under the key their OPAQUE login gives.
 //! - [`keyring`]: public keys of users and groups, group secrets, key files made and opened.
 //! - [`pins`]: MT-EINT over the drives' trees: readers check every reply against the writer's
 //!   pins; writers keep track of their objects' tops.
 //! - [`crypt`]: the encryption layer of the file stack, above the layout.
 //! - [`share`]: `share`, `unshare`, `rekey`, and wraps that follow `chmod`.
+//! - [`rotate`]: `nasd user rotate-keys`: a new identity, and every wrap to the old key
+//!   replaced by one to the new.
 //!
 //! What a version carries at the manager ([`nasd_proto::manager::E2eState`]): the trusted
 //! record (nasd-e2e's [`TrustedRecord`]), the writer's Ed25519 signature over it (seed 001
@@ -23,6 +26,7 @@ pub mod crypt;
 pub mod identity;
 pub mod keyring;
 pub mod pins;
+pub mod rotate;
 pub mod share;
 
 use crate::files::{Client, FsError};

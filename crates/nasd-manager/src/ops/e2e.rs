@@ -5,7 +5,7 @@ use super::Handle;
 use crate::callbacks::{self, Changed};
 use crate::service::{Caller, Manager};
 use crate::MgrResult;
-use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo};
+use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo, WrappedFile};
 use std::sync::Arc;
 
 /// Delegated: wraps follow a mode a gateway sets (S3 ACLs), and a new wrap can carry only a key
@@ -45,5 +45,29 @@ impl Handle for calls::GroupKeyGet {
     const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<GroupKeyInfo>> {
         m.group_key_get(c, &self.gids, &self.names)
+    }
+}
+
+impl Handle for calls::E2eWrappedFiles {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<WrappedFile>> {
+        let (mgr, c) = (m.clone(), c.clone());
+        tokio::task::spawn_blocking(move || mgr.e2e_wrapped_files(&c, self.after, self.limit))
+            .await
+            .map_err(super::joined)?
+    }
+}
+
+impl Handle for calls::E2eRewrap {
+    fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
+        callbacks::file(m, c, &self.path)
+    }
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.e2e_rewrap(c, &self.path, self.update)
+    }
+}
+
+impl Handle for calls::GroupWrapSet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.group_wrap_set(c, &self.wraps)
     }
 }

@@ -2,46 +2,70 @@
 //! of credential or of a gateway flag ends sessions, so it moves the manager's session epoch
 //! and every live connection checks its own before its next request.
 
-use super::{admin_only, joined, Handle};
+use super::{admin_only, Handle};
 use crate::service::{db, Caller, Manager};
 use crate::store::StoreError;
 use crate::{users, MgrError, MgrResult};
-use nasd_proto::manager::{calls, MgrStatus, UserInfo};
+use nasd_proto::manager::{calls, Enrollment, MgrStatus, UserInfo};
 use std::sync::Arc;
 
+/// `user add` (admins): an account with no keys; a password user's answer carries the
+/// one-time enrollment code their own client sets their password with.
 impl Handle for calls::UserAdd {
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Enrollment> {
         admin_only(c, "adding a user")?;
-        let m2 = m.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut st = m2.store.lock().expect("store lock");
-            match self.public_key {
-                Some(pk) => users::add_key_user(st.as_mut(), &self.name, &pk, self.admin),
-                None => users::add_user(st.as_mut(), &self.name, &self.password, self.admin),
+        let mut st = m.store.lock().expect("store lock");
+        let made = match self.public_key {
+            Some(pk) => Enrollment {
+                uid: users::add_key_user(st.as_mut(), &self.name, &pk, self.admin)?,
+                code: None,
+                expires_ms: 0,
+            },
+            None => {
+                let (uid, code) = users::add_user(st.as_mut(), &self.name, self.admin)?;
+                Enrollment {
+                    uid,
+                    code: Some(code.code),
+                    expires_ms: code.expires_ms,
+                }
             }
-        })
-        .await
-        .map_err(joined)??;
-        Ok(())
+        };
+        tracing::info!(admin = %c.name, user = %self.name, "user added");
+        Ok(made)
     }
 }
 
-/// `user passwd`: a new password or key; every session of the user ends, live connections
-/// included (their next request finds the session gone).
+/// `user passwd`: a new key, or (without one) an enrollment code that replaces the user's
+/// password file (an admin's reset, or a user's own); every session of the user ends, live
+/// connections included (their next request finds the session gone).
 impl Handle for calls::UserPasswd {
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        let (mgr, by) = (m.clone(), c.clone());
-        tokio::task::spawn_blocking(move || {
-            let new = match &self.public_key {
-                Some(pk) => users::NewCredential::PublicKey(pk),
-                None => users::NewCredential::Password(&self.password),
-            };
-            users::set_credential(&mgr.store, &by, &self.name, new)
-        })
-        .await
-        .map_err(joined)??;
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Enrollment> {
+        if c.via.is_some() {
+            return Err(MgrError::new(
+                MgrStatus::PermissionDenied,
+                "a session a gateway opened cannot change credentials",
+            ));
+        }
+        let code = crate::login::EnrollmentCode::generate(crate::now_ms());
+        let new = match &self.public_key {
+            Some(pk) => users::NewCredential::PublicKey(pk),
+            None => users::NewCredential::Enrollment(&code),
+        };
+        let uid = users::set_credential(&m.store, c, &self.name, new)?;
         m.sessions_changed();
-        Ok(())
+        tracing::info!(by = %c.name, user = %self.name, "credential changed");
+        Ok(match self.public_key {
+            Some(_) => Enrollment {
+                uid,
+                code: None,
+                expires_ms: 0,
+            },
+            None => Enrollment {
+                uid,
+                code: Some(code.code),
+                expires_ms: code.expires_ms,
+            },
+        })
     }
 }
 

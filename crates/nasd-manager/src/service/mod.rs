@@ -262,10 +262,23 @@ pub struct Manager {
     /// the store before serving the next request. Nothing moves it on the hot path, so a
     /// request costs one atomic load.
     pub session_epoch: AtomicU64,
+    /// The OPAQUE server keys (OPRF seed and key pair) password logins run under; kept in a
+    /// key file of their own, never in the store ([`crate::login`]).
+    pub opaque: nasd_client::opaque::ServerKeys,
 }
 
 impl Manager {
+    /// A manager with OPAQUE server keys of its own making (tests; `nasd manager run` gives
+    /// the keys of its key file, [`Manager::with_keys`]).
     pub fn new(store: Box<dyn MetaStore>, policy: Policy) -> MgrResult<Arc<Manager>> {
+        Manager::with_keys(store, policy, nasd_client::opaque::ServerKeys::generate())
+    }
+
+    pub fn with_keys(
+        store: Box<dyn MetaStore>,
+        policy: Policy,
+        opaque: nasd_client::opaque::ServerKeys,
+    ) -> MgrResult<Arc<Manager>> {
         let records = store.drives().map_err(|e| store_err(e, "drives"))?;
         let min_protection = Protection::parse(&policy.cap_min_protection).ok_or_else(|| {
             MgrError::new(
@@ -293,6 +306,7 @@ impl Manager {
             heal: Default::default(),
             callbacks: Default::default(),
             session_epoch: AtomicU64::new(0),
+            opaque,
         }))
     }
 

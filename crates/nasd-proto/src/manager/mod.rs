@@ -36,13 +36,14 @@ mod tests;
 mod types;
 
 pub use crate::e2e::{
-    E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo, UserKeys,
-    WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+    key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo,
+    UserKeys, WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
 };
 pub use call::{Call, Reply, Wire};
 pub use calls::callbacks::{
     CallbackBreak, BREAKS_PER_REPLY_MAX, BREAK_WAIT_MS_MAX, CALLBACK_LEASE_MS,
 };
+pub use calls::e2e::{WrappedFile, WRAPPED_FILES_PAGE_MAX};
 pub use calls::files::Created;
 pub use calls::heal::{
     ClusterStatus, DriveCount, DriveStatus, FileCounts, RebuildStatus, ScrubReport, ScrubStatus,
@@ -55,10 +56,12 @@ pub use calls::namespace::{
 pub use calls::quota::QuotaInfo;
 pub use calls::s3keys::{S3KeyFound, S3KeyMade};
 pub use calls::session::{
-    login_message, Credential, LoginOk, CHALLENGE_BYTES, LOGIN_CONTEXT, PUBLIC_KEY_BYTES,
-    SIGNATURE_BYTES, TOKEN_BYTES,
+    login_message, Credential, LoginOk, LoginProof, OpaqueMessage, CHALLENGE_BYTES,
+    ENROLLMENT_CODE_BYTES_MAX, LOGIN_CONTEXT, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES,
+    OPAQUE_MESSAGE_BYTES_MAX, OPAQUE_REGISTRATION_REQUEST_BYTES, OPAQUE_REGISTRATION_UPLOAD_BYTES,
+    PUBLIC_KEY_BYTES, SIGNATURE_BYTES, TOKEN_BYTES,
 };
-pub use calls::users::UserInfo;
+pub use calls::users::{Enrollment, UserInfo};
 pub use calls::xattr::Xattrs;
 pub use status::{MgrStatus, Refused};
 pub use types::{
@@ -173,7 +176,23 @@ use call::{define_calls, define_replies};
 ///   components, bytes, stale bytes) and, after a recount, what a walk of every file found
 ///   ([`FileCounts`]); each [`DriveStatus`] its stale components and the capacity and use the
 ///   drive reported at its last health check.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 14;
+/// - 15: passwords never reach the manager (issue 21 §2-3). A password user logs in with
+///   OPAQUE (RFC 9807; ristretto255, SHA-512, 3DH, Argon2id on the client):
+///   [`MgrRequest::OpaqueLoginStart`] (KE1, answered with KE2 in an [`OpaqueMessage`], a fake
+///   one for unknown users) then [`MgrRequest::OpaqueLoginFinish`] (KE3, answered with
+///   `LoginOk`); a password file is made by the user's own client with
+///   [`MgrRequest::OpaqueRegisterStart`] (before login with an enrollment code, or from the
+///   user's own session) and [`MgrRequest::OpaqueRegisterFinish`], which also carries the
+///   user's seed sealed under a key from OPAQUE's export key. `Login` carries a
+///   [`LoginProof`]: a token, a signature, or the legacy password of an account made before
+///   this version (checked once, then moved over). `UserAdd` and `UserPasswd` carry no
+///   password and answer [`Enrollment`] (a one-time code for a password user). [`UserKeys`]
+///   carry their version and the signature of the key change by the previous sign key (the
+///   first self-signed); only the user sets their own. A key rotation rewraps the caller's own
+///   wraps: [`MgrRequest::E2eWrappedFiles`] lists the files wrapped for the caller
+///   ([`WrappedFile`]), [`MgrRequest::E2eRewrap`] replaces the caller's wraps in one file,
+///   [`MgrRequest::GroupWrapSet`] the caller's wraps of group secrets. Store schema 12.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 15;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -250,8 +269,8 @@ macro_rules! for_each_manager_call {
             12 Chown "chown" => ();
             13 Truncate "truncate" => ();
             14 Utimes "utimes" => ();
-            15 UserAdd "user add" => ();
-            16 UserPasswd "user passwd" => ();
+            15 UserAdd "user add" => Enrollment;
+            16 UserPasswd "user passwd" => Enrollment;
             17 UserList "user list" => Vec<UserInfo>;
             18 GroupAdd "group add" => ();
             19 GroupMember "group member" => ();
@@ -290,8 +309,15 @@ macro_rules! for_each_manager_call {
             52 UserKeyGet "user key get" => Vec<UserKeyInfo>;
             53 GroupKeySet "group key set" => ();
             54 GroupKeyGet "group key get" => Vec<GroupKeyInfo>;
+            55 OpaqueLoginStart "opaque login start" => OpaqueMessage;
+            56 OpaqueLoginFinish "opaque login finish" => LoginOk;
+            57 OpaqueRegisterStart "opaque register start" => OpaqueMessage;
+            58 OpaqueRegisterFinish "opaque register finish" => ();
+            59 E2eWrappedFiles "e2e wrapped files" => Vec<WrappedFile>;
             60 Mknod "mknod" => ();
             61 Statfs "statfs" => FsSpace;
+            62 E2eRewrap "e2e rewrap" => ();
+            63 GroupWrapSet "group wrap set" => ();
         }
     };
 }
@@ -324,6 +350,9 @@ define_replies! {
     21 Quotas(Vec<QuotaInfo>);
     22 UserKeys(Vec<UserKeyInfo>);
     23 GroupKeys(Vec<GroupKeyInfo>);
+    24 OpaqueMessage(OpaqueMessage);
+    25 Enrollment(Enrollment);
+    26 WrappedFiles(Vec<WrappedFile>);
     30 FsSpace(FsSpace);
 }
 

@@ -62,11 +62,32 @@ fn requests_1() -> Vec<MgrRequest> {
     vec![
         MgrRequest::Login(calls::Login {
             user: "alice".into(),
-            credential: Credential::Password("pw".into()),
+            proof: LoginProof::LegacyPassword("pw".into()),
         }),
         MgrRequest::Login(calls::Login {
             user: "alice".into(),
-            credential: Credential::Token([3; 32]),
+            proof: LoginProof::Token([3; 32]),
+        }),
+        MgrRequest::OpaqueLoginStart(calls::OpaqueLoginStart {
+            user: "alice".into(),
+            request: [4; OPAQUE_KE1_BYTES],
+        }),
+        MgrRequest::OpaqueLoginFinish(calls::OpaqueLoginFinish {
+            finalization: [5; OPAQUE_KE3_BYTES],
+        }),
+        MgrRequest::OpaqueRegisterStart(calls::OpaqueRegisterStart {
+            user: "alice".into(),
+            request: [6; OPAQUE_REGISTRATION_REQUEST_BYTES],
+            code: Some("ABCD-EFGH".into()),
+        }),
+        MgrRequest::OpaqueRegisterStart(calls::OpaqueRegisterStart {
+            user: "alice".into(),
+            request: [6; OPAQUE_REGISTRATION_REQUEST_BYTES],
+            code: None,
+        }),
+        MgrRequest::OpaqueRegisterFinish(calls::OpaqueRegisterFinish {
+            upload: [7; OPAQUE_REGISTRATION_UPLOAD_BYTES],
+            sealed: vec![8; 61],
         }),
         MgrRequest::Stat(calls::Stat { path: p() }),
         MgrRequest::Readdir(calls::Readdir {
@@ -162,31 +183,27 @@ fn requests_2() -> Vec<MgrRequest> {
         }),
         MgrRequest::UserAdd(calls::UserAdd {
             name: "bob".into(),
-            password: "x".into(),
             admin: false,
             public_key: None,
         }),
         MgrRequest::UserAdd(calls::UserAdd {
             name: "carol".into(),
-            password: "".into(),
             admin: true,
             public_key: Some([7; 32]),
         }),
         MgrRequest::Login(calls::Login {
             user: "carol".into(),
-            credential: Credential::Signature([8; 64]),
+            proof: LoginProof::Signature([8; 64]),
         }),
         MgrRequest::Challenge(calls::Challenge {
             user: "carol".into(),
         }),
         MgrRequest::UserPasswd(calls::UserPasswd {
             name: "bob".into(),
-            password: "y".into(),
             public_key: None,
         }),
         MgrRequest::UserPasswd(calls::UserPasswd {
             name: "carol".into(),
-            password: "".into(),
             public_key: Some([9; 32]),
         }),
     ]
@@ -242,12 +259,25 @@ fn requests_3() -> Vec<MgrRequest> {
             keys: UserKeys {
                 enc_public: [1; 32],
                 sign_public: [2; 32],
+                version: 2,
+                signature: [4; 64],
                 sealed: vec![3; 90],
             },
         }),
         MgrRequest::UserKeyGet(calls::UserKeyGet {
             uids: vec![],
             names: vec![],
+        }),
+        MgrRequest::E2eWrappedFiles(calls::E2eWrappedFiles {
+            after: 7,
+            limit: 100,
+        }),
+        MgrRequest::E2eRewrap(calls::E2eRewrap {
+            path: p(),
+            update: sample_e2e_commit(),
+        }),
+        MgrRequest::GroupWrapSet(calls::GroupWrapSet {
+            wraps: vec![(100, 2, vec![9; 93])],
         }),
     ]
 }
@@ -468,6 +498,8 @@ fn key_replies() -> Vec<MgrReply> {
             keys: UserKeys {
                 enc_public: [1; 32],
                 sign_public: [2; 32],
+                version: 1,
+                signature: [3; 64],
                 sealed: vec![],
             },
         }]),
@@ -477,6 +509,21 @@ fn key_replies() -> Vec<MgrReply> {
             quota: Some((10 << 30, 3 << 30)),
             files: 12_345,
         }),
+        MgrReply::OpaqueMessage(OpaqueMessage(vec![5; 320])),
+        MgrReply::Enrollment(Enrollment {
+            uid: 1001,
+            code: Some("ABCD-EFGH".into()),
+            expires_ms: 9,
+        }),
+        MgrReply::Enrollment(Enrollment {
+            uid: 1002,
+            code: None,
+            expires_ms: 0,
+        }),
+        MgrReply::WrappedFiles(vec![WrappedFile {
+            ino: 12,
+            path: "/a/b".into(),
+        }]),
         MgrReply::GroupKeys(vec![
             GroupKeyInfo {
                 gid: 100,
@@ -831,22 +878,26 @@ fn other_versions_and_bad_utf8_are_refused() {
 fn secrets_are_not_debug_printed() {
     let c = Credential::Password("hunter2".into());
     assert!(!format!("{c:?}").contains("hunter2"));
-    let add = MgrRequest::UserAdd(calls::UserAdd {
-        name: "u".into(),
-        password: "hunter2".into(),
-        admin: false,
-        public_key: None,
+    let legacy = MgrRequest::Login(calls::Login {
+        user: "u".into(),
+        proof: LoginProof::LegacyPassword("hunter2".into()),
     });
-    let passwd = MgrRequest::UserPasswd(calls::UserPasswd {
-        name: "u".into(),
-        password: "hunter2".into(),
-        public_key: None,
+    let enroll = MgrRequest::OpaqueRegisterStart(calls::OpaqueRegisterStart {
+        user: "u".into(),
+        request: [1; OPAQUE_REGISTRATION_REQUEST_BYTES],
+        code: Some("hunter2".into()),
+    });
+    let code = MgrReply::Enrollment(Enrollment {
+        uid: 1,
+        code: Some("hunter2".into()),
+        expires_ms: 0,
     });
     let login = MgrRequest::Login(calls::Login {
         user: "u".into(),
-        credential: Credential::Token([0x5a; TOKEN_BYTES]),
+        proof: LoginProof::Token([0x5a; TOKEN_BYTES]),
     });
-    for r in [&add, &passwd, &login] {
+    assert!(!format!("{code:?}").contains("hunter2"));
+    for r in [&legacy, &enroll, &login] {
         let d = format!("{r:?}");
         assert!(!d.contains("hunter2") && !d.contains("90, 90"), "{d}");
     }

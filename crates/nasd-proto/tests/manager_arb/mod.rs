@@ -170,7 +170,8 @@ arb_newtype!(
     SecretString,
     SessionToken,
     LinkTarget,
-    LayoutSpec
+    LayoutSpec,
+    OpaqueMessage
 );
 arb_unit!(Logout, UserList, DriveList);
 arb_vec!(
@@ -183,11 +184,20 @@ arb_vec!(
     QuotaInfo,
     UserKeyInfo,
     GroupKeyInfo,
-    PreparedFile
+    PreparedFile,
+    WrappedFile
 );
 
 arb_fields! {
-    Login { user, credential }
+    Login { user, proof }
+    OpaqueLoginStart { user, request }
+    OpaqueLoginFinish { finalization }
+    OpaqueRegisterStart { user, request, code }
+    OpaqueRegisterFinish { upload, sealed }
+    Enrollment { uid, code, expires_ms }
+    E2eWrappedFiles { after, limit }
+    WrappedFile { ino, path }
+    E2eRewrap { path, update }
     LoginOk { uid, admin, token, expires_ms }
     Challenge { user }
     ActFor { user }
@@ -216,8 +226,8 @@ arb_fields! {
     StageWrite { path, extend_by }
     StagedGrant { grant, replaces }
     Getxattrs { path }
-    UserAdd { name, password, admin, public_key }
-    UserPasswd { name, password, public_key }
+    UserAdd { name, admin, public_key }
+    UserPasswd { name, public_key }
     UserInfo { name, uid, admin, groups }
     GroupAdd { name }
     GroupMember { group, user }
@@ -274,12 +284,20 @@ pub trait Listed {}
 impl Listed for u32 {}
 impl Listed for String {}
 
-impl Arb for Credential {
-    fn arb(g: &mut Gen) -> Credential {
+impl Arb for LoginProof {
+    fn arb(g: &mut Gen) -> LoginProof {
         match g.below(3) {
-            0 => Credential::Password(Arb::arb(g)),
-            1 => Credential::Token(Arb::arb(g)),
-            _ => Credential::Signature(Arb::arb(g)),
+            0 => LoginProof::LegacyPassword(Arb::arb(g)),
+            1 => LoginProof::Token(Arb::arb(g)),
+            _ => LoginProof::Signature(Arb::arb(g)),
+        }
+    }
+}
+
+impl Arb for GroupWrapSet {
+    fn arb(g: &mut Gen) -> GroupWrapSet {
+        GroupWrapSet {
+            wraps: g.list(3, |g| (Arb::arb(g), Arb::arb(g), Arb::arb(g))),
         }
     }
 }
@@ -473,6 +491,8 @@ impl Arb for UserKeys {
         UserKeys {
             enc_public: Arb::arb(g),
             sign_public: Arb::arb(g),
+            version: Arb::arb(g),
+            signature: Arb::arb(g),
             sealed: Arb::arb(g),
         }
     }

@@ -72,6 +72,17 @@ impl Up {
         String::from_utf8(o.stdout).unwrap()
     }
 
+    /// Runs a command with `env` that must succeed; returns its stdout.
+    pub fn ok_env(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let o = self.nasd(args, env);
+        assert!(
+            o.status.success(),
+            "nasd {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// Runs a command that must fail; returns its stderr.
     pub fn fails(&self, args: &[&str], env: &[(&str, &str)]) -> String {
         let o = self.nasd(args, env);
@@ -124,9 +135,13 @@ impl Up {
         }
     }
 
-    /// Adds user `name` with `password` (as the admin, through the CLI).
+    /// Adds user `name` with `password` (as the admin, through the CLI: `user add
+    /// --password`, which also makes the account's keys and group wraps).
     pub fn add_user(&self, name: &str, password: &str) {
-        let o = self.nasd(&["user", "add", name], &[("NASD_NEW_PASSWORD", password)]);
+        let o = self.nasd(
+            &["user", "add", name, "--password"],
+            &[("NASD_NEW_PASSWORD", password)],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
 

@@ -4,6 +4,10 @@
 //! ```text
 //! key lookup  := u32 n (<= KEY_LIST_MAX), n x u32 id, u32 m (<= KEY_LIST_MAX), m x string name
 //! GroupKeySet := string group, u32 version, [32] public, u32 n, n x (u32 uid, blob wrap)
+//! E2eWrappedFiles := u64 after, u32 limit (<= WRAPPED_FILES_PAGE_MAX)
+//! WrappedFiles := u32 n, n x (u64 ino, string path)
+//! E2eRewrap   := string path, E2eCommit
+//! GroupWrapSet := u32 n (<= KEY_LIST_MAX), n x (u32 gid, u32 version, blob wrap)
 //! ```
 
 use crate::codec::{Reader, Writer};
@@ -39,8 +43,9 @@ impl Wire for E2eUpdate {
     }
 }
 
-/// Sets `user`'s end-to-end keys: the user's own, or an admin's for a user that has none
-/// yet (`user add`).
+/// Sets `user`'s end-to-end keys: the user's own only. A change (a version past the current
+/// one) must carry the signature of the current sign key; the same version again only
+/// replaces the sealed seed.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct UserKeySet {
     pub user: String,
@@ -94,8 +99,8 @@ impl Wire for Vec<UserKeyInfo> {
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        // uid, name (4 + name), two keys, sealed (4 + bytes).
-        let n = get_count(r, 4 + 4 + 64 + 4, "user keys")?;
+        // uid, name (4 + name), two keys, version, signature, sealed (4 + bytes).
+        let n = get_count(r, 4 + 4 + 64 + 4 + 64 + 4, "user keys")?;
         let mut us = Vec::with_capacity(n);
         for _ in 0..n {
             us.push(UserKeyInfo {
@@ -220,5 +225,126 @@ impl Wire for Vec<GroupKeyInfo> {
             });
         }
         Ok(gs)
+    }
+}
+
+/// Most files one [`E2eWrappedFiles`] page lists.
+pub const WRAPPED_FILES_PAGE_MAX: u32 = 1024;
+
+/// The encrypted files whose key file holds a wrap for the caller, by inode number after
+/// `after`, at most `limit` of them (a page shorter than asked is the last): what a key
+/// rotation rewraps. Answered with a [`WrappedFile`] each.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct E2eWrappedFiles {
+    pub after: u64,
+    pub limit: u32,
+}
+
+impl Wire for E2eWrappedFiles {
+    fn put(&self, w: &mut Writer) {
+        w.u64(self.after);
+        w.u32(self.limit);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(E2eWrappedFiles {
+            after: r.u64("after")?,
+            limit: r.u32("limit")?,
+        })
+    }
+}
+
+/// A file whose key file holds a wrap for the caller: its inode and a path to it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct WrappedFile {
+    pub ino: u64,
+    pub path: String,
+}
+
+impl Wire for Vec<WrappedFile> {
+    fn put(&self, w: &mut Writer) {
+        debug_assert!(self.len() <= WRAPPED_FILES_PAGE_MAX as usize);
+        w.u32(self.len() as u32);
+        for f in self {
+            w.u64(f.ino);
+            put_str(w, &f.path);
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let n = get_count(r, 8 + 4, "wrapped files")?;
+        if n > WRAPPED_FILES_PAGE_MAX as usize {
+            return Err(DecodeError::TooLong("wrapped files"));
+        }
+        let mut fs = Vec::with_capacity(n);
+        for _ in 0..n {
+            fs.push(WrappedFile {
+                ino: r.u64("ino")?,
+                path: get_str(r, "path")?,
+            });
+        }
+        Ok(fs)
+    }
+}
+
+/// Replaces the caller's own wraps in file `path`'s key file (a key rotation: the wraps of
+/// the old key become wraps to the new one) if its state is still the one `update.expect`
+/// names. Any reader of the file may; the manager checks that nothing but the caller's own
+/// user wraps changed (same record, signature and side data otherwise).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct E2eRewrap {
+    pub path: String,
+    pub update: E2eCommit,
+}
+
+impl Wire for E2eRewrap {
+    fn put(&self, w: &mut Writer) {
+        put_str(w, &self.path);
+        self.update.put(w);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(E2eRewrap {
+            path: get_str(r, "path")?,
+            update: E2eCommit::get(r)?,
+        })
+    }
+}
+
+/// Replaces the caller's own wraps of group secrets (gid, version, wrap): only of groups
+/// whose current version the caller holds a wrap of (a key rotation rewraps them to the new
+/// key).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GroupWrapSet {
+    pub wraps: Vec<(u32, u32, Vec<u8>)>,
+}
+
+impl Wire for GroupWrapSet {
+    fn put(&self, w: &mut Writer) {
+        debug_assert!(self.wraps.len() <= KEY_LIST_MAX);
+        w.u32(self.wraps.len() as u32);
+        for (gid, version, wrap) in &self.wraps {
+            w.u32(*gid);
+            w.u32(*version);
+            w.blob(wrap);
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let n = r.u32("group wraps")? as usize;
+        if n > KEY_LIST_MAX || n.saturating_mul(12) > r.remaining() {
+            return Err(DecodeError::TooLong("group wraps"));
+        }
+        let mut wraps = Vec::with_capacity(n);
+        for _ in 0..n {
+            let gid = r.u32("gid")?;
+            let version = r.u32("group key version")?;
+            wraps.push((
+                gid,
+                version,
+                r.blob(GROUP_WRAP_BYTES_MAX, "group wrap")?.to_vec(),
+            ));
+        }
+        Ok(GroupWrapSet { wraps })
     }
 }

@@ -21,7 +21,10 @@ pub mod users;
 pub mod xattr;
 
 pub use callbacks::WaitBreaks;
-pub use e2e::{E2eUpdate, GroupKeyGet, GroupKeySet, UserKeyGet, UserKeySet};
+pub use e2e::{
+    E2eRewrap, E2eUpdate, E2eWrappedFiles, GroupKeyGet, GroupKeySet, GroupWrapSet, UserKeyGet,
+    UserKeySet,
+};
 pub use files::{Abort, Commit, Create, Open, Prepare, Renew, ReturnCapability, StageWrite};
 pub use heal::{DriveAdd, DriveList, DriveReplace, Repair, Scrub, Status};
 pub use namespace::{
@@ -30,7 +33,10 @@ pub use namespace::{
 };
 pub use quota::{QuotaGet, QuotaSet};
 pub use s3keys::{S3KeyCreate, S3KeyList, S3KeyRevoke, S3KeySecret};
-pub use session::{ActFor, Challenge, Login, Logout};
+pub use session::{
+    ActFor, Challenge, Login, Logout, OpaqueLoginFinish, OpaqueLoginStart, OpaqueRegisterFinish,
+    OpaqueRegisterStart,
+};
 pub use users::{GroupAdd, GroupMember, UserAdd, UserGateway, UserList, UserPasswd};
 pub use xattr::{Getxattrs, Setxattr};
 

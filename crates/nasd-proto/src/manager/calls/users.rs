@@ -1,9 +1,14 @@
 //! The user calls: users (password or key logins), groups and their members, gateways that
 //! act for users.
 //! ```text
-//! UserAdd   := string name, string password, bool admin, option [32] public_key
-//! Users     := u32 n, n x (string name, u32 uid, bool admin, u32 m, m x string group)
+//! UserAdd    := string name, bool admin, option [32] public_key
+//! UserPasswd := string name, option [32] public_key
+//! Enrollment := u32 uid, bool has_code, [string code], u64 expires_ms
+//! Users      := u32 n, n x (string name, u32 uid, bool admin, u32 m, m x string group)
 //! ```
+//! No call carries a password: a password user's password file is made by their own client
+//! through OPAQUE ([`super::session::OpaqueRegisterStart`]), first with the enrollment code
+//! `UserAdd` answers.
 
 use super::{no_fields, one_string, two_strings};
 use crate::codec::{Reader, Writer};
@@ -13,11 +18,12 @@ use crate::manager::codec::{
 use crate::manager::{SecretString, Wire, PUBLIC_KEY_BYTES};
 use crate::DecodeError;
 
-/// Adds a user; with `public_key`, the user logs in by key only (the password is ignored).
+/// Adds a user (admins), with no keys: with `public_key` the user logs in by that key;
+/// without, the reply carries a one-time enrollment code with which the user's own client
+/// makes their password file (OPAQUE) at their first login.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct UserAdd {
     pub name: String,
-    pub password: SecretString,
     pub admin: bool,
     pub public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
 }
@@ -25,7 +31,6 @@ pub struct UserAdd {
 impl Wire for UserAdd {
     fn put(&self, w: &mut Writer) {
         put_str(w, &self.name);
-        put_str(w, &self.password);
         w.u8(self.admin as u8);
         put_public_key(w, &self.public_key);
     }
@@ -33,34 +38,69 @@ impl Wire for UserAdd {
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         Ok(UserAdd {
             name: get_str(r, "name")?,
-            password: SecretString(get_str(r, "password")?),
             admin: get_bool(r, "admin")?,
             public_key: get_public_key(r)?,
         })
     }
 }
 
-/// Sets a user's password or, with `public_key`, makes them a key user with that key (the
-/// password is then ignored). Ends every session of the user, live connections included.
+/// With `public_key`, makes `name` a key user with that key (the user or an admin); without,
+/// replaces the user's password file with a fresh enrollment code (an admin's reset: the
+/// user sets a new password with it). Ends every session of the user, live connections
+/// included. (A user changes their own password through OPAQUE registration.)
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct UserPasswd {
     pub name: String,
-    pub password: SecretString,
     pub public_key: Option<[u8; PUBLIC_KEY_BYTES]>,
 }
 
 impl Wire for UserPasswd {
     fn put(&self, w: &mut Writer) {
         put_str(w, &self.name);
-        put_str(w, &self.password);
         put_public_key(w, &self.public_key);
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         Ok(UserPasswd {
             name: get_str(r, "name")?,
-            password: SecretString(get_str(r, "password")?),
             public_key: get_public_key(r)?,
+        })
+    }
+}
+
+/// What `UserAdd` and `UserPasswd` answer: the user's uid and, for a password user, the
+/// one-time code their client enrolls with before `expires_ms` (shown once; the manager
+/// keeps only its hash).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Enrollment {
+    pub uid: u32,
+    pub code: Option<SecretString>,
+    pub expires_ms: u64,
+}
+
+impl Wire for Enrollment {
+    fn put(&self, w: &mut Writer) {
+        w.u32(self.uid);
+        match &self.code {
+            Some(c) => {
+                w.u8(1);
+                put_str(w, c);
+            }
+            None => w.u8(0),
+        }
+        w.u64(self.expires_ms);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let uid = r.u32("uid")?;
+        let code = match get_bool(r, "has code")? {
+            true => Some(SecretString(get_str(r, "enrollment code")?)),
+            false => None,
+        };
+        Ok(Enrollment {
+            uid,
+            code,
+            expires_ms: r.u64("expires")?,
         })
     }
 }

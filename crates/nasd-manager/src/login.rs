@@ -1,0 +1,512 @@
+//! Password logins without passwords (issue 21 §2): OPAQUE (RFC 9807) at the manager, the
+//! enrollment codes new accounts set their password with, and the manager's OPAQUE server
+//! keys. The client's half and the cipher suite are `nasd_client::opaque`.
+//!
+//! What the manager keeps for a password user is their OPAQUE record and a random credential
+//! id (the store's credential column: `$opaque$v1$<id hex>$<record hex>`). The record alone
+//! tests no password guess: that takes the OPRF key, derived from the seed in the server
+//! keys' file (`DIR/keys/opaque.key`, 0600, outside the database). Whoever holds both can
+//! guess offline at one Argon2id run of the suite's parameters per guess.
+//!
+//! A registration gets a fresh credential id, so the OPRF key a registration evaluates is
+//! never the one the current record was made under: a `RegisterStart` is no oracle against
+//! the current password. Before login a registration needs the account's enrollment code
+//! (`$enroll$v1$<BLAKE3 hex of the code>$<expires_ms>`), checked in constant time, which the
+//! registration then replaces; from a session, only the session's own user may register.
+//!
+//! Logins: `OpaqueLoginStart` answers KE2 from the user's record, or from a fake record for
+//! an unknown user, a key user, an account still enrolling or one with a legacy hash, so the
+//! answer is the same shape and costs the same; `OpaqueLoginFinish` checks KE3 and opens a
+//! session only if the record is still the one the login started from.
+
+use crate::service::Caller;
+use crate::store::MetaStore;
+use crate::users::{db, new_session, LoggedIn, PASSWORD_REFUSED};
+use crate::{MgrError, MgrResult};
+use nasd_client::opaque::{OpaqueError, ServerKeys, ServerLoginState, CREDENTIAL_ID_BYTES};
+use nasd_proto::manager::{
+    MgrStatus, SecretString, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES, OPAQUE_REGISTRATION_REQUEST_BYTES,
+    OPAQUE_REGISTRATION_UPLOAD_BYTES,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use zeroize::Zeroizing;
+
+/// How an OPAQUE password file starts in the store's credential column.
+pub const OPAQUE_PREFIX: &str = "$opaque$v1$";
+/// How an account waiting for its enrollment starts in the store's credential column.
+pub const ENROLL_PREFIX: &str = "$enroll$v1$";
+/// How long an enrollment code may be used: a week, for the code to reach its user.
+pub const ENROLLMENT_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+/// Random bytes in an enrollment code (160 bits: no guessing, whatever the rate).
+const ENROLLMENT_CODE_RANDOM_BYTES: usize = 20;
+/// The detail of every refused enrollment: unknown user, wrong code, code expired or used.
+pub const ENROLLMENT_REFUSED: &str = "enroll: unknown user or wrong, used or expired code";
+/// The server keys' file in the manager's directory.
+pub const KEY_FILE: &str = "keys/opaque.key";
+const KEY_FILE_HEADER: &str = "nasd opaque server keys v1";
+
+/// A one-time enrollment code: what `user add` shows once, and the store keeps the hash of.
+pub struct EnrollmentCode {
+    pub code: SecretString,
+    pub expires_ms: u64,
+}
+
+impl EnrollmentCode {
+    /// A fresh code: 160 random bits as 32 base32 characters in groups of four.
+    pub fn generate(now_ms: u64) -> EnrollmentCode {
+        let mut raw = Zeroizing::new([0u8; ENROLLMENT_CODE_RANDOM_BYTES]);
+        nasd_crypto::random_bytes(raw.as_mut());
+        const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+        let mut bits = 0u32;
+        let mut n = 0;
+        let mut chars = String::with_capacity(40);
+        for b in raw.iter() {
+            bits = bits << 8 | *b as u32;
+            n += 8;
+            while n >= 5 {
+                n -= 5;
+                if !chars.is_empty() && chars.len() % 5 == 4 {
+                    chars.push('-');
+                }
+                chars.push(ALPHABET[(bits >> n & 31) as usize] as char);
+            }
+        }
+        EnrollmentCode {
+            code: SecretString(chars),
+            expires_ms: now_ms + ENROLLMENT_TTL_MS,
+        }
+    }
+
+    /// What the store keeps: the code's BLAKE3 hash and when it expires.
+    pub fn verifier(&self) -> String {
+        format!(
+            "{ENROLL_PREFIX}{}${}",
+            hex::encode(code_hash(&self.code)),
+            self.expires_ms
+        )
+    }
+}
+
+/// A code as the store hashes it: what the user typed, without separators or case.
+fn code_hash(code: &str) -> [u8; 32] {
+    let norm: Zeroizing<String> = Zeroizing::new(
+        code.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .map(|c| c.to_ascii_uppercase())
+            .collect(),
+    );
+    *blake3::hash(norm.as_bytes()).as_bytes()
+}
+
+/// Whether `code` is the live code of `verifier` at `now_ms` (constant time in the hash).
+fn enrollment_matches(verifier: &str, code: &str, now_ms: u64) -> bool {
+    let Some(rest) = verifier.strip_prefix(ENROLL_PREFIX) else {
+        return false;
+    };
+    let Some((hash, expires)) = rest.split_once('$') else {
+        return false;
+    };
+    let (Ok(hash), Ok(expires)) = (hex::decode(hash), expires.parse::<u64>()) else {
+        return false;
+    };
+    let given = code_hash(code);
+    use subtle::ConstantTimeEq;
+    hash.len() == 32 && bool::from(given.ct_eq(&hash[..])) && now_ms < expires
+}
+
+/// The credential id and record of an OPAQUE verifier.
+fn record_of(verifier: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    let rest = verifier.strip_prefix(OPAQUE_PREFIX)?;
+    let (id, record) = rest.split_once('$')?;
+    Some((hex::decode(id).ok()?, hex::decode(record).ok()?))
+}
+
+fn verifier_of(credential_id: &[u8], upload: &[u8]) -> String {
+    format!(
+        "{OPAQUE_PREFIX}{}${}",
+        hex::encode(credential_id),
+        hex::encode(upload)
+    )
+}
+
+fn fresh_credential_id() -> [u8; CREDENTIAL_ID_BYTES] {
+    let mut id = [0u8; CREDENTIAL_ID_BYTES];
+    nasd_crypto::random_bytes(&mut id);
+    id
+}
+
+/// A password file for `password` made on this host (`manager init`): the verifier to store.
+pub fn register_here(keys: &ServerKeys, password: &str) -> MgrResult<String> {
+    let id = fresh_credential_id();
+    let (upload, _) = nasd_client::opaque::register_locally(keys, &id, password.as_bytes())
+        .map_err(|e| MgrError::new(MgrStatus::Internal, format!("OPAQUE registration: {e}")))?;
+    Ok(verifier_of(&id, &upload))
+}
+
+fn refused() -> MgrError {
+    MgrError::new(MgrStatus::WrongPassword, PASSWORD_REFUSED)
+}
+
+/// A login between KE2 and KE3.
+pub struct PendingLogin {
+    user: String,
+    /// The user and the verifier the login started from (`None`: no password file).
+    known: Option<(u32, String)>,
+    state: ServerLoginState,
+}
+
+/// KE2 for `user`'s KE1, from their record or a fake one (module docs).
+pub fn login_start(
+    store: &Mutex<Box<dyn MetaStore>>,
+    keys: &ServerKeys,
+    user: &str,
+    ke1: &[u8; OPAQUE_KE1_BYTES],
+) -> MgrResult<(Vec<u8>, PendingLogin)> {
+    let u = store
+        .lock()
+        .expect("store lock")
+        .user_by_name(user)
+        .map_err(db)?;
+    let real = u
+        .as_ref()
+        .and_then(|u| record_of(&u.phc).map(|r| (u.uid, u.phc.clone(), r)));
+    let (record, id, known) = match &real {
+        Some((uid, phc, (id, record))) => (Some(&record[..]), &id[..], Some((*uid, phc.clone()))),
+        None => (None, user.as_bytes(), None),
+    };
+    let (ke2, state) = keys.login_start(record, id, ke1).map_err(|e| match e {
+        OpaqueError::Refused => refused(),
+        e => MgrError::new(MgrStatus::Malformed, format!("login: {e}")),
+    })?;
+    Ok((
+        ke2,
+        PendingLogin {
+            user: user.to_string(),
+            known,
+            state,
+        },
+    ))
+}
+
+impl PendingLogin {
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// Checks KE3 and opens a session; every failure is the one answer of a refused
+    /// password login.
+    pub fn finish(
+        self,
+        store: &Mutex<Box<dyn MetaStore>>,
+        ke3: &[u8; OPAQUE_KE3_BYTES],
+        session_ttl_ms: u64,
+    ) -> MgrResult<LoggedIn> {
+        let ok = self.state.finish(ke3).is_ok();
+        match self.known {
+            Some((uid, verifier)) if ok => {
+                new_session(store, uid, &verifier, session_ttl_ms)?.ok_or_else(refused)
+            }
+            _ => Err(refused()),
+        }
+    }
+}
+
+/// A registration between its response and its upload.
+pub struct PendingRegistration {
+    pub uid: u32,
+    pub user: String,
+    credential_id: [u8; CREDENTIAL_ID_BYTES],
+    /// The credential the registration replaces; it must still be there at the finish.
+    previous: String,
+    /// Whether it was authorized by an enrollment code (before login).
+    pub enrolling: bool,
+}
+
+/// Starts a registration for `user`: before login (`by` is `None`) with their enrollment
+/// `code`, or from `by`'s own session (a password change). Returns the registration response.
+pub fn register_start(
+    store: &Mutex<Box<dyn MetaStore>>,
+    keys: &ServerKeys,
+    by: Option<&Caller>,
+    user: &str,
+    request: &[u8; OPAQUE_REGISTRATION_REQUEST_BYTES],
+    code: Option<&str>,
+    now_ms: u64,
+) -> MgrResult<(Vec<u8>, PendingRegistration)> {
+    let u = store
+        .lock()
+        .expect("store lock")
+        .user_by_name(user)
+        .map_err(db)?;
+    let enroll_refused = || MgrError::new(MgrStatus::WrongPassword, ENROLLMENT_REFUSED);
+    let u = match (by, code) {
+        (None, Some(code)) => {
+            // The same work whether or not the user exists.
+            let verifier = u.as_ref().map_or("", |u| u.phc.as_str());
+            let ok = enrollment_matches(verifier, code, now_ms);
+            match u {
+                Some(u) if ok => u,
+                _ => return Err(enroll_refused()),
+            }
+        }
+        (None, None) => {
+            return Err(MgrError::new(
+                MgrStatus::NotLoggedIn,
+                "register: log in first, or give the enrollment code",
+            ))
+        }
+        (Some(c), _) => {
+            if c.via.is_some() {
+                return Err(MgrError::new(
+                    MgrStatus::PermissionDenied,
+                    "a session a gateway opened cannot change credentials",
+                ));
+            }
+            match u {
+                Some(u) if u.uid == c.uid => u,
+                _ => {
+                    return Err(MgrError::new(
+                        MgrStatus::PermissionDenied,
+                        format!("{user}: a user registers only their own password (an admin resets it with `nasd user passwd`)"),
+                    ))
+                }
+            }
+        }
+    };
+    let credential_id = fresh_credential_id();
+    let response = keys
+        .register(&credential_id, request)
+        .map_err(|e| MgrError::new(MgrStatus::Malformed, format!("register: {e}")))?;
+    Ok((
+        response,
+        PendingRegistration {
+            uid: u.uid,
+            user: u.name,
+            credential_id,
+            previous: u.phc,
+            enrolling: by.is_none(),
+        },
+    ))
+}
+
+impl PendingRegistration {
+    /// Stores the password file (and, when given, the seed sealed under its export key's
+    /// key) in place of the credential the registration started from, ending every session
+    /// of the user in the same transaction.
+    pub fn finish(
+        self,
+        store: &Mutex<Box<dyn MetaStore>>,
+        upload: &[u8; OPAQUE_REGISTRATION_UPLOAD_BYTES],
+        sealed: &[u8],
+    ) -> MgrResult<()> {
+        nasd_client::opaque::check_upload(upload)
+            .map_err(|e| MgrError::new(MgrStatus::Malformed, format!("register: {e}")))?;
+        if sealed.len() > nasd_proto::e2e::SEALED_SECRET_BYTES_MAX {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                "sealed secret too long",
+            ));
+        }
+        let verifier = verifier_of(&self.credential_id, upload);
+        let mut st = store.lock().expect("store lock");
+        let now = st.user_by_uid(self.uid).map_err(db)?;
+        if now.map(|u| u.phc).as_deref() != Some(self.previous.as_str()) {
+            return Err(MgrError::new(
+                MgrStatus::Conflict,
+                format!(
+                    "{}: the credential changed meanwhile; start again",
+                    self.user
+                ),
+            ));
+        }
+        let sealed = (!sealed.is_empty()).then_some(sealed);
+        st.set_password_file(self.uid, &verifier, sealed)
+            .map_err(db)
+    }
+}
+
+/// The server keys of the manager in `dir`, made (and written 0600 under a 0700 `keys/`) the
+/// first time.
+pub fn load_or_make_keys(dir: &Path) -> MgrResult<ServerKeys> {
+    let path = key_path(dir);
+    let io = |what: &str, e: String| {
+        MgrError::new(
+            MgrStatus::Internal,
+            format!("{what} {}: {e}", path.display()),
+        )
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let text = Zeroizing::new(text);
+            let hex_part = text
+                .strip_prefix(KEY_FILE_HEADER)
+                .map(str::trim)
+                .ok_or_else(|| io("reading", "not an OPAQUE server keys file".into()))?;
+            let bytes =
+                Zeroizing::new(hex::decode(hex_part).map_err(|e| io("reading", e.to_string()))?);
+            ServerKeys::from_bytes(&bytes).map_err(|e| io("reading", e.to_string()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let keys = ServerKeys::generate();
+            let dir_path = path.parent().expect("the key file is in keys/");
+            nasd_private::create_dir(dir_path)
+                .map_err(|e| io("making the directory of", e.to_string()))?;
+            let text = Zeroizing::new(format!(
+                "{KEY_FILE_HEADER}\n{}\n",
+                hex::encode(&*keys.to_bytes())
+            ));
+            nasd_private::write_file(&path, text.as_bytes())
+                .map_err(|e| io("writing", e.to_string()))?;
+            Ok(keys)
+        }
+        Err(e) => Err(io("reading", e.to_string())),
+    }
+}
+
+/// Where the server keys of the manager in `dir` are.
+pub fn key_path(dir: &Path) -> PathBuf {
+    dir.join(KEY_FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enrollment_codes_match_once_typed_in_any_case_and_only_while_live() {
+        let c = EnrollmentCode::generate(1000);
+        assert_eq!(c.code.len(), 39, "{:?}", &*c.code);
+        let v = c.verifier();
+        assert!(!v.contains(&*c.code));
+        assert!(enrollment_matches(&v, &c.code, 1001));
+        assert!(enrollment_matches(
+            &v,
+            &c.code.to_lowercase().replace('-', " "),
+            1001
+        ));
+        assert!(!enrollment_matches(&v, &c.code, c.expires_ms));
+        let other = EnrollmentCode::generate(1000);
+        assert!(!enrollment_matches(&v, &other.code, 1001));
+        assert!(!enrollment_matches("$argon2id$x", &c.code, 1001));
+        assert!(!enrollment_matches("", "", 0));
+    }
+
+    #[test]
+    fn the_key_file_is_made_once_private_and_read_back() {
+        let t = tempfile::tempdir().unwrap();
+        let a = load_or_make_keys(t.path()).unwrap();
+        let b = load_or_make_keys(t.path()).unwrap();
+        assert_eq!(*a.to_bytes(), *b.to_bytes());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&key_path(t.path())), 0o600);
+        assert_eq!(mode(&t.path().join("keys")), 0o700);
+    }
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use super::*;
+    use crate::sqlite::SqliteStore;
+    use nasd_client::opaque::{client_login_start, client_register_start};
+
+    fn store() -> Mutex<Box<dyn MetaStore>> {
+        Mutex::new(Box::new(SqliteStore::in_memory().unwrap()))
+    }
+
+    fn login(
+        m: &Mutex<Box<dyn MetaStore>>,
+        keys: &ServerKeys,
+        user: &str,
+        pw: &str,
+    ) -> MgrResult<LoggedIn> {
+        let c = client_login_start(pw.as_bytes()).unwrap();
+        let (ke2, pending) = login_start(m, keys, user, &c.message)?;
+        match c.finish(pw.as_bytes(), &ke2) {
+            Ok((ke3, _)) => pending.finish(m, &ke3, 60_000),
+            // The client stops; a KE3 of garbage gets the server's answer to compare.
+            Err(_) => pending.finish(m, &[0; OPAQUE_KE3_BYTES], 60_000),
+        }
+    }
+
+    fn enroll(
+        m: &Mutex<Box<dyn MetaStore>>,
+        keys: &ServerKeys,
+        user: &str,
+        code: &str,
+        pw: &str,
+    ) -> MgrResult<()> {
+        let c = client_register_start(pw.as_bytes()).unwrap();
+        let (resp, pending) =
+            register_start(m, keys, None, user, &c.message, Some(code), crate::now_ms())?;
+        let (upload, _) = c.finish(pw.as_bytes(), &resp).unwrap();
+        pending.finish(m, &upload, &[])
+    }
+
+    #[test]
+    fn an_enrolled_user_logs_in_and_every_failure_answers_alike() {
+        let (m, keys) = (store(), ServerKeys::generate());
+        let (_, code) = crate::users::add_user(m.lock().unwrap().as_mut(), "alice", false).unwrap();
+        // No password before enrollment; a wrong code enrolls nothing.
+        let refused_login = login(&m, &keys, "alice", "pw").unwrap_err();
+        assert_eq!(refused_login, refused());
+        let e = enroll(&m, &keys, "alice", "WRONG-CODE", "pw").unwrap_err();
+        assert_eq!(e.detail, ENROLLMENT_REFUSED);
+        assert_eq!(
+            enroll(&m, &keys, "nobody", &code.code, "pw").unwrap_err(),
+            e
+        );
+        enroll(&m, &keys, "alice", &code.code, "correct horse").unwrap();
+        assert_eq!(
+            enroll(&m, &keys, "alice", &code.code, "again").unwrap_err(),
+            e,
+            "used once"
+        );
+        let ok = login(&m, &keys, "alice", "correct horse").unwrap();
+        assert_eq!(ok.caller.name, "alice");
+        // The store holds the record, never the password.
+        let phc = m
+            .lock()
+            .unwrap()
+            .user_by_name("alice")
+            .unwrap()
+            .unwrap()
+            .phc;
+        assert!(phc.starts_with(OPAQUE_PREFIX) && !phc.contains("correct"));
+        // Wrong password, unknown user, legacy and key users: one answer.
+        crate::users::add_legacy_user(m.lock().unwrap().as_mut(), "old", "secret", false).unwrap();
+        for (u, p) in [("alice", "wrong"), ("nobody", "x"), ("old", "secret")] {
+            assert_eq!(login(&m, &keys, u, p).unwrap_err(), refused(), "{u}");
+        }
+        // Another server's keys (the database alone) confirm not even the right password.
+        let other = ServerKeys::generate();
+        assert_eq!(
+            login(&m, &other, "alice", "correct horse").unwrap_err(),
+            refused()
+        );
+    }
+
+    #[test]
+    fn a_password_change_is_the_user_s_own_and_a_registration_evaluates_a_fresh_key() {
+        let (m, keys) = (store(), ServerKeys::generate());
+        let (_, code) = crate::users::add_user(m.lock().unwrap().as_mut(), "alice", false).unwrap();
+        enroll(&m, &keys, "alice", &code.code, "one").unwrap();
+        let me = login(&m, &keys, "alice", "one").unwrap().caller;
+        let (_, bcode) = crate::users::add_user(m.lock().unwrap().as_mut(), "bob", false).unwrap();
+        enroll(&m, &keys, "bob", &bcode.code, "bobs").unwrap();
+        let c = client_register_start(b"two").unwrap();
+        let e = register_start(&m, &keys, Some(&me), "bob", &c.message, None, 0)
+            .err()
+            .unwrap();
+        assert_eq!(e.status, MgrStatus::PermissionDenied);
+        // The same request evaluated twice gets two answers: each registration its own key.
+        let (r1, _) = register_start(&m, &keys, Some(&me), "alice", &c.message, None, 0).unwrap();
+        let (r2, p2) = register_start(&m, &keys, Some(&me), "alice", &c.message, None, 0).unwrap();
+        assert_ne!(r1[..32], r2[..32]);
+        let (upload, _) = c.finish(b"two", &r2).unwrap();
+        p2.finish(&m, &upload, &[]).unwrap();
+        assert_eq!(login(&m, &keys, "alice", "one").unwrap_err(), refused());
+        login(&m, &keys, "alice", "two").unwrap();
+    }
+}
