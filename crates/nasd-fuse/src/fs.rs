@@ -265,7 +265,9 @@ impl NasdFs {
     pub(crate) fn unlink_path(&self, c: &Client, path: &str) -> Result<(), Errno> {
         let open = self.open.at(path);
         let Some(first) = open.first() else {
-            return self.rt.block_on(c.unlink(path)).map_err(errno);
+            self.rt.block_on(c.unlink(path)).map_err(errno)?;
+            self.inodes.unlinked(path);
+            return Ok(());
         };
         // A new file is committed first, so there is a name to move.
         for o in &open {
@@ -277,6 +279,7 @@ impl NasdFs {
             &format!("{UNLINKED_PREFIX}{}", first.h.ino()),
         );
         self.rt.block_on(c.rename(path, &hidden)).map_err(errno)?;
+        self.inodes.unlinked(path);
         for o in &open {
             o.moved(&hidden);
             o.set_unlinked();

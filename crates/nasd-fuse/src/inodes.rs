@@ -1,7 +1,9 @@
 //! The kernel's inode numbers and the paths they stand for. The manager's numbers are used
 //! unchanged, except that the mount's root is FUSE's root (1) and, when a subdirectory is
 //! mounted, the manager's own root moves out of the way. A file with several names (hard
-//! links) answers to the last one seen; renames move every path under the old name.
+//! links) answers to the last one seen that it still has: the mount keeps up to
+//! [`NAMES_PER_INODE_MAX`] of them, so an unlink of one leaves the others; renames move every
+//! path under the old name.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,16 +12,19 @@ use std::sync::Mutex;
 pub const ROOT: u64 = 1;
 /// Where the manager's root (inode 1) shows when a subdirectory is mounted.
 const MANAGER_ROOT_ELSEWHERE: u64 = u64::MAX - 1;
+/// Names kept per inode (hard links); past it the oldest seen is forgotten.
+pub const NAMES_PER_INODE_MAX: usize = 8;
 
 pub struct Inodes {
     /// The manager's inode number of the mount's root.
     root_ino: u64,
-    paths: Mutex<HashMap<u64, String>>,
+    /// Each inode's names, the last seen last.
+    paths: Mutex<HashMap<u64, Vec<String>>>,
 }
 
 impl Inodes {
     pub fn new(root: &str, root_ino: u64) -> Inodes {
-        let paths = Mutex::new(HashMap::from([(ROOT, root.to_string())]));
+        let paths = Mutex::new(HashMap::from([(ROOT, vec![root.to_string()])]));
         Inodes { root_ino, paths }
     }
 
@@ -32,9 +37,10 @@ impl Inodes {
         }
     }
 
-    /// The path the kernel's inode `ino` was last seen under.
+    /// The path the kernel's inode `ino` was last seen under (of those it still has).
     pub fn path(&self, ino: u64) -> Option<String> {
-        self.paths.lock().expect("inodes lock").get(&ino).cloned()
+        let p = self.paths.lock().expect("inodes lock");
+        p.get(&ino).and_then(|v| v.last().cloned())
     }
 
     /// Every kernel inode number the mount has shown.
@@ -49,21 +55,47 @@ impl Inodes {
 
     /// Records that the kernel's inode `ino` is at `path`. A directory seen under a new name
     /// was renamed elsewhere (another client): what the kernel still caches under it moves
-    /// with it, as in [`Inodes::renamed`].
+    /// with it, as in [`Inodes::renamed`]. A file keeps its other names (hard links).
     pub fn saw(&self, ino: u64, path: &str) {
         let mut p = self.paths.lock().expect("inodes lock");
-        match p.insert(ino, path.to_string()) {
-            Some(old) if old != path => move_under(&mut p, &old, path),
-            _ => {}
+        let names = p.entry(ino).or_default();
+        if names.last().map(String::as_str) == Some(path) {
+            return;
+        }
+        let last = names.last().cloned();
+        names.retain(|n| n != path);
+        names.push(path.to_string());
+        if names.len() > NAMES_PER_INODE_MAX {
+            names.remove(0);
+        }
+        if let Some(old) = last {
+            move_under(&mut p, &old, path);
         }
     }
 
-    /// `from` was renamed to `to`: it and everything under it move.
+    /// `path` was unlinked: an inode that has other names answers to them from now on (its
+    /// only name stays: an open file may still be reached through it).
+    pub fn unlinked(&self, path: &str) {
+        let mut p = self.paths.lock().expect("inodes lock");
+        for names in p.values_mut() {
+            if names.len() > 1 {
+                names.retain(|n| n != path);
+            }
+        }
+    }
+
+    /// `from` was renamed to `to`: it and everything under it move; a file `to` named
+    /// before loses that name.
     pub fn renamed(&self, from: &str, to: &str) {
         let mut p = self.paths.lock().expect("inodes lock");
-        for v in p.values_mut() {
-            if v == from {
-                *v = to.to_string();
+        for names in p.values_mut() {
+            if names.len() > 1 && !names.iter().any(|n| n == from) {
+                names.retain(|n| n != to);
+            }
+            for n in names.iter_mut() {
+                if n == from {
+                    *n = to.to_string();
+                }
             }
         }
         move_under(&mut p, from, to);
@@ -76,7 +108,7 @@ impl Inodes {
     pub fn exchanged(&self, a: &str, b: &str) {
         let mut p = self.paths.lock().expect("inodes lock");
         let (under_a, under_b) = (format!("{a}/"), format!("{b}/"));
-        for v in p.values_mut() {
+        for v in p.values_mut().flatten() {
             if v == a {
                 *v = b.to_string();
             } else if v == b {
@@ -91,9 +123,9 @@ impl Inodes {
 }
 
 /// Every path under `from/` moves under `to/`.
-fn move_under(p: &mut HashMap<u64, String>, from: &str, to: &str) {
+fn move_under(p: &mut HashMap<u64, Vec<String>>, from: &str, to: &str) {
     let under = format!("{from}/");
-    for v in p.values_mut() {
+    for v in p.values_mut().flatten() {
         if let Some(rest) = v.strip_prefix(&under) {
             *v = format!("{to}/{rest}");
         }
@@ -135,5 +167,31 @@ mod tests {
         assert_eq!(i.path(9).as_deref(), Some("/m/ab"));
         assert_eq!(join("/", "x"), "/x");
         assert_eq!(join("/m", "x"), "/m/x");
+    }
+
+    /// pjdfstest link/00.t: three names of one file, two unlinked; the third still answers.
+    #[test]
+    fn a_file_answers_to_any_name_it_still_has() {
+        let i = Inodes::new("/", 1);
+        for n in ["/d/n0", "/d/n1", "/d/n2"] {
+            i.saw(7, n);
+        }
+        i.unlinked("/d/n0");
+        assert_eq!(i.path(7).as_deref(), Some("/d/n2"));
+        i.unlinked("/d/n2");
+        assert_eq!(i.path(7).as_deref(), Some("/d/n1"));
+        // Its only name stays (an open file is reached through it).
+        i.unlinked("/d/n1");
+        assert_eq!(i.path(7).as_deref(), Some("/d/n1"));
+        // A rename over one of two names takes that name away.
+        i.saw(7, "/d/n3");
+        i.saw(8, "/d/other");
+        i.renamed("/d/other", "/d/n3");
+        assert_eq!(i.path(7).as_deref(), Some("/d/n1"));
+        assert_eq!(i.path(8).as_deref(), Some("/d/n3"));
+        for k in 0..2 * NAMES_PER_INODE_MAX {
+            i.saw(9, &format!("/d/l{k}"));
+        }
+        assert_eq!(i.paths.lock().unwrap()[&9].len(), NAMES_PER_INODE_MAX);
     }
 }

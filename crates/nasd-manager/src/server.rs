@@ -55,8 +55,13 @@ pub const PRELOGIN_FRAME_BYTES_MAX: usize = 17 << 10;
 /// OPAQUE logins hash nothing on the manager (the client runs the KSF).
 pub const PASSWORD_CHECKS_CONCURRENT_MAX: usize = 4;
 
+/// A login's user name or password as [`LOGIN_FRAME_BYTES_MAX`] allows it (the strings of
+/// other calls, paths among them, may be longer: [`STRING_BYTES_MAX`]).
+const LOGIN_STRING_BYTES_MAX: usize = 8192;
 // Header (magic, version, kind, request id, tag), user, credential kind, password.
-const LOGIN_FRAME_BYTES_MAX: usize = 16 + (4 + STRING_BYTES_MAX) + 1 + (4 + STRING_BYTES_MAX);
+const LOGIN_FRAME_BYTES_MAX: usize =
+    16 + (4 + LOGIN_STRING_BYTES_MAX) + 1 + (4 + LOGIN_STRING_BYTES_MAX);
+const _: () = assert!(LOGIN_STRING_BYTES_MAX <= STRING_BYTES_MAX);
 const _: () = assert!(PRELOGIN_FRAME_BYTES_MAX >= LOGIN_FRAME_BYTES_MAX);
 const _: () = assert!(PRELOGIN_FRAME_BYTES_MAX <= MANAGER_FRAME_BYTES_MAX);
 

@@ -673,6 +673,12 @@ impl SqliteStore {
             )
             .map_err(db)?;
         if named {
+            // One link fewer: a change of the inode (an unlink, a rename over a name).
+            tx.execute(
+                "UPDATE inodes SET ctime_us = ?2 WHERE ino = ?1",
+                params![i.ino as i64, now_us() as i64],
+            )
+            .map_err(db)?;
             return Ok(false);
         }
         Self::delete_inode(tx, i.ino)?;

@@ -16,6 +16,40 @@ fn denied<T>(r: Result<T, FsError>, what: &str) {
     }
 }
 
+/// The S3 gateway `nasd up --s3` starts beside `up`'s cluster, stopped when dropped (it runs
+/// in a process group of its own, so the cluster's end does not stop it).
+struct Gateway(std::path::PathBuf);
+
+impl Gateway {
+    fn start(up: &Up) -> Gateway {
+        let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listen.local_addr().unwrap().to_string();
+        drop(listen);
+        let o = Command::new(NASD)
+            .args(["up", "--background", "--s3", &addr, "--data"])
+            .arg(up.data())
+            .env("XDG_CONFIG_HOME", up.dir.path().join("xdg"))
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_DATA")
+            .output()
+            .unwrap();
+        let g = Gateway(up.data().join("s3-gateway.pid"));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        g
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Ok(s) = std::fs::read_to_string(&self.0) {
+            if let Ok(pid) = s.trim().parse::<i32>() {
+                // SAFETY: kill(2) on the gateway this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
 /// Whoever holds the gateway's credential (`DIR/s3-gateway.password`, written by `nasd up
 /// --s3`) could act for any non-admin user, even one who never made an S3 key, and from that
 /// session replace the user's public keys, mint S3 keys that outlive a rotation of the
@@ -25,18 +59,7 @@ fn denied<T>(r: Result<T, FsError>, what: &str) {
 #[test]
 fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects() {
     let up = Up::start(1);
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listen.local_addr().unwrap().to_string();
-    drop(listen);
-    let o = Command::new(NASD)
-        .args(["up", "--background", "--s3", &addr, "--data"])
-        .arg(up.data())
-        .env("XDG_CONFIG_HOME", up.dir.path().join("xdg"))
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_DATA")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _gateway = Gateway::start(&up);
     for user in ["alice", "bob"] {
         up.add_user(user, &format!("{user}-pw"));
     }
@@ -159,18 +182,7 @@ fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects(
 #[test]
 fn a_user_unshared_from_a_file_reads_it_neither_directly_nor_through_the_gateway() {
     let up = Up::start(1);
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listen.local_addr().unwrap().to_string();
-    drop(listen);
-    let o = Command::new(NASD)
-        .args(["up", "--background", "--s3", &addr, "--data"])
-        .arg(up.data())
-        .env("XDG_CONFIG_HOME", up.dir.path().join("xdg"))
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_DATA")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _gateway = Gateway::start(&up);
     for user in ["alice", "bob"] {
         up.add_user(user, &format!("{user}-pw"));
     }

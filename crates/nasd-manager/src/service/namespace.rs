@@ -300,10 +300,10 @@ impl Manager {
     /// Makes `path` a symbolic link to `target` (POSIX symlink: the target is stored as
     /// given and need not exist; a relative one resolves from the link's directory).
     pub fn symlink(&self, c: &Caller, path: &str, target: &str) -> MgrResult<()> {
-        if target.is_empty() || target.len() > PATH_BYTES_MAX || target.contains('\0') {
+        if target.is_empty() || target.len() > LINK_TARGET_BYTES_MAX || target.contains('\0') {
             return Err(MgrError::new(
                 MgrStatus::InvalidArgument,
-                format!("{path}: a link target is 1 to {PATH_BYTES_MAX} bytes without NUL"),
+                format!("{path}: a link target is 1 to {LINK_TARGET_BYTES_MAX} bytes without NUL"),
             ));
         }
         let (dir, name) = self.parent(c, path, true)?;

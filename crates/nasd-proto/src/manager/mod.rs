@@ -192,7 +192,10 @@ use call::{define_calls, define_replies};
 ///   wraps: [`MgrRequest::E2eWrappedFiles`] lists the files wrapped for the caller
 ///   ([`WrappedFile`]), [`MgrRequest::E2eRewrap`] replaces the caller's wraps in one file,
 ///   [`MgrRequest::GroupWrapSet`] the caller's wraps of group secrets. Store schema 12.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 15;
+/// - 16: a path may be 32 KiB long ([`PATH_BYTES_MAX`], and a string [`STRING_BYTES_MAX`]),
+///   so `PATH_MAX` bounds what a program names relative to its working directory, not a
+///   path from the cluster's root; a link target stays within [`LINK_TARGET_BYTES_MAX`].
+pub const MANAGER_PROTOCOL_VERSION: u16 = 16;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -209,11 +212,16 @@ pub const SYMLINK_HOPS_MAX: usize = 40;
 /// Largest manager frame body either side accepts.
 pub const MANAGER_FRAME_BYTES_MAX: usize = 4 << 20;
 /// Longest string field (paths, names, key files, details).
-pub const STRING_BYTES_MAX: usize = 8192;
+pub const STRING_BYTES_MAX: usize = PATH_BYTES_MAX + 1024;
 /// Longest name of one directory entry, user or group (POSIX NAME_MAX).
 pub const NAME_BYTES_MAX: usize = 255;
-/// Longest path.
-pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest absolute path the manager resolves: eight times Linux's `PATH_MAX`. A program
+/// meets `PATH_MAX` relative to its working directory (the kernel checks what it passes), and
+/// a mount turns that into a path from the cluster's root, so a working directory up to
+/// 28 KiB deep still takes every path the kernel lets through (issue 20).
+pub const PATH_BYTES_MAX: usize = 32 << 10;
+/// Longest symbolic link target (Linux's `PATH_MAX`).
+pub const LINK_TARGET_BYTES_MAX: usize = 4096;
 /// Most entries in one listing reply.
 pub const LIST_ENTRIES_MAX: usize = 16384;
 /// Most entries in one page of a directory ([`MgrRequest::Readdir`]): the largest page, of
@@ -238,7 +246,11 @@ const MAGIC: &[u8; 4] = b"NSDM";
 const KIND_REQUEST: u8 = 1;
 const KIND_REPLY: u8 = 2;
 
-const _: () = assert!(PATH_BYTES_MAX <= STRING_BYTES_MAX && NAME_BYTES_MAX < PATH_BYTES_MAX);
+const _: () = assert!(
+    PATH_BYTES_MAX <= STRING_BYTES_MAX
+        && NAME_BYTES_MAX < LINK_TARGET_BYTES_MAX
+        && LINK_TARGET_BYTES_MAX <= PATH_BYTES_MAX
+);
 const _: () = assert!(LIST_ENTRIES_MAX * 64 < MANAGER_FRAME_BYTES_MAX);
 const _: () = assert!(
     READDIR_PAGE_ENTRIES_MAX <= LIST_ENTRIES_MAX

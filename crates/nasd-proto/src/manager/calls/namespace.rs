@@ -228,7 +228,7 @@ impl Wire for FsSpace {
 
 two_strings! {
     /// Makes `path` a symbolic link holding `target` (stored as given, up to
-    /// [`PATH_BYTES_MAX`](crate::manager::PATH_BYTES_MAX); a relative target resolves from the
+    /// [`LINK_TARGET_BYTES_MAX`](crate::manager::LINK_TARGET_BYTES_MAX); a relative target resolves from the
     /// link's directory).
     Symlink { path: "path", target: "target" }
 }
