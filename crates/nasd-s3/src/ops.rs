@@ -162,6 +162,13 @@ impl S3 for Gateway {
         as_user!(self, req, list_objects_v2_as)
     }
 
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        as_user!(self, req, list_object_versions_as)
+    }
+
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
@@ -659,6 +666,69 @@ impl Gateway {
         }))
     }
 }
+
+impl Gateway {
+    /// The versions of a bucket's objects: a bucket is unversioned, so each object is its one
+    /// version, `null`, and the latest; there are no delete markers. A key marker lists the
+    /// keys after it (its one version comes before any version marker could point past it).
+    async fn list_object_versions_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let i = &req.input;
+        let bucket = self.need_bucket(&c, &i.bucket).await?;
+        let q = query(
+            i.prefix.clone(),
+            i.delimiter.clone(),
+            i.key_marker.clone(),
+            i.max_keys,
+        )?;
+        let l = list::list(&c, &bucket, &q).await.map_err(status_err)?;
+        let enc = Encoding::of(i.encoding_type.as_ref());
+        let versions = l
+            .objects
+            .iter()
+            .zip(objects(&l, enc))
+            .map(|(item, o)| ObjectVersion {
+                key: o.key,
+                size: o.size,
+                last_modified: o.last_modified,
+                e_tag: o.e_tag,
+                is_latest: Some(true),
+                version_id: Some(NULL_VERSION.into()),
+                owner: Some(acl::owner_of(&item.stat)),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        let next_key = l.truncated.then(|| l.last.clone()).flatten();
+        let next_version = next_key
+            .as_ref()
+            .filter(|k| l.objects.last().is_some_and(|o| &&o.key == k))
+            .map(|_| NULL_VERSION.to_string());
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(i.bucket.clone()),
+            prefix: enc.opt(&i.prefix),
+            key_marker: enc.opt(&i.key_marker),
+            version_id_marker: i.version_id_marker.clone(),
+            max_keys: Some(q.max_keys as i32),
+            is_truncated: Some(l.truncated),
+            versions: Some(versions),
+            common_prefixes: Some(prefixes(&l, enc)),
+            delimiter: enc.opt(&i.delimiter),
+            next_key_marker: enc.opt(&next_key),
+            next_version_id_marker: next_version,
+            encoding_type: i.encoding_type.clone(),
+            ..Default::default()
+        }))
+    }
+}
+
+/// The one version of an object in an unversioned bucket.
+const NULL_VERSION: &str = "null";
 
 /// The bucket and key of a copy's source (an object of a bucket, in its one version).
 pub(crate) fn copy_source(s: &CopySource) -> S3Result<(&str, &str)> {
