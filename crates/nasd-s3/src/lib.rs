@@ -17,7 +17,8 @@
 //! - [`meta`] — ETags, content headers, user metadata and checksums as extended attributes
 //!   committed with the content; [`digest`] — MD5 and `x-amz-checksum-*` as bytes stream;
 //! - [`stream`] — bounded-memory streams between HTTP bodies and the drives;
-//! - [`list`] — listings in key order over the directory tree;
+//! - [`list`] — listings in key order over the directory tree; [`tagging`] — object and
+//!   bucket tags as extended attributes;
 //! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
@@ -80,6 +81,7 @@ pub mod names;
 mod ops;
 pub mod server;
 pub mod stream;
+pub mod tagging;
 pub mod unsupported;
 
 pub use gateway::Gateway;

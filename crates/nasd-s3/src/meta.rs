@@ -14,6 +14,8 @@ const CONTENT: &str = "user.s3.content.";
 const META: &str = "user.s3.meta.";
 const CHECKSUM: &str = "user.s3.checksum.";
 const PARTS: &str = "user.s3.parts";
+/// The attribute holding an object's tags: a JSON object, key to value.
+pub const TAGS: &str = "user.s3.tags";
 
 /// The content headers an object keeps (lower-case header names).
 pub const CONTENT_HEADERS: [&str; 5] = [
@@ -37,6 +39,8 @@ pub struct ObjectMeta {
     pub checksums: BTreeMap<String, String>,
     /// Parts of a multipart object.
     pub parts: Option<u32>,
+    /// The object's tags (S3 lists them sorted by key).
+    pub tags: BTreeMap<String, String>,
 }
 
 impl ObjectMeta {
@@ -62,6 +66,9 @@ impl ObjectMeta {
         if let Some(n) = self.parts {
             v.push(x(PARTS.into(), &n.to_string()));
         }
+        if !self.tags.is_empty() {
+            v.push(x(TAGS.into(), &tags_value(&self.tags)));
+        }
         v
     }
 
@@ -83,10 +90,17 @@ impl ObjectMeta {
                 m.checksums.insert(k.into(), v.into());
             } else if a.name == PARTS {
                 m.parts = v.parse().ok();
+            } else if a.name == TAGS {
+                m.tags = serde_json::from_str(v).unwrap_or_default();
             }
         }
         m
     }
+}
+
+/// The value of [`TAGS`] (and of a bucket's tag attribute) for `tags`.
+pub fn tags_value(tags: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(tags).expect("a map of strings serializes")
 }
 
 /// `"value"`.
@@ -114,6 +128,7 @@ mod tests {
         m.content.insert("content-type".into(), "text/plain".into());
         m.user.insert("colour".into(), "blue ünïcode".into());
         m.checksums.insert("crc32c".into(), "yZRlqg==".into());
+        m.tags.insert("project".into(), "a=b&c \"d\"".into());
         let x = m.to_xattrs();
         assert!(x
             .iter()

@@ -169,6 +169,48 @@ impl S3 for Gateway {
         as_user!(self, req, list_object_versions_as)
     }
 
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        as_user!(self, req, get_object_tagging_as)
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        as_user!(self, req, put_object_tagging_as)
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        as_user!(self, req, delete_object_tagging_as)
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        as_user!(self, req, get_bucket_tagging_as)
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        as_user!(self, req, put_bucket_tagging_as)
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        as_user!(self, req, delete_bucket_tagging_as)
+    }
+
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
@@ -279,7 +321,10 @@ impl Gateway {
         if i.if_none_match.is_some() || i.if_match.is_some() {
             self.write_conditions(&c, &path, i).await?;
         }
-        let m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        let mut m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        if let Some(t) = &i.tagging {
+            m.tags = crate::tagging::from_header(t)?;
+        }
         let claims = Claims::of(&req.headers, i.content_md5.clone());
         let length = i.content_length.and_then(|n| u64::try_from(n).ok());
         let m = self
@@ -388,6 +433,7 @@ impl Gateway {
             last_modified: Some(last_modified(&st)),
             metadata: user_meta(&m),
             parts_count: m.parts.map(|n| n as i32),
+            tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
             ..Default::default()
         };
         content_headers!(out, m, i);
@@ -435,7 +481,13 @@ impl Gateway {
         if i.checksum_mode.is_some() {
             set_checksums!(out, m);
         }
-        Ok(S3Response::new(out))
+        let mut resp = S3Response::new(out);
+        if !m.tags.is_empty() {
+            // S3 sends the count on a HEAD too, though its model has no field for it.
+            resp.headers
+                .insert("x-amz-tagging-count", m.tags.len().into());
+        }
+        Ok(resp)
     }
 
     async fn delete_object_as(
@@ -529,7 +581,7 @@ impl Gateway {
                 "copying an object to itself needs the REPLACE metadata directive"
             ));
         }
-        let m = if replace {
+        let mut m = if replace {
             meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?
         } else {
             ObjectMeta {
@@ -537,6 +589,15 @@ impl Gateway {
                 user: sm.user.clone(),
                 ..Default::default()
             }
+        };
+        let replace_tags = i
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        m.tags = match (&i.tagging, replace_tags) {
+            (Some(t), true) => crate::tagging::from_header(t)?,
+            (None, true) => Default::default(),
+            (_, false) => sm.tags.clone(),
         };
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;

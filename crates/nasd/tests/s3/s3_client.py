@@ -209,6 +209,25 @@ def check_listing(s3):
                 r = s3.list_objects(**kw)
                 page = sorted([o["Key"] for o in r.get("Contents", [])] + [p["Prefix"] for p in r.get("CommonPrefixes", [])])
                 assert page == want1 and r["IsTruncated"] == trunc, (prefix, delim, after, page, want1)
+                # ListObjectVersions, page by page: each object is its one version, "null".
+                got, marks = [], {}
+                while True:
+                    kw = dict(Bucket="listing", Prefix=prefix, MaxKeys=max_keys, **marks)
+                    if delim:
+                        kw["Delimiter"] = delim
+                    r = s3.list_object_versions(**kw)
+                    vs = r.get("Versions", [])
+                    assert all(v["VersionId"] == "null" and v["IsLatest"] for v in vs), vs
+                    assert "DeleteMarkers" not in r
+                    page = [v["Key"] for v in vs] + [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+                    assert len(page) <= max_keys
+                    got += sorted(page)
+                    if not r["IsTruncated"]:
+                        break
+                    marks = dict(KeyMarker=r["NextKeyMarker"])
+                    if "NextVersionIdMarker" in r:
+                        marks["VersionIdMarker"] = r["NextVersionIdMarker"]
+                assert got == want, ("versions", prefix, delim, max_keys, got, want)
                 cases += 1
     # ETags and sizes come with the listing.
     r = s3.list_objects_v2(Bucket="listing", MaxKeys=5)
