@@ -61,6 +61,11 @@ macro_rules! content_headers {
             .response_cache_control
             .clone()
             .or_else(|| stored("cache-control"));
+        $out.expires = $i.response_expires.clone().or_else(|| {
+            stored("expires").and_then(|v| {
+                s3s::dto::Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, &v).ok()
+            })
+        });
     }};
 }
 

@@ -330,6 +330,7 @@ impl Gateway {
             etag: Some(etag.clone()),
             checksums: done.checksums,
             parts: Some(asked.len() as u32),
+            part_sizes: asked.iter().map(|(n, _)| have[n].0).collect(),
             ..info.meta
         };
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {

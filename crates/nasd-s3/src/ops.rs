@@ -12,6 +12,7 @@ use nasd_client::files::Client;
 use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+use std::ops::Range;
 use std::sync::Arc;
 
 fn no_content<T>(output: T) -> S3Response<T> {
@@ -167,6 +168,13 @@ impl S3 for Gateway {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         as_user!(self, req, list_object_versions_as)
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        as_user!(self, req, get_object_attributes_as)
     }
 
     async fn get_object_tagging(
@@ -365,9 +373,12 @@ impl Gateway {
             Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
             Err(e) => return Err(status_err(e)),
         };
+        if i.if_match.is_some() && current.is_none() {
+            // S3's answer to If-Match on a key that holds no object.
+            return Err(s3_error!(NoSuchKey));
+        }
         let ok = match (&i.if_none_match, &i.if_match, &current) {
             (Some(_), _, Some(_)) => false,
-            (_, Some(ETagCondition::Any), None) => false,
             (_, Some(ETagCondition::ETag(want)), cur) => {
                 cur.as_ref().is_some_and(|e| e.value() == want.value())
             }
@@ -380,16 +391,30 @@ impl Gateway {
         }
     }
 
-    /// The whole object for `partNumber=1` of an object written in one piece; other parts
-    /// are not recorded, so they are refused rather than answered with the whole object.
-    fn check_part_number(n: Option<i32>, m: &ObjectMeta) -> S3Result<()> {
-        match n {
-            None => Ok(()),
-            Some(1) if m.parts.is_none() => Ok(()),
-            Some(_) => Err(s3_error!(
+    /// The bytes `partNumber` asks for: none asked, the whole object; part 1 of an object
+    /// written in one piece, all of it; part N of a multipart object, where its completion
+    /// recorded that part to lie. A part the object lacks is `InvalidPart`; a multipart
+    /// object completed before part sizes were recorded is refused rather than answered
+    /// with the wrong bytes.
+    fn part_range(n: Option<i32>, m: &ObjectMeta, size: u64) -> S3Result<Option<Range<u64>>> {
+        let Some(n) = n else { return Ok(None) };
+        let invalid = || s3_error!(InvalidPart, "the object has no part {n}");
+        if n < 1 {
+            return Err(s3_error!(InvalidArgument, "part numbers start at 1"));
+        }
+        match m.parts {
+            None if n == 1 => Ok(Some(0..size)),
+            None => Err(invalid()),
+            Some(count) if m.part_sizes.len() != count as usize => Err(s3_error!(
                 NotImplemented,
-                "the gateway does not record where an object's parts begin"
+                "the object was completed before the gateway recorded where its parts begin"
             )),
+            Some(_) => {
+                let i = (n - 1) as usize;
+                let len = *m.part_sizes.get(i).ok_or_else(invalid)?;
+                let start: u64 = m.part_sizes[..i].iter().sum();
+                Ok(Some(start..start + len))
+            }
         }
     }
 
@@ -400,7 +425,14 @@ impl Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = &req.input;
         let (path, st, m) = self.object(&c, &i.bucket, &i.key).await?;
-        Self::check_part_number(i.part_number, &m)?;
+        let size = if st.kind == FileKind::Dir { 0 } else { st.size };
+        let part = Self::part_range(i.part_number, &m, size)?;
+        if part.is_some() && i.range.is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "a read asks for a part or a range, not both"
+            ));
+        }
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -410,10 +442,14 @@ impl Gateway {
             i.if_none_match.as_ref(),
             i.if_modified_since.as_ref(),
         )?;
-        let size = if st.kind == FileKind::Dir { 0 } else { st.size };
-        let (range, content_range) = match &i.range {
-            None => (0..size, None),
-            Some(r) => {
+        let (range, content_range) = match (&i.range, part) {
+            (None, None) => (0..size, None),
+            (None, Some(p)) if m.parts.is_none() => (p, None),
+            (None, Some(p)) => {
+                let cr = format!("bytes {}-{}/{size}", p.start, p.end.saturating_sub(1));
+                (p, Some(cr))
+            }
+            (Some(r), _) => {
                 let got = r.check(size).map_err(|_| s3_error!(InvalidRange))?;
                 let cr = format!("bytes {}-{}/{size}", got.start, got.end.saturating_sub(1));
                 (got, Some(cr))
@@ -440,8 +476,9 @@ impl Gateway {
         if i.checksum_mode.is_some() && i.range.is_none() {
             set_checksums!(out, m);
         }
+        let partial = out.content_range.is_some();
         let mut resp = S3Response::new(out);
-        if i.range.is_some() {
+        if partial {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
         }
         Ok(resp)
@@ -454,7 +491,8 @@ impl Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = &req.input;
         let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
-        Self::check_part_number(i.part_number, &m)?;
+        let size = if st.kind == FileKind::Dir { 0 } else { st.size };
+        let part = Self::part_range(i.part_number, &m, size)?;
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -465,11 +503,7 @@ impl Gateway {
             i.if_modified_since.as_ref(),
         )?;
         let mut out = HeadObjectOutput {
-            content_length: Some(if st.kind == FileKind::Dir {
-                0
-            } else {
-                st.size as i64
-            }),
+            content_length: Some(part.map_or(size, |p| p.end - p.start) as i64),
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag),
             last_modified: Some(last_modified(&st)),
@@ -668,13 +702,15 @@ impl Gateway {
         let enc = Encoding::of(i.encoding_type.as_ref());
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket.clone()),
-            prefix: enc.opt(&i.prefix),
-            marker: enc.opt(&i.marker),
+            // Clients decode a v1 answer's markers, delimiter, keys and common prefixes
+            // when they asked for URL encoding, but not its prefix (S3 sends it as asked).
+            prefix: i.prefix.clone(),
+            marker: Some(enc.apply(i.marker.as_deref().unwrap_or_default())),
             max_keys: Some(q.max_keys as i32),
             is_truncated: Some(l.truncated),
-            contents: Some(objects(&l, enc)),
+            contents: Some(with_owners(objects(&l, enc), &l)),
             common_prefixes: Some(prefixes(&l, enc)),
-            delimiter: enc.opt(&i.delimiter),
+            delimiter: enc.opt(&non_empty(&i.delimiter)),
             next_marker: enc.opt(&next_marker),
             encoding_type: i.encoding_type.clone(),
             ..Default::default()
@@ -708,7 +744,10 @@ impl Gateway {
             .then(|| l.last.as_ref().map(hex::encode))
             .flatten();
         let enc = Encoding::of(i.encoding_type.as_ref());
-        let contents = objects(&l, enc);
+        let mut contents = objects(&l, enc);
+        if i.fetch_owner == Some(true) {
+            contents = with_owners(contents, &l);
+        }
         let common = prefixes(&l, enc);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket.clone()),
@@ -720,7 +759,7 @@ impl Gateway {
             next_continuation_token: next,
             contents: Some(contents),
             common_prefixes: Some(common),
-            delimiter: enc.opt(&i.delimiter),
+            delimiter: enc.opt(&non_empty(&i.delimiter)),
             encoding_type: i.encoding_type.clone(),
             start_after: enc.opt(&i.start_after),
             ..Default::default()
@@ -779,12 +818,79 @@ impl Gateway {
             is_truncated: Some(l.truncated),
             versions: Some(versions),
             common_prefixes: Some(prefixes(&l, enc)),
-            delimiter: enc.opt(&i.delimiter),
+            delimiter: enc.opt(&non_empty(&i.delimiter)),
             next_key_marker: enc.opt(&next_key),
             next_version_id_marker: next_version,
             encoding_type: i.encoding_type.clone(),
             ..Default::default()
         }))
+    }
+}
+
+/// Parts one GetObjectAttributes answer lists at most (S3's limit).
+const ATTRIBUTE_PARTS_MAX: usize = 1000;
+
+impl Gateway {
+    /// What `ObjectAttributes` asks for of an object: its ETag, size, storage class,
+    /// checksums (those of the whole object that its writer asked for), and for a multipart
+    /// object its parts' sizes, `MaxParts` at a time after `PartNumberMarker`.
+    async fn get_object_attributes_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let i = &req.input;
+        let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        let asked = |a: &str| i.object_attributes.iter().any(|x| x.as_str() == a);
+        let mut out = GetObjectAttributesOutput {
+            last_modified: Some(last_modified(&st)),
+            ..Default::default()
+        };
+        if asked(ObjectAttributes::ETAG) {
+            out.e_tag = Some(etag_of(&st, &m));
+        }
+        if asked(ObjectAttributes::OBJECT_SIZE) {
+            let size = if st.kind == FileKind::Dir { 0 } else { st.size };
+            out.object_size = Some(size as i64);
+        }
+        if asked(ObjectAttributes::STORAGE_CLASS) {
+            out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+        }
+        if asked(ObjectAttributes::CHECKSUM) && !m.checksums.is_empty() {
+            let mut sum = Checksum::default();
+            set_checksums!(sum, m);
+            out.checksum = Some(sum);
+        }
+        if asked(ObjectAttributes::OBJECT_PARTS) && !m.part_sizes.is_empty() {
+            let after = i.part_number_marker.unwrap_or(0).max(0) as usize;
+            let max = match i.max_parts {
+                Some(n) if n >= 0 => (n as usize).min(ATTRIBUTE_PARTS_MAX),
+                _ => ATTRIBUTE_PARTS_MAX,
+            };
+            let parts: Vec<ObjectPart> = m
+                .part_sizes
+                .iter()
+                .enumerate()
+                .skip(after)
+                .take(max)
+                .map(|(k, size)| ObjectPart {
+                    part_number: Some(k as i32 + 1),
+                    size: Some(*size as i64),
+                    ..Default::default()
+                })
+                .collect();
+            let last = after + parts.len();
+            let truncated = last < m.part_sizes.len();
+            out.object_parts = Some(GetObjectAttributesParts {
+                total_parts_count: Some(m.part_sizes.len() as i32),
+                part_number_marker: i.part_number_marker,
+                next_part_number_marker: truncated.then_some(last as i32),
+                max_parts: Some(max as i32),
+                is_truncated: Some(truncated),
+                parts: Some(parts),
+            });
+        }
+        Ok(S3Response::new(out))
     }
 }
 
@@ -881,6 +987,23 @@ fn objects(l: &list::Listing, enc: Encoding) -> Vec<Object> {
             ..Default::default()
         })
         .collect()
+}
+
+/// `objects` (of listing `l`, in its order) with their owners.
+fn with_owners(objects: Vec<Object>, l: &list::Listing) -> Vec<Object> {
+    objects
+        .into_iter()
+        .zip(&l.objects)
+        .map(|(o, item)| Object {
+            owner: Some(acl::owner_of(&item.stat)),
+            ..o
+        })
+        .collect()
+}
+
+/// A delimiter as an answer repeats it: an empty one is no delimiter.
+fn non_empty(d: &Option<String>) -> Option<String> {
+    d.clone().filter(|d| !d.is_empty())
 }
 
 fn prefixes(l: &list::Listing, enc: Encoding) -> Vec<CommonPrefix> {
