@@ -37,14 +37,16 @@ macro_rules! set_checksums {
 }
 
 /// Sets the content headers of a GET or HEAD answer: the stored ones, unless the request
-/// overrides them (`response-content-type` and the like).
+/// overrides them (`response-content-type` and the like); an object stored without a type
+/// has S3's default, `binary/octet-stream`.
 macro_rules! content_headers {
     ($out:ident, $m:expr, $i:expr) => {{
         let stored = |h: &str| $m.content.get(h).cloned();
         $out.content_type = $i
             .response_content_type
             .clone()
-            .or_else(|| stored("content-type"));
+            .or_else(|| stored("content-type"))
+            .or_else(|| Some("binary/octet-stream".to_string()));
         $out.content_encoding = $i
             .response_content_encoding
             .clone()

@@ -160,7 +160,10 @@ mod tests {
         for good in ["a.b-c", "abc", "a-b.c1"] {
             assert!(check_new_bucket(good).is_ok(), "{good}");
         }
-        assert!(check_bucket("a.-b").is_ok(), "an old bucket stays reachable");
+        assert!(
+            check_bucket("a.-b").is_ok(),
+            "an old bucket stays reachable"
+        );
     }
 
     #[test]

@@ -841,7 +841,14 @@ impl Gateway {
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let i = &req.input;
         let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
-        let asked = |a: &str| i.object_attributes.iter().any(|x| x.as_str() == a);
+        // Clients send the list in one header, comma-separated (with or without spaces),
+        // which s3s may hand over as one item.
+        let asked = |a: &str| {
+            i.object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
         let mut out = GetObjectAttributesOutput {
             last_modified: Some(last_modified(&st)),
             ..Default::default()

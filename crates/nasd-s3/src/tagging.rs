@@ -111,7 +111,12 @@ fn tag_set(tags: &BTreeMap<String, String>) -> TagSet {
 }
 
 /// Sets attribute `name` of `path` to `tags`, or removes it when there are none.
-async fn store(c: &Client, path: &str, name: &str, tags: &BTreeMap<String, String>) -> S3Result<()> {
+async fn store(
+    c: &Client,
+    path: &str,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+) -> S3Result<()> {
     let r = if tags.is_empty() {
         match c.setxattr(path, name, None).await {
             // Removing tags an object does not have leaves it as it is.
@@ -247,7 +252,10 @@ mod tests {
                 .collect::<Vec<_>>(),
             want
         );
-        let many = (0..11).map(|n| format!("k{n}=v")).collect::<Vec<_>>().join("&");
+        let many = (0..11)
+            .map(|n| format!("k{n}=v"))
+            .collect::<Vec<_>>()
+            .join("&");
         assert!(from_header(&many).is_err());
         assert!(from_header("a=1&a=2").is_err());
         let long = |k: usize, v: usize| checked([("k".repeat(k), "v".repeat(v))], 10);
