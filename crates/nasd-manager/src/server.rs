@@ -304,7 +304,7 @@ impl Serve for calls::OpaqueLoginStart {
         conn.opaque_login = None;
         let attempt = match begin_attempt(sh, conn, &self.user) {
             Ok(a) => a,
-            Err(r) => return (r, After::Continue),
+            Err(r) => return (*r, After::Continue),
         };
         let mgr = sh.mgr.clone();
         let started = tokio::task::spawn_blocking(move || {
@@ -355,7 +355,7 @@ impl Serve for calls::OpaqueRegisterStart {
             },
             None => match begin_attempt(sh, conn, &self.user) {
                 Ok(a) => (None, Some(a)),
-                Err(r) => return (r, After::Continue),
+                Err(r) => return (*r, After::Continue),
             },
         };
         let mgr = sh.mgr.clone();
@@ -432,7 +432,7 @@ fn begin_attempt(
     sh: &Shared,
     conn: &Conn,
     user: &str,
-) -> Result<crate::backoff::Attempt, MgrReply> {
+) -> Result<crate::backoff::Attempt, Box<MgrReply>> {
     let begun = sh
         .logins
         .lock()
@@ -440,7 +440,7 @@ fn begin_attempt(
         .begin(user, conn.peer.ip(), now_ms());
     begun.map_err(|r| {
         tracing::info!(peer = %conn.peer, "login refused: backing off");
-        too_many_attempts(r)
+        Box::new(too_many_attempts(r))
     })
 }
 
@@ -512,7 +512,7 @@ async fn login(
         LoginProof::LegacyPassword(_) | LoginProof::Signature(_) => {
             match begin_attempt(sh, conn, &user) {
                 Ok(a) => Some(a),
-                Err(r) => return (r, After::Continue),
+                Err(r) => return (*r, After::Continue),
             }
         }
     };

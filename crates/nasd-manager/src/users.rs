@@ -9,8 +9,9 @@
 //!   signature is good for one login only);
 //! - an Argon2id PHC string: the password hash of an account made before manager protocol 15,
 //!   checked once more at its user's next login ([`LoginProof::LegacyPassword`]), after which
-//!   their client registers through OPAQUE and the hash is deleted. A successful login returns a random
-//! session token whose BLAKE3 hash the store keeps, so later commands (`nasd login` once, then
+//!   their client registers through OPAQUE and the hash is deleted.
+//!
+//! A successful login returns a random session token whose BLAKE3 hash the store keeps, so later commands (`nasd login` once, then
 //! `nasd ls`) authenticate without the credential until it expires, the user logs out
 //! ([`logout`]), or their credential changes ([`set_credential`] ends every session).
 //!

@@ -48,6 +48,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 
 mod bench;
 mod bench_cluster;
+mod bench_degraded;
 mod bench_ec;
 mod bench_login;
 mod bench_mount;

@@ -258,7 +258,10 @@ fn a_password_change_ends_stored_sessions_and_live_connections() {
         live.request(&stat).await.unwrap();
         // The admin resets the password to a new enrollment code (a blocking CLI call, off
         // this runtime's workers).
-        let o = tokio::task::block_in_place(|| up.nasd(&["user", "passwd", "alice"], &[]));
+        // (`nasd login --user alice` made alice the config's user: the admin says who they are.)
+        let admin_pw = up.admin_password();
+        let admin = [("NASD_USER", "admin"), ("NASD_PASSWORD", admin_pw.trim())];
+        let o = tokio::task::block_in_place(|| up.nasd(&["user", "passwd", "alice"], &admin));
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let e = live.request(&stat).await.unwrap_err();
         assert_eq!(e.status(), Some(MgrStatus::SessionExpired), "{e}");

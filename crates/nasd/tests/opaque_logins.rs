@@ -451,8 +451,8 @@ fn after_rotate_keys_the_old_seed_and_old_password_open_nothing_new() {
 #[test]
 fn an_account_made_before_opaque_moves_over_at_its_next_login() {
     let mut up = Up::start(1);
-    // An account as a protocol-12 manager left it: an Argon2id hash, and a seed sealed under
-    // the password, stored in schema 9's encoding.
+    // An account as a manager before protocol 15 left it: an Argon2id hash, and a seed sealed
+    // under the password, stored in the encoding of schemas 9 to 11.
     up.stop("manager");
     let manager_dir = up.data().join("manager");
     let seed = [42u8; 32];
@@ -485,7 +485,7 @@ fn an_account_made_before_opaque_moves_over_at_its_next_login() {
         )
         .unwrap();
         db.execute_batch(
-            "DROP TABLE user_key_log; UPDATE meta SET value = X'09000000' WHERE key = 'schema';",
+            "DROP TABLE user_key_log; UPDATE meta SET value = X'0B000000' WHERE key = 'schema';",
         )
         .unwrap();
         1000u32
