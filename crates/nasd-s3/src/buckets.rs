@@ -87,6 +87,7 @@ impl Gateway {
         req: &S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let i = &req.input;
+        crate::names::check_new_bucket(&i.bucket)?;
         let path = self.names.bucket(&i.bucket)?;
         let mode = bucket_mode_of(c.user(), i.acl.as_ref(), &req.headers, None)?;
         match c.mkdir(&path, mode).await {

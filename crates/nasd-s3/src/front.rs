@@ -171,7 +171,9 @@ impl Front {
             .call(Request::from_parts(parts, body))
             .instrument(span)
             .await;
+        let attributes = done.info.snapshot().op.as_deref() == Some("GetObjectAttributes");
         let resp = match resp {
+            Ok(r) if attributes => with_request_id(bare_attribute_etag(r), &id),
             Ok(r) => with_request_id(r, &id),
             Err(e) => {
                 tracing::warn!(request = %id, "{e:?}");
@@ -446,6 +448,28 @@ fn with_request_id(mut r: Response<s3s::Body>, id: &str) -> Response<s3s::Body> 
     r
 }
 
+/// `r` with the ETag of a GetObjectAttributes answer bare (`<ETag>hex</ETag>`), as S3 sends
+/// it in that answer alone; s3s quotes every ETag it writes.
+fn bare_attribute_etag(mut r: Response<s3s::Body>) -> Response<s3s::Body> {
+    if !r.status().is_success() {
+        return r;
+    }
+    let Some(b) = r.body().bytes() else {
+        return r;
+    };
+    let Ok(text) = std::str::from_utf8(&b) else {
+        return r;
+    };
+    let bare = text
+        .replacen("<ETag>\"", "<ETag>", 1)
+        .replacen("\"</ETag>", "</ETag>", 1);
+    if bare.len() != text.len() {
+        r.headers_mut().remove("content-length");
+        *r.body_mut() = s3s::Body::from(bare.into_bytes());
+    }
+    r
+}
+
 /// What a request holds until its answer is sent: its connection marked busy, its slots.
 struct Guards {
     busy: Option<Busy>,
@@ -681,6 +705,17 @@ mod tests {
         let r = b.frame().await.unwrap();
         assert!(r.is_err());
         assert_eq!(t0.elapsed(), Duration::from_millis(BODY_STALL_TIMEOUT_MS));
+    }
+
+    #[test]
+    fn attribute_answers_carry_a_bare_etag() {
+        let xml = "<GetObjectAttributesResponse><ETag>\"abc-2\"</ETag><ObjectSize>3</ObjectSize></GetObjectAttributesResponse>";
+        let r = bare_attribute_etag(Response::new(s3s::Body::from(xml.to_string())));
+        let b = r.body().bytes().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&b).unwrap(),
+            "<GetObjectAttributesResponse><ETag>abc-2</ETag><ObjectSize>3</ObjectSize></GetObjectAttributesResponse>"
+        );
     }
 
     #[test]

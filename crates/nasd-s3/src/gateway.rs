@@ -806,6 +806,19 @@ pub(crate) fn meta_of(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
+        // `aws-chunked` names how this request's body is framed, not how the object is
+        // encoded: it is not kept.
+        let v = match v {
+            Some(v) if h == "content-encoding" => Some(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+            .filter(|v| !v.is_empty()),
+            v => v,
+        };
         if let Some(v) = v {
             m.content.insert(h.to_string(), v);
         }
@@ -847,19 +860,29 @@ pub(crate) fn preconditions(
     }
     if let Some(c) = if_none_match {
         if matches(c) {
-            return Err(not_modified());
+            return Err(not_modified(etag));
         }
     } else if let Some(t) = if_modified_since {
         if mtime_s <= secs(t) {
-            return Err(not_modified());
+            return Err(not_modified(etag));
         }
     }
     Ok(())
 }
 
-fn not_modified() -> S3Error {
+/// A 304, which carries the ETag a 200 would have (RFC 9110 §15.4.5).
+fn not_modified(etag: &ETag) -> S3Error {
     let mut e = S3Error::new(S3ErrorCode::NotModified);
     e.set_status_code(http::StatusCode::NOT_MODIFIED);
+    let value = match etag {
+        ETag::Strong(v) => format!("\"{v}\""),
+        ETag::Weak(v) => format!("W/\"{v}\""),
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&value) {
+        let mut h = http::HeaderMap::new();
+        h.insert(http::header::ETAG, v);
+        e.set_headers(h);
+    }
     e
 }
 

@@ -17,7 +17,8 @@
 //! - [`meta`] — ETags, content headers, user metadata and checksums as extended attributes
 //!   committed with the content; [`digest`] — MD5 and `x-amz-checksum-*` as bytes stream;
 //! - [`stream`] — bounded-memory streams between HTTP bodies and the drives;
-//! - [`list`] — listings in key order over the directory tree;
+//! - [`list`] — listings in key order over the directory tree; [`tagging`] — object and
+//!   bucket tags as extended attributes;
 //! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
@@ -36,14 +37,16 @@ macro_rules! set_checksums {
 }
 
 /// Sets the content headers of a GET or HEAD answer: the stored ones, unless the request
-/// overrides them (`response-content-type` and the like).
+/// overrides them (`response-content-type` and the like); an object stored without a type
+/// has S3's default, `binary/octet-stream`.
 macro_rules! content_headers {
     ($out:ident, $m:expr, $i:expr) => {{
         let stored = |h: &str| $m.content.get(h).cloned();
         $out.content_type = $i
             .response_content_type
             .clone()
-            .or_else(|| stored("content-type"));
+            .or_else(|| stored("content-type"))
+            .or_else(|| Some("binary/octet-stream".to_string()));
         $out.content_encoding = $i
             .response_content_encoding
             .clone()
@@ -60,6 +63,11 @@ macro_rules! content_headers {
             .response_cache_control
             .clone()
             .or_else(|| stored("cache-control"));
+        $out.expires = $i.response_expires.clone().or_else(|| {
+            stored("expires").and_then(|v| {
+                s3s::dto::Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, &v).ok()
+            })
+        });
     }};
 }
 
@@ -80,6 +88,7 @@ pub mod names;
 mod ops;
 pub mod server;
 pub mod stream;
+pub mod tagging;
 pub mod unsupported;
 
 pub use gateway::Gateway;

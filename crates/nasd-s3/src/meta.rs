@@ -14,14 +14,19 @@ const CONTENT: &str = "user.s3.content.";
 const META: &str = "user.s3.meta.";
 const CHECKSUM: &str = "user.s3.checksum.";
 const PARTS: &str = "user.s3.parts";
+/// The attribute holding a multipart object's part sizes, in bytes, comma-separated.
+const PART_SIZES: &str = "user.s3.part-sizes";
+/// The attribute holding an object's tags: a JSON object, key to value.
+pub const TAGS: &str = "user.s3.tags";
 
 /// The content headers an object keeps (lower-case header names).
-pub const CONTENT_HEADERS: [&str; 5] = [
+pub const CONTENT_HEADERS: [&str; 6] = [
     "content-type",
     "content-encoding",
     "content-disposition",
     "content-language",
     "cache-control",
+    "expires",
 ];
 
 /// An object's metadata.
@@ -37,6 +42,10 @@ pub struct ObjectMeta {
     pub checksums: BTreeMap<String, String>,
     /// Parts of a multipart object.
     pub parts: Option<u32>,
+    /// The size of each part of a multipart object, in order (empty when not recorded).
+    pub part_sizes: Vec<u64>,
+    /// The object's tags (S3 lists them sorted by key).
+    pub tags: BTreeMap<String, String>,
 }
 
 impl ObjectMeta {
@@ -62,6 +71,13 @@ impl ObjectMeta {
         if let Some(n) = self.parts {
             v.push(x(PARTS.into(), &n.to_string()));
         }
+        if !self.part_sizes.is_empty() {
+            let sizes: Vec<String> = self.part_sizes.iter().map(u64::to_string).collect();
+            v.push(x(PART_SIZES.into(), &sizes.join(",")));
+        }
+        if !self.tags.is_empty() {
+            v.push(x(TAGS.into(), &tags_value(&self.tags)));
+        }
         v
     }
 
@@ -83,10 +99,19 @@ impl ObjectMeta {
                 m.checksums.insert(k.into(), v.into());
             } else if a.name == PARTS {
                 m.parts = v.parse().ok();
+            } else if a.name == PART_SIZES {
+                m.part_sizes = v.split(',').filter_map(|n| n.parse().ok()).collect();
+            } else if a.name == TAGS {
+                m.tags = serde_json::from_str(v).unwrap_or_default();
             }
         }
         m
     }
+}
+
+/// The value of [`TAGS`] (and of a bucket's tag attribute) for `tags`.
+pub fn tags_value(tags: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(tags).expect("a map of strings serializes")
 }
 
 /// `"value"`.
@@ -109,11 +134,13 @@ mod tests {
         let mut m = ObjectMeta {
             etag: Some("9e107d9d372bb6826bd81d3542a419d6".into()),
             parts: Some(3),
+            part_sizes: vec![5 << 20, 5 << 20, 1],
             ..Default::default()
         };
         m.content.insert("content-type".into(), "text/plain".into());
         m.user.insert("colour".into(), "blue ünïcode".into());
         m.checksums.insert("crc32c".into(), "yZRlqg==".into());
+        m.tags.insert("project".into(), "a=b&c \"d\"".into());
         let x = m.to_xattrs();
         assert!(x
             .iter()

@@ -109,7 +109,10 @@ impl Gateway {
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         self.need_write(&c, &bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
-        let m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        let mut m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        if let Some(t) = &i.tagging {
+            m.tags = crate::tagging::from_header(t)?;
+        }
         let mut id = [0u8; 16];
         nasd_crypto::random_bytes(&mut id);
         let id = hex::encode(id);
@@ -327,6 +330,7 @@ impl Gateway {
             etag: Some(etag.clone()),
             checksums: done.checksums,
             parts: Some(asked.len() as u32),
+            part_sizes: asked.iter().map(|(n, _)| have[n].0).collect(),
             ..info.meta
         };
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {

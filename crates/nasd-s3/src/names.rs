@@ -33,6 +33,20 @@ pub fn check_bucket(name: &str) -> Result<(), S3Error> {
     }
 }
 
+/// Checks the name of a bucket about to be made: [`check_bucket`]'s rules and S3's rule
+/// that no dot is beside a dash (checked only when a bucket is made, so a bucket made before
+/// the rule stays reachable).
+pub fn check_new_bucket(name: &str) -> Result<(), S3Error> {
+    check_bucket(name)?;
+    if name.contains(".-") || name.contains("-.") {
+        return Err(s3_error!(
+            InvalidBucketName,
+            "{name:?} is not a valid bucket name: a dot beside a dash"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `key` and splits it into its directory segments and whether it names a directory
 /// (ends in `/`).
 pub fn key_segments(key: &str) -> Result<(Vec<&str>, bool), S3Error> {
@@ -136,6 +150,20 @@ mod tests {
         );
         assert_eq!(n.parents("photos", "a/b/").unwrap().len(), 2);
         assert_eq!(Names::new("/").key("b12", "k").unwrap().0, "/b12/k");
+    }
+
+    #[test]
+    fn new_buckets_have_no_dot_beside_a_dash() {
+        for bad in ["a.-b", "a-.b", "ab", "Ab1", "a..b", "-ab", "192.168.1.1"] {
+            assert!(check_new_bucket(bad).is_err(), "{bad}");
+        }
+        for good in ["a.b-c", "abc", "a-b.c1"] {
+            assert!(check_new_bucket(good).is_ok(), "{good}");
+        }
+        assert!(
+            check_bucket("a.-b").is_ok(),
+            "an old bucket stays reachable"
+        );
     }
 
     #[test]

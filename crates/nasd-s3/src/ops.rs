@@ -12,6 +12,7 @@ use nasd_client::files::Client;
 use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+use std::ops::Range;
 use std::sync::Arc;
 
 fn no_content<T>(output: T) -> S3Response<T> {
@@ -162,6 +163,62 @@ impl S3 for Gateway {
         as_user!(self, req, list_objects_v2_as)
     }
 
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        as_user!(self, req, list_object_versions_as)
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        as_user!(self, req, get_object_attributes_as)
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        as_user!(self, req, get_object_tagging_as)
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        as_user!(self, req, put_object_tagging_as)
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        as_user!(self, req, delete_object_tagging_as)
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        as_user!(self, req, get_bucket_tagging_as)
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        as_user!(self, req, put_bucket_tagging_as)
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        as_user!(self, req, delete_bucket_tagging_as)
+    }
+
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
@@ -272,7 +329,10 @@ impl Gateway {
         if i.if_none_match.is_some() || i.if_match.is_some() {
             self.write_conditions(&c, &path, i).await?;
         }
-        let m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        let mut m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
+        if let Some(t) = &i.tagging {
+            m.tags = crate::tagging::from_header(t)?;
+        }
         let claims = Claims::of(&req.headers, i.content_md5.clone());
         let length = i.content_length.and_then(|n| u64::try_from(n).ok());
         let m = self
@@ -313,9 +373,12 @@ impl Gateway {
             Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
             Err(e) => return Err(status_err(e)),
         };
+        if i.if_match.is_some() && current.is_none() {
+            // S3's answer to If-Match on a key that holds no object.
+            return Err(s3_error!(NoSuchKey));
+        }
         let ok = match (&i.if_none_match, &i.if_match, &current) {
             (Some(_), _, Some(_)) => false,
-            (_, Some(ETagCondition::Any), None) => false,
             (_, Some(ETagCondition::ETag(want)), cur) => {
                 cur.as_ref().is_some_and(|e| e.value() == want.value())
             }
@@ -328,16 +391,30 @@ impl Gateway {
         }
     }
 
-    /// The whole object for `partNumber=1` of an object written in one piece; other parts
-    /// are not recorded, so they are refused rather than answered with the whole object.
-    fn check_part_number(n: Option<i32>, m: &ObjectMeta) -> S3Result<()> {
-        match n {
-            None => Ok(()),
-            Some(1) if m.parts.is_none() => Ok(()),
-            Some(_) => Err(s3_error!(
+    /// The bytes `partNumber` asks for: none asked, the whole object; part 1 of an object
+    /// written in one piece, all of it; part N of a multipart object, where its completion
+    /// recorded that part to lie. A part the object lacks is `InvalidPart`; a multipart
+    /// object completed before part sizes were recorded is refused rather than answered
+    /// with the wrong bytes.
+    fn part_range(n: Option<i32>, m: &ObjectMeta, size: u64) -> S3Result<Option<Range<u64>>> {
+        let Some(n) = n else { return Ok(None) };
+        let invalid = || s3_error!(InvalidPart, "the object has no part {n}");
+        if n < 1 {
+            return Err(s3_error!(InvalidArgument, "part numbers start at 1"));
+        }
+        match m.parts {
+            None if n == 1 => Ok(Some(0..size)),
+            None => Err(invalid()),
+            Some(count) if m.part_sizes.len() != count as usize => Err(s3_error!(
                 NotImplemented,
-                "the gateway does not record where an object's parts begin"
+                "the object was completed before the gateway recorded where its parts begin"
             )),
+            Some(_) => {
+                let i = (n - 1) as usize;
+                let len = *m.part_sizes.get(i).ok_or_else(invalid)?;
+                let start: u64 = m.part_sizes[..i].iter().sum();
+                Ok(Some(start..start + len))
+            }
         }
     }
 
@@ -348,7 +425,14 @@ impl Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = &req.input;
         let (path, st, m) = self.object(&c, &i.bucket, &i.key).await?;
-        Self::check_part_number(i.part_number, &m)?;
+        let size = if st.kind == FileKind::Dir { 0 } else { st.size };
+        let part = Self::part_range(i.part_number, &m, size)?;
+        if part.is_some() && i.range.is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "a read asks for a part or a range, not both"
+            ));
+        }
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -358,10 +442,14 @@ impl Gateway {
             i.if_none_match.as_ref(),
             i.if_modified_since.as_ref(),
         )?;
-        let size = if st.kind == FileKind::Dir { 0 } else { st.size };
-        let (range, content_range) = match &i.range {
-            None => (0..size, None),
-            Some(r) => {
+        let (range, content_range) = match (&i.range, part) {
+            (None, None) => (0..size, None),
+            (None, Some(p)) if m.parts.is_none() => (p, None),
+            (None, Some(p)) => {
+                let cr = format!("bytes {}-{}/{size}", p.start, p.end.saturating_sub(1));
+                (p, Some(cr))
+            }
+            (Some(r), _) => {
                 let got = r.check(size).map_err(|_| s3_error!(InvalidRange))?;
                 let cr = format!("bytes {}-{}/{size}", got.start, got.end.saturating_sub(1));
                 (got, Some(cr))
@@ -381,14 +469,16 @@ impl Gateway {
             last_modified: Some(last_modified(&st)),
             metadata: user_meta(&m),
             parts_count: m.parts.map(|n| n as i32),
+            tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
             ..Default::default()
         };
         content_headers!(out, m, i);
         if i.checksum_mode.is_some() && i.range.is_none() {
             set_checksums!(out, m);
         }
+        let partial = out.content_range.is_some();
         let mut resp = S3Response::new(out);
-        if i.range.is_some() {
+        if partial {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
         }
         Ok(resp)
@@ -401,7 +491,8 @@ impl Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = &req.input;
         let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
-        Self::check_part_number(i.part_number, &m)?;
+        let size = if st.kind == FileKind::Dir { 0 } else { st.size };
+        let part = Self::part_range(i.part_number, &m, size)?;
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -412,11 +503,7 @@ impl Gateway {
             i.if_modified_since.as_ref(),
         )?;
         let mut out = HeadObjectOutput {
-            content_length: Some(if st.kind == FileKind::Dir {
-                0
-            } else {
-                st.size as i64
-            }),
+            content_length: Some(part.map_or(size, |p| p.end - p.start) as i64),
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag),
             last_modified: Some(last_modified(&st)),
@@ -428,7 +515,13 @@ impl Gateway {
         if i.checksum_mode.is_some() {
             set_checksums!(out, m);
         }
-        Ok(S3Response::new(out))
+        let mut resp = S3Response::new(out);
+        if !m.tags.is_empty() {
+            // S3 sends the count on a HEAD too, though its model has no field for it.
+            resp.headers
+                .insert("x-amz-tagging-count", m.tags.len().into());
+        }
+        Ok(resp)
     }
 
     async fn delete_object_as(
@@ -522,7 +615,7 @@ impl Gateway {
                 "copying an object to itself needs the REPLACE metadata directive"
             ));
         }
-        let m = if replace {
+        let mut m = if replace {
             meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?
         } else {
             ObjectMeta {
@@ -530,6 +623,15 @@ impl Gateway {
                 user: sm.user.clone(),
                 ..Default::default()
             }
+        };
+        let replace_tags = i
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        m.tags = match (&i.tagging, replace_tags) {
+            (Some(t), true) => crate::tagging::from_header(t)?,
+            (None, true) => Default::default(),
+            (_, false) => sm.tags.clone(),
         };
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
@@ -600,13 +702,15 @@ impl Gateway {
         let enc = Encoding::of(i.encoding_type.as_ref());
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket.clone()),
-            prefix: enc.opt(&i.prefix),
-            marker: enc.opt(&i.marker),
+            // Clients decode a v1 answer's markers, delimiter, keys and common prefixes
+            // when they asked for URL encoding, but not its prefix (S3 sends it as asked).
+            prefix: i.prefix.clone(),
+            marker: Some(enc.apply(i.marker.as_deref().unwrap_or_default())),
             max_keys: Some(q.max_keys as i32),
             is_truncated: Some(l.truncated),
-            contents: Some(objects(&l, enc)),
+            contents: Some(with_owners(objects(&l, enc), &l)),
             common_prefixes: Some(prefixes(&l, enc)),
-            delimiter: enc.opt(&i.delimiter),
+            delimiter: enc.opt(&non_empty(&i.delimiter)),
             next_marker: enc.opt(&next_marker),
             encoding_type: i.encoding_type.clone(),
             ..Default::default()
@@ -640,7 +744,10 @@ impl Gateway {
             .then(|| l.last.as_ref().map(hex::encode))
             .flatten();
         let enc = Encoding::of(i.encoding_type.as_ref());
-        let contents = objects(&l, enc);
+        let mut contents = objects(&l, enc);
+        if i.fetch_owner == Some(true) {
+            contents = with_owners(contents, &l);
+        }
         let common = prefixes(&l, enc);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket.clone()),
@@ -652,13 +759,150 @@ impl Gateway {
             next_continuation_token: next,
             contents: Some(contents),
             common_prefixes: Some(common),
-            delimiter: enc.opt(&i.delimiter),
+            delimiter: enc.opt(&non_empty(&i.delimiter)),
             encoding_type: i.encoding_type.clone(),
             start_after: enc.opt(&i.start_after),
             ..Default::default()
         }))
     }
 }
+
+impl Gateway {
+    /// The versions of a bucket's objects: a bucket is unversioned, so each object is its one
+    /// version, `null`, and the latest; there are no delete markers. A key marker lists the
+    /// keys after it (its one version comes before any version marker could point past it).
+    async fn list_object_versions_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let i = &req.input;
+        let bucket = self.need_bucket(&c, &i.bucket).await?;
+        let q = query(
+            i.prefix.clone(),
+            i.delimiter.clone(),
+            i.key_marker.clone(),
+            i.max_keys,
+        )?;
+        let l = list::list(&c, &bucket, &q).await.map_err(status_err)?;
+        let enc = Encoding::of(i.encoding_type.as_ref());
+        let versions = l
+            .objects
+            .iter()
+            .zip(objects(&l, enc))
+            .map(|(item, o)| ObjectVersion {
+                key: o.key,
+                size: o.size,
+                last_modified: o.last_modified,
+                e_tag: o.e_tag,
+                is_latest: Some(true),
+                version_id: Some(NULL_VERSION.into()),
+                owner: Some(acl::owner_of(&item.stat)),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        let next_key = l.truncated.then(|| l.last.clone()).flatten();
+        let next_version = next_key
+            .as_ref()
+            .filter(|k| l.objects.last().is_some_and(|o| &&o.key == k))
+            .map(|_| NULL_VERSION.to_string());
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(i.bucket.clone()),
+            prefix: enc.opt(&i.prefix),
+            key_marker: enc.opt(&i.key_marker),
+            version_id_marker: i.version_id_marker.clone(),
+            max_keys: Some(q.max_keys as i32),
+            is_truncated: Some(l.truncated),
+            versions: Some(versions),
+            common_prefixes: Some(prefixes(&l, enc)),
+            delimiter: enc.opt(&non_empty(&i.delimiter)),
+            next_key_marker: enc.opt(&next_key),
+            next_version_id_marker: next_version,
+            encoding_type: i.encoding_type.clone(),
+            ..Default::default()
+        }))
+    }
+}
+
+/// Parts one GetObjectAttributes answer lists at most (S3's limit).
+const ATTRIBUTE_PARTS_MAX: usize = 1000;
+
+impl Gateway {
+    /// What `ObjectAttributes` asks for of an object: its ETag, size, storage class,
+    /// checksums (those of the whole object that its writer asked for), and for a multipart
+    /// object its parts' sizes, `MaxParts` at a time after `PartNumberMarker`.
+    async fn get_object_attributes_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let i = &req.input;
+        let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        // Clients send the list in one header, comma-separated (with or without spaces),
+        // which s3s may hand over as one item.
+        let asked = |a: &str| {
+            i.object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        let mut out = GetObjectAttributesOutput {
+            last_modified: Some(last_modified(&st)),
+            ..Default::default()
+        };
+        if asked(ObjectAttributes::ETAG) {
+            out.e_tag = Some(etag_of(&st, &m));
+        }
+        if asked(ObjectAttributes::OBJECT_SIZE) {
+            let size = if st.kind == FileKind::Dir { 0 } else { st.size };
+            out.object_size = Some(size as i64);
+        }
+        if asked(ObjectAttributes::STORAGE_CLASS) {
+            out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+        }
+        if asked(ObjectAttributes::CHECKSUM) && !m.checksums.is_empty() {
+            let mut sum = Checksum::default();
+            set_checksums!(sum, m);
+            out.checksum = Some(sum);
+        }
+        if asked(ObjectAttributes::OBJECT_PARTS) && !m.part_sizes.is_empty() {
+            let after = i.part_number_marker.unwrap_or(0).max(0) as usize;
+            let max = match i.max_parts {
+                Some(n) if n >= 0 => (n as usize).min(ATTRIBUTE_PARTS_MAX),
+                _ => ATTRIBUTE_PARTS_MAX,
+            };
+            let parts: Vec<ObjectPart> = m
+                .part_sizes
+                .iter()
+                .enumerate()
+                .skip(after)
+                .take(max)
+                .map(|(k, size)| ObjectPart {
+                    part_number: Some(k as i32 + 1),
+                    size: Some(*size as i64),
+                    ..Default::default()
+                })
+                .collect();
+            let last = after + parts.len();
+            let truncated = last < m.part_sizes.len();
+            out.object_parts = Some(GetObjectAttributesParts {
+                total_parts_count: Some(m.part_sizes.len() as i32),
+                part_number_marker: i.part_number_marker,
+                next_part_number_marker: truncated.then_some(last as i32),
+                max_parts: Some(max as i32),
+                is_truncated: Some(truncated),
+                parts: Some(parts),
+            });
+        }
+        Ok(S3Response::new(out))
+    }
+}
+
+/// The one version of an object in an unversioned bucket.
+const NULL_VERSION: &str = "null";
 
 /// The bucket and key of a copy's source (an object of a bucket, in its one version).
 pub(crate) fn copy_source(s: &CopySource) -> S3Result<(&str, &str)> {
@@ -750,6 +994,23 @@ fn objects(l: &list::Listing, enc: Encoding) -> Vec<Object> {
             ..Default::default()
         })
         .collect()
+}
+
+/// `objects` (of listing `l`, in its order) with their owners.
+fn with_owners(objects: Vec<Object>, l: &list::Listing) -> Vec<Object> {
+    objects
+        .into_iter()
+        .zip(&l.objects)
+        .map(|(o, item)| Object {
+            owner: Some(acl::owner_of(&item.stat)),
+            ..o
+        })
+        .collect()
+}
+
+/// A delimiter as an answer repeats it: an empty one is no delimiter.
+fn non_empty(d: &Option<String>) -> Option<String> {
+    d.clone().filter(|d| !d.is_empty())
 }
 
 fn prefixes(l: &list::Listing, enc: Encoding) -> Vec<CommonPrefix> {

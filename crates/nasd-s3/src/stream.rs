@@ -137,16 +137,23 @@ pub async fn pieces(
         return Err(short(&path));
     }
     let offsets = (start + first_len..end).step_by(piece as usize);
+    // Each piece is read by a task of its own, so a read runs to its end whether or not
+    // the stream is polled: a client that stops reading its answer stalls only its own
+    // stream, never a drive connection that other requests share.
     let rest = stream::iter(offsets)
         .map(move |off| {
             let (c, p, g) = (client.clone(), path.clone(), grant.clone());
-            async move {
+            let read = tokio::spawn(async move {
                 let len = piece.min(end - off);
                 let d = c.read_pinned(&g, off, len).await?;
                 if d.len() as u64 != len {
                     return Err(short(&p));
                 }
                 Ok(d)
+            });
+            async move {
+                read.await
+                    .map_err(|e| FsError::Usage(format!("a read task failed: {e}")))?
             }
         })
         .buffered(PIECES_IN_FLIGHT);

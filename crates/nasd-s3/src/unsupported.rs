@@ -1,10 +1,10 @@
 //! Features the gateway does not implement are refused, never accepted and ignored (issue 22
-//! §1): a request that asks for server-side encryption, object lock, tagging, a storage
+//! §1): a request that asks for server-side encryption, object lock, a storage
 //! class, a website redirect, MFA delete, a version other than the one an unversioned bucket
 //! has, or a condition the gateway cannot check answers `NotImplemented` (or the error S3
 //! itself gives, such as `InvalidRequest` for an SSE-C key on an object stored without one)
 //! before anything is read or written. Whole operations the gateway lacks (bucket policies,
-//! versioning, lifecycle, CORS, logging, tagging, encryption and object-lock configuration,
+//! versioning, lifecycle, CORS, logging, encryption and object-lock configuration,
 //! public-access blocks, ownership controls) are s3s's `NotImplemented` already.
 //!
 //! nasd encrypts file contents end to end by default (docs/e2e.md), but not with a key the
@@ -69,17 +69,10 @@ pub fn check(op: &str, uri: &Uri, h: &HeaderMap) -> S3Result<()> {
             })?;
             refuse_any(h, &COPY_SOURCE_SSE_C, no_customer_key)?;
             refuse_any(h, &OBJECT_LOCK, || not_implemented("object lock"))?;
-            refuse_any(h, &["x-amz-tagging"], || not_implemented("object tagging"))?;
             refuse_any(h, &["x-amz-website-redirect-location"], || {
                 not_implemented("website redirects")
             })?;
             check_storage_class(h.get("x-amz-storage-class").and_then(|v| v.to_str().ok()))?;
-            let replace_tags = h
-                .get("x-amz-tagging-directive")
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"REPLACE"));
-            if replace_tags {
-                return Err(not_implemented("object tagging"));
-            }
         }
         "UploadPart" | "UploadPartCopy" | "GetObject" | "HeadObject" => {
             refuse_any(h, &SSE_C, no_customer_key)?;
@@ -173,9 +166,6 @@ pub fn put_object(i: &PutObjectInput) -> S3Result<()> {
         || i.object_lock_legal_hold_status.is_some()
     {
         return Err(not_implemented("object lock"));
-    }
-    if i.tagging.is_some() {
-        return Err(not_implemented("object tagging"));
     }
     if i.website_redirect_location.is_some() {
         return Err(not_implemented("website redirects"));

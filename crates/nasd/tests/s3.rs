@@ -2,7 +2,7 @@
 //! running cluster, users with access keys, then boto3 (tests/s3/s3_client.py: objects,
 //! listings checked against an oracle, multipart uploads, conditional requests, checksums,
 //! presigned URLs, and the error cases; privacy, ACLs and what is refused rather than
-//! ignored, issue 22 §1) and the AWS CLI (multipart copies, sync). Then the faults:
+//! ignored, issue 22 §1; tags; ListObjectVersions; a stalled reader holding no one up) and the AWS CLI (multipart copies, sync). Then the faults:
 //! acknowledged objects survive a gateway killed with SIGKILL, a restarted drive and a
 //! restarted manager; and the attacks of issue 22 §3: silent and slow connections, unsigned
 //! POST forms and huge aws-chunked chunks, a password change under a cached session.
@@ -194,6 +194,9 @@ fn boto3_gets_what_it_puts_and_every_error_case_is_an_s3_error() {
         "unsupported ok",
         "signatures ok",
         "chunked ok",
+        "tagging ok",
+        "stalled readers ok",
+        "details ok",
     ] {
         assert!(out.contains(part), "{out}");
     }

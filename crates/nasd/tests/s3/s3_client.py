@@ -15,6 +15,7 @@ The endpoint and the keys come from the environment: S3_ENDPOINT, ALICE_KEY, ALI
 BOB_KEY, BOB_SECRET. Each check asserts outcomes (bytes, ETags, error codes), so it can fail.
 """
 
+import base64
 import datetime
 import hashlib
 import os
@@ -118,6 +119,9 @@ def check_objects(s3):
     assert code_of(lambda: s3.put_object(Bucket="objects", Key="big.bin", Body=b"x", IfNoneMatch="*")) == "PreconditionFailed"
     s3.delete_object(Bucket="objects", Key="fresh")
     s3.put_object(Bucket="objects", Key="fresh", Body=b"x", IfNoneMatch="*")
+    # If-Match on a key that holds no object is NoSuchKey, as S3 answers.
+    for cond in ["*", '"0000"']:
+        assert code_of(lambda: s3.put_object(Bucket="objects", Key="absent", Body=b"x", IfMatch=cond)) == "NoSuchKey"
 
     # Copies keep (or replace) metadata.
     s3.put_object(Bucket="objects", Key="src", Body=big, ContentType="application/x-test", Metadata={"k": "v"})
@@ -209,11 +213,41 @@ def check_listing(s3):
                 r = s3.list_objects(**kw)
                 page = sorted([o["Key"] for o in r.get("Contents", [])] + [p["Prefix"] for p in r.get("CommonPrefixes", [])])
                 assert page == want1 and r["IsTruncated"] == trunc, (prefix, delim, after, page, want1)
+                # ListObjectVersions, page by page: each object is its one version, "null".
+                got, marks = [], {}
+                while True:
+                    kw = dict(Bucket="listing", Prefix=prefix, MaxKeys=max_keys, **marks)
+                    if delim:
+                        kw["Delimiter"] = delim
+                    r = s3.list_object_versions(**kw)
+                    vs = r.get("Versions", [])
+                    assert all(v["VersionId"] == "null" and v["IsLatest"] for v in vs), vs
+                    assert "DeleteMarkers" not in r
+                    page = [v["Key"] for v in vs] + [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+                    assert len(page) <= max_keys
+                    got += sorted(page)
+                    if not r["IsTruncated"]:
+                        break
+                    marks = dict(KeyMarker=r["NextKeyMarker"])
+                    if "NextVersionIdMarker" in r:
+                        marks["VersionIdMarker"] = r["NextVersionIdMarker"]
+                assert got == want, ("versions", prefix, delim, max_keys, got, want)
                 cases += 1
     # ETags and sizes come with the listing.
     r = s3.list_objects_v2(Bucket="listing", MaxKeys=5)
     for o in r["Contents"]:
         assert o["ETag"] == f'"{md5(o["Key"].encode())}"' and o["Size"] == len(o["Key"].encode()), o
+    # An empty delimiter is no delimiter, and the answer does not repeat it; a v1 answer
+    # always has its marker; owners come with v1 listings, and with v2 when asked.
+    for r in [s3.list_objects(Bucket="listing", Delimiter=""), s3.list_objects_v2(Bucket="listing", Delimiter="")]:
+        assert "Delimiter" not in r and "CommonPrefixes" not in r and len(r["Contents"]) == len(keys), r
+    r = s3.list_objects(Bucket="listing", MaxKeys=2)
+    assert r["Marker"] == "" and all(o["Owner"]["ID"] == "alice" for o in r["Contents"]), r
+    assert "Owner" not in s3.list_objects_v2(Bucket="listing", MaxKeys=2)["Contents"][0]
+    r = s3.list_objects_v2(Bucket="listing", MaxKeys=2, FetchOwner=True)
+    assert all(o["Owner"]["ID"] == "alice" for o in r["Contents"]), r
+    # A v1 answer's prefix is as asked (clients do not decode it).
+    assert s3.list_objects(Bucket="listing", Prefix="a b")["Prefix"] == "a b"
     return cases
 
 
@@ -250,6 +284,34 @@ def check_multipart(s3):
     assert g["Body"].read() == b"".join(parts)
     assert g["ContentType"] == "video/x" and g["Metadata"] == {"m": "1"} and g["ETag"] == f'"{want}"'
     assert uid not in [u["UploadId"] for u in s3.list_multipart_uploads(Bucket="multi").get("Uploads", [])]
+    # Each part reads back alone (its completion recorded where it lies); a part the object
+    # lacks is InvalidPart; an object written whole is its own part 1.
+    whole = b"".join(parts)
+    for n in [1, 2, 3]:
+        start = sum(len(p) for p in parts[:n - 1])
+        g = s3.get_object(Bucket="multi", Key="dir/joined", PartNumber=n)
+        assert g["Body"].read() == parts[n - 1] and g["PartsCount"] == 3 and g["ETag"] == f'"{want}"'
+        assert g["ContentRange"] == f"bytes {start}-{start + len(parts[n - 1]) - 1}/{len(whole)}"
+        h = s3.head_object(Bucket="multi", Key="dir/joined", PartNumber=n)
+        assert h["ContentLength"] == len(parts[n - 1]) and h["PartsCount"] == 3
+    assert code_of(lambda: s3.get_object(Bucket="multi", Key="dir/joined", PartNumber=4)) == "InvalidPart"
+    every = ["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"]
+    a = s3.get_object_attributes(Bucket="multi", Key="dir/joined", ObjectAttributes=every)
+    # S3 sends this answer's ETag bare.
+    assert a["ETag"] == want and a["ObjectSize"] == len(whole) and a["StorageClass"] == "STANDARD", a
+    assert a["ObjectParts"]["TotalPartsCount"] == 3 and not a["ObjectParts"]["IsTruncated"]
+    assert [(p["PartNumber"], p["Size"]) for p in a["ObjectParts"]["Parts"]] == [(n + 1, len(p)) for n, p in enumerate(parts)]
+    a = s3.get_object_attributes(Bucket="multi", Key="dir/joined", ObjectAttributes=["ObjectParts"],
+                                 MaxParts=1, PartNumberMarker=1)
+    assert [p["PartNumber"] for p in a["ObjectParts"]["Parts"]] == [2] and a["ObjectParts"]["IsTruncated"], a
+    assert "ETag" not in a and "ObjectSize" not in a
+    s3.put_object(Bucket="multi", Key="one", Body=b"single", ChecksumAlgorithm="SHA256")
+    a = s3.get_object_attributes(Bucket="multi", Key="one", ObjectAttributes=every)
+    assert a["Checksum"]["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(b"single").digest()).decode(), a
+    assert "ObjectParts" not in a and a["ObjectSize"] == 6 and a["ETag"] == md5(b"single")
+    s3.put_object(Bucket="multi", Key="one", Body=b"single")
+    assert s3.get_object(Bucket="multi", Key="one", PartNumber=1)["Body"].read() == b"single"
+    assert code_of(lambda: s3.get_object(Bucket="multi", Key="one", PartNumber=2)) == "InvalidPart"
     # A part too small, then an abort leaves nothing.
     uid = s3.create_multipart_upload(Bucket="multi", Key="small")["UploadId"]
     e1 = s3.upload_part(Bucket="multi", Key="small", UploadId=uid, PartNumber=1, Body=b"x")["ETag"]
@@ -518,7 +580,6 @@ def check_unsupported(s3):
         "lock put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", ObjectLockMode="GOVERNANCE",
                                           ObjectLockRetainUntilDate=datetime.datetime(2099, 1, 1)),
         "legal hold put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", ObjectLockLegalHoldStatus="ON"),
-        "tagging put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", Tagging="a=b"),
         "redirect put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", WebsiteRedirectLocation="/x"),
         "glacier put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", StorageClass="GLACIER"),
         "lock bucket": lambda: s3.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True),
@@ -531,8 +592,6 @@ def check_unsupported(s3):
             "CORSRules": [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
         "logging": lambda: s3.put_bucket_logging(Bucket="plain", BucketLoggingStatus={
             "LoggingEnabled": {"TargetBucket": "plain", "TargetPrefix": "log/"}}),
-        "bucket tagging": lambda: s3.put_bucket_tagging(Bucket="plain", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
-        "object tagging": lambda: s3.put_object_tagging(Bucket="plain", Key="x", Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
         "lock config": lambda: s3.put_object_lock_configuration(Bucket="plain", ObjectLockConfiguration={
             "ObjectLockEnabled": "Enabled"}),
     }
@@ -557,6 +616,98 @@ def check_unsupported(s3):
     assert {"a+b", "c%20d", "e f"} <= set(listed), listed
     listed = [o["Key"] for o in s3.list_objects(Bucket="plain")["Contents"]]
     assert {"a+b", "c%20d", "e f"} <= set(listed), listed
+
+
+def check_tagging(s3):
+    """Object tags are kept with the object (set by a PUT, a multipart upload, a copy, or
+    alone), counted on GET and HEAD, limited as S3 limits them; bucket tags are the owner's."""
+    bucket(s3, "tags")
+    tags = lambda **kw: s3.get_object_tagging(Bucket="tags", **kw)["TagSet"]
+    s3.put_object(Bucket="tags", Key="t", Body=b"x", Tagging="foo=bar&bar&sp%20ace=a+b")
+    assert tags(Key="t") == [{"Key": "bar", "Value": ""}, {"Key": "foo", "Value": "bar"},
+                             {"Key": "sp ace", "Value": "a b"}], tags(Key="t")
+    assert s3.get_object(Bucket="tags", Key="t")["TagCount"] == 3
+    assert s3.head_object(Bucket="tags", Key="t")["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "3"
+    # A copy keeps the source's tags unless told to replace them.
+    s3.copy_object(Bucket="tags", Key="c1", CopySource={"Bucket": "tags", "Key": "t"})
+    assert len(tags(Key="c1")) == 3
+    s3.copy_object(Bucket="tags", Key="c2", CopySource={"Bucket": "tags", "Key": "t"},
+                   TaggingDirective="REPLACE", Tagging="only=one")
+    assert tags(Key="c2") == [{"Key": "only", "Value": "one"}]
+    # Replaced and removed alone; the bytes stay.
+    ten = [{"Key": f"k{i}", "Value": "v" * 256} for i in range(10)]
+    s3.put_object_tagging(Bucket="tags", Key="t", Tagging={"TagSet": ten})
+    assert tags(Key="t") == ten
+    for bad in [ten + [{"Key": "k10", "Value": ""}], [{"Key": "k" * 129, "Value": ""}],
+                [{"Key": "k", "Value": "v" * 257}]]:
+        assert code_of(lambda: s3.put_object_tagging(Bucket="tags", Key="t", Tagging={"TagSet": bad})) == "InvalidTag"
+    assert tags(Key="t") == ten
+    s3.delete_object_tagging(Bucket="tags", Key="t")
+    assert tags(Key="t") == [] and "TagCount" not in s3.get_object(Bucket="tags", Key="t")
+    assert s3.get_object(Bucket="tags", Key="t")["Body"].read() == b"x"
+    s3.delete_object_tagging(Bucket="tags", Key="t")
+    assert code_of(lambda: tags(Key="missing")) == "NoSuchKey"
+    # A multipart upload's tags come with its completion.
+    u = s3.create_multipart_upload(Bucket="tags", Key="mp", Tagging="a=1")["UploadId"]
+    e = s3.upload_part(Bucket="tags", Key="mp", UploadId=u, PartNumber=1, Body=b"p")["ETag"]
+    s3.complete_multipart_upload(Bucket="tags", Key="mp", UploadId=u,
+                                 MultipartUpload={"Parts": [{"ETag": e, "PartNumber": 1}]})
+    assert tags(Key="mp") == [{"Key": "a", "Value": "1"}]
+    # Bucket tags: NoSuchTagSet until set, the owner's alone.
+    assert code_of(lambda: s3.get_bucket_tagging(Bucket="tags")) == "NoSuchTagSet"
+    s3.put_bucket_tagging(Bucket="tags", Tagging={"TagSet": [{"Key": "team", "Value": "storage"}]})
+    assert s3.get_bucket_tagging(Bucket="tags")["TagSet"] == [{"Key": "team", "Value": "storage"}]
+    s3.put_bucket_acl(Bucket="tags", ACL="public-read-write")
+    bob = client("BOB")
+    assert code_of(lambda: bob.get_bucket_tagging(Bucket="tags")) == "AccessDenied"
+    assert code_of(lambda: bob.put_bucket_tagging(Bucket="tags", Tagging={"TagSet": []})) == "AccessDenied"
+    # Another user changes no tags of an object they may not write.
+    assert code_of(lambda: bob.put_object_tagging(Bucket="tags", Key="t", Tagging={"TagSet": []})) == "AccessDenied"
+    s3.delete_bucket_tagging(Bucket="tags")
+    assert code_of(lambda: s3.get_bucket_tagging(Bucket="tags")) == "NoSuchTagSet"
+    s3.put_bucket_acl(Bucket="tags", ACL="private")
+
+
+def check_details(s3):
+    """What s3-tests found: a 304 carries the ETag, `aws-chunked` is not kept as a content
+    encoding, `Expires` is kept, an object without a type has S3's default, a bucket name
+    with a dot beside a dash is refused."""
+    bucket(s3, "details")
+    etag = s3.put_object(Bucket="details", Key="k", Body=b"v")["ETag"]
+    assert s3.get_object(Bucket="details", Key="k")["ContentType"] == "binary/octet-stream"
+    for kw in [dict(IfNoneMatch=etag), dict(IfModifiedSince=datetime.datetime(2100, 1, 1))]:
+        try:
+            s3.get_object(Bucket="details", Key="k", **kw)
+            raise AssertionError("no 304")
+        except botocore.exceptions.ClientError as e:
+            h = e.response["ResponseMetadata"]["HTTPHeaders"]
+            assert e.response["Error"]["Code"] == "304" and h["etag"] == etag, e.response
+    s3.put_object(Bucket="details", Key="enc", Body=b"x", ContentEncoding="gzip, aws-chunked")
+    assert s3.head_object(Bucket="details", Key="enc")["ContentEncoding"] == "gzip"
+    s3.put_object(Bucket="details", Key="enc", Body=b"x", ContentEncoding="aws-chunked")
+    assert "ContentEncoding" not in s3.head_object(Bucket="details", Key="enc")
+    when = datetime.datetime(2030, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    s3.put_object(Bucket="details", Key="exp", Body=b"x", Expires=when)
+    assert s3.head_object(Bucket="details", Key="exp")["Expires"] == when
+    assert s3.get_object(Bucket="details", Key="exp")["Expires"] == when
+    for bad in ["a.-b", "a-.b"]:
+        assert code_of(lambda: s3.create_bucket(Bucket=bad)) == "InvalidBucketName", bad
+
+
+def check_stalled_readers(s3):
+    """A reader that stops reading a large object's body stalls only its own answer: others
+    read the same object at once."""
+    bucket(s3, "stall")
+    data = rand(24 << 20, 11)
+    s3.put_object(Bucket="stall", Key="big", Body=data)
+    stalled = s3.get_object(Bucket="stall", Key="big")  # its body is never read
+    started = time.monotonic()
+    for r in ["bytes=0-999999", "bytes=10000000-10999999", "bytes=23000000-"]:
+        lo = int(r[6:].split("-")[0])
+        got = s3.get_object(Bucket="stall", Key="big", Range=r)["Body"].read()
+        assert got == data[lo:lo + len(got)] and len(got) > 0
+    assert time.monotonic() - started < 10, "a stalled reader held the others up"
+    stalled["Body"].close()
 
 
 def check_signatures(s3):
@@ -919,6 +1070,12 @@ def main():
         print("signatures ok")
         check_chunked(s3)
         print("chunked ok")
+        check_tagging(s3)
+        print("tagging ok")
+        check_stalled_readers(s3)
+        print("stalled readers ok")
+        check_details(s3)
+        print("details ok")
         # Still serving.
         assert s3.get_object(Bucket="alices", Key="k")["Body"].read() == b"mine"
     elif what == "put-durable":
