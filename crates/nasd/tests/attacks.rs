@@ -37,6 +37,17 @@ impl Gateway {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         g
     }
+
+    /// [`Gateway::start`], then users alice and bob (password `NAME-pw`), alice with an S3
+    /// key and bob without.
+    fn with_alice_and_bob(up: &Up) -> Gateway {
+        let g = Gateway::start(up);
+        for user in ["alice", "bob"] {
+            up.add_user(user, &format!("{user}-pw"));
+        }
+        up.ok(&["user", "s3-key", "create", "alice"]);
+        g
+    }
 }
 
 impl Drop for Gateway {
@@ -59,11 +70,7 @@ impl Drop for Gateway {
 #[test]
 fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects() {
     let up = Up::start(1);
-    let _gateway = Gateway::start(&up);
-    for user in ["alice", "bob"] {
-        up.add_user(user, &format!("{user}-pw"));
-    }
-    up.ok(&["user", "s3-key", "create", "alice"]);
+    let _gateway = Gateway::with_alice_and_bob(&up);
     // Both log in once, so both have keys and sealed seeds at the manager.
     let rt = tokio::runtime::Runtime::new().unwrap();
     for user in ["alice", "bob"] {
@@ -182,11 +189,7 @@ fn the_gateways_credential_acts_only_for_users_with_s3_keys_and_only_on_objects(
 #[test]
 fn a_user_unshared_from_a_file_reads_it_neither_directly_nor_through_the_gateway() {
     let up = Up::start(1);
-    let _gateway = Gateway::start(&up);
-    for user in ["alice", "bob"] {
-        up.add_user(user, &format!("{user}-pw"));
-    }
-    up.ok(&["user", "s3-key", "create", "alice"]);
+    let _gateway = Gateway::with_alice_and_bob(&up);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = |user: &str| {
         rt.block_on(Client::connect(up.session(user, &format!("{user}-pw"))))
