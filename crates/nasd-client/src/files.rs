@@ -1488,6 +1488,25 @@ impl Client {
         u: Upload,
         xattrs: Option<Vec<Xattr>>,
     ) -> Result<(), FsError> {
+        self.finish(u, xattrs, false).await
+    }
+
+    /// [`Client::finish_upload`] of a new file that lands only while its name is free
+    /// (`Exists` else, and the upload is given up): `O_CREAT | O_EXCL` across clients.
+    pub async fn finish_upload_exclusive(&self, u: Upload) -> Result<(), FsError> {
+        let r = self.finish(u.clone(), None, true).await;
+        if r.is_err() {
+            self.abort_upload(&u).await;
+        }
+        r
+    }
+
+    async fn finish(
+        &self,
+        u: Upload,
+        xattrs: Option<Vec<Xattr>>,
+        exclusive: bool,
+    ) -> Result<(), FsError> {
         self.caps.invalidate(&u.path);
         let (drive, object) = u.key();
         let mut size = u.end.load(Ordering::Relaxed);
@@ -1524,6 +1543,7 @@ impl Client {
             stale: u.missed.load(Ordering::Acquire),
             xattrs,
             e2e: e2e.clone(),
+            exclusive,
         };
         let r = self.commit(&u.path, commit).await;
         self.caps.invalidate(&u.path);
@@ -1670,6 +1690,7 @@ impl Client {
                 stale: io.missed(),
                 xattrs: None,
                 e2e,
+                exclusive: false,
             };
             let r = self.commit(path, commit).await;
             self.caps.invalidate(path);

@@ -7,6 +7,8 @@
 //! - a new file, or one opened with truncate, has a staged upload as its base
 //!   ([`crate::files::Upload`]): nothing is visible under the name until the handle is
 //!   synced or closed, when the upload commits (close-to-open consistency, as NFS gives).
+//!   [`FileHandle::create_now`] gives a new file its name at once instead (an empty version,
+//!   as a local file system's create does); its content is staged the same way;
 //!   Runs go to the staged objects in parallel pieces once the overlay holds
 //!   [`DIRTY_BYTES_MAX`] (write-behind), so a file of any size streams through bounded memory;
 //! - an existing file opened without truncate has the committed file as its base: a flush
@@ -166,6 +168,25 @@ struct State {
     behind: Vec<tokio::task::JoinHandle<Result<(), FsError>>>,
 }
 
+impl State {
+    /// A handle's state over `base` of `size` bytes; a staged base is a change already.
+    fn new(base: Base, size: u64) -> State {
+        let changed = matches!(base, Base::Staged { .. });
+        State {
+            size,
+            base,
+            dirty: Overlay::default(),
+            ahead: None,
+            next: None,
+            last_end: u64::MAX,
+            window: READ_AHEAD_FIRST_BYTES,
+            changed,
+            changed_us: changed.then(now_us),
+            behind: vec![],
+        }
+    }
+}
+
 /// A read-ahead window on its way: `[start, end)` of the committed file.
 struct Prefetch {
     start: u64,
@@ -322,26 +343,56 @@ impl FileHandle {
                 )
             }
         };
-        let changed = matches!(base, Base::Staged { .. });
-        let changed_us = changed.then(now_us);
         Ok(FileHandle {
             client: client.clone(),
             path: std::sync::RwLock::new(path.to_string()),
             ino,
             write: o.write,
-            st: tokio::sync::Mutex::new(State {
-                size,
-                base,
-                dirty: Overlay::default(),
-                ahead: None,
-                next: None,
-                last_end: u64::MAX,
-                window: READ_AHEAD_FIRST_BYTES,
-                changed,
-                changed_us,
-                behind: vec![],
-            }),
+            st: tokio::sync::Mutex::new(State::new(base, size)),
         })
+    }
+
+    /// Creates `path` as a local file system does: the name exists from now on (an empty
+    /// version, committed at once, as NFS and AFS give a file its name at create), and what is
+    /// written is staged and lands at [`FileHandle::fsync`] or close. `None` when the name is
+    /// taken: with `exclusive`, at any moment up to the commit (`O_CREAT | O_EXCL` across
+    /// clients); without, at the stat before (the caller opens the file there).
+    /// [`FileHandle::open`] with `create` keeps a new file invisible until whole instead.
+    pub async fn create_now(
+        client: &Arc<Client>,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+    ) -> Result<Option<FileHandle>, FsError> {
+        if let Some(made) = client.create_prepared(path, mode).await {
+            return Ok(made?.map(|ino| FileHandle::created(client, path, ino)));
+        }
+        let upload = client.begin_upload(path, mode).await?;
+        if upload.replaces() {
+            client.abort_upload(&upload).await;
+            return Ok(None);
+        }
+        let ino = upload.stat().ino;
+        let landed = match exclusive {
+            true => client.finish_upload_exclusive(upload).await,
+            false => client.finish_upload(upload).await,
+        };
+        match landed {
+            Err(e) if e.status() == Some(nasd_proto::manager::MgrStatus::Exists) => Ok(None),
+            Err(e) => Err(e),
+            Ok(()) => Ok(Some(FileHandle::created(client, path, ino))),
+        }
+    }
+
+    /// A handle on the empty file `ino` just committed at `path`.
+    fn created(client: &Arc<Client>, path: &str, ino: u64) -> FileHandle {
+        FileHandle {
+            client: client.clone(),
+            path: std::sync::RwLock::new(path.to_string()),
+            ino,
+            write: true,
+            st: tokio::sync::Mutex::new(State::new(Base::Committed { size: 0, cut: 0 }, 0)),
+        }
     }
 
     pub fn path(&self) -> String {
@@ -364,27 +415,9 @@ impl FileHandle {
         self.ino
     }
 
-    /// Whether nothing is under the name yet (a new or truncated file before its commit).
-    pub async fn staged(&self) -> bool {
-        matches!(self.st.lock().await.base, Base::Staged { .. })
-    }
-
     /// The file's size as this handle sees it.
     pub async fn size(&self) -> u64 {
         self.st.lock().await.size
-    }
-
-    /// The stat of a file not committed yet (a new file's, as its upload began; a truncated
-    /// file's as it was), with the size and modify time this handle gave it.
-    pub async fn staged_stat(&self) -> Option<nasd_proto::manager::FileStat> {
-        let st = self.st.lock().await;
-        let Base::Staged { upload } = &st.base else {
-            return None;
-        };
-        let mut s = upload.stat().clone();
-        s.size = st.size;
-        s.mtime_us = st.changed_us.unwrap_or(s.mtime_us);
-        Some(s)
     }
 
     /// The size and modify time (microseconds) this handle gave the file, once it changed it
@@ -393,6 +426,16 @@ impl FileHandle {
     pub async fn local_attrs(&self) -> Option<(u64, u64)> {
         let st = self.st.lock().await;
         st.changed_us.map(|t| (st.size, t))
+    }
+
+    /// The committed file's times are the file's from now on (a time was set on it after
+    /// everything this handle wrote was committed): this handle's own modify time no longer
+    /// stands for the file's, until it changes the file again.
+    pub async fn times_set(&self) {
+        let mut st = self.st.lock().await;
+        if !st.changed {
+            st.changed_us = None;
+        }
     }
 
     /// Up to `len` bytes at `off` (fewer at the end of the file).
@@ -502,6 +545,9 @@ impl FileHandle {
     pub async fn write_at(&self, off: u64, data: &[u8]) -> Result<(), FsError> {
         self.writable()?;
         let mut st = self.st.lock().await;
+        if matches!(st.base, Base::Committed { cut: 0, .. }) && st.dirty.bytes == 0 {
+            self.restage(&mut st).await?;
+        }
         st.dirty.write(off, data);
         st.size = st.size.max(off + data.len() as u64);
         st.changed = true;
@@ -580,6 +626,23 @@ impl FileHandle {
         if let Base::Staged { upload, .. } = &st.base {
             self.client.abort_upload(upload).await;
         }
+    }
+
+    /// A committed file this handle made empty (created, or cut to nothing) is written whole:
+    /// its new content is staged and lands at commit in one swap, as an `O_TRUNC` open's
+    /// does, instead of as copy-on-write changes of an empty file. Only while the name still
+    /// holds this file; otherwise the writes go to the committed file as before.
+    async fn restage(&self, st: &mut State) -> Result<(), FsError> {
+        let upload = self.client.begin_upload(&self.path(), 0).await?;
+        if !upload.replaces() || upload.stat().ino != self.ino {
+            self.client.abort_upload(&upload).await;
+            return Ok(());
+        }
+        st.base = Base::Staged {
+            upload: Box::new(upload),
+        };
+        st.changed = true;
+        Ok(())
     }
 
     fn writable(&self) -> Result<(), FsError> {

@@ -107,6 +107,31 @@ impl Client {
         }
     }
 
+    /// Links an empty prepared file as `path` (one round trip), if this client has one or
+    /// it is time to ask for some: its inode number, or `None` inside when the name is taken
+    /// (a prepared file lands only under a free name, so this create is exclusive). `None`:
+    /// not done (no prepared file, or it was refused); the caller creates as usual.
+    pub(crate) async fn create_prepared(
+        &self,
+        path: &str,
+        mode: u32,
+    ) -> Option<Result<Option<u64>, FsError>> {
+        let dir = dir_of(path)?;
+        let u = self.take_prepared(dir, path, mode).await?;
+        let ino = u.stat().ino;
+        match self.finish_upload(u).await {
+            Ok(()) => Some(Ok(Some(ino))),
+            Err(e) if e.status() == Some(MgrStatus::Exists) => {
+                self.prepared_miss(dir, mode);
+                Some(Ok(None))
+            }
+            Err(e) => {
+                tracing::debug!("prepared file not used for {path}: {e}");
+                e.status().is_none().then_some(Err(e))
+            }
+        }
+    }
+
     /// A prepared file of `dir` and `mode`, bound to `path`: one from the pool, else a fresh
     /// batch if the directory has seen enough small creates.
     async fn take_prepared(&self, dir: &str, path: &str, mode: u32) -> Option<Upload> {

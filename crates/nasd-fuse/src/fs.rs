@@ -46,8 +46,6 @@ pub struct NasdFs {
     pub(crate) inodes: Arc<Inodes>,
     /// Open files, one per inode and user, shared by their descriptors.
     pub(crate) open: OpenFiles,
-    /// Files created here and not committed yet, by path: this mount shows them.
-    pub(crate) pending: Mutex<HashMap<String, Arc<Open>>>,
     /// Directory listings taken at opendir, by handle (stable offsets while it is read).
     pub(crate) dirs: Mutex<HashMap<u64, Listing>>,
 }
@@ -97,7 +95,6 @@ impl NasdFs {
             rt,
             inodes: Arc::new(Inodes::new(remote, st.ino)),
             open: OpenFiles::new(),
-            pending: Default::default(),
             dirs: Default::default(),
         })
     }
@@ -169,18 +166,8 @@ impl NasdFs {
         Ok(join(&self.path(parent)?, name_str(name)?))
     }
 
-    /// The stat of `path` for `c`: a file created here and not committed yet from its
-    /// handle, else the manager's.
+    /// The manager's stat of `path` for `c`.
     pub(crate) fn lstat(&self, c: &Client, path: &str) -> Result<FileStat, Errno> {
-        let pending = self
-            .pending
-            .lock()
-            .expect("pending lock")
-            .get(path)
-            .cloned();
-        if let Some(st) = pending.and_then(|o| self.rt.block_on(o.h.staged_stat())) {
-            return Ok(st);
-        }
         self.rt.block_on(c.lstat(path)).map_err(errno)
     }
 
@@ -255,9 +242,7 @@ impl NasdFs {
     pub(crate) fn sync(&self, o: &Open) -> Result<(), Errno> {
         let r = self.rt.block_on(o.h.fsync()).map_err(errno);
         self.open.committed();
-        r?;
-        self.pending.lock().expect("pending lock").remove(&o.path());
-        Ok(())
+        r
     }
 
     /// Unlinks `path`; a file open here moves to a hidden name instead and goes at its last

@@ -104,6 +104,9 @@ impl NasdFs {
             self.rt
                 .block_on(c.set_times(&path, a, m, UTIMES_NOFOLLOW))
                 .map_err(errno)?;
+            if let Some(o) = open.as_ref().filter(|_| m.is_some()) {
+                self.rt.block_on(o.h.times_set());
+            }
         }
         self.stat_ino(&c, ino)
     }
@@ -216,10 +219,11 @@ impl NasdFs {
     ) -> Result<(u64, FileAttr), Errno> {
         let c = self.who(req)?;
         let path = self.child(parent, name)?;
+        let exclusive = flags & libc::O_EXCL != 0;
         if let Some(o) = self.open.at(&path).into_iter().find(|o| o.uid == req.uid()) {
-            // Made here and still open (so not yet at the manager): one more descriptor.
-            // If its last one closed meanwhile, it is committed and found below.
-            if flags & libc::O_EXCL != 0 {
+            // Open here already: one more descriptor. If its last one closed meanwhile, the
+            // file is opened below.
+            if exclusive {
                 return Err(Errno::EEXIST);
             }
             if let Ok((fh, o)) = self
@@ -232,30 +236,36 @@ impl NasdFs {
                 return Ok((fh, self.stat_path(&c, &path)?));
             }
         }
-        if flags & libc::O_EXCL != 0 && self.rt.block_on(c.lstat(&path)).is_ok() {
-            return Err(Errno::EEXIST);
-        }
-        let o = OpenOptions {
-            write: true,
-            create: true,
-            truncate: flags & libc::O_TRUNC != 0,
-            mode,
+        // A new file has its name from here on (an empty version at the manager); an
+        // exclusive create keeps it only if no other client took the name first.
+        let made = match self.rt.block_on(c.lstat(&path)) {
+            Ok(_) if exclusive => return Err(Errno::EEXIST),
+            Ok(_) => None,
+            Err(_) => self
+                .rt
+                .block_on(FileHandle::create_now(&c, &path, mode, exclusive))
+                .map_err(errno)?,
         };
-        let h = self
-            .rt
-            .block_on(FileHandle::open(&c, &path, o))
-            .map_err(errno)?;
-        let fresh = self.rt.block_on(h.staged());
+        let h = match made {
+            Some(h) => h,
+            None if exclusive => return Err(Errno::EEXIST),
+            None => {
+                let o = OpenOptions {
+                    write: true,
+                    create: true,
+                    truncate: flags & libc::O_TRUNC != 0,
+                    mode,
+                };
+                self.rt
+                    .block_on(FileHandle::open(&c, &path, o))
+                    .map_err(errno)?
+            }
+        };
+        self.open.committed();
         let ino = self.inodes.fuse_ino(h.ino());
-        let (fh, open) = self
+        let (fh, _) = self
             .open
             .open(ino, req.uid(), &path, || Ok::<_, Errno>(h))?;
-        if fresh {
-            self.pending
-                .lock()
-                .expect("pending lock")
-                .insert(path.clone(), open.clone());
-        }
         Ok((fh, self.stat_path(&c, &path)?))
     }
     /// Moves a file's access time as Linux's `relatime` does when a reader opens it: if the
@@ -294,9 +304,10 @@ impl NasdFs {
             libc::S_IFCHR => FileKind::CharDevice,
             libc::S_IFBLK => FileKind::BlockDevice,
             libc::S_IFREG => {
-                self.rt
-                    .block_on(c.create(&p, mode & 0o7777))
-                    .map_err(errno)?;
+                let made = FileHandle::create_now(&c, &p, mode & 0o7777, true);
+                let h = self.rt.block_on(made).map_err(errno)?;
+                let h = h.ok_or(Errno::EEXIST)?;
+                self.rt.block_on(h.close()).map_err(errno)?;
                 return Ok((c, p));
             }
             _ => return Err(Errno::EINVAL),

@@ -282,6 +282,7 @@ fn requests_3() -> Vec<MgrRequest> {
             stale: 0b100010,
             xattrs: None,
             e2e: None,
+            exclusive: false,
         }),
         MgrRequest::Commit(calls::Commit {
             path: p(),
@@ -300,6 +301,7 @@ fn requests_3() -> Vec<MgrRequest> {
                 },
             ]),
             e2e: Some(e2e_commit()),
+            exclusive: true,
         }),
         MgrRequest::Commit(calls::Commit {
             path: p(),
@@ -309,6 +311,7 @@ fn requests_3() -> Vec<MgrRequest> {
             stale: 0,
             xattrs: Some(vec![]),
             e2e: None,
+            exclusive: false,
         }),
         MgrRequest::Challenge(calls::Challenge {
             user: "carol".into(),

@@ -9,7 +9,7 @@ use common::*;
 
 use nasd_client::files::Client;
 use nasd_cluster::{NodeId, Options};
-use nasd_proto::manager::MgrStatus;
+use nasd_proto::manager::{calls, MgrStatus};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -966,7 +966,19 @@ fn a_new_file_abandoned_by_a_crashed_client_stays_invisible_and_is_reclaimed() {
         assert_eq!((r.expired_staged, r.removed), (1, 1), "{r:?}");
         assert!(!partition_contents(&m, d).await.unwrap().contains(&obj));
         let e = m
-            .commit(&a, "/new", d, obj, 0, 0, None, None)
+            .commit(
+                &a,
+                calls::Commit {
+                    path: "/new".into(),
+                    drive: d,
+                    object: obj,
+                    size: 0,
+                    stale: 0,
+                    xattrs: None,
+                    e2e: None,
+                    exclusive: false,
+                },
+            )
             .await
             .unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");

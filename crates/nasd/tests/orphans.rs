@@ -6,7 +6,7 @@ use nasd_client::object::Target;
 use nasd_manager::drives::MANAGER_PROTECTION;
 use nasd_manager::scrub::{partition_contents, reclaim_orphans, ORPHAN_GRACE_MS};
 use nasd_manager::service::{Caller, Manager, Policy};
-use nasd_proto::manager::{Created, Grant, MgrStatus, StagedGrant};
+use nasd_proto::manager::{calls, Created, Grant, MgrStatus, StagedGrant};
 use nasd_proto::ObjectId;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -131,7 +131,19 @@ fn orphans_older_than_the_grace_period_are_reclaimed_and_nothing_else() {
             assert!(after.contains(&ObjectId::FIRST_OBJECT));
         }
         let e = m
-            .commit(&a, "/kept", d, staged, 0, 0, None, None)
+            .commit(
+                &a,
+                calls::Commit {
+                    path: "/kept".into(),
+                    drive: d,
+                    object: staged,
+                    size: 0,
+                    stale: 0,
+                    xattrs: None,
+                    e2e: None,
+                    exclusive: false,
+                },
+            )
             .await
             .unwrap_err();
         assert_eq!(e.status, MgrStatus::NoSuchPath, "{e}");

@@ -54,18 +54,7 @@ impl Handle for calls::Commit {
         }
     }
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        let q = self;
-        m.commit(
-            c,
-            &q.path,
-            q.drive,
-            q.object,
-            q.size,
-            q.stale,
-            q.xattrs.as_deref(),
-            q.e2e,
-        )
-        .await
+        m.commit(c, self).await
     }
 }
 

@@ -550,19 +550,19 @@ impl Manager {
     ///   write it (and, in a sticky directory, owns it or the directory).
     ///
     /// Committing an object the name already holds succeeds, so a client may retry a commit
-    /// whose reply it lost.
-    #[allow(clippy::too_many_arguments)] // one per field of the Commit request
-    pub async fn commit(
-        &self,
-        c: &Caller,
-        path: &str,
-        drive: nasd_proto::DriveId,
-        object: ObjectId,
-        size: u64,
-        stale: u64,
-        xattrs: Option<&[Xattr]>,
-        e2e: Option<E2eCommit>,
-    ) -> MgrResult<()> {
+    /// whose reply it lost. With `exclusive`, a new file is linked only while its name is free.
+    pub async fn commit(&self, c: &Caller, q: calls::Commit) -> MgrResult<()> {
+        let calls::Commit {
+            path,
+            drive,
+            object,
+            size,
+            stale,
+            xattrs,
+            e2e,
+            exclusive,
+        } = q;
+        let (path, xattrs) = (path.as_str(), xattrs.as_deref());
         if let Some(x) = xattrs {
             check_xattrs(x).map_err(|e| invalid_xattrs(path, e))?;
         }
@@ -576,6 +576,9 @@ impl Manager {
         let Some(s) = self.staged_for(c, path, drive, object)? else {
             return committed_already(path, current.as_ref(), drive, object);
         };
+        if exclusive && s.new_file && current.is_some() {
+            return Err(MgrError::new(MgrStatus::Exists, path.to_string()));
+        }
         self.may_commit(c, path, (&dir, name), &s, current.as_ref(), stale)?;
         // Quota: the new content is charged to the file's owner, at its size as the manager
         // keeps it (a layout over several objects), or as its object says (the writer's word

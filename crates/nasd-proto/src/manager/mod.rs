@@ -195,7 +195,10 @@ use call::{define_calls, define_replies};
 /// - 16: a path may be 32 KiB long ([`PATH_BYTES_MAX`], and a string [`STRING_BYTES_MAX`]),
 ///   so `PATH_MAX` bounds what a program names relative to its working directory, not a
 ///   path from the cluster's root; a link target stays within [`LINK_TARGET_BYTES_MAX`].
-pub const MANAGER_PROTOCOL_VERSION: u16 = 16;
+/// - 17: `Commit` carries `exclusive`: a new file is linked only if its name is free, so a
+///   mount's `open(O_CREAT | O_EXCL)`, whose name exists from the create on, is exclusive
+///   across clients.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 17;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).

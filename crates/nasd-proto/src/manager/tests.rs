@@ -240,6 +240,7 @@ fn requests_3() -> Vec<MgrRequest> {
             stale: 0b100010,
             xattrs: None,
             e2e: None,
+            exclusive: false,
         }),
         MgrRequest::Commit(calls::Commit {
             path: p(),
@@ -249,6 +250,7 @@ fn requests_3() -> Vec<MgrRequest> {
             stale: 0,
             xattrs: None,
             e2e: Some(sample_e2e_commit()),
+            exclusive: true,
         }),
         MgrRequest::E2eUpdate(calls::E2eUpdate {
             path: p(),
@@ -317,6 +319,7 @@ fn requests_4() -> Vec<MgrRequest> {
                 },
             ]),
             e2e: None,
+            exclusive: false,
         }),
         MgrRequest::Getxattrs(calls::Getxattrs { path: p() }),
         MgrRequest::Setxattr(calls::Setxattr {

@@ -595,6 +595,7 @@ impl Arb for Commit {
             stale: Arb::arb(g),
             xattrs: bool::arb(g).then(|| xattrs(g)),
             e2e: Arb::arb(g),
+            exclusive: Arb::arb(g),
         }
     }
 }

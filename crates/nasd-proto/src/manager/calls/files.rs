@@ -137,6 +137,9 @@ path_and_u64! {
 ///
 /// With `xattrs`, the file's extended attributes become exactly those, in the same
 /// transaction; without, a new file has none and an existing one keeps its own.
+///
+/// With `exclusive`, a new file is linked only if its name is still free (`Exists` else, and
+/// nothing changes): `open(O_CREAT | O_EXCL)` across clients. Without, the last commit wins.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Commit {
     pub path: String,
@@ -148,6 +151,7 @@ pub struct Commit {
     /// The file's new end-to-end state, swapped in with the content if the file's record
     /// is still the one `expect` names (else `Conflict`, and nothing changes).
     pub e2e: Option<E2eCommit>,
+    pub exclusive: bool,
 }
 
 impl Wire for Commit {
@@ -159,6 +163,7 @@ impl Wire for Commit {
         w.u64(self.stale);
         put_opt(w, &self.xattrs, |w, x| put_xattrs(w, x));
         put_opt(w, &self.e2e, |w, c| c.put(w));
+        w.u8(self.exclusive as u8);
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -170,6 +175,7 @@ impl Wire for Commit {
             stale: r.u64("stale components")?,
             xattrs: get_opt(r, "has xattrs", get_xattrs)?,
             e2e: get_opt(r, "has e2e", E2eCommit::get)?,
+            exclusive: get_bool(r, "exclusive")?,
         })
     }
 }
