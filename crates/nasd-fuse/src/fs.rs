@@ -6,6 +6,7 @@
 
 use crate::errno::errno;
 use crate::inodes::{join, Inodes};
+use crate::links::Links;
 use crate::open::{Open, OpenFiles};
 use crate::users::Users;
 use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo, Request};
@@ -48,6 +49,8 @@ pub struct NasdFs {
     pub(crate) open: OpenFiles,
     /// Directory listings taken at opendir, by handle (stable offsets while it is read).
     pub(crate) dirs: Mutex<HashMap<u64, Listing>>,
+    /// Link targets as the host follows them ([`crate::links`]).
+    pub(crate) links: Links,
 }
 
 pub(crate) fn kind_of(k: FileKind) -> FileType {
@@ -78,12 +81,17 @@ pub(crate) fn name_str(name: &OsStr) -> Result<&str, Errno> {
 }
 
 impl NasdFs {
-    /// A file system showing the cluster's directory `remote` (which must exist) to `users`.
+    /// A file system showing the cluster's directory `remote` (which must exist) to `users`
+    /// at `mountpoint` (absolute, canonical).
     pub fn new(
         users: Arc<Users>,
         rt: tokio::runtime::Handle,
         remote: &str,
+        mountpoint: &std::path::Path,
     ) -> std::io::Result<NasdFs> {
+        let point = mountpoint
+            .to_str()
+            .ok_or_else(|| std::io::Error::other("the mount point is not UTF-8"))?;
         let st = rt
             .block_on(users.own().stat(remote))
             .map_err(|e| std::io::Error::other(format!("{remote}: {e}")))?;
@@ -96,6 +104,7 @@ impl NasdFs {
             inodes: Arc::new(Inodes::new(remote, st.ino)),
             open: OpenFiles::new(),
             dirs: Default::default(),
+            links: Links::new(remote, point),
         })
     }
 

@@ -450,7 +450,8 @@ impl Filesystem for NasdFs {
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let r = self.who(req).and_then(|c| {
             let p = self.path(ino)?;
-            self.rt.block_on(c.readlink(&p)).map_err(errno)
+            let t = self.rt.block_on(c.readlink(&p)).map_err(errno)?;
+            Ok(self.links.shown(&p, &t))
         });
         match r {
             Ok(t) => reply.data(t.as_bytes()),
@@ -566,8 +567,8 @@ impl Filesystem for NasdFs {
     ) {
         let r = self.who(req).and_then(|c| {
             let p = self.child(parent, link_name)?;
-            let t = target.to_str().ok_or(Errno::EINVAL)?;
-            self.rt.block_on(c.symlink(t, &p)).map_err(errno)?;
+            let t = self.links.stored(target.to_str().ok_or(Errno::EINVAL)?);
+            self.rt.block_on(c.symlink(&t, &p)).map_err(errno)?;
             Ok((c, p))
         });
         match r {

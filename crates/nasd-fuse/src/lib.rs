@@ -9,10 +9,10 @@
 //! [`nasd_client::handle::FileHandle`] per inode, shared by all its descriptors (`open`, which
 //! also keeps a size this mount answers from going back behind its own commits): reads read
 //! ahead (a large file opened read-only with direct I/O, so the kernel copies each reply
-//! once), writes are held and sent behind,
-//! a new or truncated file is staged and appears under its name when it is closed (or
-//! synced): close-to-open consistency, as NFS gives. A file made here and not yet closed is
-//! still visible through this mount (lookups and attributes come from its open handle).
+//! once), writes are held and sent behind, and what a file is given is staged and lands when
+//! it is closed (or synced): close-to-open consistency, as NFS gives. A new file has its name
+//! from `create` on (an empty version at the manager). Symbolic links never lead out of the
+//! mount ([`links`]).
 //! The client holds AFS callbacks (seed 002 §3.2), and while its channel polls the kernel
 //! keeps pages across opens and names and attributes for a second: another client's change
 //! breaks the callback, and [`invalidate`] drops what the kernel kept before the change
@@ -24,6 +24,7 @@ mod fs;
 mod inodes;
 mod invalidate;
 mod kernel;
+pub mod links;
 mod open;
 pub mod users;
 
@@ -70,7 +71,12 @@ pub fn serve(
 ) -> std::io::Result<()> {
     let allow_other = options.allow_other;
     let users = Arc::new(Users::new(client, rt.clone(), options));
-    let fs = NasdFs::new(users.clone(), rt.clone(), remote)?;
+    let fs = NasdFs::new(
+        users.clone(),
+        rt.clone(),
+        remote,
+        &mountpoint.canonicalize()?,
+    )?;
     let inodes = fs.inodes();
     let session = fuser::Session::new(fs, mountpoint, &config(allow_other))?;
     if let Err(e) = raise_readahead(mountpoint) {

@@ -382,3 +382,54 @@ fn two_mounts_editing_one_tree_see_each_others_work() {
     );
     assert_eq!(listing(&a), listing(&o));
 }
+
+/// A link another cluster user stored cannot lead a write through the mount out of it: an
+/// absolute target names the cluster's path under the mount point, and a relative one that
+/// climbs past the mount's root dangles (crates/nasd-fuse/src/links.rs). Links made through
+/// the mount to paths in it read back as made; relative links inside it are kept as they are.
+#[test]
+fn links_never_lead_a_write_out_of_the_mount() {
+    let Some(b) = Bench::start() else { return };
+    let host = b.up.dir.path().join("host-file");
+    std::fs::write(&host, b"host").unwrap();
+    let host = host.canonicalize().unwrap();
+    let up_levels = "../".repeat(host.components().count() + 2);
+    let climbing = format!(
+        "{up_levels}{}",
+        host.display().to_string().trim_start_matches('/')
+    );
+    b.up.ok(&["ln", "-s", host.to_str().unwrap(), "nasd:/abs"]);
+    b.up.ok(&["mkdir", "nasd:/d"]);
+    b.up.ok(&["ln", "-s", &climbing, "nasd:/d/climb"]);
+    for link in ["abs", "d/climb"] {
+        let p = b.mnt.join(link);
+        let r = std::fs::write(&p, b"written through a link");
+        assert!(r.is_err(), "{link}: a write through it landed somewhere");
+        assert_eq!(
+            std::fs::read(&host).unwrap(),
+            b"host",
+            "{link}: the host file changed"
+        );
+        let shown = std::fs::read_link(&p).unwrap();
+        assert!(
+            shown.starts_with(&b.mnt),
+            "{link} reads as {}",
+            shown.display()
+        );
+    }
+    // Made through the mount: kept inside it, and read back as made.
+    let mnt = b.mnt.canonicalize().unwrap();
+    std::fs::write(mnt.join("target"), b"inside").unwrap();
+    std::os::unix::fs::symlink(mnt.join("target"), mnt.join("to-abs")).unwrap();
+    std::os::unix::fs::symlink("../target", mnt.join("d/to-rel")).unwrap();
+    assert_eq!(
+        std::fs::read_link(mnt.join("to-abs")).unwrap(),
+        mnt.join("target")
+    );
+    assert_eq!(
+        std::fs::read_link(mnt.join("d/to-rel")).unwrap(),
+        Path::new("../target")
+    );
+    assert_eq!(b.up.ok(&["cat", "nasd:/to-abs"]), "inside");
+    assert_eq!(std::fs::read(mnt.join("d/to-rel")).unwrap(), b"inside");
+}
