@@ -56,6 +56,47 @@ impl NasdFs {
             Err(e) => reply.error(e),
         }
     }
+
+    /// The entry `req` just made at `path` in `parent`, with the group POSIX gives it
+    /// ([`NasdFs::creator_group`]).
+    fn new_entry(&self, req: &Request, parent: INodeNo, c: &Client, path: &str, reply: ReplyEntry) {
+        match self.creator_group(req, parent, c, path) {
+            Ok(a) => reply.entry(&self.ttl(), &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// The attributes of the entry `req` just made at `path`, its group moved to the creating
+    /// process's if need be. The manager gives a new entry its creator's primary nasd group
+    /// (or a set-group-ID directory's); POSIX gives it the process's group unless the
+    /// directory is set-group-ID. On a shared mount, where local groups stand for nasd
+    /// groups, a process running as another group gets that one, if the nasd user is in it
+    /// (else the manager refuses, and the primary group stays). One more round trip, only
+    /// when the groups differ.
+    fn creator_group(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        c: &Client,
+        path: &str,
+    ) -> Result<FileAttr, Errno> {
+        let a = self.stat_path(c, path)?;
+        if !self.users.shared() || a.gid == req.gid() {
+            return Ok(a);
+        }
+        let dir = self.stat_ino(c, parent)?;
+        let group = self.users.nasd_group(req.gid());
+        let (Some(group), false) = (group, u32::from(dir.perm) & libc::S_ISGID != 0) else {
+            return Ok(a);
+        };
+        match self.rt.block_on(c.chown_with(path, "", &group, true)) {
+            Ok(()) => self.stat_path(c, path),
+            Err(e) => {
+                tracing::debug!("{path} keeps its primary group, not {group}: {e}");
+                Ok(a)
+            }
+        }
+    }
     /// A setattr: what this mount wrote is committed first, as an NFS client flushes before
     /// a SETATTR, so a new file has its name for the manager's change, and a later commit does
     /// not undo it (a modify time set now stays). It acts on the inode the kernel names, so a
@@ -246,6 +287,7 @@ impl NasdFs {
                 .block_on(FileHandle::create_now(&c, &path, mode, exclusive))
                 .map_err(errno)?,
         };
+        let made_here = made.is_some();
         let h = match made {
             Some(h) => h,
             None if exclusive => return Err(Errno::EEXIST),
@@ -266,6 +308,9 @@ impl NasdFs {
         let (fh, _) = self
             .open
             .open(ino, req.uid(), &path, || Ok::<_, Errno>(h))?;
+        if made_here {
+            return Ok((fh, self.creator_group(req, parent, &c, &path)?));
+        }
         Ok((fh, self.stat_path(&c, &path)?))
     }
     /// Moves a file's access time as Linux's `relatime` does when a reader opens it: if the
@@ -537,7 +582,7 @@ impl Filesystem for NasdFs {
             Ok((c, p))
         });
         match r {
-            Ok((c, p)) => self.entry(&c, &p, reply),
+            Ok((c, p)) => self.new_entry(req, parent, &c, &p, reply),
             Err(e) => reply.error(e),
         }
     }
@@ -572,7 +617,7 @@ impl Filesystem for NasdFs {
             Ok((c, p))
         });
         match r {
-            Ok((c, p)) => self.entry(&c, &p, reply),
+            Ok((c, p)) => self.new_entry(req, parent, &c, &p, reply),
             Err(e) => reply.error(e),
         }
     }
@@ -816,7 +861,7 @@ impl Filesystem for NasdFs {
     ) {
         let mode = (mode & libc::S_IFMT) | (mode & !umask & 0o7777);
         match self.make_node(req, parent, name, mode, rdev) {
-            Ok((c, p)) => self.entry(&c, &p, reply),
+            Ok((c, p)) => self.new_entry(req, parent, &c, &p, reply),
             Err(e) => reply.error(e),
         }
     }

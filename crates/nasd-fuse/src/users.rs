@@ -326,6 +326,12 @@ impl Users {
     }
 
     /// The nasd group a `chgrp` to local gid `gid` names.
+    /// Whether every local user acts as their own nasd user here (`--allow-other`), local
+    /// ids standing for nasd names.
+    pub fn shared(&self) -> bool {
+        self.allow_other
+    }
+
     pub fn nasd_group(&self, gid: u32) -> Option<String> {
         if !self.allow_other {
             return Some(gid.to_string());
