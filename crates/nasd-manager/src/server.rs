@@ -636,6 +636,8 @@ fn still_live(sh: &Shared, live: &mut Live) -> Result<(), MgrError> {
 /// and closes this one.
 fn logout(sh: &Shared, conn: &mut Conn) -> (MgrReply, After) {
     let live = conn.session.take().expect("logged in");
+    // The session's record locks end with it.
+    sh.mgr.locks.drop_session(live.caller.session);
     let ended = users::logout(
         sh.mgr.store.lock().expect("store lock").as_mut(),
         &live.token_hash,
