@@ -458,6 +458,8 @@ pub struct Client {
     pub callbacks: CallbackState,
     /// End-to-end keys: this user's, others' public ones, group secrets (issue 10).
     pub(crate) keyring: crate::e2e::keyring::Keyring,
+    /// Record locks this client's lock owners hold at the manager ([`crate::locks`]).
+    pub(crate) held_locks: crate::locks::HeldLocks,
 }
 
 impl Client {
@@ -486,6 +488,7 @@ impl Client {
             read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
             callbacks: CallbackState::default(),
             keyring: Default::default(),
+            held_locks: Default::default(),
         });
         c.set_seed_key(seed_key);
         Ok(c)
