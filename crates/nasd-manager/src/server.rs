@@ -84,6 +84,8 @@ pub async fn serve(
 ) {
     // The dummy verifiers are made before the first login, which must not pay for them.
     let _ = tokio::task::spawn_blocking(users::warm_up).await;
+    // Clients reclaim their locks from the first accept on.
+    mgr.locks.begin_grace(now_ms());
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let sh = Arc::new(Shared {
         mgr,

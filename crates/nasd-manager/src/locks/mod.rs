@@ -22,6 +22,7 @@ use nasd_proto::manager::{
 };
 use ranges::{Change, FileLocks, Owner, Range};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Most lock ranges the manager keeps, all files together.
@@ -81,7 +82,8 @@ pub struct Locks {
     inner: Mutex<Table>,
     boot: u64,
     lease_ms: u64,
-    grace_end_ms: u64,
+    /// Until when only reclaims are granted: one lease from the start of serving.
+    grace_end_ms: AtomicU64,
 }
 
 impl Locks {
@@ -93,8 +95,19 @@ impl Locks {
             inner: Mutex::new(Table::default()),
             boot,
             lease_ms,
-            grace_end_ms: started_ms.saturating_add(lease_ms),
+            grace_end_ms: AtomicU64::new(started_ms.saturating_add(lease_ms)),
         }
+    }
+
+    /// Starts the grace period over at `now_ms`, when the manager begins to serve (its start
+    /// may have spent part of a lease on drives first; clients can reclaim only from now).
+    pub fn begin_grace(&self, now_ms: u64) {
+        let end = now_ms.saturating_add(self.lease_ms);
+        self.grace_end_ms.fetch_max(end, Ordering::AcqRel);
+    }
+
+    fn grace(&self, now_ms: u64) -> bool {
+        now_ms < self.grace_end_ms.load(Ordering::Acquire)
     }
 
     pub fn lease_ms(&self) -> u64 {
@@ -108,7 +121,7 @@ impl Locks {
     /// Takes `w` (a reclaim only in the grace period, anything else only after it).
     pub fn lock(&self, w: &Want, reclaim: bool, now_ms: u64) -> Result<LockAnswer, LockError> {
         check_range(w.start, w.end)?;
-        let grace = now_ms < self.grace_end_ms;
+        let grace = self.grace(now_ms);
         let mut t = self.table();
         match (grace, reclaim) {
             (true, false) => return Ok(self.answer(&t, w, LockOutcome::Grace, None, now_ms)),
@@ -134,7 +147,7 @@ impl Locks {
     pub fn test(&self, w: &Want, now_ms: u64) -> Result<LockAnswer, LockError> {
         check_range(w.start, w.end)?;
         let mut t = self.table();
-        if now_ms < self.grace_end_ms {
+        if self.grace(now_ms) {
             return Ok(self.answer(&t, w, LockOutcome::Grace, None, now_ms));
         }
         t.expire_at(w.ino, now_ms);
@@ -188,7 +201,7 @@ impl Locks {
             boot: self.boot,
             lease_id: t.sessions.get(&session).map_or(0, |l| l.id),
             lease_ms: self.lease_ms as u32,
-            grace: now_ms < self.grace_end_ms,
+            grace: self.grace(now_ms),
         }
     }
 

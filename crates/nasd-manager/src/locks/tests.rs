@@ -195,3 +195,18 @@ fn the_session_bound_refuses_rather_than_evicts() {
     assert!(granted(&l.lock(&w, false, T + LEASE).unwrap()));
     assert_eq!(l.held(), 1);
 }
+
+#[test]
+fn the_grace_period_starts_over_when_the_manager_begins_to_serve() {
+    let l = Locks::new(7, 0, LEASE);
+    let w = want(1, 1, 9, 0, 0, true);
+    l.begin_grace(5_000);
+    assert_eq!(
+        l.lock(&w, false, 5_000 + LEASE - 1).unwrap().outcome,
+        LockOutcome::Grace
+    );
+    assert!(granted(&l.lock(&w, false, 5_000 + LEASE).unwrap()));
+    // It never moves back.
+    l.begin_grace(0);
+    assert!(!l.renew(1, 5_000 + LEASE).grace);
+}
