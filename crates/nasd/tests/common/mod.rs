@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod drive;
+pub mod mount;
 
 use nasd_client::session::SessionConfig;
 use nasd_cluster::{Cluster, NodeId, Options};
