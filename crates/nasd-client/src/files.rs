@@ -749,7 +749,12 @@ impl Client {
             | Q::S3KeyList(_)
             | Q::S3KeySecret(_)
             | Q::QuotaGet(_)
-            | Q::WaitBreaks(_) => {}
+            | Q::WaitBreaks(_)
+            | Q::Lock(_)
+            | Q::LockTest(_)
+            | Q::Unlock(_)
+            | Q::LockRenew(_)
+            | Q::LockDrop(_) => {}
             Q::Open(calls::Open { path, .. })
             | Q::ReturnCapability(calls::ReturnCapability { path, .. })
             | Q::Commit(calls::Commit { path, .. })

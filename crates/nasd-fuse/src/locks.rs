@@ -20,7 +20,8 @@
 //! - An unlock first commits what the file's handle wrote, as a close does, so the next
 //!   holder, on any mount, reads it. Every close (`flush`) releases the closing process's
 //!   `fcntl` locks on the file, and the last close of an open file description (`release`) its
-//!   `flock`; an unmount releases every lock of the mount's sessions, and a mount that dies
+//!   `flock`; a directory's locks (the kernel sends no flush for one) go with the last close of
+//!   the handle they were taken through; an unmount releases every lock of the mount's sessions, and a mount that dies
 //!   loses its locks when its lease runs out at the manager.
 
 use crate::errno::errno;
@@ -132,6 +133,10 @@ impl NasdFs {
             Ok(t) => t,
             Err(e) => return reply.error(e),
         };
+        if self.dirs.lock().expect("dirs lock").contains_key(&fh) {
+            let mut d = self.dir_lockers.lock().expect("dir lockers lock");
+            d.entry(fh).or_default().insert(owner.0);
+        }
         let r = LockRequest {
             path: t.path,
             ino: t.ino,
@@ -188,6 +193,20 @@ impl NasdFs {
                     r = Err(errno(e));
                 }
             }
+        }
+        r
+    }
+
+    /// Releases the locks taken through the directory handle `fh` (its last close).
+    pub(crate) fn release_dir_locks(&self, ino: INodeNo, fh: u64) -> Result<(), Errno> {
+        let owners = self
+            .dir_lockers
+            .lock()
+            .expect("dir lockers lock")
+            .remove(&fh);
+        let mut r = Ok(());
+        for o in owners.unwrap_or_default() {
+            r = r.and(self.release_locks(ino, fh, LockOwner(o)));
         }
         r
     }

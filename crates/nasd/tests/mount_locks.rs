@@ -277,6 +277,15 @@ fn closes_release_locks(a: &Mounted, b: &Mounted) {
     flock(&ga, libc::LOCK_EX | libc::LOCK_NB).unwrap();
     flock(&ga, libc::LOCK_UN).unwrap();
 
+    // A directory too (its handle's last close ends its flock).
+    std::fs::create_dir(a.dir.join("d")).unwrap();
+    let da = File::open(a.dir.join("d")).unwrap();
+    let db = File::open(b.dir.join("d")).unwrap();
+    flock(&da, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+    assert!(would_block(flock(&db, libc::LOCK_SH | libc::LOCK_NB)));
+    drop(da);
+    flock(&db, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+
     // fcntl: closing another descriptor of the file on A releases A's lock.
     let fa = open_rw(&a.dir.join("g"));
     setlk(&fa, libc::F_WRLCK, 0, 0, false).unwrap();
