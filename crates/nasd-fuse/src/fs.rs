@@ -50,10 +50,6 @@ pub struct NasdFs {
     pub(crate) pending: Mutex<HashMap<String, Arc<Open>>>,
     /// Directory listings taken at opendir, by handle (stable offsets while it is read).
     pub(crate) dirs: Mutex<HashMap<u64, Listing>>,
-    /// The lock owners that locked a directory through each open directory handle: the
-    /// kernel sends no flush for a directory and fuser no owner at its release, so its locks
-    /// are released when the handle is ([`crate::locks`]).
-    pub(crate) dir_lockers: Mutex<HashMap<u64, std::collections::HashSet<u64>>>,
 }
 
 pub(crate) fn kind_of(k: FileKind) -> FileType {
@@ -103,7 +99,6 @@ impl NasdFs {
             open: OpenFiles::new(),
             pending: Default::default(),
             dirs: Default::default(),
-            dir_lockers: Default::default(),
         })
     }
 

@@ -800,13 +800,13 @@ impl Filesystem for NasdFs {
     fn releasedir(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: fuser::FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         self.dirs.lock().expect("dirs lock").remove(&fh.0);
-        answer(reply, self.release_dir_locks(ino, fh.0));
+        reply.ok();
     }
 
     /// The drives' capacity and free bytes; for a user with a quota, the quota's, when it

@@ -4,7 +4,8 @@
 //! as a whole-file lock whose owner is the open file description; fuser does not pass the
 //! kernel's flag telling the two apart, so they share one table, as Linux's NFS client emulates
 //! `flock` with whole-file byte-range locks: a process's `flock` and its own `fcntl` lock on a
-//! file conflict here, unlike on a local file system.
+//! file conflict here, unlike on a local file system. The kernel keeps locks on directories
+//! to itself (FUSE passes only files' on), so those hold within one mount only.
 //!
 //! - A lock (`F_SETLK`, `F_SETLKW`, `flock`) is tried on a task of the client runtime, so a
 //!   blocked one never holds one of the mount's few event-loop threads: while another owner
@@ -20,8 +21,7 @@
 //! - An unlock first commits what the file's handle wrote, as a close does, so the next
 //!   holder, on any mount, reads it. Every close (`flush`) releases the closing process's
 //!   `fcntl` locks on the file, and the last close of an open file description (`release`) its
-//!   `flock`; a directory's locks (the kernel sends no flush for one) go with the last close of
-//!   the handle they were taken through; an unmount releases every lock of the mount's sessions, and a mount that dies
+//!   `flock`; an unmount releases every lock of the mount's sessions, and a mount that dies
 //!   loses its locks when its lease runs out at the manager.
 
 use crate::errno::errno;
@@ -46,8 +46,8 @@ struct Target {
 }
 
 impl NasdFs {
-    /// The file a lock names: through its open handle when it is one (its current path, a new
-    /// file committed first so the manager knows its name), else (a directory) its inode.
+    /// The file a lock names: through its open handle (its current path, a new file committed
+    /// first so the manager knows its name), else by its inode.
     fn lock_target(&self, req: &Request, ino: INodeNo, fh: u64) -> Result<Target, Errno> {
         let client = self.who(req)?;
         let Ok(o) = self.open_file(fh) else {
@@ -133,10 +133,6 @@ impl NasdFs {
             Ok(t) => t,
             Err(e) => return reply.error(e),
         };
-        if self.dirs.lock().expect("dirs lock").contains_key(&fh) {
-            let mut d = self.dir_lockers.lock().expect("dir lockers lock");
-            d.entry(fh).or_default().insert(owner.0);
-        }
         let r = LockRequest {
             path: t.path,
             ino: t.ino,
@@ -193,20 +189,6 @@ impl NasdFs {
                     r = Err(errno(e));
                 }
             }
-        }
-        r
-    }
-
-    /// Releases the locks taken through the directory handle `fh` (its last close).
-    pub(crate) fn release_dir_locks(&self, ino: INodeNo, fh: u64) -> Result<(), Errno> {
-        let owners = self
-            .dir_lockers
-            .lock()
-            .expect("dir lockers lock")
-            .remove(&fh);
-        let mut r = Ok(());
-        for o in owners.unwrap_or_default() {
-            r = r.and(self.release_locks(ino, fh, LockOwner(o)));
         }
         r
     }
