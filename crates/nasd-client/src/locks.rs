@@ -245,16 +245,30 @@ impl Client {
                 start: s.start,
                 end: s.end,
             };
-            match self.lock(&r, true).await {
-                Ok(Locked::Granted) => {}
-                Ok(other) => {
-                    tracing::warn!(path = %f.path, "record lock lost in a manager restart: {other:?}");
-                    let mut h = self.held_locks.inner.lock().expect("held locks");
-                    h.files.remove(&(ino, owner));
-                    return;
-                }
-                Err(e) => tracing::warn!(path = %f.path, "reclaiming a record lock: {e}"),
-            }
+            let why = match self.lock(&r, true).await {
+                Ok(Locked::Granted) => continue,
+                Ok(other) => format!("{other:?}"),
+                Err(e) => e.to_string(),
+            };
+            // Not taken again (refused, the file renamed or gone meanwhile): it is lost, and
+            // this client no longer counts it as held.
+            tracing::warn!(path = %f.path, "record lock lost in a manager restart: {why}");
+            self.held_locks
+                .inner
+                .lock()
+                .expect("held locks")
+                .files
+                .remove(&(ino, owner));
+            // What of the owner's ranges was taken again goes too (best effort), so no half
+            // of its locks stays held.
+            let all = calls::Unlock {
+                ino,
+                owner,
+                start: 0,
+                end: u64::MAX,
+            };
+            let _ = self.call(&f.path, all).await;
+            return;
         }
     }
 }
