@@ -458,6 +458,8 @@ pub struct Client {
     pub callbacks: CallbackState,
     /// End-to-end keys: this user's, others' public ones, group secrets (issue 10).
     pub(crate) keyring: crate::e2e::keyring::Keyring,
+    /// Record locks this client's lock owners hold at the manager ([`crate::locks`]).
+    pub(crate) held_locks: crate::locks::HeldLocks,
 }
 
 impl Client {
@@ -486,6 +488,7 @@ impl Client {
             read_deadline_ms: AtomicU64::new(crate::striped::READ_DEADLINE_MS),
             callbacks: CallbackState::default(),
             keyring: Default::default(),
+            held_locks: Default::default(),
         });
         c.set_seed_key(seed_key);
         Ok(c)
@@ -746,7 +749,12 @@ impl Client {
             | Q::S3KeyList(_)
             | Q::S3KeySecret(_)
             | Q::QuotaGet(_)
-            | Q::WaitBreaks(_) => {}
+            | Q::WaitBreaks(_)
+            | Q::Lock(_)
+            | Q::LockTest(_)
+            | Q::Unlock(_)
+            | Q::LockRenew(_)
+            | Q::LockDrop(_) => {}
             Q::Open(calls::Open { path, .. })
             | Q::ReturnCapability(calls::ReturnCapability { path, .. })
             | Q::Commit(calls::Commit { path, .. })

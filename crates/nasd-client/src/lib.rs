@@ -33,6 +33,8 @@
 //!   offset, write-behind and read-ahead) for the FUSE mount and the S3 gateway.
 //! - [`prepared`] — new files staged ahead of their names, for directories being filled with
 //!   small files (one manager round trip per file).
+//! - [`locks`] — record locks and `flock` through the manager, the lease on them renewed
+//!   while any is held, reclaimed after a manager restart.
 //! - [`escape`] — printing untrusted names safely.
 
 pub mod auth;
@@ -47,6 +49,7 @@ pub mod escape;
 pub mod files;
 pub mod handle;
 pub mod layer;
+pub mod locks;
 pub mod memio;
 pub mod namespace;
 pub mod object;

@@ -27,6 +27,7 @@ pub fn errno_of(e: &FsError) -> Errno {
         MgrStatus::DiskFull => Errno::ENOSPC,
         MgrStatus::QuotaExceeded => Errno::EDQUOT,
         MgrStatus::Busy => Errno::EBUSY,
+        MgrStatus::NoLocks => Errno::ENOLCK,
         MgrStatus::NotLoggedIn | MgrStatus::SessionExpired | MgrStatus::WrongPassword => {
             Errno::EACCES
         }

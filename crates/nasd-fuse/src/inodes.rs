@@ -37,6 +37,15 @@ impl Inodes {
         }
     }
 
+    /// The manager's inode number of the kernel's inode `ino` ([`Inodes::fuse_ino`] undone).
+    pub fn manager_ino(&self, ino: u64) -> u64 {
+        match ino {
+            ROOT => self.root_ino,
+            MANAGER_ROOT_ELSEWHERE => ROOT,
+            i => i,
+        }
+    }
+
     /// The path the kernel's inode `ino` was last seen under (of those it still has).
     pub fn path(&self, ino: u64) -> Option<String> {
         let p = self.paths.lock().expect("inodes lock");

@@ -7,8 +7,8 @@ use crate::inodes::join;
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nasd_client::files::{Client, FsError};
 use nasd_client::handle::{FileHandle, OpenOptions};
@@ -434,7 +434,48 @@ impl Filesystem for NasdFs {
         // Shared maps of a file read with direct I/O (kernel 6.6 and later; before, such a
         // map of a large file fails with ENODEV, private maps and exec work either way).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        // Locks go to this file system (and on to the manager) instead of staying in this
+        // host's kernel: `fcntl` locks, and `flock` sent as whole-file locks.
+        let locks = fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS;
+        if let Err(missing) = config.add_capabilities(locks) {
+            tracing::warn!("the kernel keeps some locks local to this host: {missing:?}");
+        }
         Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.drop_locks();
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.get_lock(req, ino, fh.0, lock_owner, (start, end), typ, reply);
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.set_lock(req, ino, fh.0, lock_owner, (start, end), typ, sleep, reply);
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -735,25 +776,28 @@ impl Filesystem for NasdFs {
     }
 
     /// Called at every close of a descriptor: what was written becomes visible to other
-    /// clients (close-to-open).
+    /// clients (close-to-open), then the closing process's `fcntl` locks on the file are
+    /// released (POSIX: any close of the file by the process releases them).
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: fuser::FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        answer(reply, self.open_file(fh.0).and_then(|o| self.sync(&o)))
+        let synced = self.open_file(fh.0).and_then(|o| self.sync(&o));
+        let released = self.release_locks(ino, fh.0, lock_owner);
+        answer(reply, synced.and(released))
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: fuser::FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
@@ -766,7 +810,10 @@ impl Filesystem for NasdFs {
             Some((_, r)) => r,
             None => Ok(()),
         };
-        answer(reply, r)
+        // Then the open file description's `flock` ends with it (the kernel names its owner
+        // only when it took one).
+        let released = lock_owner.map_or(Ok(()), |o| self.release_locks(ino, fh.0, o));
+        answer(reply, r.and(released))
     }
 
     fn fsync(

@@ -18,6 +18,7 @@
 //! breaks the callback, and [`invalidate`] drops what the kernel kept before the change
 //! returns. Without the channel nothing is kept (a zero time to live, pages dropped at
 //! open), so a file closed on one mount is still seen whole on every other at its next open.
+//! Record locks and `flock` are held at the manager ([`locks`]), so they hold across mounts.
 
 mod errno;
 mod fs;
@@ -25,6 +26,7 @@ mod inodes;
 mod invalidate;
 mod kernel;
 pub mod links;
+mod locks;
 mod open;
 pub mod users;
 

@@ -24,7 +24,9 @@
 //!   of new components by room (degraded when the code allows).
 //! - [`e2e`]: end-to-end protection (issue 10): directory policies, files' trusted records
 //!   and side data, users' and groups' public keys and wraps; nothing the manager can unwrap.
-//! - [`lease`]: write leases, one writer per file (seed 002 §3.2).
+//! - [`lease`]: write leases, one writer per file (seed 002 §3.2); [`locks`]: record locks
+//!   and `flock` across clients, under leases of their sessions, with a grace period after a
+//!   restart.
 //! - [`quota`]: per-user quotas and the escrow of write capabilities against them (seed 002
 //!   §3.2): capability regions bound by the escrow, settlement when capabilities end.
 //! - [`heal`]: scrub of files against their drives' trees and their codes, rebuild of
@@ -46,6 +48,7 @@ pub mod drives;
 pub mod e2e;
 pub mod heal;
 pub mod lease;
+pub mod locks;
 pub mod login;
 mod ops;
 pub mod quota;

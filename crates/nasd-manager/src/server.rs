@@ -84,6 +84,8 @@ pub async fn serve(
 ) {
     // The dummy verifiers are made before the first login, which must not pay for them.
     let _ = tokio::task::spawn_blocking(users::warm_up).await;
+    // Clients reclaim their locks from the first accept on.
+    mgr.locks.begin_grace(now_ms());
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let sh = Arc::new(Shared {
         mgr,
@@ -636,6 +638,8 @@ fn still_live(sh: &Shared, live: &mut Live) -> Result<(), MgrError> {
 /// and closes this one.
 fn logout(sh: &Shared, conn: &mut Conn) -> (MgrReply, After) {
     let live = conn.session.take().expect("logged in");
+    // The session's record locks end with it.
+    sh.mgr.locks.drop_session(live.caller.session);
     let ended = users::logout(
         sh.mgr.store.lock().expect("store lock").as_mut(),
         &live.token_hash,

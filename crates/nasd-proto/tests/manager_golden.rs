@@ -102,8 +102,106 @@ fn requests() -> Vec<MgrRequest> {
         requests_4(),
         requests_5(),
         requests_6(),
+        lock_requests(),
     ]
     .concat()
+}
+
+/// Lock requests (protocol 17), recorded after the others.
+fn lock_requests() -> Vec<MgrRequest> {
+    vec![
+        MgrRequest::Lock(calls::Lock {
+            path: "/a/b".into(),
+            ino: 7,
+            owner: 0xdead_beef_0000_0001,
+            pid: 4242,
+            exclusive: true,
+            start: 0,
+            end: i64::MAX as u64,
+            reclaim: false,
+        }),
+        MgrRequest::Lock(calls::Lock {
+            path: "/a/b".into(),
+            ino: 7,
+            owner: 1,
+            pid: 0,
+            exclusive: false,
+            start: 100,
+            end: 199,
+            reclaim: true,
+        }),
+        MgrRequest::LockTest(calls::LockTest {
+            path: "/a/b".into(),
+            ino: 7,
+            owner: 2,
+            exclusive: false,
+            start: 5,
+            end: 5,
+        }),
+        MgrRequest::Unlock(calls::Unlock {
+            ino: 7,
+            owner: 2,
+            start: 10,
+            end: 19,
+        }),
+        MgrRequest::LockRenew(calls::LockRenew),
+        MgrRequest::LockDrop(calls::LockDrop),
+    ]
+}
+
+/// Lock replies (protocol 17), recorded after the others.
+fn lock_replies() -> Vec<MgrReply> {
+    let lease = LockLease {
+        boot: 0x1234_5678_9abc_def0,
+        lease_id: 3,
+        lease_ms: 15_000,
+        grace: false,
+    };
+    vec![
+        MgrReply::LockAnswer(LockAnswer {
+            outcome: LockOutcome::Granted,
+            holder: None,
+            held: vec![
+                LockSpan {
+                    start: 0,
+                    end: 99,
+                    exclusive: false,
+                },
+                LockSpan {
+                    start: 100,
+                    end: i64::MAX as u64,
+                    exclusive: true,
+                },
+            ],
+            lease,
+        }),
+        MgrReply::LockAnswer(LockAnswer {
+            outcome: LockOutcome::Conflict,
+            holder: Some(LockHolder {
+                start: 10,
+                end: 20,
+                exclusive: true,
+                pid: 77,
+                mine: true,
+            }),
+            held: vec![],
+            lease,
+        }),
+        MgrReply::LockAnswer(LockAnswer {
+            outcome: LockOutcome::NoGrace,
+            holder: None,
+            held: vec![],
+            lease: LockLease {
+                grace: true,
+                ..lease
+            },
+        }),
+        MgrReply::LockLease(LockLease {
+            lease_id: 0,
+            ..lease
+        }),
+        MgrReply::error(MgrStatus::NoLocks, "/a/b: the lock table is full"),
+    ]
 }
 
 /// Requests, in the order of the recording (part 1 of 6).
@@ -497,7 +595,14 @@ fn prepared(write_end: u64, policy: E2ePolicy) -> PreparedFile {
 }
 
 fn replies() -> Vec<MgrReply> {
-    [replies_1(), replies_2(), replies_3(), replies_4()].concat()
+    [
+        replies_1(),
+        replies_2(),
+        replies_3(),
+        replies_4(),
+        lock_replies(),
+    ]
+    .concat()
 }
 
 /// Replies, in the order of the recording (part 1 of 4).
@@ -825,7 +930,7 @@ fn frames() -> String {
     }
     let calls: BTreeSet<u8> = nasd_proto::for_each_manager_call!(call_tags);
     assert_eq!(tags.0, calls, "every request tag is sampled");
-    let replies: BTreeSet<u8> = (1..=26).chain([30]).collect();
+    let replies: BTreeSet<u8> = (1..=26).chain([30, 31, 32]).collect();
     assert_eq!(tags.1, replies, "every reply tag is sampled");
     out
 }

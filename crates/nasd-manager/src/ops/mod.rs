@@ -9,12 +9,14 @@
 //! # Layout
 //! One module per family of calls, as `nasd_proto::manager::calls` groups them: `session`
 //! (a gateway acting for a user), `namespace`, `files`, `xattr`, `users`, `s3keys`, `e2e`,
-//! `quota`, `heal` (drives, repair, scrub, status) and `callbacks` (the channel's poll).
+//! `quota`, `heal` (drives, repair, scrub, status), `callbacks` (the channel's poll) and
+//! `locks` (record locks and `flock`).
 
 mod callbacks;
 mod e2e;
 mod files;
 mod heal;
+mod locks;
 mod namespace;
 mod quota;
 mod s3keys;

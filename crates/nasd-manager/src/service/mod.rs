@@ -34,10 +34,12 @@
 //! - `namespace`: stats, listings, directories, names, links, extended attributes, layouts;
 //! - `files`: create, prepare, commit, abort, renew, open, copy-on-write changes, repair,
 //!   capabilities minted;
-//! - `change`: mode, owners, size and times, and the revocations they bring.
+//! - `change`: mode, owners, size and times, and the revocations they bring;
+//! - `locks`: who may lock a file (the lock table itself is [`crate::locks`]).
 
 mod change;
 mod files;
+mod locks;
 mod namespace;
 mod perms;
 mod resolve;
@@ -81,6 +83,15 @@ pub struct Policy {
     /// the manager starts).
     #[serde(default = "default_scrub_interval")]
     pub scrub_interval_ms: u64,
+    /// How long a session's record locks outlive its last renewal ([`crate::locks`]): a
+    /// client that dies loses its locks this long after it stopped renewing, and a manager
+    /// that restarts grants only reclaims for this long.
+    #[serde(default = "default_lock_lease")]
+    pub lock_lease_ms: u64,
+}
+
+fn default_lock_lease() -> u64 {
+    15_000
 }
 
 fn default_scrub_rate() -> u64 {
@@ -129,6 +140,7 @@ impl Default for Policy {
             default_e2e: default_e2e(),
             scrub_bytes_per_s: default_scrub_rate(),
             scrub_interval_ms: default_scrub_interval(),
+            lock_lease_ms: default_lock_lease(),
         }
     }
 }
@@ -239,6 +251,25 @@ pub(crate) fn db(e: StoreError) -> MgrError {
     MgrError::new(MgrStatus::Internal, e.to_string())
 }
 
+/// Refuses a policy whose lock lease is outside the bounds of [`crate::locks`].
+fn check_lock_lease(ms: u64) -> MgrResult<()> {
+    use crate::locks::{LOCK_LEASE_MS_MAX, LOCK_LEASE_MS_MIN};
+    if (LOCK_LEASE_MS_MIN..=LOCK_LEASE_MS_MAX).contains(&ms) {
+        return Ok(());
+    }
+    Err(MgrError::new(
+        MgrStatus::InvalidArgument,
+        format!("lock_lease_ms {ms} is outside {LOCK_LEASE_MS_MIN}..={LOCK_LEASE_MS_MAX}"),
+    ))
+}
+
+/// A number for this run of the manager, new at every start (clients see a restart in it).
+fn boot_id() -> u64 {
+    let mut b = [0u8; 8];
+    nasd_crypto::random_bytes(&mut b);
+    u64::from_le_bytes(b).max(1)
+}
+
 pub(crate) fn denied(path: &str, what: &str) -> MgrError {
     MgrError::new(MgrStatus::PermissionDenied, format!("{path}: {what}"))
 }
@@ -250,6 +281,8 @@ pub struct Manager {
     min_protection: Protection,
     /// Write leases: one writer per file.
     pub leases: Leases,
+    /// Record locks and `flock`, under leases of their sessions.
+    pub locks: crate::locks::Locks,
     /// Connections for the manager's own reads and writes of file data (repair, truncation,
     /// scrub, rebuild).
     pub pool: Arc<nasd_client::pool::ConnPool>,
@@ -296,10 +329,12 @@ impl Manager {
                 ),
             ));
         }
+        check_lock_lease(policy.lock_lease_ms)?;
         Ok(Arc::new(Manager {
             store: Mutex::new(store),
             drives: Registry::load(records),
             leases: Leases::new(now_ms(), policy.write_cap_ttl_ms),
+            locks: crate::locks::Locks::new(boot_id(), now_ms(), policy.lock_lease_ms),
             policy,
             min_protection,
             pool: Arc::new(nasd_client::pool::ConnPool::new()),

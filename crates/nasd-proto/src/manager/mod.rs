@@ -24,7 +24,7 @@
 //! - `types.rs`: the types several calls carry (stats, layouts, grants, extended attributes,
 //!   secrets); `status.rs`: [`MgrStatus`] and [`Refused`];
 //! - [`calls`]: one struct per request, grouped by family (session, namespace, files, xattr,
-//!   users, s3keys, e2e, quota, heal, callbacks), each with its fields' codec and the types
+//!   users, s3keys, e2e, quota, heal, callbacks, locks), each with its fields' codec and the types
 //!   only its family uses.
 
 mod call;
@@ -48,6 +48,9 @@ pub use calls::files::Created;
 pub use calls::heal::{
     ClusterStatus, DriveCount, DriveStatus, FileCounts, RebuildStatus, ScrubReport, ScrubStatus,
     STATUS_PATHS_MAX,
+};
+pub use calls::locks::{
+    LockAnswer, LockHolder, LockLease, LockOutcome, LockSpan, LOCK_RANGES_PER_FILE_MAX,
 };
 pub use calls::namespace::{
     DirEntry, FsSpace, LayoutSpec, LinkTarget, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIMES_ACCESSED,
@@ -195,10 +198,17 @@ use call::{define_calls, define_replies};
 /// - 16: a path may be 32 KiB long ([`PATH_BYTES_MAX`], and a string [`STRING_BYTES_MAX`]),
 ///   so `PATH_MAX` bounds what a program names relative to its working directory, not a
 ///   path from the cluster's root; a link target stays within [`LINK_TARGET_BYTES_MAX`].
-/// - 17: `Commit` carries `exclusive`: a new file is linked only if its name is free, so a
+/// - 17: record locks and `flock` across clients (issue 20): [`MgrRequest::Lock`],
+///   [`MgrRequest::LockTest`] and [`MgrRequest::Unlock`] (answered with [`LockAnswer`]) take,
+///   test and release byte-range locks of a session's lock owners, held in the manager's
+///   memory under a lease the session renews with [`MgrRequest::LockRenew`] ([`LockLease`]);
+///   [`MgrRequest::LockDrop`] releases all of a session's locks. After a restart the manager
+///   grants only reclaims for one lease time. [`MgrStatus::NoLocks`] refuses a lock past the
+///   manager's bounds (ENOLCK).
+/// - 18: `Commit` carries `exclusive`: a new file is linked only if its name is free, so a
 ///   mount's `open(O_CREAT | O_EXCL)`, whose name exists from the create on, is exclusive
 ///   across clients.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 17;
+pub const MANAGER_PROTOCOL_VERSION: u16 = 18;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -333,6 +343,11 @@ macro_rules! for_each_manager_call {
             61 Statfs "statfs" => FsSpace;
             62 E2eRewrap "e2e rewrap" => ();
             63 GroupWrapSet "group wrap set" => ();
+            64 Lock "lock" => LockAnswer;
+            65 LockTest "lock test" => LockAnswer;
+            66 Unlock "unlock" => LockAnswer;
+            67 LockRenew "lock renew" => LockLease;
+            68 LockDrop "lock drop" => ();
         }
     };
 }
@@ -369,6 +384,8 @@ define_replies! {
     25 Enrollment(Enrollment);
     26 WrappedFiles(Vec<WrappedFile>);
     30 FsSpace(FsSpace);
+    31 LockAnswer(LockAnswer);
+    32 LockLease(LockLease);
 }
 
 impl MgrReply {

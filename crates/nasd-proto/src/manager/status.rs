@@ -45,10 +45,13 @@ pub enum MgrStatus {
     /// grant under scheme 1 names the writer's signing key); a client registers its keys and
     /// asks again.
     NoUserKeys = 26,
+    /// The manager's lock table is full, or a file's ranges are at their bound (ENOLCK):
+    /// nothing was taken.
+    NoLocks = 27,
 }
 
 impl MgrStatus {
-    pub const ALL: [MgrStatus; 26] = [
+    pub const ALL: [MgrStatus; 27] = [
         Self::Malformed,
         Self::Version,
         Self::NotLoggedIn,
@@ -75,6 +78,7 @@ impl MgrStatus {
         Self::TooManyLinks,
         Self::QuotaExceeded,
         Self::NoUserKeys,
+        Self::NoLocks,
     ];
     pub fn from_u16(v: u16) -> Option<MgrStatus> {
         Self::ALL.into_iter().find(|s| *s as u16 == v)
@@ -107,6 +111,7 @@ impl MgrStatus {
             Self::TooManyLinks => "too many levels of symbolic links",
             Self::QuotaExceeded => "disk quota exceeded",
             Self::NoUserKeys => "no end-to-end keys registered yet",
+            Self::NoLocks => "no locks available",
         }
     }
 }

@@ -52,8 +52,152 @@ fn requests() -> Vec<MgrRequest> {
         requests_4(),
         requests_5(),
         requests_6(),
+        lock_requests(),
     ]
     .concat()
+}
+
+/// Sample lock requests (protocol 17).
+fn lock_requests() -> Vec<MgrRequest> {
+    vec![
+        MgrRequest::Lock(calls::Lock {
+            path: "/a/b".into(),
+            ino: 7,
+            owner: 0xdead_beef_0000_0001,
+            pid: 4242,
+            exclusive: true,
+            start: 0,
+            end: u64::MAX,
+            reclaim: false,
+        }),
+        MgrRequest::Lock(calls::Lock {
+            path: "/a/b".into(),
+            ino: 7,
+            owner: 1,
+            pid: 0,
+            exclusive: false,
+            start: 100,
+            end: 199,
+            reclaim: true,
+        }),
+        MgrRequest::LockTest(calls::LockTest {
+            path: "/a/b".into(),
+            ino: 7,
+            owner: 2,
+            exclusive: true,
+            start: 5,
+            end: i64::MAX as u64,
+        }),
+        MgrRequest::Unlock(calls::Unlock {
+            ino: 7,
+            owner: 2,
+            start: 10,
+            end: 19,
+        }),
+        MgrRequest::LockRenew(calls::LockRenew),
+        MgrRequest::LockDrop(calls::LockDrop),
+    ]
+}
+
+/// Sample lock replies (protocol 17).
+fn lock_replies() -> Vec<MgrReply> {
+    let lease = LockLease {
+        boot: 0x1234_5678_9abc_def0,
+        lease_id: 3,
+        lease_ms: 15_000,
+        grace: false,
+    };
+    vec![
+        MgrReply::LockAnswer(LockAnswer {
+            outcome: LockOutcome::Granted,
+            holder: None,
+            held: vec![
+                LockSpan {
+                    start: 0,
+                    end: 99,
+                    exclusive: false,
+                },
+                LockSpan {
+                    start: 100,
+                    end: u64::MAX,
+                    exclusive: true,
+                },
+            ],
+            lease,
+        }),
+        MgrReply::LockAnswer(LockAnswer {
+            outcome: LockOutcome::Conflict,
+            holder: Some(LockHolder {
+                start: 10,
+                end: 20,
+                exclusive: true,
+                pid: 77,
+                mine: false,
+            }),
+            held: vec![],
+            lease,
+        }),
+        MgrReply::LockAnswer(LockAnswer {
+            outcome: LockOutcome::Grace,
+            holder: None,
+            held: vec![],
+            lease: LockLease {
+                grace: true,
+                lease_id: 0,
+                ..lease
+            },
+        }),
+        MgrReply::LockLease(lease),
+        MgrReply::error(MgrStatus::NoLocks, "/a/b: 1024 lock ranges"),
+    ]
+}
+
+#[test]
+fn lock_answers_are_bounded_and_outcomes_checked() {
+    let mut one = lock_replies()[0].clone();
+    let MgrReply::LockAnswer(a) = &mut one else {
+        panic!("a lock answer");
+    };
+    let span = a.held[0];
+    a.held = vec![span; LOCK_RANGES_PER_FILE_MAX];
+    let ok = one.encode(1);
+    assert!(MgrReply::decode(&ok).is_ok());
+    // outcome (1), holder option (1), then the count.
+    let mut over = ok.clone();
+    over[18..22].copy_from_slice(&(LOCK_RANGES_PER_FILE_MAX as u32 + 1).to_le_bytes());
+    assert_eq!(
+        MgrReply::decode(&over).unwrap_err(),
+        DecodeError::TooLong("lock spans")
+    );
+    let mut bad = ok;
+    bad[16] = 4;
+    assert_eq!(
+        MgrReply::decode(&bad).unwrap_err(),
+        DecodeError::BadValue("lock outcome")
+    );
+}
+
+#[test]
+fn lock_fields_are_where_the_docs_say() {
+    let b = lock_requests()[3].encode(9);
+    assert_eq!(b[15], 66);
+    let words: Vec<u64> = b[16..]
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, [7, 2, 10, 19]);
+    let r = MgrReply::LockLease(LockLease {
+        boot: 1,
+        lease_id: 2,
+        lease_ms: 3,
+        grace: true,
+    })
+    .encode(1);
+    assert_eq!(r[15], 32);
+    assert_eq!(
+        r[16..],
+        [1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1]
+    );
 }
 
 /// Sample requests (part 1 of 6).
@@ -487,6 +631,7 @@ fn replies() -> Vec<MgrReply> {
     }
     v.extend(key_replies());
     v.extend(more_replies());
+    v.extend(lock_replies());
     v
 }
 

@@ -173,7 +173,7 @@ arb_newtype!(
     LayoutSpec,
     OpaqueMessage
 );
-arb_unit!(Logout, UserList, DriveList);
+arb_unit!(Logout, UserList, DriveList, LockRenew, LockDrop);
 arb_vec!(
     DirEntry,
     UserInfo,
@@ -268,6 +268,34 @@ arb_fields! {
     ScrubStatus { passes, files, bytes, damaged, repaired, last_pass_ms, rate_bytes_per_s }
     WaitBreaks { acked, wait_ms }
     CallbackBreak { seq, ino, parent, name }
+    Lock { path, ino, owner, pid, exclusive, start, end, reclaim }
+    LockTest { path, ino, owner, exclusive, start, end }
+    Unlock { ino, owner, start, end }
+    LockHolder { start, end, exclusive, pid, mine }
+    LockSpan { start, end, exclusive }
+    LockLease { boot, lease_id, lease_ms, grace }
+}
+
+impl Arb for LockOutcome {
+    fn arb(g: &mut Gen) -> LockOutcome {
+        [
+            LockOutcome::Granted,
+            LockOutcome::Conflict,
+            LockOutcome::Grace,
+            LockOutcome::NoGrace,
+        ][g.below(4) as usize]
+    }
+}
+
+impl Arb for LockAnswer {
+    fn arb(g: &mut Gen) -> LockAnswer {
+        LockAnswer {
+            outcome: Arb::arb(g),
+            holder: Arb::arb(g),
+            held: g.list(3, LockSpan::arb),
+            lease: Arb::arb(g),
+        }
+    }
 }
 
 impl<T: Arb> Arb for Vec<T>

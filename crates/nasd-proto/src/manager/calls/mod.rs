@@ -7,12 +7,14 @@
 //! - [`files`]: grants and uploads: create, open, commit, abort, renew, prepare, copy-on-write;
 //! - [`xattr`]: extended attributes; [`users`]: users, groups, gateways;
 //! - [`s3keys`]: S3 access keys; [`e2e`]: end-to-end state and keys; [`quota`]: quotas;
-//! - [`heal`]: drives, repair, scrub, cluster status; [`callbacks`]: the callback channel.
+//! - [`heal`]: drives, repair, scrub, cluster status; [`callbacks`]: the callback channel;
+//! - [`locks`]: record locks and `flock` across clients, under leases.
 
 pub mod callbacks;
 pub mod e2e;
 pub mod files;
 pub mod heal;
+pub mod locks;
 pub mod namespace;
 pub mod quota;
 pub mod s3keys;
@@ -27,6 +29,7 @@ pub use e2e::{
 };
 pub use files::{Abort, Commit, Create, Open, Prepare, Renew, ReturnCapability, StageWrite};
 pub use heal::{DriveAdd, DriveList, DriveReplace, Repair, Scrub, Status};
+pub use locks::{Lock, LockDrop, LockRenew, LockTest, Unlock};
 pub use namespace::{
     Chmod, Chown, LayoutGet, LayoutSet, Link, Lstat, Mkdir, Mknod, Readdir, Readlink, Rename,
     Rmdir, Stat, Statfs, Symlink, Truncate, Unlink, Utimes,
