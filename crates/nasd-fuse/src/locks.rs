@@ -46,8 +46,7 @@ struct Target {
 }
 
 impl NasdFs {
-    /// The file a lock names: through its open handle (its current path, a new file committed
-    /// first so the manager knows its name), else by its inode.
+    /// The file a lock names: through its open handle (its current path), else by its inode.
     fn lock_target(&self, req: &Request, ino: INodeNo, fh: u64) -> Result<Target, Errno> {
         let client = self.who(req)?;
         let Ok(o) = self.open_file(fh) else {
@@ -55,14 +54,6 @@ impl NasdFs {
             let ino = self.inodes.manager_ino(ino.0);
             return Ok(Target { client, path, ino });
         };
-        let pending = self
-            .pending
-            .lock()
-            .expect("pending lock")
-            .contains_key(&o.path());
-        if pending {
-            self.sync(&o)?;
-        }
         let (path, ino) = (o.path(), o.h.ino());
         Ok(Target { client, path, ino })
     }
