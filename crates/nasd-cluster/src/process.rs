@@ -236,6 +236,10 @@ fn wait_gone(pid: u32, ms: u64) -> bool {
         // SAFETY: waitpid with WNOHANG on a pid; harmless if it is not our child.
         unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
         if !alive(pid) || is_zombie(pid) {
+            // It may have exited after the waitpid above (a zombie now): reap it, if it is
+            // ours, so it is gone when this returns.
+            // SAFETY: as above.
+            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
             return true;
         }
         if t0.elapsed() >= Duration::from_millis(ms) {
