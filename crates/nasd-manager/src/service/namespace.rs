@@ -154,7 +154,7 @@ impl Manager {
         if d.kind != FileKind::Dir {
             return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
         }
-        if !may(c, &d, R | X) {
+        if !may(c, &d, R) {
             return Err(denied(path, "read permission on the directory"));
         }
         let limit = limit.min(READDIR_PAGE_ENTRIES_MAX);
@@ -162,6 +162,12 @@ impl Manager {
             .st()
             .readdir(d.ino, after, limit)
             .map_err(|e| store_err(e, path))?;
+        if !may(c, &d, X) {
+            // Read without search permission: the names, as Linux lists such a directory,
+            // with the inode numbers and kinds the directory itself holds, and nothing
+            // that would need a lookup of the entry.
+            return Ok(entries.iter().map(|(n, i)| names_only(n, i)).collect());
+        }
         // One-object files' sizes come from their drives: ask for all of them at once
         // (pipelined connections); the others' are in the store.
         let mut set = tokio::task::JoinSet::new();
@@ -520,5 +526,29 @@ impl Manager {
                 None => return Ok(()),
             };
         }
+    }
+}
+
+/// A directory entry of a directory its caller may read but not search: name, inode number
+/// and kind, every other field zero.
+fn names_only(name: &str, i: &Inode) -> DirEntry {
+    DirEntry {
+        name: name.to_string(),
+        stat: FileStat {
+            ino: i.ino,
+            kind: i.kind,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            owner: String::new(),
+            group: String::new(),
+            size: 0,
+            mtime_us: 0,
+            ctime_us: 0,
+            nlink: 0,
+            atime_us: 0,
+            rdev: 0,
+        },
+        xattr: None,
     }
 }

@@ -224,3 +224,33 @@ fn the_client_reads_the_inode_the_manager_writes() {
         None
     );
 }
+
+/// A directory its caller may read but not search lists names, inode numbers and kinds, and
+/// nothing a lookup would give (Linux lists such a directory); without read, nothing.
+#[tokio::test]
+async fn a_directory_read_but_not_searched_lists_names_and_kinds_only() {
+    let m = manager();
+    let a = admin();
+    m.mkdir(&a, "/d", 0o755).unwrap();
+    m.mkdir(&a, "/d/sub", 0o755).unwrap();
+    m.chmod(&a, "/d", 0o744).await.unwrap();
+    let other = caller(7, vec![7]);
+    let listed = m.readdir(&other, "/d", "", usize::MAX, None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "sub");
+    assert_eq!(listed[0].stat.kind, FileKind::Dir);
+    assert_ne!(listed[0].stat.ino, 0);
+    assert_eq!((listed[0].stat.mode, listed[0].stat.nlink), (0, 0));
+    assert_eq!(
+        m.stat(&other, "/d/sub").await.unwrap_err().status,
+        MgrStatus::PermissionDenied
+    );
+    m.chmod(&a, "/d", 0o711).await.unwrap();
+    assert_eq!(
+        m.readdir(&other, "/d", "", usize::MAX, None)
+            .await
+            .unwrap_err()
+            .status,
+        MgrStatus::PermissionDenied
+    );
+}

@@ -207,7 +207,8 @@ use call::{define_calls, define_replies};
 ///   manager's bounds (ENOLCK).
 /// - 18: `Commit` carries `exclusive`: a new file is linked only if its name is free, so a
 ///   mount's `open(O_CREAT | O_EXCL)`, whose name exists from the create on, is exclusive
-///   across clients.
+///   across clients. `Readdir` of a directory the caller may read but not search answers
+///   names, inode numbers and kinds (other fields zero) instead of `PermissionDenied`.
 pub const MANAGER_PROTOCOL_VERSION: u16 = 18;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;

@@ -39,6 +39,10 @@ one_string! {
 /// With `xattr`, each entry carries the value of that extended attribute of its file,
 /// when the caller may read the file and the value is at most [`READDIR_XATTR_BYTES_MAX`]
 /// (a listing of S3 objects carries their ETags in one round trip).
+///
+/// A caller who may read the directory but not search it gets each entry's name, inode
+/// number and kind only, every other field zero (protocol 18; as Linux lists such a
+/// directory).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Readdir {
     pub path: String,
