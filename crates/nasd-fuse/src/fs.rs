@@ -263,7 +263,7 @@ impl NasdFs {
             self.inodes.unlinked(path);
             return Ok(());
         };
-        // A new file is committed first, so there is a name to move.
+        // What is staged commits first: an upload commits only at the path it began at.
         for o in &open {
             self.sync(o)?;
         }

@@ -98,8 +98,7 @@ impl NasdFs {
         }
     }
     /// A setattr: what this mount wrote is committed first, as an NFS client flushes before
-    /// a SETATTR, so a new file has its name for the manager's change, and a later commit does
-    /// not undo it (a modify time set now stays). It acts on the inode the kernel names, so a
+    /// a SETATTR, so a later commit does not undo it (a modify time set now stays). It acts on the inode the kernel names, so a
     /// symbolic link's own owners and times change (`chown -h`, `touch -h`), never what it
     /// names; a link has no mode of its own to change (`EOPNOTSUPP`, as on Linux).
     fn change(
@@ -193,8 +192,8 @@ impl NasdFs {
         };
         let c = self.who(req)?;
         let (from, to) = (self.child(from.0, from.1)?, self.child(to.0, to.1)?);
-        // A file made here and still open has no name at the manager yet, and an upload
-        // commits at the path it began at: commit what is open at or under `from` first.
+        // An upload commits only at the path it began at: commit what is open at or under
+        // `from` first.
         let moving = self.moving(&from, &to);
         for (o, _) in &moving {
             self.sync(o)?;
