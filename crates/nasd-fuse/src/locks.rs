@@ -58,6 +58,30 @@ impl NasdFs {
         Ok(Target { client, path, ino })
     }
 
+    /// The lock `req` asks for on the file `ino` (through its open handle `fh`), and the
+    /// client that asks for it.
+    fn lock_request(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: u64,
+        owner: LockOwner,
+        range: (u64, u64),
+        typ: i32,
+    ) -> Result<(Arc<Client>, LockRequest), Errno> {
+        let t = self.lock_target(req, ino, fh)?;
+        let r = LockRequest {
+            path: t.path,
+            ino: t.ino,
+            owner: owner.0,
+            pid: req.pid(),
+            exclusive: typ == libc::F_WRLCK,
+            start: range.0,
+            end: range.1,
+        };
+        Ok((t.client, r))
+    }
+
     /// `F_GETLK`: the first lock that conflicts, or `F_UNLCK`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_lock(
@@ -70,22 +94,13 @@ impl NasdFs {
         typ: i32,
         reply: ReplyLock,
     ) {
-        let t = match self.lock_target(req, ino, fh) {
-            Ok(t) => t,
+        let (client, r) = match self.lock_request(req, ino, fh, owner, range, typ) {
+            Ok(x) => x,
             Err(e) => return reply.error(e),
-        };
-        let r = LockRequest {
-            path: t.path,
-            ino: t.ino,
-            owner: owner.0,
-            pid: req.pid(),
-            exclusive: typ == libc::F_WRLCK,
-            start: range.0,
-            end: range.1,
         };
         let tid = req.pid();
         self.rt.spawn(async move {
-            match test_lock(&t.client, &r, tid).await {
+            match test_lock(&client, &r, tid).await {
                 Ok(None) => reply.locked(r.start, r.end, libc::F_UNLCK, 0),
                 Ok(Some(h)) => {
                     let typ = if h.exclusive {
@@ -120,22 +135,13 @@ impl NasdFs {
         if typ != libc::F_RDLCK && typ != libc::F_WRLCK {
             return reply.error(Errno::EINVAL);
         }
-        let t = match self.lock_target(req, ino, fh) {
-            Ok(t) => t,
+        let (client, r) = match self.lock_request(req, ino, fh, owner, range, typ) {
+            Ok(x) => x,
             Err(e) => return reply.error(e),
-        };
-        let r = LockRequest {
-            path: t.path,
-            ino: t.ino,
-            owner: owner.0,
-            pid: req.pid(),
-            exclusive: typ == libc::F_WRLCK,
-            start: range.0,
-            end: range.1,
         };
         let tid = req.pid();
         self.rt.spawn(async move {
-            crate::errno::answer(reply, take_lock(&t.client, &r, sleep, tid).await)
+            crate::errno::answer(reply, take_lock(&client, &r, sleep, tid).await)
         });
     }
 
