@@ -15,19 +15,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-/// A lock to take or test: bytes `start..=end` of the file at `path` (inode `ino`), for lock
-/// owner `owner` (the kernel's id of a descriptor table, or of an open file for `flock`).
-#[derive(Clone, Debug)]
-pub struct LockRequest {
-    pub path: String,
-    pub ino: u64,
-    pub owner: u64,
-    pub pid: u32,
-    pub exclusive: bool,
-    pub start: u64,
-    pub end: u64,
-}
-
 /// What one attempt found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Locked {
@@ -108,25 +95,17 @@ impl Held {
 }
 
 impl Client {
-    /// One attempt at the lock `r`.
-    pub async fn lock(self: &Arc<Self>, r: &LockRequest, reclaim: bool) -> Result<Locked, FsError> {
-        let call = calls::Lock {
-            path: r.path.clone(),
-            ino: r.ino,
-            owner: r.owner,
-            pid: r.pid,
-            exclusive: r.exclusive,
-            start: r.start,
-            end: r.end,
-            reclaim,
-        };
-        let a = self.call(&r.path, call).await?;
+    /// One attempt at the lock `r` (bytes `start..=end` of the file at `path`, inode `ino`,
+    /// for lock owner `owner`: the kernel's id of a descriptor table, or of an open file for
+    /// `flock`).
+    pub async fn lock(self: &Arc<Self>, r: &calls::Lock) -> Result<Locked, FsError> {
+        let a = self.call(&r.path, r.clone()).await?;
         self.record((r.ino, r.owner), &r.path, r.pid, &a);
         Ok(outcome(a))
     }
 
     /// Whether `r` could be taken now (`F_GETLK`): `Granted` when nothing conflicts.
-    pub async fn lock_test(&self, r: &LockRequest) -> Result<Locked, FsError> {
+    pub async fn lock_test(&self, r: &calls::Lock) -> Result<Locked, FsError> {
         let call = calls::LockTest {
             path: r.path.clone(),
             ino: r.ino,
@@ -236,7 +215,7 @@ impl Client {
     /// Takes again, in the manager's grace period, each range `owner` held of `ino`.
     async fn reclaim(self: &Arc<Self>, ino: u64, owner: u64, f: HeldFile) {
         for s in &f.spans {
-            let r = LockRequest {
+            let r = calls::Lock {
                 path: f.path.clone(),
                 ino,
                 owner,
@@ -244,8 +223,9 @@ impl Client {
                 exclusive: s.exclusive,
                 start: s.start,
                 end: s.end,
+                reclaim: true,
             };
-            let why = match self.lock(&r, true).await {
+            let why = match self.lock(&r).await {
                 Ok(Locked::Granted) => continue,
                 Ok(other) => format!("{other:?}"),
                 Err(e) => e.to_string(),

@@ -28,7 +28,8 @@ use crate::errno::errno;
 use crate::fs::NasdFs;
 use fuser::{Errno, INodeNo, LockOwner, ReplyEmpty, ReplyLock, Request};
 use nasd_client::files::Client;
-use nasd_client::locks::{LockRequest, Locked};
+use nasd_client::locks::Locked;
+use nasd_proto::manager::calls;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,9 +69,9 @@ impl NasdFs {
         owner: LockOwner,
         range: (u64, u64),
         typ: i32,
-    ) -> Result<(Arc<Client>, LockRequest), Errno> {
+    ) -> Result<(Arc<Client>, calls::Lock), Errno> {
         let t = self.lock_target(req, ino, fh)?;
-        let r = LockRequest {
+        let r = calls::Lock {
             path: t.path,
             ino: t.ino,
             owner: owner.0,
@@ -78,6 +79,7 @@ impl NasdFs {
             exclusive: typ == libc::F_WRLCK,
             start: range.0,
             end: range.1,
+            reclaim: false,
         };
         Ok((t.client, r))
     }
@@ -202,10 +204,10 @@ impl NasdFs {
 
 /// Tries `r` until it is taken, or (not `sleep`) until another owner is found to hold it;
 /// `EINTR` when thread `tid` has a signal waiting.
-async fn take_lock(c: &Arc<Client>, r: &LockRequest, sleep: bool, tid: u32) -> Result<(), Errno> {
+async fn take_lock(c: &Arc<Client>, r: &calls::Lock, sleep: bool, tid: u32) -> Result<(), Errno> {
     let mut wait_ms = LOCK_RETRY_MS_MIN;
     loop {
-        match c.lock(r, false).await.map_err(errno)? {
+        match c.lock(r).await.map_err(errno)? {
             Locked::Granted => return Ok(()),
             Locked::Conflict(_) if !sleep => return Err(Errno::EAGAIN),
             Locked::Conflict(_) | Locked::Grace => {}
@@ -221,7 +223,7 @@ async fn take_lock(c: &Arc<Client>, r: &LockRequest, sleep: bool, tid: u32) -> R
 /// The lock that conflicts with `r`, if one does (waiting out a grace period).
 async fn test_lock(
     c: &Client,
-    r: &LockRequest,
+    r: &calls::Lock,
     tid: u32,
 ) -> Result<Option<nasd_proto::manager::LockHolder>, Errno> {
     let mut wait_ms = LOCK_RETRY_MS_MIN;
