@@ -194,6 +194,37 @@ impl KeySeal {
         v.try_into().expect("32-byte key + 16-byte tag")
     }
 
+    /// Seals `secret` of any length for `slot` (the same construction as [`KeySeal::seal`]; a
+    /// file of secrets, such as the manager's OPAQUE server keys). Deterministic: one secret in
+    /// one slot seals to the same bytes.
+    pub fn seal_bytes(&self, slot: &str, secret: &[u8]) -> Vec<u8> {
+        let aad = Self::aad(slot);
+        self.cipher()
+            .encrypt(
+                &[0u8; 12].into(),
+                Payload {
+                    msg: secret,
+                    aad: &aad,
+                },
+            )
+            .expect("sealing cannot fail")
+    }
+
+    /// Opens what [`KeySeal::seal_bytes`] sealed for `slot` (zeroized when dropped).
+    pub fn open_bytes(&self, slot: &str, sealed: &[u8]) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+        let aad = Self::aad(slot);
+        self.cipher()
+            .decrypt(
+                &[0u8; 12].into(),
+                Payload {
+                    msg: sealed,
+                    aad: &aad,
+                },
+            )
+            .ok()
+            .map(zeroize::Zeroizing::new)
+    }
+
     /// Opens a key sealed for `slot`; `None` if it was sealed for another slot, under another
     /// passphrase, or damaged.
     pub fn open(&self, slot: &str, sealed: &[u8; SEALED_KEY_BYTES]) -> Option<Key> {
@@ -248,6 +279,26 @@ mod tests {
         let mut bad = sealed;
         bad[5] ^= 1;
         assert_eq!(again.open("partition 1/working-current", &bad), None);
+    }
+
+    #[test]
+    fn sealed_bytes_open_only_in_their_slot_and_unchanged() {
+        let s = cheap(b"correct horse");
+        let secret = vec![7u8; 150];
+        let sealed = s.seal_bytes("opaque server keys", &secret);
+        assert_eq!(sealed.len(), 150 + 16);
+        assert_eq!(s.seal_bytes("opaque server keys", &secret), sealed);
+        assert_eq!(
+            s.open_bytes("opaque server keys", &sealed).as_deref(),
+            Some(&secret)
+        );
+        assert!(s.open_bytes("drive 1/drive", &sealed).is_none());
+        let mut bad = sealed.clone();
+        bad[100] ^= 1;
+        assert!(s.open_bytes("opaque server keys", &bad).is_none());
+        assert!(cheap(b"other")
+            .open_bytes("opaque server keys", &sealed)
+            .is_none());
     }
 
     #[test]

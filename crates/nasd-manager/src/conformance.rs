@@ -1322,6 +1322,33 @@ fn posix_times_and_special_files<S: MetaStore>(s: &mut S) {
     assert!(s.inode(f).unwrap().unwrap().ctime_us > 2);
 }
 
+/// Drive keys under a seal (issue 21 §8): keys in clear still read, keys put are sealed and
+/// read only with the seal.
+fn sealed_drive_keys<S: MetaStore>(s: &mut S, d: &DriveRecord) {
+    let seal =
+        std::sync::Arc::new(nasd_crypto::seal::KeySeal::create_with_cost(b"pw", 8, 1).unwrap());
+    s.set_key_seal(Some(seal.clone()));
+    assert_eq!(
+        s.drives().unwrap()[0].working_key,
+        d.working_key,
+        "clear keys still read"
+    );
+    s.put_drive(d).unwrap();
+    assert_eq!(s.drives().unwrap()[0].drive_key, d.drive_key);
+    s.set_key_seal(None);
+    assert!(matches!(s.drives(), Err(StoreError::Sealed(_))));
+    let other = nasd_crypto::seal::KeySeal::create_with_cost(b"other", 8, 1).unwrap();
+    s.set_key_seal(Some(std::sync::Arc::new(other)));
+    assert!(matches!(s.drives(), Err(StoreError::Sealed(_))));
+    s.set_key_seal(Some(seal));
+    let back = &s.drives().unwrap()[0];
+    assert_eq!(
+        (&back.drive_key, &back.partition_key, &back.working_key),
+        (&d.drive_key, &d.partition_key, &d.working_key)
+    );
+    s.set_key_seal(None);
+}
+
 fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
     use nasd_crypto::Key;
     assert!(s.drives().unwrap().is_empty());
@@ -1345,6 +1372,7 @@ fn drives_sessions_meta<S: MetaStore>(s: &mut S) {
     assert_eq!(ds[0].addr, "127.0.0.1:2");
     assert_eq!(ds[0].working_key, Key::from_bytes([4; 32]));
     assert_eq!(ds[0].partition_key, Key::from_bytes([2; 32]));
+    sealed_drive_keys(s, &d);
 
     let sess = SessionRecord {
         token_hash: [9; 32],

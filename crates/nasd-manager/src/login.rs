@@ -24,6 +24,7 @@ use crate::store::MetaStore;
 use crate::users::{db, new_session, LoggedIn, PASSWORD_REFUSED};
 use crate::{MgrError, MgrResult};
 use nasd_client::opaque::{OpaqueError, ServerKeys, ServerLoginState, CREDENTIAL_ID_BYTES};
+use nasd_crypto::seal::KeySeal;
 use nasd_proto::manager::{
     MgrStatus, SecretString, OPAQUE_KE1_BYTES, OPAQUE_KE3_BYTES, OPAQUE_REGISTRATION_REQUEST_BYTES,
     OPAQUE_REGISTRATION_UPLOAD_BYTES,
@@ -45,6 +46,10 @@ pub const ENROLLMENT_REFUSED: &str = "enroll: unknown user or wrong, used or exp
 /// The server keys' file in the manager's directory.
 pub const KEY_FILE: &str = "keys/opaque.key";
 const KEY_FILE_HEADER: &str = "nasd opaque server keys v1";
+/// The first line of a key file sealed under the manager's passphrase (issue 21 §8).
+const KEY_FILE_HEADER_SEALED: &str = "nasd opaque server keys v1 sealed";
+/// The seal slot of the OPAQUE server keys.
+const KEY_FILE_SLOT: &str = "manager opaque server keys";
 
 /// A one-time enrollment code: what `user add` shows once, and the store keeps the hash of.
 pub struct EnrollmentCode {
@@ -327,8 +332,9 @@ impl PendingRegistration {
 }
 
 /// The server keys of the manager in `dir`, made (and written 0600 under a 0700 `keys/`) the
-/// first time.
-pub fn load_or_make_keys(dir: &Path) -> MgrResult<ServerKeys> {
+/// first time. With `seal` (a manager whose keys are sealed, issue 21 §8) the file is kept
+/// sealed under it; one found in clear is sealed now (a seal interrupted).
+pub fn load_or_make_keys(dir: &Path, seal: Option<&KeySeal>) -> MgrResult<ServerKeys> {
     let path = key_path(dir);
     let io = |what: &str, e: String| {
         MgrError::new(
@@ -336,32 +342,64 @@ pub fn load_or_make_keys(dir: &Path) -> MgrResult<ServerKeys> {
             format!("{what} {}: {e}", path.display()),
         )
     };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let text = Zeroizing::new(text);
-            let hex_part = text
-                .strip_prefix(KEY_FILE_HEADER)
-                .map(str::trim)
-                .ok_or_else(|| io("reading", "not an OPAQUE server keys file".into()))?;
-            let bytes =
-                Zeroizing::new(hex::decode(hex_part).map_err(|e| io("reading", e.to_string()))?);
-            ServerKeys::from_bytes(&bytes).map_err(|e| io("reading", e.to_string()))
-        }
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => Zeroizing::new(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let keys = ServerKeys::generate();
             let dir_path = path.parent().expect("the key file is in keys/");
             nasd_private::create_dir(dir_path)
                 .map_err(|e| io("making the directory of", e.to_string()))?;
-            let text = Zeroizing::new(format!(
-                "{KEY_FILE_HEADER}\n{}\n",
-                hex::encode(&*keys.to_bytes())
-            ));
-            nasd_private::write_file(&path, text.as_bytes())
-                .map_err(|e| io("writing", e.to_string()))?;
-            Ok(keys)
+            write_keys(&path, &keys, seal)?;
+            return Ok(keys);
         }
-        Err(e) => Err(io("reading", e.to_string())),
+        Err(e) => return Err(io("reading", e.to_string())),
+    };
+    let (first, rest) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+    let bytes = Zeroizing::new(hex::decode(rest.trim()).map_err(|e| io("reading", e.to_string()))?);
+    let clear = match (first.trim(), seal) {
+        (KEY_FILE_HEADER, _) => bytes,
+        (KEY_FILE_HEADER_SEALED, Some(s)) => {
+            s.open_bytes(KEY_FILE_SLOT, &bytes).ok_or_else(|| {
+                io(
+                    "opening",
+                    "it does not open under the manager's seal".into(),
+                )
+            })?
+        }
+        (KEY_FILE_HEADER_SEALED, None) => {
+            return Err(io(
+                "reading",
+                "it is sealed, and the manager's store has no seal header".into(),
+            ))
+        }
+        _ => return Err(io("reading", "not an OPAQUE server keys file".into())),
+    };
+    let keys = ServerKeys::from_bytes(&clear).map_err(|e| io("reading", e.to_string()))?;
+    if let (KEY_FILE_HEADER, Some(_)) = (first.trim(), seal) {
+        write_keys(&path, &keys, seal)?;
     }
+    Ok(keys)
+}
+
+/// Writes the key file, sealed under `seal` when given: under a new name, synced, renamed
+/// over the old one, so a crash leaves one whole file.
+fn write_keys(path: &Path, keys: &ServerKeys, seal: Option<&KeySeal>) -> MgrResult<()> {
+    let text = Zeroizing::new(match seal {
+        Some(s) => format!(
+            "{KEY_FILE_HEADER_SEALED}\n{}\n",
+            hex::encode(s.seal_bytes(KEY_FILE_SLOT, &keys.to_bytes()))
+        ),
+        None => format!("{KEY_FILE_HEADER}\n{}\n", hex::encode(&*keys.to_bytes())),
+    });
+    let tmp = path.with_extension("key.new");
+    let io = |e: String| {
+        MgrError::new(
+            MgrStatus::Internal,
+            format!("writing {}: {e}", path.display()),
+        )
+    };
+    nasd_private::write_file(&tmp, text.as_bytes()).map_err(|e| io(e.to_string()))?;
+    std::fs::rename(&tmp, path).map_err(|e| io(e.to_string()))
 }
 
 /// Where the server keys of the manager in `dir` are.
@@ -395,13 +433,33 @@ mod tests {
     #[test]
     fn the_key_file_is_made_once_private_and_read_back() {
         let t = tempfile::tempdir().unwrap();
-        let a = load_or_make_keys(t.path()).unwrap();
-        let b = load_or_make_keys(t.path()).unwrap();
+        let a = load_or_make_keys(t.path(), None).unwrap();
+        let b = load_or_make_keys(t.path(), None).unwrap();
         assert_eq!(*a.to_bytes(), *b.to_bytes());
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&key_path(t.path())), 0o600);
         assert_eq!(mode(&t.path().join("keys")), 0o700);
+    }
+
+    #[test]
+    fn a_sealed_key_file_holds_no_key_in_clear_and_opens_only_under_its_seal() {
+        let t = tempfile::tempdir().unwrap();
+        let a = load_or_make_keys(t.path(), None).unwrap();
+        let clear = hex::encode(&*a.to_bytes());
+        let seal = KeySeal::create_with_cost(b"pw", 8, 1).unwrap();
+        // A key file in clear is sealed at the first load under a seal.
+        let b = load_or_make_keys(t.path(), Some(&seal)).unwrap();
+        assert_eq!(*a.to_bytes(), *b.to_bytes());
+        let text = std::fs::read_to_string(key_path(t.path())).unwrap();
+        assert!(text.starts_with(KEY_FILE_HEADER_SEALED) && !text.contains(&clear));
+        let e = load_or_make_keys(t.path(), None).unwrap_err();
+        assert!(e.to_string().contains("sealed"), "{e}");
+        let other = KeySeal::create_with_cost(b"other", 8, 1).unwrap();
+        let e = load_or_make_keys(t.path(), Some(&other)).unwrap_err();
+        assert!(e.to_string().contains("does not open"), "{e}");
+        let c = load_or_make_keys(t.path(), Some(&seal)).unwrap();
+        assert_eq!(*a.to_bytes(), *c.to_bytes());
     }
 }
 

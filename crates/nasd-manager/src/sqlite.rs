@@ -76,7 +76,6 @@
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
-use nasd_crypto::Key;
 use nasd_proto::manager::{E2eCommit, E2eState, FileKind, KeyLogEntry, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -91,6 +90,8 @@ const FILE_INO_HIGH: &str = "file_ino_high";
 
 pub struct SqliteStore {
     db: Connection,
+    /// Seals the drives' keys when set (`MetaStore::set_key_seal`).
+    seal: Option<std::sync::Arc<nasd_crypto::seal::KeySeal>>,
 }
 
 fn db(e: rusqlite::Error) -> StoreError {
@@ -545,13 +546,15 @@ fn columns(tx: &Connection, table: &'static str) -> StoreResult<Vec<String>> {
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-fn key_of(v: Vec<u8>) -> rusqlite::Result<Key> {
-    Key::from_slice(&v).ok_or_else(|| {
-        rusqlite::Error::InvalidColumnType(0, "key".into(), rusqlite::types::Type::Blob)
-    })
-}
-
 impl SqliteStore {
+    /// Rewrites the database so no free page keeps what was deleted or replaced (after the
+    /// drives' keys were sealed): secure deletion on, `VACUUM`, the write-ahead log emptied.
+    pub fn compact(&mut self) -> StoreResult<()> {
+        self.db
+            .execute_batch("PRAGMA secure_delete = ON; VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(db)
+    }
+
     /// Opens (creating if missing) the database at `path`.
     pub fn open(path: &Path) -> StoreResult<SqliteStore> {
         Self::setup(Connection::open(path).map_err(db)?)
@@ -569,7 +572,10 @@ impl SqliteStore {
         db_.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(db)?;
         db_.execute_batch(SCHEMA).map_err(db)?;
-        let mut s = SqliteStore { db: db_ };
+        let mut s = SqliteStore {
+            db: db_,
+            seal: None,
+        };
         let version = match s.get_meta("schema")? {
             None => return s.create_fresh(),
             Some(v) => <[u8; 4]>::try_from(v)
@@ -2281,27 +2287,48 @@ impl MetaStore for SqliteStore {
         Ok(old)
     }
 
+    fn set_key_seal(&mut self, seal: Option<std::sync::Arc<nasd_crypto::seal::KeySeal>>) {
+        self.seal = seal;
+    }
+
     fn drives(&self) -> StoreResult<Vec<DriveRecord>> {
+        type Row = (i64, String, u8, Vec<u8>, i64, Vec<u8>, Vec<u8>, i64);
         let mut st = self
             .db
             .prepare("SELECT drive, addr, suite, drive_key, part, part_key, working_key, rotated_ms FROM drives ORDER BY drive")
             .map_err(db)?;
-        let rows = st
+        let rows: Vec<Row> = st
             .query_map([], |r| {
-                let suite: u8 = r.get(2)?;
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            })
+            .map_err(db)?
+            .collect::<Result<_, _>>()
+            .map_err(db)?;
+        let seal = self.seal.as_deref();
+        rows.into_iter()
+            .map(|(d, addr, suite, dk, part, pk, wk, rotated)| {
+                let drive = DriveId(d as u64);
                 Ok(DriveRecord {
-                    drive: DriveId(r.get::<_, i64>(0)? as u64),
-                    addr: r.get(1)?,
+                    drive,
+                    addr,
                     suite: Suite::from_u8(suite).unwrap_or(Suite::Blake3),
-                    drive_key: key_of(r.get(3)?)?,
-                    partition: PartitionId(r.get::<_, i64>(4)? as u16),
-                    partition_key: key_of(r.get(5)?)?,
-                    working_key: key_of(r.get(6)?)?,
-                    rotated_ms: r.get::<_, i64>(7)? as u64,
+                    drive_key: drive_key_of(seal, drive, "drive", &dk)?,
+                    partition: PartitionId(part as u16),
+                    partition_key: drive_key_of(seal, drive, "partition", &pk)?,
+                    working_key: drive_key_of(seal, drive, "working", &wk)?,
+                    rotated_ms: rotated as u64,
                 })
             })
-            .map_err(db)?;
-        rows.collect::<Result<_, _>>().map_err(db)
+            .collect()
     }
 
     fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()> {
@@ -2313,10 +2340,10 @@ impl MetaStore for SqliteStore {
                     d.drive.0 as i64,
                     d.addr,
                     d.suite as u8,
-                    d.drive_key.expose().to_vec(),
+                    stored_drive_key(self.seal.as_deref(), d.drive, "drive", &d.drive_key),
                     d.partition.0 as i64,
-                    d.partition_key.expose().to_vec(),
-                    d.working_key.expose().to_vec(),
+                    stored_drive_key(self.seal.as_deref(), d.drive, "partition", &d.partition_key),
+                    stored_drive_key(self.seal.as_deref(), d.drive, "working", &d.working_key),
                     d.rotated_ms as i64
                 ],
             )

@@ -22,9 +22,53 @@
 //! same transaction, that `used + escrowed` stays within the limit
 //! ([`StoreError::QuotaExceeded`]).
 
-use nasd_crypto::Key;
+use nasd_crypto::seal::{KeySeal, SEALED_KEY_BYTES};
+use nasd_crypto::{Key, KEY_BYTES};
 use nasd_proto::manager::{E2eCommit, E2eState, FileKind, KeyLogEntry, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
+
+/// The meta row (`MetaStore::get_meta`) that holds the seal header of the drives' keys
+/// (`nasd_crypto::seal::SealHeader`) when they are sealed.
+pub const KEY_SEAL_META: &str = "key_seal";
+
+/// The seal slot of key `which` (`drive`, `partition`, `working`) of drive `drive`.
+fn drive_key_slot(drive: DriveId, which: &str) -> String {
+    format!("manager drive {:016x}/{which}", drive.0)
+}
+
+/// What a store keeps of drive `drive`'s key `which`: the key sealed under `seal`, or in
+/// clear without one.
+pub fn stored_drive_key(seal: Option<&KeySeal>, drive: DriveId, which: &str, key: &Key) -> Vec<u8> {
+    match seal {
+        Some(s) => s.seal(&drive_key_slot(drive, which), key).to_vec(),
+        None => key.expose().to_vec(),
+    }
+}
+
+/// A drive key as a store kept it ([`stored_drive_key`]): a sealed one needs the seal; one in
+/// clear reads with or without (a seal interrupted before this drive was put again).
+pub fn drive_key_of(
+    seal: Option<&KeySeal>,
+    drive: DriveId,
+    which: &str,
+    stored: &[u8],
+) -> StoreResult<Key> {
+    let slot = drive_key_slot(drive, which);
+    match (stored.len(), seal) {
+        (KEY_BYTES, _) => {
+            Key::from_slice(stored).ok_or_else(|| StoreError::Db(format!("{slot}: not a key")))
+        }
+        (SEALED_KEY_BYTES, Some(s)) => {
+            let sealed: &[u8; SEALED_KEY_BYTES] = stored.try_into().expect("length checked");
+            s.open(&slot, sealed)
+                .ok_or_else(|| StoreError::Sealed(format!("{slot} does not open under this seal")))
+        }
+        (SEALED_KEY_BYTES, None) => Err(StoreError::Sealed(format!(
+            "{slot} is sealed and the store was opened without the passphrase"
+        ))),
+        (n, _) => Err(StoreError::Db(format!("{slot}: {n} bytes, not a key"))),
+    }
+}
 
 /// The root directory's inode number.
 pub const ROOT_INO: u64 = 1;
@@ -59,6 +103,10 @@ pub enum StoreError {
     ChargeNeeded,
     #[error("metadata store: {0}")]
     Db(String),
+    /// The drives' keys are sealed (issue 21 §8) and the store was opened without the seal,
+    /// or a sealed key does not open under the one given.
+    #[error("the drives' keys are sealed: {0}")]
+    Sealed(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -557,6 +605,11 @@ pub trait MetaStore: Send {
     /// reservations older than that which never got an object (a crash between reserving and
     /// staging); returns the records.
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>>;
+
+    /// Keeps the drives' keys sealed under `seal` from now on (issue 21 §8): `drives` opens
+    /// them and `put_drive` seals them ([`stored_drive_key`], [`drive_key_of`]). A key stored
+    /// in clear still reads (a seal interrupted) until its drive is put again.
+    fn set_key_seal(&mut self, seal: Option<std::sync::Arc<KeySeal>>);
 
     fn drives(&self) -> StoreResult<Vec<DriveRecord>>;
     /// Inserts or replaces a drive record.

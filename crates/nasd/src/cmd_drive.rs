@@ -161,7 +161,7 @@ pub struct PassphraseArgs {
 }
 
 /// The passphrase from `env`, `file`, or asked on the terminal with `prompt`.
-fn passphrase(env: &str, file: Option<&Path>, prompt: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn passphrase(env: &str, file: Option<&Path>, prompt: &str) -> anyhow::Result<Vec<u8>> {
     if let Ok(p) = std::env::var(env) {
         return Ok(p.into_bytes());
     }

@@ -31,6 +31,19 @@ pub enum ManagerCmd {
         /// HOST:PORT (default: the one given at init).
         #[arg(long)]
         listen: Option<String>,
+        /// For a manager whose keys are sealed: the passphrase ($NASD_MANAGER_PASSPHRASE,
+        /// this file, or asked).
+        #[arg(long, value_name = "FILE")]
+        passphrase_file: Option<PathBuf>,
+    },
+    /// Seal the keys of the stopped manager in DIR under a passphrase: the drives' keys in its
+    /// store and its OPAQUE key file, so a copy of the directory gives neither away; it then
+    /// needs the passphrase ($NASD_MANAGER_PASSPHRASE, --passphrase-file, or asked) to start.
+    Seal {
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        passphrase_file: Option<PathBuf>,
     },
     /// Register a drive with the manager of the client config (admin).
     DriveAdd {
@@ -98,10 +111,35 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             println!("admin user         {admin}");
             Ok(())
         }
-        ManagerCmd::Run { data, listen } => crate::runtime()?.block_on(async move {
+        ManagerCmd::Seal {
+            data,
+            passphrase_file,
+        } => {
+            let p = manager_passphrase(passphrase_file.as_deref())?;
+            setup::seal(&data, &p)?;
+            println!(
+                "keys of the manager in {} sealed: it now needs the passphrase to start",
+                data.display()
+            );
+            Ok(())
+        }
+        ManagerCmd::Run {
+            data,
+            listen,
+            passphrase_file,
+        } => crate::runtime()?.block_on(async move {
+            let file = passphrase_file.clone();
             setup::run(
                 &data,
                 listen.as_deref(),
+                Box::new(move || {
+                    manager_passphrase(file.as_deref()).map_err(|e| {
+                        nasd_manager::MgrError::new(
+                            nasd_proto::manager::MgrStatus::InvalidArgument,
+                            format!("{e:#}"),
+                        )
+                    })
+                }),
                 |addr| {
                     println!("nasd manager listening on {addr}");
                     use std::io::Write as _;
@@ -166,4 +204,16 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             Ok(())
         }),
     }
+}
+
+/// The passphrase of the manager's sealed keys: $NASD_MANAGER_PASSPHRASE, `file`, or asked.
+fn manager_passphrase(
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+    crate::cmd_drive::passphrase(
+        "NASD_MANAGER_PASSPHRASE",
+        file,
+        "passphrase of the manager's keys: ",
+    )
+    .map(zeroize::Zeroizing::new)
 }

@@ -263,7 +263,7 @@ fn the_database_alone_checks_no_password_guess() {
     assert!(!try_password(&guesser, "hunter2-pw"));
     assert!(!try_password(&guesser, "wrong-guess"));
     // The keys are not in the database, but in their own 0600 file.
-    let keys = nasd_manager::login::load_or_make_keys(&manager_dir).unwrap();
+    let keys = nasd_manager::login::load_or_make_keys(&manager_dir, None).unwrap();
     let raw = std::fs::read(manager_dir.join("meta.sqlite")).unwrap();
     assert!(!contains(&raw, &keys.to_bytes()[..32]));
     use std::os::unix::fs::PermissionsExt;

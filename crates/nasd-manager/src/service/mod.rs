@@ -242,6 +242,7 @@ pub(crate) fn store_err(e: StoreError, path: &str) -> MgrError {
             )
         }
         StoreError::Db(d) => return MgrError::new(MgrStatus::Internal, d),
+        e @ StoreError::Sealed(_) => return MgrError::new(MgrStatus::Internal, e.to_string()),
     };
     MgrError::new(status, path.to_string())
 }
