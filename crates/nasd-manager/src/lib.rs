@@ -51,6 +51,7 @@ pub mod lease;
 pub mod locks;
 pub mod login;
 mod ops;
+pub mod postgres;
 pub mod quota;
 pub mod scrub;
 pub mod server;
