@@ -1,8 +1,10 @@
 //! `nasd manager init` and `run`: the manager's directory and its config file.
 //!
 //! ```text
-//! DIR/manager.json   {"version": 1, "listen": "127.0.0.1:7700", "policy": {...}}
-//! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files)
+//! DIR/manager.json   {"version": 1, "listen": "127.0.0.1:7700", "policy": {...},
+//!                     "meta": "postgres://..."}   (meta: only when not SQLite)
+//! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files), unless `meta` names
+//!                    a PostgreSQL database ([`Meta`])
 //! DIR/tls/           the cluster CA and the server certificate (see [`crate::tls`])
 //! DIR/keys/opaque.key  the OPAQUE server keys (OPRF seed, key pair; [`crate::login`])
 //! ```
@@ -11,6 +13,7 @@
 //! umask), and `run` refuses to start while any of it is not ([`crate::private`]).
 
 use crate::service::{Manager, Policy};
+use crate::postgres::PgStore;
 use crate::sqlite::SqliteStore;
 use crate::store::MetaStore;
 use crate::{server, tls, users, MgrError, MgrResult};
@@ -27,6 +30,48 @@ pub struct ManagerConfig {
     pub listen: String,
     #[serde(default)]
     pub policy: Policy,
+    /// Where the metadata lives when not in `meta.sqlite`: a PostgreSQL connection string
+    /// ([`Meta::parse`]). Absent in configs written before PostgreSQL, which stay SQLite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<String>,
+}
+
+/// Where a manager keeps its metadata (`--meta`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Meta {
+    /// `meta.sqlite` in the manager's directory (the default).
+    Sqlite,
+    /// A PostgreSQL database: a `postgres://` or `postgresql://` URL, or libpq's
+    /// `key=value` pairs (`host=/path/to/socket dbname=nasd`).
+    Postgres(String),
+}
+
+impl Meta {
+    /// `sqlite`, or a PostgreSQL connection string.
+    pub fn parse(text: &str) -> MgrResult<Meta> {
+        let t = text.trim();
+        if t == "sqlite" {
+            return Ok(Meta::Sqlite);
+        }
+        if t.starts_with("postgres://") || t.starts_with("postgresql://") || t.contains('=') {
+            return Ok(Meta::Postgres(t.to_string()));
+        }
+        Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!(
+                "--meta {t}: expected `sqlite`, a postgres://USER@HOST/DB URL or \
+                 `host=... dbname=...`"
+            ),
+        ))
+    }
+
+    /// What the config records: nothing for SQLite.
+    fn recorded(&self) -> Option<String> {
+        match self {
+            Meta::Sqlite => None,
+            Meta::Postgres(c) => Some(c.clone()),
+        }
+    }
 }
 
 fn err(what: String) -> MgrError {
@@ -41,6 +86,8 @@ pub struct InitOptions {
     /// Extra DNS names or addresses for the server certificate.
     pub names: Vec<String>,
     pub policy: Policy,
+    /// Where the metadata lives (recorded in the config, so `run` finds it again).
+    pub meta: Meta,
 }
 
 pub fn config_path(dir: &Path) -> PathBuf {
@@ -73,8 +120,8 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
     }
     nasd_private::create_dir(&o.dir).map_err(|e| err(e.to_string()))?;
     let keys = crate::login::load_or_make_keys(&o.dir)?;
-    let mut st = open_store(&o.dir)?;
-    users::add_password_user_here(&mut st, &keys, &o.admin_user, &o.admin_password, true)?;
+    let mut st = open_store(&o.dir, &o.meta)?;
+    users::add_password_user_here(st.as_mut(), &keys, &o.admin_user, &o.admin_password, true)?;
     if st
         .group_by_name(users::USERS_GROUP)
         .map_err(|e| err(e.to_string()))?
@@ -88,6 +135,7 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
         version: CONFIG_VERSION,
         listen: o.listen.clone(),
         policy: o.policy.clone(),
+        meta: o.meta.recorded(),
     };
     let text = serde_json::to_string_pretty(&cfg).expect("plain struct");
     nasd_private::write_file(&config_path(&o.dir), (text + "\n").as_bytes())
@@ -95,27 +143,44 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
     Ok(())
 }
 
-/// Opens the store in `dir`, its file created private first (SQLite gives the `-wal` and
-/// `-shm` files the database file's mode).
-fn open_store(dir: &Path) -> MgrResult<SqliteStore> {
-    let path = dir.join("meta.sqlite");
-    nasd_private::create_file(&path).map_err(|e| err(e.to_string()))?;
-    SqliteStore::open(&path).map_err(|e| err(format!("{}: {e}", path.display())))
+/// Opens the store `meta` names: SQLite in `dir`, its file created private first (SQLite
+/// gives the `-wal` and `-shm` files the database file's mode), or a PostgreSQL database.
+fn open_store(dir: &Path, meta: &Meta) -> MgrResult<Box<dyn MetaStore>> {
+    match meta {
+        Meta::Sqlite => {
+            let path = dir.join("meta.sqlite");
+            nasd_private::create_file(&path).map_err(|e| err(e.to_string()))?;
+            let st =
+                SqliteStore::open(&path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+            Ok(Box::new(st))
+        }
+        Meta::Postgres(conninfo) => {
+            let st = PgStore::connect(conninfo)
+                .map_err(|e| err(format!("the PostgreSQL metadata store: {e}")))?;
+            Ok(Box::new(st))
+        }
+    }
 }
 
-/// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`.
-/// `on_listen` is told the bound address.
+/// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`,
+/// its metadata where `meta` says (default: where the config says). `on_listen` is told the
+/// bound address.
 pub async fn run(
     dir: &Path,
     listen: Option<&str>,
+    meta: Option<&Meta>,
     on_listen: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()>,
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
     nasd_private::check_tree(dir).map_err(|e| err(e.to_string()))?;
     let keys = crate::login::load_or_make_keys(dir)?;
-    let st = open_store(dir)?;
-    let m = Manager::with_keys(Box::new(st), cfg.policy.clone(), keys)?;
+    let recorded = match &cfg.meta {
+        Some(c) => Meta::parse(c)?,
+        None => Meta::Sqlite,
+    };
+    let st = open_store(dir, meta.unwrap_or(&recorded))?;
+    let m = Manager::with_keys(st, cfg.policy.clone(), keys)?;
     let tls = tls::server_config(dir)?;
     let addr = listen.unwrap_or(&cfg.listen);
     let listener = tokio::net::TcpListener::bind(addr)

@@ -23,6 +23,11 @@ pub enum ManagerCmd {
         /// Extra DNS name or address for the manager's certificate (repeatable).
         #[arg(long = "name")]
         names: Vec<String>,
+        /// Where the metadata lives: `sqlite` (meta.sqlite in DIR, the default) or a
+        /// PostgreSQL database (postgres://USER@HOST/DB, or `host=/socket/dir dbname=DB`);
+        /// recorded in the config, so `run` uses it too.
+        #[arg(long, value_name = "STORE")]
+        meta: Option<String>,
     },
     /// Serve the manager in DIR until SIGTERM or ctrl-c.
     Run {
@@ -31,6 +36,10 @@ pub enum ManagerCmd {
         /// HOST:PORT (default: the one given at init).
         #[arg(long)]
         listen: Option<String>,
+        /// Where the metadata lives (default: where `init` recorded it): `sqlite` or a
+        /// PostgreSQL connection string, as for `init`.
+        #[arg(long, value_name = "STORE")]
+        meta: Option<String>,
     },
     /// Register a drive with the manager of the client config (admin).
     DriveAdd {
@@ -69,7 +78,12 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             admin,
             admin_password_file,
             names,
+            meta,
         } => {
+            let meta = match meta {
+                Some(m) => setup::Meta::parse(&m)?,
+                None => setup::Meta::Sqlite,
+            };
             let admin_password = match admin_password_file {
                 Some(f) => std::fs::read_to_string(&f)
                     .with_context(|| format!("{}", f.display()))?
@@ -92,16 +106,19 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
                 admin_password,
                 names,
                 policy: Policy::default(),
+                meta,
             })?;
             println!("manager initialized in {}", data.display());
             println!("cluster CA         {}", data.join("tls/ca.der").display());
             println!("admin user         {admin}");
             Ok(())
         }
-        ManagerCmd::Run { data, listen } => crate::runtime()?.block_on(async move {
+        ManagerCmd::Run { data, listen, meta } => crate::runtime()?.block_on(async move {
+            let meta = meta.as_deref().map(setup::Meta::parse).transpose()?;
             setup::run(
                 &data,
                 listen.as_deref(),
+                meta.as_ref(),
                 |addr| {
                     println!("nasd manager listening on {addr}");
                     use std::io::Write as _;

@@ -126,6 +126,7 @@ impl PrivateServer {
             .create(&self.dir)
             .map_err(|e| io("creating", &self.dir, e))?;
         self.give_to_account()?;
+        self.make_reachable()?;
         let dir = self.dir.as_os_str().to_owned();
         self.run(
             "initdb",
