@@ -16,6 +16,7 @@
 //! - [`aead`]: authenticated encryption (AES-256-GCM).
 //! - [`seal`]: a drive's keys at rest under a passphrase (Argon2id, AES-256-GCM-SIV).
 //! - [`integrity`]: the schemes and the client-side verifier.
+//! - [`keylog`]: the key log's Merkle tree (RFC 6962) and its signed heads.
 //! - [`wsig`]: writer signatures (seed 001 §3.3.1 scheme 1): the signed message of a write,
 //!   Ed25519 signing and strict verification.
 
@@ -24,6 +25,7 @@ pub mod capability;
 pub mod integrity;
 pub mod key;
 pub mod keyfile;
+pub mod keylog;
 pub mod nonce;
 pub mod primitives;
 pub mod request;

@@ -2,7 +2,9 @@
 //! call [`run`] with a constructor of empty stores.
 
 use crate::store::*;
-use nasd_proto::manager::{DriveCount, E2eCommit, E2eState, FileCounts, FileKind, UserKeys, Xattr};
+use nasd_proto::manager::{
+    DriveCount, E2eCommit, E2eState, FileCounts, FileKind, KeyLogEntry, UserKeys, Xattr,
+};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// A fresh directory inode owned by `uid`.
@@ -407,6 +409,68 @@ fn end_to_end<S: MetaStore>(s: &mut S) {
     user_and_group_keys(s);
 }
 
+/// The key log: every change of keys in order, the same version once, resets at the version
+/// after the last, pages from any place.
+fn key_log<S: MetaStore>(s: &mut S, a: u32, b: u32, k2: &UserKeys) {
+    assert_eq!(s.key_log_len().unwrap(), 2);
+    assert_eq!(s.user_key_version(a).unwrap(), 2);
+    assert_eq!(s.user_key_version(b).unwrap(), 0);
+    // The same version again (a new sealed seed) logs nothing.
+    s.set_user_keys(
+        a,
+        &UserKeys {
+            sealed: vec![1; 61],
+            ..k2.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(s.key_log_len().unwrap(), 2);
+    let kb = UserKeys {
+        enc_public: [10; 32],
+        sign_public: [11; 32],
+        version: 1,
+        signature: [12; 64],
+        sealed: vec![],
+    };
+    s.set_user_keys(b, &kb).unwrap();
+    assert_eq!(s.reset_user_keys(a, b, 77), Ok(3));
+    assert_eq!(s.user_keys(a).unwrap(), None, "a reset clears the keys");
+    assert_eq!(s.user_key_version(a).unwrap(), 3);
+    assert_eq!(s.reset_user_keys(424_242, b, 77), Err(StoreError::NotFound));
+    let all = s.key_log(0, 100).unwrap();
+    assert_eq!(all.len(), 4);
+    assert_eq!(s.key_log_len().unwrap(), 4);
+    assert_eq!(
+        all[2],
+        KeyLogEntry::Keys {
+            uid: b,
+            keys: kb.clone()
+        }
+    );
+    assert_eq!(
+        all[3],
+        KeyLogEntry::Reset {
+            uid: a,
+            version: 3,
+            by: b,
+            at_ms: 77
+        }
+    );
+    assert_eq!(s.key_log(1, 2).unwrap(), all[1..3].to_vec());
+    assert_eq!(s.key_log(3, 100).unwrap(), all[3..].to_vec());
+    assert_eq!(s.key_log(4, 100).unwrap(), vec![]);
+    assert_eq!(s.key_log(u64::MAX, 100).unwrap(), vec![]);
+    // The user's next keys follow the reset.
+    let k4 = UserKeys {
+        version: 4,
+        ..kb.clone()
+    };
+    s.set_user_keys(a, &k4).unwrap();
+    assert_eq!(s.user_key_version(a).unwrap(), 4);
+    assert_eq!(s.key_log_len().unwrap(), 5);
+    assert_eq!(s.user_key_log(a).unwrap().len(), 4);
+}
+
 /// Users' keys; groups' members, key versions, and wraps of the current version only.
 fn user_and_group_keys<S: MetaStore>(s: &mut S) {
     let g = s.add_group("crew").unwrap();
@@ -456,15 +520,16 @@ fn user_and_group_keys<S: MetaStore>(s: &mut S) {
         sealed: vec![9; 61],
     };
     s.set_user_keys(a, &k2).unwrap();
-    let unsealed = |k: &UserKeys| UserKeys {
-        sealed: vec![],
-        ..k.clone()
+    let logged = |k: &UserKeys| KeyLogEntry::Keys {
+        uid: a,
+        keys: UserKeys {
+            sealed: vec![],
+            ..k.clone()
+        },
     };
-    assert_eq!(
-        s.user_key_log(a).unwrap(),
-        vec![unsealed(&k), unsealed(&k2)]
-    );
+    assert_eq!(s.user_key_log(a).unwrap(), vec![logged(&k), logged(&k2)]);
     assert_eq!(s.user_key_log(b).unwrap(), vec![]);
+    key_log(s, a, b, &k2);
     // Groups: members, key versions, wraps of the current version only.
     assert_eq!(s.members_of(g).unwrap(), vec![a, b]);
     assert_eq!(s.group_key(g).unwrap(), (0, None));

@@ -384,7 +384,8 @@ impl Manager {
             ));
         }
         let has = st.user_keys(u.uid).map_err(|e| store_err(e, user))?;
-        check_key_change(u.uid, has.as_ref(), keys)
+        let logged = st.user_key_version(u.uid).map_err(|e| store_err(e, user))?;
+        check_key_change(u.uid, has.as_ref(), logged, keys)
             .map_err(|why| MgrError::new(MgrStatus::InvalidArgument, format!("{user}: {why}")))?;
         st.set_user_keys(u.uid, keys)
             .map_err(|e| store_err(e, user))
@@ -631,9 +632,15 @@ impl Manager {
 const SCAN_BATCH: usize = 256;
 
 /// Whether `new` may follow `has` as a user's keys: the next version, signed by the current
-/// sign key (the first version by its own), or the current version again with only the
-/// sealed seed changed.
-fn check_key_change(uid: u32, has: Option<&UserKeys>, new: &UserKeys) -> Result<(), String> {
+/// sign key; with no current keys, the version after the last one `logged` (1 for a new
+/// user, the one after a reset) signed by its own; or the current version again with only
+/// the sealed seed changed.
+fn check_key_change(
+    uid: u32,
+    has: Option<&UserKeys>,
+    logged: u32,
+    new: &UserKeys,
+) -> Result<(), String> {
     let same_keys = |h: &UserKeys| {
         h.version == new.version
             && h.enc_public == new.enc_public
@@ -643,7 +650,7 @@ fn check_key_change(uid: u32, has: Option<&UserKeys>, new: &UserKeys) -> Result<
     let signer = match has {
         Some(h) if same_keys(h) => return Ok(()),
         Some(h) if new.version == h.version + 1 => h.sign_public,
-        None if new.version == 1 => new.sign_public,
+        None if new.version == logged.saturating_add(1) => new.sign_public,
         Some(h) => {
             return Err(format!(
                 "key version {} does not follow the current {}",
@@ -652,7 +659,8 @@ fn check_key_change(uid: u32, has: Option<&UserKeys>, new: &UserKeys) -> Result<
         }
         None => {
             return Err(format!(
-                "a user's first keys are version 1, not {}",
+                "the user's next keys are version {}, not {}",
+                logged.saturating_add(1),
                 new.version
             ))
         }

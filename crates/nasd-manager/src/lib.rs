@@ -24,6 +24,7 @@
 //!   of new components by room (degraded when the code allows).
 //! - [`e2e`]: end-to-end protection (issue 10): directory policies, files' trusted records
 //!   and side data, users' and groups' public keys and wraps; nothing the manager can unwrap.
+//!   [`keylog`]: the signed head and pages of the log of every key change, and resets.
 //! - [`lease`]: write leases, one writer per file (seed 002 §3.2); [`locks`]: record locks
 //!   and `flock` across clients, under leases of their sessions, with a grace period after a
 //!   restart.
@@ -47,6 +48,7 @@ pub mod conns;
 pub mod drives;
 pub mod e2e;
 pub mod heal;
+pub mod keylog;
 pub mod lease;
 pub mod locks;
 pub mod login;

@@ -4,7 +4,7 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 12 (the `meta` row `schema` holds it):
+//! Schema version 13 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT,
@@ -12,8 +12,8 @@
 //!        enrollment code's hash, an Ed25519 key, or a legacy Argon2id hash; `users.rs`);
 //!        e2e_keys: the user's current public keys, their version and change signature, and
 //!        sealed seed (UserKeys)
-//! user_key_log(uid INT, version INT, keys BLOB, PK(uid, version))   every version of a
-//!        user's public keys as registered, with its signature (UserKeys, nothing sealed)
+//! key_log(idx INTEGER PK, uid INT, version INT, entry BLOB, UNIQUE(uid, version))   every
+//!        change of users' keys, in order (KeyLogEntry; [`keylog`])
 //! groups(gid INTEGER PK, name TEXT UNIQUE, key_version INT, key_public BLOB NULL)
 //! group_wraps(gid INT, uid INT, version INT, wrap BLOB, PK(gid, uid))   the group's secret
 //!        of `version` wrapped to member `uid`
@@ -72,18 +72,20 @@
 //! version 1 with an all-zero signature: made before key changes were signed) and
 //! `user_key_log` the history; credentials may now be OPAQUE password files or enrollment
 //! codes (the Argon2id hashes stay until each user's next login moves them over).
+//! Version 13 the key log (issue 21 §4): `user_key_log` became the one ordered `key_log`.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
 use nasd_crypto::Key;
-use nasd_proto::manager::{E2eCommit, E2eState, FileKind, UserKeys, Xattr};
+use nasd_proto::manager::{E2eCommit, E2eState, FileKind, KeyLogEntry, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
 mod counts;
+mod keylog;
 
-pub const SCHEMA_VERSION: u32 = 12;
+pub const SCHEMA_VERSION: u32 = 13;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -152,8 +154,6 @@ ALTER TABLE groups ADD COLUMN key_version INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE groups ADD COLUMN key_public BLOB;
 CREATE TABLE group_wraps(gid INTEGER NOT NULL, uid INTEGER NOT NULL,
     version INTEGER NOT NULL, wrap BLOB NOT NULL, PRIMARY KEY(gid, uid));
-CREATE TABLE user_key_log(uid INTEGER NOT NULL, version INTEGER NOT NULL, keys BLOB NOT NULL,
-    PRIMARY KEY(uid, version));
 ";
 
 /// What version 3 adds to any database (new, or migrated from 2).
@@ -182,6 +182,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_9_to_10,
     counts::migrate_10_to_11,
     migrate_11_to_12,
+    keylog::migrate_12_to_13,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -599,6 +600,7 @@ impl SqliteStore {
         tx.execute_batch(SCHEMA_NEW).map_err(db)?;
         tx.execute_batch(SCHEMA_V3_TABLES).map_err(db)?;
         counts::create(&tx)?;
+        tx.execute_batch(keylog::SCHEMA_KEY_LOG).map_err(db)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA_VERSION.to_le_bytes().to_vec()],
@@ -1563,15 +1565,13 @@ impl MetaStore for SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        let public = UserKeys {
-            sealed: vec![],
-            ..keys.clone()
-        };
-        tx.execute(
-            "INSERT OR IGNORE INTO user_key_log(uid, version, keys) VALUES (?1, ?2, ?3)",
-            params![uid, keys.version, keys_blob(&public)],
-        )
-        .map_err(db)?;
+        keylog::append(
+            &tx,
+            &KeyLogEntry::Keys {
+                uid,
+                keys: keys.clone(),
+            },
+        )?;
         tx.commit().map_err(db)
     }
 
@@ -1609,16 +1609,45 @@ impl MetaStore for SqliteStore {
         tx.commit().map_err(db)
     }
 
-    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<UserKeys>> {
-        let mut st = self
-            .db
-            .prepare("SELECT keys FROM user_key_log WHERE uid = ?1 ORDER BY version")
+    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<KeyLogEntry>> {
+        keylog::of_user(&self.db, uid)
+    }
+
+    fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>> {
+        keylog::page(&self.db, from, max)
+    }
+
+    fn key_log_len(&self) -> StoreResult<u64> {
+        keylog::len(&self.db)
+    }
+
+    fn reset_user_keys(&mut self, uid: u32, by: u32, at_ms: u64) -> StoreResult<u32> {
+        let tx = self.db.transaction().map_err(db)?;
+        let n = tx
+            .execute(
+                "UPDATE users SET e2e_keys = NULL WHERE uid = ?1",
+                params![uid],
+            )
             .map_err(db)?;
-        let rows = st
-            .query_map(params![uid], |r| r.get::<_, Vec<u8>>(0))
-            .map_err(db)?;
-        let blobs: Vec<Vec<u8>> = rows.collect::<Result<_, _>>().map_err(db)?;
-        Ok(blobs.iter().filter_map(|b| keys_of(b)).collect())
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        let version = keylog::last_version(&tx, uid)? + 1;
+        keylog::append(
+            &tx,
+            &KeyLogEntry::Reset {
+                uid,
+                version,
+                by,
+                at_ms,
+            },
+        )?;
+        tx.commit().map_err(db)?;
+        Ok(version)
+    }
+
+    fn user_key_version(&self, uid: u32) -> StoreResult<u32> {
+        keylog::last_version(&self.db, uid)
     }
 
     fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)> {
@@ -2696,6 +2725,54 @@ mod tests {
     /// staged overwrite in flight) opens as version 2: the old record reads back with no inode,
     /// so it can only expire, and new files get numbers above the old ones.
     #[test]
+    fn a_version_12_key_history_becomes_the_key_log_in_the_order_it_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("meta.sqlite");
+        let keys = |v: u32, b: u8| UserKeys {
+            enc_public: [b; 32],
+            sign_public: [b + 1; 32],
+            version: v,
+            signature: [b + 2; 64],
+            sealed: vec![],
+        };
+        let (a, b) = {
+            let mut s = SqliteStore::open(&p).unwrap();
+            let a = s.add_user("ann", "phc", false, 0).unwrap();
+            let b = s.add_user("ben", "phc", false, 0).unwrap();
+            // Schema 12's table, rows written b1, a1, a2.
+            s.db.execute_batch(
+                "DROP TABLE key_log;
+                 CREATE TABLE user_key_log(uid INTEGER NOT NULL, version INTEGER NOT NULL,
+                     keys BLOB NOT NULL, PRIMARY KEY(uid, version));",
+            )
+            .unwrap();
+            for (uid, k) in [(b, keys(1, 30)), (a, keys(1, 10)), (a, keys(2, 20))] {
+                s.db.execute(
+                    "INSERT INTO user_key_log(uid, version, keys) VALUES (?1, ?2, ?3)",
+                    params![uid, k.version, keys_blob(&k)],
+                )
+                .unwrap();
+            }
+            s.put_meta("schema", &12u32.to_le_bytes()).unwrap();
+            (a, b)
+        };
+        let s = SqliteStore::open(&p).unwrap();
+        let entry = |uid, keys| KeyLogEntry::Keys { uid, keys };
+        assert_eq!(
+            s.key_log(0, 10).unwrap(),
+            vec![
+                entry(b, keys(1, 30)),
+                entry(a, keys(1, 10)),
+                entry(a, keys(2, 20))
+            ]
+        );
+        assert_eq!(
+            (s.user_key_version(a).unwrap(), s.key_log_len().unwrap()),
+            (2, 3)
+        );
+    }
+
+    #[test]
     fn a_version_1_database_migrates_to_version_2() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("v1.sqlite");
@@ -2798,7 +2875,7 @@ mod tests {
             // Back to version 10: no counters (11), no key log (12; no user has keys here).
             s.db.execute_batch(
                 "DROP TABLE counters; DROP TABLE drive_counts; DROP INDEX inodes_stale;
-                 DROP TABLE user_key_log;",
+                 DROP TABLE key_log;",
             )
             .unwrap();
             s.put_meta("schema", &10u32.to_le_bytes()).unwrap();

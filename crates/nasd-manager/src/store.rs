@@ -23,7 +23,7 @@
 //! ([`StoreError::QuotaExceeded`]).
 
 use nasd_crypto::Key;
-use nasd_proto::manager::{E2eCommit, E2eState, FileKind, UserKeys, Xattr};
+use nasd_proto::manager::{E2eCommit, E2eState, FileKind, KeyLogEntry, UserKeys, Xattr};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// The root directory's inode number.
@@ -335,9 +335,20 @@ pub trait MetaStore: Send {
     /// and the user has keys, their sealed seed (keys unchanged), forgetting every session of
     /// the user, all in one transaction. `NotFound` for an unknown uid.
     fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>) -> StoreResult<()>;
-    /// The versions of `uid`'s keys, oldest first, as each was registered (with the signature
-    /// of its change): the key chain a later check verifies.
-    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<UserKeys>>;
+    /// `uid`'s entries of the key log, oldest first: each version of their keys as it was
+    /// registered (with the signature of its change) and each reset.
+    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<KeyLogEntry>>;
+    /// Up to `max` entries of the key log (issue 21 §4) from place `from` (0: the first), in
+    /// the order they were appended. Entries are never changed or removed.
+    fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>>;
+    /// The number of entries in the key log.
+    fn key_log_len(&self) -> StoreResult<u64>;
+    /// Clears `uid`'s keys (their sealed seed with them) and appends a reset by admin `by` at
+    /// `at_ms` at the version after the user's last, in one transaction; returns that version.
+    /// `NotFound` for an unknown uid.
+    fn reset_user_keys(&mut self, uid: u32, by: u32, at_ms: u64) -> StoreResult<u32>;
+    /// The latest version of `uid`'s keys the key log holds, a reset's too (0: none).
+    fn user_key_version(&self, uid: u32) -> StoreResult<u32>;
     /// Makes `uid` a gateway or not; turning it off forgets, in the same transaction, every
     /// session it opened for others. `NotFound` for an unknown uid.
     fn set_gateway(&mut self, uid: u32, on: bool) -> StoreResult<()>;
@@ -352,7 +363,8 @@ pub trait MetaStore: Send {
 
     /// A user's end-to-end keys (issue 10), if set.
     fn user_keys(&self, uid: u32) -> StoreResult<Option<UserKeys>>;
-    /// Sets a user's end-to-end keys; a new version is also appended to the user's key log.
+    /// Sets a user's end-to-end keys; a new version is also appended to the key log (without
+    /// the sealed seed), in the same transaction.
     /// `NotFound` for an unknown uid.
     fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()>;
     /// A group's key pair: its version (0: none yet) and public half.

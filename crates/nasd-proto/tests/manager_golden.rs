@@ -103,8 +103,50 @@ fn requests() -> Vec<MgrRequest> {
         requests_5(),
         requests_6(),
         lock_requests(),
+        key_log_requests(),
     ]
     .concat()
+}
+
+/// Key log requests (protocol 19), recorded after the lock calls.
+fn key_log_requests() -> Vec<MgrRequest> {
+    vec![
+        MgrRequest::KeyLog(calls::KeyLog { from: 0 }),
+        MgrRequest::KeyLog(calls::KeyLog { from: 4097 }),
+        MgrRequest::UserKeyReset(calls::UserKeyReset { user: "bob".into() }),
+    ]
+}
+
+/// Key log replies (protocol 19), recorded after the lock replies.
+fn key_log_replies() -> Vec<MgrReply> {
+    let keys = UserKeys {
+        enc_public: [0x11; 32],
+        sign_public: [0x22; 32],
+        version: 2,
+        signature: [0x33; 64],
+        sealed: vec![],
+    };
+    vec![
+        MgrReply::KeyLogPage(KeyLogPage {
+            head: KeyLogHead {
+                size: 3,
+                root: [0x44; 32],
+                signature: [0x55; 64],
+                log_key: [0x66; 32],
+            },
+            from: 1,
+            entries: vec![
+                KeyLogEntry::Keys { uid: 1001, keys },
+                KeyLogEntry::Reset {
+                    uid: 1001,
+                    version: 3,
+                    by: 1000,
+                    at_ms: 1_790_000_000_000,
+                },
+            ],
+        }),
+        MgrReply::error(MgrStatus::PermissionDenied, "user key reset: admins only"),
+    ]
 }
 
 /// Lock requests (protocol 17), recorded after the others.
@@ -601,6 +643,7 @@ fn replies() -> Vec<MgrReply> {
         replies_3(),
         replies_4(),
         lock_replies(),
+        key_log_replies(),
     ]
     .concat()
 }
@@ -930,7 +973,7 @@ fn frames() -> String {
     }
     let calls: BTreeSet<u8> = nasd_proto::for_each_manager_call!(call_tags);
     assert_eq!(tags.0, calls, "every request tag is sampled");
-    let replies: BTreeSet<u8> = (1..=26).chain([30, 31, 32]).collect();
+    let replies: BTreeSet<u8> = (1..=26).chain([30, 31, 32, 33]).collect();
     assert_eq!(tags.1, replies, "every reply tag is sampled");
     out
 }

@@ -485,7 +485,7 @@ fn an_account_made_before_opaque_moves_over_at_its_next_login() {
         )
         .unwrap();
         db.execute_batch(
-            "DROP TABLE user_key_log; UPDATE meta SET value = X'0B000000' WHERE key = 'schema';",
+            "DROP TABLE key_log; UPDATE meta SET value = X'0B000000' WHERE key = 'schema';",
         )
         .unwrap();
         1000u32

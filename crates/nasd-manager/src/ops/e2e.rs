@@ -5,7 +5,7 @@ use super::Handle;
 use crate::callbacks::{self, Changed};
 use crate::service::{Caller, Manager};
 use crate::MgrResult;
-use nasd_proto::manager::{calls, GroupKeyInfo, UserKeyInfo, WrappedFile};
+use nasd_proto::manager::{calls, GroupKeyInfo, KeyLogPage, UserKeyInfo, WrappedFile};
 use std::sync::Arc;
 
 /// Delegated: wraps follow a mode a gateway sets (S3 ACLs), and a new wrap can carry only a key
@@ -31,6 +31,20 @@ impl Handle for calls::UserKeyGet {
     const DELEGATED: bool = true;
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<Vec<UserKeyInfo>> {
         m.user_key_get(c, &self.uids, &self.names)
+    }
+}
+
+/// Read by a gateway's sessions too: it wraps the keys of files it writes for its users.
+impl Handle for calls::KeyLog {
+    const DELEGATED: bool = true;
+    async fn handle(self, m: &Arc<Manager>, _c: &Caller) -> MgrResult<KeyLogPage> {
+        m.key_log_page(self.from)
+    }
+}
+
+impl Handle for calls::UserKeyReset {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        m.user_key_reset(c, &self.user)
     }
 }
 

@@ -298,6 +298,8 @@ pub struct Manager {
     /// The OPAQUE server keys (OPRF seed and key pair) password logins run under; kept in a
     /// key file of their own, never in the store ([`crate::login`]).
     pub opaque: nasd_client::opaque::ServerKeys,
+    /// The key log's signing key, derived from the OPAQUE server keys ([`crate::keylog`]).
+    pub key_log: crate::keylog::KeyLogSigner,
 }
 
 impl Manager {
@@ -341,6 +343,7 @@ impl Manager {
             heal: Default::default(),
             callbacks: Default::default(),
             session_epoch: AtomicU64::new(0),
+            key_log: crate::keylog::KeyLogSigner::from_secret(&opaque.to_bytes()),
             opaque,
         }))
     }

@@ -49,6 +49,9 @@ pub use calls::heal::{
     ClusterStatus, DriveCount, DriveStatus, FileCounts, RebuildStatus, ScrubReport, ScrubStatus,
     STATUS_PATHS_MAX,
 };
+pub use calls::keylog::{
+    KeyLogEntry, KeyLogHead, KeyLogPage, KEY_LOG_ENTRY_BYTES_MAX, KEY_LOG_PAGE_MAX,
+};
 pub use calls::locks::{
     LockAnswer, LockHolder, LockLease, LockOutcome, LockSpan, LOCK_RANGES_PER_FILE_MAX,
 };
@@ -209,7 +212,13 @@ use call::{define_calls, define_replies};
 ///   mount's `open(O_CREAT | O_EXCL)`, whose name exists from the create on, is exclusive
 ///   across clients. `Readdir` of a directory the caller may read but not search answers
 ///   names, inode numbers and kinds (other fields zero) instead of `PermissionDenied`.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 18;
+/// - 19: the key log (issue 21 §4). [`MgrRequest::KeyLog`] answers a [`KeyLogPage`]: the
+///   manager's signed head of the log of every change of users' keys (its size, RFC 6962
+///   root and log key) and up to [`KEY_LOG_PAGE_MAX`] entries ([`KeyLogEntry`]) from an
+///   index; clients check each user's chain of signed changes and the root themselves.
+///   [`MgrRequest::UserKeyReset`] (admins) clears a user's keys with a logged reset; the
+///   user's next keys start a new self-signed chain at the following version. Store schema 13.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 19;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -349,6 +358,8 @@ macro_rules! for_each_manager_call {
             66 Unlock "unlock" => LockAnswer;
             67 LockRenew "lock renew" => LockLease;
             68 LockDrop "lock drop" => ();
+            69 KeyLog "key log" => KeyLogPage;
+            70 UserKeyReset "user key reset" => ();
         }
     };
 }
@@ -387,6 +398,7 @@ define_replies! {
     30 FsSpace(FsSpace);
     31 LockAnswer(LockAnswer);
     32 LockLease(LockLease);
+    33 KeyLogPage(KeyLogPage);
 }
 
 impl MgrReply {

@@ -185,7 +185,8 @@ arb_vec!(
     UserKeyInfo,
     GroupKeyInfo,
     PreparedFile,
-    WrappedFile
+    WrappedFile,
+    KeyLogEntry
 );
 
 arb_fields! {
@@ -274,6 +275,31 @@ arb_fields! {
     LockHolder { start, end, exclusive, pid, mine }
     LockSpan { start, end, exclusive }
     LockLease { boot, lease_id, lease_ms, grace }
+    KeyLog { from }
+    UserKeyReset { user }
+    KeyLogHead { size, root, signature, log_key }
+    KeyLogPage { head, from, entries }
+}
+
+impl Arb for KeyLogEntry {
+    fn arb(g: &mut Gen) -> KeyLogEntry {
+        if g.below(2) == 0 {
+            KeyLogEntry::Keys {
+                uid: Arb::arb(g),
+                keys: UserKeys {
+                    sealed: vec![],
+                    ..Arb::arb(g)
+                },
+            }
+        } else {
+            KeyLogEntry::Reset {
+                uid: Arb::arb(g),
+                version: Arb::arb(g),
+                by: Arb::arb(g),
+                at_ms: Arb::arb(g),
+            }
+        }
+    }
 }
 
 impl Arb for LockOutcome {

@@ -8,12 +8,14 @@
 //! - [`xattr`]: extended attributes; [`users`]: users, groups, gateways;
 //! - [`s3keys`]: S3 access keys; [`e2e`]: end-to-end state and keys; [`quota`]: quotas;
 //! - [`heal`]: drives, repair, scrub, cluster status; [`callbacks`]: the callback channel;
-//! - [`locks`]: record locks and `flock` across clients, under leases.
+//! - [`locks`]: record locks and `flock` across clients, under leases;
+//! - [`keylog`]: the log of every change of users' keys, and resets.
 
 pub mod callbacks;
 pub mod e2e;
 pub mod files;
 pub mod heal;
+pub mod keylog;
 pub mod locks;
 pub mod namespace;
 pub mod quota;
@@ -29,6 +31,7 @@ pub use e2e::{
 };
 pub use files::{Abort, Commit, Create, Open, Prepare, Renew, ReturnCapability, StageWrite};
 pub use heal::{DriveAdd, DriveList, DriveReplace, Repair, Scrub, Status};
+pub use keylog::{KeyLog, UserKeyReset};
 pub use locks::{Lock, LockDrop, LockRenew, LockTest, Unlock};
 pub use namespace::{
     Chmod, Chown, LayoutGet, LayoutSet, Link, Lstat, Mkdir, Mknod, Readdir, Readlink, Rename,
