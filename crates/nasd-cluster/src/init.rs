@@ -4,8 +4,8 @@
 //! directories, 0600 files) whatever the umask: it holds keys, the password and the data.
 
 use crate::error::ClusterError;
-use crate::postgres::{self, Meta};
 use crate::node::{ClusterFile, Node, NodeId, CLUSTER_FILE_VERSION};
+use crate::postgres::{self, Meta};
 use crate::process::free_addrs;
 use crate::{Options, DRIVES_MAX};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};

@@ -59,7 +59,8 @@ fn server(dir: &Path) -> Result<PrivateServer, ClusterError> {
 pub fn start(dir: &Path) -> Result<String, ClusterError> {
     let s = server(dir)?;
     s.start().map_err(ClusterError::Postgres)?;
-    s.create_database(DATABASE).map_err(ClusterError::Postgres)?;
+    s.create_database(DATABASE)
+        .map_err(ClusterError::Postgres)?;
     Ok(s.conninfo(DATABASE))
 }
 

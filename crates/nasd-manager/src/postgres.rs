@@ -24,7 +24,7 @@
 //! upload's commit and leaves nothing visible.
 //!
 //! # Schema
-//! Version 1 (the `meta` row `schema`, u32 little-endian, as in SQLite) is SQLite's schema 12
+//! Version 1 (the `meta` row `schema`, u32 little-endian, as in SQLite) is SQLite's schema 13
 //! with PostgreSQL's types: every integer `BIGINT` (64-bit ids by bit-cast), blobs `BYTEA`,
 //! flags `BOOLEAN`, and names `COLLATE "C"` so listings come in byte order whatever the
 //! database's collation. Migrations are numbered as SQLite's are ([`MIGRATIONS`], none yet):
@@ -37,7 +37,8 @@
 //! - `steps`: the statements a method's transaction is made of (inodes, names, layouts,
 //!   staged uploads, quotas), shared by the methods.
 //! - `store`: the [`MetaStore`] methods.
-//! - `counts`: the file counts `nasd status` shows, kept as files change.
+//! - `counts`: the file counts `nasd status` shows, kept as files change; `keylog`: the
+//!   ordered log of users' key changes.
 //! - [`server`]: a private PostgreSQL server (initdb, pg_ctl) for `nasd up` and the tests.
 
 use crate::store::*;
@@ -48,6 +49,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId};
 
 pub mod conn;
 mod counts;
+mod keylog;
 pub mod server;
 mod steps;
 mod store;
@@ -75,8 +77,8 @@ const SCHEMA_V1: &str = r#"
 CREATE TABLE users(uid BIGINT PRIMARY KEY, name TEXT COLLATE "C" NOT NULL UNIQUE,
     phc TEXT NOT NULL, admin BOOLEAN NOT NULL, gid BIGINT NOT NULL,
     gateway BOOLEAN NOT NULL DEFAULT false, e2e_keys BYTEA);
-CREATE TABLE user_key_log(uid BIGINT NOT NULL, version BIGINT NOT NULL, keys BYTEA NOT NULL,
-    PRIMARY KEY(uid, version));
+CREATE TABLE key_log(idx BIGINT PRIMARY KEY, uid BIGINT NOT NULL, version BIGINT NOT NULL,
+    entry BYTEA NOT NULL, UNIQUE(uid, version));
 CREATE TABLE groups(gid BIGINT PRIMARY KEY, name TEXT COLLATE "C" NOT NULL UNIQUE,
     key_version BIGINT NOT NULL DEFAULT 0, key_public BYTEA);
 CREATE TABLE group_wraps(gid BIGINT NOT NULL, uid BIGINT NOT NULL,

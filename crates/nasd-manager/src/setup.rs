@@ -12,8 +12,8 @@
 //! All of it is private to the manager's user (directories 0700, files 0600, whatever the
 //! umask), and `run` refuses to start while any of it is not ([`crate::private`]).
 
-use crate::service::{Manager, Policy};
 use crate::postgres::PgStore;
+use crate::service::{Manager, Policy};
 use crate::sqlite::SqliteStore;
 use crate::store::MetaStore;
 use crate::{server, tls, users, MgrError, MgrResult};
@@ -195,4 +195,23 @@ pub async fn run(
     server::serve(m, listener, tls, shutdown).await;
     bg.abort();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Meta;
+
+    #[test]
+    fn meta_is_sqlite_or_a_postgresql_connection_string() {
+        assert_eq!(Meta::parse("sqlite").unwrap(), Meta::Sqlite);
+        for c in [
+            "postgres://nasd@db.example/nasd",
+            "postgresql://u:p@127.0.0.1:5432/m",
+            "host=/run/postgresql dbname=nasd",
+        ] {
+            assert_eq!(Meta::parse(c).unwrap(), Meta::Postgres(c.into()));
+        }
+        assert!(Meta::parse("mysql://x").is_err());
+        assert_eq!(Meta::Sqlite.recorded(), None);
+    }
 }

@@ -34,7 +34,11 @@ struct Down(PathBuf);
 
 impl Drop for Down {
     fn drop(&mut self) {
-        let _ = Command::new(NASD).arg("down").arg("--data").arg(&self.0).output();
+        let _ = Command::new(NASD)
+            .arg("down")
+            .arg("--data")
+            .arg(&self.0)
+            .output();
     }
 }
 
@@ -88,16 +92,31 @@ fn postgres_metadata_survives_manager_and_cluster_restarts_and_down_stops_postgr
     let data = tmp.path().join("c");
     let _down = Down(data.clone());
     let d = data.to_str().unwrap();
-    let up = ["up", "--background", "--drives", "2", "--meta", "postgres", "--data", d];
+    let up = [
+        "up",
+        "--background",
+        "--drives",
+        "2",
+        "--meta",
+        "postgres",
+        "--data",
+        d,
+    ];
     let (ok, out, err) = nasd(&home, &up);
     assert!(ok, "nasd up --meta postgres: {out}{err}");
     let data = std::fs::canonicalize(&data).unwrap();
     let pgdata = data.join("postgres");
-    assert!(pgdata.join("PG_VERSION").exists(), "no server in {pgdata:?}");
+    assert!(
+        pgdata.join("PG_VERSION").exists(),
+        "no server in {pgdata:?}"
+    );
     let first_server = postmaster(&pgdata).expect("PostgreSQL runs after up");
     // The manager's store is the server's database, not a file of its own.
     let cfg = std::fs::read_to_string(data.join("manager/manager.json")).unwrap();
-    assert!(cfg.contains("\"meta\"") && cfg.contains("dbname=nasd"), "{cfg}");
+    assert!(
+        cfg.contains("\"meta\"") && cfg.contains("dbname=nasd"),
+        "{cfg}"
+    );
     assert!(!data.join("manager/meta.sqlite").exists());
 
     let files: Vec<(&str, Vec<u8>)> = vec![
@@ -128,14 +147,22 @@ fn postgres_metadata_survives_manager_and_cluster_restarts_and_down_stops_postgr
     assert!(killed.success());
     let (ok, out, err) = nasd(&home, &up);
     assert!(ok && out.contains("restarted manager"), "{out}{err}");
-    assert_eq!(postmaster(&pgdata), Some(first_server), "the server kept running");
+    assert_eq!(
+        postmaster(&pgdata),
+        Some(first_server),
+        "the server kept running"
+    );
     files_read_back(&home, &out_dir, &files);
 
     // `down` stops PostgreSQL too; `up` starts it again with everything in it.
     let (ok, out, err) = nasd(&home, &["down", "--data", d]);
     assert!(ok, "{err}");
     assert!(out.contains("stopped the cluster's PostgreSQL"), "{out}");
-    assert_eq!(postmaster(&pgdata), None, "PostgreSQL still runs after down");
+    assert_eq!(
+        postmaster(&pgdata),
+        None,
+        "PostgreSQL still runs after down"
+    );
     let (ok, out, err) = nasd(&home, &up);
     assert!(ok, "{out}{err}");
     assert!(postmaster(&pgdata).is_some());

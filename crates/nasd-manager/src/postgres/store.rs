@@ -2,9 +2,10 @@
 //! PostgreSQL's dialect.
 
 use super::conn::params;
+use super::keylog;
 use super::steps::Skip;
 use super::*;
-use nasd_proto::manager::{E2eCommit, Xattr};
+use nasd_proto::manager::{E2eCommit, KeyLogEntry, Xattr};
 use nasd_proto::Suite;
 
 impl MetaStore for PgStore {
@@ -147,15 +148,13 @@ impl MetaStore for PgStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        let public = UserKeys {
-            sealed: vec![],
-            ..keys.clone()
-        };
-        tx.execute(
-            "INSERT INTO user_key_log(uid, version, keys) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-            params![uid, keys.version, keys_blob(&public)],
-        )
-        ?;
+        keylog::append(
+            &tx,
+            &KeyLogEntry::Keys {
+                uid,
+                keys: keys.clone(),
+            },
+        )?;
         tx.commit()
     }
 
@@ -187,13 +186,43 @@ impl MetaStore for PgStore {
         tx.commit()
     }
 
-    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<UserKeys>> {
-        let rows = self.db.query_map(
-            "SELECT keys FROM user_key_log WHERE uid = $1 ORDER BY version",
+    fn user_key_log(&self, uid: u32) -> StoreResult<Vec<KeyLogEntry>> {
+        keylog::of_user(&self.db, uid)
+    }
+
+    fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>> {
+        keylog::page(&self.db, from, max)
+    }
+
+    fn key_log_len(&self) -> StoreResult<u64> {
+        keylog::len(&self.db)
+    }
+
+    fn reset_user_keys(&mut self, uid: u32, by: u32, at_ms: u64) -> StoreResult<u32> {
+        let tx = self.db.transaction()?;
+        let n = tx.execute(
+            "UPDATE users SET e2e_keys = NULL WHERE uid = $1",
             params![uid],
-            |r| r.get::<Vec<u8>>(0),
         )?;
-        Ok(rows.iter().filter_map(|b| keys_of(b)).collect())
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        let version = keylog::last_version(&tx, uid)? + 1;
+        keylog::append(
+            &tx,
+            &KeyLogEntry::Reset {
+                uid,
+                version,
+                by,
+                at_ms,
+            },
+        )?;
+        tx.commit()?;
+        Ok(version)
+    }
+
+    fn user_key_version(&self, uid: u32) -> StoreResult<u32> {
+        keylog::last_version(&self.db, uid)
     }
 
     fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)> {
