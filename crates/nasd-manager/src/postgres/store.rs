@@ -921,12 +921,10 @@ impl MetaStore for PgStore {
     }
 
     fn expire_sessions(&mut self, now_ms: u64) -> StoreResult<u64> {
-        self.db
-            .execute(
-                "DELETE FROM sessions WHERE expires_ms < $1",
-                params![now_ms as i64],
-            )
-            .map(|n| n as u64)
+        self.db.execute(
+            "DELETE FROM sessions WHERE expires_ms < $1",
+            params![now_ms as i64],
+        )
     }
 
     fn get_meta(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
