@@ -111,6 +111,11 @@ pub enum FsError {
     /// record, a signature does not verify, a key cannot be had. Nothing was returned.
     #[error("nasd:{}: {detail}", shown(.path))]
     E2e { path: String, detail: String },
+    /// The manager's key log was refused (issue 21 §4): an entry does not follow its user's
+    /// chain, the root is not the signed one, the log shrank or changed its key, or the
+    /// manager answered keys the log does not hold. No key from it was used.
+    #[error("nasd: {0}")]
+    KeyLog(crate::e2e::keylog::KeyLogError),
     #[error("{}: {source}", shown(.path))]
     Local {
         path: String,
@@ -126,6 +131,13 @@ pub enum FsError {
         call: &'static str,
         reply: &'static str,
     },
+}
+
+// Not a `source`: a report prints the key log's error once.
+impl From<crate::e2e::keylog::KeyLogError> for FsError {
+    fn from(e: crate::e2e::keylog::KeyLogError) -> FsError {
+        FsError::KeyLog(e)
+    }
 }
 
 /// [`FsError::Protocol`]: `call` about `path` answered with `reply`.

@@ -196,6 +196,27 @@ pub enum UserCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Show NAME's key fingerprint (of the first keys of their chain, which key rotations
+    /// keep), to compare with what NAME's own client shows, by phone or in person.
+    Fingerprint {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record that NAME's fingerprint was checked out of band: refused unless FINGERPRINT is
+    /// the one the key log shows this client. Needed before files are wrapped to keys that
+    /// followed a reset.
+    Verify { name: String, fingerprint: String },
+    /// Clear NAME's end-to-end keys (admin only), for a user who lost every key: the reset is
+    /// logged and shown to every client; NAME's next login makes new keys.
+    ResetKeys { name: String },
+    /// Print the key log's size and root as this client holds it (or its root at --at
+    /// entries), for two users to compare: different roots at one size mean the manager
+    /// showed them different logs.
+    KeyLog {
+        #[arg(long)]
+        at: Option<u64>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -869,6 +890,14 @@ pub async fn user(cmd: UserCmd) -> anyhow::Result<()> {
             .await?;
             println!("S3 key {access_key_id} revoked");
         }
+        UserCmd::Fingerprint { name, json } => {
+            crate::cmd_keys::fingerprint(&c, &name, json).await?
+        }
+        UserCmd::Verify { name, fingerprint } => {
+            crate::cmd_keys::verify(&c, &name, &fingerprint).await?
+        }
+        UserCmd::ResetKeys { name } => crate::cmd_keys::reset_keys(&c, &name).await?,
+        UserCmd::KeyLog { at } => crate::cmd_keys::key_log(&c, at).await?,
         UserCmd::List { json } => {
             let us = c.call("/", calls::UserList).await?;
             for u in us {

@@ -57,6 +57,7 @@ mod cmd_cp;
 mod cmd_drive;
 mod cmd_fs;
 mod cmd_heal;
+mod cmd_keys;
 mod cmd_lab;
 mod cmd_manager;
 mod cmd_obj;

@@ -10,14 +10,13 @@
 //! and are kept [`KEYS_TTL_MS`]; a group's secret, once unwrapped, for the client's life.
 
 use super::identity::Identity;
+use super::keylog::{Fingerprint, KeyLogView, Trust};
 use crate::files::{now_ms, Client, FsError};
 use crate::opaque::SeedKey;
 use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
 use nasd_proto::manager::calls;
-use nasd_proto::manager::{
-    Credential, Enrollment, GroupKeyInfo, Principal, UserKeys, KEY_LIST_MAX,
-};
+use nasd_proto::manager::{Credential, Enrollment, GroupKeyInfo, Principal, UserKeys};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -72,7 +71,10 @@ pub struct Keyring {
     /// The key that seals this user's seed (from the password login's OPAQUE export key).
     seed_key: Mutex<Option<Arc<SeedKey>>>,
     identity: tokio::sync::OnceCell<Arc<Identity>>,
-    users: Mutex<HashMap<u32, (UserKeys, u64)>>,
+    /// The checked copy of the manager's key log: users' public keys come from it.
+    key_log: tokio::sync::Mutex<KeyLogState>,
+    /// Set when a key changed: the log is read again at its next use.
+    key_log_stale: std::sync::atomic::AtomicBool,
     groups: Mutex<HashMap<u32, (GroupKeyInfo, u64)>>,
     group_secrets: Mutex<HashMap<(u32, u32), Arc<SecretKey>>>,
     /// Groups whose first key pair this client could not make (it is not an admin), and
@@ -88,12 +90,25 @@ impl Default for Keyring {
             seed_key: Mutex::new(None),
             rotated: Mutex::new(None),
             identity: Default::default(),
-            users: Default::default(),
+            key_log: Default::default(),
+            key_log_stale: Default::default(),
             groups: Default::default(),
             group_secrets: Default::default(),
             unmade_groups: Default::default(),
         }
     }
+}
+
+/// The client's copy of the key log, where it is kept, and when it was last read.
+#[derive(Default)]
+pub(crate) struct KeyLogState {
+    pub(crate) view: KeyLogView,
+    /// Where the copy is kept (beside the identity's cache file; none for a borrowed or a
+    /// delegated identity, whose copy lives in memory).
+    path: Option<PathBuf>,
+    loaded: bool,
+    /// When the log was last read from the manager (0: not yet, or a key changed since).
+    synced_ms: u64,
 }
 
 fn put_bounded<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>, k: K, v: V) {
@@ -135,11 +150,6 @@ impl Client {
             }
         }
         *self.keyring.rotated.lock().expect("keyring lock") = Some(id);
-    }
-
-    /// Drops the cached public keys of `uid` (they changed).
-    pub(crate) fn forget_cached_keys(&self, uid: u32) {
-        self.forget_user_keys(uid);
     }
 
     pub async fn identity(&self) -> Result<Arc<Identity>, FsError> {
@@ -206,8 +216,9 @@ impl Client {
                     "/",
                     format!(
                         "{me}: your end-to-end key is sealed under an earlier password file (an \
-                         admin reset it) and this client does not keep it; \
-                         files only your old key opened stay closed to you"
+                         admin reset it) and this client does not keep it; files only your old \
+                         key opened stay closed to you. An admin can reset your keys \
+                         (nasd user reset-keys), and your next login makes new ones"
                     ),
                 ))
             }
@@ -243,12 +254,19 @@ impl Client {
                 ))
             }
         };
+        // Version 1, or the one after a reset of keys the user lost.
+        let version = self
+            .key_log(true)
+            .await?
+            .view
+            .chain(uid)
+            .map_or(1, |c| c.version.saturating_add(1));
         let set = calls::UserKeySet {
             user: me,
-            keys: id.user_keys(1, None, seed_key.as_deref()),
+            keys: id.user_keys(version, None, seed_key.as_deref()),
         };
         self.call("/", set).await?;
-        self.forget_user_keys(uid);
+        self.forget_user_keys();
         Ok(id)
     }
 
@@ -339,53 +357,241 @@ impl Client {
             error,
         })?;
         self.set_seed_key(Some(Arc::new(key)));
-        self.forget_user_keys(uid);
+        self.forget_user_keys();
         Ok(())
     }
 
-    fn forget_user_keys(&self, uid: u32) {
+    /// Reads the key log again at its next use (a user's keys changed).
+    pub(crate) fn forget_user_keys(&self) {
         self.keyring
-            .users
-            .lock()
-            .expect("keyring lock")
-            .remove(&uid);
+            .key_log_stale
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// The registered keys of `uids` (those that have some), from the cache when fresh.
+    /// The registered keys of `uids` (those that have some), as the checked key log shows
+    /// them, read again from the manager when `fresh` or older than [`KEYS_TTL_MS`]. This
+    /// user's own keys, with their sealed seed, come from the manager when `fresh`, checked
+    /// against the log.
     pub(crate) async fn user_keys(
         &self,
         uids: &[u32],
         fresh: bool,
     ) -> Result<HashMap<u32, UserKeys>, FsError> {
-        let now = now_ms();
-        let mut out = HashMap::new();
-        let mut ask = vec![];
-        {
-            let c = self.keyring.users.lock().expect("keyring lock");
-            for &u in uids {
-                match c.get(&u) {
-                    Some((k, at)) if !fresh && now < at + KEYS_TTL_MS => {
-                        out.insert(u, k.clone());
-                    }
-                    _ => ask.push(u),
-                }
+        let me = self.uid().await?;
+        let own = fresh && uids.contains(&me);
+        // This user's own entry (with the sealed seed) is asked for beside the log, in one
+        // round trip's time.
+        let get_own = async {
+            if !own {
+                return Ok(None);
             }
-        }
-        ask.sort_unstable();
-        ask.dedup();
-        for chunk in ask.chunks(KEY_LIST_MAX) {
             let get = calls::UserKeyGet {
-                uids: chunk.to_vec(),
+                uids: vec![me],
                 names: vec![],
             };
             let us = self.call("/", get).await?;
-            let mut c = self.keyring.users.lock().expect("keyring lock");
-            for u in us {
-                put_bounded(&mut c, u.uid, (u.keys.clone(), now));
-                out.insert(u.uid, u.keys);
+            Ok::<_, FsError>(Some(us.into_iter().find(|u| u.uid == me)))
+        };
+        let (log, mine) = tokio::join!(self.key_log(fresh), get_own);
+        let (log, mine) = (log?, mine?);
+        let mut out: HashMap<u32, UserKeys> = uids
+            .iter()
+            .filter_map(|&u| Some((u, log.view.keys(u)?.clone())))
+            .collect();
+        match mine {
+            Some(Some(u)) => {
+                log.view.check_answered(me, &u.keys)?;
+                out.insert(me, u.keys);
             }
+            Some(None) => {
+                out.remove(&me);
+            }
+            None => {}
         }
         Ok(out)
+    }
+
+    /// The keys of `uids` this client may wrap file keys to: a user whose chain began with
+    /// a reset this client has not verified gets no wrap (logged, and listed second), as one
+    /// without keys.
+    async fn wrappable_keys(
+        &self,
+        path: &str,
+        uids: &[u32],
+    ) -> Result<(HashMap<u32, UserKeys>, Vec<u32>), FsError> {
+        let log = self.key_log(false).await?;
+        let (mut out, mut unverified) = (HashMap::new(), vec![]);
+        for &u in uids {
+            match log.view.trust(u) {
+                Trust::Trusted(k) => {
+                    out.insert(u, k);
+                }
+                Trust::Unverified(fp) => {
+                    tracing::warn!(
+                        "{path}: user {u}'s keys were reset and are not verified here \
+                         (fingerprint {fp}; nasd user verify): no wrap for them"
+                    );
+                    unverified.push(u);
+                }
+                Trust::None => {}
+            }
+        }
+        Ok((out, unverified))
+    }
+
+    /// The checked copy of the key log, read from the manager first when `fresh` or older
+    /// than [`KEYS_TTL_MS`] (module docs of [`super::keylog`]).
+    pub(crate) async fn key_log(
+        &self,
+        fresh: bool,
+    ) -> Result<tokio::sync::MutexGuard<'_, KeyLogState>, FsError> {
+        let mut g = self.keyring.key_log.lock().await;
+        if !g.loaded {
+            g.path = self.key_log_path();
+            if let Some(p) = g.path.clone() {
+                g.view = KeyLogView::load(&p)?;
+            }
+            g.loaded = true;
+        }
+        let now = now_ms();
+        let stale = self
+            .keyring
+            .key_log_stale
+            .swap(false, std::sync::atomic::Ordering::AcqRel);
+        if fresh || stale || g.synced_ms == 0 || now >= g.synced_ms + KEYS_TTL_MS {
+            if let Some(next) = self.read_key_log(&g.view).await? {
+                if let Some(p) = &g.path {
+                    next.save(p)?;
+                }
+                g.view = next;
+            }
+            g.synced_ms = now.max(1);
+        }
+        Ok(g)
+    }
+
+    /// Where this client keeps its copy of the key log: beside its identity's cache file.
+    fn key_log_path(&self) -> Option<PathBuf> {
+        match &*self.keyring.source.lock().expect("keyring lock") {
+            IdentitySource::Login { cache: Some(p) } => Some(p.with_extension("keylog")),
+            _ => None,
+        }
+    }
+
+    /// The manager's log past what `held` holds, checked; `None` when nothing was added.
+    async fn read_key_log(&self, held: &KeyLogView) -> Result<Option<KeyLogView>, FsError> {
+        let mut next: Option<KeyLogView> = None;
+        loop {
+            let at = next.as_ref().unwrap_or(held).len();
+            let page = self.call("/", calls::KeyLog { from: at }).await?;
+            let v = next.get_or_insert_with(|| held.clone());
+            if page.from != at {
+                return Err(super::keylog::KeyLogError::BadPage {
+                    got: page.from,
+                    want: at,
+                }
+                .into());
+            }
+            v.check_head(&page.head)?;
+            let added = !page.entries.is_empty();
+            for e in page.entries {
+                v.apply(e)?;
+            }
+            if v.matches(&page.head)? {
+                break;
+            }
+            if !added {
+                return Err(super::keylog::KeyLogError::BadPage {
+                    got: page.head.size,
+                    want: at,
+                }
+                .into());
+            }
+        }
+        Ok(next.filter(|v| v.len() > held.len() || v.log_key() != held.log_key()))
+    }
+
+    /// The fingerprint of user `name`'s current chain of keys, whether this client verified
+    /// it, and the log's head as this client holds it (entries, root).
+    pub async fn user_fingerprint(&self, name: &str) -> Result<FingerprintInfo, FsError> {
+        let uid = self.uid_of_user(name).await?;
+        let log = self.key_log(true).await?;
+        let chain = log.view.chain(uid).cloned();
+        let fingerprint = log
+            .view
+            .fingerprint(uid)
+            .ok_or_else(|| e2e_err("/", format!("{name}: no keys in the key log")))?;
+        Ok(FingerprintInfo {
+            uid,
+            fingerprint,
+            version: chain.as_ref().map_or(0, |c| c.version),
+            after_reset: chain.is_some_and(|c| c.after_reset),
+            verified: log.view.verified(uid),
+            log_size: log.view.len(),
+            log_root: log.view.root(),
+        })
+    }
+
+    /// Records that `name`'s fingerprint was checked out of band (`nasd user verify`);
+    /// refused when `fp` is not the fingerprint the key log shows this client.
+    pub async fn verify_user(&self, name: &str, fp: Fingerprint) -> Result<(), FsError> {
+        let uid = self.uid_of_user(name).await?;
+        let mut log = self.key_log(true).await?;
+        let shown = log.view.fingerprint(uid);
+        if !log.view.verify(uid, fp) {
+            return Err(e2e_err(
+                "/",
+                match shown {
+                    Some(s) => format!(
+                        "{name}: the key log shows this client fingerprint {s}, not {fp}: \
+                         the manager may be showing you keys that are not {name}'s"
+                    ),
+                    None => format!("{name}: no keys in the key log"),
+                },
+            ));
+        }
+        if let Some(p) = log.path.clone() {
+            log.view.save(&p)?;
+        }
+        Ok(())
+    }
+
+    /// Clears user `name`'s keys with a reset every client sees (admins; for a user who lost
+    /// every key): their next login makes new ones, which others wrap to once they verify.
+    pub async fn reset_user_keys(&self, name: &str) -> Result<(), FsError> {
+        let reset = calls::UserKeyReset {
+            user: name.to_string(),
+        };
+        self.call("/", reset).await?;
+        self.forget_user_keys();
+        Ok(())
+    }
+
+    /// The key log's size and root as this client holds it after reading it, or its root at
+    /// `at` entries (at most what it holds).
+    pub async fn key_log_root(&self, at: Option<u64>) -> Result<(u64, [u8; 32]), FsError> {
+        let log = self.key_log(true).await?;
+        let size = at.unwrap_or(log.view.len());
+        let root = log.view.root_at(size).ok_or_else(|| {
+            FsError::Usage(format!(
+                "the key log holds {} entries here, not {size}",
+                log.view.len()
+            ))
+        })?;
+        Ok((size, root))
+    }
+
+    /// The uid of user `name` (one with keys).
+    async fn uid_of_user(&self, name: &str) -> Result<u32, FsError> {
+        let get = calls::UserKeyGet {
+            uids: vec![],
+            names: vec![name.to_string()],
+        };
+        let us = self.call("/", get).await?;
+        us.into_iter()
+            .find(|u| u.name == name)
+            .map(|u| u.uid)
+            .ok_or_else(|| e2e_err("/", format!("{name}: no such user with keys")))
     }
 
     /// The names of users `uids` (those with keys).
@@ -540,7 +746,7 @@ impl Client {
                 _ => None,
             })
             .collect();
-        let users = self.user_keys(&uids, false).await?;
+        let (users, unverified) = self.wrappable_keys(path, &uids).await?;
         let mut groups = self.group_infos(&gids, false).await?;
         // A group without a key pair yet gets one now when this user may make it (an admin),
         // so its members read the file, also those who join later.
@@ -579,6 +785,12 @@ impl Client {
                 Some(pk) => to.push((KeyPrincipal::Group(g), PublicKey(pk))),
                 None => tracing::debug!("{path}: group {g} has no key pair yet: no wrap"),
             }
+        }
+        if let (true, Some(u)) = (to.is_empty(), unverified.first()) {
+            return Err(e2e_err(
+                path,
+                format!("user {u}'s keys were reset and are not verified here: check their fingerprint out of band (nasd user fingerprint / verify)"),
+            ));
         }
         if to.is_empty() {
             return Err(e2e_err(path, "nobody who may read the file has a key pair"));
@@ -694,7 +906,8 @@ impl Client {
             .filter(|u| u.groups.iter().any(|g| g == name))
             .map(|u| u.uid)
             .collect();
-        let keys = self.user_keys(&uids, true).await?;
+        drop(self.key_log(true).await?);
+        let (keys, _) = self.wrappable_keys(name, &uids).await?;
         Ok(keys
             .into_iter()
             .map(|(u, k)| (u, PublicKey(k.enc_public)))
@@ -712,4 +925,19 @@ fn not_wrapped_for(path: &str, user: &str) -> FsError {
             detail: format!("the file's key is not wrapped for {user} or a group of theirs"),
         },
     }
+}
+
+/// What `nasd user fingerprint` shows of a user ([`Client::user_fingerprint`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FingerprintInfo {
+    pub uid: u32,
+    pub fingerprint: Fingerprint,
+    /// The version of the user's current keys.
+    pub version: u32,
+    /// Whether their current chain began after a reset.
+    pub after_reset: bool,
+    /// Whether this client verified the fingerprint.
+    pub verified: bool,
+    pub log_size: u64,
+    pub log_root: [u8; 32],
 }

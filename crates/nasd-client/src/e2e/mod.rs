@@ -8,6 +8,8 @@
 //! - [`identity`]: a user's X25519 and Ed25519 keys from one seed, made by the user's own
 //!   client and sealed under the key their OPAQUE login gives.
 //! - [`keyring`]: public keys of users and groups, group secrets, key files made and opened.
+//! - [`keylog`]: the client's checked copy of the manager's log of every key change: users'
+//!   chains of signed keys, the log's root, fingerprints and resets.
 //! - [`pins`]: MT-EINT over the drives' trees: readers check every reply against the writer's
 //!   pins; writers keep track of their objects' tops.
 //! - [`crypt`]: the encryption layer of the file stack, above the layout.
@@ -24,6 +26,7 @@
 
 pub mod crypt;
 pub mod identity;
+pub mod keylog;
 pub mod keyring;
 pub mod pins;
 pub mod rotate;

@@ -66,7 +66,7 @@ impl Client {
             keys: new.user_keys(version, Some(&old), Some(&seed_key)),
         };
         self.call("/", set).await?;
-        self.forget_cached_keys(uid);
+        self.forget_user_keys();
         self.replace_identity(new.clone());
         let files = self.rewrap_files(&old, &new).await?;
         let groups = self.rewrap_groups(&old, &new).await?;
