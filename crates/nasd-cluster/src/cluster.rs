@@ -77,6 +77,10 @@ impl Cluster {
             Some(info) => info,
             None => crate::init::init(&dir, options)?,
         };
+        // The metadata's server before the manager that needs it.
+        if crate::postgres::has_private(&dir) {
+            crate::postgres::start(&dir)?;
+        }
         let ran_before = Pids::path(&dir).exists();
         let mut c = Cluster {
             nasd_bin: nasd_bin.to_path_buf(),
@@ -383,6 +387,10 @@ impl Drop for Cluster {
             self.replace(id, Proc::Down);
         }
         let _ = std::fs::remove_file(Pids::path(&self.dir));
+        // After the manager, which closes its connection on the way out.
+        if let Err(e) = crate::postgres::stop(&self.dir) {
+            eprintln!("nasd: stopping the cluster's PostgreSQL: {e}");
+        }
     }
 }
 
@@ -409,8 +417,13 @@ fn running(dir: &Path) -> Vec<(NodeId, u32)> {
 /// Stops a cluster left running in `dir` (`nasd up --background`): every process `pids.json`
 /// lists that is still a nasd process, last started first, each SIGTERM then SIGKILL after
 /// [`crate::process::STOP_GRACE_MS`]; calls `stopped` with each one's name and pid once it is
-/// gone; removes `pids.json`.
-pub fn down(dir: &Path, mut stopped: impl FnMut(&str, u32)) -> Result<(), ClusterError> {
+/// gone; then stops the cluster's private PostgreSQL, if it has one running
+/// (`stopped_postgres`); removes `pids.json`.
+pub fn down(
+    dir: &Path,
+    mut stopped: impl FnMut(&str, u32),
+    stopped_postgres: impl FnOnce(),
+) -> Result<(), ClusterError> {
     let p = Pids::path(dir);
     let text = std::fs::read_to_string(&p).map_err(|source| ClusterError::NotRunning {
         dir: dir.to_path_buf(),
@@ -425,6 +438,9 @@ pub fn down(dir: &Path, mut stopped: impl FnMut(&str, u32)) -> Result<(), Cluste
             process::stop_pid(*pid);
             stopped(name, *pid);
         }
+    }
+    if crate::postgres::stop(dir)? {
+        stopped_postgres();
     }
     std::fs::remove_file(&p).map_err(|source| ClusterError::Io {
         what: "removing",

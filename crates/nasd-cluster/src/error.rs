@@ -7,6 +7,10 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    #[error("--meta: {0}")]
+    Meta(String),
+    #[error("the cluster's PostgreSQL")]
+    Postgres(#[source] nasd_manager::postgres::server::ServerError),
     #[error("--drives must be between 1 and {max}", max = crate::DRIVES_MAX)]
     DriveCount { drives: usize },
     /// A [`crate::Placement`] names a different number of addresses than the cluster has

@@ -5,6 +5,7 @@
 
 use crate::error::ClusterError;
 use crate::node::{ClusterFile, Node, NodeId, CLUSTER_FILE_VERSION};
+use crate::postgres::{self, Meta};
 use crate::process::free_addrs;
 use crate::{Options, DRIVES_MAX};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
@@ -76,6 +77,11 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     let pw_file = dir.join("admin.password");
     nasd_private::write_file(&pw_file, password.as_bytes())?;
     let mdir = dir.join(NodeId::Manager.to_string());
+    let meta = match &o.meta {
+        Meta::Sqlite => nasd_manager::setup::Meta::Sqlite,
+        Meta::Postgres(c) => nasd_manager::setup::Meta::Postgres(c.clone()),
+        Meta::PrivatePostgres => nasd_manager::setup::Meta::Postgres(postgres::start(dir)?),
+    };
     nasd_manager::setup::init(&nasd_manager::setup::InitOptions {
         dir: mdir.clone(),
         listen: maddr.clone(),
@@ -86,6 +92,7 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
             default_layout: default_layout_for(o.drives).into(),
             ..Default::default()
         },
+        meta,
     })
     .map_err(|source| ClusterError::ManagerInit {
         dir: mdir.clone(),

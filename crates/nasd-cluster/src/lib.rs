@@ -12,6 +12,7 @@
 //! DATA/admin.password   the admin's generated password (mode 0600)
 //! DATA/pids.json        the running processes (removed when the cluster stops)
 //! DATA/drive-N/, DATA/manager/, DATA/logs/NAME.log
+//! DATA/postgres/        the private PostgreSQL of `--meta postgres` ([`postgres`])
 //! ```
 //!
 //! The first start in a directory initializes everything; later ones start the same cluster
@@ -29,6 +30,7 @@
 //! - [`node`] — [`NodeId`] and the files `cluster.json` and `pids.json`.
 //! - [`init`] — the first start: drives, manager, admin password, client config.
 //! - [`process`] — spawning, readiness, signals, pid checks.
+//! - [`postgres`] — the private PostgreSQL server of a cluster whose metadata lives there.
 //! - [`error`] — [`ClusterError`].
 
 pub mod cluster;
@@ -36,6 +38,7 @@ pub mod data;
 pub mod error;
 pub mod init;
 pub mod node;
+pub mod postgres;
 pub mod process;
 
 pub use cluster::{down, Cluster};
@@ -60,6 +63,8 @@ pub struct Options {
     pub background: bool,
     /// Where the components listen and what they run under (default: loopback, nothing).
     pub placement: Placement,
+    /// Where a new cluster's manager keeps its metadata (default: SQLite).
+    pub meta: postgres::Meta,
 }
 
 /// Where the components of a cluster run, when not on loopback in the caller's network
@@ -92,6 +97,7 @@ impl Options {
             drive_capacity_bytes: None,
             background: false,
             placement: Placement::default(),
+            meta: postgres::Meta::Sqlite,
         }
     }
 }

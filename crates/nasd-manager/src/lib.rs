@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //! - [`store`]: the [`store::MetaStore`] trait and its records; [`sqlite`]: the embedded store
-//!   (with the file counts `nasd status` shows, kept as files change);
+//!   (with the file counts `nasd status` shows, kept as files change); [`postgres`]: the same
+//!   store on PostgreSQL, and a private server for `nasd up --meta postgres`;
 //!   [`conformance`]: the suite every store passes.
 //! - [`service`]: the [`service::Manager`] and its policy (POSIX-like modes), namespace
 //!   operations, capability minting, revocation; [`striping`]: the striping manager under it
@@ -53,6 +54,7 @@ pub mod lease;
 pub mod locks;
 pub mod login;
 mod ops;
+pub mod postgres;
 pub mod quota;
 pub mod scrub;
 pub mod server;

@@ -1,8 +1,10 @@
 //! `nasd manager init` and `run`: the manager's directory and its config file.
 //!
 //! ```text
-//! DIR/manager.json   {"version": 1, "listen": "127.0.0.1:7700", "policy": {...}}
-//! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files)
+//! DIR/manager.json   {"version": 1, "listen": "127.0.0.1:7700", "policy": {...},
+//!                     "meta": "postgres://..."}   (meta: only when not SQLite)
+//! DIR/meta.sqlite    the metadata store (plus its -wal and -shm files), unless `meta` names
+//!                    a PostgreSQL database ([`Meta`])
 //! DIR/tls/           the cluster CA and the server certificate (see [`crate::tls`])
 //! DIR/keys/opaque.key  the OPAQUE server keys (OPRF seed, key pair; [`crate::login`])
 //! ```
@@ -13,6 +15,7 @@
 //! drives' keys in the store and the OPAQUE key file, under a passphrase the manager then
 //! needs to start (issue 21 §8); the seal's header is the store's `key_seal` meta row.
 
+use crate::postgres::PgStore;
 use crate::service::{Manager, Policy};
 use crate::sqlite::SqliteStore;
 use crate::store::{MetaStore, KEY_SEAL_META};
@@ -33,6 +36,48 @@ pub struct ManagerConfig {
     pub listen: String,
     #[serde(default)]
     pub policy: Policy,
+    /// Where the metadata lives when not in `meta.sqlite`: a PostgreSQL connection string
+    /// ([`Meta::parse`]). Absent in configs written before PostgreSQL, which stay SQLite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<String>,
+}
+
+/// Where a manager keeps its metadata (`--meta`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Meta {
+    /// `meta.sqlite` in the manager's directory (the default).
+    Sqlite,
+    /// A PostgreSQL database: a `postgres://` or `postgresql://` URL, or libpq's
+    /// `key=value` pairs (`host=/path/to/socket dbname=nasd`).
+    Postgres(String),
+}
+
+impl Meta {
+    /// `sqlite`, or a PostgreSQL connection string.
+    pub fn parse(text: &str) -> MgrResult<Meta> {
+        let t = text.trim();
+        if t == "sqlite" {
+            return Ok(Meta::Sqlite);
+        }
+        if t.starts_with("postgres://") || t.starts_with("postgresql://") || t.contains('=') {
+            return Ok(Meta::Postgres(t.to_string()));
+        }
+        Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!(
+                "--meta {t}: expected `sqlite`, a postgres://USER@HOST/DB URL or \
+                 `host=... dbname=...`"
+            ),
+        ))
+    }
+
+    /// What the config records: nothing for SQLite.
+    fn recorded(&self) -> Option<String> {
+        match self {
+            Meta::Sqlite => None,
+            Meta::Postgres(c) => Some(c.clone()),
+        }
+    }
 }
 
 fn err(what: String) -> MgrError {
@@ -47,6 +92,8 @@ pub struct InitOptions {
     /// Extra DNS names or addresses for the server certificate.
     pub names: Vec<String>,
     pub policy: Policy,
+    /// Where the metadata lives (recorded in the config, so `run` finds it again).
+    pub meta: Meta,
 }
 
 pub fn config_path(dir: &Path) -> PathBuf {
@@ -79,8 +126,8 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
     }
     nasd_private::create_dir(&o.dir).map_err(|e| err(e.to_string()))?;
     let keys = crate::login::load_or_make_keys(&o.dir, None)?;
-    let mut st = open_store(&o.dir)?;
-    users::add_password_user_here(&mut st, &keys, &o.admin_user, &o.admin_password, true)?;
+    let mut st = open_store(&o.dir, &o.meta)?;
+    users::add_password_user_here(st.as_mut(), &keys, &o.admin_user, &o.admin_password, true)?;
     if st
         .group_by_name(users::USERS_GROUP)
         .map_err(|e| err(e.to_string()))?
@@ -94,6 +141,7 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
         version: CONFIG_VERSION,
         listen: o.listen.clone(),
         policy: o.policy.clone(),
+        meta: o.meta.recorded(),
     };
     let text = serde_json::to_string_pretty(&cfg).expect("plain struct");
     nasd_private::write_file(&config_path(&o.dir), (text + "\n").as_bytes())
@@ -101,12 +149,23 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
     Ok(())
 }
 
-/// Opens the store in `dir`, its file created private first (SQLite gives the `-wal` and
-/// `-shm` files the database file's mode).
-fn open_store(dir: &Path) -> MgrResult<SqliteStore> {
-    let path = dir.join("meta.sqlite");
-    nasd_private::create_file(&path).map_err(|e| err(e.to_string()))?;
-    SqliteStore::open(&path).map_err(|e| err(format!("{}: {e}", path.display())))
+/// Opens the store `meta` names: SQLite in `dir`, its file created private first (SQLite
+/// gives the `-wal` and `-shm` files the database file's mode), or a PostgreSQL database.
+fn open_store(dir: &Path, meta: &Meta) -> MgrResult<Box<dyn MetaStore>> {
+    match meta {
+        Meta::Sqlite => {
+            let path = dir.join("meta.sqlite");
+            nasd_private::create_file(&path).map_err(|e| err(e.to_string()))?;
+            let st =
+                SqliteStore::open(&path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+            Ok(Box::new(st))
+        }
+        Meta::Postgres(conninfo) => {
+            let st = PgStore::connect(conninfo)
+                .map_err(|e| err(format!("the PostgreSQL metadata store: {e}")))?;
+            Ok(Box::new(st))
+        }
+    }
 }
 
 /// The passphrase of a manager whose keys are sealed, asked for only when they are.
@@ -131,8 +190,8 @@ fn unlock(st: &dyn MetaStore, passphrase: Passphrase<'_>) -> MgrResult<Option<Ar
 /// is finished by the next start with the passphrase (a key still in clear reads, and is
 /// sealed when written); then the store is compacted so no page keeps a key in clear.
 pub fn seal(dir: &Path, passphrase: &[u8]) -> MgrResult<()> {
-    load_config(dir)?;
-    let mut st = open_store(dir)?;
+    let cfg = load_config(dir)?;
+    let mut st = open_store(dir, &recorded_meta(&cfg)?)?;
     if st
         .get_meta(KEY_SEAL_META)
         .map_err(|e| err(e.to_string()))?
@@ -158,22 +217,33 @@ pub fn seal(dir: &Path, passphrase: &[u8]) -> MgrResult<()> {
     st.compact().map_err(|e| err(e.to_string()))
 }
 
-/// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`.
-/// `on_listen` is told the bound address; `passphrase` is asked only when its keys are sealed.
+/// The metadata store the manager's config names (SQLite when it names none).
+fn recorded_meta(cfg: &ManagerConfig) -> MgrResult<Meta> {
+    match &cfg.meta {
+        Some(c) => Meta::parse(c),
+        None => Ok(Meta::Sqlite),
+    }
+}
+
+/// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`,
+/// its metadata where `meta` says (default: where the config says). `on_listen` is told the
+/// bound address; `passphrase` is asked only when its keys are sealed.
 pub async fn run(
     dir: &Path,
     listen: Option<&str>,
+    meta: Option<&Meta>,
     passphrase: Passphrase<'_>,
     on_listen: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()>,
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
     nasd_private::check_tree(dir).map_err(|e| err(e.to_string()))?;
-    let mut st = open_store(dir)?;
-    let seal = unlock(&st, passphrase)?;
+    let recorded = recorded_meta(&cfg)?;
+    let mut st = open_store(dir, meta.unwrap_or(&recorded))?;
+    let seal = unlock(st.as_ref(), passphrase)?;
     st.set_key_seal(seal.clone());
     let keys = crate::login::load_or_make_keys(dir, seal.as_deref())?;
-    let m = Manager::with_keys(Box::new(st), cfg.policy.clone(), keys)?;
+    let m = Manager::with_keys(st, cfg.policy.clone(), keys)?;
     let tls = tls::server_config(dir)?;
     let addr = listen.unwrap_or(&cfg.listen);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -188,4 +258,23 @@ pub async fn run(
     server::serve(m, listener, tls, shutdown).await;
     bg.abort();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Meta;
+
+    #[test]
+    fn meta_is_sqlite_or_a_postgresql_connection_string() {
+        assert_eq!(Meta::parse("sqlite").unwrap(), Meta::Sqlite);
+        for c in [
+            "postgres://nasd@db.example/nasd",
+            "postgresql://u:p@127.0.0.1:5432/m",
+            "host=/run/postgresql dbname=nasd",
+        ] {
+            assert_eq!(Meta::parse(c).unwrap(), Meta::Postgres(c.into()));
+        }
+        assert!(Meta::parse("mysql://x").is_err());
+        assert_eq!(Meta::Sqlite.recorded(), None);
+    }
 }

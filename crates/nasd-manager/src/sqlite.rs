@@ -2291,6 +2291,13 @@ impl MetaStore for SqliteStore {
         self.seal = seal;
     }
 
+    /// Secure deletion on, `VACUUM`, the write-ahead log emptied.
+    fn compact(&mut self) -> StoreResult<()> {
+        self.db
+            .execute_batch("PRAGMA secure_delete = ON; VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(db)
+    }
+
     fn drives(&self) -> StoreResult<Vec<DriveRecord>> {
         type Row = (i64, String, u8, Vec<u8>, i64, Vec<u8>, Vec<u8>, i64);
         let mut st = self

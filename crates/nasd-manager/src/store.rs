@@ -610,6 +610,9 @@ pub trait MetaStore: Send {
     /// them and `put_drive` seals them ([`stored_drive_key`], [`drive_key_of`]). A key stored
     /// in clear still reads (a seal interrupted) until its drive is put again.
     fn set_key_seal(&mut self, seal: Option<std::sync::Arc<KeySeal>>);
+    /// Rewrites the engine's storage of the drives so no page or old row version keeps what
+    /// was replaced (after the drives' keys were sealed).
+    fn compact(&mut self) -> StoreResult<()>;
 
     fn drives(&self) -> StoreResult<Vec<DriveRecord>>;
     /// Inserts or replaces a drive record.

@@ -23,6 +23,11 @@ pub enum ManagerCmd {
         /// Extra DNS name or address for the manager's certificate (repeatable).
         #[arg(long = "name")]
         names: Vec<String>,
+        /// Where the metadata lives: `sqlite` (meta.sqlite in DIR, the default) or a
+        /// PostgreSQL database (postgres://USER@HOST/DB, or `host=/socket/dir dbname=DB`);
+        /// recorded in the config, so `run` uses it too.
+        #[arg(long, value_name = "STORE")]
+        meta: Option<String>,
     },
     /// Serve the manager in DIR until SIGTERM or ctrl-c.
     Run {
@@ -31,6 +36,10 @@ pub enum ManagerCmd {
         /// HOST:PORT (default: the one given at init).
         #[arg(long)]
         listen: Option<String>,
+        /// Where the metadata lives (default: where `init` recorded it): `sqlite` or a
+        /// PostgreSQL connection string, as for `init`.
+        #[arg(long, value_name = "STORE")]
+        meta: Option<String>,
         /// For a manager whose keys are sealed: the passphrase ($NASD_MANAGER_PASSPHRASE,
         /// this file, or asked).
         #[arg(long, value_name = "FILE")]
@@ -82,7 +91,12 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             admin,
             admin_password_file,
             names,
+            meta,
         } => {
+            let meta = match meta {
+                Some(m) => setup::Meta::parse(&m)?,
+                None => setup::Meta::Sqlite,
+            };
             let admin_password = match admin_password_file {
                 Some(f) => std::fs::read_to_string(&f)
                     .with_context(|| format!("{}", f.display()))?
@@ -105,6 +119,7 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
                 admin_password,
                 names,
                 policy: Policy::default(),
+                meta,
             })?;
             println!("manager initialized in {}", data.display());
             println!("cluster CA         {}", data.join("tls/ca.der").display());
@@ -126,12 +141,15 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
         ManagerCmd::Run {
             data,
             listen,
+            meta,
             passphrase_file,
         } => crate::runtime()?.block_on(async move {
+            let meta = meta.as_deref().map(setup::Meta::parse).transpose()?;
             let file = passphrase_file.clone();
             setup::run(
                 &data,
                 listen.as_deref(),
+                meta.as_ref(),
                 Box::new(move || {
                     manager_passphrase(file.as_deref()).map_err(|e| {
                         nasd_manager::MgrError::new(

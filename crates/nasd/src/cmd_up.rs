@@ -135,6 +135,10 @@ pub fn down(data: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(pid) = crate::cmd_s3::stop(&dir) {
         println!("stopped the S3 gateway (pid {pid})");
     }
-    nasd_cluster::down(&dir, |name, pid| println!("stopped {name} (pid {pid})"))?;
+    nasd_cluster::down(
+        &dir,
+        |name, pid| println!("stopped {name} (pid {pid})"),
+        || println!("stopped the cluster's PostgreSQL"),
+    )?;
     Ok(())
 }

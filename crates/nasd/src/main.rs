@@ -123,6 +123,11 @@ enum Cmd {
         /// own acts for the users whose keys sign requests).
         #[arg(long, value_name = "ADDR")]
         s3: Option<String>,
+        /// Where a new cluster's manager keeps its metadata: `sqlite` (the default),
+        /// `postgres` (a private PostgreSQL server in DIR/postgres, from the system's
+        /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
+        #[arg(long, value_name = "STORE")]
+        meta: Option<String>,
     },
     /// Stop a cluster started with `nasd up --background`.
     Down {
@@ -357,6 +362,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             drive_capacity,
             background,
             s3,
+            meta,
         } => cmd_up::up(
             data,
             drives,
@@ -364,6 +370,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,
                 background,
+                meta: meta
+                    .as_deref()
+                    .map(nasd_cluster::postgres::Meta::parse)
+                    .transpose()?
+                    .unwrap_or_default(),
                 ..nasd_cluster::Options::drives(drives.unwrap_or(cmd_up::DRIVES_DEFAULT))
             },
         ),

@@ -64,12 +64,14 @@ fn run_manager(dir: &std::path::Path, env: &[(&str, &str)]) -> (bool, String) {
         c.env(k, v);
     }
     let o = c.output().unwrap();
-    (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
-fn a_sealed_managers_directory_gives_away_no_drive_key_and_it_starts_only_with_the_passphrase()
-{
+fn a_sealed_managers_directory_gives_away_no_drive_key_and_it_starts_only_with_the_passphrase() {
     let mut options = Options::drives(2);
     let env = format!("NASD_MANAGER_PASSPHRASE={PASSPHRASE}");
     options
@@ -87,7 +89,10 @@ fn a_sealed_managers_directory_gives_away_no_drive_key_and_it_starts_only_with_t
     let opaque = std::fs::read_to_string(dir.join("keys/opaque.key")).unwrap();
     let opaque_hex = opaque.lines().nth(1).unwrap().to_string();
     let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-    assert!(contains(&directory_bytes(&dir), &keys[0]), "in clear before");
+    assert!(
+        contains(&directory_bytes(&dir), &keys[0]),
+        "in clear before"
+    );
 
     let o = up.nasd(
         &["manager", "seal", "--data", dir.to_str().unwrap()],
@@ -96,7 +101,10 @@ fn a_sealed_managers_directory_gives_away_no_drive_key_and_it_starts_only_with_t
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let all = directory_bytes(&dir);
     for k in &keys {
-        assert!(!contains(&all, k), "a drive key lies in clear after the seal");
+        assert!(
+            !contains(&all, k),
+            "a drive key lies in clear after the seal"
+        );
     }
     assert!(
         !contains(&all, opaque_hex.as_bytes()),
@@ -123,6 +131,9 @@ fn a_sealed_managers_directory_gives_away_no_drive_key_and_it_starts_only_with_t
     assert_eq!(up.ok(&["cat", "nasd:/after"]), "written after the seal");
     let all = directory_bytes(&dir);
     for k in &keys {
-        assert!(!contains(&all, k), "a drive key in clear after running sealed");
+        assert!(
+            !contains(&all, k),
+            "a drive key in clear after running sealed"
+        );
     }
 }

@@ -130,7 +130,7 @@ fn remove_abandoned_runs() {
         }
         let cluster = e.path().join("cluster");
         if nasd_cluster::Cluster::is_initialized(&cluster) {
-            let _ = nasd_cluster::down(&cluster, |_, _| {});
+            let _ = nasd_cluster::down(&cluster, |_, _| {}, || {});
         }
         if !mount::mounts_under(&e.path()) {
             let _ = std::fs::remove_dir_all(e.path());

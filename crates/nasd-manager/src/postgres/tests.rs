@@ -1,0 +1,117 @@
+//! The PostgreSQL engine on a real server: a throwaway one per test ([`TestServer`]), and the
+//! whole conformance suite on it, one fresh database per run of the suite's constructor.
+
+use super::server::PrivateServer;
+use super::*;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A PostgreSQL server in a temporary directory, stopped and removed on drop. Without
+/// PostgreSQL's binaries it panics saying how to install them: a test that needs a server
+/// fails rather than skips.
+pub struct TestServer {
+    server: PrivateServer,
+    databases: AtomicU32,
+    _tmp: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let server = PrivateServer::new(&tmp.path().join("pg"))
+            .unwrap_or_else(|e| panic!("a PostgreSQL server for the tests: {e}"));
+        server
+            .start()
+            .unwrap_or_else(|e| panic!("starting PostgreSQL for the tests: {e}"));
+        TestServer {
+            server,
+            databases: AtomicU32::new(0),
+            _tmp: tmp,
+        }
+    }
+
+    /// A store on a new, empty database.
+    pub fn fresh_store(&self) -> PgStore {
+        let name = format!("t{}", self.databases.fetch_add(1, Ordering::Relaxed));
+        self.server.create_database(&name).unwrap();
+        PgStore::connect(&self.server.conninfo(&name)).unwrap()
+    }
+
+    pub fn conninfo(&self, dbname: &str) -> String {
+        self.server.conninfo(dbname)
+    }
+
+    pub fn create_database(&self, name: &str) {
+        self.server.create_database(name).unwrap();
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Err(e) = self.server.stop() {
+            eprintln!("stopping the test's PostgreSQL: {e}");
+        }
+    }
+}
+
+#[test]
+fn conformance_on_postgresql() {
+    let pg = TestServer::start();
+    crate::conformance::run(|| pg.fresh_store());
+}
+
+#[test]
+fn reconnecting_keeps_everything_and_does_not_migrate_again() {
+    let pg = TestServer::start();
+    pg.create_database("reopen");
+    {
+        let mut s = PgStore::connect(&pg.conninfo("reopen")).unwrap();
+        s.add_group("g").unwrap();
+        s.add_user("u", "phc", false, 0).unwrap();
+        s.link_new(ROOT_INO, "d", &crate::conformance::dir(0))
+            .unwrap();
+    }
+    let s = PgStore::connect(&pg.conninfo("reopen")).unwrap();
+    assert!(s.user_by_name("u").unwrap().is_some());
+    assert!(s.lookup(ROOT_INO, "d").unwrap().is_some());
+    assert_eq!(
+        s.get_meta("schema").unwrap(),
+        Some(SCHEMA_VERSION.to_le_bytes().to_vec())
+    );
+}
+
+/// Rows the engine never writes read as errors, not panics: an inode of an unknown kind, a
+/// uid out of range, a drive key of the wrong length.
+#[test]
+fn a_malformed_row_is_a_store_error() {
+    let pg = TestServer::start();
+    let mut s = pg.fresh_store();
+    let ino = s
+        .link_new(ROOT_INO, "f", &crate::conformance::file(0, 9))
+        .unwrap();
+    s.db.execute(
+        "UPDATE inodes SET kind = 99 WHERE ino = $1",
+        conn::params![ino as i64],
+    )
+    .unwrap();
+    assert!(matches!(s.inode(ino), Err(StoreError::Db(e)) if e.contains("unknown kind")));
+    s.db.execute(
+        "UPDATE inodes SET kind = 1, uid = $2 WHERE ino = $1",
+        conn::params![ino as i64, 1i64 << 40],
+    )
+    .unwrap();
+    assert!(matches!(s.inode(ino), Err(StoreError::Db(e)) if e.contains("out of range")));
+    s.db.execute_batch("INSERT INTO drives VALUES (1, 'a', 1, '\\x00', 1, '\\x00', '\\x00', 0)")
+        .unwrap();
+    assert!(matches!(s.drives(), Err(StoreError::Db(_))));
+}
+
+/// The manager calls its store from tokio tasks, on current-thread runtimes too (its tests):
+/// the engine never enters a runtime of its own there.
+#[tokio::test(flavor = "current_thread")]
+async fn the_store_works_inside_a_current_thread_runtime() {
+    let pg = TestServer::start();
+    let mut s = pg.fresh_store();
+    let uid = s.add_user("u", "phc", false, 0).unwrap();
+    let task = tokio::spawn(async move { s.user_by_uid(uid).unwrap().map(|u| u.name) });
+    assert_eq!(task.await.unwrap().as_deref(), Some("u"));
+}
