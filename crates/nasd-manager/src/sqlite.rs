@@ -28,7 +28,8 @@
 //!        index components_drive(drive, object)
 //! dirents(parent INT, name TEXT, ino INT, PK(parent, name))   index dirents_ino(ino)
 //! drives(drive INT PK, addr TEXT, suite INT, drive_key BLOB, part INT, part_key BLOB,
-//!        working_key BLOB, rotated_ms INT)
+//!        working_key BLOB, rotated_ms INT)   keys of 32 bytes, or 48 sealed under the
+//!        passphrase whose header is the `meta` row `key_seal` (`store::stored_drive_key`)
 //! sessions(token_hash BLOB PK, uid INT, expires_ms INT, via INT NULL)
 //! s3_keys(access_key TEXT PK, uid INT, secret TEXT, created_ms INT)
 //! staged(drive INT, part INT, object INT, acv INT, uid INT, path TEXT, mode INT,
