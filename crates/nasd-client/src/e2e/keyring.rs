@@ -392,7 +392,7 @@ impl Client {
             let us = self.call("/", get).await?;
             Ok::<_, FsError>(Some(us.into_iter().find(|u| u.uid == me)))
         };
-        let (log, mine) = tokio::join!(self.key_log(fresh), get_own);
+        let (log, mine) = tokio::join!(self.key_log_of(uids, fresh), get_own);
         let (log, mine) = (log?, mine?);
         let mut out: HashMap<u32, UserKeys> = uids
             .iter()
@@ -419,7 +419,7 @@ impl Client {
         path: &str,
         uids: &[u32],
     ) -> Result<(HashMap<u32, UserKeys>, Vec<u32>), FsError> {
-        let log = self.key_log(false).await?;
+        let log = self.key_log_of(uids, false).await?;
         let (mut out, mut unverified) = (HashMap::new(), vec![]);
         for &u in uids {
             match log.view.trust(u) {
@@ -437,6 +437,22 @@ impl Client {
             }
         }
         Ok((out, unverified))
+    }
+
+    /// The key log for looking up `uids`: read again at once when one of them has no keys in
+    /// the copy held (a user who made keys since the last read), as a lookup that missed the
+    /// cache did before the log.
+    async fn key_log_of(
+        &self,
+        uids: &[u32],
+        fresh: bool,
+    ) -> Result<tokio::sync::MutexGuard<'_, KeyLogState>, FsError> {
+        let log = self.key_log(fresh).await?;
+        if fresh || uids.iter().all(|&u| log.view.keys(u).is_some()) {
+            return Ok(log);
+        }
+        drop(log);
+        self.key_log(true).await
     }
 
     /// The checked copy of the key log, read from the manager first when `fresh` or older
