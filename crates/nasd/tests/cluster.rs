@@ -596,21 +596,7 @@ fn nasd_up_makes_its_cluster_current_for_later_commands() {
     let home = tmp.path().join("home");
     std::fs::create_dir(&home).unwrap();
     // A user's environment: HOME only, nothing nasd-specific.
-    let nasd = |args: &[&str]| {
-        let o = Command::new(NASD)
-            .args(args)
-            .env("HOME", &home)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("NASD_CONFIG")
-            .env_remove("NASD_DATA")
-            .env_remove("NASD_USER")
-            .env_remove("NASD_PASSWORD")
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        (o.status.success(), out, err)
-    };
+    let nasd = |args: &[&str]| nasd_at_home(&home, args);
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     // Stops both clusters however the test ends (a no-op for one already down).
     struct Down(Vec<std::path::PathBuf>);

@@ -11,22 +11,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Runs `nasd ARGS` as a user would (HOME only, nothing nasd-specific in the environment):
-/// (succeeded, stdout, stderr).
+/// Runs `nasd ARGS` as a user would (HOME only, nothing nasd-specific in the environment).
 fn nasd(home: &Path, args: &[&str]) -> (bool, String, String) {
-    let o = Command::new(NASD)
-        .args(args)
-        .env("HOME", home)
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_DATA")
-        .env_remove("NASD_USER")
-        .env_remove("NASD_PASSWORD")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    (o.status.success(), out, err)
+    common::nasd_at_home(home, args)
 }
 
 /// Stops the cluster however the test ends (a no-op once it is down).

@@ -11,7 +11,7 @@
 
 use super::conn::{params, Conn};
 use crate::store::{StoreError, StoreResult};
-use nasd_proto::manager::{KeyLogEntry, UserKeys};
+use nasd_proto::manager::KeyLogEntry;
 
 /// Entries in the log.
 pub(super) fn len(c: &Conn) -> StoreResult<u64> {
@@ -20,18 +20,8 @@ pub(super) fn len(c: &Conn) -> StoreResult<u64> {
 }
 
 /// Appends `entry` unless its user's version is logged already (the same keys set again
-/// with only their sealed seed changed).
+/// with only their sealed seed changed). An entry's encoding carries no sealed seed.
 pub(super) fn append(tx: &Conn, entry: &KeyLogEntry) -> StoreResult<()> {
-    let entry = match entry {
-        KeyLogEntry::Keys { uid, keys } => KeyLogEntry::Keys {
-            uid: *uid,
-            keys: UserKeys {
-                sealed: vec![],
-                ..keys.clone()
-            },
-        },
-        e => e.clone(),
-    };
     let next = len(tx)? + 1;
     tx.execute(
         "INSERT INTO key_log(idx, uid, version, entry) VALUES ($1, $2, $3, $4)

@@ -10,7 +10,7 @@
 
 use super::{db, keys_of};
 use crate::store::{StoreError, StoreResult};
-use nasd_proto::manager::{KeyLogEntry, UserKeys};
+use nasd_proto::manager::KeyLogEntry;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 /// The table and index of schema 13 (a new database and the migration both make them).
@@ -50,18 +50,8 @@ pub(super) fn len(c: &Connection) -> StoreResult<u64> {
 }
 
 /// Appends `entry` unless its user's version is logged already (the same keys set again
-/// with only their sealed seed changed).
+/// with only their sealed seed changed). An entry's encoding carries no sealed seed.
 pub(super) fn append(tx: &Transaction<'_>, entry: &KeyLogEntry) -> StoreResult<()> {
-    let entry = match entry {
-        KeyLogEntry::Keys { uid, keys } => KeyLogEntry::Keys {
-            uid: *uid,
-            keys: UserKeys {
-                sealed: vec![],
-                ..keys.clone()
-            },
-        },
-        e => e.clone(),
-    };
     let next = len(tx)? + 1;
     tx.execute(
         "INSERT OR IGNORE INTO key_log(idx, uid, version, entry) VALUES (?1, ?2, ?3, ?4)",

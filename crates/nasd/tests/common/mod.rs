@@ -162,6 +162,24 @@ impl Up {
     }
 }
 
+/// Runs `nasd ARGS` as a user would, with HOME `home` and nothing nasd-specific in the
+/// environment: (succeeded, stdout, stderr).
+pub fn nasd_at_home(home: &Path, args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(NASD)
+        .args(args)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_DATA")
+        .env_remove("NASD_USER")
+        .env_remove("NASD_PASSWORD")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (o.status.success(), out, err)
+}
+
 /// An error and its causes, one after another.
 /// Runs `nasd ARGS` with no cluster configured (a fresh `HOME`, no `NASD_CONFIG` or
 /// `NASD_DATA`), as the benchmarks that start clusters of their own are run; returns its
