@@ -562,6 +562,12 @@ const _: () = assert!(KEY_FILE_ENTRIES_MAX <= u16::MAX as usize);
 /// A group's private key wrapped to one member (seed 001 §3.2; B.1). The manager stores one per
 /// (group, key version, member); removing a member means a new group key pair.
 ///
+/// A *link* is the same wrap of version `v`'s secret to version `v + 1`'s public key, with
+/// [`GroupKeyWrap::LINK_UID`] in the member's place ([`GroupKeyWrap::link`]): whoever holds a
+/// version's secret opens every older one through the links, so members (also those who join
+/// later) read what was wrapped to the group before a new key pair, and a member removed
+/// before that version opens nothing newer.
+///
 /// Encoding: `version u8 = 1 ‖ gid u32 ‖ group_key_version u32 ‖ member_uid u32 ‖ enc[32] ‖
 /// ciphertext[48]` (93 bytes). The wrap's `aad` is `gid ‖ group_key_version ‖ member_uid`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -607,6 +613,34 @@ impl GroupKeyWrap {
             member_uid,
             wrapped,
         })
+    }
+
+    /// The member uid of a link: no user has it (uids are below `u32::MAX`), and the `aad`
+    /// binds it, so a link is never taken for a member's wrap or the reverse.
+    pub const LINK_UID: u32 = u32::MAX;
+
+    /// Wraps version `older_version`'s secret of group `gid` to the public key of the
+    /// group's next version (a link).
+    pub fn link(
+        gid: u32,
+        older_version: KeyVersion,
+        older_secret: &SecretKey,
+        newer_pk: PublicKey,
+        rng: &mut impl CryptoRng,
+    ) -> Result<GroupKeyWrap, WrapError> {
+        Self::wrap(
+            gid,
+            older_version,
+            older_secret,
+            Self::LINK_UID,
+            newer_pk,
+            rng,
+        )
+    }
+
+    /// Whether this is a link to the next version rather than a member's wrap.
+    pub fn is_link(&self) -> bool {
+        self.member_uid == Self::LINK_UID
     }
 
     /// Opens the wrap with the member's secret key, giving the group's secret key.
@@ -755,6 +789,29 @@ mod tests {
         let k = FileKey::generate();
         let fw = wrap_file_key(group.public(), fid(3), 1, &k, &mut os_rng()).unwrap();
         assert_eq!(unwrap_file_key(&g, fid(3), 1, &fw).unwrap(), k);
+    }
+
+    #[test]
+    fn links_open_older_versions_only() {
+        let (v1, v2, v3) = (
+            SecretKey::generate(),
+            SecretKey::generate(),
+            SecretKey::generate(),
+        );
+        let l2 = GroupKeyWrap::link(20, 1, &v1, v2.public(), &mut os_rng()).unwrap();
+        let l3 = GroupKeyWrap::link(20, 2, &v2, v3.public(), &mut os_rng()).unwrap();
+        assert!(l2.is_link() && l3.is_link());
+        let l3 = GroupKeyWrap::decode(&l3.encode()).unwrap();
+        // The newest secret opens every older one, one link at a time.
+        let got2 = l3.unwrap(&v3).unwrap();
+        assert_eq!(got2.public(), v2.public());
+        assert_eq!(l2.unwrap(&got2).unwrap().public(), v1.public());
+        // An older secret opens no newer one.
+        assert!(l3.unwrap(&v1).is_err());
+        // A link is no member's wrap: the aad binds the link uid.
+        let mut as_member = l3.clone();
+        as_member.member_uid = 10;
+        assert!(as_member.unwrap(&v3).is_err());
     }
 
     #[test]

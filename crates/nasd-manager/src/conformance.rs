@@ -532,25 +532,35 @@ fn user_and_group_keys<S: MetaStore>(s: &mut S) {
     key_log(s, a, b, &k2);
     // Groups: members, key versions, wraps of the current version only.
     assert_eq!(s.members_of(g).unwrap(), vec![a, b]);
-    assert_eq!(s.group_key(g).unwrap(), (0, None));
-    s.set_group_key(g, 1, &[7; 32], &[(a, vec![1; 93])])
+    assert_eq!(s.group_key(g).unwrap(), GroupKeyPair::default());
+    s.set_group_key(g, 1, &[7; 32], None, &[(a, vec![1; 93])])
         .unwrap();
-    assert_eq!(s.group_key(g).unwrap(), (1, Some([7; 32])));
+    let v1 = GroupKeyPair {
+        version: 1,
+        public: Some([7; 32]),
+        rekey: false,
+    };
+    assert_eq!(s.group_key(g).unwrap(), v1);
     assert_eq!(s.group_wrap(g, a).unwrap(), Some(vec![1; 93]));
     assert_eq!(s.group_wrap(g, b).unwrap(), None);
-    s.set_group_key(g, 1, &[7; 32], &[(b, vec![2; 93])])
+    s.set_group_key(g, 1, &[7; 32], Some(&[9; 93]), &[(b, vec![2; 93])])
         .unwrap();
     assert_eq!(s.group_wrap(g, b).unwrap(), Some(vec![2; 93]));
     assert_eq!(
-        s.set_group_key(g, 1, &[8; 32], &[]),
+        s.group_key_links(g, 10).unwrap(),
+        Vec::<Vec<u8>>::new(),
+        "the same version again keeps no link"
+    );
+    assert_eq!(
+        s.set_group_key(g, 1, &[8; 32], None, &[]),
         Err(StoreError::Conflict),
         "same version, another key"
     );
     assert_eq!(
-        s.set_group_key(g, 0, &[7; 32], &[]),
+        s.set_group_key(g, 0, &[7; 32], None, &[]),
         Err(StoreError::Conflict)
     );
-    s.set_group_key(g, 2, &[8; 32], &[(b, vec![4; 93])])
+    s.set_group_key(g, 2, &[8; 32], Some(&[5; 93]), &[(b, vec![4; 93])])
         .unwrap();
     assert_eq!(
         s.group_wrap(g, a).unwrap(),
@@ -559,9 +569,60 @@ fn user_and_group_keys<S: MetaStore>(s: &mut S) {
     );
     assert_eq!(s.group_wrap(g, b).unwrap(), Some(vec![4; 93]));
     assert_eq!(
-        s.set_group_key(9_999, 1, &[7; 32], &[]),
+        s.set_group_key(9_999, 1, &[7; 32], None, &[]),
         Err(StoreError::NotFound)
     );
+    group_members_and_links(s, g, a, b);
+}
+
+/// Removing a member drops their wrap and leaves the group due a new key pair, which clears
+/// the mark; links come newest first; a reset drops the user's wraps.
+fn group_members_and_links<S: MetaStore>(s: &mut S, g: u32, a: u32, b: u32) {
+    let home = s.add_group("cal").unwrap();
+    let c = s.add_user("cal", "phc", false, home).unwrap();
+    assert_eq!(s.remove_member(g, c), Err(StoreError::NotFound));
+    s.add_member(g, c).unwrap();
+    assert_eq!(s.members_of(g).unwrap(), vec![a, b, c]);
+    let mut both = vec![home, g];
+    both.sort_unstable();
+    assert_eq!(s.groups_of(c).unwrap(), both);
+    s.set_group_key(g, 2, &[8; 32], None, &[(c, vec![6; 93])])
+        .unwrap();
+    assert_eq!(s.group_wrap(g, c).unwrap(), Some(vec![6; 93]));
+    s.remove_member(g, c).unwrap();
+    assert_eq!(s.members_of(g).unwrap(), vec![a, b]);
+    assert_eq!(s.group_wrap(g, c).unwrap(), None, "the member's wrap goes");
+    assert_eq!(s.group_wrap(g, b).unwrap(), Some(vec![4; 93]));
+    let due = s.group_key(g).unwrap();
+    assert_eq!((due.version, due.rekey), (2, true));
+    assert_eq!(s.remove_member(g, c), Err(StoreError::NotFound));
+    // A member by primary group is no added member.
+    assert_eq!(s.remove_member(g, a), Err(StoreError::NotFound));
+    s.set_group_key(g, 3, &[3; 32], Some(&[6; 93]), &[(b, vec![7; 93])])
+        .unwrap();
+    assert_eq!(
+        s.group_key(g).unwrap(),
+        GroupKeyPair {
+            version: 3,
+            public: Some([3; 32]),
+            rekey: false
+        },
+        "a new key pair is no longer due"
+    );
+    assert_eq!(
+        s.group_key_links(g, 10).unwrap(),
+        vec![vec![6; 93], vec![5; 93]]
+    );
+    assert_eq!(s.group_key_links(g, 1).unwrap(), vec![vec![6; 93]]);
+    assert_eq!(s.group_key_links(9_999, 10).unwrap(), Vec::<Vec<u8>>::new());
+    // A group without a key pair is not due one when a member leaves.
+    let h = s.add_group("crew2").unwrap();
+    s.add_member(h, c).unwrap();
+    s.remove_member(h, c).unwrap();
+    assert_eq!(s.group_key(h).unwrap(), GroupKeyPair::default());
+    // A reset of a user's keys drops their wraps of group secrets.
+    s.reset_user_keys(b, a, 1).unwrap();
+    assert_eq!(s.group_wrap(g, b).unwrap(), None);
 }
 
 /// A user's usage, and the sum of their files' charges: always equal.

@@ -8,8 +8,7 @@
 //!   compare-and-swap on commit, the user who committed it, their signature, and side data
 //!   it stores but cannot read (the key file of wraps, counter intervals, pins);
 //! - users' public keys and their secrets sealed under their passwords (only the user gets
-//!   theirs back), and groups' key pairs with the secret wrapped to each member (seed 001
-//!   §3.2: "each member of the group needs a copy of the group's private key").
+//!   theirs back); groups' key pairs are [`crate::groups`]'.
 //!
 //! Nothing here unwraps anything: every secret the manager stores is sealed to a password it
 //! does not keep or wrapped to a private key it never sees.
@@ -18,8 +17,7 @@ use crate::service::{denied, store_err, Caller, Manager};
 use crate::store::{Inode, StoreError};
 use crate::{MgrError, MgrResult};
 use nasd_proto::e2e::{
-    BLOCK_LOG2_MAX, BLOCK_LOG2_MIN, GROUP_WRAP_BYTES_MAX, POLICY_READERS_MAX,
-    SEALED_SECRET_BYTES_MAX,
+    BLOCK_LOG2_MAX, BLOCK_LOG2_MIN, POLICY_READERS_MAX, SEALED_SECRET_BYTES_MAX,
 };
 use nasd_proto::manager::*;
 
@@ -473,31 +471,6 @@ impl Manager {
             })
     }
 
-    /// Replaces the caller's own wraps of group secrets (gid, version, wrap): only of a
-    /// group's current version, and only where the caller holds a wrap already.
-    pub fn group_wrap_set(&self, c: &Caller, wraps: &[(u32, u32, Vec<u8>)]) -> MgrResult<()> {
-        let mut st = self.st();
-        for (gid, version, wrap) in wraps {
-            let what = format!("gid {gid}");
-            let (current, public) = st.group_key(*gid).map_err(|e| store_err(e, &what))?;
-            let holds = st
-                .group_wrap(*gid, c.uid)
-                .map_err(|e| store_err(e, &what))?;
-            let (Some(public), Some(_)) = (public, holds) else {
-                return Err(denied(&what, "no wrap of this group's key to replace"));
-            };
-            if *version != current || wrap.len() > GROUP_WRAP_BYTES_MAX {
-                return Err(MgrError::new(
-                    MgrStatus::Conflict,
-                    format!("{what}: key version {version} is not the group's current one"),
-                ));
-            }
-            st.set_group_key(*gid, current, &public, &[(c.uid, wrap.clone())])
-                .map_err(|e| store_err(e, &what))?;
-        }
-        Ok(())
-    }
-
     /// Public keys of the users `uids` and `names` that have them; the caller's own entry
     /// with its sealed secret.
     pub fn user_key_get(
@@ -530,98 +503,6 @@ impl Manager {
                 uid,
                 name: u.name,
                 keys,
-            });
-        }
-        Ok(out)
-    }
-
-    /// Gives `group` a key pair (or more wraps of its current one); admins only, and wraps only
-    /// to members.
-    pub fn group_key_set(
-        &self,
-        c: &Caller,
-        group: &str,
-        version: u32,
-        public: &[u8; 32],
-        wraps: &[(u32, Vec<u8>)],
-    ) -> MgrResult<()> {
-        if !c.admin {
-            return Err(denied(group, "only an admin sets a group's keys"));
-        }
-        let mut st = self.st();
-        let g = st
-            .group_by_name(group)
-            .map_err(|e| store_err(e, group))?
-            .ok_or_else(|| MgrError::new(MgrStatus::UnknownGroup, group.to_string()))?;
-        let members = st.members_of(g.gid).map_err(|e| store_err(e, group))?;
-        for (uid, wrap) in wraps {
-            // Members, and admins, who keep every group's secret to wrap it to new members.
-            let admin = st
-                .user_by_uid(*uid)
-                .map_err(|e| store_err(e, group))?
-                .is_some_and(|u| u.admin);
-            if !(members.contains(uid) || admin) || wrap.len() > GROUP_WRAP_BYTES_MAX {
-                return Err(MgrError::new(
-                    MgrStatus::InvalidArgument,
-                    format!("{group}: a wrap for uid {uid}, who is neither a member nor an admin"),
-                ));
-            }
-        }
-        st.set_group_key(g.gid, version, public, wraps)
-            .map_err(|e| match e {
-                StoreError::Conflict => MgrError::new(
-                    MgrStatus::Conflict,
-                    format!("{group}: key version {version} is not newer than the group's"),
-                ),
-                e => store_err(e, group),
-            })
-    }
-
-    /// Key pairs of the groups `gids` and `names`: version, public half, the caller's wrap,
-    /// and members with keys but no wrap of the current version.
-    pub fn group_key_get(
-        &self,
-        c: &Caller,
-        gids: &[u32],
-        names: &[String],
-    ) -> MgrResult<Vec<GroupKeyInfo>> {
-        let st = self.st();
-        let mut all = gids.to_vec();
-        for n in names {
-            if let Some(g) = st.group_by_name(n).map_err(|e| store_err(e, n))? {
-                all.push(g.gid);
-            }
-        }
-        let mut out = Vec::with_capacity(all.len());
-        for gid in all {
-            let Some(g) = st.group_by_gid(gid).map_err(|e| store_err(e, "group"))? else {
-                continue;
-            };
-            let (version, public) = st.group_key(gid).map_err(|e| store_err(e, &g.name))?;
-            let wrap = match c.via {
-                Some(_) => None,
-                None => st
-                    .group_wrap(gid, c.uid)
-                    .map_err(|e| store_err(e, &g.name))?,
-            }
-            .unwrap_or_default();
-            let mut missing = vec![];
-            if public.is_some() {
-                for uid in st.members_of(gid).map_err(|e| store_err(e, &g.name))? {
-                    let has = st.group_wrap(gid, uid).map_err(|e| store_err(e, &g.name))?;
-                    let keys = st.user_keys(uid).map_err(|e| store_err(e, &g.name))?;
-                    if let (None, Some(k)) = (has, keys) {
-                        missing.push((uid, k.enc_public));
-                    }
-                }
-            }
-            out.push(GroupKeyInfo {
-                gid,
-                name: g.name,
-                version,
-                public,
-                wrap,
-                missing,
             });
         }
         Ok(out)

@@ -26,6 +26,8 @@
 //! - [`e2e`]: end-to-end protection (issue 10): directory policies, files' trusted records
 //!   and side data, users' and groups' public keys and wraps; nothing the manager can unwrap.
 //!   [`keylog`]: the signed head and pages of the log of every key change, and resets.
+//!   [`groups`]: groups' key pairs, wrapped to members only (never to an admin who is not
+//!   one), and the new key pair a removed member leaves due.
 //! - [`lease`]: write leases, one writer per file (seed 002 §3.2); [`locks`]: record locks
 //!   and `flock` across clients, under leases of their sessions, with a grace period after a
 //!   restart.
@@ -48,6 +50,7 @@ pub mod conformance;
 pub mod conns;
 pub mod drives;
 pub mod e2e;
+pub mod groups;
 pub mod heal;
 pub mod keylog;
 pub mod lease;

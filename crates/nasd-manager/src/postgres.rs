@@ -27,7 +27,8 @@
 //! Version 1 (the `meta` row `schema`, u32 little-endian, as in SQLite) is SQLite's schema 13
 //! with PostgreSQL's types: every integer `BIGINT` (64-bit ids by bit-cast), blobs `BYTEA`,
 //! flags `BOOLEAN`, and names `COLLATE "C"` so listings come in byte order whatever the
-//! database's collation. Migrations are numbered as SQLite's are ([`MIGRATIONS`], none yet):
+//! database's collation; version 2 is SQLite's 14 (groups' secrets for members only, `groups`).
+//! Migrations are numbered as SQLite's are ([`MIGRATIONS`]):
 //! opening a database of version `v` runs every migration from `v` on, each in one
 //! transaction that also records the version it reaches, under an advisory lock so two
 //! managers opening one database at once do not both migrate it.
@@ -38,7 +39,7 @@
 //!   staged uploads, quotas), shared by the methods.
 //! - `store`: the [`MetaStore`] methods.
 //! - `counts`: the file counts `nasd status` shows, kept as files change; `keylog`: the
-//!   ordered log of users' key changes.
+//!   ordered log of users' key changes; `groups`: groups' key pairs, wraps and links.
 //! - [`server`]: a private PostgreSQL server (initdb, pg_ctl) for `nasd up` and the tests.
 
 use crate::store::*;
@@ -48,6 +49,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId};
 
 pub mod conn;
 mod counts;
+mod groups;
 mod keylog;
 pub mod server;
 mod steps;
@@ -55,7 +57,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 /// The advisory lock held while a database is created or migrated (any number that no other
@@ -132,7 +134,7 @@ CREATE TABLE drive_counts(drive BIGINT PRIMARY KEY, files BIGINT NOT NULL,
 
 /// The migration from version `i + 1` to `i + 2` is `MIGRATIONS[i]`.
 type Migration = fn(&Conn) -> StoreResult<()>;
-const MIGRATIONS: &[Migration] = &[];
+const MIGRATIONS: &[Migration] = &[groups::migrate_1_to_2];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
 impl PgStore {
@@ -205,6 +207,7 @@ impl PgStore {
     /// A new database: every table as the current version has it, and the root directory.
     fn create_fresh(tx: &Conn) -> StoreResult<()> {
         tx.execute_batch(SCHEMA_V1)?;
+        tx.execute_batch(groups::SCHEMA_GROUP_KEYS)?;
         counts::create(tx)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', $1)",

@@ -4,7 +4,7 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 13 (the `meta` row `schema` holds it):
+//! Schema version 14 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT,
@@ -14,9 +14,12 @@
 //!        sealed seed (UserKeys)
 //! key_log(idx INTEGER PK, uid INT, version INT, entry BLOB, UNIQUE(uid, version))   every
 //!        change of users' keys, in order (KeyLogEntry; [`keylog`])
-//! groups(gid INTEGER PK, name TEXT UNIQUE, key_version INT, key_public BLOB NULL)
+//! groups(gid INTEGER PK, name TEXT UNIQUE, key_version INT, key_public BLOB NULL,
+//!        key_rekey INT)   key_rekey: a member left since key_version was made
 //! group_wraps(gid INT, uid INT, version INT, wrap BLOB, PK(gid, uid))   the group's secret
-//!        of `version` wrapped to member `uid`
+//!        of `version` wrapped to member `uid` (members only)
+//! group_key_links(gid INT, version INT, link BLOB, PK(gid, version))   version - 1's secret
+//!        wrapped to version's public key ([`groups`])
 //! members(gid INT, uid INT, PK(gid, uid))
 //! inodes(ino INTEGER PK, kind INT, mode INT, uid INT, gid INT, parent INT, ctime_us INT,
 //!        mtime_us INT, acv INT, e2e BLOB NULL, geometry TEXT NULL, layout_version INT,
@@ -74,6 +77,8 @@
 //! `user_key_log` the history; credentials may now be OPAQUE password files or enrollment
 //! codes (the Argon2id hashes stay until each user's next login moves them over).
 //! Version 13 the key log (issue 21 §4): `user_key_log` became the one ordered `key_log`.
+//! Version 14 groups' secrets for members only (issue 21 §5): `groups.key_rekey`,
+//! `group_key_links`, and every wrap held by a non-member (admins held every group's) deleted.
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
@@ -83,9 +88,10 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
 mod counts;
+mod groups;
 mod keylog;
 
-pub const SCHEMA_VERSION: u32 = 13;
+pub const SCHEMA_VERSION: u32 = 14;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -185,6 +191,7 @@ const MIGRATIONS: &[Migration] = &[
     counts::migrate_10_to_11,
     migrate_11_to_12,
     keylog::migrate_12_to_13,
+    groups::migrate_13_to_14,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -608,6 +615,7 @@ impl SqliteStore {
         tx.execute_batch(SCHEMA_V3_TABLES).map_err(db)?;
         counts::create(&tx)?;
         tx.execute_batch(keylog::SCHEMA_KEY_LOG).map_err(db)?;
+        tx.execute_batch(groups::SCHEMA_GROUP_KEYS).map_err(db)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA_VERSION.to_le_bytes().to_vec()],
@@ -1536,6 +1544,12 @@ impl MetaStore for SqliteStore {
         Ok(())
     }
 
+    fn remove_member(&mut self, gid: u32, uid: u32) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        groups::remove_member(&tx, gid, uid)?;
+        tx.commit().map_err(db)
+    }
+
     fn members_of(&self, gid: u32) -> StoreResult<Vec<u32>> {
         let mut st = self
             .db
@@ -1639,6 +1653,8 @@ impl MetaStore for SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
+        tx.execute("DELETE FROM group_wraps WHERE uid = ?1", params![uid])
+            .map_err(db)?;
         let version = keylog::last_version(&tx, uid)? + 1;
         keylog::append(
             &tx,
@@ -1657,18 +1673,8 @@ impl MetaStore for SqliteStore {
         keylog::last_version(&self.db, uid)
     }
 
-    fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)> {
-        let (v, p): (u32, Option<Vec<u8>>) = self
-            .db
-            .query_row(
-                "SELECT key_version, key_public FROM groups WHERE gid = ?1",
-                params![gid],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(db)?
-            .ok_or(StoreError::NotFound)?;
-        Ok((v, p.and_then(|p| p.try_into().ok())))
+    fn group_key(&self, gid: u32) -> StoreResult<GroupKeyPair> {
+        groups::group_key(&self.db, gid)
     }
 
     fn set_group_key(
@@ -1676,38 +1682,16 @@ impl MetaStore for SqliteStore {
         gid: u32,
         version: u32,
         public: &[u8; 32],
+        link: Option<&[u8]>,
         wraps: &[(u32, Vec<u8>)],
     ) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
-        let (v, p): (u32, Option<Vec<u8>>) = tx
-            .query_row(
-                "SELECT key_version, key_public FROM groups WHERE gid = ?1",
-                params![gid],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(db)?
-            .ok_or(StoreError::NotFound)?;
-        if version < v || (version == v && p.as_deref() != Some(&public[..])) {
-            return Err(StoreError::Conflict);
-        }
-        if version > v {
-            tx.execute(
-                "UPDATE groups SET key_version = ?2, key_public = ?3 WHERE gid = ?1",
-                params![gid, version, public.to_vec()],
-            )
-            .map_err(db)?;
-            tx.execute("DELETE FROM group_wraps WHERE gid = ?1", params![gid])
-                .map_err(db)?;
-        }
-        for (uid, wrap) in wraps {
-            tx.execute(
-                "INSERT OR REPLACE INTO group_wraps(gid, uid, version, wrap) VALUES (?1, ?2, ?3, ?4)",
-                params![gid, uid, version, wrap],
-            )
-            .map_err(db)?;
-        }
+        groups::set_group_key(&tx, gid, version, public, link, wraps)?;
         tx.commit().map_err(db)
+    }
+
+    fn group_key_links(&self, gid: u32, max: usize) -> StoreResult<Vec<Vec<u8>>> {
+        groups::group_key_links(&self.db, gid, max)
     }
 
     fn group_wrap(&self, gid: u32, uid: u32) -> StoreResult<Option<Vec<u8>>> {
@@ -2775,6 +2759,7 @@ mod tests {
             let a = s.add_user("ann", "phc", false, 0).unwrap();
             let b = s.add_user("ben", "phc", false, 0).unwrap();
             // Schema 12's table, rows written b1, a1, a2.
+            s.db.execute_batch(groups::UNDO_14).unwrap();
             s.db.execute_batch(
                 "DROP TABLE key_log;
                  CREATE TABLE user_key_log(uid INTEGER NOT NULL, version INTEGER NOT NULL,
@@ -2908,6 +2893,7 @@ mod tests {
                 (2, 1, 1, 123)
             );
             // Back to version 10: no counters (11), no key log (12; no user has keys here).
+            s.db.execute_batch(groups::UNDO_14).unwrap();
             s.db.execute_batch(
                 "DROP TABLE counters; DROP TABLE drive_counts; DROP INDEX inodes_stale;
                  DROP TABLE key_log;",

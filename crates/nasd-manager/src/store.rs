@@ -132,6 +132,17 @@ pub struct Group {
     pub name: String,
 }
 
+/// A group's key pair as the store keeps it (issue 21 §5).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupKeyPair {
+    /// The current version (0: none yet).
+    pub version: u32,
+    /// Its public half; `None` until the group has a key pair.
+    pub public: Option<[u8; 32]>,
+    /// A member left since this version was made: the group is due a new key pair.
+    pub rekey: bool,
+}
+
 /// Where a file's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjRef {
@@ -391,8 +402,9 @@ pub trait MetaStore: Send {
     fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>>;
     /// The number of entries in the key log.
     fn key_log_len(&self) -> StoreResult<u64>;
-    /// Clears `uid`'s keys (their sealed seed with them) and appends a reset by admin `by` at
-    /// `at_ms` at the version after the user's last, in one transaction; returns that version.
+    /// Clears `uid`'s keys (their sealed seed and their wraps of group secrets with them) and
+    /// appends a reset by admin `by` at `at_ms` at the version after the user's last, in one
+    /// transaction; returns that version.
     /// `NotFound` for an unknown uid.
     fn reset_user_keys(&mut self, uid: u32, by: u32, at_ms: u64) -> StoreResult<u32>;
     /// The latest version of `uid`'s keys the key log holds, a reset's too (0: none).
@@ -406,6 +418,11 @@ pub trait MetaStore: Send {
     /// Adds a group; `Exists` if the name is taken. Returns the new gid.
     fn add_group(&mut self, name: &str) -> StoreResult<u32>;
     fn add_member(&mut self, gid: u32, uid: u32) -> StoreResult<()>;
+    /// Ends `uid`'s membership of `gid` (one `add_member` made, not a primary group) and,
+    /// in the same transaction, drops their wrap of the group's secret and marks the group
+    /// due a new key pair if it has one (`GroupKeyPair::rekey`). `NotFound` when `uid` is
+    /// no added member of `gid`.
+    fn remove_member(&mut self, gid: u32, uid: u32) -> StoreResult<()>;
     /// The members of `gid`: users with it as primary group and those added to it.
     fn members_of(&self, gid: u32) -> StoreResult<Vec<u32>>;
 
@@ -415,19 +432,24 @@ pub trait MetaStore: Send {
     /// the sealed seed), in the same transaction.
     /// `NotFound` for an unknown uid.
     fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()>;
-    /// A group's key pair: its version (0: none yet) and public half.
-    fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)>;
-    /// Makes `version` with `public` the group's key pair, dropping wraps of older versions,
-    /// and stores `wraps` of its secret to members (uid, wrap). The same version again with
-    /// the same public key adds wraps; an older version, or the same with another public
-    /// key, is `Conflict`. `NotFound` for an unknown group.
+    /// A group's key pair. `NotFound` for an unknown group.
+    fn group_key(&self, gid: u32) -> StoreResult<GroupKeyPair>;
+    /// Makes `version` with `public` the group's key pair, dropping wraps of older versions
+    /// and the mark of a due new key pair, keeping `link` (the previous version's secret
+    /// wrapped to this one's public key) when given, and stores `wraps` of its secret to
+    /// members (uid, wrap; replacing a wrap the uid holds). The same version again with the
+    /// same public key adds or replaces wraps (and ignores `link`); an older version, or the
+    /// same with another public key, is `Conflict`. `NotFound` for an unknown group.
     fn set_group_key(
         &mut self,
         gid: u32,
         version: u32,
         public: &[u8; 32],
+        link: Option<&[u8]>,
         wraps: &[(u32, Vec<u8>)],
     ) -> StoreResult<()>;
+    /// The links of group `gid`'s versions, newest first, at most `max` of them.
+    fn group_key_links(&self, gid: u32, max: usize) -> StoreResult<Vec<Vec<u8>>>;
     /// The wrap of the group's current secret to `uid`, if there is one.
     fn group_wrap(&self, gid: u32, uid: u32) -> StoreResult<Option<Vec<u8>>>;
     /// Replaces file `ino`'s end-to-end state, provided its current state is the one `expect`

@@ -386,8 +386,9 @@ pub struct UserKeyInfo {
 }
 
 /// A group's current key pair's public half and version, the caller's wrap of its secret (if
-/// the caller is a member holding one), and the members who have keys but no wrap of this
-/// version yet (for an admin's client to wrap to).
+/// the caller is a member holding one), whether a new key pair is due, the members who have
+/// keys but no wrap of this version yet (for a member's client to wrap to), and the links
+/// that open older versions' secrets from this one's (manager protocol 20).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupKeyInfo {
     pub gid: u32,
@@ -396,11 +397,25 @@ pub struct GroupKeyInfo {
     /// `None` until the group has a key pair.
     pub public: Option<[u8; 32]>,
     pub wrap: Vec<u8>,
-    pub missing: Vec<(u32, [u8; 32])>,
+    /// Whether the caller is a member: only members make a group's key pairs and wraps.
+    pub member: bool,
+    /// A new key pair is due (a member left since this version was made, or no member holds
+    /// it): no file key is wrapped to `public` any more, and a member's client makes the next
+    /// version.
+    pub rekey: bool,
+    /// Members with keys but no wrap of this version (in a member's answer only), by uid: a
+    /// member's client wraps to the keys its own checked key log shows for them.
+    pub missing: Vec<u32>,
+    /// Links, newest first: version `v - 1`'s secret wrapped to version `v`'s public key
+    /// (nasd-e2e's `GroupKeyWrap::link`), at most [`GROUP_KEY_LINKS_MAX`].
+    pub links: Vec<Vec<u8>>,
 }
 
 /// Largest group key wrap (nasd-e2e's `GroupKeyWrap` is 93 bytes).
 pub const GROUP_WRAP_BYTES_MAX: usize = 256;
+/// Most links a [`GroupKeyInfo`] carries: a file wrapped to a group's key more than this many
+/// new key pairs ago opens through its other wraps only (its owner's, its writer's).
+pub const GROUP_KEY_LINKS_MAX: usize = 256;
 
 #[cfg(test)]
 mod tests {

@@ -408,6 +408,10 @@ fn requests_3() -> Vec<MgrRequest> {
             group: "staff".into(),
             user: "bob".into(),
         }),
+        MgrRequest::GroupMemberRemove(calls::GroupMemberRemove {
+            group: "staff".into(),
+            user: "bob".into(),
+        }),
         MgrRequest::DriveAdd(calls::DriveAdd {
             addr: "127.0.0.1:1".into(),
             drive_key_file: "kind = drive".into(),
@@ -616,6 +620,7 @@ fn requests_6() -> Vec<MgrRequest> {
             group: "staff".into(),
             version: 3,
             public: [9; 32],
+            link: vec![6; 93],
             wraps: vec![(1000, vec![7; 93]), (1001, vec![])],
         }),
         MgrRequest::GroupKeyGet(calls::GroupKeyGet {
@@ -935,7 +940,10 @@ fn replies_4() -> Vec<MgrReply> {
                 version: 0,
                 public: None,
                 wrap: vec![],
+                member: false,
+                rekey: false,
                 missing: vec![],
+                links: vec![],
             },
             GroupKeyInfo {
                 gid: 101,
@@ -943,7 +951,10 @@ fn replies_4() -> Vec<MgrReply> {
                 version: 2,
                 public: Some([8; 32]),
                 wrap: vec![1; 93],
-                missing: vec![(1002, [3; 32])],
+                member: true,
+                rekey: true,
+                missing: vec![1002],
+                links: vec![vec![5; 93]],
             },
         ]),
     ]

@@ -240,13 +240,24 @@ pub enum S3KeyCmd {
 
 #[derive(Subcommand, Debug)]
 pub enum GroupCmd {
-    /// Add a group (admin only).
+    /// Add a group (admin only). Its key pair is made by its first member's client that
+    /// needs it: an admin who is not a member holds no key of the group.
     Add { name: String },
-    /// Add USER to GROUP (admin only).
-    Member { group: String, user: String },
-    /// Give every member of GROUP (default: of every group) who has keys but no wrap of the
-    /// group's secret yet one, and make key pairs for groups that have none (admin only): a
-    /// user's keys are made at their first login, after `user add`.
+    /// Add USER to GROUP, or with --remove end the membership (admin only). A new member gets
+    /// their wrap of the group's key from a member's client (`nasd group sync` as a member,
+    /// or at a member's next use of the group); a removed member's wrap goes, and the group's
+    /// next writer among its members makes it a new key pair, so the removed member's key
+    /// opens nothing written after.
+    Member {
+        group: String,
+        user: String,
+        /// End USER's membership of GROUP instead.
+        #[arg(long)]
+        remove: bool,
+    },
+    /// As a member of GROUP (default: of each of your groups): give every member who has keys
+    /// but no wrap of the group's secret one (to the keys your checked key log shows), and
+    /// make the group's key pair if it has none or is due a new one (a member left).
     Sync { groups: Vec<String> },
 }
 
@@ -1008,30 +1019,63 @@ pub async fn group(cmd: GroupCmd) -> anyhow::Result<()> {
     match cmd {
         GroupCmd::Add { name } => {
             c.call("/", calls::GroupAdd { name: name.clone() }).await?;
-            c.sync_group_keys(vec![name.clone()]).await?;
-            println!("group {name} added");
+            println!("group {name} added; its first member's client makes its key pair");
         }
-        GroupCmd::Member { group, user } => {
-            c.call(
-                "/",
-                calls::GroupMember {
-                    group: group.clone(),
-                    user: user.clone(),
-                },
-            )
-            .await?;
-            c.sync_group_keys(vec![group.clone()]).await?;
+        GroupCmd::Member {
+            group,
+            user,
+            remove: true,
+        } => {
+            let remove = calls::GroupMemberRemove {
+                group: group.clone(),
+                user: user.clone(),
+            };
+            c.call("/", remove).await?;
+            println!(
+                "{user} is no longer a member of {group}; the group's next writer among its                  members makes it a new key pair (or a member's nasd group sync)"
+            );
+        }
+        GroupCmd::Member {
+            group,
+            user,
+            remove: false,
+        } => {
+            let add = calls::GroupMember {
+                group: group.clone(),
+                user: user.clone(),
+            };
+            c.call("/", add).await?;
+            let done = c.sync_group_keys(vec![group.clone()]).await?;
             println!("{user} is now a member of {group}");
+            if done.wraps == 0 {
+                println!(
+                    "{user} gets a wrap of {group}'s key from a member's client that holds it                      (nasd group sync {group} as a member, or at a member's next use of the                      group), once {user} has keys"
+                );
+            }
         }
         GroupCmd::Sync { mut groups } => {
             if groups.is_empty() {
+                let me = c.user();
                 let us = c.call("/", calls::UserList).await?;
-                groups = us.into_iter().flat_map(|u| u.groups).collect();
+                groups = us
+                    .into_iter()
+                    .filter(|u| u.name == me)
+                    .flat_map(|u| u.groups)
+                    .collect();
                 groups.sort();
                 groups.dedup();
             }
-            let made = c.sync_group_keys(groups).await?;
-            println!("{made} wrap(s) of group keys made");
+            let done = c.sync_group_keys(groups).await?;
+            println!("{} wrap(s) of group keys made", done.wraps);
+            for g in &done.key_pairs {
+                println!("{g}: new key pair made");
+            }
+            for g in &done.waiting {
+                println!("{g}: you hold no wrap of its key yet; a member who does gives you one");
+            }
+            for g in &done.not_member {
+                println!("{g}: not a member; its members' clients make and wrap its keys");
+            }
         }
     }
     Ok(())

@@ -8,18 +8,22 @@
 //! readers. A principal without a key pair gets no wrap: it cannot decrypt until the owner
 //! shares the file again (`nasd share`). Public keys and group key pairs come from the manager
 //! and are kept [`KEYS_TTL_MS`]; a group's secret, once unwrapped, for the client's life.
+//! Groups' key pairs are made and wrapped by their members' clients ([`groups`]).
 
 use super::identity::Identity;
 use super::keylog::{Fingerprint, KeyLogView, Trust};
 use crate::files::{now_ms, Client, FsError};
 use crate::opaque::SeedKey;
-use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
+use nasd_e2e::keys::{KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
 use nasd_proto::manager::calls;
 use nasd_proto::manager::{Credential, Enrollment, GroupKeyInfo, Principal, UserKeys};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+mod groups;
+pub use groups::GroupSync;
 
 /// How long fetched public keys and group key pairs are used before asking again, in ms: a
 /// user's new key or a group's new key pair is picked up within this time.
@@ -77,10 +81,10 @@ pub struct Keyring {
     key_log_stale: std::sync::atomic::AtomicBool,
     groups: Mutex<HashMap<u32, (GroupKeyInfo, u64)>>,
     group_secrets: Mutex<HashMap<(u32, u32), Arc<SecretKey>>>,
-    /// Groups whose first key pair this client could not make (it is not an admin), and
-    /// when: not tried again for [`KEYS_TTL_MS`], so a user's every write to a file of such
-    /// a group does not pay the four manager round trips of a refused attempt.
-    unmade_groups: Mutex<HashMap<u32, u64>>,
+    /// Groups whose key pair or missing wraps this client last tried to make, and when: not
+    /// tried again for [`KEYS_TTL_MS`], so every read or write of a file of such a group does
+    /// not pay the round trips of an attempt (`nasd group sync` always tries).
+    group_attempts: Mutex<HashMap<u32, u64>>,
 }
 
 impl Default for Keyring {
@@ -94,7 +98,7 @@ impl Default for Keyring {
             key_log_stale: Default::default(),
             groups: Default::default(),
             group_secrets: Default::default(),
-            unmade_groups: Default::default(),
+            group_attempts: Default::default(),
         }
     }
 }
@@ -643,78 +647,6 @@ impl Client {
             .collect())
     }
 
-    /// Key pairs of groups `gids`, from the cache when fresh.
-    pub(crate) async fn group_infos(
-        &self,
-        gids: &[u32],
-        fresh: bool,
-    ) -> Result<HashMap<u32, GroupKeyInfo>, FsError> {
-        let now = now_ms();
-        let mut out = HashMap::new();
-        let mut ask = vec![];
-        {
-            let c = self.keyring.groups.lock().expect("keyring lock");
-            for &g in gids {
-                match c.get(&g) {
-                    Some((k, at)) if !fresh && now < at + KEYS_TTL_MS => {
-                        out.insert(g, k.clone());
-                    }
-                    _ => ask.push(g),
-                }
-            }
-        }
-        ask.sort_unstable();
-        ask.dedup();
-        if ask.is_empty() {
-            return Ok(out);
-        }
-        for g in self.group_key_get(ask, vec![]).await? {
-            let mut c = self.keyring.groups.lock().expect("keyring lock");
-            put_bounded(&mut c, g.gid, (g.clone(), now));
-            out.insert(g.gid, g);
-        }
-        Ok(out)
-    }
-
-    pub(crate) async fn group_key_get(
-        &self,
-        gids: Vec<u32>,
-        names: Vec<String>,
-    ) -> Result<Vec<GroupKeyInfo>, FsError> {
-        self.call("/", calls::GroupKeyGet { gids, names }).await
-    }
-
-    /// The secret of group `g`'s current key pair, unwrapped with this user's key.
-    async fn group_secret(&self, g: &GroupKeyInfo) -> Result<Arc<SecretKey>, FsError> {
-        if let Some(s) = self
-            .keyring
-            .group_secrets
-            .lock()
-            .expect("keyring lock")
-            .get(&(g.gid, g.version))
-        {
-            return Ok(s.clone());
-        }
-        if g.wrap.is_empty() {
-            return Err(e2e_err(
-                "/",
-                format!("no wrap of group {}'s key for this user", g.name),
-            ));
-        }
-        let id = self.identity().await?;
-        let wrap = GroupKeyWrap::decode(&g.wrap).map_err(|e| e2e_err("/", e))?;
-        let sk = Arc::new(
-            wrap.unwrap(id.enc_secret())
-                .map_err(|e| e2e_err("/", format!("group {}'s key: {e}", g.name)))?,
-        );
-        put_bounded(
-            &mut self.keyring.group_secrets.lock().expect("keyring lock"),
-            (g.gid, g.version),
-            sk.clone(),
-        );
-        Ok(sk)
-    }
-
     /// The principals a file with owner `uid`, group `gid` and `mode`, written by this
     /// client's user under `policy`, is readable by.
     pub(crate) async fn readers_of(
@@ -763,32 +695,7 @@ impl Client {
             })
             .collect();
         let (users, unverified) = self.wrappable_keys(path, &uids).await?;
-        let mut groups = self.group_infos(&gids, false).await?;
-        // A group without a key pair yet gets one now when this user may make it (an admin),
-        // so its members read the file, also those who join later.
-        let now = now_ms();
-        let lacking: Vec<&GroupKeyInfo> = {
-            let unmade = self.keyring.unmade_groups.lock().expect("keyring lock");
-            groups
-                .values()
-                .filter(|g| g.public.is_none())
-                .filter(|g| unmade.get(&g.gid).is_none_or(|&at| now >= at + KEYS_TTL_MS))
-                .collect()
-        };
-        if !lacking.is_empty() {
-            let (names, tried): (Vec<String>, Vec<u32>) =
-                lacking.iter().map(|g| (g.name.clone(), g.gid)).unzip();
-            match self.sync_group_keys(names).await {
-                Ok(_) => groups = self.group_infos(&gids, true).await?,
-                Err(e) => {
-                    tracing::debug!("{path}: groups without key pairs stay so: {e}");
-                    let mut unmade = self.keyring.unmade_groups.lock().expect("keyring lock");
-                    for g in tried {
-                        put_bounded(&mut unmade, g, now);
-                    }
-                }
-            }
-        }
+        let groups = self.group_keys_for_writing(path, &gids).await?;
         let mut to: Vec<(KeyPrincipal, PublicKey)> = vec![];
         for u in uids {
             match users.get(&u) {
@@ -796,11 +703,8 @@ impl Client {
                 None => tracing::debug!("{path}: user {u} has no key pair yet: no wrap"),
             }
         }
-        for g in gids {
-            match groups.get(&g).and_then(|i| i.public) {
-                Some(pk) => to.push((KeyPrincipal::Group(g), PublicKey(pk))),
-                None => tracing::debug!("{path}: group {g} has no key pair yet: no wrap"),
-            }
+        for (g, pk) in groups {
+            to.push((KeyPrincipal::Group(g), pk));
         }
         if let (true, Some(u)) = (to.is_empty(), unverified.first()) {
             return Err(e2e_err(
@@ -851,83 +755,10 @@ impl Client {
                 _ => None,
             })
             .collect();
-        for (gid, info) in self.group_infos(&gids, false).await? {
-            let Ok(sk) = self.group_secret(&info).await else {
-                continue;
-            };
-            if let Ok(k) = kf.unwrap(KeyPrincipal::Group(gid), &sk, file_id, kv) {
-                return Ok(k);
-            }
+        if let Some(k) = self.open_through_groups(kf, &gids, file_id, kv).await? {
+            return Ok(k);
         }
         Err(not_wrapped_for(path, &self.cfg_user()))
-    }
-
-    /// Completes group key wraps: every group the caller may see gets a key pair if it has
-    /// none (admins), and members with keys but no wrap get one. Returns the wraps made.
-    pub async fn sync_group_keys(&self, names: Vec<String>) -> Result<usize, FsError> {
-        let id = self.identity().await?;
-        let mut made = 0;
-        for g in self.group_key_get(vec![], names).await? {
-            let (sk, version, fresh) = match g.public {
-                None => (Arc::new(SecretKey::generate()), 1, true),
-                Some(_) => match self.group_secret(&g).await {
-                    Ok(sk) => (sk, g.version, false),
-                    Err(_) => continue,
-                },
-            };
-            let mut to: Vec<(u32, PublicKey)> = g
-                .missing
-                .iter()
-                .map(|(u, pk)| (*u, PublicKey(*pk)))
-                .collect();
-            if fresh {
-                to.push((id.uid, id.enc_public()));
-                let members = self.group_members_with_keys(&g.name).await?;
-                to.extend(members);
-            }
-            to.sort_by_key(|t| t.0);
-            to.dedup_by_key(|t| t.0);
-            if to.is_empty() {
-                continue;
-            }
-            let mut rng = nasd_e2e::keys::os_rng();
-            let mut wraps = vec![];
-            for (uid, pk) in &to {
-                let w = GroupKeyWrap::wrap(g.gid, version, &sk, *uid, *pk, &mut rng)
-                    .map_err(|e| e2e_err("/", e))?;
-                wraps.push((*uid, w.encode()));
-            }
-            made += wraps.len();
-            let set = calls::GroupKeySet {
-                group: g.name.clone(),
-                version,
-                public: sk.public().0,
-                wraps,
-            };
-            self.call("/", set).await?;
-            self.keyring
-                .groups
-                .lock()
-                .expect("keyring lock")
-                .remove(&g.gid);
-        }
-        Ok(made)
-    }
-
-    /// The members of group `name` that have key pairs (for a group's first key pair).
-    async fn group_members_with_keys(&self, name: &str) -> Result<Vec<(u32, PublicKey)>, FsError> {
-        let us = self.call("/", calls::UserList).await?;
-        let uids: Vec<u32> = us
-            .iter()
-            .filter(|u| u.groups.iter().any(|g| g == name))
-            .map(|u| u.uid)
-            .collect();
-        drop(self.key_log(true).await?);
-        let (keys, _) = self.wrappable_keys(name, &uids).await?;
-        Ok(keys
-            .into_iter()
-            .map(|(u, k)| (u, PublicKey(k.enc_public)))
-            .collect())
     }
 }
 

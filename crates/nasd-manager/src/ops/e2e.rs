@@ -50,8 +50,7 @@ impl Handle for calls::UserKeyReset {
 
 impl Handle for calls::GroupKeySet {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        let q = self;
-        m.group_key_set(c, &q.group, q.version, &q.public, &q.wraps)
+        m.group_key_set(c, &self)
     }
 }
 

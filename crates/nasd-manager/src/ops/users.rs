@@ -118,7 +118,18 @@ impl Handle for calls::GroupMember {
             .user_by_name(&self.user)
             .map_err(db)?
             .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, self.user.clone()))?;
-        st.add_member(g.gid, u.uid).map_err(db)
+        st.add_member(g.gid, u.uid).map_err(db)?;
+        tracing::info!(admin = %c.name, group = %self.group, user = %self.user, "group member added");
+        Ok(())
+    }
+}
+
+/// `group member --remove` (admins): the member's wrap of the group's secret goes, and the
+/// group's next writer (a member's client) makes it a new key pair.
+impl Handle for calls::GroupMemberRemove {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+        admin_only(c, "changing group membership")?;
+        m.group_member_remove(c, &self.group, &self.user)
     }
 }
 

@@ -122,6 +122,12 @@ impl MetaStore for PgStore {
         Ok(())
     }
 
+    fn remove_member(&mut self, gid: u32, uid: u32) -> StoreResult<()> {
+        let tx = self.db.transaction()?;
+        super::groups::remove_member(&tx, gid, uid)?;
+        tx.commit()
+    }
+
     fn members_of(&self, gid: u32) -> StoreResult<Vec<u32>> {
         self.db.query_map(
                 "SELECT uid FROM members WHERE gid = $1 UNION SELECT uid FROM users WHERE gid = $1 ORDER BY 1", params![gid], |r| r.get(0))
@@ -207,6 +213,7 @@ impl MetaStore for PgStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
+        tx.execute("DELETE FROM group_wraps WHERE uid = $1", params![uid])?;
         let version = keylog::last_version(&tx, uid)? + 1;
         keylog::append(
             &tx,
@@ -225,16 +232,8 @@ impl MetaStore for PgStore {
         keylog::last_version(&self.db, uid)
     }
 
-    fn group_key(&self, gid: u32) -> StoreResult<(u32, Option<[u8; 32]>)> {
-        let (v, p): (u32, Option<Vec<u8>>) = self
-            .db
-            .query_opt(
-                "SELECT key_version, key_public FROM groups WHERE gid = $1",
-                params![gid],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?
-            .ok_or(StoreError::NotFound)?;
-        Ok((v, p.and_then(|p| p.try_into().ok())))
+    fn group_key(&self, gid: u32) -> StoreResult<GroupKeyPair> {
+        super::groups::group_key(&self.db, gid)
     }
 
     fn set_group_key(
@@ -242,34 +241,16 @@ impl MetaStore for PgStore {
         gid: u32,
         version: u32,
         public: &[u8; 32],
+        link: Option<&[u8]>,
         wraps: &[(u32, Vec<u8>)],
     ) -> StoreResult<()> {
         let tx = self.db.transaction()?;
-        let (v, p): (u32, Option<Vec<u8>>) = tx
-            .query_opt(
-                "SELECT key_version, key_public FROM groups WHERE gid = $1",
-                params![gid],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?
-            .ok_or(StoreError::NotFound)?;
-        if version < v || (version == v && p.as_deref() != Some(&public[..])) {
-            return Err(StoreError::Conflict);
-        }
-        if version > v {
-            tx.execute(
-                "UPDATE groups SET key_version = $2, key_public = $3 WHERE gid = $1",
-                params![gid, version, public.to_vec()],
-            )?;
-            tx.execute("DELETE FROM group_wraps WHERE gid = $1", params![gid])?;
-        }
-        for (uid, wrap) in wraps {
-            tx.execute(
-                "INSERT INTO group_wraps(gid, uid, version, wrap) VALUES ($1, $2, $3, $4) ON CONFLICT(gid, uid) DO UPDATE SET version = excluded.version, wrap = excluded.wrap",
-                params![gid, uid, version, wrap],
-            )
-            ?;
-        }
+        super::groups::set_group_key(&tx, gid, version, public, link, wraps)?;
         tx.commit()
+    }
+
+    fn group_key_links(&self, gid: u32, max: usize) -> StoreResult<Vec<Vec<u8>>> {
+        super::groups::group_key_links(&self.db, gid, max)
     }
 
     fn group_wrap(&self, gid: u32, uid: u32) -> StoreResult<Option<Vec<u8>>> {

@@ -115,3 +115,38 @@ async fn the_store_works_inside_a_current_thread_runtime() {
     let task = tokio::spawn(async move { s.user_by_uid(uid).unwrap().map(|u| u.name) });
     assert_eq!(task.await.unwrap().as_deref(), Some("u"));
 }
+
+/// A schema-1 database where an admin held a wrap of a group they are not in (as every admin
+/// did) opens as schema 2 without it; members keep theirs (issue 21 §5).
+#[test]
+fn a_schema_1_database_loses_the_wraps_of_admins_who_are_not_members() {
+    let pg = TestServer::start();
+    pg.create_database("v1");
+    let (g, root, member) = {
+        let mut s = PgStore::connect(&pg.conninfo("v1")).unwrap();
+        let admins = s.add_group("admin").unwrap();
+        let users = s.add_group("users").unwrap();
+        let g = s.add_group("staff").unwrap();
+        let root = s.add_user("root", "phc", true, admins).unwrap();
+        let member = s.add_user("ann", "phc", false, users).unwrap();
+        s.add_member(g, member).unwrap();
+        let wraps = [(root, vec![1; 93]), (member, vec![2; 93])];
+        s.set_group_key(g, 1, &[7; 32], None, &wraps).unwrap();
+        s.db.execute_batch("DROP TABLE group_key_links; ALTER TABLE groups DROP COLUMN key_rekey;")
+            .unwrap();
+        s.put_meta("schema", &1u32.to_le_bytes()).unwrap();
+        (g, root, member)
+    };
+    let s = PgStore::connect(&pg.conninfo("v1")).unwrap();
+    assert_eq!(
+        s.get_meta("schema").unwrap(),
+        Some(SCHEMA_VERSION.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        s.group_wrap(g, root).unwrap(),
+        None,
+        "a non-member admin's wrap"
+    );
+    assert_eq!(s.group_wrap(g, member).unwrap(), Some(vec![2; 93]));
+    assert!(!s.group_key(g).unwrap().rekey);
+}

@@ -37,7 +37,7 @@ mod types;
 
 pub use crate::e2e::{
     key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo,
-    UserKeys, WriterAuth, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+    UserKeys, WriterAuth, GROUP_KEY_LINKS_MAX, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
 };
 pub use call::{Call, Reply, Wire};
 pub use calls::callbacks::{
@@ -218,7 +218,15 @@ use call::{define_calls, define_replies};
 ///   index; clients check each user's chain of signed changes and the root themselves.
 ///   [`MgrRequest::UserKeyReset`] (admins) clears a user's keys with a logged reset; the
 ///   user's next keys start a new self-signed chain at the following version. Store schema 13.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 19;
+/// - 20: admins hold no key of a group they are not in (issue 21 §5). [`MgrRequest::GroupKeySet`]
+///   comes from members only (admins or not), wraps to members only, and carries a `link`: the
+///   current version's secret wrapped to the new version's public key, so a group's newest
+///   secret opens its older ones. A [`GroupKeyInfo`] says whether the caller is a member and
+///   whether a new key pair is due (`rekey`), lists the members who lack a wrap by uid alone
+///   (a member's client wraps to the keys its checked key log shows), and carries the links
+///   (at most [`GROUP_KEY_LINKS_MAX`]). [`MgrRequest::GroupMemberRemove`] ends a membership:
+///   the member's wrap goes and the group is due a new key pair. Store schema 14.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 20;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -360,6 +368,7 @@ macro_rules! for_each_manager_call {
             68 LockDrop "lock drop" => ();
             69 KeyLog "key log" => KeyLogPage;
             70 UserKeyReset "user key reset" => ();
+            71 GroupMemberRemove "group member remove" => ();
         }
     };
 }

@@ -232,6 +232,7 @@ arb_fields! {
     UserInfo { name, uid, admin, groups }
     GroupAdd { name }
     GroupMember { group, user }
+    GroupMemberRemove { group, user }
     UserGateway { name, on }
     S3KeyCreate { user }
     S3KeyMade { access_key_id, secret }
@@ -560,7 +561,10 @@ impl Arb for GroupKeyInfo {
             version: Arb::arb(g),
             public: Arb::arb(g),
             wrap: Arb::arb(g),
+            member: Arb::arb(g),
+            rekey: Arb::arb(g),
             missing: g.list(3, Arb::arb),
+            links: g.list(3, Arb::arb),
         }
     }
 }
@@ -571,6 +575,7 @@ impl Arb for GroupKeySet {
             group: Arb::arb(g),
             version: Arb::arb(g),
             public: Arb::arb(g),
+            link: Arb::arb(g),
             wraps: g.list(3, Arb::arb),
         }
     }

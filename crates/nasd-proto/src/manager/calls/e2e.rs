@@ -3,7 +3,11 @@
 //! and their wraps to members. The types themselves are in [`crate::e2e`].
 //! ```text
 //! key lookup  := u32 n (<= KEY_LIST_MAX), n x u32 id, u32 m (<= KEY_LIST_MAX), m x string name
-//! GroupKeySet := string group, u32 version, [32] public, u32 n, n x (u32 uid, blob wrap)
+//! GroupKeySet := string group, u32 version, [32] public, blob link,
+//!                u32 n, n x (u32 uid, blob wrap)
+//! GroupKeys   := u32 n, n x (u32 gid, string name, u32 version, option [32] public,
+//!                blob wrap, u8 flags (bit 0 member, bit 1 rekey), u32 m, m x u32 uid,
+//!                u32 l (<= GROUP_KEY_LINKS_MAX), l x blob link)
 //! E2eWrappedFiles := u64 after, u32 limit (<= WRAPPED_FILES_PAGE_MAX)
 //! WrappedFiles := u32 n, n x (u64 ino, string path)
 //! E2eRewrap   := string path, E2eCommit
@@ -15,6 +19,7 @@ use crate::manager::codec::{
     get_count, get_ids, get_names, get_public_key, get_str, put_ids_and_names, put_public_key,
     put_str,
 };
+use crate::e2e::GROUP_KEY_LINKS_MAX;
 use crate::manager::{
     E2eCommit, GroupKeyInfo, UserKeyInfo, UserKeys, Wire, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
 };
@@ -113,14 +118,17 @@ impl Wire for Vec<UserKeyInfo> {
     }
 }
 
-/// Gives group `group` key pair `version` (greater than its current one), its public half
-/// and the wraps of its secret to members (uid, wrap); admins only. Wraps of the current
-/// version may be added later with the same version and public key.
+/// Gives group `group` key pair `version` (the one after its current one), its public half,
+/// the link that opens the current version's secret from the new one (empty when the caller
+/// holds none) and the wraps of its secret to members (uid, wrap); or, with the current
+/// version and public key, wraps for members who have none yet. Members only, and wraps to
+/// members only (manager protocol 20).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct GroupKeySet {
     pub group: String,
     pub version: u32,
     pub public: [u8; 32],
+    pub link: Vec<u8>,
     pub wraps: Vec<(u32, Vec<u8>)>,
 }
 
@@ -129,6 +137,7 @@ impl Wire for GroupKeySet {
         put_str(w, &self.group);
         w.u32(self.version);
         w.bytes(&self.public);
+        w.blob(&self.link);
         debug_assert!(self.wraps.len() <= KEY_LIST_MAX);
         w.u32(self.wraps.len() as u32);
         for (uid, wrap) in &self.wraps {
@@ -141,6 +150,7 @@ impl Wire for GroupKeySet {
         let group = get_str(r, "group")?;
         let version = r.u32("group key version")?;
         let public = r.array("group public key")?;
+        let link = r.blob(GROUP_WRAP_BYTES_MAX, "group key link")?.to_vec();
         let n = r.u32("group wraps")? as usize;
         if n > KEY_LIST_MAX || n.saturating_mul(8) > r.remaining() {
             return Err(DecodeError::TooLong("group wraps"));
@@ -154,6 +164,7 @@ impl Wire for GroupKeySet {
             group,
             version,
             public,
+            link,
             wraps,
         })
     }
@@ -189,17 +200,22 @@ impl Wire for Vec<GroupKeyInfo> {
             w.u32(g.version);
             put_public_key(w, &g.public);
             w.blob(&g.wrap);
+            w.u8(g.member as u8 | (g.rekey as u8) << 1);
             debug_assert!(g.missing.len() <= KEY_LIST_MAX);
             w.u32(g.missing.len() as u32);
-            for (uid, pk) in &g.missing {
+            for uid in &g.missing {
                 w.u32(*uid);
-                w.bytes(pk);
+            }
+            debug_assert!(g.links.len() <= GROUP_KEY_LINKS_MAX);
+            w.u32(g.links.len() as u32);
+            for l in &g.links {
+                w.blob(l);
             }
         }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let n = get_count(r, 4 + 4 + 4 + 1 + 4 + 4, "group keys")?;
+        let n = get_count(r, 4 + 4 + 4 + 1 + 4 + 1 + 4 + 4, "group keys")?;
         let mut gs = Vec::with_capacity(n);
         for _ in 0..n {
             let gid = r.u32("gid")?;
@@ -207,13 +223,25 @@ impl Wire for Vec<GroupKeyInfo> {
             let version = r.u32("group key version")?;
             let public = get_public_key(r)?;
             let wrap = r.blob(GROUP_WRAP_BYTES_MAX, "group wrap")?.to_vec();
+            let flags = r.u8("group key flags")?;
+            if flags & !GROUP_FLAGS_KNOWN != 0 {
+                return Err(DecodeError::BadValue("group key flags"));
+            }
             let m = r.u32("missing wraps")? as usize;
-            if m > KEY_LIST_MAX || m.saturating_mul(36) > r.remaining() {
+            if m > KEY_LIST_MAX || m.saturating_mul(4) > r.remaining() {
                 return Err(DecodeError::TooLong("missing wraps"));
             }
             let mut missing = Vec::with_capacity(m);
             for _ in 0..m {
-                missing.push((r.u32("uid")?, r.array("public key")?));
+                missing.push(r.u32("uid")?);
+            }
+            let l = r.u32("group key links")? as usize;
+            if l > GROUP_KEY_LINKS_MAX || l.saturating_mul(4) > r.remaining() {
+                return Err(DecodeError::TooLong("group key links"));
+            }
+            let mut links = Vec::with_capacity(l);
+            for _ in 0..l {
+                links.push(r.blob(GROUP_WRAP_BYTES_MAX, "group key link")?.to_vec());
             }
             gs.push(GroupKeyInfo {
                 gid,
@@ -221,12 +249,20 @@ impl Wire for Vec<GroupKeyInfo> {
                 version,
                 public,
                 wrap,
+                member: flags & GROUP_FLAG_MEMBER != 0,
+                rekey: flags & GROUP_FLAG_REKEY != 0,
                 missing,
+                links,
             });
         }
         Ok(gs)
     }
 }
+
+/// [`GroupKeyInfo`]'s flags: the caller is a member; a new key pair is due.
+const GROUP_FLAG_MEMBER: u8 = 1;
+const GROUP_FLAG_REKEY: u8 = 2;
+const GROUP_FLAGS_KNOWN: u8 = GROUP_FLAG_MEMBER | GROUP_FLAG_REKEY;
 
 /// Most files one [`E2eWrappedFiles`] page lists.
 pub const WRAPPED_FILES_PAGE_MAX: u32 = 1024;

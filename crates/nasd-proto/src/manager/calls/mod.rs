@@ -43,7 +43,9 @@ pub use session::{
     ActFor, Challenge, Login, Logout, OpaqueLoginFinish, OpaqueLoginStart, OpaqueRegisterFinish,
     OpaqueRegisterStart,
 };
-pub use users::{GroupAdd, GroupMember, UserAdd, UserGateway, UserList, UserPasswd};
+pub use users::{
+    GroupAdd, GroupMember, GroupMemberRemove, UserAdd, UserGateway, UserList, UserPasswd,
+};
 pub use xattr::{Getxattrs, Setxattr};
 
 /// A request of one string field: the struct, and its codec (`string field`, decoded under

@@ -166,6 +166,13 @@ two_strings! {
     GroupMember { group: "group", user: "user" }
 }
 
+two_strings! {
+    /// Ends `user`'s membership of `group` (one added with [`GroupMember`], not a primary
+    /// group); admins only. The member's wrap of the group's secret goes, and the group's
+    /// next writer makes it a new key pair (manager protocol 20).
+    GroupMemberRemove { group: "group", user: "user" }
+}
+
 /// Marks user `name` a gateway (`on`) or not; admins only.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct UserGateway {
