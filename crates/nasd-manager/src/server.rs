@@ -608,7 +608,9 @@ fn too_many_attempts(r: crate::backoff::Refused) -> MgrReply {
 }
 
 /// Checks that a connection's session is still live: not expired, and, if any session ended
-/// since it last looked, still in the store.
+/// or any membership changed since it last looked, still in the store, with the user's groups
+/// as they are now (a member removed from a group reads nothing more through it, a new
+/// member at once).
 fn still_live(sh: &Shared, live: &mut Live) -> Result<(), MgrError> {
     if live.expires_ms <= now_ms() {
         return Err(MgrError::new(
@@ -629,6 +631,7 @@ fn still_live(sh: &Shared, live: &mut Live) -> Result<(), MgrError> {
                 ),
             ));
         }
+        live.caller.groups = st.groups_of(live.caller.uid).map_err(users::db)?;
         live.epoch = epoch;
     }
     Ok(())

@@ -119,6 +119,8 @@ impl Handle for calls::GroupMember {
             .map_err(db)?
             .ok_or_else(|| MgrError::new(MgrStatus::UnknownUser, self.user.clone()))?;
         st.add_member(g.gid, u.uid).map_err(db)?;
+        drop(st);
+        m.sessions_changed();
         tracing::info!(admin = %c.name, group = %self.group, user = %self.user, "group member added");
         Ok(())
     }
@@ -129,7 +131,9 @@ impl Handle for calls::GroupMember {
 impl Handle for calls::GroupMemberRemove {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
         admin_only(c, "changing group membership")?;
-        m.group_member_remove(c, &self.group, &self.user)
+        m.group_member_remove(c, &self.group, &self.user)?;
+        m.sessions_changed();
+        Ok(())
     }
 }
 

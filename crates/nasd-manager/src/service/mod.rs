@@ -396,8 +396,9 @@ impl Manager {
         }
     }
 
-    /// Sessions may have ended (a logout, a credential change): every live connection checks
-    /// its own before its next request ([`Manager::session_epoch`]).
+    /// Sessions may have ended (a logout, a credential change) or a membership changed:
+    /// every live connection checks its own, and reads its user's groups again, before its
+    /// next request ([`Manager::session_epoch`]).
     pub fn sessions_changed(&self) {
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
     }

@@ -243,7 +243,10 @@ impl Client {
         if wrap.gid != g.gid || wrap.group_key_version != g.version || wrap.member_uid != id.uid {
             return Err(e2e_err(
                 "/",
-                format!("group {}'s wrap names another group, version or member", g.name),
+                format!(
+                    "group {}'s wrap names another group, version or member",
+                    g.name
+                ),
             ));
         }
         let sk = wrap
@@ -344,8 +347,15 @@ impl Client {
         let mut wraps = vec![];
         for uid in &g.missing {
             if let Some(k) = keys.get(uid) {
-                let w = GroupKeyWrap::wrap(g.gid, g.version, &sk, *uid, PublicKey(k.enc_public), &mut rng)
-                    .map_err(|e| e2e_err("/", e))?;
+                let w = GroupKeyWrap::wrap(
+                    g.gid,
+                    g.version,
+                    &sk,
+                    *uid,
+                    PublicKey(k.enc_public),
+                    &mut rng,
+                )
+                .map_err(|e| e2e_err("/", e))?;
                 wraps.push((*uid, w.encode()));
             }
         }

@@ -15,11 +15,11 @@
 //! ```
 
 use crate::codec::{Reader, Writer};
+use crate::e2e::GROUP_KEY_LINKS_MAX;
 use crate::manager::codec::{
     get_count, get_ids, get_names, get_public_key, get_str, put_ids_and_names, put_public_key,
     put_str,
 };
-use crate::e2e::GROUP_KEY_LINKS_MAX;
 use crate::manager::{
     E2eCommit, GroupKeyInfo, UserKeyInfo, UserKeys, Wire, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
 };
