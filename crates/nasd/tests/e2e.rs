@@ -200,11 +200,18 @@ fn a_drive_serving_an_older_version_is_caught() {
 
 /// Who may read an encrypted file is who holds a wrap of its key: the mode's readers (its
 /// owner, its group, and "everyone" through the users' groups, so a user added after the file
-/// was written reads it as POSIX says), and those it is shared with. A user without a wrap
-/// gets "permission denied" and no byte; chmod, share, unshare and rekey change that.
+/// was written reads it as POSIX says, once a member's client gave them the group's key), and
+/// those it is shared with. A user without a wrap gets "permission denied" and no byte;
+/// chmod, share, unshare and rekey change that.
 #[test]
 fn readers_of_an_encrypted_file_are_the_holders_of_its_key() {
     let up = Up::start(2);
+    // The `users` group's key pair is made by a member's client (never by an admin who is
+    // not one): alice's.
+    up.add_user("alice", "alice-pw");
+    let alice = [("NASD_USER", "alice"), ("NASD_PASSWORD", "alice-pw")];
+    let synced = up.ok_env(&["group", "sync", "users"], &alice);
+    assert!(synced.contains("users: new key pair made"), "{synced}");
     let local = up.dir.path().join("pub");
     let body = b"readable by every user of the cluster".repeat(1000);
     std::fs::write(&local, &body).unwrap();
@@ -212,6 +219,9 @@ fn readers_of_an_encrypted_file_are_the_holders_of_its_key() {
     up.ok(&["chmod", "644", "nasd:/pub"]);
     up.add_user("bob", "bob-pw");
     up.add_user("eve", "eve-pw");
+    // bob and eve get their wraps of `users`' key from a member's client.
+    let synced = up.ok_env(&["group", "sync", "users"], &alice);
+    assert!(synced.starts_with("2 wrap(s)"), "{synced}");
     let bob = [("NASD_USER", "bob"), ("NASD_PASSWORD", "bob-pw")];
     let eve = [("NASD_USER", "eve"), ("NASD_PASSWORD", "eve-pw")];
     let cat = |who: &[(&str, &str)], path: &str| up.nasd(&["cat", path], who);
@@ -515,9 +525,10 @@ fn a_drive_that_changes_ciphertext_with_valid_macs_is_caught() {
     }
 }
 
-/// A user who may not make key pairs writes group-readable files of a group that has none
-/// (a fresh cluster's `users`): the refused attempt to make the group's pair is not repeated
-/// for every file (it cost four manager round trips each), and the files read back.
+/// A user writes world-readable files, wrapped for the groups every user is in: one of them
+/// (`admin`) has no key pair, which only its members may make, so the user's client makes no
+/// attempt per file; the other (`users`) gets its key pair from the user's client at the first
+/// file. Neither costs round trips per file, and the files read back.
 #[test]
 fn a_group_without_a_key_pair_costs_no_round_trips_per_write() {
     let up = Up::start(1);

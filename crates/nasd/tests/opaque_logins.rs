@@ -484,8 +484,11 @@ fn an_account_made_before_opaque_moves_over_at_its_next_login() {
             rusqlite::params![blob],
         )
         .unwrap();
+        // Schema 11 had no key log (13) and no group key links or rekey mark (14).
         db.execute_batch(
-            "DROP TABLE key_log; UPDATE meta SET value = X'0B000000' WHERE key = 'schema';",
+            "DROP TABLE key_log; DROP TABLE group_key_links;
+             ALTER TABLE groups DROP COLUMN key_rekey;
+             UPDATE meta SET value = X'0B000000' WHERE key = 'schema';",
         )
         .unwrap();
         1000u32
