@@ -85,6 +85,9 @@ pub struct Keyring {
     /// tried again for [`KEYS_TTL_MS`], so every read or write of a file of such a group does
     /// not pay the round trips of an attempt (`nasd group sync` always tries).
     group_attempts: Mutex<HashMap<u32, u64>>,
+    /// Set when this client made its user's first keys: their groups lacking a key pair get
+    /// one next ([`Client::identity`]).
+    first_made: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Keyring {
@@ -99,6 +102,7 @@ impl Default for Keyring {
             groups: Default::default(),
             group_secrets: Default::default(),
             group_attempts: Default::default(),
+            first_made: Default::default(),
         }
     }
 }
@@ -160,11 +164,20 @@ impl Client {
         if let Some(id) = self.keyring.rotated.lock().expect("keyring lock").clone() {
             return Ok(id);
         }
-        self.keyring
+        let id = self
+            .keyring
             .identity
             .get_or_try_init(|| self.load_identity())
             .await
-            .cloned()
+            .cloned()?;
+        if self
+            .keyring
+            .first_made
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.first_group_keys().await;
+        }
+        Ok(id)
     }
 
     async fn load_identity(&self) -> Result<Arc<Identity>, FsError> {
@@ -271,13 +284,16 @@ impl Client {
         };
         self.call("/", set).await?;
         self.forget_user_keys();
+        self.keyring
+            .first_made
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(id)
     }
 
     /// Adds a user (admins), with no keys: a password user gets a one-time enrollment code
     /// (in the answer) with which their own client sets their password and makes their keys
     /// at their first login; a key user makes theirs at their first login. Both get group
-    /// wraps at an admin's next group command ([`Client::sync_group_keys`]).
+    /// wraps from a member's client that holds them ([`Client::sync_group_keys`]).
     pub async fn add_user(
         &self,
         name: &str,

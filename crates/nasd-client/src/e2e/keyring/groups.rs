@@ -4,11 +4,14 @@
 //!
 //! - **Making.** A group without a key pair, or one due a new key pair (a member left, or no
 //!   member holds the current one), gets one from the first member's client that writes for
-//!   it (or `nasd group sync`): a fresh secret wrapped to every member whose keys this
+//!   it, makes its user's first keys, or runs `nasd group sync`: a fresh secret wrapped to
+//!   every member whose keys this
 //!   client's checked key log shows (reset users not yet verified here get none), with a
 //!   *link* (the current secret wrapped to the new public key) when this client holds the
 //!   current secret. Until a key pair is due no more, writers wrap no file key to the group:
-//!   a removed member's old secret opens nothing written after the removal.
+//!   a removed member's old secret opens nothing written after the removal. A writer asks
+//!   for such a group's key pair again at each write (the cache holds only groups with a
+//!   current key pair), so it wraps to the new one as soon as a member made it.
 //! - **Completing.** A member's client that holds the secret wraps it to the members who have
 //!   keys but no wrap (`GroupKeyInfo::missing`) when it uses the group, at most once per
 //!   [`KEYS_TTL_MS`] per group, and at once on `nasd group sync`. It wraps to the keys its own
@@ -69,6 +72,38 @@ impl Client {
         Ok(out)
     }
 
+    /// The groups of this user without a key pair get one, right after their client made the
+    /// user's first keys (so a cluster's `users` has one from its first user's first login).
+    pub(super) fn first_group_keys(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.first_group_keys_now())
+    }
+
+    async fn first_group_keys_now(&self) {
+        let me = self.user().to_string();
+        let mine: Result<Vec<String>, FsError> = async {
+            let us = self.call("/", calls::UserList).await?;
+            Ok(us
+                .into_iter()
+                .filter(|u| u.name == me)
+                .flat_map(|u| u.groups)
+                .collect())
+        }
+        .await;
+        let made = match mine {
+            Ok(groups) => self.sync_group_keys(groups).await,
+            Err(e) => Err(e),
+        };
+        match made {
+            Ok(s) if !s.key_pairs.is_empty() => {
+                tracing::info!("{me}: key pairs made for groups {:?}", s.key_pairs)
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!("{me}: groups' key pairs not made at first login: {e}"),
+        }
+    }
+
     /// The public keys of groups `gids` a new file's key is wrapped to: a group this user is
     /// a member of that lacks a key pair, or is due a new one, gets it first; a group still
     /// without one, or still due one, gets no wrap (logged).
@@ -77,7 +112,9 @@ impl Client {
         path: &str,
         gids: &[u32],
     ) -> Result<Vec<(u32, PublicKey)>, FsError> {
-        let mut groups = self.group_infos(gids, false).await?;
+        let mut groups = self
+            .group_infos_where(gids, |g| g.public.is_some() && !g.rekey)
+            .await?;
         if self.keeps_groups() {
             let now = now_ms();
             let due: Vec<GroupKeyInfo> = groups
@@ -192,6 +229,16 @@ impl Client {
         gids: &[u32],
         fresh: bool,
     ) -> Result<HashMap<u32, GroupKeyInfo>, FsError> {
+        self.group_infos_where(gids, |_| !fresh).await
+    }
+
+    /// Key pairs of groups `gids`, from the cache when held less than [`KEYS_TTL_MS`] and
+    /// `cached` accepts them.
+    async fn group_infos_where(
+        &self,
+        gids: &[u32],
+        cached: impl Fn(&GroupKeyInfo) -> bool,
+    ) -> Result<HashMap<u32, GroupKeyInfo>, FsError> {
         let now = now_ms();
         let mut out = HashMap::new();
         let mut ask = vec![];
@@ -199,7 +246,7 @@ impl Client {
             let c = self.keyring.groups.lock().expect("keyring lock");
             for &g in gids {
                 match c.get(&g) {
-                    Some((k, at)) if !fresh && now < at + KEYS_TTL_MS => {
+                    Some((k, at)) if now < at + KEYS_TTL_MS && cached(k) => {
                         out.insert(g, k.clone());
                     }
                     _ => ask.push(g),
