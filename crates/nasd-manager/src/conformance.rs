@@ -1401,13 +1401,57 @@ fn sealed_drive_keys<S: MetaStore>(s: &mut S, d: &DriveRecord) {
     let other = nasd_crypto::seal::KeySeal::create_with_cost(b"other", 8, 1).unwrap();
     s.set_key_seal(Some(std::sync::Arc::new(other)));
     assert!(matches!(s.drives(), Err(StoreError::Sealed(_))));
-    s.set_key_seal(Some(seal));
+    s.set_key_seal(Some(seal.clone()));
     let back = &s.drives().unwrap()[0];
     assert_eq!(
         (&back.drive_key, &back.partition_key, &back.working_key),
         (&d.drive_key, &d.partition_key, &d.working_key)
     );
+    resealed_drive_keys(s, d, seal);
     s.set_key_seal(None);
+}
+
+/// A new passphrase's seal replaces the old in one step (issue 21 §8): the header and every
+/// key, read only under the new seal afterwards; a reseal whose keys do not open under the
+/// store's current seal changes nothing.
+fn resealed_drive_keys<S: MetaStore>(
+    s: &mut S,
+    d: &DriveRecord,
+    old: std::sync::Arc<nasd_crypto::seal::KeySeal>,
+) {
+    let new =
+        std::sync::Arc::new(nasd_crypto::seal::KeySeal::create_with_cost(b"new", 8, 1).unwrap());
+    s.put_meta(KEY_SEAL_META, &old.header().encode()).unwrap();
+    // Opened under a wrong seal: refused, nothing changes.
+    let wrong =
+        std::sync::Arc::new(nasd_crypto::seal::KeySeal::create_with_cost(b"wrong", 8, 1).unwrap());
+    s.set_key_seal(Some(wrong));
+    assert!(matches!(
+        s.reseal_drive_keys(&new.header().encode(), new.clone()),
+        Err(StoreError::Sealed(_))
+    ));
+    assert_eq!(
+        s.get_meta(KEY_SEAL_META).unwrap(),
+        Some(old.header().encode().to_vec())
+    );
+    s.set_key_seal(Some(old.clone()));
+    assert_eq!(s.drives().unwrap()[0].drive_key, d.drive_key);
+    // Under the right one: the header and every key are the new seal's.
+    s.reseal_drive_keys(&new.header().encode(), new.clone())
+        .unwrap();
+    assert_eq!(
+        s.get_meta(KEY_SEAL_META).unwrap(),
+        Some(new.header().encode().to_vec())
+    );
+    let back = &s.drives().unwrap()[0];
+    assert_eq!(
+        (&back.drive_key, &back.partition_key, &back.working_key),
+        (&d.drive_key, &d.partition_key, &d.working_key)
+    );
+    s.set_key_seal(Some(old));
+    assert!(matches!(s.drives(), Err(StoreError::Sealed(_))));
+    s.set_key_seal(Some(new));
+    assert_eq!(s.drives().unwrap()[0].working_key, d.working_key);
 }
 
 fn drives_sessions_meta<S: MetaStore>(s: &mut S) {

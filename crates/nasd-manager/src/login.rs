@@ -335,6 +335,9 @@ impl PendingRegistration {
 /// first time. With `seal` (a manager whose keys are sealed, issue 21 §8) the file is kept
 /// sealed under it; one found in clear is sealed now (a seal interrupted).
 pub fn load_or_make_keys(dir: &Path, seal: Option<&KeySeal>) -> MgrResult<ServerKeys> {
+    if let Some(s) = seal {
+        settle_staged_keys(dir, s)?;
+    }
     let path = key_path(dir);
     let io = |what: &str, e: String| {
         MgrError::new(
@@ -381,8 +384,77 @@ pub fn load_or_make_keys(dir: &Path, seal: Option<&KeySeal>) -> MgrResult<Server
     Ok(keys)
 }
 
+/// Where a passphrase change keeps the key file sealed under the new passphrase until the
+/// store has taken the new seal (`setup::change_passphrase`).
+pub fn staged_key_path(dir: &Path) -> PathBuf {
+    key_path(dir).with_extension("key.next")
+}
+
+/// Writes `keys` sealed under `seal` as the staged key file ([`staged_key_path`]): whole and
+/// durable before it returns, the current key file untouched.
+pub fn stage_keys(dir: &Path, keys: &ServerKeys, seal: &KeySeal) -> MgrResult<()> {
+    write_keys(&staged_key_path(dir), keys, Some(seal))
+}
+
+/// Makes the staged key file the key file: a rename, durable before it returns.
+pub fn commit_staged_keys(dir: &Path) -> MgrResult<()> {
+    let (from, to) = (staged_key_path(dir), key_path(dir));
+    std::fs::rename(&from, &to)
+        .and_then(|()| sync_parent(&to))
+        .map_err(|e| {
+            MgrError::new(
+                MgrStatus::Internal,
+                format!("renaming {} to {}: {e}", from.display(), to.display()),
+            )
+        })
+}
+
+/// A staged key file a passphrase change left behind (it stopped between its steps): made the
+/// key file when it opens under `seal`, the store's seal (the store took the new seal, so the
+/// change had committed), removed otherwise (the change had not committed).
+fn settle_staged_keys(dir: &Path, seal: &KeySeal) -> MgrResult<()> {
+    let staged = staged_key_path(dir);
+    let text = match std::fs::read_to_string(&staged) {
+        Ok(t) => Zeroizing::new(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(MgrError::new(
+                MgrStatus::Internal,
+                format!("reading {}: {e}", staged.display()),
+            ))
+        }
+    };
+    let opens = match text.split_once('\n') {
+        Some((KEY_FILE_HEADER_SEALED, rest)) => hex::decode(rest.trim())
+            .ok()
+            .and_then(|b| seal.open_bytes(KEY_FILE_SLOT, &b))
+            .is_some(),
+        _ => false,
+    };
+    if opens {
+        tracing::info!("finishing a passphrase change: the key file sealed under the new passphrase goes in place");
+        return commit_staged_keys(dir);
+    }
+    tracing::info!(
+        "dropping {}: a passphrase change that did not commit",
+        staged.display()
+    );
+    std::fs::remove_file(&staged).map_err(|e| {
+        MgrError::new(
+            MgrStatus::Internal,
+            format!("removing {}: {e}", staged.display()),
+        )
+    })
+}
+
+/// Syncs the directory holding `path`, so a rename into it survives a power failure.
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// Writes the key file, sealed under `seal` when given: under a new name, synced, renamed
-/// over the old one, so a crash leaves one whole file.
+/// over the old one (the directory synced), so a crash leaves one whole file.
 fn write_keys(path: &Path, keys: &ServerKeys, seal: Option<&KeySeal>) -> MgrResult<()> {
     let text = Zeroizing::new(match seal {
         Some(s) => format!(
@@ -399,7 +471,9 @@ fn write_keys(path: &Path, keys: &ServerKeys, seal: Option<&KeySeal>) -> MgrResu
         )
     };
     nasd_private::write_file(&tmp, text.as_bytes()).map_err(|e| io(e.to_string()))?;
-    std::fs::rename(&tmp, path).map_err(|e| io(e.to_string()))
+    std::fs::rename(&tmp, path)
+        .and_then(|()| sync_parent(path))
+        .map_err(|e| io(e.to_string()))
 }
 
 /// Where the server keys of the manager in `dir` are.
@@ -460,6 +534,35 @@ mod tests {
         assert!(e.to_string().contains("does not open"), "{e}");
         let c = load_or_make_keys(t.path(), Some(&seal)).unwrap();
         assert_eq!(*a.to_bytes(), *c.to_bytes());
+    }
+
+    /// A passphrase change that stopped between its steps (`setup::change_passphrase`) leaves
+    /// the key file opening under whichever seal the store holds: before the store took the
+    /// new seal, the staged file is dropped; after, it goes in place.
+    #[test]
+    fn a_passphrase_change_cut_short_leaves_the_key_file_under_the_stores_seal() {
+        let t = tempfile::tempdir().unwrap();
+        let old = KeySeal::create_with_cost(b"old", 8, 1).unwrap();
+        let new = KeySeal::create_with_cost(b"new", 8, 1).unwrap();
+        let keys = load_or_make_keys(t.path(), Some(&old)).unwrap();
+        let staged = staged_key_path(t.path());
+        // Cut short before the store's commit: the store still holds the old seal.
+        stage_keys(t.path(), &keys, &new).unwrap();
+        assert!(staged.exists());
+        let back = load_or_make_keys(t.path(), Some(&old)).unwrap();
+        assert_eq!(*back.to_bytes(), *keys.to_bytes());
+        assert!(!staged.exists(), "the uncommitted change's file is dropped");
+        assert!(load_or_make_keys(t.path(), Some(&new)).is_err());
+        // Cut short after it: the store holds the new seal, the key file is still the old's.
+        stage_keys(t.path(), &keys, &new).unwrap();
+        let back = load_or_make_keys(t.path(), Some(&new)).unwrap();
+        assert_eq!(*back.to_bytes(), *keys.to_bytes());
+        assert!(!staged.exists(), "the committed change's file is in place");
+        assert!(load_or_make_keys(t.path(), Some(&old)).is_err());
+        // Finished: nothing staged, the new seal opens it.
+        commit_staged_keys(t.path()).unwrap_err();
+        let again = load_or_make_keys(t.path(), Some(&new)).unwrap();
+        assert_eq!(*again.to_bytes(), *keys.to_bytes());
     }
 }
 

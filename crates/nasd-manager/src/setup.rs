@@ -200,7 +200,8 @@ pub fn seal(dir: &Path, passphrase: &[u8]) -> MgrResult<()> {
         return Err(MgrError::new(
             MgrStatus::Exists,
             format!(
-                "the keys of the manager in {} are sealed already",
+                "the keys of the manager in {} are sealed already (nasd manager seal --change \
+                 changes the passphrase)",
                 dir.display()
             ),
         ));
@@ -214,6 +215,60 @@ pub fn seal(dir: &Path, passphrase: &[u8]) -> MgrResult<()> {
         st.put_drive(d).map_err(|e| err(e.to_string()))?;
     }
     crate::login::load_or_make_keys(dir, Some(&seal))?;
+    st.compact().map_err(|e| err(e.to_string()))
+}
+
+/// Changes the passphrase of the sealed, stopped manager in `dir` from `old` to `new` (issue
+/// 21 §8): every drive key in its store and its OPAQUE key file are sealed anew, in steps a
+/// crash at any point leaves opening whole under one of the two passphrases:
+///
+/// 1. everything is opened under `old` (a wrong one changes nothing);
+/// 2. the key file is written sealed under `new` beside the current one (`keys/opaque.key.next`,
+///    durable), which nothing reads yet;
+/// 3. the commit point: in one store transaction, the seal's header and every drive key
+///    become the new seal's;
+/// 4. the staged key file is renamed over the current one, and the store compacted.
+///
+/// A start after a crash between 3 and 4 finds the store under the new seal and finishes 4
+/// (`login::load_or_make_keys`); one before 3 finds the old seal and drops the staged file.
+pub fn change_passphrase(dir: &Path, old: &[u8], new: &[u8]) -> MgrResult<()> {
+    let cfg = load_config(dir)?;
+    let mut st = open_store(dir, &recorded_meta(&cfg)?)?;
+    let given = Zeroizing::new(old.to_vec());
+    let Some(old_seal) = unlock(st.as_ref(), Box::new(move || Ok(given)))? else {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!(
+                "the keys of the manager in {} are not sealed: seal them first (nasd manager \
+                 seal without --change)",
+                dir.display()
+            ),
+        ));
+    };
+    st.set_key_seal(Some(old_seal.clone()));
+    let keys = crate::login::load_or_make_keys(dir, Some(&old_seal))?;
+    let drives = st.drives().map_err(|e| err(e.to_string()))?;
+    let new_seal = Arc::new(KeySeal::create(new).map_err(|e| err(e.to_string()))?);
+    crate::login::stage_keys(dir, &keys, &new_seal)?;
+    st.reseal_drive_keys(&new_seal.header().encode(), new_seal.clone())
+        .map_err(|e| err(format!("sealing the drives' keys anew: {e}")))?;
+    crate::login::commit_staged_keys(dir)?;
+    // Pair check: what the store and the key file give back under the new seal is what the
+    // old one opened.
+    let again = st.drives().map_err(|e| err(e.to_string()))?;
+    let same = |a: &crate::store::DriveRecord, b: &crate::store::DriveRecord| {
+        (a.drive, &a.drive_key, &a.partition_key, &a.working_key)
+            == (b.drive, &b.drive_key, &b.partition_key, &b.working_key)
+    };
+    assert!(
+        again.len() == drives.len() && again.iter().zip(&drives).all(|(a, b)| same(a, b)),
+        "the drives' keys read back under the new seal differ"
+    );
+    let reloaded = crate::login::load_or_make_keys(dir, Some(&new_seal))?;
+    assert!(
+        *reloaded.to_bytes() == *keys.to_bytes(),
+        "the OPAQUE keys read back under the new seal differ"
+    );
     st.compact().map_err(|e| err(e.to_string()))
 }
 

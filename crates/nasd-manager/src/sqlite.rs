@@ -2276,6 +2276,39 @@ impl MetaStore for SqliteStore {
         self.seal = seal;
     }
 
+    fn reseal_drive_keys(
+        &mut self,
+        header: &[u8],
+        seal: std::sync::Arc<nasd_crypto::seal::KeySeal>,
+    ) -> StoreResult<()> {
+        let drives = self.drives()?;
+        let tx = self.db.transaction().map_err(db)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+            params![KEY_SEAL_META, header],
+        )
+        .map_err(db)?;
+        for d in &drives {
+            let sealed = |which: &str, k: &nasd_crypto::Key| {
+                stored_drive_key(Some(&seal), d.drive, which, k)
+            };
+            tx.execute(
+                "UPDATE drives SET drive_key = ?2, part_key = ?3, working_key = ?4
+                 WHERE drive = ?1",
+                params![
+                    d.drive.0 as i64,
+                    sealed("drive", &d.drive_key),
+                    sealed("partition", &d.partition_key),
+                    sealed("working", &d.working_key)
+                ],
+            )
+            .map_err(db)?;
+        }
+        tx.commit().map_err(db)?;
+        self.seal = Some(seal);
+        Ok(())
+    }
+
     /// Secure deletion on, `VACUUM`, the write-ahead log emptied.
     fn compact(&mut self) -> StoreResult<()> {
         self.db

@@ -632,6 +632,16 @@ pub trait MetaStore: Send {
     /// them and `put_drive` seals them ([`stored_drive_key`], [`drive_key_of`]). A key stored
     /// in clear still reads (a seal interrupted) until its drive is put again.
     fn set_key_seal(&mut self, seal: Option<std::sync::Arc<KeySeal>>);
+    /// Seals the drives' keys under `seal` in place of the current seal (a new passphrase),
+    /// in one transaction that also makes `header` (the new seal's) the [`KEY_SEAL_META`]
+    /// row: after a crash either every key and the header are the new seal's or none is.
+    /// The keys are read under the current seal first; one that does not open fails the
+    /// change and changes nothing. The store keeps `seal` from then on.
+    fn reseal_drive_keys(
+        &mut self,
+        header: &[u8],
+        seal: std::sync::Arc<KeySeal>,
+    ) -> StoreResult<()>;
     /// Rewrites the engine's storage of the drives so no page or old row version keeps what
     /// was replaced (after the drives' keys were sealed).
     fn compact(&mut self) -> StoreResult<()>;

@@ -48,11 +48,23 @@ pub enum ManagerCmd {
     /// Seal the keys of the stopped manager in DIR under a passphrase: the drives' keys in its
     /// store and its OPAQUE key file, so a copy of the directory gives neither away; it then
     /// needs the passphrase ($NASD_MANAGER_PASSPHRASE, --passphrase-file, or asked) to start.
+    /// With --change, change the passphrase of a sealed manager instead: the current one from
+    /// $NASD_MANAGER_PASSPHRASE, --passphrase-file or asked, the new one from
+    /// $NASD_MANAGER_NEW_PASSPHRASE, --new-passphrase-file or asked (twice). Every key is
+    /// sealed anew in one step a crash cannot leave half done: either passphrase then opens
+    /// all of them, the old one until the change commits, the new one after.
     Seal {
         #[arg(long, value_name = "DIR")]
         data: PathBuf,
+        /// The passphrase to seal with; with --change, the current one.
         #[arg(long, value_name = "FILE")]
         passphrase_file: Option<PathBuf>,
+        /// Change the passphrase of a manager sealed already.
+        #[arg(long)]
+        change: bool,
+        /// With --change: the new passphrase.
+        #[arg(long, value_name = "FILE", requires = "change")]
+        new_passphrase_file: Option<PathBuf>,
     },
     /// Register a drive with the manager of the client config (admin).
     DriveAdd {
@@ -129,6 +141,24 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
         ManagerCmd::Seal {
             data,
             passphrase_file,
+            change: true,
+            new_passphrase_file,
+        } => {
+            let old = manager_passphrase(passphrase_file.as_deref())?;
+            let new = new_manager_passphrase(new_passphrase_file.as_deref())?;
+            setup::change_passphrase(&data, &old, &new)?;
+            println!(
+                "the keys of the manager in {} are sealed under the new passphrase; the old \
+                 one opens nothing now",
+                data.display()
+            );
+            Ok(())
+        }
+        ManagerCmd::Seal {
+            data,
+            passphrase_file,
+            change: false,
+            ..
         } => {
             let p = manager_passphrase(passphrase_file.as_deref())?;
             setup::seal(&data, &p)?;
@@ -225,6 +255,25 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
 }
 
 /// The passphrase of the manager's sealed keys: $NASD_MANAGER_PASSPHRASE, `file`, or asked.
+/// The new passphrase of a change: $NASD_MANAGER_NEW_PASSPHRASE, `file`, or asked twice.
+fn new_manager_passphrase(
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+    const ENV: &str = "NASD_MANAGER_NEW_PASSPHRASE";
+    let prompt = "new passphrase of the manager's keys: ";
+    let p = zeroize::Zeroizing::new(crate::cmd_drive::passphrase(ENV, file, prompt)?);
+    if std::env::var_os(ENV).is_none() && file.is_none() {
+        let again = zeroize::Zeroizing::new(crate::cmd_drive::passphrase(
+            ENV,
+            None,
+            "the new passphrase again: ",
+        )?);
+        anyhow::ensure!(*again == *p, "the two new passphrases differ; nothing changed");
+    }
+    anyhow::ensure!(!p.is_empty(), "an empty passphrase; nothing changed");
+    Ok(p)
+}
+
 fn manager_passphrase(
     file: Option<&std::path::Path>,
 ) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {

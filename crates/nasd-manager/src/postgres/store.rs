@@ -790,6 +790,53 @@ impl MetaStore for PgStore {
         self.db.execute_batch("VACUUM FULL drives")
     }
 
+    fn reseal_drive_keys(
+        &mut self,
+        header: &[u8],
+        seal: std::sync::Arc<nasd_crypto::seal::KeySeal>,
+    ) -> StoreResult<()> {
+        let tx = self.db.transaction()?;
+        // Read in the transaction, under the current seal: serializable with any writer.
+        let drives = {
+            let old = self.seal.as_deref();
+            tx.query_map(
+                "SELECT drive, drive_key, part_key, working_key FROM drives ORDER BY drive",
+                &[],
+                |r| {
+                    let drive = DriveId(r.get::<i64>(0)? as u64);
+                    Ok((
+                        drive,
+                        drive_key_of(old, drive, "drive", &r.get::<Vec<u8>>(1)?)?,
+                        drive_key_of(old, drive, "partition", &r.get::<Vec<u8>>(2)?)?,
+                        drive_key_of(old, drive, "working", &r.get::<Vec<u8>>(3)?)?,
+                    ))
+                },
+            )?
+        };
+        tx.execute(
+            "INSERT INTO meta(key, value) VALUES ($1, $2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![KEY_SEAL_META, header],
+        )?;
+        for (drive, dk, pk, wk) in &drives {
+            let sealed =
+                |which: &str, k: &nasd_crypto::Key| stored_drive_key(Some(&seal), *drive, which, k);
+            tx.execute(
+                "UPDATE drives SET drive_key = $2, part_key = $3, working_key = $4
+                 WHERE drive = $1",
+                params![
+                    drive.0 as i64,
+                    sealed("drive", dk),
+                    sealed("partition", pk),
+                    sealed("working", wk)
+                ],
+            )?;
+        }
+        tx.commit()?;
+        self.seal = Some(seal);
+        Ok(())
+    }
+
     fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()> {
         self.db
             .execute(
