@@ -268,7 +268,10 @@ fn new_manager_passphrase(
             None,
             "the new passphrase again: ",
         )?);
-        anyhow::ensure!(*again == *p, "the two new passphrases differ; nothing changed");
+        anyhow::ensure!(
+            *again == *p,
+            "the two new passphrases differ; nothing changed"
+        );
     }
     anyhow::ensure!(!p.is_empty(), "an empty passphrase; nothing changed");
     Ok(p)

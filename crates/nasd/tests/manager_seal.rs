@@ -153,7 +153,13 @@ fn sealed_state(dir: &std::path::Path) -> (Vec<u8>, Vec<Vec<u8>>) {
 /// `nasd manager seal --change` with the current passphrase `old` and the new `new`.
 fn change(up: &Up, dir: &std::path::Path, old: &str, new: &str) -> std::process::Output {
     up.nasd(
-        &["manager", "seal", "--change", "--data", dir.to_str().unwrap()],
+        &[
+            "manager",
+            "seal",
+            "--change",
+            "--data",
+            dir.to_str().unwrap(),
+        ],
         &[
             ("NASD_MANAGER_PASSPHRASE", old),
             ("NASD_MANAGER_NEW_PASSPHRASE", new),
@@ -201,7 +207,10 @@ fn a_sealed_managers_passphrase_changes_in_one_step_and_the_old_one_opens_nothin
     // A wrong current passphrase: refused, and nothing changed.
     let o = change(&up, &dir, "wrong", NEW);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("wrong passphrase"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("wrong passphrase"),
+        "{err}"
+    );
     assert_eq!(sealed_state(&dir), sealed);
     assert_eq!(std::fs::read(&key_file).unwrap(), sealed_key_file);
     assert!(!dir.join("keys/opaque.key.next").exists());
@@ -218,7 +227,10 @@ fn a_sealed_managers_passphrase_changes_in_one_step_and_the_old_one_opens_nothin
     let (header, keys) = sealed_state(&dir);
     assert_ne!(header, sealed.0, "a new seal header");
     for (k, old) in keys.iter().zip(&sealed.1) {
-        assert_ne!(k, old, "a drive key is still sealed under the old passphrase");
+        assert_ne!(
+            k, old,
+            "a drive key is still sealed under the old passphrase"
+        );
     }
     let changed_key_file = std::fs::read(&key_file).unwrap();
     assert_ne!(changed_key_file, sealed_key_file);
@@ -226,10 +238,16 @@ fn a_sealed_managers_passphrase_changes_in_one_step_and_the_old_one_opens_nothin
     let all = directory_bytes(&dir);
     let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
     for k in &clear_keys {
-        assert!(!contains(&all, k), "a drive key lies in clear after the change");
+        assert!(
+            !contains(&all, k),
+            "a drive key lies in clear after the change"
+        );
     }
     let (ok, err) = run_manager(&dir, &[("NASD_MANAGER_PASSPHRASE", PASSPHRASE)]);
-    assert!(!ok && err.contains("wrong passphrase"), "the old passphrase: {err}");
+    assert!(
+        !ok && err.contains("wrong passphrase"),
+        "the old passphrase: {err}"
+    );
 
     // The new one starts it, and clients work: logins, the old file, a new one.
     std::fs::write(&pass_file, NEW).unwrap();
