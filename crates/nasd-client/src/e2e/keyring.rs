@@ -81,6 +81,8 @@ pub struct Keyring {
     /// when: not tried again for [`KEYS_TTL_MS`], so a user's every write to a file of such
     /// a group does not pay the four manager round trips of a refused attempt.
     unmade_groups: Mutex<HashMap<u32, u64>>,
+    /// The newest version of each file this client verified (issue 21 §7).
+    fresh: Mutex<super::fresh::Freshness>,
 }
 
 impl Default for Keyring {
@@ -95,6 +97,7 @@ impl Default for Keyring {
             groups: Default::default(),
             group_secrets: Default::default(),
             unmade_groups: Default::default(),
+            fresh: Default::default(),
         }
     }
 }
@@ -488,10 +491,25 @@ impl Client {
 
     /// Where this client keeps its copy of the key log: beside its identity's cache file.
     fn key_log_path(&self) -> Option<PathBuf> {
+        self.beside_identity("keylog")
+    }
+
+    /// A file beside this client's identity cache file, with extension `ext` (none for a
+    /// borrowed or a delegated identity, whose state lives in memory).
+    fn beside_identity(&self, ext: &str) -> Option<PathBuf> {
         match &*self.keyring.source.lock().expect("keyring lock") {
-            IdentitySource::Login { cache: Some(p) } => Some(p.with_extension("keylog")),
+            IdentitySource::Login { cache: Some(p) } => Some(p.with_extension(ext)),
             _ => None,
         }
+    }
+
+    /// The newest versions of files this client verified ([`super::fresh`]), loaded from
+    /// beside the identity's cache file on first use.
+    pub(crate) fn freshness(&self) -> std::sync::MutexGuard<'_, super::fresh::Freshness> {
+        let path = self.beside_identity("fresh");
+        let mut g = self.keyring.fresh.lock().expect("keyring lock");
+        g.load_once(path);
+        g
     }
 
     /// The manager's log past what `held` holds, checked; `None` when nothing was added.

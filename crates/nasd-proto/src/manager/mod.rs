@@ -218,7 +218,11 @@ use call::{define_calls, define_replies};
 ///   index; clients check each user's chain of signed changes and the root themselves.
 ///   [`MgrRequest::UserKeyReset`] (admins) clears a user's keys with a logged reset; the
 ///   user's next keys start a new self-signed chain at the following version. Store schema 13.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 19;
+/// - 20: an `E2eState`'s record may be up to 256 bytes (was 128): clients write nasd-e2e's
+///   bound records (format 2, 146 bytes: the version's generation and origin, and a digest of
+///   its key commitments and unshared principals; issue 21 §5 and §7). The manager stores
+///   records as it did and reads only their length.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 20;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
