@@ -1045,7 +1045,7 @@ impl Client {
             o.group_locks.clone(),
         )
         .map_err(|e| io_err(&o.path, e))?;
-        Ok(match crypt {
+        Ok(match crypt.filter(|f| !f.plain) {
             Some(f) => Arc::new(crate::e2e::crypt::CryptIo {
                 file: f.clone(),
                 lower: layout,
@@ -1062,7 +1062,7 @@ impl Client {
             return Ok(());
         };
         o.crypt
-            .get_or_try_init(|| self.open_crypt(&o.path, &o.layout, e, false))
+            .get_or_try_init(|| self.open_crypt(o, e, false))
             .await?;
         Ok(())
     }
@@ -1076,29 +1076,31 @@ impl Client {
         Ok(())
     }
 
-    /// The writer state of an encrypted upload: made at its first use (a fresh key wrapped
-    /// for the file's readers); `None` for a plaintext one.
+    /// The writer state of an encrypted upload, or of a plaintext one over several objects
+    /// (its pins): made at its first use (a fresh key wrapped for the file's readers, fresh
+    /// tracks); `None` for a plaintext one-object upload.
     pub(crate) async fn upload_crypt(
         &self,
         u: &Upload,
     ) -> Result<Option<Arc<crate::e2e::crypt::CryptFile>>, FsError> {
         let g = u.grant.lock().await.clone();
         self.signer_ready(&g).await?;
-        if !g.policy.encrypted {
+        if !g.policy.encrypted && u.layout.components.len() < 2 {
             return Ok(None);
         }
         let f = g
             .crypt
-            .get_or_try_init(|| {
-                self.new_crypt(
-                    &u.path,
-                    u.stat.uid,
-                    u.stat.gid,
-                    u.stat.mode,
-                    &u.layout,
-                    &g.policy,
-                    g.e2e.as_ref(),
-                )
+            .get_or_try_init(|| async {
+                match g.policy.encrypted {
+                    true => {
+                        self.new_crypt(&u.path, &u.stat, &u.layout, &g.policy, g.e2e.as_ref())
+                            .await
+                    }
+                    false => {
+                        self.new_pins(&u.path, u.stat.ino, &u.layout, g.e2e.as_ref())
+                            .await
+                    }
+                }
             })
             .await?;
         Ok(Some(f.clone()))
@@ -1407,7 +1409,7 @@ impl Client {
         if u.end.load(Ordering::Relaxed) >= size {
             return Ok(());
         }
-        if self.upload_crypt(u).await?.is_some() {
+        if self.upload_crypt(u).await?.is_some_and(|f| !f.plain) {
             // Encrypted: the rest is a hole in the counters (the partial last block padded).
             let g = u.grant.lock().await.clone();
             let io = self.stack_with(&g, u.missed.load(Ordering::Acquire), None)?;
@@ -1532,15 +1534,19 @@ impl Client {
         let mut size = u.end.load(Ordering::Relaxed);
         let g = u.grant.lock().await.clone();
         let mut e2e = None;
-        if g.policy.encrypted {
-            // An upload that wrote nothing still needs its (empty) encrypted version.
-            let f = match self.upload_crypt(&u).await {
-                Ok(f) => f.expect("an encrypted upload has a writer state"),
-                Err(e) => {
-                    self.abort_upload(&u).await;
-                    return Err(e);
-                }
-            };
+        // An upload that wrote nothing still needs its (empty) encrypted or pinned version.
+        let crypt = match self.upload_crypt(&u).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.abort_upload(&u).await;
+                return Err(e);
+            }
+        };
+        if let Some(f) = crypt {
+            if f.plain {
+                // A plain file's trailing hole is in its size, not its objects.
+                f.stored.fetch_max(size, Ordering::AcqRel);
+            }
             size = f.length();
             let missed = u.missed.load(Ordering::Acquire) | stale_mask(&g.layout);
             if let Err(e) = self.pin_missed(&g, &f, missed).await {
@@ -1670,7 +1676,7 @@ impl Client {
             let expect = crate::e2e::state_hash(g.e2e.as_ref());
             let auth = g.policy.auth;
             let grant = open_file(path, g);
-            if let Err(err) = self.change_ready(path, &grant).await {
+            if let Err(err) = self.change_ready(&grant).await {
                 self.abort_staged(path, key).await;
                 return Err(err);
             }
@@ -1709,11 +1715,14 @@ impl Client {
                 size,
                 stale: io.missed(),
                 xattrs: None,
-                e2e,
+                e2e: e2e.clone(),
                 exclusive: false,
             };
             let r = self.commit(path, commit).await;
             self.caps.invalidate(path);
+            if let (Ok(()), Some(c)) = (&r, &e2e) {
+                self.note_committed(grant.stat.ino, c);
+            }
             match r {
                 Err(e)
                     if e.status() == Some(MgrStatus::Conflict) && attempt < CHANGE_ATTEMPTS_MAX =>
@@ -1733,9 +1742,9 @@ impl Client {
 
     /// Readies the grant of a copy-on-write change of `path`: an encrypted file's writer state
     /// (its keys, and the copies' tracks starting at the pins) and this user's signer.
-    async fn change_ready(&self, path: &str, grant: &OpenFile) -> Result<(), FsError> {
+    async fn change_ready(&self, grant: &OpenFile) -> Result<(), FsError> {
         if let Some(e) = &grant.e2e {
-            let f = self.open_crypt(path, &grant.layout, e, true).await?;
+            let f = self.open_crypt(grant, e, true).await?;
             let _ = grant.crypt.set(f);
         }
         self.signer_ready(grant).await

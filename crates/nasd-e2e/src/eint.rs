@@ -90,8 +90,6 @@ pub fn comp_fits(block: &[u8]) -> bool {
 
 /// KDF context of COMP-EINT's tag key `K_m`.
 const TAG_KEY_CONTEXT: &str = "nasd-e2e 2026 comp tag key v1";
-/// KDF context of the key commitment bound into Merkle leaves.
-const KEY_COMMITMENT_CONTEXT: &str = "nasd-e2e 2026 key commitment v1";
 
 /// How a block was protected (write) or checked (read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -154,6 +152,8 @@ pub enum EintError {
     },
     #[error("no key for key version {key_version}")]
     MissingKey { key_version: KeyVersion },
+    #[error("the record is of a plaintext file (pins only)")]
+    NotEncrypted,
     #[error("block size {0} is not allowed")]
     BlockSize(u32),
     #[error("the record's block count {blocks} disagrees with its length {length}")]
@@ -218,7 +218,7 @@ impl VersionKeys {
         VersionKeys {
             cipher: BlockCipher::new(file_id, key),
             tag_key: Zeroizing::new(blake3::derive_key(TAG_KEY_CONTEXT, key.expose())),
-            commitment: blake3::derive_key(KEY_COMMITMENT_CONTEXT, key.expose()),
+            commitment: key.commitment(),
         }
     }
 
@@ -361,6 +361,7 @@ impl EintFile {
             key_version,
             root: empty(0),
             counters_digest: counters.digest(),
+            binding: None,
         };
         let mut f = EintFile::open(file_id, record, cache_bytes)?;
         f.add_key(key_version, key);
@@ -718,7 +719,7 @@ impl EintFile {
         let leaf = leaf_hash(index, ctr, &keys.commitment, &c);
         if !self.verify_leaf(store, &mut m, index, leaf)? {
             return Err(match self.record.scheme {
-                Scheme::Mt => EintError::MerklePath { index },
+                Scheme::Mt | Scheme::Pins => EintError::MerklePath { index },
                 Scheme::Rand | Scheme::Comp => EintError::UnverifiedRandomBlock { index },
             });
         }
@@ -770,6 +771,9 @@ impl EintFile {
 /// A record [`EintFile`] can work with: an allowed block size and a block count that matches
 /// the length (what [`TrustedRecord::decode`] checks, for records built in code).
 fn check_record(record: &TrustedRecord) -> Result<(), EintError> {
+    if record.scheme == Scheme::Pins {
+        return Err(EintError::NotEncrypted);
+    }
     if !valid_block_bytes(record.block_bytes) {
         return Err(EintError::BlockSize(record.block_bytes));
     }

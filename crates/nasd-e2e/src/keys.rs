@@ -66,6 +66,9 @@ impl FileId {
 /// Version of a file's content key; bumped when a reader is revoked (B.1).
 pub type KeyVersion = u32;
 
+/// KDF context of [`FileKey::commitment`].
+const KEY_COMMITMENT_CONTEXT: &str = "nasd-e2e 2026 key commitment v1";
+
 /// A file's 256-bit content key `K_f`. Zeroized on drop; `Debug` shows a fingerprint only.
 #[derive(Clone, Zeroize, ZeroizeOnDrop, PartialEq, Eq)]
 pub struct FileKey([u8; FILE_KEY_BYTES]);
@@ -89,6 +92,14 @@ impl FileKey {
 
     pub fn expose(&self) -> &[u8; FILE_KEY_BYTES] {
         &self.0
+    }
+
+    /// κ = BLAKE3-KDF("… key commitment", K): a one-way commitment to this key, bound into
+    /// Merkle leaves ([`crate::merkle::leaf_hash`]) and a bound record's keys digest
+    /// ([`crate::side::keys_digest`]), so a reader can tell the key a writer used from any
+    /// other key a wrap might open.
+    pub fn commitment(&self) -> [u8; 32] {
+        blake3::derive_key(KEY_COMMITMENT_CONTEXT, &self.0)
     }
 
     /// First 8 hex digits of a hash of the key: tells keys apart in logs, reveals nothing.
@@ -120,7 +131,7 @@ impl Principal {
     const USER_TAG: u8 = 1;
     const GROUP_TAG: u8 = 2;
 
-    fn encode(self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(self, out: &mut Vec<u8>) {
         let (tag, id) = match self {
             Principal::User(u) => (Self::USER_TAG, u),
             Principal::Group(g) => (Self::GROUP_TAG, g),
@@ -129,7 +140,7 @@ impl Principal {
         out.extend_from_slice(&id.to_le_bytes());
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<Principal, DecodeError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Principal, DecodeError> {
         let tag = r.u8()?;
         let id = r.u32()?;
         match tag {

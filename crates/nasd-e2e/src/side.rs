@@ -13,13 +13,21 @@
 //!   caught although its MACs are good; for RAND- and COMP-EINT, the nodes of the sparse tree
 //!   over random-looking blocks ([`crate::eint`]), under the record's `root`.
 //!
-//! Encoding (little-endian): `version u8 = 1 ‖ file_id [16] ‖ signer u32 (u32::MAX: none) ‖
+//! - the *key commitments* (`κ_v` of every key version the blocks use, [`FileKey::commitment`])
+//!   and the principals *unshared* from the file, bound into a format-2 record by
+//!   [`keys_digest`]: a reader refuses a key a wrap opens when it is not the one committed
+//!   (a wrap swapped at the manager), and every later writer leaves the unshared out.
+//!
+//! Encoding (little-endian): `version u8 = 2 ‖ file_id [16] ‖ signer u32 (u32::MAX: none) ‖
 //! key_file_len u32 ‖ key_file ‖ counters_len u32 ‖ counters ‖ kind u8` then for kind 0 (pins)
 //! `n u16 ‖ n × (known u8 ‖ size u64 ‖ top [32])` and for kind 1 (tree nodes) `n u32 ‖ n ×
-//! (level u8 ‖ index u64 ‖ hash [32])`, nodes sorted and unique.
+//! (level u8 ‖ index u64 ‖ hash [32])`, nodes sorted and unique; then `n u16 ‖ n × (key_version
+//! u32 ‖ κ [32])` sorted by version and unique, `m u16 ‖ m × principal (kind u8 ‖ id u32)`
+//! sorted and unique. Format 1 (before bindings) ends after the integrity part: both lists
+//! empty.
 
 use crate::codec::{hash_parts, DecodeError, Reader};
-use crate::keys::{FileId, KeyFile};
+use crate::keys::{FileId, FileKey, KeyFile, KeyVersion, Principal};
 
 /// Most components a file's pins cover (the manager's layouts have at most 64).
 pub const PINS_MAX: usize = 64;
@@ -28,6 +36,14 @@ pub const NODES_MAX: u64 = 1 << 16;
 /// Bytes of one encoded pin and one encoded node.
 pub const PIN_BYTES: usize = 1 + 8 + 32;
 pub const NODE_ENTRY_BYTES: usize = 1 + 8 + 32;
+/// Most key versions one version's blocks may use (each rekey or unshare adds one until the
+/// blocks under older ones are rewritten).
+pub const KEY_VERSIONS_MAX: usize = 1024;
+/// Most principals a file may stay unshared from.
+pub const UNSHARED_MAX: usize = 1024;
+/// Bytes of one encoded key commitment and one encoded principal.
+pub const COMMITMENT_BYTES: usize = 4 + 32;
+pub const PRINCIPAL_BYTES: usize = 1 + 4;
 
 /// What one component object's drive must report for this version: its size and tree top
 /// (`known` false: the writer could not learn it — the drive was down — and the component is
@@ -58,10 +74,24 @@ pub struct Side {
     /// digest is over exactly these bytes).
     pub counters: Vec<u8>,
     pub integrity: Integrity,
+    /// `κ_v` of each key version the blocks use, sorted by version.
+    pub commitments: Vec<(KeyVersion, [u8; 32])>,
+    /// Principals `nasd unshare` took off the file: later writers wrap nothing for them
+    /// until it is shared with them again. Sorted.
+    pub unshared: Vec<Principal>,
 }
 
 impl Side {
-    const FORMAT_VERSION: u8 = 1;
+    const FORMAT_UNBOUND: u8 = 1;
+    const FORMAT_VERSION: u8 = 2;
+
+    /// The commitment this version's writer made for key version `v`, if any.
+    pub fn commitment(&self, v: KeyVersion) -> Option<&[u8; 32]> {
+        self.commitments
+            .binary_search_by_key(&v, |c| c.0)
+            .ok()
+            .map(|i| &self.commitments[i].1)
+    }
 
     pub fn encode(&self) -> Vec<u8> {
         let kf = self.key_file.encode();
@@ -93,12 +123,19 @@ impl Side {
                 }
             }
         }
+        out.extend_from_slice(&encode_bindings(&self.commitments, &self.unshared));
         out
     }
 
     pub fn decode(b: &[u8]) -> Result<Side, DecodeError> {
         let mut r = Reader::new(b, "side data");
-        r.version(Self::FORMAT_VERSION)?;
+        let format = r.u8()?;
+        if format != Self::FORMAT_UNBOUND && format != Self::FORMAT_VERSION {
+            return Err(DecodeError::Version {
+                what: "side data",
+                found: format,
+            });
+        }
         let file_id = FileId(r.array()?);
         let signer = match r.u32()? {
             u32::MAX => None,
@@ -142,6 +179,29 @@ impl Side {
             }
             _ => return Err(r.invalid("integrity kind")),
         };
+        let (mut commitments, mut unshared) = (vec![], vec![]);
+        if format == Self::FORMAT_VERSION {
+            let n = r.u16()? as u64;
+            let n = r.check_count(n, KEY_VERSIONS_MAX as u64, COMMITMENT_BYTES)?;
+            commitments.reserve(n);
+            for _ in 0..n {
+                let c = (r.u32()?, r.array()?);
+                if commitments.last().is_some_and(|p: &(u32, _)| p.0 >= c.0) {
+                    return Err(r.invalid("key commitments out of order"));
+                }
+                commitments.push(c);
+            }
+            let m = r.u16()? as u64;
+            let m = r.check_count(m, UNSHARED_MAX as u64, PRINCIPAL_BYTES)?;
+            unshared.reserve(m);
+            for _ in 0..m {
+                let p = Principal::decode(&mut r)?;
+                if unshared.last().is_some_and(|q| *q >= p) {
+                    return Err(r.invalid("unshared principals out of order"));
+                }
+                unshared.push(p);
+            }
+        }
         r.finish()?;
         Ok(Side {
             file_id,
@@ -149,8 +209,49 @@ impl Side {
             key_file,
             counters,
             integrity,
+            commitments,
+            unshared,
         })
     }
+}
+
+/// The lists' encoding (module docs), as the side carries them and [`keys_digest`] hashes them.
+fn encode_bindings(commitments: &[(KeyVersion, [u8; 32])], unshared: &[Principal]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        4 + commitments.len() * COMMITMENT_BYTES + unshared.len() * PRINCIPAL_BYTES,
+    );
+    out.extend_from_slice(&(commitments.len() as u16).to_le_bytes());
+    for (v, k) in commitments {
+        out.extend_from_slice(&v.to_le_bytes());
+        out.extend_from_slice(k);
+    }
+    out.extend_from_slice(&(unshared.len() as u16).to_le_bytes());
+    for p in unshared {
+        p.encode(&mut out);
+    }
+    out
+}
+
+/// A bound record's `keys_digest`: the file id, the key commitments and the unshared
+/// principals of a side, so the writer's signature over the record covers them.
+pub fn keys_digest(side: &Side) -> [u8; 32] {
+    hash_parts(
+        b"nasd-e2e keys v1",
+        &[
+            &side.file_id.0,
+            &encode_bindings(&side.commitments, &side.unshared),
+        ],
+    )
+}
+
+/// The commitments of `keys` as a side carries them.
+pub fn commitments_of<'a>(
+    keys: impl IntoIterator<Item = (KeyVersion, &'a FileKey)>,
+) -> Vec<(KeyVersion, [u8; 32])> {
+    let mut c: Vec<_> = keys.into_iter().map(|(v, k)| (v, k.commitment())).collect();
+    c.sort_unstable_by_key(|e| e.0);
+    c.dedup_by_key(|e| e.0);
+    c
 }
 
 /// The record's `root` for MT-EINT in a cluster: a hash binding the file id and every pin,
@@ -178,6 +279,8 @@ mod tests {
             key_file: KeyFile::new(),
             counters: crate::counters::CounterIntervals::new().encode(),
             integrity,
+            commitments: vec![(1, [8; 32]), (3, [9; 32])],
+            unshared: vec![Principal::User(7), Principal::Group(100)],
         }
     }
 
@@ -207,6 +310,39 @@ mod tests {
         let n = bad.len();
         bad.truncate(n - 1);
         assert!(Side::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn format_one_reads_with_empty_lists_and_the_digest_binds_both_lists() {
+        let s = sample(Integrity::Pins(vec![]));
+        let enc = s.encode();
+        // Format 1: the same bytes without the lists (2 + 2 + 36 × 2 + 5 × 2 bytes).
+        let mut v1 = enc[..enc.len() - (4 + 2 * COMMITMENT_BYTES + 2 * PRINCIPAL_BYTES)].to_vec();
+        v1[0] = 1;
+        let old = Side::decode(&v1).unwrap();
+        assert!(old.commitments.is_empty() && old.unshared.is_empty());
+        assert_eq!(s.commitment(3), Some(&[9; 32]));
+        assert_eq!(s.commitment(2), None);
+        let d = keys_digest(&s);
+        let mut other = s.clone();
+        other.unshared.pop();
+        assert_ne!(keys_digest(&other), d);
+        let mut other = s.clone();
+        other.commitments[0].1[0] ^= 1;
+        assert_ne!(keys_digest(&other), d);
+        let other = Side {
+            file_id: FileId([8; 16]),
+            ..s.clone()
+        };
+        assert_ne!(keys_digest(&other), d);
+        let mut unsorted = s.clone();
+        unsorted.unshared.reverse();
+        assert!(Side::decode(&unsorted.encode()).is_err());
+        let k = FileKey::from_bytes([3; 32]);
+        assert_eq!(
+            commitments_of([(2, &k), (1, &k), (2, &k)]),
+            vec![(1, k.commitment()), (2, k.commitment())]
+        );
     }
 
     #[test]

@@ -26,8 +26,6 @@ pub const BLOCK_LABEL: &[u8; 11] = b"nasd-blk-v1";
 pub const RECORD_LABEL: &[u8; 11] = b"nasd-rec-v1";
 /// Bytes of a block's signed message: label, file id, index, counter, ciphertext hash.
 pub const BLOCK_MESSAGE_BYTES: usize = 11 + 16 + 8 + 8 + 32;
-/// Bytes of a record's signed message: label, file id, record.
-pub const RECORD_MESSAGE_BYTES: usize = 11 + 16 + TrustedRecord::ENCODED_BYTES;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum SignatureError {
@@ -54,11 +52,11 @@ pub fn block_message(
 }
 
 /// The message a record signature covers.
-pub fn record_message(file_id: FileId, record: &TrustedRecord) -> [u8; RECORD_MESSAGE_BYTES] {
-    let mut m = [0u8; RECORD_MESSAGE_BYTES];
-    m[..11].copy_from_slice(RECORD_LABEL);
-    m[11..27].copy_from_slice(&file_id.0);
-    m[27..].copy_from_slice(&record.encode());
+pub fn record_message(file_id: FileId, record: &TrustedRecord) -> Vec<u8> {
+    let mut m = Vec::with_capacity(11 + 16 + TrustedRecord::BOUND_BYTES);
+    m.extend_from_slice(RECORD_LABEL);
+    m.extend_from_slice(&file_id.0);
+    m.extend_from_slice(&record.encode());
     m
 }
 
@@ -190,6 +188,7 @@ mod tests {
             key_version: 1,
             root: [1; 32],
             counters_digest: [2; 32],
+            binding: None,
         };
         let sig = w.sign_record(f, &r);
         assert_eq!(w.public().verify_record(f, &r, &sig), Ok(()));

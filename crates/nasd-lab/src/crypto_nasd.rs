@@ -144,6 +144,11 @@ pub(crate) fn measure_nasd(budget: Budget) -> NasdCosts {
         key_version: 1,
         root: [4; 32],
         counters_digest: [5; 32],
+        binding: Some(nasd_e2e::record::Binding {
+            generation: 2,
+            origin: nasd_e2e::FileId([9; 16]),
+            keys_digest: [6; 32],
+        }),
     };
     let file = nasd_e2e::FileId([9; 16]);
     let record_sign = median(measure(budget, || {

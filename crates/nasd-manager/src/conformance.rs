@@ -299,6 +299,7 @@ fn e2e_state(key_version: u32, side: &[u8]) -> E2eState {
         key_version,
         root: [key_version as u8; 32],
         counters_digest: [2; 32],
+        binding: None,
     };
     E2eState {
         record: record.encode().to_vec(),

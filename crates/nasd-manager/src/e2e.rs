@@ -592,6 +592,8 @@ fn only_own_wraps_change(
         || a.signer != b.signer
         || a.counters != b.counters
         || a.integrity != b.integrity
+        || a.commitments != b.commitments
+        || a.unshared != b.unshared
     {
         return Err("more than the key file differs");
     }

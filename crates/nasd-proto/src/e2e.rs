@@ -25,8 +25,9 @@ use crate::DecodeError;
 
 /// Most further principals a directory's policy wraps new files' keys for.
 pub const POLICY_READERS_MAX: usize = 8;
-/// Largest trusted record (nasd-e2e's `TrustedRecord` is 90 bytes).
-pub const E2E_RECORD_BYTES_MAX: usize = 128;
+/// Largest trusted record (nasd-e2e's `TrustedRecord`: 90 bytes in format 1, 146 in format 2;
+/// 128 before manager protocol 20).
+pub const E2E_RECORD_BYTES_MAX: usize = 256;
 /// Largest side data a file's end-to-end state carries (key file, counter intervals, pins or
 /// RAND/COMP tree nodes): every `Opened` of the file carries it, so it is kept small.
 pub const E2E_SIDE_BYTES_MAX: usize = 256 << 10;
@@ -388,7 +389,7 @@ pub struct UserKeyInfo {
 /// A group's current key pair's public half and version, the caller's wrap of its secret (if
 /// the caller is a member holding one), whether a new key pair is due, the members who have
 /// keys but no wrap of this version yet (for a member's client to wrap to), and the links
-/// that open older versions' secrets from this one's (manager protocol 20).
+/// that open older versions' secrets from this one's (manager protocol 21).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupKeyInfo {
     pub gid: u32,

@@ -468,23 +468,56 @@ async fn e2e_lines(c: &Client, path: &str) -> anyhow::Result<(String, serde_json
         (Some(false), Some(s)) => format!("signed by {}: DOES NOT VERIFY", shown(&named(s))),
         _ => "unsigned (keyed hash only)".into(),
     };
+    let generation = match p.generation {
+        Some(g) => format!("generation {g}"),
+        None => "unbound (written before bindings)".into(),
+    };
+    if p.plain {
+        let text = format!(
+            "plaintext, pinned (readers check each drive against the writer's record), \
+             {generation}; written by {}, {sig}",
+            shown(&named(p.writer))
+        );
+        let json = serde_json::json!({
+            "encrypted": false,
+            "pinned": true,
+            "generation": p.generation,
+            "writer": named(p.writer),
+            "signer": p.signer.map(named),
+            "signature": match p.verified {
+                Some(true) => "verified",
+                Some(false) => "invalid",
+                None => "none",
+            },
+        });
+        return Ok((text, json));
+    }
     let readers = c.principal_names(&p.readers).await?;
-    let text = format!(
-        "encrypted, {}-EINT, key version {}; written by {}, {sig}; readable by {}",
-        p.scheme.name().to_uppercase(),
-        p.key_version,
-        shown(&named(p.writer)),
-        readers
+    let unshared = c.principal_names(&p.unshared).await?;
+    let list = |names: &[String]| -> String {
+        names
             .iter()
             .map(|r| shown(r).to_string())
             .collect::<Vec<_>>()
             .join(", ")
+    };
+    let mut text = format!(
+        "encrypted, {}-EINT, key version {}, {generation}; written by {}, {sig}; readable by {}",
+        p.scheme.name().to_uppercase(),
+        p.key_version,
+        shown(&named(p.writer)),
+        list(&readers),
     );
+    if !unshared.is_empty() {
+        text.push_str(&format!("; unshared from {}", list(&unshared)));
+    }
     let json = serde_json::json!({
         "encrypted": true,
         "eint": p.scheme.name(),
         "key_version": p.key_version,
+        "generation": p.generation,
         "readers": readers,
+        "unshared": unshared,
         "writer": named(p.writer),
         "signer": p.signer.map(named),
         "signature": match p.verified {

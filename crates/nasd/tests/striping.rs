@@ -234,7 +234,6 @@ fn flipped_bytes_on_data_and_parity_shards_are_read_around_and_repaired() {
 #[test]
 fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
     let mut up = Up::start(7);
-    // Plaintext: the manager cuts it in place (an encrypted file is cut by its writer).
     up.ok(&["mkdir", "--layout", "rs:4+2,plain", "nasd:/ec"]);
     let data = rand_bytes(3 << 20, 11);
     put(&up, "/ec/f", &data);
@@ -258,9 +257,14 @@ fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
     let victim = on.iter().position(|&x| x).unwrap();
     kill_drive(&mut up, victim);
     wait_healthy(&up, 6);
-    // Cutting the file short stages copies of its components; the dead drive's cannot be
-    // copied, so the committed layout marks it stale.
-    up.ok(&["truncate", "nasd:/ec/f", "1000000"]);
+    // Growing the file is a copy-on-write change: it stages copies of its components; the
+    // dead drive's cannot be copied, so the committed layout marks it stale. (Cutting it short
+    // would write the prefix as a new version, on live drives only: a striped file's writer
+    // pins its components, so only the writer changes it.)
+    const GROWN: usize = 4_000_000;
+    let mut want = data.clone();
+    want.resize(GROWN, 0);
+    up.ok(&["truncate", "nasd:/ec/f", &GROWN.to_string()]);
     let s = status(&up);
     assert_eq!(
         (s["degraded_files"].as_u64(), s["stale_components"].as_u64()),
@@ -284,9 +288,9 @@ fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
     up.restart(&format!("drive-{victim}"));
     wait_healthy(&up, 7);
     let got = get(&up, "/ec/f");
-    let first_bad = got.iter().zip(&data).position(|(a, b)| a != b);
+    let first_bad = got.iter().zip(&want).position(|(a, b)| a != b);
     assert!(
-        got == data[..1_000_000],
+        got == want,
         "{} bytes, first wrong at {first_bad:?}",
         got.len()
     );
@@ -295,7 +299,7 @@ fn a_component_that_missed_a_change_is_never_served_and_is_rebuilt() {
     for d in others {
         kill_drive(&mut up, d);
     }
-    assert!(get(&up, "/ec/f") == data[..1_000_000]);
+    assert!(get(&up, "/ec/f") == want);
 }
 
 #[test]

@@ -27,14 +27,19 @@ use crate::layer::{FileIo, IoError, IoFuture, ReadOut, Span};
 use nasd_e2e::block::BlockCipher;
 use nasd_e2e::counters::CounterIntervals;
 use nasd_e2e::keys::{FileKey, KeyFile, KeyVersion};
-use nasd_e2e::side::{pins_root, Integrity, Pin, Side};
+use nasd_e2e::record::Binding;
+use nasd_e2e::side::{keys_digest, pins_root, Integrity, Pin, Side};
 use nasd_e2e::store::{MemStore, MetaKey};
+use nasd_e2e::Principal as KeyPrincipal;
 use nasd_e2e::{EintFile, FileId, Scheme, TrustedRecord};
 use nasd_proto::manager::Eint;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+/// The block size a plain file's record names (its blocks are the layout's; the record needs
+/// one that is valid).
+const PLAIN_BLOCK_BYTES: u32 = 64 << 10;
 /// Blocks a read or write enciphers on all cores at once from this many on (a lone 64 KiB
 /// block is not worth a thread hand-off).
 const PARALLEL_BLOCKS_MIN: usize = 4;
@@ -47,6 +52,10 @@ const BLOCK_LOCKS: usize = 64;
 /// changed. Shared by every stack built for the file's grant or upload.
 pub struct CryptFile {
     pub path: String,
+    /// A plaintext file that keeps only its components' pins (nasd-e2e's `Scheme::Pins`: a
+    /// striped plain file, issue 21 §5): no keys, no counters, no layer of its own in the
+    /// stack, only the pins on its components and the record at commit.
+    pub plain: bool,
     pub file_id: FileId,
     pub block: u64,
     pub scheme: Eint,
@@ -62,6 +71,28 @@ pub struct CryptFile {
     /// for every stack built for the file at once: one stack's read must see what another's
     /// write stored.
     pub stored: Arc<std::sync::atomic::AtomicU64>,
+    /// Where the version this writes stands in the file's history (its record's binding).
+    history: History,
+}
+
+/// What a new version carries over from the version it replaces (nasd-e2e's record binding):
+/// the default for a file's first version.
+#[derive(Clone, Debug, Default)]
+pub struct Lineage {
+    /// The generation of the version replaced (0: none).
+    pub generation: u64,
+    /// The file's first version's id (`None`: this version starts the history).
+    pub origin: Option<FileId>,
+    /// Principals the file stays unshared from.
+    pub unshared: Vec<KeyPrincipal>,
+}
+
+/// A version's place in its file's history.
+#[derive(Clone, Copy, Debug)]
+struct History {
+    /// The generation of the version this one builds on (0: none).
+    base: u64,
+    origin: FileId,
 }
 
 impl std::fmt::Debug for CryptFile {
@@ -81,6 +112,11 @@ struct Inner {
     key_version: KeyVersion,
     ciphers: BTreeMap<KeyVersion, Arc<BlockCipher>>,
     key_file: KeyFile,
+    /// `κ_v` of the key versions the blocks may use: of the keys held, and those the version
+    /// built on committed to (a writer need not hold every old key).
+    commitments: BTreeMap<KeyVersion, [u8; 32]>,
+    /// Principals the file stays unshared from (later writers wrap nothing for them).
+    unshared: Vec<KeyPrincipal>,
     /// RAND/COMP: the construction and its untrusted store: the side data (counters and
     /// tree nodes) in `meta`, and in `blocks` the ciphertext of the call at hand (emptied
     /// after each).
@@ -97,7 +133,7 @@ fn scheme_of(e: Eint) -> Scheme {
 
 fn eint_of(s: Scheme) -> Eint {
     match s {
-        Scheme::Mt => Eint::Mt,
+        Scheme::Mt | Scheme::Pins => Eint::Mt,
         Scheme::Rand => Eint::Rand,
         Scheme::Comp => Eint::Comp,
     }
@@ -109,8 +145,8 @@ fn refused(path: &str, what: impl std::fmt::Display) -> IoError {
 }
 
 impl CryptFile {
-    /// A new, empty file (or a new version replacing one): `key` at `key_version`, wrapped in
-    /// `key_file`; `pins` for MT.
+    /// A new, empty file (or a new version replacing one, carrying on its `lineage`): `key` at
+    /// `key_version`, wrapped in `key_file`; `pins` for MT.
     #[allow(clippy::too_many_arguments)] // what a new version is made of
     pub fn create(
         path: &str,
@@ -121,6 +157,7 @@ impl CryptFile {
         key: &FileKey,
         key_file: KeyFile,
         pins: Vec<Arc<ComponentPin>>,
+        lineage: Lineage,
     ) -> Result<CryptFile, String> {
         let eint = match scheme {
             Eint::Mt => None,
@@ -134,6 +171,7 @@ impl CryptFile {
         ciphers.insert(key_version, Arc::new(BlockCipher::new(file_id, key)));
         Ok(CryptFile {
             path: path.into(),
+            plain: false,
             file_id,
             block: u64::from(block),
             scheme,
@@ -144,17 +182,58 @@ impl CryptFile {
                 key_version,
                 ciphers,
                 key_file,
+                commitments: BTreeMap::from([(key_version, key.commitment())]),
+                unshared: lineage.unshared,
                 eint,
             }),
             locks: block_locks(),
             shape: tokio::sync::Mutex::new(()),
             stored: Default::default(),
+            history: History {
+                base: lineage.generation,
+                origin: lineage.origin.unwrap_or(file_id),
+            },
         })
     }
 
+    /// A new version of a plaintext striped file, pinned: `pins` tracks of fresh objects.
+    pub fn create_plain(
+        path: &str,
+        file_id: FileId,
+        pins: Vec<Arc<ComponentPin>>,
+        lineage: Lineage,
+    ) -> CryptFile {
+        CryptFile {
+            path: path.into(),
+            plain: true,
+            file_id,
+            block: u64::from(PLAIN_BLOCK_BYTES),
+            scheme: Eint::Mt,
+            pins,
+            inner: Mutex::new(Inner {
+                length: 0,
+                counters: CounterIntervals::new(),
+                key_version: 0,
+                ciphers: BTreeMap::new(),
+                key_file: KeyFile::new(),
+                commitments: BTreeMap::new(),
+                unshared: lineage.unshared,
+                eint: None,
+            }),
+            locks: block_locks(),
+            shape: tokio::sync::Mutex::new(()),
+            stored: Default::default(),
+            history: History {
+                base: lineage.generation,
+                origin: lineage.origin.unwrap_or(file_id),
+            },
+        }
+    }
+
     /// A committed version: its record and side data, checked against each other, and the
-    /// keys of the versions its blocks use (`keys`). For MT, `pins` (one per component) were
-    /// made from the side's pins by the caller.
+    /// keys of the versions its blocks use (`keys`), each checked against the commitment its
+    /// writer bound into the record. For MT, `pins` (one per component) were made from the
+    /// side's pins by the caller.
     pub fn open(
         path: &str,
         record: &TrustedRecord,
@@ -165,12 +244,14 @@ impl CryptFile {
         if nasd_e2e::counters::digest_of_encoding(&side.counters) != record.counters_digest {
             return Err("the counter intervals are not the record's".into());
         }
+        let commitments = checked_commitments(record, side, keys)?;
         let counters = CounterIntervals::decode(&side.counters).map_err(|e| e.to_string())?;
-        if counters.blocks() != record.blocks {
+        let plain = record.scheme == Scheme::Pins;
+        if !plain && counters.blocks() != record.blocks {
             return Err("the counter intervals do not cover the record's blocks".into());
         }
         let eint = match (record.scheme, &side.integrity) {
-            (Scheme::Mt, Integrity::Pins(p)) => {
+            (Scheme::Mt | Scheme::Pins, Integrity::Pins(p)) => {
                 if pins_root(side.file_id, p) != record.root {
                     return Err("the pins are not the record's".into());
                 }
@@ -207,6 +288,7 @@ impl CryptFile {
             .collect();
         Ok(CryptFile {
             path: path.into(),
+            plain,
             file_id: side.file_id,
             block: u64::from(record.block_bytes),
             scheme: eint_of(record.scheme),
@@ -217,15 +299,31 @@ impl CryptFile {
                 key_version: record.key_version,
                 ciphers,
                 key_file: side.key_file.clone(),
+                commitments,
+                unshared: side.unshared.clone(),
                 eint,
             }),
             locks: block_locks(),
             shape: tokio::sync::Mutex::new(()),
             stored: Arc::new(record.length.into()),
+            history: match record.binding {
+                Some(b) => History {
+                    base: b.generation,
+                    origin: b.origin,
+                },
+                None => History {
+                    base: 0,
+                    origin: side.file_id,
+                },
+            },
         })
     }
 
+    /// The file's length: the plaintext's, or for a plain file what its layout stored.
     pub fn length(&self) -> u64 {
+        if self.plain {
+            return self.stored.load(std::sync::atomic::Ordering::Acquire);
+        }
         self.inner.lock().expect("crypt lock").length
     }
 
@@ -236,6 +334,7 @@ impl CryptFile {
             .insert(key_version, Arc::new(BlockCipher::new(self.file_id, key)));
         i.key_version = key_version;
         i.key_file = key_file;
+        i.commitments.insert(key_version, key.commitment());
         if let Some((f, _)) = &mut i.eint {
             f.rotate_key(key_version, key);
         }
@@ -250,6 +349,7 @@ impl CryptFile {
     /// The trusted record and side data of the file as written so far (pins from the
     /// components' tracks), for the commit; `signer` is the uid whose key signs it.
     pub fn state(&self, signer: Option<u32>) -> (TrustedRecord, Side) {
+        let length = self.length();
         let i = self.inner.lock().expect("crypt lock");
         let counters = i.counters.encode();
         let (root, integrity) = match &i.eint {
@@ -271,21 +371,38 @@ impl CryptFile {
                 (f.record().root, Integrity::Nodes(nodes))
             }
         };
-        let record = TrustedRecord {
-            scheme: scheme_of(self.scheme),
-            block_bytes: self.block as u32,
-            blocks: i.counters.blocks(),
-            length: i.length,
-            key_version: i.key_version,
-            root,
-            counters_digest: nasd_e2e::counters::digest_of_encoding(&counters),
-        };
+        let in_use = versions_in_use(&i.counters, i.key_version);
         let side = Side {
             file_id: self.file_id,
             signer,
             key_file: i.key_file.clone(),
             counters,
             integrity,
+            commitments: in_use
+                .into_iter()
+                .filter_map(|v| Some((v, *i.commitments.get(&v)?)))
+                .collect(),
+            unshared: i.unshared.clone(),
+        };
+        let record = TrustedRecord {
+            scheme: match self.plain {
+                true => Scheme::Pins,
+                false => scheme_of(self.scheme),
+            },
+            block_bytes: self.block as u32,
+            blocks: match self.plain {
+                true => TrustedRecord::blocks_for(length, self.block as u32),
+                false => i.counters.blocks(),
+            },
+            length,
+            key_version: i.key_version,
+            root,
+            counters_digest: nasd_e2e::counters::digest_of_encoding(&side.counters),
+            binding: Some(Binding {
+                generation: self.history.base + 1,
+                origin: self.history.origin,
+                keys_digest: keys_digest(&side),
+            }),
         };
         (record, side)
     }
@@ -294,6 +411,54 @@ impl CryptFile {
     fn block_len(&self, i: u64, length: u64) -> usize {
         length.saturating_sub(i * self.block).min(self.block) as usize
     }
+}
+
+/// The key versions blocks written so far use, and the one new writes use, ascending.
+pub fn versions_in_use(counters: &CounterIntervals, current: KeyVersion) -> Vec<KeyVersion> {
+    let mut v: Vec<KeyVersion> = counters
+        .intervals()
+        .iter()
+        .filter(|i| i.ctr > 0)
+        .map(|i| i.key_version)
+        .chain([current])
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The commitments a version's reader or writer goes on with: for a bound record, the side's
+/// (checked against the record's digest), each key held checked against its commitment, so a
+/// wrap swapped at the manager (one that opens a key the writer never used) is refused before
+/// a block is deciphered; for a record from before bindings, the keys' own.
+fn checked_commitments(
+    record: &TrustedRecord,
+    side: &Side,
+    keys: &BTreeMap<KeyVersion, FileKey>,
+) -> Result<BTreeMap<KeyVersion, [u8; 32]>, String> {
+    let mut out: BTreeMap<KeyVersion, [u8; 32]> = BTreeMap::new();
+    if let Some(b) = &record.binding {
+        if keys_digest(side) != b.keys_digest {
+            return Err("the key commitments and unshares are not the record's".into());
+        }
+        out.extend(side.commitments.iter().copied());
+    }
+    for (v, k) in keys {
+        let c = k.commitment();
+        match out.get(v) {
+            Some(want) if *want != c => {
+                return Err(format!(
+                    "the key a wrap opened for key version {v} is not the one the writer used \
+                     (a wrap was swapped at the manager)"
+                ))
+            }
+            Some(_) => {}
+            None => {
+                out.insert(*v, c);
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn block_locks() -> Vec<tokio::sync::RwLock<()>> {

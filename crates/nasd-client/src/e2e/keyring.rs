@@ -88,6 +88,8 @@ pub struct Keyring {
     /// Set when this client made its user's first keys: their groups lacking a key pair get
     /// one next ([`Client::identity`]).
     first_made: std::sync::atomic::AtomicBool,
+    /// The newest version of each file this client verified (issue 21 §7).
+    fresh: Mutex<super::fresh::Freshness>,
 }
 
 impl Default for Keyring {
@@ -103,6 +105,7 @@ impl Default for Keyring {
             group_secrets: Default::default(),
             group_attempts: Default::default(),
             first_made: Default::default(),
+            fresh: Default::default(),
         }
     }
 }
@@ -508,10 +511,25 @@ impl Client {
 
     /// Where this client keeps its copy of the key log: beside its identity's cache file.
     fn key_log_path(&self) -> Option<PathBuf> {
+        self.beside_identity("keylog")
+    }
+
+    /// A file beside this client's identity cache file, with extension `ext` (none for a
+    /// borrowed or a delegated identity, whose state lives in memory).
+    fn beside_identity(&self, ext: &str) -> Option<PathBuf> {
         match &*self.keyring.source.lock().expect("keyring lock") {
-            IdentitySource::Login { cache: Some(p) } => Some(p.with_extension("keylog")),
+            IdentitySource::Login { cache: Some(p) } => Some(p.with_extension(ext)),
             _ => None,
         }
+    }
+
+    /// The newest versions of files this client verified ([`super::fresh`]), loaded from
+    /// beside the identity's cache file on first use.
+    pub(crate) fn freshness(&self) -> std::sync::MutexGuard<'_, super::fresh::Freshness> {
+        let path = self.beside_identity("fresh");
+        let mut g = self.keyring.fresh.lock().expect("keyring lock");
+        g.load_once(path);
+        g
     }
 
     /// The manager's log past what `held` holds, checked; `None` when nothing was added.

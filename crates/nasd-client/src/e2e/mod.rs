@@ -13,6 +13,8 @@
 //! - [`pins`]: MT-EINT over the drives' trees: readers check every reply against the writer's
 //!   pins; writers keep track of their objects' tops.
 //! - [`crypt`]: the encryption layer of the file stack, above the layout.
+//! - [`fresh`]: the newest version of each file this client verified, so a manager restored
+//!   from a backup is caught (issue 21 §7).
 //! - [`share`]: `share`, `unshare`, `rekey`, and wraps that follow `chmod`.
 //! - [`rotate`]: `nasd user rotate-keys`: a new identity, and every wrap to the old key
 //!   replaced by one to the new.
@@ -25,6 +27,7 @@
 //! version carries one), and then every block against the record as it reads.
 
 pub mod crypt;
+pub mod fresh;
 pub mod identity;
 pub mod keylog;
 pub mod keyring;
@@ -33,7 +36,7 @@ pub mod rotate;
 pub mod share;
 
 use crate::files::{Client, FsError};
-use crypt::CryptFile;
+use crypt::{CryptFile, Lineage};
 use nasd_e2e::keys::KeyVersion;
 use nasd_e2e::side::{Integrity, Side};
 use nasd_e2e::sign::WriterPublicKey;
@@ -54,9 +57,32 @@ pub struct Provenance {
     /// not; `None`: the version carries no signature (scheme 3).
     pub verified: Option<bool>,
     pub scheme: Eint,
+    /// A plaintext file whose record keeps only its components' pins (no keys).
+    pub plain: bool,
     pub key_version: KeyVersion,
+    /// The version's generation in its file's history (`None`: a record from before
+    /// bindings).
+    pub generation: Option<u64>,
     /// Who holds a wrap of the current key version (who can decrypt what is written next).
     pub readers: Vec<nasd_proto::manager::Principal>,
+    /// Who the file stays unshared from (later writes wrap nothing for them).
+    pub unshared: Vec<nasd_proto::manager::Principal>,
+}
+
+/// A key file's principal as the manager's protocol names it.
+pub(crate) fn principal_of(p: nasd_e2e::Principal) -> nasd_proto::manager::Principal {
+    match p {
+        nasd_e2e::Principal::User(u) => nasd_proto::manager::Principal::User(u),
+        nasd_e2e::Principal::Group(g) => nasd_proto::manager::Principal::Group(g),
+    }
+}
+
+/// A manager principal as a key file names it.
+pub(crate) fn key_principal(p: nasd_proto::manager::Principal) -> nasd_e2e::Principal {
+    match p {
+        nasd_proto::manager::Principal::User(u) => nasd_e2e::Principal::User(u),
+        nasd_proto::manager::Principal::Group(g) => nasd_e2e::Principal::Group(g),
+    }
 }
 
 fn e2e_err(path: &str, what: impl std::fmt::Display) -> FsError {
@@ -96,18 +122,45 @@ impl Client {
             signer: side.signer,
             verified,
             scheme: crypt_eint(&record),
+            plain: record.scheme == nasd_e2e::Scheme::Pins,
             key_version: record.key_version,
+            generation: record.binding.map(|b| b.generation),
             readers: side
                 .key_file
                 .entries()
                 .iter()
                 .filter(|w| w.key_version == record.key_version)
-                .map(|w| match w.principal {
-                    nasd_e2e::Principal::User(u) => nasd_proto::manager::Principal::User(u),
-                    nasd_e2e::Principal::Group(g) => nasd_proto::manager::Principal::Group(g),
-                })
+                .map(|w| principal_of(w.principal))
                 .collect(),
+            unshared: side.unshared.iter().map(|p| principal_of(*p)).collect(),
         })
+    }
+
+    /// Refuses version `record` of inode `ino` when this client saw a newer one
+    /// ([`fresh`]).
+    pub(crate) fn check_fresh(
+        &self,
+        path: &str,
+        ino: u64,
+        record: &TrustedRecord,
+    ) -> Result<(), FsError> {
+        self.freshness()
+            .check(ino, record.binding.as_ref())
+            .map_err(|x| e2e_err(path, x))
+    }
+
+    /// Notes that this client verified or wrote version `record` of inode `ino`.
+    pub(crate) fn note_fresh(&self, ino: u64, record: &TrustedRecord) {
+        if let Some(b) = &record.binding {
+            self.freshness().note(ino, b);
+        }
+    }
+
+    /// Notes the version a commit this client made carries.
+    pub(crate) fn note_committed(&self, ino: u64, c: &E2eCommit) {
+        if let Ok(r) = TrustedRecord::decode(&c.state.record) {
+            self.note_fresh(ino, &r);
+        }
     }
 
     /// The encryption layer's view of a committed version for reading (pins checked by the
@@ -115,12 +168,13 @@ impl Client {
     /// signature against the signer's key, the keys its blocks use unwrapped.
     pub(crate) async fn open_crypt(
         &self,
-        path: &str,
-        layout: &Layout,
+        o: &crate::capcache::OpenFile,
         e: &E2eState,
         write: bool,
     ) -> Result<Arc<CryptFile>, FsError> {
+        let (path, layout) = (o.path.as_str(), &o.layout);
         let (record, side) = decode_state(path, e)?;
+        self.check_fresh(path, o.stat.ino, &record)?;
         let p = self.provenance(path, e).await?;
         if p.verified == Some(false) {
             return Err(e2e_err(
@@ -133,15 +187,10 @@ impl Client {
         }
         let counters = nasd_e2e::counters::CounterIntervals::decode(&side.counters)
             .map_err(|x| e2e_err(path, x))?;
-        let mut versions: Vec<KeyVersion> = counters
-            .intervals()
-            .iter()
-            .filter(|i| i.ctr > 0)
-            .map(|i| i.key_version)
-            .collect();
-        versions.push(record.key_version);
-        versions.sort_unstable();
-        versions.dedup();
+        let versions = match record.scheme {
+            nasd_e2e::Scheme::Pins => vec![],
+            _ => crypt::versions_in_use(&counters, record.key_version),
+        };
         let mut keys = BTreeMap::new();
         for v in versions {
             // A writer needs the current key; older ones only where blocks still use them.
@@ -175,7 +224,44 @@ impl Client {
             Integrity::Nodes(_) => vec![],
         };
         let f = CryptFile::open(path, &record, &side, &keys, pins).map_err(|x| e2e_err(path, x))?;
+        self.note_fresh(o.stat.ino, &record);
         Ok(Arc::new(f))
+    }
+
+    /// What a new version replacing `e` (of inode `ino`) carries over: its place in the
+    /// file's history and who it stays unshared from, when `e`'s signature verifies (else a
+    /// warning, and the new version starts a history of its own: a writer honours only
+    /// unshares its client can check).
+    async fn lineage_of(
+        &self,
+        path: &str,
+        ino: u64,
+        e: &E2eState,
+    ) -> Result<(Lineage, Vec<nasd_proto::manager::Principal>), FsError> {
+        let Ok((record, side)) = decode_state(path, e) else {
+            return Ok(Default::default());
+        };
+        self.check_fresh(path, ino, &record)?;
+        if self.provenance(path, e).await?.verified == Some(false) {
+            tracing::warn!(
+                "{}: the version replaced does not verify; the new one starts a history of its own",
+                crate::escape::shown(path)
+            );
+            return Ok(Default::default());
+        }
+        let readers = side
+            .key_file
+            .entries()
+            .iter()
+            .filter(|w| w.key_version == record.key_version)
+            .map(|w| principal_of(w.principal))
+            .collect();
+        let lineage = Lineage {
+            generation: record.binding.map_or(0, |b| b.generation),
+            origin: Some(record.binding.map_or(side.file_id, |b| b.origin)),
+            unshared: side.unshared,
+        };
+        Ok((lineage, readers))
     }
 
     /// The encryption layer for a new version written from scratch (an upload): a fresh file
@@ -185,13 +271,12 @@ impl Client {
     pub(crate) async fn new_crypt(
         &self,
         path: &str,
-        uid: u32,
-        gid: u32,
-        mode: u32,
+        stat: &nasd_proto::manager::FileStat,
         layout: &Layout,
         policy: &E2ePolicy,
         replacing: Option<&E2eState>,
     ) -> Result<Arc<CryptFile>, FsError> {
+        let (uid, gid, mode) = (stat.uid, stat.gid, stat.mode);
         // The writer's own keys exist (and are registered) before it wraps for itself.
         self.identity().await?;
         let key_version = match replacing {
@@ -207,21 +292,16 @@ impl Client {
         let mut readers = self
             .readers_of(uid, gid, mode, &policy.readers, &policy.everyone)
             .await?;
-        // A new version of a file keeps the readers it was shared with (nasd share).
-        if let Some((r, side)) = replacing.and_then(|e| decode_state(path, e).ok()) {
-            readers.extend(
-                side.key_file
-                    .entries()
-                    .iter()
-                    .filter(|e| e.key_version == r.key_version)
-                    .map(|e| match e.principal {
-                        nasd_e2e::Principal::User(u) => nasd_proto::manager::Principal::User(u),
-                        nasd_e2e::Principal::Group(g) => nasd_proto::manager::Principal::Group(g),
-                    }),
-            );
-            readers.sort();
-            readers.dedup();
-        }
+        // A new version of a file keeps the readers it was shared with (nasd share), and
+        // leaves out those it was unshared from, whatever the mode says.
+        let (lineage, shared) = match replacing {
+            Some(e) => self.lineage_of(path, stat.ino, e).await?,
+            None => Default::default(),
+        };
+        readers.extend(shared);
+        readers.retain(|p| !lineage.unshared.contains(&key_principal(*p)));
+        readers.sort();
+        readers.dedup();
         let key_file = self
             .make_key_file(path, file_id, key_version, &key, &readers)
             .await?;
@@ -243,9 +323,39 @@ impl Client {
             &key,
             key_file,
             pins,
+            lineage,
         )
         .map_err(|x| e2e_err(path, x))?;
         Ok(Arc::new(f))
+    }
+
+    /// The writer state of a new version of a plaintext file over several objects (issue 21
+    /// §5): fresh tracks of its components, so its record pins what each drive must hold and
+    /// readers read around a drive that serves anything else, as for an encrypted file.
+    pub(crate) async fn new_pins(
+        &self,
+        path: &str,
+        ino: u64,
+        layout: &Layout,
+        replacing: Option<&E2eState>,
+    ) -> Result<Arc<CryptFile>, FsError> {
+        let (lineage, _) = match replacing {
+            Some(e) => self.lineage_of(path, ino, e).await?,
+            None => Default::default(),
+        };
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id).expect("the OS random source works");
+        let pins = layout
+            .components
+            .iter()
+            .map(|c| Arc::new(ComponentPin::fresh(c.suite)))
+            .collect();
+        Ok(Arc::new(CryptFile::create_plain(
+            path,
+            FileId(id),
+            pins,
+            lineage,
+        )))
     }
 
     /// Pins for the components of an MT file that missed this writer's writes (their drive
@@ -355,7 +465,7 @@ impl Client {
 /// The construction a record names.
 fn crypt_eint(r: &TrustedRecord) -> Eint {
     match r.scheme {
-        nasd_e2e::Scheme::Mt => Eint::Mt,
+        nasd_e2e::Scheme::Mt | nasd_e2e::Scheme::Pins => Eint::Mt,
         nasd_e2e::Scheme::Rand => Eint::Rand,
         nasd_e2e::Scheme::Comp => Eint::Comp,
     }

@@ -535,6 +535,7 @@ fn short(s: Scheme) -> &'static str {
         Scheme::Mt => "MT",
         Scheme::Rand => "RAND",
         Scheme::Comp => "COMP",
+        Scheme::Pins => "PINS",
     }
 }
 

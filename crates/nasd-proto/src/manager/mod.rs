@@ -218,7 +218,11 @@ use call::{define_calls, define_replies};
 ///   index; clients check each user's chain of signed changes and the root themselves.
 ///   [`MgrRequest::UserKeyReset`] (admins) clears a user's keys with a logged reset; the
 ///   user's next keys start a new self-signed chain at the following version. Store schema 13.
-/// - 20: admins hold no key of a group they are not in (issue 21 §5). [`MgrRequest::GroupKeySet`]
+/// - 20: an `E2eState`'s record may be up to 256 bytes (was 128): clients write nasd-e2e's
+///   bound records (format 2, 146 bytes: the version's generation and origin, and a digest of
+///   its key commitments and unshared principals; issue 21 §5 and §7). The manager stores
+///   records as it did and reads only their length.
+/// - 21: admins hold no key of a group they are not in (issue 21 §5). [`MgrRequest::GroupKeySet`]
 ///   comes from members only (admins or not), wraps to members only, and carries a `link`: the
 ///   current version's secret wrapped to the new version's public key, so a group's newest
 ///   secret opens its older ones. A [`GroupKeyInfo`] says whether the caller is a member and
@@ -226,7 +230,7 @@ use call::{define_calls, define_replies};
 ///   (a member's client wraps to the keys its checked key log shows), and carries the links
 ///   (at most [`GROUP_KEY_LINKS_MAX`]). [`MgrRequest::GroupMemberRemove`] ends a membership:
 ///   the member's wrap goes and the group is due a new key pair. Store schema 14.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 20;
+pub const MANAGER_PROTOCOL_VERSION: u16 = 21;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).

@@ -40,6 +40,7 @@ fn fresh(scheme: Eint, lower: Arc<dyn FileIo>) -> CryptIo {
         &key(),
         KeyFile::new(),
         vec![],
+        Lineage::default(),
     )
     .unwrap();
     CryptIo {

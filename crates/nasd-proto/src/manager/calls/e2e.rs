@@ -122,7 +122,7 @@ impl Wire for Vec<UserKeyInfo> {
 /// the link that opens the current version's secret from the new one (empty when the caller
 /// holds none) and the wraps of its secret to members (uid, wrap); or, with the current
 /// version and public key, wraps for members who have none yet. Members only, and wraps to
-/// members only (manager protocol 20).
+/// members only (manager protocol 21).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct GroupKeySet {
     pub group: String,

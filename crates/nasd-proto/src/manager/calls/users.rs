@@ -169,7 +169,7 @@ two_strings! {
 two_strings! {
     /// Ends `user`'s membership of `group` (one added with [`GroupMember`], not a primary
     /// group); admins only. The member's wrap of the group's secret goes, and the group's
-    /// next writer makes it a new key pair (manager protocol 20).
+    /// next writer makes it a new key pair (manager protocol 21).
     GroupMemberRemove { group: "group", user: "user" }
 }
 
