@@ -291,7 +291,7 @@ enum Cmd {
     /// Users (admin).
     #[command(subcommand)]
     User(cmd_fs::UserCmd),
-    /// Groups (admin).
+    /// Groups: adding them and their members (admins); their keys (members).
     #[command(subcommand)]
     Group(cmd_fs::GroupCmd),
     /// Per-user quotas on the bytes of files a user owns.
