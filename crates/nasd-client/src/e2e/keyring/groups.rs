@@ -47,6 +47,9 @@ impl Client {
     /// group sync`): a group without a key pair, or due a new one, gets one; members with
     /// keys but no wrap get one, from this client's checked key log.
     pub async fn sync_group_keys(&self, names: Vec<String>) -> Result<GroupSync, FsError> {
+        // This user's keys first: a client's first use makes them, and with them key pairs
+        // for this user's groups that have none (an admin's first `user add` makes `admin`'s).
+        self.identity().await?;
         let mut out = GroupSync::default();
         for g in self.group_key_get(vec![], names).await? {
             if !g.member {
