@@ -472,6 +472,11 @@ async fn e2e_lines(c: &Client, path: &str) -> anyhow::Result<(String, serde_json
         Some(g) => format!("generation {g}"),
         None => "unbound (written before bindings)".into(),
     };
+    let signature = match p.verified {
+        Some(true) => "verified",
+        Some(false) => "invalid",
+        None => "none",
+    };
     if p.plain {
         let text = format!(
             "plaintext, pinned (readers check each drive against the writer's record), \
@@ -484,11 +489,7 @@ async fn e2e_lines(c: &Client, path: &str) -> anyhow::Result<(String, serde_json
             "generation": p.generation,
             "writer": named(p.writer),
             "signer": p.signer.map(named),
-            "signature": match p.verified {
-                Some(true) => "verified",
-                Some(false) => "invalid",
-                None => "none",
-            },
+            "signature": signature,
         });
         return Ok((text, json));
     }
@@ -520,11 +521,7 @@ async fn e2e_lines(c: &Client, path: &str) -> anyhow::Result<(String, serde_json
         "unshared": unshared,
         "writer": named(p.writer),
         "signer": p.signer.map(named),
-        "signature": match p.verified {
-            Some(true) => "verified",
-            Some(false) => "invalid",
-            None => "none",
-        },
+        "signature": signature,
     });
     Ok((text, json))
 }

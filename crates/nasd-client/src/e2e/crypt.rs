@@ -169,31 +169,19 @@ impl CryptFile {
         };
         let mut ciphers = BTreeMap::new();
         ciphers.insert(key_version, Arc::new(BlockCipher::new(file_id, key)));
-        Ok(CryptFile {
-            path: path.into(),
-            plain: false,
-            file_id,
-            block: u64::from(block),
-            scheme,
-            pins,
-            inner: Mutex::new(Inner {
-                length: 0,
-                counters: CounterIntervals::new(),
-                key_version,
-                ciphers,
-                key_file,
-                commitments: BTreeMap::from([(key_version, key.commitment())]),
-                unshared: lineage.unshared,
-                eint,
-            }),
-            locks: block_locks(),
-            shape: tokio::sync::Mutex::new(()),
-            stored: Default::default(),
-            history: History {
-                base: lineage.generation,
-                origin: lineage.origin.unwrap_or(file_id),
-            },
-        })
+        let inner = Inner {
+            length: 0,
+            counters: CounterIntervals::new(),
+            key_version,
+            ciphers,
+            key_file,
+            commitments: BTreeMap::from([(key_version, key.commitment())]),
+            unshared: vec![],
+            eint,
+        };
+        let mut f = CryptFile::new_version(path, file_id, u64::from(block), pins, inner, lineage);
+        f.scheme = scheme;
+        Ok(f)
     }
 
     /// A new version of a plaintext striped file, pinned: `pins` tracks of fresh objects.
@@ -203,23 +191,41 @@ impl CryptFile {
         pins: Vec<Arc<ComponentPin>>,
         lineage: Lineage,
     ) -> CryptFile {
+        let inner = Inner {
+            length: 0,
+            counters: CounterIntervals::new(),
+            key_version: 0,
+            ciphers: BTreeMap::new(),
+            key_file: KeyFile::new(),
+            commitments: BTreeMap::new(),
+            unshared: vec![],
+            eint: None,
+        };
+        let block = u64::from(PLAIN_BLOCK_BYTES);
+        let mut f = CryptFile::new_version(path, file_id, block, pins, inner, lineage);
+        f.plain = true;
+        f
+    }
+
+    /// A new version's writer state (MT unless the caller says otherwise): `inner` with the
+    /// lineage's unshares, built on the lineage's generation.
+    fn new_version(
+        path: &str,
+        file_id: FileId,
+        block: u64,
+        pins: Vec<Arc<ComponentPin>>,
+        mut inner: Inner,
+        lineage: Lineage,
+    ) -> CryptFile {
+        inner.unshared = lineage.unshared;
         CryptFile {
             path: path.into(),
-            plain: true,
+            plain: false,
             file_id,
-            block: u64::from(PLAIN_BLOCK_BYTES),
+            block,
             scheme: Eint::Mt,
             pins,
-            inner: Mutex::new(Inner {
-                length: 0,
-                counters: CounterIntervals::new(),
-                key_version: 0,
-                ciphers: BTreeMap::new(),
-                key_file: KeyFile::new(),
-                commitments: BTreeMap::new(),
-                unshared: lineage.unshared,
-                eint: None,
-            }),
+            inner: Mutex::new(inner),
             locks: block_locks(),
             shape: tokio::sync::Mutex::new(()),
             stored: Default::default(),
