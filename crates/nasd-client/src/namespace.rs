@@ -343,12 +343,6 @@ impl Client {
         Ok(spec.await?.0)
     }
 
-    /// Sets the layout spec new files under the directory `path` get (`""`: the parent's).
-    pub async fn layout_set(&self, path: &str, spec: &str) -> Result<(), FsError> {
-        let (p, spec) = (path.into(), spec.into());
-        self.call(path, calls::LayoutSet { path: p, spec }).await
-    }
-
     /// Sets `user`'s quota to `limit` bytes, or removes it (`None`); admins only. Returns the
     /// quota as set (none when removed).
     pub async fn quota_set(

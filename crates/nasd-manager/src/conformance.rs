@@ -3,7 +3,8 @@
 
 use crate::store::*;
 use nasd_proto::manager::{
-    DriveCount, E2eCommit, E2eState, FileCounts, FileKind, KeyLogEntry, UserKeys, Xattr,
+    DriveCount, E2eCommit, E2eState, FileCounts, FileKind, KeyLogEntry, PolicyReaders, UserKeys,
+    Xattr,
 };
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
@@ -470,6 +471,34 @@ fn key_log<S: MetaStore>(s: &mut S, a: u32, b: u32, k2: &UserKeys) {
     assert_eq!(s.user_key_version(a).unwrap(), 4);
     assert_eq!(s.key_log_len().unwrap(), 5);
     assert_eq!(s.user_key_log(a).unwrap().len(), 4);
+    // Policies' readers: logged in order, as many as their setter makes, none a key change.
+    let readers = |dir: &str, n: u32| PolicyReaders {
+        by: a,
+        at_ms: 9,
+        dir: dir.into(),
+        readers: vec![nasd_proto::manager::Principal::User(n)],
+        signature: [5; 64],
+    };
+    for (dir, n) in [("/s3", 1), ("/s3", 2), ("/", 3)] {
+        s.log_policy_readers(&readers(dir, n)).unwrap();
+    }
+    assert_eq!(s.key_log_len().unwrap(), 8);
+    assert_eq!(
+        s.key_log(5, 100).unwrap(),
+        vec![
+            KeyLogEntry::Readers(readers("/s3", 1)),
+            KeyLogEntry::Readers(readers("/s3", 2)),
+            KeyLogEntry::Readers(readers("/", 3)),
+        ]
+    );
+    assert_eq!(s.user_key_log(a).unwrap().len(), 4, "no key change");
+    assert_eq!(s.user_key_version(a).unwrap(), 4);
+    let k5 = UserKeys {
+        version: 5,
+        ..kb.clone()
+    };
+    s.set_user_keys(a, &k5).unwrap();
+    assert_eq!(s.key_log_len().unwrap(), 9);
 }
 
 /// Users' keys; groups' members, key versions, and wraps of the current version only.

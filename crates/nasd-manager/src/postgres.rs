@@ -27,7 +27,8 @@
 //! Version 1 (the `meta` row `schema`, u32 little-endian, as in SQLite) is SQLite's schema 13
 //! with PostgreSQL's types: every integer `BIGINT` (64-bit ids by bit-cast), blobs `BYTEA`,
 //! flags `BOOLEAN`, and names `COLLATE "C"` so listings come in byte order whatever the
-//! database's collation; version 2 is SQLite's 14 (groups' secrets for members only, `groups`).
+//! database's collation; version 2 is SQLite's 14 (groups' secrets for members only, `groups`);
+//! version 3 is SQLite's 15 (key log entries without a key version: policies' readers).
 //! Migrations are numbered as SQLite's are ([`MIGRATIONS`]):
 //! opening a database of version `v` runs every migration from `v` on, each in one
 //! transaction that also records the version it reaches, under an advisory lock so two
@@ -57,7 +58,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 /// The advisory lock held while a database is created or migrated (any number that no other
@@ -134,7 +135,7 @@ CREATE TABLE drive_counts(drive BIGINT PRIMARY KEY, files BIGINT NOT NULL,
 
 /// The migration from version `i + 1` to `i + 2` is `MIGRATIONS[i]`.
 type Migration = fn(&Conn) -> StoreResult<()>;
-const MIGRATIONS: &[Migration] = &[groups::migrate_1_to_2];
+const MIGRATIONS: &[Migration] = &[groups::migrate_1_to_2, keylog::migrate_2_to_3];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
 impl PgStore {
@@ -208,6 +209,7 @@ impl PgStore {
     fn create_fresh(tx: &Conn) -> StoreResult<()> {
         tx.execute_batch(SCHEMA_V1)?;
         tx.execute_batch(groups::SCHEMA_GROUP_KEYS)?;
+        keylog::migrate_2_to_3(tx)?;
         counts::create(tx)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', $1)",

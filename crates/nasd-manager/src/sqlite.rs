@@ -82,7 +82,9 @@
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
-use nasd_proto::manager::{E2eCommit, E2eState, FileKind, KeyLogEntry, UserKeys, Xattr};
+use nasd_proto::manager::{
+    E2eCommit, E2eState, FileKind, KeyLogEntry, PolicyReaders, UserKeys, Xattr,
+};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
@@ -91,7 +93,7 @@ mod counts;
 mod groups;
 mod keylog;
 
-pub const SCHEMA_VERSION: u32 = 14;
+pub const SCHEMA_VERSION: u32 = 15;
 /// The `meta` key of the largest inode number given to a file (u64, little-endian).
 const FILE_INO_HIGH: &str = "file_ino_high";
 
@@ -192,6 +194,7 @@ const MIGRATIONS: &[Migration] = &[
     migrate_11_to_12,
     keylog::migrate_12_to_13,
     groups::migrate_13_to_14,
+    keylog::migrate_14_to_15,
 ];
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
@@ -616,6 +619,7 @@ impl SqliteStore {
         counts::create(&tx)?;
         tx.execute_batch(keylog::SCHEMA_KEY_LOG).map_err(db)?;
         tx.execute_batch(groups::SCHEMA_GROUP_KEYS).map_err(db)?;
+        tx.execute_batch(keylog::MIGRATE_14_TO_15).map_err(db)?;
         tx.execute(
             "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA_VERSION.to_le_bytes().to_vec()],
@@ -1632,6 +1636,12 @@ impl MetaStore for SqliteStore {
 
     fn user_key_log(&self, uid: u32) -> StoreResult<Vec<KeyLogEntry>> {
         keylog::of_user(&self.db, uid)
+    }
+
+    fn log_policy_readers(&mut self, readers: &PolicyReaders) -> StoreResult<()> {
+        let tx = self.db.transaction().map_err(db)?;
+        keylog::append(&tx, &KeyLogEntry::Readers(readers.clone()))?;
+        tx.commit().map_err(db)
     }
 
     fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>> {
@@ -2823,6 +2833,47 @@ mod tests {
             (s.user_key_version(a).unwrap(), s.key_log_len().unwrap()),
             (2, 3)
         );
+    }
+
+    /// A version-14 key log (every row a key change, `version NOT NULL`) keeps its rows and
+    /// places at version 15, and takes policies' readers after them.
+    #[test]
+    fn a_version_14_key_log_takes_policy_readers_after_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("meta.sqlite");
+        let k = UserKeys {
+            enc_public: [1; 32],
+            sign_public: [2; 32],
+            version: 1,
+            signature: [3; 64],
+            sealed: vec![],
+        };
+        let a = {
+            let mut s = SqliteStore::open(&p).unwrap();
+            let a = s.add_user("ann", "phc", false, 0).unwrap();
+            s.db.execute_batch(&format!("DROP TABLE key_log; {}", keylog::SCHEMA_KEY_LOG))
+                .unwrap();
+            s.set_user_keys(a, &k).unwrap();
+            s.put_meta("schema", &14u32.to_le_bytes()).unwrap();
+            a
+        };
+        let mut s = SqliteStore::open(&p).unwrap();
+        let readers = PolicyReaders {
+            by: a,
+            at_ms: 1,
+            dir: "/s3".into(),
+            readers: vec![],
+            signature: [4; 64],
+        };
+        s.log_policy_readers(&readers).unwrap();
+        s.log_policy_readers(&readers).unwrap();
+        let keys = KeyLogEntry::Keys { uid: a, keys: k };
+        let logged = KeyLogEntry::Readers(readers);
+        assert_eq!(
+            s.key_log(0, 10).unwrap(),
+            vec![keys.clone(), logged.clone(), logged]
+        );
+        assert_eq!(s.user_key_log(a).unwrap(), vec![keys]);
     }
 
     #[test]

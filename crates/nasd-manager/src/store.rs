@@ -24,7 +24,9 @@
 
 use nasd_crypto::seal::{KeySeal, SEALED_KEY_BYTES};
 use nasd_crypto::{Key, KEY_BYTES};
-use nasd_proto::manager::{E2eCommit, E2eState, FileKind, KeyLogEntry, UserKeys, Xattr};
+use nasd_proto::manager::{
+    E2eCommit, E2eState, FileKind, KeyLogEntry, PolicyReaders, UserKeys, Xattr,
+};
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 
 /// The meta row (`MetaStore::get_meta`) that holds the seal header of the drives' keys
@@ -397,6 +399,8 @@ pub trait MetaStore: Send {
     /// `uid`'s entries of the key log, oldest first: each version of their keys as it was
     /// registered (with the signature of its change) and each reset.
     fn user_key_log(&self, uid: u32) -> StoreResult<Vec<KeyLogEntry>>;
+    /// Appends a directory policy's readers, as their setter signed them, to the key log.
+    fn log_policy_readers(&mut self, readers: &PolicyReaders) -> StoreResult<()>;
     /// Up to `max` entries of the key log (issue 21 §4) from place `from` (0: the first), in
     /// the order they were appended. Entries are never changed or removed.
     fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>>;

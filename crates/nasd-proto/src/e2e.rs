@@ -129,7 +129,7 @@ pub enum Principal {
 }
 
 impl Principal {
-    fn put(&self, w: &mut Writer) {
+    pub(crate) fn put(&self, w: &mut Writer) {
         match *self {
             Principal::User(id) => {
                 w.u8(1);
@@ -142,7 +142,7 @@ impl Principal {
         }
     }
 
-    fn get(r: &mut Reader<'_>) -> Result<Principal, DecodeError> {
+    pub(crate) fn get(r: &mut Reader<'_>) -> Result<Principal, DecodeError> {
         let kind = r.u8("principal kind")?;
         let id = r.u32("principal id")?;
         match kind {

@@ -114,7 +114,21 @@ fn key_log_requests() -> Vec<MgrRequest> {
         MgrRequest::KeyLog(calls::KeyLog { from: 0 }),
         MgrRequest::KeyLog(calls::KeyLog { from: 4097 }),
         MgrRequest::UserKeyReset(calls::UserKeyReset { user: "bob".into() }),
+        MgrRequest::PolicyLog(calls::PolicyLog {
+            readers: policy_readers(),
+        }),
     ]
+}
+
+/// A policy readers statement (protocol 22).
+fn policy_readers() -> PolicyReaders {
+    PolicyReaders {
+        by: 1000,
+        at_ms: 1_790_000_000_000,
+        dir: "/s3".into(),
+        readers: vec![Principal::User(1002), Principal::Group(7)],
+        signature: [0x77; 64],
+    }
 }
 
 /// Key log replies (protocol 19), recorded after the lock replies.
@@ -129,7 +143,7 @@ fn key_log_replies() -> Vec<MgrReply> {
     vec![
         MgrReply::KeyLogPage(KeyLogPage {
             head: KeyLogHead {
-                size: 3,
+                size: 4,
                 root: [0x44; 32],
                 signature: [0x55; 64],
                 log_key: [0x66; 32],
@@ -143,9 +157,11 @@ fn key_log_replies() -> Vec<MgrReply> {
                     by: 1000,
                     at_ms: 1_790_000_000_000,
                 },
+                KeyLogEntry::Readers(policy_readers()),
             ],
         }),
         MgrReply::error(MgrStatus::PermissionDenied, "user key reset: admins only"),
+        MgrReply::DirReaders(DirReaders(vec![Principal::User(1002)])),
     ]
 }
 
@@ -984,7 +1000,7 @@ fn frames() -> String {
     }
     let calls: BTreeSet<u8> = nasd_proto::for_each_manager_call!(call_tags);
     assert_eq!(tags.0, calls, "every request tag is sampled");
-    let replies: BTreeSet<u8> = (1..=26).chain([30, 31, 32, 33]).collect();
+    let replies: BTreeSet<u8> = (1..=26).chain([30, 31, 32, 33, 34]).collect();
     assert_eq!(tags.1, replies, "every reply tag is sampled");
     out
 }

@@ -535,10 +535,14 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
             FileKind::File => Some(e2e_lines(&c, &p).await?),
             _ => None,
         };
+        let policy = policy_readers_line(&c, &p, s.kind == FileKind::Dir).await?;
         if json {
             let mut v = stat_json(Some(&p), &s);
             if let Some((_, j)) = &e2e {
                 v["e2e"] = j.clone();
+            }
+            if let Some((_, j)) = &policy {
+                v["policy_readers"] = j.clone();
             }
             println!("{v}");
         } else {
@@ -570,9 +574,53 @@ pub async fn stat(paths: Vec<String>, json: bool) -> anyhow::Result<()> {
             if let Some((t, _)) = &e2e {
                 println!("  e2e   {t}");
             }
+            if let Some((t, _)) = &policy {
+                println!("  policy readers {t}");
+            }
         }
     }
     Ok(())
+}
+
+/// What `stat` says of the further readers the policy over `path` names (a directory's own,
+/// a file's directory's), as the key log holds them signed: who set them, where and when
+/// (issue 21 §5). `None` when no statement names any.
+async fn policy_readers_line(
+    c: &Client,
+    path: &str,
+    dir: bool,
+) -> anyhow::Result<Option<(String, serde_json::Value)>> {
+    let over = match (dir, path.rsplit_once('/')) {
+        (false, Some((parent, _))) => parent,
+        _ => path,
+    };
+    let Some(l) = c.readers_logged_over(over).await? else {
+        return Ok(None);
+    };
+    if l.readers.is_empty() {
+        return Ok(None);
+    }
+    let readers = c.principal_names(&l.readers).await?;
+    let by = c.user_names(&[l.by]).await?.remove(&l.by);
+    let by = by.unwrap_or_else(|| format!("uid {}", l.by));
+    let at = time_str(l.at_ms.saturating_mul(1000));
+    let text = format!(
+        "{}: set on {} by {} at {at} UTC (signed, in the key log)",
+        readers
+            .iter()
+            .map(|r| shown(r).to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        shown(&l.dir),
+        shown(&by),
+    );
+    let json = serde_json::json!({
+        "readers": readers,
+        "dir": l.dir,
+        "set_by": by,
+        "set_at_ms": l.at_ms,
+    });
+    Ok(Some((text, json)))
 }
 
 /// `nasd share` (`share`) and `nasd unshare`.

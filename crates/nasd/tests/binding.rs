@@ -6,6 +6,8 @@
 //! - `nasd unshare` lasted one version: the owner's next upload wrapped for the group again.
 //! - The manager and its drives restored together from a backup rolled a file back, and no
 //!   reader noticed.
+//! - An admin, or the manager's operator, could add a directory policy reader unseen, and
+//!   every later file's key was wrapped for them.
 
 mod common;
 use common::*;
@@ -330,4 +332,101 @@ fn a_plain_striped_file_is_read_around_a_drive_that_changes_it_with_valid_macs()
         !read.stdout.windows(6).any(|w| w == b"FORGED"),
         "forged bytes reached the reader"
     );
+}
+
+/// alice writes `body` to `nasd:/a/NAME` with mode 0600 (no group or everyone wraps).
+fn alice_writes_private(up: &Up, name: &str, body: &[u8]) {
+    use std::os::unix::fs::PermissionsExt;
+    let local = up.dir.path().join(format!("{name}.local"));
+    std::fs::write(&local, body).unwrap();
+    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o600)).unwrap();
+    up.ok_env(
+        &["cp", local.to_str().unwrap(), &format!("nasd:/a/{name}")],
+        &as_user("alice"),
+    );
+}
+
+/// `nasd stat --json nasd:/a/NAME` as alice.
+fn stat_json(up: &Up, name: &str) -> serde_json::Value {
+    let out = up.ok_env(
+        &["stat", "--json", &format!("nasd:/a/{name}")],
+        &as_user("alice"),
+    );
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+/// The operator writes `reader=u:UID` into `/a`'s stored layout spec.
+fn operator_adds_reader(up: &mut Up, user: &str) {
+    let user = user.to_string();
+    with_db(up, move |db| {
+        let uid: i64 = db
+            .query_row("SELECT uid FROM users WHERE name = ?1", [&user], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let n = db
+            .execute(
+                "UPDATE inodes SET dir_layout = dir_layout || ',reader=u:' || ?1
+                 WHERE ino = (SELECT ino FROM dirents WHERE name = 'a')",
+                [uid],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+}
+
+/// Admins could add themselves (or anyone) as a directory's policy reader, and the manager's
+/// operator could write one into the database, unseen: every later file's key was wrapped
+/// for them (issue 21, medium). Now writers wrap for a policy reader only as the latest
+/// statement in the key log, signed by who set it, names it for the nearest directory: the
+/// operator's reader gets no wrap, before or after a signed one was withdrawn, and an admin's
+/// reader is signed, logged and shown by `nasd stat`.
+#[test]
+fn a_policy_reader_gets_wraps_only_as_its_setter_signed_it_into_the_key_log() {
+    let mut up = cluster();
+    // A spec of /a's own (no readers: nothing to log), then the operator's reader in it.
+    up.ok_env(
+        &["layout", "set", "nasd:/a", "block=64K"],
+        &as_user("alice"),
+    );
+    operator_adds_reader(&mut up, "bob");
+    let shown = up.ok(&["layout", "get", "nasd:/a"]);
+    assert!(
+        shown.contains("reader=bob"),
+        "the manager names bob: {shown}"
+    );
+    alice_writes_private(&up, "forged", b"the operator's reader");
+    let s = stat_json(&up, "forged");
+    assert_eq!(s["e2e"]["readers"], serde_json::json!(["alice"]), "{s}");
+    assert!(s.get("policy_readers").is_none(), "{s}");
+
+    // An admin sets bob as a reader: signed with the admin's key, in the key log, shown.
+    up.ok(&["layout", "set", "nasd:/a", "reader=bob"]);
+    alice_writes_private(&up, "signed", b"the admin's reader");
+    let s = stat_json(&up, "signed");
+    assert_eq!(
+        s["e2e"]["readers"],
+        serde_json::json!(["alice", "bob"]),
+        "{s}"
+    );
+    let p = &s["policy_readers"];
+    assert_eq!(
+        (&p["readers"], &p["dir"], &p["set_by"]),
+        (&serde_json::json!(["bob"]), &"/a".into(), &"admin".into()),
+        "{s}"
+    );
+    let text = up.ok_env(&["stat", "nasd:/a/signed"], &as_user("alice"));
+    assert!(
+        text.contains("policy readers bob: set on /a by admin at "),
+        "{text}"
+    );
+
+    // Withdrawn (signed too); the operator writes it back: the signed withdrawal counts, not
+    // the older statement that named bob.
+    up.ok(&["layout", "set", "nasd:/a", "noreaders"]);
+    operator_adds_reader(&mut up, "bob");
+    alice_writes_private(&up, "replayed", b"after the withdrawal");
+    let s = stat_json(&up, "replayed");
+    assert_eq!(s["e2e"]["readers"], serde_json::json!(["alice"]), "{s}");
+    assert!(s.get("policy_readers").is_none(), "{s}");
 }

@@ -133,12 +133,13 @@ impl Identity {
                 .unwrap_or_default(),
         };
         let signer = previous.unwrap_or(self);
-        k.signature = signer.sign_key_change(&k.change_message(self.uid));
+        k.signature = signer.sign_statement(&k.change_message(self.uid));
         k
     }
 
-    /// The Ed25519 signature of a key change's message with this identity's sign key.
-    fn sign_key_change(&self, message: &[u8]) -> [u8; 64] {
+    /// The Ed25519 signature with this identity's sign key of a statement the key log
+    /// carries (a key change's message, a policy's readers), each under its own context.
+    pub(crate) fn sign_statement(&self, message: &[u8]) -> [u8; 64] {
         use ed25519_dalek::Signer;
         let e = Zeroizing::new(blake3::derive_key(ED25519_CONTEXT, self.seed.as_ref()));
         ed25519_dalek::SigningKey::from_bytes(&e)

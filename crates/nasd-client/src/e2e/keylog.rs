@@ -22,13 +22,19 @@
 //!   manager schema 12) are accepted only as first keys and only before the log's first signed
 //!   entry, where a migration put them.
 //!
+//! - **Policy readers.** A directory policy's further readers come with a statement signed
+//!   by the user who set them ([`PolicyReaders`]); the statement must verify with that
+//!   user's current keys in the log, or the log is refused. Writers wrap for a policy reader
+//!   only when the latest statement for the nearest directory above the file names it
+//!   ([`KeyLogView::readers_over`]).
+//!
 //! The copy is kept beside the user's key cache (`e2e-USER.keylog`), written whole under a
 //! new name and renamed, so a crash leaves the old copy or the new one.
 
 use ed25519_dalek::{Signature, VerifyingKey};
 use nasd_crypto::keylog::{head_verifies, leaf_hash, root, Hash};
 use nasd_proto::codec::{Reader, Writer};
-use nasd_proto::manager::{KeyLogEntry, KeyLogHead, UserKeys, Wire};
+use nasd_proto::manager::{KeyLogEntry, KeyLogHead, PolicyReaders, UserKeys, Wire};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -53,11 +59,11 @@ pub enum KeyLogError {
     Shrunk { had: u64, now: u64 },
     #[error("the key log's root at {size} entries is not the root of the entries this client holds: its history was rewritten, or this client was shown another log than others")]
     Fork { size: u64 },
-    #[error("key log entry {index} (uid {uid}, version {version}): {why}")]
+    #[error("key log entry {index} (uid {uid}{}): {why}", version.map(|v| format!(", version {v}")).unwrap_or_default())]
     BadEntry {
         index: u64,
         uid: u32,
-        version: u32,
+        version: Option<u32>,
         why: &'static str,
     },
     #[error("the key log is longer than the {KEY_LOG_ENTRIES_MAX} entries a client keeps")]
@@ -135,6 +141,8 @@ pub struct KeyLogView {
     verified: HashMap<u32, Fingerprint>,
     /// Whether an entry other than legacy first keys has been seen.
     signed_seen: bool,
+    /// Per directory, the place of its latest policy readers statement.
+    policies: HashMap<String, usize>,
 }
 
 impl KeyLogView {
@@ -269,14 +277,49 @@ impl KeyLogView {
             version,
             why,
         };
-        let legacy = matches!(&entry, KeyLogEntry::Keys { keys, .. } if keys.signature == [0; 64]);
-        let next =
-            next_chain(self.users.get(&uid), &entry, index, !self.signed_seen).map_err(bad)?;
-        self.signed_seen |= !legacy;
-        self.users.insert(uid, next);
+        if let KeyLogEntry::Readers(p) = &entry {
+            self.check_readers(p).map_err(bad)?;
+            self.policies.insert(p.dir.clone(), self.entries.len());
+            self.signed_seen = true;
+        } else {
+            let legacy =
+                matches!(&entry, KeyLogEntry::Keys { keys, .. } if keys.signature == [0; 64]);
+            let next =
+                next_chain(self.users.get(&uid), &entry, index, !self.signed_seen).map_err(bad)?;
+            self.signed_seen |= !legacy;
+            self.users.insert(uid, next);
+        }
         self.leaves.push(leaf_hash(&entry.to_bytes()));
         self.entries.push(entry);
         Ok(())
+    }
+
+    /// Whether a policy readers statement verifies with its setter's current keys.
+    fn check_readers(&self, p: &PolicyReaders) -> Result<(), &'static str> {
+        let keys = self
+            .keys(p.by)
+            .ok_or("policy readers set by a user with no keys")?;
+        VerifyingKey::from_bytes(&keys.sign_public)
+            .and_then(|k| k.verify_strict(&p.message(), &Signature::from_bytes(&p.signature)))
+            .map_err(|_| "policy readers not signed by their setter's key")
+    }
+
+    /// The latest policy readers statement of the nearest directory at or above `dir` (a
+    /// path from the cluster's root) that has one.
+    pub fn readers_over(&self, dir: &str) -> Option<&PolicyReaders> {
+        let mut at = dir.trim_end_matches('/');
+        loop {
+            let key = if at.is_empty() { "/" } else { at };
+            if let Some(KeyLogEntry::Readers(p)) = self.policies.get(key).map(|&i| &self.entries[i])
+            {
+                return Some(p);
+            }
+            match at.rfind('/') {
+                _ if at.is_empty() => return None,
+                Some(i) => at = &at[..i],
+                None => return None,
+            }
+        }
     }
 
     /// Checks keys the manager answered for `uid` against the log: the same public keys,
@@ -407,6 +450,7 @@ fn next_chain(
             });
         }
         KeyLogEntry::Keys { uid, keys } => (*uid, keys),
+        KeyLogEntry::Readers(_) => return Err("a policy's readers are no key change"),
     };
     let next_version = prev.map_or(1, |p| p.version.saturating_add(1));
     if keys.version != next_version {

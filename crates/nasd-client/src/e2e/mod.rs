@@ -10,6 +10,8 @@
 //! - [`keyring`]: public keys of users and groups, group secrets, key files made and opened.
 //! - [`keylog`]: the client's checked copy of the manager's log of every key change: users'
 //!   chains of signed keys, the log's root, fingerprints and resets.
+//! - [`policy`]: a directory policy's further readers, signed into the key log by who set
+//!   them; writers wrap for no others.
 //! - [`pins`]: MT-EINT over the drives' trees: readers check every reply against the writer's
 //!   pins; writers keep track of their objects' tops.
 //! - [`crypt`]: the encryption layer of the file stack, above the layout.
@@ -32,6 +34,7 @@ pub mod identity;
 pub mod keylog;
 pub mod keyring;
 pub mod pins;
+pub mod policy;
 pub mod rotate;
 pub mod share;
 
@@ -289,8 +292,9 @@ impl Client {
         getrandom::fill(&mut id).expect("the OS random source works");
         let file_id = FileId(id);
         let key = FileKey::generate();
+        let further = self.logged_readers(path, &policy.readers).await?;
         let mut readers = self
-            .readers_of(uid, gid, mode, &policy.readers, &policy.everyone)
+            .readers_of(uid, gid, mode, &further, &policy.everyone)
             .await?;
         // A new version of a file keeps the readers it was shared with (nasd share), and
         // leaves out those it was unshared from, whatever the mode says.

@@ -344,12 +344,13 @@ impl Client {
             // A plaintext file has no wraps to follow its mode.
             return Ok(());
         }
+        let further = self.logged_readers(path, &o.policy.readers).await?;
         let mut want = self
             .readers_of(
                 o.stat.uid,
                 o.stat.gid,
                 o.stat.mode,
-                &o.policy.readers,
+                &further,
                 &o.policy.everyone,
             )
             .await?;

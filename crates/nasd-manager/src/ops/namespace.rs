@@ -5,7 +5,7 @@ use super::Handle;
 use crate::callbacks::{self, Changed};
 use crate::service::{Caller, Manager};
 use crate::MgrResult;
-use nasd_proto::manager::{calls, DirEntry, FileStat, FsSpace, LayoutSpec, LinkTarget};
+use nasd_proto::manager::{calls, DirEntry, DirReaders, FileStat, FsSpace, LayoutSpec, LinkTarget};
 use std::sync::Arc;
 
 impl Handle for calls::Stat {
@@ -155,8 +155,14 @@ impl Handle for calls::LayoutGet {
 }
 
 impl Handle for calls::LayoutSet {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<DirReaders> {
+        m.layout_set(c, &self.path, &self.spec).map(DirReaders)
+    }
+}
+
+impl Handle for calls::PolicyLog {
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.layout_set(c, &self.path, &self.spec)
+        m.policy_log(c, self.readers)
     }
 }
 

@@ -1,9 +1,12 @@
 //! The key log in PostgreSQL (issue 21 §4), as SQLite keeps it (`sqlite/keylog.rs`): every
-//! change of users' keys, in the order the manager took them, as clients read and hash it.
+//! change of users' keys, and of directory policies' readers (schema 3), in the order the
+//! manager took them, as clients read and hash it.
 //!
 //! ```text
-//! key_log(idx BIGINT PK, uid BIGINT, version BIGINT, entry BYTEA, UNIQUE(uid, version))
+//! key_log(idx BIGINT PK, uid BIGINT, version BIGINT NULL, entry BYTEA, UNIQUE(uid, version))
 //! ```
+//! A policy's readers are logged with `uid` their setter and no `version` (rows without one
+//! never conflict).
 //! `idx` is the entry's place in the log plus one, given as one more than the entries there
 //! are (never deleted), so entries are numbered without gaps; the serializable transaction
 //! that appends makes two appends at once conflict rather than take one number. `entry` is the
@@ -12,6 +15,11 @@
 use super::conn::{params, Conn};
 use crate::store::{StoreError, StoreResult};
 use nasd_proto::manager::KeyLogEntry;
+
+/// Schema 2 to 3: `version` may be NULL (a policy's readers).
+pub(super) fn migrate_2_to_3(tx: &Conn) -> StoreResult<()> {
+    tx.execute_batch("ALTER TABLE key_log ALTER COLUMN version DROP NOT NULL;")
+}
 
 /// Entries in the log.
 pub(super) fn len(c: &Conn) -> StoreResult<u64> {
@@ -44,10 +52,10 @@ pub(super) fn page(c: &Conn, from: u64, max: usize) -> StoreResult<Vec<KeyLogEnt
     rows.into_iter().map(decoded).collect()
 }
 
-/// A user's entries, in order.
+/// A user's entries of their keys, in order.
 pub(super) fn of_user(c: &Conn, uid: u32) -> StoreResult<Vec<KeyLogEntry>> {
     let rows = c.query_map(
-        "SELECT idx, entry FROM key_log WHERE uid = $1 ORDER BY idx",
+        "SELECT idx, entry FROM key_log WHERE uid = $1 AND version IS NOT NULL ORDER BY idx",
         params![uid],
         |r| Ok((r.get::<i64>(0)?, r.get::<Vec<u8>>(1)?)),
     )?;

@@ -5,7 +5,7 @@ use super::conn::params;
 use super::keylog;
 use super::steps::Skip;
 use super::*;
-use nasd_proto::manager::{E2eCommit, KeyLogEntry, Xattr};
+use nasd_proto::manager::{E2eCommit, KeyLogEntry, PolicyReaders, Xattr};
 use nasd_proto::Suite;
 
 impl MetaStore for PgStore {
@@ -194,6 +194,12 @@ impl MetaStore for PgStore {
 
     fn user_key_log(&self, uid: u32) -> StoreResult<Vec<KeyLogEntry>> {
         keylog::of_user(&self.db, uid)
+    }
+
+    fn log_policy_readers(&mut self, readers: &PolicyReaders) -> StoreResult<()> {
+        let tx = self.db.transaction()?;
+        keylog::append(&tx, &KeyLogEntry::Readers(readers.clone()))?;
+        tx.commit()
     }
 
     fn key_log(&self, from: u64, max: usize) -> StoreResult<Vec<KeyLogEntry>> {

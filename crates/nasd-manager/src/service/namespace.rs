@@ -81,8 +81,9 @@ impl Manager {
 
     /// Sets the layout spec of the directory `path` (its owner or an admin; `""` forgets it).
     /// Checked now, against the drives registered now: a layout that needs more drives than
-    /// the cluster has is refused.
-    pub fn layout_set(&self, c: &Caller, path: &str, spec: &str) -> MgrResult<()> {
+    /// the cluster has is refused. Returns the further readers the directory's policy names
+    /// now (sorted), which the caller's client signs into the key log ([`Manager::policy_log`]).
+    pub fn layout_set(&self, c: &Caller, path: &str, spec: &str) -> MgrResult<Vec<Principal>> {
         let mut d = self.resolve(c, path)?;
         if d.kind != FileKind::Dir {
             return Err(MgrError::new(MgrStatus::NotADirectory, path.to_string()));
@@ -118,7 +119,74 @@ impl Manager {
             };
             d.dir_layout = Some(spec.render());
         }
-        self.st().update_inode(&d).map_err(|e| store_err(e, path))
+        self.st().update_inode(&d).map_err(|e| store_err(e, path))?;
+        self.policy_readers(&d)
+    }
+
+    /// The further readers directory `d`'s policy names, sorted and distinct.
+    fn policy_readers(&self, d: &Inode) -> MgrResult<Vec<Principal>> {
+        let mut readers = self.policy_for(d)?.readers;
+        readers.sort();
+        readers.dedup();
+        Ok(readers)
+    }
+
+    /// Logs `p`, the caller's signed statement of the further readers directory `p.dir`'s
+    /// policy names (issue 21 §5; `nasd_proto::manager::calls::keylog`): its owner or an
+    /// admin, the readers those the policy names now, the signature made with the caller's
+    /// current identity key. Writers wrap for policy readers only as the log names them.
+    pub fn policy_log(&self, c: &Caller, p: PolicyReaders) -> MgrResult<()> {
+        let path = p.dir.clone();
+        if p.by != c.uid {
+            return Err(denied(
+                &path,
+                "a policy's readers are logged by who set them",
+            ));
+        }
+        let d = self.resolve(c, &path)?;
+        if d.kind != FileKind::Dir {
+            return Err(MgrError::new(MgrStatus::NotADirectory, path));
+        }
+        if !c.admin && d.uid != c.uid {
+            return Err(denied(
+                &path,
+                "only the directory's owner may set its policy's readers",
+            ));
+        }
+        if self.policy_readers(&d)? != p.readers {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: these are not the readers the directory's policy names now"),
+            ));
+        }
+        let keys = self
+            .st()
+            .user_keys(c.uid)
+            .map_err(|e| store_err(e, &path))?
+            .ok_or_else(|| {
+                denied(
+                    &path,
+                    "a policy's readers are signed with the setter's keys, and they have none",
+                )
+            })?;
+        let signed = ed25519_dalek::VerifyingKey::from_bytes(&keys.sign_public)
+            .and_then(|k| {
+                k.verify_strict(
+                    &p.message(),
+                    &ed25519_dalek::Signature::from_bytes(&p.signature),
+                )
+            })
+            .is_ok();
+        if !signed {
+            return Err(MgrError::new(
+                MgrStatus::InvalidArgument,
+                format!("{path}: the readers' signature does not verify with the caller's keys"),
+            ));
+        }
+        self.st()
+            .log_policy_readers(&p)
+            .map_err(|e| store_err(e, &path))?;
+        Ok(())
     }
 
     pub async fn stat(&self, c: &Caller, path: &str) -> MgrResult<FileStat> {

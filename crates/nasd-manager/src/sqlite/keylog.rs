@@ -1,9 +1,12 @@
-//! The key log in SQLite (schema 13; issue 21 §4): every change of users' keys, in the order
-//! the manager took them, as clients read and hash it.
+//! The key log in SQLite (schema 13; issue 21 §4): every change of users' keys, and of
+//! directory policies' readers (schema 15), in the order the manager took them, as clients
+//! read and hash it.
 //!
 //! ```text
-//! key_log(idx INTEGER PK, uid INT, version INT, entry BLOB, UNIQUE(uid, version))
+//! key_log(idx INTEGER PK, uid INT, version INT NULL, entry BLOB, UNIQUE(uid, version))
 //! ```
+//! A policy's readers are logged with `uid` their setter and no `version` (rows without one
+//! never conflict).
 //! `idx` is the entry's place in the log plus one, given as one more than the entries there
 //! are (never deleted), so entries are numbered without gaps; `entry` is the
 //! [`KeyLogEntry`] encoding clients hash, so what the manager serves is what it stored.
@@ -13,11 +16,25 @@ use crate::store::{StoreError, StoreResult};
 use nasd_proto::manager::KeyLogEntry;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-/// The table and index of schema 13 (a new database and the migration both make them).
+/// The table of schema 13 (a new database and the migration both make it).
 pub(super) const SCHEMA_KEY_LOG: &str = "
 CREATE TABLE key_log(idx INTEGER PRIMARY KEY, uid INTEGER NOT NULL, version INTEGER NOT NULL,
     entry BLOB NOT NULL, UNIQUE(uid, version));
 ";
+
+/// Schema 14 to 15: `version` may be NULL (a policy's readers), the table rebuilt as SQLite
+/// changes a column's constraint, its rows and their places kept.
+pub(super) const MIGRATE_14_TO_15: &str = "
+CREATE TABLE key_log_15(idx INTEGER PRIMARY KEY, uid INTEGER NOT NULL, version INTEGER,
+    entry BLOB NOT NULL, UNIQUE(uid, version));
+INSERT INTO key_log_15(idx, uid, version, entry) SELECT idx, uid, version, entry FROM key_log;
+DROP TABLE key_log;
+ALTER TABLE key_log_15 RENAME TO key_log;
+";
+
+pub(super) fn migrate_14_to_15(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.execute_batch(MIGRATE_14_TO_15).map_err(db)
+}
 
 /// Schema 12 to 13: the per-user `user_key_log` becomes the one ordered `key_log`, in the
 /// order the rows were written (a user's versions in order).
@@ -74,10 +91,12 @@ pub(super) fn page(c: &Connection, from: u64, max: usize) -> StoreResult<Vec<Key
     rows.map(|row| decoded(row.map_err(db)?)).collect()
 }
 
-/// A user's entries, in order.
+/// A user's entries of their keys, in order.
 pub(super) fn of_user(c: &Connection, uid: u32) -> StoreResult<Vec<KeyLogEntry>> {
     let mut st = c
-        .prepare_cached("SELECT idx, entry FROM key_log WHERE uid = ?1 ORDER BY idx")
+        .prepare_cached(
+            "SELECT idx, entry FROM key_log WHERE uid = ?1 AND version IS NOT NULL ORDER BY idx",
+        )
         .map_err(db)?;
     let rows = st
         .query_map(params![uid], |r| {

@@ -50,14 +50,15 @@ pub use calls::heal::{
     STATUS_PATHS_MAX,
 };
 pub use calls::keylog::{
-    KeyLogEntry, KeyLogHead, KeyLogPage, KEY_LOG_ENTRY_BYTES_MAX, KEY_LOG_PAGE_MAX,
+    KeyLogEntry, KeyLogHead, KeyLogPage, PolicyReaders, KEY_LOG_ENTRY_BYTES_MAX, KEY_LOG_PAGE_MAX,
+    POLICY_DIR_BYTES_MAX, POLICY_READERS_CONTEXT,
 };
 pub use calls::locks::{
     LockAnswer, LockHolder, LockLease, LockOutcome, LockSpan, LOCK_RANGES_PER_FILE_MAX,
 };
 pub use calls::namespace::{
-    DirEntry, FsSpace, LayoutSpec, LinkTarget, RENAME_EXCHANGE, RENAME_NOREPLACE, UTIMES_ACCESSED,
-    UTIMES_NOFOLLOW,
+    DirEntry, DirReaders, FsSpace, LayoutSpec, LinkTarget, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    UTIMES_ACCESSED, UTIMES_NOFOLLOW,
 };
 pub use calls::quota::QuotaInfo;
 pub use calls::s3keys::{S3KeyFound, S3KeyMade};
@@ -230,7 +231,13 @@ use call::{define_calls, define_replies};
 ///   (a member's client wraps to the keys its checked key log shows), and carries the links
 ///   (at most [`GROUP_KEY_LINKS_MAX`]). [`MgrRequest::GroupMemberRemove`] ends a membership:
 ///   the member's wrap goes and the group is due a new key pair. Store schema 14.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 21;
+/// - 22: a directory policy's further readers are signed by who set them and kept in the key
+///   log (issue 21 §5): [`MgrRequest::LayoutSet`] answers the readers the policy names now
+///   ([`DirReaders`]), [`MgrRequest::PolicyLog`] logs the setter's signed statement of them
+///   ([`PolicyReaders`], a [`KeyLogEntry`] of kind 2), and writers wrap for policy readers
+///   only as the log names them. Store schema 15 (PostgreSQL 3): a key log entry may have no
+///   key version.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 22;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -329,7 +336,7 @@ macro_rules! for_each_manager_call {
             25 Abort "abort" => ();
             26 Renew "renew" => StagedGrant;
             27 LayoutGet "layout get" => LayoutSpec;
-            28 LayoutSet "layout set" => ();
+            28 LayoutSet "layout set" => DirReaders;
             29 StageWrite "stage write" => StagedGrant;
             30 Repair "repair" => ();
             31 Scrub "scrub" => ScrubReport;
@@ -373,6 +380,7 @@ macro_rules! for_each_manager_call {
             69 KeyLog "key log" => KeyLogPage;
             70 UserKeyReset "user key reset" => ();
             71 GroupMemberRemove "group member remove" => ();
+            72 PolicyLog "policy log" => ();
         }
     };
 }
@@ -412,6 +420,7 @@ define_replies! {
     31 LockAnswer(LockAnswer);
     32 LockLease(LockLease);
     33 KeyLogPage(KeyLogPage);
+    34 DirReaders(DirReaders);
 }
 
 impl MgrReply {

@@ -292,14 +292,57 @@ impl Arb for KeyLogEntry {
                     ..Arb::arb(g)
                 },
             }
-        } else {
+        } else if g.below(2) == 0 {
             KeyLogEntry::Reset {
                 uid: Arb::arb(g),
                 version: Arb::arb(g),
                 by: Arb::arb(g),
                 at_ms: Arb::arb(g),
             }
+        } else {
+            KeyLogEntry::Readers(Arb::arb(g))
         }
+    }
+}
+
+/// Readers as statements and answers carry them: sorted, distinct, at most eight.
+fn sorted_readers(g: &mut Gen) -> Vec<Principal> {
+    let mut v = g.list(8, Principal::arb);
+    v.sort();
+    v.dedup();
+    v
+}
+
+impl Arb for PolicyReaders {
+    fn arb(g: &mut Gen) -> PolicyReaders {
+        let parts = g.list(4, |g| {
+            let t = g.text(20).replace('/', "x");
+            match t.as_str() {
+                "" | "." | ".." => "d".to_string(),
+                _ => t,
+            }
+        });
+        PolicyReaders {
+            by: Arb::arb(g),
+            at_ms: Arb::arb(g),
+            dir: format!("/{}", parts.join("/")),
+            readers: sorted_readers(g),
+            signature: Arb::arb(g),
+        }
+    }
+}
+
+impl Arb for PolicyLog {
+    fn arb(g: &mut Gen) -> PolicyLog {
+        PolicyLog {
+            readers: Arb::arb(g),
+        }
+    }
+}
+
+impl Arb for DirReaders {
+    fn arb(g: &mut Gen) -> DirReaders {
+        DirReaders(sorted_readers(g))
     }
 }
 

@@ -222,3 +222,60 @@ fn fingerprints_print_and_parse_in_groups() {
     assert!("abab".parse::<Fingerprint>().is_err());
     assert!("zz".repeat(16).parse::<Fingerprint>().is_err());
 }
+
+/// `by`'s statement that `dir`'s readers are `readers`, signed with sign key seed `key`.
+fn readers(by: u32, key: u8, dir: &str, readers: &[nasd_proto::e2e::Principal]) -> KeyLogEntry {
+    let mut p = PolicyReaders {
+        by,
+        at_ms: 5,
+        dir: dir.into(),
+        readers: readers.to_vec(),
+        signature: [0; 64],
+    };
+    p.signature = SigningKey::from_bytes(&[key; 32])
+        .sign(&p.message())
+        .to_bytes();
+    KeyLogEntry::Readers(p)
+}
+
+#[test]
+fn policy_readers_count_only_signed_by_their_setters_current_key_nearest_directory_first() {
+    use nasd_proto::e2e::Principal::{Group, User};
+    let mut v = view(&[
+        keys(7, 1, 1, 1),
+        readers(7, 1, "/s3", &[User(9)]),
+        readers(7, 1, "/s3/private", &[]),
+    ]);
+    let over = |v: &KeyLogView, d: &str| v.readers_over(d).map(|p| p.readers.clone());
+    assert_eq!(over(&v, "/s3"), Some(vec![User(9)]));
+    assert_eq!(over(&v, "/s3/b/c"), Some(vec![User(9)]));
+    assert_eq!(over(&v, "/s3/private/x"), Some(vec![]));
+    assert_eq!(over(&v, "/s3x"), None, "a sibling whose name begins alike");
+    assert_eq!(over(&v, "/"), None);
+    // The latest statement for a directory counts; the root's covers everything else.
+    v.apply(readers(7, 1, "/s3", &[User(9), Group(3)])).unwrap();
+    v.apply(readers(7, 1, "/", &[Group(4)])).unwrap();
+    assert_eq!(over(&v, "/s3/b"), Some(vec![User(9), Group(3)]));
+    assert_eq!(over(&v, "/home/x"), Some(vec![Group(4)]));
+    // Signed by another key than the setter's current one, or by a user without keys: the
+    // manager made it, and the log is refused.
+    assert_eq!(
+        refused(&mut v, readers(7, 2, "/home", &[User(1)])),
+        "policy readers not signed by their setter's key"
+    );
+    assert_eq!(
+        refused(&mut v, readers(8, 8, "/home", &[User(1)])),
+        "policy readers set by a user with no keys"
+    );
+    // After a key change the new key signs.
+    v.apply(keys(7, 2, 2, 1)).unwrap();
+    refused(&mut v, readers(7, 1, "/home", &[User(1)]));
+    v.apply(readers(7, 2, "/home", &[User(1)])).unwrap();
+    // The kept copy keeps them.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("log");
+    v.save(&p).unwrap();
+    let back = KeyLogView::load(&p).unwrap();
+    assert_eq!(over(&back, "/home/a"), Some(vec![User(1)]));
+    assert_eq!(back.root(), v.root());
+}

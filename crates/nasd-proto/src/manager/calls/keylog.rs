@@ -8,24 +8,121 @@
 //! entry        := u8 0 (keys), u32 uid, [32] enc_public, [32] sign_public, u32 version,
 //!                 [64] signature
 //!               | u8 1 (reset), u32 uid, u32 version, u32 by, u64 at_ms
+//!               | u8 2 (readers), PolicyReaders
+//! PolicyReaders := u32 by, u64 at_ms, string dir (<= POLICY_DIR_BYTES_MAX),
+//!                 u8 n (<= POLICY_READERS_MAX), n x Principal, [64] signature
 //! UserKeyReset := string user
+//! PolicyLog    := PolicyReaders
 //! ```
 //! An entry's encoding is also what the log's tree hashes as a leaf
 //! (`nasd_crypto::keylog`).
+//!
+//! A directory policy's further readers (`reader=USER`) are a change of who receives file
+//! keys, so they are logged with the keys (manager protocol 22; issue 21 §5): the user who
+//! set them signs them with their identity key ([`PolicyReaders::message`]), and writers
+//! wrap new files' keys for a policy reader only when the latest entry for the nearest
+//! directory above the file names it. The manager's operator cannot add a reader, and an
+//! admin who adds one does so in a log every client reads.
 
 use super::one_string;
 use crate::codec::{Reader, Writer};
-use crate::manager::codec::get_count;
-use crate::manager::{UserKeys, Wire};
+use crate::e2e::{Principal, POLICY_READERS_MAX};
+use crate::manager::codec::{get_count, get_str, put_str};
+use crate::manager::{UserKeys, Wire, MANAGER_FRAME_BYTES_MAX};
 use crate::DecodeError;
 
-/// Most entries one [`KeyLogPage`] carries (about 560 KiB of the largest entries).
+/// Most entries one [`KeyLogPage`] carries (about 2.6 MiB of the largest entries).
 pub const KEY_LOG_PAGE_MAX: usize = 4096;
-/// Encoded bytes of the largest entry (a key change).
-pub const KEY_LOG_ENTRY_BYTES_MAX: usize = 1 + 4 + 32 + 32 + 4 + 64;
+/// Longest path of a directory whose policy readers are logged.
+pub const POLICY_DIR_BYTES_MAX: usize = 512;
+/// Encoded bytes of the largest entry (a policy's readers).
+pub const KEY_LOG_ENTRY_BYTES_MAX: usize =
+    1 + 4 + 8 + 4 + POLICY_DIR_BYTES_MAX + 1 + 5 * POLICY_READERS_MAX + 64;
+const _: () = assert!(KEY_LOG_PAGE_MAX * KEY_LOG_ENTRY_BYTES_MAX + 256 < MANAGER_FRAME_BYTES_MAX);
+/// Domain separation of a setter's signature over a directory's readers.
+pub const POLICY_READERS_CONTEXT: &[u8] = b"nasd policy readers v1\0";
 
 const KIND_KEYS: u8 = 0;
 const KIND_RESET: u8 = 1;
+const KIND_READERS: u8 = 2;
+
+/// The further readers of directory `dir`'s policy, as user `by` set them at `at_ms`, signed
+/// with `by`'s identity key (module docs). Readers are sorted and distinct.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PolicyReaders {
+    pub by: u32,
+    pub at_ms: u64,
+    pub dir: String,
+    pub readers: Vec<Principal>,
+    pub signature: [u8; 64],
+}
+
+impl PolicyReaders {
+    /// What `by` signs: the context, then the statement's fields as encoded, without the
+    /// signature.
+    pub fn message(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(KEY_LOG_ENTRY_BYTES_MAX);
+        w.bytes(POLICY_READERS_CONTEXT);
+        self.put_unsigned(&mut w);
+        w.into_vec()
+    }
+
+    fn put_unsigned(&self, w: &mut Writer) {
+        debug_assert!(self.dir.len() <= POLICY_DIR_BYTES_MAX);
+        debug_assert!(self.readers.len() <= POLICY_READERS_MAX);
+        w.u32(self.by);
+        w.u64(self.at_ms);
+        put_str(w, &self.dir);
+        w.u8(self.readers.len() as u8);
+        for p in &self.readers {
+            p.put(w);
+        }
+    }
+
+    /// Whether `dir` is a path as statements name directories: absolute, without empty, `.`
+    /// or `..` components or a trailing `/` (the root is `/`), and short enough.
+    pub fn dir_ok(dir: &str) -> bool {
+        dir.len() <= POLICY_DIR_BYTES_MAX
+            && (dir == "/"
+                || dir.strip_prefix('/').is_some_and(|rest| {
+                    rest.split('/')
+                        .all(|c| !c.is_empty() && c != "." && c != "..")
+                }))
+    }
+}
+
+impl Wire for PolicyReaders {
+    fn put(&self, w: &mut Writer) {
+        self.put_unsigned(w);
+        w.bytes(&self.signature);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let by = r.u32("policy set by")?;
+        let at_ms = r.u64("policy set at")?;
+        let dir = get_str(r, "policy directory")?;
+        if !PolicyReaders::dir_ok(&dir) {
+            return Err(DecodeError::BadValue("policy directory"));
+        }
+        let n = r.u8("policy readers")? as usize;
+        if n > POLICY_READERS_MAX {
+            return Err(DecodeError::TooLong("policy readers"));
+        }
+        let readers = (0..n)
+            .map(|_| Principal::get(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        if readers.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(DecodeError::BadValue("policy readers not sorted"));
+        }
+        Ok(PolicyReaders {
+            by,
+            at_ms,
+            dir,
+            readers,
+            signature: r.array("policy signature")?,
+        })
+    }
+}
 
 /// One change of a user's keys.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -41,21 +138,25 @@ pub enum KeyLogEntry {
         by: u32,
         at_ms: u64,
     },
+    /// A directory policy's further readers, as their setter signed them.
+    Readers(PolicyReaders),
 }
 
 impl KeyLogEntry {
-    /// The user whose keys the entry changes.
+    /// The user whose keys the entry changes, or who set a policy's readers.
     pub fn uid(&self) -> u32 {
         match self {
             KeyLogEntry::Keys { uid, .. } | KeyLogEntry::Reset { uid, .. } => *uid,
+            KeyLogEntry::Readers(p) => p.by,
         }
     }
 
-    /// The version of the user's keys the entry makes.
-    pub fn version(&self) -> u32 {
+    /// The version of the user's keys the entry makes (`None` for a policy's readers).
+    pub fn version(&self) -> Option<u32> {
         match self {
-            KeyLogEntry::Keys { keys, .. } => keys.version,
-            KeyLogEntry::Reset { version, .. } => *version,
+            KeyLogEntry::Keys { keys, .. } => Some(keys.version),
+            KeyLogEntry::Reset { version, .. } => Some(*version),
+            KeyLogEntry::Readers(_) => None,
         }
     }
 
@@ -98,11 +199,18 @@ impl Wire for KeyLogEntry {
                 w.u32(*by);
                 w.u64(*at_ms);
             }
+            KeyLogEntry::Readers(p) => {
+                w.u8(KIND_READERS);
+                p.put(w);
+            }
         }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let kind = r.u8("key log entry kind")?;
+        if kind == KIND_READERS {
+            return Ok(KeyLogEntry::Readers(PolicyReaders::get(r)?));
+        }
         let uid = r.u32("uid")?;
         match kind {
             KIND_KEYS => Ok(KeyLogEntry::Keys {
@@ -204,4 +312,24 @@ one_string! {
     /// Clears `user`'s keys and logs it (admins): for a user who lost every key, whose next
     /// login then makes a new chain that every client sees began with a reset.
     UserKeyReset { user: "user" }
+}
+
+/// Logs the caller's signed statement of the further readers directory `readers.dir`'s policy
+/// names now (its owner or an admin, after a [`super::LayoutSet`] answered them; `by` is the
+/// caller). Answered with `()`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PolicyLog {
+    pub readers: PolicyReaders,
+}
+
+impl Wire for PolicyLog {
+    fn put(&self, w: &mut Writer) {
+        self.readers.put(w);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(PolicyLog {
+            readers: PolicyReaders::get(r)?,
+        })
+    }
 }

@@ -31,7 +31,7 @@ pub use e2e::{
 };
 pub use files::{Abort, Commit, Create, Open, Prepare, Renew, ReturnCapability, StageWrite};
 pub use heal::{DriveAdd, DriveList, DriveReplace, Repair, Scrub, Status};
-pub use keylog::{KeyLog, UserKeyReset};
+pub use keylog::{KeyLog, PolicyLog, UserKeyReset};
 pub use locks::{Lock, LockDrop, LockRenew, LockTest, Unlock};
 pub use namespace::{
     Chmod, Chown, LayoutGet, LayoutSet, Link, Lstat, Mkdir, Mknod, Readdir, Readlink, Rename,

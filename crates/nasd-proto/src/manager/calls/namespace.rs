@@ -15,6 +15,7 @@
 
 use super::{one_string, path_and_mode, path_and_u64, two_strings};
 use crate::codec::{Reader, Writer};
+use crate::e2e::{Principal, POLICY_READERS_MAX};
 use crate::manager::codec::{
     get_bool, get_count, get_opt, get_str, get_xattr_name, put_bool, put_opt, put_str,
 };
@@ -361,6 +362,36 @@ impl Wire for LayoutSpec {
 
 two_strings! {
     /// Sets the layout spec of a directory (`""` forgets it: the parent's applies again); its
-    /// owner or an admin. Files made afterwards under it get that layout.
+    /// owner or an admin. Files made afterwards under it get that layout. Answered with the
+    /// further readers the directory's policy names now ([`DirReaders`]).
     LayoutSet { path: "path", spec: "layout spec" }
+}
+
+/// The further readers a directory's policy names ([`LayoutSet`]'s answer), sorted and
+/// distinct, which the setter's client signs into the key log
+/// ([`super::keylog::PolicyLog`]) unless the log names them for it already.
+/// ```text
+/// DirReaders := u8 n (<= POLICY_READERS_MAX), n x Principal
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct DirReaders(pub Vec<Principal>);
+
+impl Wire for DirReaders {
+    fn put(&self, w: &mut Writer) {
+        debug_assert!(self.0.len() <= POLICY_READERS_MAX);
+        w.u8(self.0.len() as u8);
+        for p in &self.0 {
+            p.put(w);
+        }
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let n = r.u8("policy readers")? as usize;
+        if n > POLICY_READERS_MAX {
+            return Err(DecodeError::TooLong("policy readers"));
+        }
+        let v = (0..n)
+            .map(|_| Principal::get(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(DirReaders(v))
+    }
 }
