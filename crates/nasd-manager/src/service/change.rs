@@ -14,20 +14,30 @@ impl Manager {
     /// `fs_specific`. Crash-safe: the inode with its new version is stored first together with
     /// a revocation intent, then the drives take the version, then the intent goes; an intent
     /// a crash left is completed before the manager serves again
-    /// ([`Manager::complete_revocations`]), so capabilities are never minted from a version
-    /// the drives do not have for long. Components that could not take the new version are
+    /// ([`Manager::complete_revocations`]), and an `Open` of the file waits while this runs
+    /// ([`super::revoking`]), so capabilities are never minted from a version the drives do
+    /// not have yet. Components that could not take the new version are
     /// marked stale (the layout covers them, or the revocation fails and its intent stays).
     pub(super) async fn revoke_and_mirror(&self, mut i: Inode) -> MgrResult<Inode> {
+        // Opens of the file wait from before the new version is stored until every drive
+        // has it (`revoking`).
+        let _in_flight = self.revoking.begin(i.ino).await;
         i.acv += 1;
         self.st()
             .begin_revocation(&i)
             .map_err(|e| store_err(e, "inode"))?;
-        self.finish_revocation(i).await
+        self.drives_take_revocation(i).await
     }
 
     /// The drives' half of a revocation whose intent is stored (see
     /// [`Manager::revoke_and_mirror`]).
-    pub(super) async fn finish_revocation(&self, mut i: Inode) -> MgrResult<Inode> {
+    async fn finish_revocation(&self, i: Inode) -> MgrResult<Inode> {
+        let _in_flight = self.revoking.begin(i.ino).await;
+        self.drives_take_revocation(i).await
+    }
+
+    /// [`Manager::finish_revocation`], its file marked in flight by the caller.
+    async fn drives_take_revocation(&self, mut i: Inode) -> MgrResult<Inode> {
         let missed = self.revoke_layout(&i).await?;
         if let (Some(l), true) = (&mut i.layout, missed != 0) {
             l.stale |= missed;

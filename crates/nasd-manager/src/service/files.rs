@@ -881,7 +881,11 @@ impl Manager {
         write: bool,
         extend_by: u64,
     ) -> MgrResult<Grant> {
-        let i = self.resolve(c, path)?;
+        let mut i = self.resolve(c, path)?;
+        // Never a grant from a version some drives do not have yet (`revoking`).
+        if self.revoking.settled(i.ino).await {
+            i = self.resolve(c, path)?;
+        }
         if i.kind == FileKind::Dir {
             return Err(MgrError::new(MgrStatus::IsADirectory, path.to_string()));
         }

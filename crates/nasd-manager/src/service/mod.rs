@@ -43,6 +43,7 @@ mod locks;
 mod namespace;
 mod perms;
 mod resolve;
+pub mod revoking;
 #[cfg(test)]
 mod tests;
 
@@ -301,6 +302,8 @@ pub struct Manager {
     pub opaque: nasd_client::opaque::ServerKeys,
     /// The key log's signing key, derived from the OPAQUE server keys ([`crate::keylog`]).
     pub key_log: crate::keylog::KeyLogSigner,
+    /// Files whose revocation is in flight, which an `Open` waits for ([`revoking`]).
+    pub revoking: revoking::Revoking,
 }
 
 impl Manager {
@@ -346,6 +349,7 @@ impl Manager {
             session_epoch: AtomicU64::new(0),
             key_log: crate::keylog::KeyLogSigner::from_secret(&opaque.to_bytes()),
             opaque,
+            revoking: Default::default(),
         }))
     }
 
