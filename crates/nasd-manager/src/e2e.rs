@@ -174,13 +174,20 @@ impl DirSpec {
 impl Manager {
     /// The policy files created in directory `dir` follow: the nearest spec that sets one,
     /// else the cluster's default; with who "everyone" is (the groups all users are in as
-    /// their primary group), for files whose mode lets others read.
+    /// their primary group), for files whose mode lets others read, and their key pairs'
+    /// versions (so writers ask for a group's key pair only when it moved).
     pub fn policy_for(&self, dir: &Inode) -> MgrResult<E2ePolicy> {
         let mut p = self.stored_policy_for(dir)?;
         let st = self.st();
         for name in [crate::users::USERS_GROUP, crate::users::ADMIN_GROUP] {
             if let Some(g) = st.group_by_name(name).map_err(|e| store_err(e, name))? {
+                let k = st.group_key(g.gid).map_err(|e| store_err(e, name))?;
                 p.everyone.push(Principal::Group(g.gid));
+                p.group_keys.push(GroupKeyState {
+                    gid: g.gid,
+                    version: k.version,
+                    current: k.public.is_some() && !k.rekey,
+                });
             }
         }
         Ok(p)

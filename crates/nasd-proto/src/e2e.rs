@@ -11,7 +11,9 @@
 //!                u8 auth (1 signature checked by the drive, 2 signature for readers,
 //!                3 keyed hash only), u8 block_log2 (10..=16),
 //!                u8 n (<= POLICY_READERS_MAX), n x Principal (readers),
-//!                u8 m (<= POLICY_READERS_MAX), m x Principal (everyone)
+//!                u8 m (<= POLICY_READERS_MAX), m x Principal (everyone),
+//!                u8 k (<= POLICY_READERS_MAX), k x GroupKeyState
+//! GroupKeyState := u32 gid, u32 version, u8 current (0 | 1)
 //! Principal   := u8 kind (1 user, 2 group), u32 id
 //! E2eState    := blob record (<= E2E_RECORD_BYTES_MAX), u32 writer,
 //!                blob signature (0 or 64 bytes), blob side (<= E2E_SIDE_BYTES_MAX)
@@ -168,6 +170,20 @@ pub struct E2ePolicy {
     /// Who "others" are (the groups every user belongs to): a file whose mode lets others
     /// read has its key wrapped for them. Filled in by the manager in grants; not stored.
     pub everyone: Vec<Principal>,
+    /// The key pairs of the `everyone` groups as the manager has them when it answers
+    /// (manager protocol 23), so a writer asks for a group's key pair only when it moved.
+    /// Filled in by the manager in grants; not stored.
+    pub group_keys: Vec<GroupKeyState>,
+}
+
+/// A group's key pair as a grant names it ([`E2ePolicy::group_keys`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GroupKeyState {
+    pub gid: u32,
+    /// The current version (0: none yet).
+    pub version: u32,
+    /// The group has a key pair and is not due a new one.
+    pub current: bool,
 }
 
 impl Default for E2ePolicy {
@@ -181,6 +197,7 @@ impl Default for E2ePolicy {
             block_log2: BLOCK_LOG2_MAX,
             readers: vec![],
             everyone: vec![],
+            group_keys: vec![],
         }
     }
 }
@@ -211,6 +228,13 @@ impl E2ePolicy {
                 p.put(w);
             }
         }
+        debug_assert!(self.group_keys.len() <= POLICY_READERS_MAX);
+        w.u8(self.group_keys.len() as u8);
+        for g in &self.group_keys {
+            w.u32(g.gid);
+            w.u32(g.version);
+            w.u8(g.current as u8);
+        }
     }
 
     pub fn get(r: &mut Reader<'_>) -> Result<E2ePolicy, DecodeError> {
@@ -235,6 +259,22 @@ impl E2ePolicy {
             }
         }
         let [readers, everyone] = lists;
+        let n = r.u8("group keys")? as usize;
+        if n > POLICY_READERS_MAX {
+            return Err(DecodeError::TooLong("group keys"));
+        }
+        let mut group_keys = Vec::with_capacity(n);
+        for _ in 0..n {
+            group_keys.push(GroupKeyState {
+                gid: r.u32("group")?,
+                version: r.u32("group key version")?,
+                current: match r.u8("group key current")? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::BadValue("group key current")),
+                },
+            });
+        }
         Ok(E2ePolicy {
             encrypted: flags == 1,
             eint,
@@ -242,6 +282,7 @@ impl E2ePolicy {
             block_log2,
             readers,
             everyone,
+            group_keys,
         })
     }
 
@@ -426,15 +467,15 @@ mod tests {
     #[test]
     fn the_default_policy_encodes_as_documented() {
         let b = E2ePolicy::default().encode();
-        assert_eq!(b, [1, 0, 2, 16, 0, 0]);
+        assert_eq!(b, [1, 0, 2, 16, 0, 0, 0]);
         let p = E2ePolicy {
             readers: vec![Principal::User(7), Principal::Group(0x0102_0304)],
             ..E2ePolicy::plaintext()
         };
         assert_eq!(
             p.encode(),
-            [0, 0, 2, 16, 2, 1, 7, 0, 0, 0, 2, 4, 3, 2, 1, 0],
-            "flags, eint, auth, block, n, principals, m"
+            [0, 0, 2, 16, 2, 1, 7, 0, 0, 0, 2, 4, 3, 2, 1, 0, 0],
+            "flags, eint, auth, block, n, principals, m, k"
         );
         assert_eq!(E2ePolicy::decode(&p.encode()).unwrap(), p);
     }

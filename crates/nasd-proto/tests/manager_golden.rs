@@ -54,7 +54,19 @@ fn policy() -> E2ePolicy {
         auth: WriterAuth::Signed,
         block_log2: 12,
         readers: vec![Principal::User(3), Principal::Group(4)],
-        everyone: vec![Principal::Group(100)],
+        everyone: vec![Principal::Group(100), Principal::Group(101)],
+        group_keys: vec![
+            GroupKeyState {
+                gid: 100,
+                version: 2,
+                current: true,
+            },
+            GroupKeyState {
+                gid: 101,
+                version: 0,
+                current: false,
+            },
+        ],
     }
 }
 

@@ -437,7 +437,7 @@ pub fn versions_in_use(counters: &CounterIntervals, current: KeyVersion) -> Vec<
 /// (checked against the record's digest), each key held checked against its commitment, so a
 /// wrap swapped at the manager (one that opens a key the writer never used) is refused before
 /// a block is deciphered; for a record from before bindings, the keys' own.
-fn checked_commitments(
+pub(crate) fn checked_commitments(
     record: &TrustedRecord,
     side: &Side,
     keys: &BTreeMap<KeyVersion, FileKey>,

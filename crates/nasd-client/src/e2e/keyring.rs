@@ -85,6 +85,9 @@ pub struct Keyring {
     /// tried again for [`KEYS_TTL_MS`], so every read or write of a file of such a group does
     /// not pay the round trips of an attempt (`nasd group sync` always tries).
     group_attempts: Mutex<HashMap<u32, u64>>,
+    /// Groups without a current key pair whose cached answer a grant confirmed, and when
+    /// (`keyring/groups.rs`).
+    group_confirmed: Mutex<HashMap<u32, u64>>,
     /// Set when this client made its user's first keys: their groups lacking a key pair get
     /// one next ([`Client::identity`]).
     first_made: std::sync::atomic::AtomicBool,
@@ -104,6 +107,7 @@ impl Default for Keyring {
             groups: Default::default(),
             group_secrets: Default::default(),
             group_attempts: Default::default(),
+            group_confirmed: Default::default(),
             first_made: Default::default(),
             fresh: Default::default(),
         }

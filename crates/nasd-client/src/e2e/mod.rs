@@ -293,6 +293,7 @@ impl Client {
         let file_id = FileId(id);
         let key = FileKey::generate();
         let further = self.logged_readers(path, &policy.readers).await?;
+        self.note_group_keys(&policy.group_keys);
         let mut readers = self
             .readers_of(uid, gid, mode, &further, &policy.everyone)
             .await?;

@@ -78,25 +78,9 @@ impl Client {
         let key = self
             .open_key_file(path, &side.key_file, side.file_id, v)
             .await?;
-        let bound = record
-            .binding
-            .is_some_and(|b| b.keys_digest == keys_digest(side));
-        if record.binding.is_some() && !bound {
-            return Err(e2e_err(
-                path,
-                "the key commitments and unshares are not the record's",
-            ));
-        }
-        match side.commitment(v) {
-            Some(c) if bound && *c != key.commitment() => Err(e2e_err(
-                path,
-                format!(
-                    "the key a wrap opened for key version {v} is not the one the writer used \
-                     (a wrap was swapped at the manager)"
-                ),
-            )),
-            _ => Ok(key),
-        }
+        let one = std::collections::BTreeMap::from([(v, key)]);
+        super::crypt::checked_commitments(record, side, &one).map_err(|e| e2e_err(path, e))?;
+        Ok(one.into_values().next().expect("one key"))
     }
 
     /// Who wrote the file's current version and whether its signature verifies (`None`:
@@ -345,6 +329,7 @@ impl Client {
             return Ok(());
         }
         let further = self.logged_readers(path, &o.policy.readers).await?;
+        self.note_group_keys(&o.policy.group_keys);
         let mut want = self
             .readers_of(
                 o.stat.uid,

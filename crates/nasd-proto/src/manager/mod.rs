@@ -36,8 +36,9 @@ mod tests;
 mod types;
 
 pub use crate::e2e::{
-    key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, Principal, UserKeyInfo,
-    UserKeys, WriterAuth, GROUP_KEY_LINKS_MAX, GROUP_WRAP_BYTES_MAX, KEY_LIST_MAX,
+    key_change_message, E2eCommit, E2ePolicy, E2eState, Eint, GroupKeyInfo, GroupKeyState,
+    Principal, UserKeyInfo, UserKeys, WriterAuth, GROUP_KEY_LINKS_MAX, GROUP_WRAP_BYTES_MAX,
+    KEY_LIST_MAX,
 };
 pub use call::{Call, Reply, Wire};
 pub use calls::callbacks::{
@@ -237,7 +238,10 @@ use call::{define_calls, define_replies};
 ///   ([`PolicyReaders`], a [`KeyLogEntry`] of kind 2), and writers wrap for policy readers
 ///   only as the log names them. Store schema 15 (PostgreSQL 3): a key log entry may have no
 ///   key version.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 22;
+/// - 23: a grant's policy names the key pairs of its `everyone` groups ([`GroupKeyState`]:
+///   version, and whether it is current), so a writer asks for a group's key pair only when
+///   it moved, not at each write while the group has none.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 23;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).

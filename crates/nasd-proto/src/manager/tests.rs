@@ -958,9 +958,10 @@ fn version_10_fields_are_where_the_docs_say() {
         panic!("reply 5 is Opened");
     };
     let b = base_replies()[5].encode(1);
-    // write_end, then (version 12) the 6-byte default policy and `has_e2e` 0.
-    assert_eq!(b[b.len() - 15..b.len() - 7], write_end.to_le_bytes());
-    assert_eq!(b[b.len() - 7..], [1, 0, 2, 16, 0, 0, 0]);
+    // write_end, then (version 12) the default policy (7 bytes since version 23) and
+    // `has_e2e` 0.
+    assert_eq!(b[b.len() - 16..b.len() - 8], write_end.to_le_bytes());
+    assert_eq!(b[b.len() - 8..], [1, 0, 2, 16, 0, 0, 0, 0]);
     let e = MgrReply::error(MgrStatus::QuotaExceeded, "").encode(1);
     assert_eq!(e[16..18], 25u16.to_le_bytes());
     let q = MgrRequest::QuotaSet(calls::QuotaSet {

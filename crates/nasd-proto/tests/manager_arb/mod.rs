@@ -566,6 +566,11 @@ impl Arb for E2ePolicy {
             block_log2: 10 + g.below(7) as u8,
             readers: g.list(8, Principal::arb),
             everyone: g.list(8, Principal::arb),
+            group_keys: g.list(8, |g| GroupKeyState {
+                gid: Arb::arb(g),
+                version: Arb::arb(g),
+                current: Arb::arb(g),
+            }),
         }
     }
 }

@@ -10,8 +10,11 @@
 //!   *link* (the current secret wrapped to the new public key) when this client holds the
 //!   current secret. Until a key pair is due no more, writers wrap no file key to the group:
 //!   a removed member's old secret opens nothing written after the removal. A writer asks
-//!   for such a group's key pair again at each write (the cache holds only groups with a
-//!   current key pair), so it wraps to the new one as soon as a member made it.
+//!   for such a group's key pair again at each write, unless the grant of the write names
+//!   the group's key pair as the answer it holds (the `everyone` groups: a grant carries
+//!   their versions, [`nasd_proto::manager::GroupKeyState`]), so it wraps to a new key pair as
+//!   soon as a member made it, and a cluster whose `users` has none yet (no user logged in)
+//!   costs no round trip per write.
 //! - **Completing.** A member's client that holds the secret wraps it to the members who have
 //!   keys but no wrap (`GroupKeyInfo::missing`) when it uses the group, at most once per
 //!   [`KEYS_TTL_MS`] per group, and at once on `nasd group sync`. It wraps to the keys its own
@@ -21,6 +24,11 @@
 //!   new key pair, members who joined later too.
 
 use super::{e2e_err, put_bounded, IdentitySource, KEYS_TTL_MS};
+use nasd_proto::manager::GroupKeyState;
+
+/// How long a grant's confirmation of a cached answer for a group without a current key pair
+/// stands (a write's grant confirms it just before the write wraps its key).
+pub const GROUP_CONFIRMED_MS: u64 = 1_000;
 use crate::files::{now_ms, Client, FsError};
 use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
 use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
@@ -107,6 +115,27 @@ impl Client {
         }
     }
 
+    /// Takes in what a grant says of groups' key pairs: a cached answer that no longer
+    /// matches is dropped (asked for again at the next use), and one for a group without a
+    /// current key pair that still matches is confirmed for [`GROUP_CONFIRMED_MS`].
+    pub(crate) fn note_group_keys(&self, states: &[GroupKeyState]) {
+        let now = now_ms();
+        let mut cache = self.keyring.groups.lock().expect("keyring lock");
+        let mut confirmed = self.keyring.group_confirmed.lock().expect("keyring lock");
+        for s in states {
+            let Some((k, _)) = cache.get(&s.gid) else {
+                continue;
+            };
+            let current = k.public.is_some() && !k.rekey;
+            if k.version != s.version || current != s.current {
+                cache.remove(&s.gid);
+                confirmed.remove(&s.gid);
+            } else if !current {
+                put_bounded(&mut confirmed, s.gid, now);
+            }
+        }
+    }
+
     /// The public keys of groups `gids` a new file's key is wrapped to: a group this user is
     /// a member of that lacks a key pair, or is due a new one, gets it first; a group still
     /// without one, or still due one, gets no wrap (logged).
@@ -115,8 +144,18 @@ impl Client {
         path: &str,
         gids: &[u32],
     ) -> Result<Vec<(u32, PublicKey)>, FsError> {
+        let confirmed: Vec<u32> = {
+            let now = now_ms();
+            let c = self.keyring.group_confirmed.lock().expect("keyring lock");
+            gids.iter()
+                .copied()
+                .filter(|g| c.get(g).is_some_and(|&at| now < at + GROUP_CONFIRMED_MS))
+                .collect()
+        };
         let mut groups = self
-            .group_infos_where(gids, |g| g.public.is_some() && !g.rekey)
+            .group_infos_where(gids, |g| {
+                (g.public.is_some() && !g.rekey) || confirmed.contains(&g.gid)
+            })
             .await?;
         if self.keeps_groups() {
             let now = now_ms();
