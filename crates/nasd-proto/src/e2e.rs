@@ -155,6 +155,27 @@ impl Principal {
     }
 }
 
+/// `u8 n` (at most [`POLICY_READERS_MAX`]) then `n` principals: a policy's readers, its
+/// `everyone`, a logged statement's readers.
+pub(crate) fn put_principals(w: &mut Writer, list: &[Principal]) {
+    debug_assert!(list.len() <= POLICY_READERS_MAX);
+    w.u8(list.len() as u8);
+    for p in list {
+        p.put(w);
+    }
+}
+
+pub(crate) fn get_principals(
+    r: &mut Reader<'_>,
+    what: &'static str,
+) -> Result<Vec<Principal>, DecodeError> {
+    let n = r.u8(what)? as usize;
+    if n > POLICY_READERS_MAX {
+        return Err(DecodeError::TooLong(what));
+    }
+    (0..n).map(|_| Principal::get(r)).collect()
+}
+
 /// What a directory asks of the files made in it (and of its new subdirectories), issue 10.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct E2ePolicy {
@@ -221,13 +242,8 @@ impl E2ePolicy {
         w.u8(self.eint as u8);
         w.u8(self.auth as u8);
         w.u8(self.block_log2);
-        for list in [&self.readers, &self.everyone] {
-            debug_assert!(list.len() <= POLICY_READERS_MAX);
-            w.u8(list.len() as u8);
-            for p in list {
-                p.put(w);
-            }
-        }
+        put_principals(w, &self.readers);
+        put_principals(w, &self.everyone);
         debug_assert!(self.group_keys.len() <= POLICY_READERS_MAX);
         w.u8(self.group_keys.len() as u8);
         for g in &self.group_keys {
@@ -248,17 +264,8 @@ impl E2ePolicy {
         if !(BLOCK_LOG2_MIN..=BLOCK_LOG2_MAX).contains(&block_log2) {
             return Err(DecodeError::BadValue("block size"));
         }
-        let mut lists = [vec![], vec![]];
-        for list in &mut lists {
-            let n = r.u8("policy readers")? as usize;
-            if n > POLICY_READERS_MAX {
-                return Err(DecodeError::TooLong("policy readers"));
-            }
-            for _ in 0..n {
-                list.push(Principal::get(r)?);
-            }
-        }
-        let [readers, everyone] = lists;
+        let readers = get_principals(r, "policy readers")?;
+        let everyone = get_principals(r, "policy readers")?;
         let n = r.u8("group keys")? as usize;
         if n > POLICY_READERS_MAX {
             return Err(DecodeError::TooLong("group keys"));

@@ -299,9 +299,12 @@ impl KeyLogView {
         let keys = self
             .keys(p.by)
             .ok_or("policy readers set by a user with no keys")?;
-        VerifyingKey::from_bytes(&keys.sign_public)
-            .and_then(|k| k.verify_strict(&p.message(), &Signature::from_bytes(&p.signature)))
-            .map_err(|_| "policy readers not signed by their setter's key")
+        nasd_crypto::wsig::verify(
+            &nasd_proto::WriterPublicKey(keys.sign_public),
+            &p.message(),
+            &nasd_proto::WriterSignature(p.signature),
+        )
+        .map_err(|_| "policy readers not signed by their setter's key")
     }
 
     /// The latest policy readers statement of the nearest directory at or above `dir` (a

@@ -169,14 +169,12 @@ impl Manager {
                     "a policy's readers are signed with the setter's keys, and they have none",
                 )
             })?;
-        let signed = ed25519_dalek::VerifyingKey::from_bytes(&keys.sign_public)
-            .and_then(|k| {
-                k.verify_strict(
-                    &p.message(),
-                    &ed25519_dalek::Signature::from_bytes(&p.signature),
-                )
-            })
-            .is_ok();
+        let signed = nasd_crypto::wsig::verify(
+            &nasd_proto::WriterPublicKey(keys.sign_public),
+            &p.message(),
+            &nasd_proto::WriterSignature(p.signature),
+        )
+        .is_ok();
         if !signed {
             return Err(MgrError::new(
                 MgrStatus::InvalidArgument,

@@ -26,7 +26,7 @@
 
 use super::one_string;
 use crate::codec::{Reader, Writer};
-use crate::e2e::{Principal, POLICY_READERS_MAX};
+use crate::e2e::{get_principals, put_principals, Principal, POLICY_READERS_MAX};
 use crate::manager::codec::{get_count, get_str, put_str};
 use crate::manager::{UserKeys, Wire, MANAGER_FRAME_BYTES_MAX};
 use crate::DecodeError;
@@ -73,10 +73,7 @@ impl PolicyReaders {
         w.u32(self.by);
         w.u64(self.at_ms);
         put_str(w, &self.dir);
-        w.u8(self.readers.len() as u8);
-        for p in &self.readers {
-            p.put(w);
-        }
+        put_principals(w, &self.readers);
     }
 
     /// Whether `dir` is a path as statements name directories: absolute, without empty, `.`
@@ -104,13 +101,7 @@ impl Wire for PolicyReaders {
         if !PolicyReaders::dir_ok(&dir) {
             return Err(DecodeError::BadValue("policy directory"));
         }
-        let n = r.u8("policy readers")? as usize;
-        if n > POLICY_READERS_MAX {
-            return Err(DecodeError::TooLong("policy readers"));
-        }
-        let readers = (0..n)
-            .map(|_| Principal::get(r))
-            .collect::<Result<Vec<_>, _>>()?;
+        let readers = get_principals(r, "policy readers")?;
         if readers.windows(2).any(|w| w[0] >= w[1]) {
             return Err(DecodeError::BadValue("policy readers not sorted"));
         }

@@ -15,7 +15,7 @@
 
 use super::{one_string, path_and_mode, path_and_u64, two_strings};
 use crate::codec::{Reader, Writer};
-use crate::e2e::{Principal, POLICY_READERS_MAX};
+use crate::e2e::{get_principals, put_principals, Principal};
 use crate::manager::codec::{
     get_bool, get_count, get_opt, get_str, get_xattr_name, put_bool, put_opt, put_str,
 };
@@ -378,20 +378,9 @@ pub struct DirReaders(pub Vec<Principal>);
 
 impl Wire for DirReaders {
     fn put(&self, w: &mut Writer) {
-        debug_assert!(self.0.len() <= POLICY_READERS_MAX);
-        w.u8(self.0.len() as u8);
-        for p in &self.0 {
-            p.put(w);
-        }
+        put_principals(w, &self.0);
     }
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let n = r.u8("policy readers")? as usize;
-        if n > POLICY_READERS_MAX {
-            return Err(DecodeError::TooLong("policy readers"));
-        }
-        let v = (0..n)
-            .map(|_| Principal::get(r))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(DirReaders(v))
+        Ok(DirReaders(get_principals(r, "policy readers")?))
     }
 }
