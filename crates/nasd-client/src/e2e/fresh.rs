@@ -13,8 +13,9 @@
 //! The table lives in memory and, for a client whose identity has a cache file, in an
 //! append-only file beside it (`e2e-USER.fresh`, 0600): one 32-byte entry `ino u64 ‖ origin [16]
 //! ‖ generation u64` per change, the last for an inode winning, rewritten compactly when it
-//! holds more than twice the live entries. Appends are not synced: a host crash may forget the
-//! newest few entries (the file then says an older generation, never a newer one).
+//! holds more than twice the live entries or ends in a torn one. Appends are not synced: a
+//! host crash may forget the newest few entries (the file then says an older generation, never
+//! a newer one).
 //!
 //! Limits: what the client never saw is not protected (a new client trusts what it is shown
 //! first, as with the key log); at most [`FRESH_FILES_MAX`] files are remembered (the oldest
@@ -78,8 +79,8 @@ impl Freshness {
         }
         self.loaded = true;
         self.path = path;
-        let Some(p) = &self.path else { return };
-        let bytes = match std::fs::read(p) {
+        let Some(p) = self.path.clone() else { return };
+        let bytes = match std::fs::read(&p) {
             Ok(b) => b,
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound {
@@ -95,6 +96,16 @@ impl Freshness {
             let generation = u64::from_le_bytes(e[24..].try_into().expect("8 bytes"));
             self.put(ino, origin, generation);
             self.in_file += 1;
+        }
+        if bytes.len() % ENTRY_BYTES != 0 {
+            // Appends would land out of step with the entries: rewrite without the torn one.
+            if let Err(e) = self.rewrite(&p) {
+                tracing::warn!(
+                    "{}: {e}; the newest versions seen stay in memory",
+                    p.display()
+                );
+                self.path = None;
+            }
         }
     }
 
@@ -262,8 +273,17 @@ mod tests {
         bytes.extend_from_slice(&[1, 2, 3]);
         std::fs::write(&path, &bytes).unwrap();
         let mut torn = Freshness::default();
-        torn.load_once(Some(path));
+        torn.load_once(Some(path.clone()));
         assert!(torn.check(7, Some(&b(1, 2))).is_err());
+        // ...and cut off, so what is appended after it reads back whole.
+        torn.note(9, &b(3, 5));
+        let mut after = Freshness::default();
+        after.load_once(Some(path));
+        assert!(after.check(7, Some(&b(1, 2))).is_err());
+        assert!(
+            after.check(9, Some(&b(3, 4))).is_err(),
+            "the entry after the torn one"
+        );
     }
 
     #[test]
