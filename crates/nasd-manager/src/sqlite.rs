@@ -4,7 +4,7 @@
 //! without an fsync of their own ([`SqliteStore::relaxed`]): a power failure may lose them,
 //! which only fails that upload's commit; the commit that makes a name visible is durable.
 //!
-//! Schema version 14 (the `meta` row `schema` holds it):
+//! Schema version 15 (the `meta` row `schema` holds it):
 //! ```text
 //! meta(key TEXT PK, value BLOB)
 //! users(uid INTEGER PK, name TEXT UNIQUE, phc TEXT, admin INT, gid INT, gateway INT,
@@ -12,8 +12,9 @@
 //!        enrollment code's hash, an Ed25519 key, or a legacy Argon2id hash; `users.rs`);
 //!        e2e_keys: the user's current public keys, their version and change signature, and
 //!        sealed seed (UserKeys)
-//! key_log(idx INTEGER PK, uid INT, version INT, entry BLOB, UNIQUE(uid, version))   every
-//!        change of users' keys, in order (KeyLogEntry; [`keylog`])
+//! key_log(idx INTEGER PK, uid INT, version INT NULL, entry BLOB, UNIQUE(uid, version))
+//!        every change of users' keys and of policies' readers, in order (KeyLogEntry;
+//!        [`keylog`])
 //! groups(gid INTEGER PK, name TEXT UNIQUE, key_version INT, key_public BLOB NULL,
 //!        key_rekey INT)   key_rekey: a member left since key_version was made
 //! group_wraps(gid INT, uid INT, version INT, wrap BLOB, PK(gid, uid))   the group's secret
@@ -82,6 +83,7 @@
 //! 64-bit ids are stored as SQLite's signed INTEGER by bit-cast.
 
 use crate::store::*;
+use cached::Cached;
 use nasd_proto::manager::{
     E2eCommit, E2eState, FileKind, KeyLogEntry, PolicyReaders, UserKeys, Xattr,
 };
@@ -89,6 +91,7 @@ use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
+mod cached;
 mod counts;
 mod groups;
 mod keylog;
@@ -300,20 +303,20 @@ fn migrate_1_to_2(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
     .map_err(db)?;
     let cols = columns(tx, "staged")?;
     if !cols.iter().any(|c| c == "ino") {
-        tx.execute("ALTER TABLE staged ADD COLUMN ino INTEGER", [])
+        tx.exec("ALTER TABLE staged ADD COLUMN ino INTEGER", [])
             .map_err(db)?;
     }
     if !cols.iter().any(|c| c == "new_file") {
-        tx.execute(
+        tx.exec(
             "ALTER TABLE staged ADD COLUMN new_file INTEGER NOT NULL DEFAULT 0",
             [],
         )
         .map_err(db)?;
     }
     let max: i64 = tx
-        .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
+        .row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
         .map_err(db)?;
-    tx.execute(
+    tx.exec(
         "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
         params![FILE_INO_HIGH, (max as u64).to_le_bytes().to_vec()],
     )
@@ -468,19 +471,19 @@ fn migrate_11_to_12(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
         })();
         let Ok(keys) = decoded else {
             // Never written by us: the user makes keys anew at their next login.
-            tx.execute(
+            tx.exec(
                 "UPDATE users SET e2e_keys = NULL WHERE uid = ?1",
                 params![uid],
             )
             .map_err(db)?;
             continue;
         };
-        tx.execute(
+        tx.exec(
             "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
             params![uid, keys_blob(&keys)],
         )
         .map_err(db)?;
-        tx.execute(
+        tx.exec(
             "INSERT INTO user_key_log(uid, version, keys) VALUES (?1, 1, ?2)",
             params![
                 uid,
@@ -582,6 +585,7 @@ impl SqliteStore {
         db_.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
         db_.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(db)?;
+        db_.set_prepared_statement_cache_capacity(cached::STATEMENTS_CACHED);
         db_.execute_batch(SCHEMA).map_err(db)?;
         let mut s = SqliteStore {
             db: db_,
@@ -601,7 +605,7 @@ impl SqliteStore {
         for (i, migrate) in MIGRATIONS.iter().enumerate().skip(version as usize - 1) {
             let tx = s.db.transaction().map_err(db)?;
             migrate(&tx)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE meta SET value = ?1 WHERE key = 'schema'",
                 params![(i as u32 + 2).to_le_bytes().to_vec()],
             )
@@ -620,12 +624,12 @@ impl SqliteStore {
         tx.execute_batch(keylog::SCHEMA_KEY_LOG).map_err(db)?;
         tx.execute_batch(groups::SCHEMA_GROUP_KEYS).map_err(db)?;
         tx.execute_batch(keylog::MIGRATE_14_TO_15).map_err(db)?;
-        tx.execute(
+        tx.exec(
             "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA_VERSION.to_le_bytes().to_vec()],
         )
         .map_err(db)?;
-        tx.execute(
+        tx.exec(
             "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv)
              VALUES (?1, ?2, ?3, 0, 0, ?1, ?4, ?4, 0)",
             params![
@@ -681,13 +685,13 @@ impl SqliteStore {
     /// Removes the entry `parent`/`name` naming `i`, and `i` itself with its last name;
     /// whether it went.
     fn drop_name(tx: &Connection, parent: u64, name: &str, i: &Inode) -> StoreResult<bool> {
-        tx.execute(
+        tx.exec(
             "DELETE FROM dirents WHERE parent = ?1 AND name = ?2",
             params![parent as i64, name],
         )
         .map_err(db)?;
         let named = tx
-            .query_row(
+            .row(
                 "SELECT EXISTS(SELECT 1 FROM dirents WHERE ino = ?1)",
                 params![i.ino as i64],
                 |r| r.get::<_, bool>(0),
@@ -695,7 +699,7 @@ impl SqliteStore {
             .map_err(db)?;
         if named {
             // One link fewer: a change of the inode (an unlink, a rename over a name).
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET ctime_us = ?2 WHERE ino = ?1",
                 params![i.ino as i64, now_us() as i64],
             )
@@ -711,7 +715,7 @@ impl SqliteStore {
     /// the new owner has a quota and it is `None`), with its file escrow.
     fn update_inode_in(tx: &Connection, i: &Inode) -> StoreResult<()> {
         let before: Option<(u32, Option<i64>)> = tx
-            .query_row(
+            .row(
                 "SELECT uid, charged FROM inodes WHERE ino = ?1",
                 params![i.ino as i64],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -730,19 +734,19 @@ impl SqliteStore {
                 }
                 _ => None,
             };
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET charged = ?2 WHERE ino = ?1",
                 params![i.ino as i64, charge],
             )
             .map_err(db)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE escrows SET uid = ?2 WHERE ino = ?1",
                 params![i.ino as i64, i.uid],
             )
             .map_err(db)?;
         }
         let n = Self::counted(tx, i.ino, || {
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, mtime_us = ?5, acv = ?6, e2e = ?7,
                      size = ?8, dir_layout = ?9, ctime_us = ?10, atime_us = ?11 WHERE ino = ?1",
                 params![
@@ -790,7 +794,7 @@ impl SqliteStore {
         size: Option<u64>,
     ) -> StoreResult<()> {
         let n = tx
-            .execute(
+            .exec(
                 "UPDATE inodes SET geometry = ?2, layout_version = ?3, stale = ?4, acv = ?5,
                      size = ?6 WHERE ino = ?1",
                 params![
@@ -806,10 +810,10 @@ impl SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        tx.execute("DELETE FROM components WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM components WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         for (idx, o) in layout.components.iter().enumerate() {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO components(ino, idx, drive, part, object) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![
                     ino as i64,
@@ -847,7 +851,7 @@ impl SqliteStore {
             } else {
                 ("drive0", "object0")
             };
-            tx.execute(
+            tx.exec(
                 &format!("DELETE FROM {table} WHERE {d} = ?1 AND {o} = ?2"),
                 params![key.drive.0 as i64, key.object.0 as i64],
             )
@@ -859,7 +863,7 @@ impl SqliteStore {
     /// The staged upload with first component `key`.
     fn staged_at(tx: &Connection, key: ObjRef) -> StoreResult<Option<Staged>> {
         let Some(mut s) = tx
-            .query_row(
+            .row(
                 &format!("SELECT {STAGED_COLS} FROM staged WHERE drive = ?1 AND object = ?2"),
                 params![key.drive.0 as i64, key.object.0 as i64],
                 staged_of,
@@ -876,7 +880,7 @@ impl SqliteStore {
     /// The staged upload that `obj` is any component of.
     fn staged_in(tx: &Connection, obj: ObjRef) -> StoreResult<Option<Staged>> {
         let key: Option<(i64, i64)> = tx
-            .query_row(
+            .row(
                 "SELECT drive0, object0 FROM staged_components WHERE drive = ?1 AND object = ?2",
                 params![obj.drive.0 as i64, obj.object.0 as i64],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -895,7 +899,7 @@ impl SqliteStore {
     }
 
     fn is_reserved(tx: &Connection, ino: u64) -> StoreResult<bool> {
-        tx.query_row(
+        tx.row(
             "SELECT EXISTS(SELECT 1 FROM reserved WHERE ino = ?1)",
             params![ino as i64],
             |r| r.get::<_, bool>(0),
@@ -909,7 +913,7 @@ impl SqliteStore {
         if Self::is_reserved(tx, ino)? {
             Self::delete_inode(tx, ino)?;
         }
-        tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         Ok(())
     }
@@ -920,17 +924,17 @@ impl SqliteStore {
         if !Self::is_reserved(tx, ino)? {
             return Err(StoreError::NotFound);
         }
-        tx.execute(
+        tx.exec(
             "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
             params![parent as i64, name, ino as i64],
         )
         .map_err(db)?;
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET parent = ?2 WHERE ino = ?1",
             params![ino as i64, parent as i64],
         )
         .map_err(db)?;
-        tx.execute("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM reserved WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         Self::touch_dir(tx, parent)
     }
@@ -962,7 +966,7 @@ impl SqliteStore {
         // is never reused, so neither a staged overwrite nor an object's fs_specific record can
         // ever name a later file. (SQLite alone would reuse the largest number once freed.)
         let high: Option<Vec<u8>> = tx
-            .query_row(
+            .row(
                 "SELECT value FROM meta WHERE key = ?1",
                 params![FILE_INO_HIGH],
                 |r| r.get(0),
@@ -973,16 +977,16 @@ impl SqliteStore {
             .and_then(|v| <[u8; 8]>::try_from(v).ok())
             .map_or(0, u64::from_le_bytes);
         let max: i64 = tx
-            .query_row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
+            .row("SELECT COALESCE(MAX(ino), 0) FROM inodes", [], |r| r.get(0))
             .map_err(db)?;
         let ino = high.max(max as u64) + 1;
-        tx.execute(
+        tx.exec(
             "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
             params![FILE_INO_HIGH, ino.to_le_bytes().to_vec()],
         )
         .map_err(db)?;
         // Reserved first, so the inode is never counted as a file before it is linked.
-        tx.execute(
+        tx.exec(
             "INSERT INTO reserved(ino, created_ms) VALUES (?1, ?2)",
             params![ino as i64, (inode.ctime_us / 1000) as i64],
         )
@@ -995,7 +999,7 @@ impl SqliteStore {
     fn put_staged_now(&mut self, s: &Staged) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         let key = s.layout.key();
-        tx.execute(
+        tx.exec(
             &format!("INSERT OR REPLACE INTO staged({STAGED_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
             params![
                 key.drive.0 as i64,
@@ -1025,13 +1029,13 @@ impl SqliteStore {
                 Self::room(&tx, e.uid, s.created_ms, held, Skip::Staged(key))?;
             }
         }
-        tx.execute(
+        tx.exec(
             "DELETE FROM staged_components WHERE drive0 = ?1 AND object0 = ?2",
             params![key.drive.0 as i64, key.object.0 as i64],
         )
         .map_err(db)?;
         for (idx, o) in s.layout.components.iter().enumerate() {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO staged_components(drive0, object0, idx, drive, part, object)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
@@ -1058,7 +1062,7 @@ impl SqliteStore {
     /// returns its number.
     fn insert_inode(tx: &Connection, ino: Option<u64>, parent: u64, i: &Inode) -> StoreResult<u64> {
         let l = i.layout.as_ref();
-        tx.execute(
+        tx.exec(
             "INSERT INTO inodes(ino, kind, mode, uid, gid, parent, ctime_us, mtime_us, acv, e2e,
                  geometry, layout_version, stale, size, dir_layout, target, charged, atime_us,
                  rdev)
@@ -1133,7 +1137,7 @@ impl SqliteStore {
             return Ok(());
         };
         let used = q.used_bytes.saturating_sub(old).saturating_add(new);
-        tx.execute(
+        tx.exec(
             "UPDATE quotas SET used_bytes = ?2 WHERE uid = ?1",
             params![uid, db_bytes(used)],
         )
@@ -1164,7 +1168,7 @@ impl SqliteStore {
             Self::room(tx, target.uid, now_ms, charge - before, Skip::Staged(obj))?;
         }
         if target.charged.is_none() {
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET charged = 0 WHERE ino = ?1",
                 params![s.ino as i64],
             )
@@ -1177,7 +1181,7 @@ impl SqliteStore {
     /// nothing for a file whose owner has no quota (no charge).
     fn charge_in(tx: &Connection, ino: u64, bytes: u64) -> StoreResult<()> {
         let row: Option<(u32, Option<i64>)> = tx
-            .query_row(
+            .row(
                 "SELECT uid, charged FROM inodes WHERE ino = ?1",
                 params![ino as i64],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -1188,7 +1192,7 @@ impl SqliteStore {
             return Ok(());
         };
         Self::move_usage(tx, uid, old as u64, bytes)?;
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET charged = ?2 WHERE ino = ?1",
             params![ino as i64, db_bytes(bytes)],
         )
@@ -1263,7 +1267,7 @@ impl SqliteStore {
     }
 
     fn file_escrow_in(tx: &Connection, ino: u64) -> StoreResult<Option<FileEscrow>> {
-        tx.query_row(
+        tx.row(
             "SELECT ino, uid, end_bytes, expires_ms FROM escrows WHERE ino = ?1",
             params![ino as i64],
             file_escrow_of,
@@ -1274,7 +1278,7 @@ impl SqliteStore {
 
     fn dir_inode(tx: &Connection, ino: u64) -> StoreResult<Inode> {
         let i = tx
-            .query_row(
+            .row(
                 &format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"),
                 params![ino as i64],
                 inode_of,
@@ -1289,7 +1293,7 @@ impl SqliteStore {
     }
 
     fn inode_in(tx: &Connection, ino: u64) -> StoreResult<Option<Inode>> {
-        tx.query_row(
+        tx.row(
             &format!("SELECT {INODE_COLS} FROM inodes WHERE ino = ?1"),
             params![ino as i64],
             inode_of,
@@ -1301,7 +1305,7 @@ impl SqliteStore {
     }
 
     fn entry(tx: &Connection, parent: u64, name: &str) -> StoreResult<Option<Inode>> {
-        tx.query_row(
+        tx.row(
             &format!(
                 "SELECT {} FROM dirents d JOIN inodes i ON i.ino = d.ino WHERE d.parent = ?1 AND d.name = ?2",
                 INODE_COLS.split(", ").map(|c| format!("i.{}", c.trim())).collect::<Vec<_>>().join(", ")
@@ -1320,7 +1324,7 @@ impl SqliteStore {
     fn delete_inode(tx: &Connection, ino: u64) -> StoreResult<()> {
         Self::counted_delete(tx, ino)?;
         let charged: Option<(u32, Option<i64>)> = tx
-            .query_row(
+            .row(
                 "SELECT uid, charged FROM inodes WHERE ino = ?1",
                 params![ino as i64],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -1330,22 +1334,22 @@ impl SqliteStore {
         if let Some((uid, Some(c))) = charged {
             Self::move_usage(tx, uid, c as u64, 0)?;
         }
-        tx.execute("DELETE FROM escrows WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM escrows WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
-        tx.execute("DELETE FROM components WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM components WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         Self::put_xattrs(tx, ino, &[])?;
-        tx.execute("DELETE FROM inodes WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM inodes WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         Ok(())
     }
 
     /// Makes `xattrs` the whole set of extended attributes of `ino`.
     fn put_xattrs(tx: &Connection, ino: u64, xattrs: &[Xattr]) -> StoreResult<()> {
-        tx.execute("DELETE FROM xattrs WHERE ino = ?1", params![ino as i64])
+        tx.exec("DELETE FROM xattrs WHERE ino = ?1", params![ino as i64])
             .map_err(db)?;
         for x in xattrs {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO xattrs(ino, name, value) VALUES (?1, ?2, ?3)",
                 params![ino as i64, x.name, x.value],
             )
@@ -1355,7 +1359,7 @@ impl SqliteStore {
     }
 
     fn has_children(tx: &Connection, ino: u64) -> StoreResult<bool> {
-        tx.query_row(
+        tx.row(
             "SELECT EXISTS(SELECT 1 FROM dirents WHERE parent = ?1)",
             params![ino as i64],
             |r| r.get::<_, bool>(0),
@@ -1365,7 +1369,7 @@ impl SqliteStore {
 
     /// A directory's entries changed: its modify and change times are now.
     fn touch_dir(tx: &Connection, ino: u64) -> StoreResult<()> {
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
             params![ino as i64, now_us() as i64],
         )
@@ -1414,7 +1418,7 @@ fn user_of(r: &Row<'_>) -> rusqlite::Result<User> {
 impl MetaStore for SqliteStore {
     fn user_by_name(&self, name: &str) -> StoreResult<Option<User>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT uid, name, phc, admin, gid, gateway FROM users WHERE name = ?1",
                 params![name],
                 user_of,
@@ -1425,7 +1429,7 @@ impl MetaStore for SqliteStore {
 
     fn user_by_uid(&self, uid: u32) -> StoreResult<Option<User>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT uid, name, phc, admin, gid, gateway FROM users WHERE uid = ?1",
                 params![uid],
                 user_of,
@@ -1447,7 +1451,7 @@ impl MetaStore for SqliteStore {
         let tx = self.db.transaction().map_err(db)?;
         // uids start at 1000 for ordinary users; the first user (the admin) gets 0.
         let uid = new_named_id(&tx, "users", "uid", name, 1000)?;
-        tx.execute(
+        tx.exec(
             "INSERT INTO users(uid, name, phc, admin, gid) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![uid, name, phc, admin, gid],
         )
@@ -1459,7 +1463,7 @@ impl MetaStore for SqliteStore {
     fn set_credential(&mut self, uid: u32, phc: &str) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         let n = tx
-            .execute(
+            .exec(
                 "UPDATE users SET phc = ?2 WHERE uid = ?1",
                 params![uid, phc],
             )
@@ -1467,7 +1471,7 @@ impl MetaStore for SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        tx.execute(
+        tx.exec(
             "DELETE FROM sessions WHERE uid = ?1 OR via = ?1",
             params![uid],
         )
@@ -1478,7 +1482,7 @@ impl MetaStore for SqliteStore {
     fn set_gateway(&mut self, uid: u32, on: bool) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         let n = tx
-            .execute(
+            .exec(
                 "UPDATE users SET gateway = ?2 WHERE uid = ?1",
                 params![uid, on],
             )
@@ -1487,7 +1491,7 @@ impl MetaStore for SqliteStore {
             return Err(StoreError::NotFound);
         }
         if !on {
-            tx.execute("DELETE FROM sessions WHERE via = ?1", params![uid])
+            tx.exec("DELETE FROM sessions WHERE via = ?1", params![uid])
                 .map_err(db)?;
         }
         tx.commit().map_err(db)
@@ -1495,7 +1499,7 @@ impl MetaStore for SqliteStore {
 
     fn group_by_name(&self, name: &str) -> StoreResult<Option<Group>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT gid, name FROM groups WHERE name = ?1",
                 params![name],
                 |r| {
@@ -1511,7 +1515,7 @@ impl MetaStore for SqliteStore {
 
     fn group_by_gid(&self, gid: u32) -> StoreResult<Option<Group>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT gid, name FROM groups WHERE gid = ?1",
                 params![gid],
                 |r| {
@@ -1529,7 +1533,7 @@ impl MetaStore for SqliteStore {
         let tx = self.db.transaction().map_err(db)?;
         // gids start at 100; the first group gets 0.
         let gid = new_named_id(&tx, "groups", "gid", name, 100)?;
-        tx.execute(
+        tx.exec(
             "INSERT INTO groups(gid, name) VALUES (?1, ?2)",
             params![gid, name],
         )
@@ -1540,7 +1544,7 @@ impl MetaStore for SqliteStore {
 
     fn add_member(&mut self, gid: u32, uid: u32) -> StoreResult<()> {
         self.db
-            .execute(
+            .exec(
                 "INSERT OR IGNORE INTO members(gid, uid) VALUES (?1, ?2)",
                 params![gid, uid],
             )
@@ -1568,7 +1572,7 @@ impl MetaStore for SqliteStore {
     fn user_keys(&self, uid: u32) -> StoreResult<Option<UserKeys>> {
         let b: Option<Vec<u8>> = self
             .db
-            .query_row(
+            .row(
                 "SELECT e2e_keys FROM users WHERE uid = ?1",
                 params![uid],
                 |r| r.get(0),
@@ -1582,7 +1586,7 @@ impl MetaStore for SqliteStore {
     fn set_user_keys(&mut self, uid: u32, keys: &UserKeys) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         let n = tx
-            .execute(
+            .exec(
                 "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
                 params![uid, keys_blob(keys)],
             )
@@ -1603,7 +1607,7 @@ impl MetaStore for SqliteStore {
     fn set_password_file(&mut self, uid: u32, phc: &str, sealed: Option<&[u8]>) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         let keys: Option<Option<Vec<u8>>> = tx
-            .query_row(
+            .row(
                 "SELECT e2e_keys FROM users WHERE uid = ?1",
                 params![uid],
                 |r| r.get(0),
@@ -1613,20 +1617,20 @@ impl MetaStore for SqliteStore {
         let Some(keys) = keys else {
             return Err(StoreError::NotFound);
         };
-        tx.execute(
+        tx.exec(
             "UPDATE users SET phc = ?2 WHERE uid = ?1",
             params![uid, phc],
         )
         .map_err(db)?;
         if let (Some(sealed), Some(mut k)) = (sealed, keys.as_deref().and_then(keys_of)) {
             k.sealed = sealed.to_vec();
-            tx.execute(
+            tx.exec(
                 "UPDATE users SET e2e_keys = ?2 WHERE uid = ?1",
                 params![uid, keys_blob(&k)],
             )
             .map_err(db)?;
         }
-        tx.execute(
+        tx.exec(
             "DELETE FROM sessions WHERE uid = ?1 OR via = ?1",
             params![uid],
         )
@@ -1655,7 +1659,7 @@ impl MetaStore for SqliteStore {
     fn reset_user_keys(&mut self, uid: u32, by: u32, at_ms: u64) -> StoreResult<u32> {
         let tx = self.db.transaction().map_err(db)?;
         let n = tx
-            .execute(
+            .exec(
                 "UPDATE users SET e2e_keys = NULL WHERE uid = ?1",
                 params![uid],
             )
@@ -1663,7 +1667,7 @@ impl MetaStore for SqliteStore {
         if n == 0 {
             return Err(StoreError::NotFound);
         }
-        tx.execute("DELETE FROM group_wraps WHERE uid = ?1", params![uid])
+        tx.exec("DELETE FROM group_wraps WHERE uid = ?1", params![uid])
             .map_err(db)?;
         let version = keylog::last_version(&tx, uid)? + 1;
         keylog::append(
@@ -1706,7 +1710,7 @@ impl MetaStore for SqliteStore {
 
     fn group_wrap(&self, gid: u32, uid: u32) -> StoreResult<Option<Vec<u8>>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT w.wrap FROM group_wraps w JOIN groups g ON g.gid = w.gid
                  WHERE w.gid = ?1 AND w.uid = ?2 AND w.version = g.key_version",
                 params![gid, uid],
@@ -1722,7 +1726,7 @@ impl MetaStore for SqliteStore {
         if *expect != state_hash_of(&i.e2e) {
             return Err(StoreError::Conflict);
         }
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET e2e = ?2 WHERE ino = ?1",
             params![ino as i64, e2e_blob(&Some(state.clone()))],
         )
@@ -1751,7 +1755,7 @@ impl MetaStore for SqliteStore {
 
     fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT ino FROM dirents WHERE parent = ?1 AND name = ?2",
                 params![parent as i64, name],
                 |r| r.get::<_, i64>(0),
@@ -1796,7 +1800,7 @@ impl MetaStore for SqliteStore {
             return Err(StoreError::Exists);
         }
         let ino = Self::insert_inode(&tx, None, parent, inode)?;
-        tx.execute(
+        tx.exec(
             "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
             params![parent as i64, name, ino as i64],
         )
@@ -1832,7 +1836,7 @@ impl MetaStore for SqliteStore {
         if Self::entry(&tx, parent, name)?.is_some() {
             return Err(StoreError::Exists);
         }
-        tx.execute(
+        tx.exec(
             "INSERT INTO dirents(parent, name, ino) VALUES (?1, ?2, ?3)",
             params![parent as i64, name, ino as i64],
         )
@@ -1873,12 +1877,12 @@ impl MetaStore for SqliteStore {
                 gone = Some(t);
             }
         }
-        tx.execute(
+        tx.exec(
             "UPDATE dirents SET parent = ?3, name = ?4 WHERE parent = ?1 AND name = ?2",
             params![from_parent as i64, from_name, to_parent as i64, to_name],
         )
         .map_err(db)?;
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET parent = ?2, ctime_us = ?3 WHERE ino = ?1",
             params![src.ino as i64, to_parent as i64, now_us() as i64],
         )
@@ -1901,12 +1905,12 @@ impl MetaStore for SqliteStore {
         let b = Self::entry(&tx, b_parent, b_name)?.ok_or(StoreError::NotFound)?;
         let now = now_us() as i64;
         for (parent, name, ino) in [(a_parent, a_name, b.ino), (b_parent, b_name, a.ino)] {
-            tx.execute(
+            tx.exec(
                 "UPDATE dirents SET ino = ?3 WHERE parent = ?1 AND name = ?2",
                 params![parent as i64, name, ino as i64],
             )
             .map_err(db)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET parent = ?2, ctime_us = ?3 WHERE ino = ?1",
                 params![ino as i64, parent as i64, now],
             )
@@ -1918,7 +1922,7 @@ impl MetaStore for SqliteStore {
 
     fn inode_count(&self) -> StoreResult<u64> {
         self.db
-            .query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get::<_, i64>(0))
+            .row("SELECT COUNT(*) FROM inodes", [], |r| r.get::<_, i64>(0))
             .map(|n| n as u64)
             .map_err(db)
     }
@@ -1932,7 +1936,7 @@ impl MetaStore for SqliteStore {
     ) -> StoreResult<()> {
         let n = self
             .db
-            .execute(
+            .exec(
                 "UPDATE inodes SET atime_us = COALESCE(?2, atime_us),
                      mtime_us = COALESCE(?3, mtime_us), ctime_us = ?4 WHERE ino = ?1",
                 params![
@@ -1958,7 +1962,7 @@ impl MetaStore for SqliteStore {
     fn begin_revocation(&mut self, i: &Inode) -> StoreResult<()> {
         let tx = self.db.transaction().map_err(db)?;
         Self::update_inode_in(&tx, i)?;
-        tx.execute(
+        tx.exec(
             "INSERT OR IGNORE INTO revocations(ino) VALUES (?1)",
             params![i.ino as i64],
         )
@@ -1968,7 +1972,7 @@ impl MetaStore for SqliteStore {
 
     fn end_revocation(&mut self, ino: u64) -> StoreResult<()> {
         self.db
-            .execute(
+            .exec(
                 "DELETE FROM revocations WHERE ino = ?1",
                 params![ino as i64],
             )
@@ -2173,7 +2177,7 @@ impl MetaStore for SqliteStore {
         Self::charge_staged(&tx, &s, &target, charge, obj, now_ms)?;
         Self::write_layout(&tx, s.ino, &s.layout, s.acv, size)?;
         Self::counted_since(&tx, s.ino, before)?;
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
             params![s.ino as i64, now_us() as i64],
         )
@@ -2181,7 +2185,7 @@ impl MetaStore for SqliteStore {
         if let Some(x) = xattrs {
             Self::put_xattrs(&tx, s.ino, x)?;
         }
-        tx.execute(
+        tx.exec(
             "UPDATE inodes SET e2e = ?2 WHERE ino = ?1",
             params![s.ino as i64, e2e_blob(&e2e.map(|c| c.state.clone()))],
         )
@@ -2215,7 +2219,7 @@ impl MetaStore for SqliteStore {
             Self::charge_in(&tx, ino, n)?;
         }
         if size.is_some() {
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET mtime_us = ?2, ctime_us = ?2 WHERE ino = ?1",
                 params![ino as i64, now_us() as i64],
             )
@@ -2232,7 +2236,7 @@ impl MetaStore for SqliteStore {
     fn touch_staged(&mut self, obj: ObjRef, created_ms: u64) -> StoreResult<()> {
         self.relaxed(|s| {
             let n =
-                s.db.execute(
+                s.db.exec(
                     "UPDATE staged SET created_ms = ?3 WHERE drive = ?1 AND object = ?2",
                     params![obj.drive.0 as i64, obj.object.0 as i64, created_ms as i64],
                 )
@@ -2267,13 +2271,13 @@ impl MetaStore for SqliteStore {
         let orphaned = "SELECT ino FROM reserved WHERE created_ms < ?1
              AND ino NOT IN (SELECT ino FROM staged WHERE ino IS NOT NULL)";
         for table in ["components", "inodes"] {
-            tx.execute(
+            tx.exec(
                 &format!("DELETE FROM {table} WHERE ino IN ({orphaned})"),
                 params![before_ms as i64],
             )
             .map_err(db)?;
         }
-        tx.execute(
+        tx.exec(
             &format!("DELETE FROM reserved WHERE ino IN ({orphaned})"),
             params![before_ms as i64],
         )
@@ -2293,7 +2297,7 @@ impl MetaStore for SqliteStore {
     ) -> StoreResult<()> {
         let drives = self.drives()?;
         let tx = self.db.transaction().map_err(db)?;
-        tx.execute(
+        tx.exec(
             "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
             params![KEY_SEAL_META, header],
         )
@@ -2302,7 +2306,7 @@ impl MetaStore for SqliteStore {
             let sealed = |which: &str, k: &nasd_crypto::Key| {
                 stored_drive_key(Some(&seal), d.drive, which, k)
             };
-            tx.execute(
+            tx.exec(
                 "UPDATE drives SET drive_key = ?2, part_key = ?3, working_key = ?4
                  WHERE drive = ?1",
                 params![
@@ -2368,7 +2372,7 @@ impl MetaStore for SqliteStore {
 
     fn put_drive(&mut self, d: &DriveRecord) -> StoreResult<()> {
         self.db
-            .execute(
+            .exec(
                 "INSERT OR REPLACE INTO drives(drive, addr, suite, drive_key, part, part_key, working_key, rotated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
@@ -2387,7 +2391,7 @@ impl MetaStore for SqliteStore {
     }
 
     fn put_s3_key(&mut self, k: &S3Key) -> StoreResult<()> {
-        let r = self.db.execute(
+        let r = self.db.exec(
             "INSERT INTO s3_keys(access_key, uid, secret, created_ms) VALUES (?1, ?2, ?3, ?4)",
             params![k.access_key_id, k.uid, k.secret.0, k.created_ms as i64],
         );
@@ -2427,7 +2431,7 @@ impl MetaStore for SqliteStore {
 
     fn s3_key(&self, access_key_id: &str) -> StoreResult<Option<S3Key>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT access_key, uid, secret, created_ms FROM s3_keys WHERE access_key = ?1",
                 params![access_key_id],
                 s3_key_of,
@@ -2451,12 +2455,12 @@ impl MetaStore for SqliteStore {
     fn delete_s3_key(&mut self, uid: u32, access_key_id: &str) -> StoreResult<bool> {
         let tx = self.db.transaction().map_err(db)?;
         let n = tx
-            .execute(
+            .exec(
                 "DELETE FROM s3_keys WHERE uid = ?1 AND access_key = ?2",
                 params![uid, access_key_id],
             )
             .map_err(db)?;
-        tx.execute(
+        tx.exec(
             "DELETE FROM sessions WHERE uid = ?1 AND via IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM s3_keys WHERE uid = ?1)",
             params![uid],
@@ -2468,7 +2472,7 @@ impl MetaStore for SqliteStore {
 
     fn put_session(&mut self, s: &SessionRecord) -> StoreResult<()> {
         self.db
-            .execute(
+            .exec(
                 "INSERT OR REPLACE INTO sessions(token_hash, uid, expires_ms, via)
                  VALUES (?1, ?2, ?3, ?4)",
                 params![s.token_hash.to_vec(), s.uid, s.expires_ms as i64, s.via],
@@ -2479,7 +2483,7 @@ impl MetaStore for SqliteStore {
 
     fn session(&self, token_hash: &[u8; 32]) -> StoreResult<Option<SessionRecord>> {
         self.db
-            .query_row(
+            .row(
                 "SELECT uid, expires_ms, via FROM sessions WHERE token_hash = ?1",
                 params![token_hash.to_vec()],
                 |r| {
@@ -2497,7 +2501,7 @@ impl MetaStore for SqliteStore {
 
     fn delete_session(&mut self, token_hash: &[u8; 32]) -> StoreResult<bool> {
         self.db
-            .execute(
+            .exec(
                 "DELETE FROM sessions WHERE token_hash = ?1",
                 params![token_hash.to_vec()],
             )
@@ -2507,7 +2511,7 @@ impl MetaStore for SqliteStore {
 
     fn expire_sessions(&mut self, now_ms: u64) -> StoreResult<u64> {
         self.db
-            .execute(
+            .exec(
                 "DELETE FROM sessions WHERE expires_ms < ?1",
                 params![now_ms as i64],
             )
@@ -2517,7 +2521,7 @@ impl MetaStore for SqliteStore {
 
     fn get_meta(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
         self.db
-            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+            .row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
                 r.get(0)
             })
             .optional()
@@ -2526,7 +2530,7 @@ impl MetaStore for SqliteStore {
 
     fn put_meta(&mut self, key: &str, value: &[u8]) -> StoreResult<()> {
         self.db
-            .execute(
+            .exec(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
                 params![key, value],
             )
@@ -2559,18 +2563,18 @@ impl MetaStore for SqliteStore {
         let tx = self.db.transaction().map_err(db)?;
         let new = Self::quota_in(&tx, uid)?.is_none();
         if new {
-            tx.execute(
+            tx.exec(
                 "INSERT INTO quotas(uid, limit_bytes, used_bytes) VALUES (?1, ?2, 0)",
                 params![uid, db_bytes(limit_bytes)],
             )
             .map_err(db)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE inodes SET charged = 0 WHERE uid = ?1 AND kind = ?2",
                 params![uid, FileKind::File as u8],
             )
             .map_err(db)?;
         } else {
-            tx.execute(
+            tx.exec(
                 "UPDATE quotas SET limit_bytes = ?2 WHERE uid = ?1",
                 params![uid, db_bytes(limit_bytes)],
             )
@@ -2583,7 +2587,7 @@ impl MetaStore for SqliteStore {
     fn remove_quota(&mut self, uid: u32) -> StoreResult<bool> {
         let tx = self.db.transaction().map_err(db)?;
         let had = tx
-            .execute("DELETE FROM quotas WHERE uid = ?1", params![uid])
+            .exec("DELETE FROM quotas WHERE uid = ?1", params![uid])
             .map_err(db)?
             > 0;
         tx.execute_batch(&format!(
@@ -2628,7 +2632,7 @@ impl MetaStore for SqliteStore {
     fn settle_charge(&mut self, ino: u64, seen: u64, bytes: u64) -> StoreResult<bool> {
         let tx = self.db.transaction().map_err(db)?;
         let now: Option<Option<i64>> = tx
-            .query_row(
+            .row(
                 "SELECT charged FROM inodes WHERE ino = ?1",
                 params![ino as i64],
                 |r| r.get(0),
@@ -2659,7 +2663,7 @@ impl MetaStore for SqliteStore {
         if check && held > held_before {
             Self::room(&tx, e.uid, now_ms, held, Skip::File(e.ino))?;
         }
-        tx.execute(
+        tx.exec(
             "INSERT OR REPLACE INTO escrows(ino, uid, end_bytes, expires_ms) VALUES (?1, ?2, ?3, ?4)",
             params![e.ino as i64, e.uid, db_bytes(end), db_bytes(expires_ms)],
         )
@@ -2689,7 +2693,7 @@ impl MetaStore for SqliteStore {
         let tx = self.db.transaction().map_err(db)?;
         Self::charge_in(&tx, ino, bytes)?;
         if end_escrow {
-            tx.execute("DELETE FROM escrows WHERE ino = ?1", params![ino as i64])
+            tx.exec("DELETE FROM escrows WHERE ino = ?1", params![ino as i64])
                 .map_err(db)?;
         }
         tx.commit().map_err(db)
@@ -2704,7 +2708,7 @@ impl MetaStore for SqliteStore {
             if held > held_before {
                 Self::room(&tx, e.uid, now_ms, held, Skip::Staged(obj))?;
             }
-            tx.execute(
+            tx.exec(
                 "UPDATE staged SET escrow_uid = ?3, escrow_base = ?4, escrow_end = ?5,
                      escrow_expires_ms = ?6, created_ms = ?7 WHERE drive = ?1 AND object = ?2",
                 params![
@@ -2734,7 +2738,7 @@ fn new_named_id(
     floor: u32,
 ) -> StoreResult<u32> {
     let taken: bool = tx
-        .query_row(
+        .row(
             &format!("SELECT EXISTS(SELECT 1 FROM {table} WHERE name = ?1)"),
             params![name],
             |r| r.get(0),
@@ -2744,7 +2748,7 @@ fn new_named_id(
         return Err(StoreError::Exists);
     }
     let next: u32 = tx
-        .query_row(
+        .row(
             &format!("SELECT COALESCE(MAX({id_col}) + 1, 0) FROM {table}"),
             [],
             |r| r.get(0),
@@ -2810,7 +2814,7 @@ mod tests {
             )
             .unwrap();
             for (uid, k) in [(b, keys(1, 30)), (a, keys(1, 10)), (a, keys(2, 20))] {
-                s.db.execute(
+                s.db.exec(
                     "INSERT INTO user_key_log(uid, version, keys) VALUES (?1, ?2, ?3)",
                     params![uid, k.version, keys_blob(&k)],
                 )
@@ -2901,7 +2905,7 @@ mod tests {
                  INSERT INTO staged VALUES (7, 1, 17, 0, 0, '/f', 420, 5);",
             )
             .unwrap();
-            c.execute(
+            c.exec(
                 "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
                 params![1u32.to_le_bytes().to_vec()],
             )

@@ -23,6 +23,7 @@
 //! after every kind of change, and `nasd status --recount` lets an operator check (and reset)
 //! them on a live cluster.
 
+use super::cached::Cached;
 use super::{db, db_bytes, SqliteStore};
 use crate::store::StoreResult;
 use nasd_proto::manager::{DriveCount, FileCounts};
@@ -162,15 +163,15 @@ fn put(tx: &Connection, c: &FileCounts) -> StoreResult<()> {
         c.stale_bytes,
     ];
     for (name, v) in COUNTERS.iter().zip(values) {
-        tx.execute(
+        tx.exec(
             "INSERT OR REPLACE INTO counters(name, value) VALUES (?1, ?2)",
             params![name, db_bytes(v)],
         )
         .map_err(db)?;
     }
-    tx.execute("DELETE FROM drive_counts", []).map_err(db)?;
+    tx.exec("DELETE FROM drive_counts", []).map_err(db)?;
     for d in &c.drives {
-        tx.execute(
+        tx.exec(
             "INSERT INTO drive_counts(drive, files, stale) VALUES (?1, ?2, ?3)",
             params![d.drive.0 as i64, db_bytes(d.files), db_bytes(d.stale)],
         )
@@ -271,7 +272,7 @@ impl SqliteStore {
     /// `components`), without the bookkeeping above.
     pub(super) fn recount_in(tx: &Connection) -> StoreResult<FileCounts> {
         let (files, stale_files, bytes, stale_bytes): (i64, i64, i64, i64) = tx
-            .query_row(
+            .row(
                 &format!(
                     "SELECT COUNT(*), COALESCE(SUM(i.stale != 0), 0), COALESCE(SUM(i.size), 0),
                          COALESCE(SUM(CASE WHEN i.stale != 0 THEN COALESCE(i.size, 0) END), 0)

@@ -10,6 +10,7 @@
 //! group_key_links(gid INT, version INT, link BLOB, PK(gid, version))   version's link
 //! ```
 
+use super::cached::Cached;
 use super::db;
 use crate::store::{GroupKeyPair, StoreError, StoreResult};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
@@ -34,7 +35,7 @@ DELETE FROM group_wraps WHERE NOT EXISTS (
 /// a non-member (an admin's) deleted.
 pub(super) fn migrate_13_to_14(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(SCHEMA_GROUP_KEYS).map_err(db)?;
-    let gone = tx.execute(DELETE_NON_MEMBER_WRAPS, []).map_err(db)?;
+    let gone = tx.exec(DELETE_NON_MEMBER_WRAPS, []).map_err(db)?;
     if gone > 0 {
         tracing::info!("deleted {gone} wrap(s) of group secrets held by non-members (admins)");
     }
@@ -43,7 +44,7 @@ pub(super) fn migrate_13_to_14(tx: &Transaction<'_>) -> StoreResult<()> {
 
 pub(super) fn group_key(c: &Connection, gid: u32) -> StoreResult<GroupKeyPair> {
     let (version, public, rekey): (u32, Option<Vec<u8>>, bool) = c
-        .query_row(
+        .row(
             "SELECT key_version, key_public, key_rekey FROM groups WHERE gid = ?1",
             params![gid],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -71,15 +72,15 @@ pub(super) fn set_group_key(
         return Err(StoreError::Conflict);
     }
     if version > has.version {
-        tx.execute(
+        tx.exec(
             "UPDATE groups SET key_version = ?2, key_public = ?3, key_rekey = 0 WHERE gid = ?1",
             params![gid, version, public.to_vec()],
         )
         .map_err(db)?;
-        tx.execute("DELETE FROM group_wraps WHERE gid = ?1", params![gid])
+        tx.exec("DELETE FROM group_wraps WHERE gid = ?1", params![gid])
             .map_err(db)?;
         if let Some(link) = link {
-            tx.execute(
+            tx.exec(
                 "INSERT OR REPLACE INTO group_key_links(gid, version, link) VALUES (?1, ?2, ?3)",
                 params![gid, version, link],
             )
@@ -87,7 +88,7 @@ pub(super) fn set_group_key(
         }
     }
     for (uid, wrap) in wraps {
-        tx.execute(
+        tx.exec(
             "INSERT OR REPLACE INTO group_wraps(gid, uid, version, wrap) VALUES (?1, ?2, ?3, ?4)",
             params![gid, uid, version, wrap],
         )
@@ -110,7 +111,7 @@ pub(super) fn group_key_links(c: &Connection, gid: u32, max: usize) -> StoreResu
 
 pub(super) fn remove_member(tx: &Transaction<'_>, gid: u32, uid: u32) -> StoreResult<()> {
     let n = tx
-        .execute(
+        .exec(
             "DELETE FROM members WHERE gid = ?1 AND uid = ?2",
             params![gid, uid],
         )
@@ -118,12 +119,12 @@ pub(super) fn remove_member(tx: &Transaction<'_>, gid: u32, uid: u32) -> StoreRe
     if n == 0 {
         return Err(StoreError::NotFound);
     }
-    tx.execute(
+    tx.exec(
         "DELETE FROM group_wraps WHERE gid = ?1 AND uid = ?2",
         params![gid, uid],
     )
     .map_err(db)?;
-    tx.execute(
+    tx.exec(
         "UPDATE groups SET key_rekey = 1 WHERE gid = ?1 AND key_public IS NOT NULL",
         params![gid],
     )

@@ -11,6 +11,7 @@
 //! are (never deleted), so entries are numbered without gaps; `entry` is the
 //! [`KeyLogEntry`] encoding clients hash, so what the manager serves is what it stored.
 
+use super::cached::Cached;
 use super::{db, keys_of};
 use crate::store::{StoreError, StoreResult};
 use nasd_proto::manager::KeyLogEntry;
@@ -61,7 +62,7 @@ pub(super) fn migrate_12_to_13(tx: &Transaction<'_>) -> StoreResult<()> {
 /// Entries in the log.
 pub(super) fn len(c: &Connection) -> StoreResult<u64> {
     let n: i64 = c
-        .query_row("SELECT COUNT(*) FROM key_log", [], |r| r.get(0))
+        .row("SELECT COUNT(*) FROM key_log", [], |r| r.get(0))
         .map_err(db)?;
     Ok(n as u64)
 }
@@ -70,7 +71,7 @@ pub(super) fn len(c: &Connection) -> StoreResult<u64> {
 /// with only their sealed seed changed). An entry's encoding carries no sealed seed.
 pub(super) fn append(tx: &Transaction<'_>, entry: &KeyLogEntry) -> StoreResult<()> {
     let next = len(tx)? + 1;
-    tx.execute(
+    tx.exec(
         "INSERT OR IGNORE INTO key_log(idx, uid, version, entry) VALUES (?1, ?2, ?3, ?4)",
         params![next as i64, entry.uid(), entry.version(), entry.to_bytes()],
     )
@@ -109,7 +110,7 @@ pub(super) fn of_user(c: &Connection, uid: u32) -> StoreResult<Vec<KeyLogEntry>>
 /// The latest version a user's log has (0: none).
 pub(super) fn last_version(c: &Connection, uid: u32) -> StoreResult<u32> {
     let v: Option<i64> = c
-        .query_row(
+        .row(
             "SELECT MAX(version) FROM key_log WHERE uid = ?1",
             params![uid],
             |r| r.get(0),
