@@ -68,6 +68,10 @@ pub enum BenchCmd {
     /// Password logins (OPAQUE) against the current cluster, end to end, and the Argon2id
     /// run a login (and an offline guess) costs.
     Login(crate::bench_login::BenchLoginArgs),
+    /// Creates, stats, opens, renames, listings and unlinks per second through the client,
+    /// C clients, with the manager's (and its database's) CPU per operation (a temporary
+    /// cluster, SQLite or PostgreSQL).
+    Meta(crate::bench_meta::BenchMetaArgs),
     /// Status with 20,000 files, healthy and with drives down; writes with two of four
     /// drives down, and the rebuild once they are back (a temporary cluster).
     Degraded(crate::bench_degraded::BenchDegradedArgs),
@@ -207,6 +211,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::S3(a) => return crate::bench_s3::run(a),
         BenchCmd::Mount(a) => return crate::bench_mount::run(a),
         BenchCmd::Login(a) => return crate::bench_login::run(a),
+        BenchCmd::Meta(a) => return crate::bench_meta::run(a),
         BenchCmd::Degraded(a) => return crate::bench_degraded::run(a),
     };
     let cpus = allowed_cpus();

@@ -194,11 +194,11 @@ struct CellKey {
 
 /// One round of one cell.
 #[derive(Clone, Copy, Debug)]
-struct Sample {
-    ops: u64,
-    bytes: u64,
-    secs: f64,
-    manager_round_trips: u64,
+pub(crate) struct Sample {
+    pub ops: u64,
+    pub bytes: u64,
+    pub secs: f64,
+    pub manager_round_trips: u64,
 }
 
 /// What the run is.
@@ -380,7 +380,10 @@ async fn set_quota(c: &Arc<Client>, limit: Option<u64>) -> anyhow::Result<Option
 
 /// `n` clients: the first logs in with `cfg`, the others with its session token (so the
 /// manager checks one password, not `n`), each with its own session and connections.
-async fn connect_workers(cfg: SessionConfig, n: usize) -> anyhow::Result<Vec<Arc<Client>>> {
+pub(crate) async fn connect_workers(
+    cfg: SessionConfig,
+    n: usize,
+) -> anyhow::Result<Vec<Arc<Client>>> {
     let first = Client::connect(cfg.clone()).await?;
     let token = first.token().await;
     // The workers decrypt and sign with the first one's end-to-end key (a token opens none).
@@ -597,7 +600,7 @@ async fn wait_healthy(c: &Arc<Client>) -> anyhow::Result<()> {
 /// Runs `op(worker, client, k)` on every worker until `budget` has passed (each does at least
 /// one), `k` counting that worker's operations; returns the round's figures and what the
 /// operations returned.
-async fn timed<T, F, Fut>(
+pub(crate) async fn timed<T, F, Fut>(
     clients: &[Arc<Client>],
     budget: Duration,
     size: usize,
@@ -747,7 +750,7 @@ async fn remove_files(clients: &[Arc<Client>], names: Vec<String>) -> anyhow::Re
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {

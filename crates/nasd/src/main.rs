@@ -51,6 +51,7 @@ mod bench_cluster;
 mod bench_degraded;
 mod bench_ec;
 mod bench_login;
+mod bench_meta;
 mod bench_mount;
 mod bench_s3;
 mod cmd_cp;

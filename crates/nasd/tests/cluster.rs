@@ -723,6 +723,12 @@ fn bench_cluster_reports_healthy_and_degraded_cells_as_json() {
     assert!(lines.iter().all(|c| c.get("error").is_none()), "{out}");
 }
 
+/// `nasd bench meta` on a cluster of its own with SQLite: every operation measured.
+#[test]
+fn bench_meta_reports_every_operation_on_sqlite() {
+    common::bench_meta_reports_every_operation("sqlite");
+}
+
 /// A directory larger than one listing page (manager protocol 5 reads directories a page at a
 /// time; one reply used to carry them whole, and past 16,384 entries nothing listed): the
 /// client library and `nasd ls` see every entry once, in name order.

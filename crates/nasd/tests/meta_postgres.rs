@@ -160,3 +160,10 @@ fn postgres_metadata_survives_manager_and_cluster_restarts_and_down_stops_postgr
     assert!(ok, "{err}");
     assert_eq!(postmaster(&pgdata), None);
 }
+
+/// `nasd bench meta --meta postgres`: every operation measured, the private server's CPU
+/// per operation with the manager's.
+#[test]
+fn bench_meta_reports_every_operation_on_postgres() {
+    common::bench_meta_reports_every_operation("postgres");
+}

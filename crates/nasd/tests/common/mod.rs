@@ -207,6 +207,44 @@ pub fn json_lines_of(args: &[&str]) -> (String, Vec<serde_json::Value>) {
     (out, lines)
 }
 
+/// `nasd bench meta --quick --json --duration 0.3 --clients 2 --meta META`: one line per
+/// operation, each measured in every round, with positive rates and the manager's CPU per
+/// operation; the database's CPU for a private PostgreSQL server only.
+pub fn bench_meta_reports_every_operation(meta: &str) {
+    let args = [
+        "bench",
+        "meta",
+        "--quick",
+        "--json",
+        "--duration",
+        "0.3",
+        "--clients",
+        "2",
+        "--meta",
+        meta,
+    ];
+    let (out, lines) = json_lines_of(&args);
+    let ops: Vec<&str> = lines.iter().map(|c| c["op"].as_str().unwrap()).collect();
+    assert_eq!(
+        ops,
+        ["create", "stat", "open", "rename", "list", "unlink"],
+        "{out}"
+    );
+    for c in &lines {
+        assert_eq!(c["rounds"], 3, "{c}");
+        assert_eq!(c["clients"], 2, "{c}");
+        assert_eq!(c["meta"], meta, "{c}");
+        assert!(c["count"].as_u64().unwrap() >= 6, "{c}");
+        assert!(c["ops_per_s"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(
+            c["manager_round_trips_per_op"].as_f64().unwrap() >= 1.0,
+            "{c}"
+        );
+        assert!(c["manager_cpu_us_per_op"].as_f64().is_some(), "{c}");
+        assert_eq!(c["db_cpu_us_per_op"].is_number(), meta == "postgres", "{c}");
+    }
+}
+
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cause = e.source();
