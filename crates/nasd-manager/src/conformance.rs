@@ -962,6 +962,48 @@ fn directory_pages<S: MetaStore>(s: &mut S) {
     assert_eq!(from_m, ["n00", "n01", "n02"]);
     assert!(s.readdir(d, names.last().unwrap(), 10).unwrap().is_empty());
     assert!(s.readdir(d, "", 0).unwrap().is_empty());
+    // A page's files come with their own components, in order, wherever the page cuts (a file
+    // with two names in the directory has them under both; a directory has none).
+    let e = s.link_new(ROOT_INO, "e", &dir(0)).unwrap();
+    let mut files = vec![];
+    for k in 0..5u64 {
+        let layout = FileLayout {
+            version: 1,
+            geometry: "raid0:3".into(),
+            components: (0..3)
+                .map(|c| ObjRef {
+                    drive: DriveId(3 - c),
+                    partition: PartitionId(1),
+                    object: ObjectId(1000 + 10 * k + c),
+                })
+                .collect(),
+            stale: 0,
+        };
+        let f = Inode {
+            layout: Some(layout),
+            ..file(0, 0)
+        };
+        files.push(s.link_new(e, &format!("f{k}"), &f).unwrap());
+    }
+    s.link(files[0], e, "g").unwrap();
+    s.link_new(e, "sub", &dir(0)).unwrap();
+    for limit in [1, 2, 3, 100] {
+        let mut after = String::new();
+        let mut seen = 0;
+        loop {
+            let page = s.readdir(e, &after, limit).unwrap();
+            for (n, i) in &page {
+                let stored = s.inode(i.ino).unwrap().unwrap();
+                assert_eq!(i.layout, stored.layout, "{n} in pages of {limit}");
+            }
+            seen += page.len();
+            if page.len() < limit {
+                break;
+            }
+            after = page.last().unwrap().0.clone();
+        }
+        assert_eq!(seen, 7, "pages of {limit}");
+    }
 }
 
 /// A revocation's new version and its intent are stored together; the intent lists until it

@@ -89,6 +89,7 @@ use nasd_proto::manager::{
 };
 use nasd_proto::{DriveId, ObjectId, PartitionId, Suite};
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::collections::HashMap;
 use std::path::Path;
 
 mod cached;
@@ -1787,10 +1788,29 @@ impl MetaStore for SqliteStore {
                 .map_err(db)?;
             rows.collect::<Result<_, _>>().map_err(db)?
         };
-        entries
-            .into_iter()
-            .map(|(n, i)| Ok((n, Self::fill_layout(&self.db, i)?)))
-            .collect()
+        // The page's files' components in one statement (not one per file).
+        let mut comps: HashMap<u64, Vec<ObjRef>> = HashMap::new();
+        if entries.iter().any(|(_, i)| i.layout.is_some()) {
+            let mut st = self
+                .db
+                .prepare_cached(
+                    "SELECT c.drive, c.part, c.object, c.ino FROM components c WHERE c.ino IN
+                     (SELECT d.ino FROM dirents d WHERE d.parent = ?1 AND d.name > ?2
+                      ORDER BY d.name LIMIT ?3) ORDER BY c.ino, c.idx",
+                )
+                .map_err(db)?;
+            let rows = st
+                .query_map(
+                    params![parent as i64, after, limit.min(i64::MAX as usize) as i64],
+                    |r| Ok((r.get::<_, i64>(3)? as u64, obj_of(r)?)),
+                )
+                .map_err(db)?;
+            for row in rows {
+                let (ino, o) = row.map_err(db)?;
+                comps.entry(ino).or_default().push(o);
+            }
+        }
+        Ok(crate::store::with_components(entries, &comps))
     }
 
     fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64> {

@@ -711,3 +711,19 @@ pub trait MetaStore: Send {
     /// (`QuotaExceeded`). `NotFound` if nothing is staged.
     fn escrow_staged(&mut self, obj: ObjRef, e: &StagedEscrow, now_ms: u64) -> StoreResult<()>;
 }
+
+/// A listing page's inodes with their components (`comps`, by inode) in their layouts.
+pub(crate) fn with_components(
+    entries: Vec<(String, Inode)>,
+    comps: &std::collections::HashMap<u64, Vec<ObjRef>>,
+) -> Vec<(String, Inode)> {
+    entries
+        .into_iter()
+        .map(|(n, mut i)| {
+            if let Some(l) = &mut i.layout {
+                l.components = comps.get(&i.ino).cloned().unwrap_or_default();
+            }
+            (n, i)
+        })
+        .collect()
+}
