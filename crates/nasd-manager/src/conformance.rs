@@ -986,15 +986,22 @@ fn directory_pages<S: MetaStore>(s: &mut S) {
         files.push(s.link_new(e, &format!("f{k}"), &f).unwrap());
     }
     s.link(files[0], e, "g").unwrap();
-    s.link_new(e, "sub", &dir(0)).unwrap();
+    let sub = s.link_new(e, "sub", &dir(0)).unwrap();
+    s.link_new(sub, "inner", &dir(0)).unwrap();
     for limit in [1, 2, 3, 100] {
         let mut after = String::new();
         let mut seen = 0;
         loop {
             let page = s.readdir(e, &after, limit).unwrap();
+            // And their link counts, as `links` gives them one by one.
+            let links = s.readdir_links(e, &after, limit).unwrap();
+            let inos: std::collections::BTreeSet<u64> = page.iter().map(|(_, i)| i.ino).collect();
+            assert_eq!(links.len(), inos.len(), "pages of {limit}");
             for (n, i) in &page {
                 let stored = s.inode(i.ino).unwrap().unwrap();
                 assert_eq!(i.layout, stored.layout, "{n} in pages of {limit}");
+                let want = s.links(i).unwrap();
+                assert_eq!(links.get(&i.ino), Some(&want), "{n} in pages of {limit}");
             }
             seen += page.len();
             if page.len() < limit {
@@ -1004,6 +1011,10 @@ fn directory_pages<S: MetaStore>(s: &mut S) {
         }
         assert_eq!(seen, 7, "pages of {limit}");
     }
+    let all = s.readdir_links(e, "", 100).unwrap();
+    assert_eq!(all[&files[0]], 2, "f0 and g");
+    assert_eq!(all[&files[1]], 1);
+    assert_eq!(all[&sub], 3, "sub: its entry, its `.`, inner's `..`");
 }
 
 /// A revocation's new version and its intent are stored together; the intent lists until it

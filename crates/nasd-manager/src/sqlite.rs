@@ -1754,6 +1754,32 @@ impl MetaStore for SqliteStore {
         Self::links_in(&self.db, i)
     }
 
+    fn readdir_links(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<HashMap<u64, u32>> {
+        let mut st = self
+            .db
+            .prepare_cached(
+                "SELECT i.ino, CASE WHEN i.kind = 2
+                 THEN 2 + (SELECT COUNT(*) FROM dirents s JOIN inodes k ON k.ino = s.ino
+                           WHERE s.parent = i.ino AND k.kind = 2)
+                 ELSE (SELECT COUNT(*) FROM dirents s WHERE s.ino = i.ino) END
+             FROM inodes i WHERE i.ino IN (SELECT d.ino FROM dirents d WHERE d.parent = ?1
+                 AND d.name > ?2 ORDER BY d.name LIMIT ?3)",
+            )
+            .map_err(db)?;
+        let rows = st
+            .query_map(
+                params![parent as i64, after, limit.min(i64::MAX as usize) as i64],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u32)),
+            )
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
     fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>> {
         self.db
             .row(

@@ -472,6 +472,14 @@ pub trait MetaStore: Send {
     /// The entries of directory `parent` named after `after` in byte order (all when `after`
     /// is empty), at most `limit` of them.
     fn readdir(&self, parent: u64, after: &str, limit: usize) -> StoreResult<Vec<(String, Inode)>>;
+    /// [`MetaStore::links`] of each inode of the [`MetaStore::readdir`] page of the same
+    /// arguments, by inode number, counted in one statement (not one per entry).
+    fn readdir_links(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<std::collections::HashMap<u64, u32>>;
     /// Creates `inode` (its `ino` is ignored) under `parent` as `name`, in one transaction.
     /// `Exists` if the name is taken, `NotFound`/`NotADirectory` for a bad parent.
     fn link_new(&mut self, parent: u64, name: &str, inode: &Inode) -> StoreResult<u64>;

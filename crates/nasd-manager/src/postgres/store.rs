@@ -294,6 +294,25 @@ impl MetaStore for PgStore {
         Self::links_in(&self.db, i)
     }
 
+    fn readdir_links(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<std::collections::HashMap<u64, u32>> {
+        let rows = self.db.query_map(
+            "SELECT i.ino, CASE WHEN i.kind = 2
+                 THEN 2 + (SELECT COUNT(*) FROM dirents s JOIN inodes k ON k.ino = s.ino
+                           WHERE s.parent = i.ino AND k.kind = 2)
+                 ELSE (SELECT COUNT(*) FROM dirents s WHERE s.ino = i.ino) END
+             FROM inodes i WHERE i.ino IN (SELECT d.ino FROM dirents d WHERE d.parent = $1
+                 AND d.name > $2 ORDER BY d.name LIMIT $3)",
+            params![parent as i64, after, limit.min(i64::MAX as usize) as i64],
+            |r| Ok((r.get::<i64>(0)? as u64, r.get::<i64>(1)? as u32)),
+        )?;
+        Ok(rows.into_iter().collect())
+    }
+
     fn lookup(&self, parent: u64, name: &str) -> StoreResult<Option<u64>> {
         self.db
             .query_opt(

@@ -377,6 +377,16 @@ impl Manager {
     /// A stat of `i`; `times` is its size and modify time ([`Manager::file_times`]), or
     /// `None` where they could not be read (0 and the inode's).
     pub(super) fn stat_of(&self, i: &Inode, times: Option<(u64, u64)>) -> FileStat {
+        self.stat_linked(i, times, None)
+    }
+
+    /// [`Manager::stat_of`] with `i`'s link count when it is known (`None`: counted here).
+    pub(super) fn stat_linked(
+        &self,
+        i: &Inode,
+        times: Option<(u64, u64)>,
+        links: Option<u32>,
+    ) -> FileStat {
         let (owner, group) = self.names(i.uid, i.gid);
         let (mut size, mtime_us) = times.unwrap_or((i.size.unwrap_or(0), i.mtime_us));
         if let Some(t) = &i.target {
@@ -394,7 +404,9 @@ impl Manager {
             mtime_us,
             ctime_us: i.ctime_us,
             // A file about to be linked has the one name it will get.
-            nlink: self.st().links(i).unwrap_or(0).max(1),
+            nlink: links
+                .unwrap_or_else(|| self.st().links(i).unwrap_or(0))
+                .max(1),
             atime_us: i.atime_us,
             rdev: i.rdev,
         }

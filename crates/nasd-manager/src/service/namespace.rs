@@ -234,6 +234,10 @@ impl Manager {
             // that would need a lookup of the entry.
             return Ok(entries.iter().map(|(n, i)| names_only(n, i)).collect());
         }
+        let links = self
+            .st()
+            .readdir_links(d.ino, after, limit)
+            .map_err(|e| store_err(e, path))?;
         // One-object files' sizes come from their drives: ask for all of them at once
         // (pipelined connections); the others' are in the store.
         let mut set = tokio::task::JoinSet::new();
@@ -305,7 +309,7 @@ impl Manager {
             .zip(values)
             .map(|(((name, i), t), xattr)| DirEntry {
                 name: name.clone(),
-                stat: self.stat_of(i, t),
+                stat: self.stat_linked(i, t, links.get(&i.ino).copied()),
                 xattr,
             })
             .collect())
