@@ -377,17 +377,18 @@ impl Manager {
     /// A stat of `i`; `times` is its size and modify time ([`Manager::file_times`]), or
     /// `None` where they could not be read (0 and the inode's).
     pub(super) fn stat_of(&self, i: &Inode, times: Option<(u64, u64)>) -> FileStat {
-        self.stat_linked(i, times, None)
+        self.stat_linked(i, times, None, self.names(i.uid, i.gid))
     }
 
-    /// [`Manager::stat_of`] with `i`'s link count when it is known (`None`: counted here).
+    /// [`Manager::stat_of`] with `i`'s owner's and group's names, and its link count when
+    /// it is known (`None`: counted here).
     pub(super) fn stat_linked(
         &self,
         i: &Inode,
         times: Option<(u64, u64)>,
         links: Option<u32>,
+        (owner, group): (String, String),
     ) -> FileStat {
-        let (owner, group) = self.names(i.uid, i.gid);
         let (mut size, mtime_us) = times.unwrap_or((i.size.unwrap_or(0), i.mtime_us));
         if let Some(t) = &i.target {
             size = t.len() as u64;

@@ -9,6 +9,7 @@ use crate::store::*;
 use crate::{now_us, MgrError, MgrResult};
 use nasd_client::object::Target;
 use nasd_proto::manager::*;
+use std::collections::HashMap;
 
 /// A new inode of `kind` made by `c` in directory `dir` now (its number is the store's to
 /// give): permission bits of `mode` only, owned by the caller, a symbolic link's `target`.
@@ -303,14 +304,22 @@ impl Manager {
                 }
             }
         }
+        // Owners' and groups' names, read once per page (not twice per entry).
+        let mut names: HashMap<(u32, u32), (String, String)> = HashMap::new();
         Ok(entries
             .iter()
             .zip(times)
             .zip(values)
-            .map(|(((name, i), t), xattr)| DirEntry {
-                name: name.clone(),
-                stat: self.stat_linked(i, t, links.get(&i.ino).copied()),
-                xattr,
+            .map(|(((name, i), t), xattr)| {
+                let n = names
+                    .entry((i.uid, i.gid))
+                    .or_insert_with(|| self.names(i.uid, i.gid))
+                    .clone();
+                DirEntry {
+                    name: name.clone(),
+                    stat: self.stat_linked(i, t, links.get(&i.ino).copied(), n),
+                    xattr,
+                }
             })
             .collect())
     }
