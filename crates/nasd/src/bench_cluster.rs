@@ -59,11 +59,12 @@ const LARGE_BYTES_QUICK: usize = 16 << 20;
 const SMALL_BYTES: usize = 4 << 10;
 const ROUNDS: usize = 5;
 const ROUNDS_QUICK: usize = 3;
-/// Seconds of measurement per cell, over all its rounds.
-const DURATION_S: f64 = 10.0;
-const DURATION_S_QUICK: f64 = 1.0;
-const DURATION_S_MAX: f64 = 3600.0;
-const WORKERS_MAX: u16 = 64;
+/// Seconds of measurement per cell, over all its rounds (also `nasd bench meta`'s).
+pub(crate) const DURATION_S: f64 = 10.0;
+pub(crate) const DURATION_S_QUICK: f64 = 1.0;
+pub(crate) const DURATION_S_MAX: f64 = 3600.0;
+/// Concurrent clients a bench runs at most (also `nasd bench meta`'s).
+pub(crate) const WORKERS_MAX: u16 = 64;
 /// How long, after restarting stopped drives, the bench waits for the manager to see every
 /// drive healthy again (it checks every 2 s by default).
 const HEALTHY_WAIT_MS: u64 = 15_000;

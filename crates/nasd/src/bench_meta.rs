@@ -21,7 +21,10 @@
 //!
 //! Several managers over one database (issue 23 §3) are not built yet; the bench measures one.
 
-use crate::bench_cluster::{connect_workers, median, timed, Sample};
+use crate::bench_cluster::{
+    connect_workers, median, timed, Sample, DURATION_S, DURATION_S_MAX, DURATION_S_QUICK,
+    WORKERS_MAX as CLIENTS_MAX,
+};
 use anyhow::{bail, Context as _};
 use clap::Args;
 use nasd_client::files::Client;
@@ -34,11 +37,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 3;
-/// Seconds of measurement per cell, over all its rounds.
-const DURATION_S: f64 = 10.0;
-const DURATION_S_QUICK: f64 = 1.0;
-const DURATION_S_MAX: f64 = 3600.0;
-const CLIENTS_MAX: u16 = 64;
 /// Entries a `list` operation asks for (one page).
 const LIST_PAGE_ENTRIES: usize = 100;
 
