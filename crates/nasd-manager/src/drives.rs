@@ -27,8 +27,13 @@ use nasd_proto::{DriveId, KeyType, ObjectId, OpCode, PartitionId, Protection, Sc
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// How long a health check waits for a drive's answer before calling it unhealthy.
+/// How long a health check waits for a drive's answer.
 pub const HEALTH_CHECK_TIMEOUT_MS: u64 = 2_000;
+/// Health checks in a row without an answer in time that make a drive unhealthy. One alone
+/// may be a machine too busy to schedule the drive or the manager for two seconds (every
+/// drive of a starved host then misses the same check, and every new file would be refused);
+/// a definite failure (a refused connection, an error answer) counts at once.
+pub const HEALTH_CHECK_MISSES_DOWN: u32 = 2;
 
 /// The partition the manager creates on every drive it registers.
 pub const FILES_PARTITION: PartitionId = PartitionId(1);
@@ -63,6 +68,8 @@ pub struct DriveState {
     pub placed_bytes: u64,
     /// Its placement credit (module docs).
     credit: f64,
+    /// Health checks in a row it gave no answer to in time.
+    missed_checks: u32,
 }
 
 impl DriveState {
@@ -76,6 +83,7 @@ impl DriveState {
             used_bytes: 0,
             placed_bytes: 0,
             credit: 0.0,
+            missed_checks: 0,
         }
     }
 
@@ -419,14 +427,28 @@ impl Registry {
             match tokio::time::timeout(timeout, inquiry).await {
                 Ok(Ok(info)) => self.reported(d, info.capacity_bytes, info.used_bytes),
                 Ok(Err(e)) => self.drop_conn(d, &e.detail),
-                Err(_) => self.drop_conn(
-                    d,
-                    &format!("no answer to a health check within {HEALTH_CHECK_TIMEOUT_MS} ms"),
-                ),
+                Err(_) => self.missed_check(d),
             }
         });
         futures_util::future::join_all(checks).await;
         was.into_iter().filter(|&d| self.healthy(d)).collect()
+    }
+
+    /// Records a health check `d` gave no answer to in time: its connection is dropped (a
+    /// hung process keeps its socket open), and after [`HEALTH_CHECK_MISSES_DOWN`] in a row
+    /// it is unhealthy.
+    fn missed_check(&self, d: DriveId) {
+        let mut g = self.drives.lock().expect("registry lock");
+        let Some(s) = g.get_mut(&d) else { return };
+        s.missed_checks += 1;
+        s.conn = None;
+        let n = s.missed_checks;
+        s.detail = format!(
+            "no answer to {n} health check(s) in a row, each within {HEALTH_CHECK_TIMEOUT_MS} ms"
+        );
+        if n >= HEALTH_CHECK_MISSES_DOWN {
+            s.healthy = false;
+        }
     }
 
     /// Records a health check's answer: the drive is up, with `capacity` bytes of which `used`
@@ -434,6 +456,7 @@ impl Registry {
     pub fn reported(&self, d: DriveId, capacity: u64, used: u64) {
         if let Some(s) = self.drives.lock().expect("registry lock").get_mut(&d) {
             s.healthy = true;
+            s.missed_checks = 0;
             s.detail = format!("{used} of {capacity} bytes used");
             s.capacity_bytes = capacity;
             s.used_bytes = used;
@@ -712,6 +735,35 @@ mod tests {
             r.reported(DriveId(i as u64 + 1), capacity, u);
         }
         r
+    }
+
+    /// A drive whose address accepts connections and never answers (a hung process) stays
+    /// up through one missed health check and is down after two in a row; an answer resets
+    /// the count (here: a report).
+    #[tokio::test]
+    async fn a_drive_is_down_after_two_health_checks_in_a_row_get_no_answer() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let r = Registry::load(vec![DriveRecord {
+            addr: silent.local_addr().unwrap().to_string(),
+            ..registry(GIB, &[0]).snapshot()[0].rec.clone()
+        }]);
+        let d = DriveId(1);
+        r.reported(d, GIB, 0);
+        r.check_health().await;
+        assert!(
+            r.healthy(d),
+            "one missed check: {:?}",
+            r.snapshot()[0].detail
+        );
+        r.check_health().await;
+        assert!(!r.healthy(d), "two in a row");
+        assert!(r.snapshot()[0]
+            .detail
+            .contains("2 health check(s) in a row"));
+        r.reported(d, GIB, 0);
+        r.check_health().await;
+        assert!(r.healthy(d), "the count starts over after an answer");
+        drop(silent);
     }
 
     /// How many of `files` layouts of `n` components each drive got.
