@@ -186,7 +186,7 @@ impl Manager {
                 p.group_keys.push(GroupKeyState {
                     gid: g.gid,
                     version: k.version,
-                    current: k.public.is_some() && !k.rekey,
+                    current: k.is_current(),
                 });
             }
         }

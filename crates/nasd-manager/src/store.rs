@@ -145,6 +145,13 @@ pub struct GroupKeyPair {
     pub rekey: bool,
 }
 
+impl GroupKeyPair {
+    /// The group has a key pair that file keys are wrapped to (one, and none due).
+    pub fn is_current(&self) -> bool {
+        self.public.is_some() && !self.rekey
+    }
+}
+
 /// Where a file's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjRef {

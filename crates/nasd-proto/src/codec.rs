@@ -113,3 +113,17 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 }
+
+/// A flag as one byte, 0 or 1.
+pub(crate) fn put_bool(w: &mut Writer, v: bool) {
+    w.u8(u8::from(v));
+}
+
+/// A flag written by [`put_bool`]; any other byte is `BadValue(what)`.
+pub(crate) fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
+    match r.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeError::BadValue(what)),
+    }
+}

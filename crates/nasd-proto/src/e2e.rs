@@ -22,7 +22,7 @@
 //!                blob sealed (<= SEALED_SECRET_BYTES_MAX)
 //! ```
 
-use crate::codec::{Reader, Writer};
+use crate::codec::{get_bool, put_bool, Reader, Writer};
 use crate::DecodeError;
 
 /// Most further principals a directory's policy wraps new files' keys for.
@@ -249,7 +249,7 @@ impl E2ePolicy {
         for g in &self.group_keys {
             w.u32(g.gid);
             w.u32(g.version);
-            w.u8(g.current as u8);
+            put_bool(w, g.current);
         }
     }
 
@@ -265,7 +265,7 @@ impl E2ePolicy {
             return Err(DecodeError::BadValue("block size"));
         }
         let readers = get_principals(r, "policy readers")?;
-        let everyone = get_principals(r, "policy readers")?;
+        let everyone = get_principals(r, "policy everyone")?;
         let n = r.u8("group keys")? as usize;
         if n > POLICY_READERS_MAX {
             return Err(DecodeError::TooLong("group keys"));
@@ -275,11 +275,7 @@ impl E2ePolicy {
             group_keys.push(GroupKeyState {
                 gid: r.u32("group")?,
                 version: r.u32("group key version")?,
-                current: match r.u8("group key current")? {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(DecodeError::BadValue("group key current")),
-                },
+                current: get_bool(r, "group key current")?,
             });
         }
         Ok(E2ePolicy {
@@ -458,6 +454,13 @@ pub struct GroupKeyInfo {
     /// Links, newest first: version `v - 1`'s secret wrapped to version `v`'s public key
     /// (nasd-e2e's `GroupKeyWrap::link`), at most [`GROUP_KEY_LINKS_MAX`].
     pub links: Vec<Vec<u8>>,
+}
+
+impl GroupKeyInfo {
+    /// The group has a key pair that file keys are wrapped to (one, and none due).
+    pub fn is_current(&self) -> bool {
+        self.public.is_some() && !self.rekey
+    }
 }
 
 /// Largest group key wrap (nasd-e2e's `GroupKeyWrap` is 93 bytes).

@@ -3,7 +3,7 @@
 //! field, so that privacy of arguments (Table 7) can encrypt them as one opaque string.
 
 use crate::attr::{AttrMask, Attributes};
-use crate::codec::{Reader, Writer};
+use crate::codec::{get_bool, Reader, Writer};
 use crate::ext::{Extension, StreamCounters, HINT_REGIONS_MAX};
 use crate::types::{
     DriveId, ObjectId, PartitionId, Protection, Region, Scheme, Suite, WriterSignature,
@@ -210,14 +210,6 @@ fn get_signature(r: &mut Reader<'_>) -> Result<Option<WriterSignature>, DecodeEr
         return Err(DecodeError::BadValue("writer signature tag"));
     }
     Ok(Some(WriterSignature(r.array("writer signature")?)))
-}
-
-fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
-    match r.u8(what)? {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(DecodeError::BadValue(what)),
-    }
 }
 
 impl Op {

@@ -22,6 +22,7 @@ use super::{
     STRING_BYTES_MAX, XATTRS_PER_FILE_MAX, XATTR_NAME_BYTES_MAX, XATTR_VALUE_BYTES_MAX,
 };
 use crate::capability::CapabilityArgs;
+pub(crate) use crate::codec::{get_bool, put_bool};
 use crate::codec::{Reader, Writer};
 use crate::types::{DriveId, ObjectId, PartitionId, Suite};
 use crate::DecodeError;
@@ -34,18 +35,6 @@ pub(crate) fn put_str(w: &mut Writer, s: &str) {
 pub(crate) fn get_str(r: &mut Reader<'_>, what: &'static str) -> Result<String, DecodeError> {
     let b = r.blob(STRING_BYTES_MAX, what)?;
     String::from_utf8(b.to_vec()).map_err(|_| DecodeError::BadValue("string is not UTF-8"))
-}
-
-pub(crate) fn put_bool(w: &mut Writer, v: bool) {
-    w.u8(u8::from(v));
-}
-
-pub(crate) fn get_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
-    match r.u8(what)? {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(DecodeError::BadValue(what)),
-    }
 }
 
 /// `u8 0`, or `u8 1` and the value as `put` writes it.

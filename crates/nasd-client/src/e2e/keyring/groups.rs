@@ -24,17 +24,16 @@
 //!   new key pair, members who joined later too.
 
 use super::{e2e_err, put_bounded, IdentitySource, KEYS_TTL_MS};
-use nasd_proto::manager::GroupKeyState;
+use crate::files::{now_ms, Client, FsError};
+use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
+use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
+use nasd_proto::manager::{calls, GroupKeyInfo, GroupKeyState, MgrStatus, KEY_LIST_MAX};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// How long a grant's confirmation of a cached answer for a group without a current key pair
 /// stands (a write's grant confirms it just before the write wraps its key).
 pub const GROUP_CONFIRMED_MS: u64 = 1_000;
-use crate::files::{now_ms, Client, FsError};
-use nasd_e2e::keys::{GroupKeyWrap, KeyFile, KeyVersion};
-use nasd_e2e::{FileId, FileKey, Principal as KeyPrincipal, PublicKey, SecretKey};
-use nasd_proto::manager::{calls, GroupKeyInfo, MgrStatus, KEY_LIST_MAX};
-use std::collections::HashMap;
-use std::sync::Arc;
 
 /// What [`Client::sync_group_keys`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -126,7 +125,7 @@ impl Client {
             let Some((k, _)) = cache.get(&s.gid) else {
                 continue;
             };
-            let current = k.public.is_some() && !k.rekey;
+            let current = k.is_current();
             if k.version != s.version || current != s.current {
                 cache.remove(&s.gid);
                 confirmed.remove(&s.gid);
@@ -153,9 +152,7 @@ impl Client {
                 .collect()
         };
         let mut groups = self
-            .group_infos_where(gids, |g| {
-                (g.public.is_some() && !g.rekey) || confirmed.contains(&g.gid)
-            })
+            .group_infos_where(gids, |g| g.is_current() || confirmed.contains(&g.gid))
             .await?;
         if self.keeps_groups() {
             let now = now_ms();
