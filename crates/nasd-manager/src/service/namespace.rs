@@ -225,20 +225,27 @@ impl Manager {
             return Err(denied(path, "read permission on the directory"));
         }
         let limit = limit.min(READDIR_PAGE_ENTRIES_MAX);
-        let entries = self
-            .st()
-            .readdir(d.ino, after, limit)
-            .map_err(|e| store_err(e, path))?;
         if !may(c, &d, X) {
             // Read without search permission: the names, as Linux lists such a directory,
             // with the inode numbers and kinds the directory itself holds, and nothing
             // that would need a lookup of the entry.
+            let entries = self
+                .st()
+                .readdir(d.ino, after, limit)
+                .map_err(|e| store_err(e, path))?;
             return Ok(entries.iter().map(|(n, i)| names_only(n, i)).collect());
         }
-        let links = self
-            .st()
-            .readdir_links(d.ino, after, limit)
-            .map_err(|e| store_err(e, path))?;
+        // The page and its link counts under one hold of the store: no change between them.
+        let (entries, links) = {
+            let st = self.st();
+            let entries = st
+                .readdir(d.ino, after, limit)
+                .map_err(|e| store_err(e, path))?;
+            let links = st
+                .readdir_links(d.ino, after, limit)
+                .map_err(|e| store_err(e, path))?;
+            (entries, links)
+        };
         // One-object files' sizes come from their drives: ask for all of them at once
         // (pipelined connections); the others' are in the store.
         let mut set = tokio::task::JoinSet::new();
