@@ -63,6 +63,9 @@ pub struct CallbackState {
     /// Bumped by every break and reset: a fetch that began before a break it raced with is
     /// not cached.
     epoch: AtomicU64,
+    /// Bumped by every break and reset only (not by this client's own changes): the stat a
+    /// change of this client's answered with is cached only if none came meanwhile.
+    heard: AtomicU64,
     /// Breaks applied, for tests and statistics.
     pub breaks: AtomicU64,
 }
@@ -120,6 +123,29 @@ impl CallbackState {
         m.insert((path.to_string(), kind), c);
     }
 
+    /// Breaks and resets heard so far ([`CallbackState::put_own`]).
+    pub(crate) fn heard(&self) -> u64 {
+        self.heard.load(Ordering::Acquire)
+    }
+
+    /// Caches the stat `path` had after this client's own change, if no break or reset came
+    /// since `heard` was read before the change was sent (the manager registered the
+    /// callback with its answer, so only another client's later change can make it stale,
+    /// and that one's break counts).
+    pub(crate) fn put_own(&self, path: &str, c: Cached, heard: u64) {
+        if !self.live(c.fetched_ms) {
+            return;
+        }
+        let mut m = self.attrs.lock().expect("attrs lock");
+        if self.heard() != heard {
+            return;
+        }
+        if m.len() >= ATTR_CACHE_ENTRIES_MAX {
+            m.clear();
+        }
+        m.insert((path.to_string(), AttrKind::Lstat), c);
+    }
+
     /// Forgets what is cached about `path` (this client changed it).
     pub(crate) fn forget(&self, path: &str) {
         let mut m = self.attrs.lock().expect("attrs lock");
@@ -143,6 +169,7 @@ impl CallbackState {
         {
             let mut m = self.attrs.lock().expect("attrs lock");
             self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.heard.fetch_add(1, Ordering::AcqRel);
             if b.ino == 0 {
                 m.clear();
             } else {
@@ -251,5 +278,29 @@ mod tests {
         });
         s.put("/a", AttrKind::Stat, cached(5, 0), e);
         assert!(s.get("/a", AttrKind::Stat, 1).is_none());
+    }
+
+    /// A change's answer is kept through this client's own forgetting (which races no one),
+    /// and refused when any break came between sending the change and its answer.
+    #[test]
+    fn an_own_changes_answer_is_cached_unless_a_break_came_meanwhile() {
+        let s = CallbackState::default();
+        s.set_enabled();
+        s.polling(true, 0);
+        let heard = s.heard();
+        s.forget("/a");
+        s.clear();
+        s.put_own("/a", cached(5, 0), heard);
+        assert_eq!(s.get("/a", AttrKind::Lstat, 1).unwrap().stat.ino, 5);
+        assert!(s.get("/a", AttrKind::Stat, 1).is_none(), "a link's target may differ");
+        let heard = s.heard();
+        s.apply(&CallbackBreak {
+            seq: 1,
+            ino: 9,
+            parent: 0,
+            name: String::new(),
+        });
+        s.put_own("/b", cached(6, 0), heard);
+        assert!(s.get("/b", AttrKind::Lstat, 1).is_none());
     }
 }

@@ -21,7 +21,7 @@
 //! without a quota are unbounded and cost nothing more.
 
 use crate::auth::Capability;
-use crate::callbacks::CallbackState;
+use crate::callbacks::{Cached, CallbackState};
 use crate::capcache::{CapCache, OpenFile};
 use crate::component::ComponentIo;
 use crate::escape::shown;
@@ -178,6 +178,18 @@ pub fn fs_specific_ino(b: &[u8; nasd_proto::FS_SPECIFIC_BYTES]) -> Option<u64> {
     Some(u64::from_le_bytes(
         b[FS_INO_AT..FS_INO_AT + 8].try_into().expect("8 bytes"),
     ))
+}
+
+/// The path whose own stat `req` answers with after changing it (manager protocol 24).
+fn changed_path(req: &MgrRequest) -> Option<&str> {
+    match req {
+        MgrRequest::Mkdir(calls::Mkdir { path, .. })
+        | MgrRequest::Chmod(calls::Chmod { path, .. })
+        | MgrRequest::Chown(calls::Chown { path, .. })
+        | MgrRequest::Truncate(calls::Truncate { path, .. })
+        | MgrRequest::Utimes(calls::Utimes { path, .. }) => Some(path),
+        _ => None,
+    }
 }
 
 /// The directory part of an absolute path (`/` for a name in the root).
@@ -662,11 +674,21 @@ impl Client {
     /// changes is dropped before it is sent, so nothing stale is served meanwhile, and again
     /// once it landed: a stat sent before it on the shared session, and answered with the old
     /// state, may have been cached in between, and the manager breaks no callback of this
-    /// client's own for its own change.
+    /// client's own for its own change. A change that answers with the path's stat afterwards
+    /// leaves that stat cached ([`crate::callbacks::CallbackState::put_own`]).
     async fn request_once(&self, path: &str, req: MgrRequest) -> Result<MgrReply, FsError> {
         self.own_change(&req);
+        let (heard, sent_ms) = (self.callbacks.heard(), now_ms());
         let r = self.send(path, &req).await;
         self.own_change(&req);
+        if let (Ok(MgrReply::Stat(stat)), Some(changed)) = (&r, changed_path(&req)) {
+            let c = Cached {
+                stat: stat.clone(),
+                xattrs: None,
+                fetched_ms: sent_ms,
+            };
+            self.callbacks.put_own(changed, c, heard);
+        }
         r
     }
 
@@ -1835,7 +1857,8 @@ impl Client {
             return self.rewrite_prefix(path, o.stat.mode, size).await;
         }
         let p = path.into();
-        self.call(path, calls::Truncate { path: p, size }).await
+        self.call(path, calls::Truncate { path: p, size }).await?;
+        Ok(())
     }
     /// Writes the first `size` bytes of `path` as its new version (an encrypted file cut
     /// short), streamed in the layout's pieces.

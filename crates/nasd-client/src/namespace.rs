@@ -2,9 +2,12 @@
 //! (stats, listings, directories, names, links, extended attributes, modes, owners, times,
 //! layouts, quotas, key lookups). Stats and attributes are cached while the callback channel
 //! keeps them true ([`crate::callbacks`]); a change of this client's own drops what it
-//! touches (`Client::request`), as the manager breaks only other sessions' callbacks.
+//! touches (`Client::request`), as the manager breaks only other sessions' callbacks, and a
+//! change that answers with the path's new stat (mkdir, chmod, chown, truncate, utimes)
+//! leaves that one cached.
 
 use crate::callbacks::{AttrKind, Cached};
+use crate::e2e::keyring::READER_MODE_BITS;
 use crate::escape::shown;
 use crate::files::{now_ms, Client, FsError};
 use nasd_proto::manager::{
@@ -161,7 +164,8 @@ impl Client {
 
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<(), FsError> {
         let p = path.into();
-        self.call(path, calls::Mkdir { path: p, mode }).await
+        self.call(path, calls::Mkdir { path: p, mode }).await?;
+        Ok(())
     }
 
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
@@ -267,10 +271,19 @@ impl Client {
     }
 
     pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), FsError> {
+        let before = self.callbacks.get(path, AttrKind::Lstat, now_ms());
         self.caps_invalidate(path);
         let p = path.into();
         self.call(path, calls::Chmod { path: p, mode }).await?;
-        self.follow_readers(path).await;
+        // An encrypted file's readers follow its group and other read bits
+        // ([`Client::readers_of`]): a change that keeps them, seen against the stat the
+        // callback kept true, keeps the wraps as they are.
+        let kept = before.is_some_and(|b| {
+            b.stat.kind == FileKind::File && (b.stat.mode ^ mode) & READER_MODE_BITS == 0
+        });
+        if !kept {
+            self.follow_readers(path).await;
+        }
         Ok(())
     }
 
@@ -334,7 +347,8 @@ impl Client {
             mtime_us,
             flags,
         };
-        self.call(path, call).await
+        self.call(path, call).await?;
+        Ok(())
     }
 
     /// The layout spec new files under the directory `path` get.

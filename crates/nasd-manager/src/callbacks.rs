@@ -4,7 +4,9 @@
 //! A client session that wants callbacks keeps a channel: a connection of its own that long
 //! polls with `WaitBreaks`. While it has one, the session's `Stat`, `Lstat`, `Getxattrs` and
 //! `Open` of a file register a callback on its inode, for [`CALLBACK_LEASE_MS`] (an `Open`: as
-//! long as its capabilities). A change to a file — a commit or returned write capability, an
+//! long as its capabilities), as do changes that answer with the file's stat; an `Lstat` of a
+//! name that does not exist registers one on its directory, whose break for a name made
+//! there carries the name. A change to a file — a commit or returned write capability, an
 //! attribute, a name removed, replaced or renamed, a directory's entries — queues a
 //! [`CallbackBreak`] for every other session holding a callback on it and waits until each has
 //! acknowledged it (its next poll carries the break's sequence number), its callback ran out,
@@ -340,12 +342,23 @@ pub(crate) fn gone(m: &Manager, c: &Caller, path: &str) -> Vec<Changed> {
     out
 }
 
-/// A name made: its directory's entries change.
+/// A name made: its directory's entries change, and the break names it, so a client that
+/// kept the name's absence (a mount's negative entry) drops it.
 pub(crate) fn made(m: &Manager, c: &Caller, path: &str) -> Vec<Changed> {
     entry(m, c, path)
-        .map(|(dir, _, _)| Changed::file(dir))
+        .map(|(dir, name, _)| Changed::name(dir, dir, &name))
         .into_iter()
         .collect()
+}
+
+/// Registers a callback for `c` on the directory that lacks the last name of `path`: a
+/// session told that a name does not exist is told when it comes to exist ([`made`]).
+pub(crate) fn register_missing(m: &Manager, c: &Caller, path: &str) {
+    if let Some((dir, _, None)) = entry(m, c, path) {
+        let now = crate::now_ms();
+        m.callbacks
+            .register(c.session, dir, now + CALLBACK_LEASE_MS, now);
+    }
 }
 
 /// Registers the callbacks a successful reply to `session` carries: a file's stat (for

@@ -32,6 +32,10 @@ pub const KEYS_TTL_MS: u64 = 60_000;
 /// Most entries each key cache holds (then it starts over).
 pub const KEY_CACHE_ENTRIES_MAX: usize = 4096;
 
+/// The mode bits an encrypted file's readers follow ([`Client::readers_of`]): group read
+/// (its group's wrap) and other read (the `everyone` groups').
+pub const READER_MODE_BITS: u32 = 0o044;
+
 /// Where this client's identity comes from.
 #[derive(Clone)]
 pub enum IdentitySource {

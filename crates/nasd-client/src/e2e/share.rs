@@ -46,14 +46,24 @@ impl Client {
     /// The file's inode number and end-to-end state now, from a fresh grant, refused when this
     /// client saw a newer version ([`super::fresh`]).
     async fn e2e_current(&self, path: &str) -> Result<Option<(u64, E2eState)>, FsError> {
+        let (o, e) = self.e2e_open(path).await?;
+        Ok(e.map(|e| (o.stat.ino, e)))
+    }
+
+    /// A fresh grant of the file and its end-to-end state, checked as
+    /// [`Client::e2e_current`] checks it.
+    async fn e2e_open(
+        &self,
+        path: &str,
+    ) -> Result<(Arc<crate::capcache::OpenFile>, Option<E2eState>), FsError> {
         self.caps_invalidate(path);
         let o = self.open(path, false).await?;
         let Some(e) = o.e2e.clone() else {
-            return Ok(None);
+            return Ok((o, None));
         };
         let (record, _) = decode_state(path, &e)?;
         self.check_fresh(path, o.stat.ino, &record)?;
-        Ok(Some((o.stat.ino, e)))
+        Ok((o, Some(e)))
     }
 
     /// [`Client::e2e_current`] of a file that must be encrypted.
@@ -151,6 +161,17 @@ impl Client {
     /// file's unshared list.
     pub async fn share(&self, path: &str, principals: &[Principal]) -> Result<(), FsError> {
         let (ino, e) = self.encrypted_state(path).await?;
+        self.share_state(path, ino, e, principals).await
+    }
+
+    /// [`Client::share`] from the state `e` of file `ino` just read.
+    async fn share_state(
+        &self,
+        path: &str,
+        ino: u64,
+        e: E2eState,
+        principals: &[Principal],
+    ) -> Result<(), FsError> {
         let (record, mut side) = decode_state(path, &e)?;
         let checked = side.clone();
         side.unshared
@@ -316,11 +337,7 @@ impl Client {
     /// `chmod` or `chown`): new readers get wraps of every key in use; readers that lost
     /// their right lose theirs and later writes use a fresh key (as [`Client::unshare`]).
     pub async fn rewrap(&self, path: &str) -> Result<(), FsError> {
-        let o = {
-            self.caps_invalidate(path);
-            self.open(path, false).await?
-        };
-        let Some(e) = o.e2e.clone() else {
+        let (o, Some(e)) = self.e2e_open(path).await? else {
             return Ok(());
         };
         let (record, side) = decode_state(path, &e)?;
@@ -344,7 +361,7 @@ impl Client {
         let gone: Vec<Principal> = have.iter().copied().filter(|p| !want.contains(p)).collect();
         let added: Vec<Principal> = want.iter().copied().filter(|p| !have.contains(p)).collect();
         if !added.is_empty() {
-            self.share(path, &added).await?;
+            self.share_state(path, o.stat.ino, e, &added).await?;
         }
         if !gone.is_empty() {
             self.drop_readers(path, &gone, false).await?;

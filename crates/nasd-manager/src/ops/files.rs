@@ -49,7 +49,7 @@ impl Handle for calls::Commit {
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         match callbacks::entry(m, c, &self.path) {
             Some((_, _, Some(ino))) => vec![Changed::file(ino)],
-            Some((dir, _, None)) => vec![Changed::file(dir)],
+            Some((dir, name, None)) => vec![Changed::name(dir, dir, &name)],
             None => vec![],
         }
     }

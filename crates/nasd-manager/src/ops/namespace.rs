@@ -5,7 +5,9 @@ use super::Handle;
 use crate::callbacks::{self, Changed};
 use crate::service::{Caller, Manager};
 use crate::MgrResult;
-use nasd_proto::manager::{calls, DirEntry, DirReaders, FileStat, FsSpace, LayoutSpec, LinkTarget};
+use nasd_proto::manager::{
+    calls, DirEntry, DirReaders, FileStat, FsSpace, LayoutSpec, LinkTarget, MgrStatus,
+};
 use std::sync::Arc;
 
 impl Handle for calls::Stat {
@@ -17,8 +19,14 @@ impl Handle for calls::Stat {
 
 impl Handle for calls::Lstat {
     const DELEGATED: bool = true;
+    /// A name that does not exist registers a callback on its directory (a mount keeps the
+    /// absence as a negative entry while callbacks hold).
     async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
-        m.lstat(c, &self.path).await
+        let r = m.lstat(c, &self.path).await;
+        if matches!(&r, Err(e) if e.status == MgrStatus::NoSuchPath) {
+            callbacks::register_missing(m, c, &self.path);
+        }
+        r
     }
 }
 
@@ -36,8 +44,9 @@ impl Handle for calls::Mkdir {
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::made(m, c, &self.path)
     }
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.mkdir(c, &self.path, self.mode)
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
+        m.mkdir(c, &self.path, self.mode)?;
+        m.lstat(c, &self.path).await
     }
 }
 
@@ -111,8 +120,9 @@ impl Handle for calls::Chmod {
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.chmod(c, &self.path, self.mode).await
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
+        m.chmod(c, &self.path, self.mode).await?;
+        m.lstat(c, &self.path).await
     }
 }
 
@@ -120,9 +130,10 @@ impl Handle for calls::Chown {
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
         m.chown(c, &self.path, &self.owner, &self.group, self.nofollow)
-            .await
+            .await?;
+        m.lstat(c, &self.path).await
     }
 }
 
@@ -131,8 +142,9 @@ impl Handle for calls::Truncate {
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
-        m.truncate(c, &self.path, self.size).await
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
+        m.truncate(c, &self.path, self.size).await?;
+        m.lstat(c, &self.path).await
     }
 }
 
@@ -141,9 +153,10 @@ impl Handle for calls::Utimes {
     fn touched(&self, m: &Manager, c: &Caller) -> Vec<Changed> {
         callbacks::file(m, c, &self.path)
     }
-    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<()> {
+    async fn handle(self, m: &Arc<Manager>, c: &Caller) -> MgrResult<FileStat> {
         let (a, t) = (self.atime_us, self.mtime_us);
-        m.utimes(c, &self.path, a, t, self.flags).await
+        m.utimes(c, &self.path, a, t, self.flags).await?;
+        m.lstat(c, &self.path).await
     }
 }
 

@@ -241,7 +241,10 @@ use call::{define_calls, define_replies};
 /// - 23: a grant's policy names the key pairs of its `everyone` groups ([`GroupKeyState`]:
 ///   version, and whether it is current), so a writer asks for a group's key pair only when
 ///   it moved, not at each write while the group has none.
-pub const MANAGER_PROTOCOL_VERSION: u16 = 23;
+/// - 24: `Mkdir`, `Chmod`, `Chown`, `Truncate` and `Utimes` answer with the path's own stat
+///   after the change (as `Lstat` gives it; NFSv3's post-operation attributes), so a client
+///   that shows the new attributes (a mount's setattr, mkdir) needs no stat after each change.
+pub const MANAGER_PROTOCOL_VERSION: u16 = 24;
 /// The `write_end` of a grant that no quota bounds: its capabilities cover whole objects.
 pub const WRITE_END_UNBOUNDED: u64 = u64::MAX;
 /// Longest name of an extended attribute (Linux `XATTR_NAME_MAX`).
@@ -316,17 +319,17 @@ macro_rules! for_each_manager_call {
             1 Login "login" => LoginOk;
             2 Stat "stat" => FileStat;
             3 Readdir "readdir" => Vec<DirEntry>;
-            4 Mkdir "mkdir" => ();
+            4 Mkdir "mkdir" => FileStat;
             5 Rmdir "rmdir" => ();
             6 Create "create" => Created;
             7 Open "open" => Grant;
             8 ReturnCapability "return-capability" => ();
             9 Unlink "unlink" => ();
             10 Rename "rename" => ();
-            11 Chmod "chmod" => ();
-            12 Chown "chown" => ();
-            13 Truncate "truncate" => ();
-            14 Utimes "utimes" => ();
+            11 Chmod "chmod" => FileStat;
+            12 Chown "chown" => FileStat;
+            13 Truncate "truncate" => FileStat;
+            14 Utimes "utimes" => FileStat;
             15 UserAdd "user add" => Enrollment;
             16 UserPasswd "user passwd" => Enrollment;
             17 UserList "user list" => Vec<UserInfo>;
