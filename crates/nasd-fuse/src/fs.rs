@@ -65,6 +65,27 @@ pub(crate) fn kind_of(k: FileKind) -> FileType {
     }
 }
 
+/// The attributes of a negative entry: inode 0 tells the kernel the name does not exist.
+pub(crate) fn absent() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: BLOCK_BYTES,
+        flags: 0,
+    }
+}
+
 pub(crate) fn time_of(us: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(us)
 }

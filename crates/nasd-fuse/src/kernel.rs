@@ -2,7 +2,9 @@
 //! the request's user, file contents through [`FileHandle`]s straight to and from the drives.
 
 use crate::errno::{answer, chown_errno, errno, errno_of, user_xattr, xattr_errno, xattr_reply};
-use crate::fs::{kind_of, us_of, NasdFs, DIRECT_READ_MIN_BYTES, MAX_READAHEAD_BYTES};
+use crate::fs::{
+    absent, kind_of, us_of, NasdFs, CACHED_TTL, DIRECT_READ_MIN_BYTES, MAX_READAHEAD_BYTES,
+};
 use crate::inodes::join;
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -277,15 +279,13 @@ impl NasdFs {
             }
         }
         // A new file has its name from here on (an empty version at the manager); an
-        // exclusive create keeps it only if no other client took the name first.
-        let made = match self.rt.block_on(c.lstat(&path)) {
-            Ok(_) if exclusive => return Err(Errno::EEXIST),
-            Ok(_) => None,
-            Err(_) => self
-                .rt
-                .block_on(FileHandle::create_now(&c, &path, mode, exclusive))
-                .map_err(errno)?,
-        };
+        // exclusive create keeps it only if no other client took the name first. The kernel
+        // asks only for names its lookup did not find, so the name is tried at once; one
+        // that exists after all is opened below.
+        let made = self
+            .rt
+            .block_on(FileHandle::create_now(&c, &path, mode, exclusive))
+            .map_err(errno)?;
         let made_here = made.is_some();
         let h = match made {
             Some(h) => h,
@@ -477,12 +477,23 @@ impl Filesystem for NasdFs {
         self.set_lock(req, ino, fh.0, lock_owner, (start, end), typ, sleep, reply);
     }
 
+    /// A name that does not exist is kept absent by the kernel (a negative entry: inode 0)
+    /// while callbacks hold, as a name is: the manager tells this client when it is made
+    /// elsewhere, and the break drops the entry. Not on a mount shared by several users,
+    /// where each asks for itself (another may not search the directory: `EACCES`).
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self
+        let (c, path) = match self
             .who(req)
             .and_then(|c| Ok((c, self.child(parent, name)?)))
         {
-            Ok((c, p)) => self.entry(&c, &p, reply),
+            Ok(found) => found,
+            Err(e) => return reply.error(e),
+        };
+        match self.stat_path(&c, &path) {
+            Ok(a) => reply.entry(&self.ttl(), &a, Generation(0)),
+            Err(Errno::ENOENT) if !self.users.shared() && self.cached() => {
+                reply.entry(&CACHED_TTL, &absent(), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
