@@ -13,10 +13,13 @@
 //! both readers start with the drives reading from disk (`--warm` keeps it). A cell's figure
 //! is the median over rounds; its ratio the median of the per-round ratios (`nasd cp`'s time
 //! over the mount's: 1 means the mount is as fast), which cancels most of the drift on a
-//! shared machine. The first round's reads are compared with the source. A benchmark: it
-//! asserts nothing about speed.
+//! shared machine. The first round's reads are compared with the source. Then the workloads
+//! of [`crate::bench_mount_work`] run through the same mount beside a local directory
+//! (`--only transfers` or `--only workloads` runs one half). A benchmark: it asserts nothing
+//! about speed.
 
 use crate::bench::median;
+use crate::bench_mount_work as work;
 use anyhow::{bail, Context as _};
 use clap::Args;
 use nasd_cluster::{pseudo_random, Cluster, Options};
@@ -60,6 +63,20 @@ pub struct BenchMountArgs {
     /// memory); by default, as root, it is dropped before each read.
     #[arg(long)]
     pub warm: bool,
+    /// Run only the transfers against `nasd cp`, or only the workloads against a local
+    /// directory (default: both).
+    #[arg(long, value_enum)]
+    pub only: Option<Half>,
+    /// Files in the workloads' generated tree (default 400; 60 with --quick).
+    #[arg(long)]
+    pub tree_files: Option<usize>,
+}
+
+/// One half of the bench.
+#[derive(Clone, Copy, PartialEq, Debug, clap::ValueEnum)]
+pub enum Half {
+    Transfers,
+    Workloads,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -164,7 +181,6 @@ pub fn run(a: BenchMountArgs) -> anyhow::Result<()> {
         .size_mib
         .unwrap_or(if quick { SIZE_MIB_QUICK } else { SIZE_MIB })
         << 20;
-    let files = a.files.unwrap_or(if quick { FILES_QUICK } else { FILES });
     let rounds = a
         .rounds
         .unwrap_or(if quick { ROUNDS_QUICK } else { ROUNDS });
@@ -201,6 +217,43 @@ pub fn run(a: BenchMountArgs) -> anyhow::Result<()> {
             b.timed(c)?;
         }
     }
+    let mut cmd = b.nasd();
+    cmd.arg("mount").arg("nasd:/").arg(&b.mnt);
+    let mount = Mounted::start(cmd, &b.mnt, &dir.path().join("mount.log"), "nasd mount")
+        .context("mounting (needs root or access to /dev/fuse)")?;
+    if a.only != Some(Half::Workloads) {
+        let files = a.files.unwrap_or(if quick { FILES_QUICK } else { FILES });
+        let cells = transfers(&b, mount.dir(), size, files, rounds)?;
+        report(&cells, rounds, b.drop_caches, a.json);
+    }
+    if a.only != Some(Half::Transfers) {
+        let files = a.tree_files.unwrap_or(if quick {
+            work::TREE_FILES_QUICK
+        } else {
+            work::TREE_FILES
+        });
+        let (src, local) = (dir.path().join("src"), dir.path().join("local"));
+        let mounted = mount.dir().join(DIRS[0].0).join("work");
+        for d in [&src, &local, &mounted] {
+            std::fs::create_dir_all(d)?;
+        }
+        work::prepare(&src, files, quick)?;
+        let works = work::run(&src, &local, &mounted, rounds)?;
+        work::report(&works, rounds, a.json);
+    }
+    drop(mount);
+    drop(cluster);
+    Ok(())
+}
+
+/// The transfers' cells: `rounds` rounds in each of [`DIRS`] under the mount at `mnt_root`.
+fn transfers(
+    b: &Bench,
+    mnt_root: &Path,
+    size: u64,
+    files: usize,
+    rounds: usize,
+) -> anyhow::Result<Vec<Cell>> {
     let src = b.scratch.join("large");
     let large = pseudo_random(size as usize, 5);
     std::fs::write(&src, &large)?;
@@ -212,10 +265,6 @@ pub fn run(a: BenchMountArgs) -> anyhow::Result<()> {
             pseudo_random(SMALL_BYTES, i as u64),
         )?;
     }
-    let mut cmd = b.nasd();
-    cmd.arg("mount").arg("nasd:/").arg(&b.mnt);
-    let mount = Mounted::start(cmd, &b.mnt, &dir.path().join("mount.log"), "nasd mount")
-        .context("mounting (needs root or access to /dev/fuse)")?;
     let mut cells = vec![];
     for (d, _) in DIRS {
         for (transfer, bytes) in [
@@ -232,53 +281,69 @@ pub fn run(a: BenchMountArgs) -> anyhow::Result<()> {
             });
         }
     }
-    let out = b.scratch.join("out");
     for r in 0..rounds {
         for (d, _) in DIRS {
-            let mnt = mount.dir().join(d);
-            let (by_cp, by_mount) = (format!("/{d}/cp{r}"), format!("/{d}/m{r}"));
-            let first = r % 2 == 0;
-            let w = pair(first, |cp| {
-                if cp {
-                    b.nasd_cp(&[&src, &remote(&by_cp)])
-                } else {
-                    b.cp(&[&src, &mnt.join(format!("m{r}"))])
-                }
-            })?;
-            cell(&mut cells, d, Transfer::Write).push(w);
-            let rd = pair(first, |cp| {
-                let _ = std::fs::remove_file(&out);
-                b.cold();
-                let s = if cp {
-                    b.nasd_cp(&[&remote(&by_mount), &out])?
-                } else {
-                    b.cp(&[&mnt.join(format!("cp{r}")), &out])?
-                };
-                if r == 0 && std::fs::read(&out)? != large {
-                    bail!("{d}: the bytes read are not the bytes written");
-                }
-                Ok(s)
-            })?;
-            cell(&mut cells, d, Transfer::Read).push(rd);
-            let sm = pair(first, |cp| {
-                if cp {
-                    b.nasd_cp(&[Path::new("-r"), &tree, &remote(&format!("/{d}/tc{r}"))])
-                } else {
-                    b.cp(&[Path::new("-r"), &tree, &mnt.join(format!("tm{r}"))])
-                }
-            })?;
-            cell(&mut cells, d, Transfer::Small).push(sm);
-            let _ = std::fs::remove_file(&out);
-            let mut c = b.nasd();
-            c.args(["rm", "-r"])
-                .args([&by_cp, &by_mount].map(|p| remote(p)))
-                .args([format!("/{d}/tc{r}"), format!("/{d}/tm{r}")].map(|p| remote(&p)));
-            b.timed(c)?;
+            round(
+                b,
+                &mut cells,
+                &mnt_root.join(d),
+                d,
+                r,
+                (&src, &large, &tree),
+            )?;
         }
     }
-    drop(mount);
-    drop(cluster);
-    report(&cells, rounds, b.drop_caches, a.json);
+    Ok(cells)
+}
+
+/// Round `r` of the transfers in directory `d` (mounted at `mnt`).
+fn round(
+    b: &Bench,
+    cells: &mut [Cell],
+    mnt: &Path,
+    d: &str,
+    r: usize,
+    (src, large, tree): (&Path, &[u8], &Path),
+) -> anyhow::Result<()> {
+    let out = b.scratch.join("out");
+    let (by_cp, by_mount) = (format!("/{d}/cp{r}"), format!("/{d}/m{r}"));
+    let first = r % 2 == 0;
+    let w = pair(first, |cp| {
+        if cp {
+            b.nasd_cp(&[src, &remote(&by_cp)])
+        } else {
+            b.cp(&[src, &mnt.join(format!("m{r}"))])
+        }
+    })?;
+    cell(cells, d, Transfer::Write).push(w);
+    let rd = pair(first, |cp| {
+        let _ = std::fs::remove_file(&out);
+        b.cold();
+        let s = if cp {
+            b.nasd_cp(&[&remote(&by_mount), &out])?
+        } else {
+            b.cp(&[&mnt.join(format!("cp{r}")), &out])?
+        };
+        if r == 0 && std::fs::read(&out)? != large {
+            bail!("{d}: the bytes read are not the bytes written");
+        }
+        Ok(s)
+    })?;
+    cell(cells, d, Transfer::Read).push(rd);
+    let sm = pair(first, |cp| {
+        if cp {
+            b.nasd_cp(&[Path::new("-r"), tree, &remote(&format!("/{d}/tc{r}"))])
+        } else {
+            b.cp(&[Path::new("-r"), tree, &mnt.join(format!("tm{r}"))])
+        }
+    })?;
+    cell(cells, d, Transfer::Small).push(sm);
+    let _ = std::fs::remove_file(&out);
+    let mut c = b.nasd();
+    c.args(["rm", "-r"])
+        .args([&by_cp, &by_mount].map(|p| remote(p)))
+        .args([format!("/{d}/tc{r}"), format!("/{d}/tm{r}")].map(|p| remote(&p)));
+    b.timed(c)?;
     Ok(())
 }
 

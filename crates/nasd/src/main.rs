@@ -53,6 +53,7 @@ mod bench_ec;
 mod bench_login;
 mod bench_meta;
 mod bench_mount;
+mod bench_mount_work;
 mod bench_s3;
 mod cmd_cp;
 mod cmd_drive;

@@ -897,6 +897,23 @@ fn a_change_on_one_mount_drops_what_the_other_mount_cached() {
     std::fs::rename(a.dir.join("f"), a.dir.join("g")).unwrap();
     assert!(!b.dir.join("f").exists(), "a renamed name still resolves");
     assert_eq!(std::fs::read(b.dir.join("g")).unwrap(), b"two");
+    // Absent names: b's kernel keeps each absence it looked up, and every way a makes a
+    // name (create, mkdir, symlink, link, rename onto it) drops it before returning.
+    let names = ["n1", "n2", "n3", "n4", "n5"];
+    for n in names {
+        for _ in 0..2 {
+            assert!(b.dir.join(n).symlink_metadata().is_err(), "{n} before");
+        }
+    }
+    std::fs::write(a.dir.join("n1"), b"1").unwrap();
+    std::fs::create_dir(a.dir.join("n2")).unwrap();
+    std::os::unix::fs::symlink("n1", a.dir.join("n3")).unwrap();
+    std::fs::hard_link(a.dir.join("n1"), a.dir.join("n4")).unwrap();
+    std::fs::rename(a.dir.join("g"), a.dir.join("n5")).unwrap();
+    for n in names {
+        assert!(b.dir.join(n).symlink_metadata().is_ok(), "{n} made on a");
+    }
+    std::fs::rename(a.dir.join("n5"), a.dir.join("g")).unwrap();
     std::fs::create_dir(a.dir.join("d")).unwrap();
     std::fs::write(a.dir.join("d/x"), b"x").unwrap();
     assert_eq!(std::fs::read(b.dir.join("d/x")).unwrap(), b"x");
@@ -931,6 +948,8 @@ fn bench_mount_reports_every_cell_as_json() {
         "5",
         "--drives",
         "1",
+        "--only",
+        "transfers",
     ]);
     let mut seen: Vec<String> = cells
         .iter()
@@ -952,6 +971,53 @@ fn bench_mount_reports_every_cell_as_json() {
         assert_eq!(c["ratios"].as_array().unwrap().len(), 2, "{c}");
         for k in ["nasd_cp_s", "mount_s", "ratio"] {
             assert!(c[k].as_f64().unwrap() > 0.0, "{k} in {c}");
+        }
+    }
+}
+
+/// `nasd bench mount`'s workloads: one JSON line per workload, each timed locally and
+/// through the mount with a positive `ratio_vs_local` (or skipped for a missing program,
+/// saying which).
+#[test]
+fn bench_mount_times_each_workload_beside_a_local_directory() {
+    if !can_mount() {
+        return;
+    }
+    let (_, works) = json_lines_of(&[
+        "bench",
+        "mount",
+        "--quick",
+        "--json",
+        "--drives",
+        "1",
+        "--only",
+        "workloads",
+        "--tree-files",
+        "12",
+    ]);
+    let names: Vec<&str> = works
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "untar",
+            "cp-a",
+            "git-commit",
+            "git-clone-status",
+            "sqlite-journal",
+            "sqlite-wal",
+            "cargo-build"
+        ]
+    );
+    for w in &works {
+        if let Some(why) = w["skipped"].as_str() {
+            assert!(why.starts_with("needs "), "{w}");
+            continue;
+        }
+        for k in ["local_s", "mount_s", "ratio_vs_local"] {
+            assert!(w[k].as_f64().unwrap() > 0.0, "{k} in {w}");
         }
     }
 }

@@ -186,8 +186,15 @@ pub fn nasd_at_home(home: &Path, args: &[&str]) -> (bool, String, String) {
 /// stdout and the JSON object on each line of it, and fails with both outputs if it fails.
 pub fn json_lines_of(args: &[&str]) -> (String, Vec<serde_json::Value>) {
     let tmp = tempfile::tempdir().unwrap();
+    // The Rust toolchain stays where it is installed (rustup finds it under HOME), for the
+    // benches that build a crate.
+    let rustup = std::env::var_os("RUSTUP_HOME").or_else(|| {
+        let home = std::path::PathBuf::from(std::env::var_os("HOME")?).join(".rustup");
+        home.is_dir().then(|| home.into_os_string())
+    });
     let o = Command::new(NASD)
         .args(args)
+        .envs(rustup.map(|r| ("RUSTUP_HOME", r)))
         .env("HOME", tmp.path())
         .env_remove("XDG_CONFIG_HOME")
         .env_remove("NASD_CONFIG")
