@@ -74,7 +74,7 @@ impl Cluster {
         let dir = Self::prepare(dir)?;
         let running = running(&dir);
         let info = match ClusterFile::load(&dir)? {
-            Some(info) => info,
+            Some(info) => crate::init::add_metrics(&dir, info, options)?,
             None => crate::init::init(&dir, options)?,
         };
         // The metadata's server before the manager that needs it.
@@ -126,6 +126,11 @@ impl Cluster {
     /// The drives, in order (`drive-0` first).
     pub fn drives(&self) -> &[Node] {
         &self.info.drives
+    }
+
+    /// Where component `id` serves its metrics, if it does.
+    pub fn metrics_addr(&self, id: NodeId) -> Option<&str> {
+        self.info.node(id)?.metrics.as_deref()
     }
 
     /// The manager's address.
@@ -259,7 +264,8 @@ impl Cluster {
         }
     }
 
-    /// Starts `id` (`nasd drive run` / `nasd manager run` on its directory and address) and
+    /// Starts `id` (`nasd drive run` / `nasd manager run` on its directory and address, with
+    /// its metrics server where `cluster.json` puts it) and
     /// waits until it serves. The process is recorded even when it fails to come up, so a
     /// drop stops it.
     fn spawn(&mut self, id: NodeId) -> Result<(), ClusterError> {
@@ -268,7 +274,7 @@ impl Cluster {
             NodeId::Manager => "manager",
             NodeId::Drive(_) => "drive",
         };
-        let args: [&OsStr; 6] = [
+        let mut args: Vec<&OsStr> = vec![
             role.as_ref(),
             "run".as_ref(),
             "--data".as_ref(),
@@ -276,6 +282,9 @@ impl Cluster {
             "--listen".as_ref(),
             node.addr.as_ref(),
         ];
+        if let Some(m) = &node.metrics {
+            args.extend([OsStr::new("--metrics"), m.as_ref()]);
+        }
         let wrapper = self.wrappers.get(&id).map_or(&[][..], Vec::as_slice);
         let mut s = process::spawn(
             &self.nasd_bin,

@@ -1,5 +1,6 @@
 //! The first start in a directory: initializes each drive (`drive-N/`) and the manager
-//! (`manager/`) in place, picks their loopback addresses, makes the admin's password, and
+//! (`manager/`) in place, picks their loopback addresses (and their metrics servers'),
+//! makes the admin's password, and
 //! writes `cluster.json` and the admin's `client.json`. Everything is private (0700
 //! directories, 0600 files) whatever the umask: it holds keys, the password and the data.
 
@@ -55,8 +56,15 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         });
     };
     let maddr = addrs.pop().expect("one address per component");
+    // Metrics on loopback only when the components are (a placement's namespaces have
+    // addresses of their own).
+    let mut metrics: Vec<Option<String>> = match o.placement.addrs.is_empty() {
+        true => free_addrs(o.drives + 1)?.into_iter().map(Some).collect(),
+        false => vec![None; o.drives + 1],
+    };
+    let mmetrics = metrics.pop().expect("one address per component");
     let mut drives = vec![];
-    for (i, addr) in addrs.into_iter().enumerate() {
+    for (i, (addr, metrics)) in addrs.into_iter().zip(metrics).enumerate() {
         let id = NodeId::Drive(i);
         let d = dir.join(id.to_string());
         let mut init = nasd_drive::InitOptions::new(&d);
@@ -69,6 +77,7 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
             name: id.to_string(),
             dir: d,
             addr,
+            metrics,
         });
     }
     let mut pw = [0u8; ADMIN_PASSWORD_BYTES];
@@ -104,6 +113,7 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
             name: NodeId::Manager.to_string(),
             dir: mdir.clone(),
             addr: maddr.clone(),
+            metrics: mmetrics,
         },
         drives,
     };
@@ -118,6 +128,32 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         password_user: Some(ADMIN_USER.into()),
     }
     .save(&dir.join("client.json"))?;
+    Ok(info)
+}
+
+/// A cluster made before its components served metrics gets metrics addresses (free
+/// loopback ports) at its next start, recorded in `cluster.json`; one placed elsewhere, or
+/// that has them, is returned as it is.
+pub fn add_metrics(
+    dir: &Path,
+    mut info: ClusterFile,
+    o: &Options,
+) -> Result<ClusterFile, ClusterError> {
+    let missing = std::iter::once(&info.manager)
+        .chain(&info.drives)
+        .filter(|n| n.metrics.is_none())
+        .count();
+    if missing == 0 || !o.placement.addrs.is_empty() || !o.placement.wrappers.is_empty() {
+        return Ok(info);
+    }
+    let mut free = free_addrs(missing)?.into_iter();
+    for n in std::iter::once(&mut info.manager).chain(info.drives.iter_mut()) {
+        if n.metrics.is_none() {
+            n.metrics = free.next();
+        }
+    }
+    let text = serde_json::to_string_pretty(&info).expect("cluster.json serializes") + "\n";
+    nasd_private::write_file(&ClusterFile::path(dir), text.as_bytes())?;
     Ok(info)
 }
 

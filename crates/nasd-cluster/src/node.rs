@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! cluster.json  {"version": 1, "manager": NODE, "drives": [NODE, ...]}
-//!               NODE = {"name": "drive-0", "dir": "/abs/DATA/drive-0", "addr": "127.0.0.1:PORT"}
+//!               NODE = {"name": "drive-0", "dir": "/abs/DATA/drive-0", "addr": "127.0.0.1:PORT",
+//!                       "metrics": "127.0.0.1:PORT"}   (metrics: absent when placed elsewhere)
 //! pids.json     {"pids": [["drive-0", 4242], ..., ["manager", 4250]]}
 //! ```
 
@@ -63,6 +64,10 @@ pub struct Node {
     pub dir: PathBuf,
     /// The loopback address it serves on, fixed for the cluster's life.
     pub addr: String,
+    /// Where it serves its metrics and health check (`--metrics`, docs/metrics.md); absent
+    /// in clusters placed by a [`crate::Placement`] with addresses of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// `cluster.json`.
@@ -158,16 +163,26 @@ mod tests {
                 name: "manager".into(),
                 dir: "/d/manager".into(),
                 addr: "127.0.0.1:1".into(),
+                metrics: Some("127.0.0.1:3".into()),
             },
             drives: vec![Node {
                 name: "drive-0".into(),
                 dir: "/d/drive-0".into(),
                 addr: "127.0.0.1:2".into(),
+                metrics: None,
             }],
         };
         let v: serde_json::Value = serde_json::to_value(&c).unwrap();
         assert_eq!(v["drives"][0]["name"], "drive-0");
         assert_eq!(v["manager"]["addr"], "127.0.0.1:1");
+        assert_eq!(v["manager"]["metrics"], "127.0.0.1:3");
+        assert!(v["drives"][0].get("metrics").is_none());
+        let old = r#"{"name": "drive-0", "dir": "/d", "addr": "127.0.0.1:2"}"#;
+        let n: Node = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            n.metrics, None,
+            "a cluster.json from before metrics still reads"
+        );
         assert_eq!(c.drive_at("127.0.0.1:2"), Some(NodeId::Drive(0)));
         assert_eq!(c.ids(), vec![NodeId::Drive(0), NodeId::Manager]);
         let p = Pids {

@@ -23,6 +23,7 @@
 //! - [`server`]: the TCP server (tokio), time and memory limits, graceful shutdown.
 //! - [`conns`]: the connection table: limits in all and per source, unproved peers give way.
 //! - [`audit`]: the append-only audit trail.
+//! - [`metrics`]: what `--metrics` shows (per-operation counters, capacity) and health.
 //! - [`init`]: creating a drive and its key files.
 
 pub mod audit;
@@ -30,6 +31,7 @@ pub mod cache;
 pub mod conns;
 pub mod handler;
 pub mod init;
+pub mod metrics;
 pub mod options;
 pub mod prefetch;
 pub mod records;

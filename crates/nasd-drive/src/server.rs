@@ -25,7 +25,7 @@ use crate::handler::{Drive, ReplyBytes};
 use crate::writer::Job;
 use crate::DriveError;
 use nasd_proto::io::{read_frame_len, read_into};
-use nasd_proto::{frame, Hello, FRAME_BYTES_MAX, PROTOCOL_VERSION};
+use nasd_proto::{frame, Hello, OpCode, RequestHeader, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 use std::future::Future;
 use std::io::IoSlice;
 use std::sync::Arc;
@@ -124,16 +124,15 @@ pub async fn serve(
     Ok(())
 }
 
-/// Whether a request body asks for a mutation (its op code is header byte 12, body byte 25);
+/// Whether a request asks for a mutation, by its op code ([`RequestHeader::op_code_of`]);
 /// anything unparseable is treated as a read and refused by the handler.
-fn mutates(body: &[u8]) -> bool {
-    use nasd_proto::OpCode;
-    match body.get(25).map(|&c| OpCode::from_u8(c)) {
-        Some(Ok(op)) => !matches!(
+fn mutates(op: Option<OpCode>) -> bool {
+    match op {
+        Some(op) => !matches!(
             op,
             OpCode::Read | OpCode::GetAttr | OpCode::BlocksRequired | OpCode::Inquiry
         ),
-        _ => false,
+        None => false,
     }
 }
 
@@ -250,13 +249,19 @@ async fn connection(
             // and a hop to the blocking pool would cost more than the work. Mutations wait for
             // the writer thread's commit, and reads of a slow disk (`DriveOptions::slow`) wait
             // for its seeks, so they wait on the blocking pool.
-            let reply = if mutates(&body) || d.options().slow() {
+            let (op, bytes_in, started) =
+                (RequestHeader::op_code_of(&body), body.len(), Instant::now());
+            let reply = if mutates(op) || d.options().slow() {
+                let d = d.clone();
                 tokio::task::spawn_blocking(move || d.handle(body))
                     .await
                     .ok()
             } else {
                 Some(d.handle(body))
             };
+            if let Some(r) = &reply {
+                d.record(op, bytes_in, r, started.elapsed());
+            }
             slot.release(held);
             if let Some(r) = reply {
                 if r.authenticated {
@@ -394,9 +399,7 @@ async fn send(w: &tokio::sync::Mutex<Option<OwnedWriteHalf>>, slot: &Slot, r: &R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nasd_proto::{
-        CapField, KeyType, Nonce, ObjectId, OpCode, PartitionId, Protection, RequestHeader,
-    };
+    use nasd_proto::{CapField, KeyType, Nonce, ObjectId, PartitionId, Protection};
 
     #[test]
     fn mutates_reads_the_op_code_where_the_header_puts_it() {
@@ -417,9 +420,13 @@ mod tests {
                 op,
                 OpCode::Read | OpCode::GetAttr | OpCode::BlocksRequired | OpCode::Inquiry
             );
-            assert_eq!(mutates(&h.encode()), want, "{op:?}");
+            assert_eq!(
+                mutates(RequestHeader::op_code_of(&h.encode())),
+                want,
+                "{op:?}"
+            );
         }
-        assert!(!mutates(&[1, 2, 3]));
+        assert!(!mutates(RequestHeader::op_code_of(&[1, 2, 3])));
     }
 
     /// A socket that takes at most `take` bytes per call, as a full send buffer does.

@@ -464,6 +464,15 @@ impl Store {
         Ok(v)
     }
 
+    /// Whether the store answers: the metadata database opens a read of its objects table,
+    /// and the data file tells its size (a health check; reads nothing else).
+    pub fn probe(&self) -> R<()> {
+        let r = self.db().begin_read().map_err(db_err)?;
+        r.open_table(OBJECTS).map_err(db_err)?;
+        self.data.size()?;
+        Ok(())
+    }
+
     /// Physical blocks in use (for capacity reporting).
     pub fn used_blocks(&self) -> u64 {
         let next = self.state.read().drive.next_phys;

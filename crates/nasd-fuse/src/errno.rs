@@ -6,8 +6,15 @@ use nasd_client::files::FsError;
 use nasd_proto::manager::MgrStatus;
 use std::ffi::OsStr;
 
-/// The errno a failed client call means to a program.
+/// The errno a failed client call means to a program (noted as the failure of the request
+/// being served, for `--metrics`: [`crate::metered`]).
 pub fn errno_of(e: &FsError) -> Errno {
+    let n = errno_for(e);
+    crate::metered::note_failure(n);
+    n
+}
+
+fn errno_for(e: &FsError) -> Errno {
     let Some(s) = e.status() else {
         return match e.drive_status() {
             Some(nasd_proto::Status::DiskFull) => Errno::ENOSPC,

@@ -19,6 +19,7 @@
 //! returns. Without the channel nothing is kept (a zero time to live, pages dropped at
 //! open), so a file closed on one mount is still seen whole on every other at its next open.
 //! Record locks and `flock` are held at the manager ([`locks`]), so they hold across mounts.
+//! Every kernel request passes [`metered::Metered`], which counts it for `--metrics`.
 
 mod errno;
 mod fs;
@@ -27,6 +28,7 @@ mod invalidate;
 mod kernel;
 pub mod links;
 mod locks;
+pub mod metered;
 mod open;
 pub mod users;
 
@@ -63,13 +65,15 @@ fn config(allow_other: bool) -> fuser::Config {
 
 /// Mounts the cluster's directory `remote` at `mountpoint` and serves it until it is
 /// unmounted (`nasd umount`, `umount`, `fusermount3 -u`). Blocking; `rt` runs the clients.
-/// `client` is the mounter's login; `options` says whether other local users are served.
+/// `client` is the mounter's login; `options` says whether other local users are served;
+/// `metrics` counts every request ([`metered`]).
 pub fn serve(
     client: Arc<Client>,
     rt: tokio::runtime::Handle,
     remote: &str,
     mountpoint: &Path,
     options: Options,
+    metrics: Option<Arc<metered::MountMetrics>>,
 ) -> std::io::Result<()> {
     let allow_other = options.allow_other;
     let users = Arc::new(Users::new(client, rt.clone(), options));
@@ -80,6 +84,7 @@ pub fn serve(
         &mountpoint.canonicalize()?,
     )?;
     let inodes = fs.inodes();
+    let fs = metered::Metered::new(fs, metrics);
     let session = fuser::Session::new(fs, mountpoint, &config(allow_other))?;
     if let Err(e) = raise_readahead(mountpoint) {
         tracing::debug!("kernel read-ahead of the mount left at its default: {e}");

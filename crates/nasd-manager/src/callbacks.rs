@@ -98,7 +98,19 @@ struct Inner {
     holders: HashMap<u64, HashMap<u64, u64>>,
     held: usize,
     channels: HashMap<u64, Channel>,
+    /// Breaks queued since start: each one's sequence number is the count so far.
     next_seq: u64,
+    /// Callbacks registered since start (metrics).
+    registered: u64,
+}
+
+/// What [`Callbacks::counts`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallbackCounts {
+    pub held: usize,
+    pub channels: usize,
+    pub registered: u64,
+    pub breaks: u64,
 }
 
 /// The manager's callbacks and the channels that carry their breaks.
@@ -110,6 +122,17 @@ pub struct Callbacks {
 impl Callbacks {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().expect("callbacks lock")
+    }
+
+    /// Callbacks held and channels now, callbacks registered and breaks queued since start.
+    pub fn counts(&self) -> CallbackCounts {
+        let g = self.lock();
+        CallbackCounts {
+            held: g.held,
+            channels: g.channels.len(),
+            registered: g.registered,
+            breaks: g.next_seq,
+        }
     }
 
     /// Whether no session polls at all (changes then skip finding out what they touch).
@@ -135,6 +158,7 @@ impl Callbacks {
                 return;
             }
         }
+        g.registered += 1;
         let hs = g.holders.entry(ino).or_default();
         if hs.insert(session, until_ms).is_none() {
             g.held += 1;

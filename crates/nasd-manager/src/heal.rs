@@ -68,6 +68,18 @@ pub struct HealState {
     healed_ms: std::sync::atomic::AtomicU64,
 }
 
+impl HealState {
+    /// The last drive replacement's progress, the background scrub's, and whether a pass
+    /// rebuilding stale components runs (metrics).
+    pub(crate) fn progress(&self) -> (Option<RebuildStatus>, ScrubStatus, bool) {
+        (
+            self.rebuild.lock().expect("heal lock").clone(),
+            self.scrub.lock().expect("heal lock").clone(),
+            self.healing.load(Ordering::Acquire),
+        )
+    }
+}
+
 fn append(detail: &mut String, what: &str) {
     if detail.len() < DETAIL_CHARS_MAX {
         if !detail.is_empty() {

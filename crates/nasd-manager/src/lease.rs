@@ -133,6 +133,12 @@ impl Leases {
         }
     }
 
+    /// Leases live at `now_ms` (metrics).
+    pub fn live(&self, now_ms: u64) -> usize {
+        let g = self.inner.lock().expect("leases lock");
+        g.map.values().filter(|l| l.expires_ms > now_ms).count()
+    }
+
     /// The live lease on `ino`, if any: its holder and expiry.
     pub fn holder(&self, ino: u64, now_ms: u64) -> Option<(Holder, u64)> {
         let g = self.inner.lock().expect("leases lock");

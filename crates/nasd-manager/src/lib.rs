@@ -41,6 +41,8 @@
 //! - [`server`]: the TLS listener, the login gate and the dispatch of calls to their
 //!   handlers; [`conns`]: the connection table
 //!   that bounds what peers which have not logged in can hold.
+//! - [`metrics`]: what `--metrics` shows (per-call counters and latency, the store's
+//!   latency, leases, callbacks, file counts, heal progress) and health.
 //! - [`setup`]: `nasd manager init` and the manager's config file; its files are
 //!   private to its user, checked at start.
 
@@ -56,6 +58,7 @@ pub mod keylog;
 pub mod lease;
 pub mod locks;
 pub mod login;
+pub mod metrics;
 mod ops;
 pub mod postgres;
 pub mod quota;

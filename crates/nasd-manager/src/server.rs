@@ -240,8 +240,15 @@ async fn connection(
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => return Err(e),
         };
+        let (started, mut tag, mut store) = (std::time::Instant::now(), None, Duration::ZERO);
         let (id, (reply, after)) = match MgrRequest::decode(&body) {
-            Ok((id, req)) => (id, dispatch(sh, &mut conn, req).await),
+            Ok((id, req)) => {
+                tag = Some(req.tag());
+                let answer;
+                (answer, store) =
+                    crate::metrics::with_store_time(dispatch(sh, &mut conn, req)).await;
+                (id, answer)
+            }
             Err(DecodeError::Version(v)) => (
                 request_id_of(&body).unwrap_or(0),
                 (
@@ -261,6 +268,14 @@ async fn connection(
             ),
         };
         let encoded = reply.encode(id);
+        sh.mgr.metrics.record(crate::metrics::Answered {
+            tag,
+            reply: &reply,
+            bytes_in: body.len(),
+            bytes_out: encoded.len(),
+            elapsed: started.elapsed(),
+            store,
+        });
         let write = write_frame(&mut s, &encoded);
         match conn.session {
             Some(_) => write.await?,

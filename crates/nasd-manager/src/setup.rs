@@ -280,15 +280,25 @@ fn recorded_meta(cfg: &ManagerConfig) -> MgrResult<Meta> {
     }
 }
 
+/// Where a started manager serves.
+#[derive(Clone, Copy, Debug)]
+pub struct Listening {
+    pub addr: std::net::SocketAddr,
+    /// The metrics server's address, when asked for.
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
 /// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`,
-/// its metadata where `meta` says (default: where the config says). `on_listen` is told the
-/// bound address; `passphrase` is asked only when its keys are sealed.
+/// its metadata where `meta` says (default: where the config says), and its metrics and
+/// health on `metrics` if given ([`crate::metrics`]). `on_listen` is told the bound
+/// addresses; `passphrase` is asked only when its keys are sealed.
 pub async fn run(
     dir: &Path,
     listen: Option<&str>,
     meta: Option<&Meta>,
     passphrase: Passphrase<'_>,
-    on_listen: impl FnOnce(std::net::SocketAddr),
+    metrics: Option<&str>,
+    on_listen: impl FnOnce(Listening),
     shutdown: impl Future<Output = ()>,
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
@@ -300,11 +310,24 @@ pub async fn run(
     let keys = crate::login::load_or_make_keys(dir, seal.as_deref())?;
     let m = Manager::with_keys(st, cfg.policy.clone(), keys)?;
     let tls = tls::server_config(dir)?;
+    let metrics = match metrics {
+        Some(a) => {
+            let source = Arc::new(crate::metrics::ManagerSource(m.clone()));
+            let bound = nasd_metrics::server::start(a, source)
+                .await
+                .map_err(|e| err(format!("serving metrics on {a}: {e}")))?;
+            Some(bound)
+        }
+        None => None,
+    };
     let addr = listen.unwrap_or(&cfg.listen);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| err(format!("listening on {addr}: {e}")))?;
-    on_listen(listener.local_addr().map_err(|e| err(e.to_string()))?);
+    on_listen(Listening {
+        addr: listener.local_addr().map_err(|e| err(e.to_string()))?,
+        metrics,
+    });
     let pending = server::rotate_at_start(&m).await;
     // Revocations a crash interrupted: the drives take the stored version before anything is
     // minted from it.

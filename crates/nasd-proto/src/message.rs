@@ -280,6 +280,17 @@ impl RequestHeader {
         }
     }
 
+    /// Where a request body holds its operation code: kind (1), request id (8), header
+    /// length (4), key type (1), protection (1), partition (2), object (8).
+    pub const OP_CODE_AT: usize = 25;
+
+    /// A request body's operation, read at [`Self::OP_CODE_AT`] without decoding the rest;
+    /// `None` if the body is shorter or the byte names no operation. Not checked against
+    /// anything: [`Self::decode`] does that.
+    pub fn op_code_of(body: &[u8]) -> Option<crate::OpCode> {
+        crate::OpCode::from_u8(*body.get(Self::OP_CODE_AT)?).ok()
+    }
+
     /// A request's protection, operation and argument bytes, read from an encoded body without
     /// decoding (or copying) the rest; `None` if the body does not parse that far. For a
     /// server that must size a request before it runs it.
@@ -375,6 +386,14 @@ impl ReplyHeader {
     pub fn data_at(prefix: &[u8]) -> Option<usize> {
         let len = prefix.get(9..REPLY_PREFIX_BYTES)?;
         Some(REPLY_PREFIX_BYTES + u32::from_le_bytes(len.try_into().ok()?) as usize)
+    }
+
+    /// A reply body's status, read where the header starts (after the
+    /// [`REPLY_PREFIX_BYTES`]) without decoding the rest; `None` if the body is shorter or
+    /// the value names no status.
+    pub fn status_of(body: &[u8]) -> Option<Status> {
+        let b = body.get(REPLY_PREFIX_BYTES..REPLY_PREFIX_BYTES + 2)?;
+        Status::from_u16(u16::from_le_bytes([b[0], b[1]]))
     }
 
     pub fn encode(&self) -> Vec<u8> {

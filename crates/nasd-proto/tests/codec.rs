@@ -247,6 +247,7 @@ proptest! {
         // a server's peek at the arguments sees what the decoder sees
         let (pp, pop, pargs) = RequestHeader::peek_args(&body).unwrap();
         prop_assert_eq!((pp, pop, pargs), (h.protection, h.op, &h.args[..]));
+        prop_assert_eq!(RequestHeader::op_code_of(&body), Some(h.op));
         if let Op::Read { regions } = &op {
             let total = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len));
             prop_assert_eq!(nasd_proto::ops::read_extent(pargs), Some((regions.len(), total)));
@@ -258,6 +259,7 @@ proptest! {
                         args in prop::collection::vec(any::<u8>(), 0..300), digest in any::<[u8; 32]>()) {
         let h = ReplyHeader { request_id: id, status, protection: p, nonce: Nonce { time_us: 1, random: 2 }, args, digest };
         let body = h.encode();
+        prop_assert_eq!(ReplyHeader::status_of(&body), Some(status));
         let (back, at) = ReplyHeader::decode(&body).unwrap();
         prop_assert_eq!(back, h);
         prop_assert_eq!(at, body.len());
@@ -297,6 +299,8 @@ proptest! {
     fn decoders_never_panic_on_arbitrary_bytes(b in prop::collection::vec(any::<u8>(), 0..600)) {
         let _ = RequestHeader::decode(&b);
         let _ = RequestHeader::peek_args(&b);
+        let _ = RequestHeader::op_code_of(&b);
+        let _ = ReplyHeader::status_of(&b);
         let _ = nasd_proto::ops::read_extent(&b);
         let _ = ReplyHeader::decode(&b);
         let _ = Hello::decode(&b);

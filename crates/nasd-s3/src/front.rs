@@ -12,6 +12,7 @@ use crate::access::Access;
 use crate::chunked::{Rechunk, Signing};
 use crate::conns::{Busy, ConnHandle};
 use crate::log::{AccessLog, Entry};
+use crate::metrics::GatewayMetrics;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -90,13 +91,19 @@ pub struct Front {
     inflight: Arc<Semaphore>,
     forms: Arc<Semaphore>,
     log: Option<Arc<AccessLog>>,
+    metrics: Option<Arc<GatewayMetrics>>,
     /// Request ids: a random prefix per process, then a counter.
     id_prefix: u32,
     id_next: AtomicU64,
 }
 
 impl Front {
-    pub fn new(s3: S3Service, access: Arc<Access>, log: Option<AccessLog>) -> Front {
+    pub fn new(
+        s3: S3Service,
+        access: Arc<Access>,
+        log: Option<AccessLog>,
+        metrics: Option<Arc<GatewayMetrics>>,
+    ) -> Front {
         let mut p = [0u8; 4];
         nasd_crypto::random_bytes(&mut p);
         Front {
@@ -105,6 +112,7 @@ impl Front {
             inflight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
             forms: Arc::new(Semaphore::new(POST_FORMS_IN_FLIGHT_MAX)),
             log: log.map(Arc::new),
+            metrics,
             id_prefix: u32::from_le_bytes(p),
             id_next: AtomicU64::new(1),
         }
@@ -126,6 +134,7 @@ impl Front {
         let (bucket, key) = bucket_and_key(req.uri().path());
         let mut done = Done {
             log: self.log.clone(),
+            metrics: self.metrics.clone(),
             entry: Entry {
                 request_id: id.clone(),
                 remote: peer.to_string(),
@@ -480,9 +489,11 @@ struct Guards {
 /// nginx logs it).
 pub const CLIENT_CLOSED_STATUS: u16 = 499;
 
-/// What is logged when a request's answer is sent, or when it is dropped unanswered.
+/// What is logged (and counted, [`crate::metrics`]) when a request's answer is sent, or
+/// when it is dropped unanswered.
 struct Done {
     log: Option<Arc<AccessLog>>,
+    metrics: Option<Arc<GatewayMetrics>>,
     entry: Entry,
     info: RequestInfo,
     start: Instant,
@@ -523,7 +534,12 @@ impl Done {
         self.entry.status = status;
         self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
         self.entry.bytes_out = bytes_out;
-        self.entry.duration_ms = self.start.elapsed().as_millis() as u64;
+        let elapsed = self.start.elapsed();
+        self.entry.duration_ms = elapsed.as_millis() as u64;
+        if let Some(m) = &self.metrics {
+            let e = &self.entry;
+            m.record(&e.op, status, e.bytes_in, bytes_out, elapsed);
+        }
         if let Some(log) = &self.log {
             log.record(std::mem::take(&mut self.entry));
         }

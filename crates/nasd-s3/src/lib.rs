@@ -23,7 +23,8 @@
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
 //!   re-cut into bounded chunks; [`guard`] — signature rules (no SigV2 by default, presigned
-//!   lifetimes, signed headers).
+//!   lifetimes, signed headers); [`metrics`] — requests, errors, bytes and latency per S3
+//!   operation, and health, for `--metrics`.
 
 /// Copies the checksums of metadata `$m` into an output that has S3's checksum fields.
 macro_rules! set_checksums {
@@ -83,6 +84,7 @@ pub mod guard;
 pub mod list;
 pub mod log;
 pub mod meta;
+pub mod metrics;
 pub mod multipart;
 pub mod names;
 mod ops;

@@ -40,6 +40,8 @@ pub struct Options {
     pub sigv2: bool,
     /// Log every request here (a file opened for appending, private).
     pub access_log: Option<std::fs::File>,
+    /// Count every request here (`--metrics`, [`crate::metrics`]).
+    pub metrics: Option<Arc<crate::metrics::GatewayMetrics>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +138,7 @@ pub async fn serve(
         s3,
         access,
         options.access_log.map(AccessLog::new),
+        options.metrics,
     ));
     let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     http.http1()

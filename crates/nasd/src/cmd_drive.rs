@@ -68,6 +68,8 @@ pub enum DriveCmd {
         passphrase: PassphraseArgs,
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        metrics: crate::metrics::MetricsArgs,
     },
     /// Seal the keys of a stopped drive under a passphrase, or change the passphrase of a sealed
     /// one (the new one from $NASD_DRIVE_NEW_PASSPHRASE, --new-passphrase-file, or asked).
@@ -332,6 +334,7 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             listen,
             passphrase: pf,
             run,
+            metrics,
         } => {
             let options = run.options()?;
             tracing_subscriber::fmt()
@@ -353,7 +356,11 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
                 r => r,
             }
             .with_context(|| format!("opening the drive in {}", data.display()))?;
-            crate::runtime()?.block_on(serve(drive, &data, &listen))
+            crate::runtime()?.block_on(async {
+                let source = Arc::new(nasd_drive::metrics::DriveSource(drive.clone()));
+                metrics.start("drive", source).await?;
+                serve(drive, &data, &listen).await
+            })
         }
         DriveCmd::Info(a) => crate::runtime()?.block_on(async move {
             let (conn, auth, t) = admin_session(&a).await?;

@@ -743,6 +743,7 @@ pub fn mount(
     paths: Vec<String>,
     allow_other: bool,
     users: Option<std::path::PathBuf>,
+    metrics: crate::metrics::MetricsArgs,
 ) -> anyhow::Result<()> {
     let map = match &users {
         Some(f) => nasd_fuse::IdMap::read(f)?,
@@ -762,7 +763,16 @@ pub fn mount(
     let mp = std::path::PathBuf::from(&mountpoint);
     crate::unmount_on_signal(&rt, mp.clone());
     let options = nasd_fuse::Options { allow_other, map };
-    nasd_fuse::serve(c, rt.handle().clone(), &remote, &mp, options)
+    let counters = match &metrics.metrics {
+        Some(_) => {
+            let h = rt.handle().clone();
+            let m = Arc::new(nasd_fuse::metered::MountMetrics::new(c.clone(), &remote, h));
+            rt.block_on(metrics.start("mount", m.clone()))?;
+            Some(m)
+        }
+        None => None,
+    };
+    nasd_fuse::serve(c, rt.handle().clone(), &remote, &mp, options, counters)
         .with_context(|| format!("mounting nasd:{remote} at {mountpoint}"))
 }
 

@@ -44,6 +44,8 @@ pub enum ManagerCmd {
         /// this file, or asked).
         #[arg(long, value_name = "FILE")]
         passphrase_file: Option<PathBuf>,
+        #[command(flatten)]
+        metrics: crate::metrics::MetricsArgs,
     },
     /// Seal the keys of the stopped manager in DIR under a passphrase: the drives' keys in its
     /// store and its OPAQUE key file, so a copy of the directory gives neither away; it then
@@ -173,6 +175,7 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             listen,
             meta,
             passphrase_file,
+            metrics,
         } => crate::runtime()?.block_on(async move {
             let meta = meta.as_deref().map(setup::Meta::parse).transpose()?;
             let file = passphrase_file.clone();
@@ -188,8 +191,12 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
                         )
                     })
                 }),
-                |addr| {
-                    println!("nasd manager listening on {addr}");
+                metrics.metrics.as_deref(),
+                |at| {
+                    if let Some(m) = at.metrics {
+                        println!("nasd manager metrics on http://{m}/metrics");
+                    }
+                    println!("nasd manager listening on {}", at.addr);
                     use std::io::Write as _;
                     std::io::stdout().flush().ok();
                 },

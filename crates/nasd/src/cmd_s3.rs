@@ -20,6 +20,8 @@ const GATEWAY_CONFIG: &str = "s3-gateway.json";
 const GATEWAY_PASSWORD: &str = "s3-gateway.password";
 const GATEWAY_PID: &str = "s3-gateway.pid";
 const GATEWAY_LOG: &str = "s3-gateway.log";
+/// Where the gateway `nasd up --s3` starts serves its metrics (`ADDR`, written at start).
+pub const GATEWAY_METRICS: &str = "s3-gateway.metrics";
 /// The access log `nasd up --s3` has the gateway write (one JSON line per request).
 pub const ACCESS_LOG: &str = "s3-access.log";
 
@@ -53,6 +55,8 @@ pub struct ServeArgs {
     /// checked to 15 minutes and presigned URLs to 7 days, but it is weaker than SigV4).
     #[arg(long)]
     pub sigv2: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 pub fn run(c: S3Cmd) -> anyhow::Result<()> {
@@ -72,10 +76,12 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let counters = a.metrics.metrics.is_some().then(Arc::default);
     let options = nasd_s3::Options {
         tls,
         sigv2: a.sigv2,
         access_log,
+        metrics: counters.clone(),
     };
     // Warnings (each naming the request that caused it) to stderr, the gateway's log under
     // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
@@ -105,6 +111,15 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             c.user()
         );
         let access = nasd_s3::access::Access::new(c);
+        if let Some(metrics) = counters {
+            let source = Arc::new(nasd_s3::metrics::GatewaySource {
+                metrics,
+                access: access.clone(),
+                root: root.clone(),
+                runtime: tokio::runtime::Handle::current(),
+            });
+            a.metrics.start("s3", source).await?;
+        }
         nasd_s3::serve(listener, access, &root, options, crate::terminated()).await;
         Ok(())
     })
@@ -200,8 +215,9 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// Starts `nasd s3 serve` for the cluster in `dir` on `listen`, in a process group of its
-/// own, recording its pid for `nasd down`; returns once it answers.
-pub fn start(dir: &Path, listen: &str) -> anyhow::Result<u32> {
+/// own, recording its pid for `nasd down` and the address of its metrics (a free loopback
+/// port) in [`GATEWAY_METRICS`]; returns the pid and that address once it answers.
+pub fn start(dir: &Path, listen: &str) -> anyhow::Result<(u32, String)> {
     use std::os::unix::process::CommandExt as _;
     let cfg = crate::runtime()?.block_on(async {
         let admin_cfg =
@@ -215,8 +231,11 @@ pub fn start(dir: &Path, listen: &str) -> anyhow::Result<u32> {
     nasd_private::write_file(&log_path, b"")?;
     let log = nasd_private::open_append(&log_path)?;
     let exe = std::env::current_exe()?;
+    let metrics = nasd_cluster::process::free_addrs(1)?.remove(0);
+    nasd_private::write_file(&dir.join(GATEWAY_METRICS), metrics.as_bytes())?;
     let child = std::process::Command::new(exe)
         .args(["s3", "serve", "--listen", listen, "--root", ROOT_DEFAULT])
+        .args(["--metrics", &metrics])
         .arg("--access-log")
         .arg(dir.join(ACCESS_LOG))
         .env("NASD_CONFIG", &cfg)
@@ -240,7 +259,7 @@ pub fn start(dir: &Path, listen: &str) -> anyhow::Result<u32> {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    Ok(pid)
+    Ok((pid, metrics))
 }
 
 /// Stops the gateway `start` left running for the cluster in `dir`, if any; its pid.

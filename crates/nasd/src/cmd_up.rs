@@ -7,7 +7,8 @@
 //! saying which. `up` makes its cluster the current one (the per-user `current` file of
 //! [`nasd_client::config`]), so later commands reach it without `NASD_CONFIG`; `up` and `down`
 //! without `--data` act on `$NASD_DATA`, else the current cluster, else
-//! `~/.local/share/nasd`.
+//! `~/.local/share/nasd`. Every process serves its metrics and health on a port of its own,
+//! recorded beside its address (`cluster.json`; the gateway's in `s3-gateway.metrics`).
 
 use anyhow::{bail, Context as _};
 use nasd_client::config::{ConfigSearch, ConfigSource};
@@ -76,9 +77,14 @@ pub fn up(
         println!("every component was already running");
     }
     println!("nasd cluster up in {}", c.dir().display());
-    println!("  manager  {}", c.manager_addr());
+    let metrics = |m: &Option<String>| match m {
+        Some(m) => format!("  (metrics http://{m}/metrics)"),
+        None => String::new(),
+    };
+    let manager = &c.info().manager;
+    println!("  manager  {}{}", manager.addr, metrics(&manager.metrics));
     for d in c.drives() {
-        println!("  {}  {}", d.name, d.addr);
+        println!("  {}  {}{}", d.name, d.addr, metrics(&d.metrics));
     }
     println!("  config   {}", c.config_path().display());
     match search.set_current(&c.config_path()) {
@@ -108,10 +114,11 @@ pub fn up(
         }
     }
     if let Some(addr) = &s3 {
-        let pid = crate::cmd_s3::start(c.dir(), addr)?;
+        let (pid, m) = crate::cmd_s3::start(c.dir(), addr)?;
         println!(
-            "  s3       http://{addr} (pid {pid}; buckets under nasd:{})",
-            crate::cmd_s3::ROOT_DEFAULT
+            "  s3       http://{addr} (pid {pid}; buckets under nasd:{}){}",
+            crate::cmd_s3::ROOT_DEFAULT,
+            metrics(&Some(m))
         );
     }
     if background {

@@ -13,6 +13,7 @@
 //! - [`cmd_cp`]: `nasd cp` (modes, times, holes, destinations).
 //! - [`cmd_quota`]: `nasd quota set|show` (per-user quotas, seed 002 §3.2).
 //! - [`demo`]: `nasd demo`.
+//! - [`metrics`]: `--metrics ADDR` of the commands that serve.
 //! - [`parse`]: flag value parsers (durations, protections, sizes).
 
 /// `print!` to stdout that ends the process quietly when stdout is a closed pipe
@@ -67,6 +68,7 @@ mod cmd_quota;
 mod cmd_s3;
 mod cmd_up;
 mod demo;
+mod metrics;
 mod parse;
 
 use clap::{Parser, Subcommand};
@@ -216,6 +218,8 @@ enum Cmd {
         /// `user UID NAME [KEY_FILE]` or `group GID NAME` (docs/mount.md).
         #[arg(long, value_name = "FILE", requires = "allow_other")]
         users: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        metrics: metrics::MetricsArgs,
     },
     /// Unmount a `nasd mount`.
     Umount { mountpoint: String },
@@ -409,7 +413,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             paths,
             allow_other,
             users,
-        } => cmd_fs::mount(paths, allow_other, users),
+            metrics,
+        } => cmd_fs::mount(paths, allow_other, users, metrics),
         Cmd::S3(c) => cmd_s3::run(c),
         Cmd::Umount { mountpoint } => anyhow::Context::with_context(
             nasd_fuse::unmount(std::path::Path::new(&mountpoint)),

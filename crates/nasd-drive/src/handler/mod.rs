@@ -117,6 +117,8 @@ pub struct Drive {
     floor: ReplayFloor,
     audit: Audit,
     metrics: Metrics,
+    /// Requests, errors, bytes and latency per operation (`--metrics`, [`crate::metrics`]).
+    ops: nasd_metrics::OpStats,
     /// The clock, behind a seam so tests can move it.
     clock: Box<dyn Fn() -> u64 + Send + Sync>,
     /// Reply nonces: a random start drawn at open, then one step per reply, so every reply's
@@ -265,6 +267,7 @@ impl Drive {
             floor,
             audit: Audit::open(audit)?,
             metrics: Metrics::default(),
+            ops: crate::metrics::op_stats(),
             clock: Box::new(now_us),
             reply_nonces: AtomicU64::new(nasd_crypto::random_u64()),
             options,
@@ -316,6 +319,23 @@ impl Drive {
             cpu_ns: self.metrics.handler_cpu_ns.load(Ordering::Relaxed)
                 + self.store.writer_cpu_ns.load(Ordering::Relaxed),
         }
+    }
+
+    /// Requests, errors, bytes and latency per operation.
+    pub fn op_stats(&self) -> &nasd_metrics::OpStats {
+        &self.ops
+    }
+
+    /// `Ok`, or why the drive cannot serve: its store does not answer
+    /// ([`crate::store::Store::probe`]) or its writer thread is gone.
+    pub fn health(&self) -> Result<(), String> {
+        if let Err(e) = self.store.probe() {
+            return Err(format!("the store does not answer: {e}"));
+        }
+        if !self.writer.running() {
+            return Err("the writer thread is not running".into());
+        }
+        Ok(())
     }
 
     pub fn writer(&self) -> &Writer {

@@ -177,6 +177,11 @@ impl Writer {
         }
     }
 
+    /// Whether the writer thread still runs (it ends only at shutdown, or by a panic).
+    pub fn running(&self) -> bool {
+        self.tx.is_some() && self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     fn sender(&self) -> Result<mpsc::SyncSender<(Job, Reply)>, DriveError> {
         self.tx.clone().ok_or(DriveError::ShuttingDown)
     }

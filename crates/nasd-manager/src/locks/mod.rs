@@ -196,6 +196,11 @@ impl Locks {
         self.table().ranges
     }
 
+    /// Sessions with a lock lease now (metrics).
+    pub fn sessions(&self) -> usize {
+        self.table().sessions.len()
+    }
+
     fn lease_of(&self, t: &Table, session: u64, now_ms: u64) -> LockLease {
         LockLease {
             boot: self.boot,

@@ -304,6 +304,8 @@ pub struct Manager {
     pub key_log: crate::keylog::KeyLogSigner,
     /// Files whose revocation is in flight, which an `Open` waits for ([`revoking`]).
     pub revoking: revoking::Revoking,
+    /// Per-call counters and the store's latency ([`crate::metrics`]).
+    pub metrics: crate::metrics::ManagerMetrics,
 }
 
 impl Manager {
@@ -350,11 +352,13 @@ impl Manager {
             key_log: crate::keylog::KeyLogSigner::from_secret(&opaque.to_bytes()),
             opaque,
             revoking: Default::default(),
+            metrics: Default::default(),
         }))
     }
 
-    pub(crate) fn st(&self) -> std::sync::MutexGuard<'_, Box<dyn MetaStore>> {
-        self.store.lock().expect("store lock")
+    /// The store, locked (its wait and hold are timed: [`crate::metrics`]).
+    pub(crate) fn st(&self) -> crate::metrics::StoreGuard<'_> {
+        self.metrics.lock(&self.store)
     }
 
     pub(super) fn names(&self, uid: u32, gid: u32) -> (String, String) {
