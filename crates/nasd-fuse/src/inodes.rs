@@ -4,6 +4,10 @@
 //! links) answers to the last one seen that it still has: the mount keeps up to
 //! [`NAMES_PER_INODE_MAX`] of them, so an unlink of one leaves the others; renames move every
 //! path under the old name.
+//!
+//! It also keeps the names the kernel was told do not exist (negative entries), by
+//! directory, so that a callback break of the directory drops every one of them: the
+//! manager breaks a directory's callback once, for the first name made there.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,18 +18,59 @@ pub const ROOT: u64 = 1;
 const MANAGER_ROOT_ELSEWHERE: u64 = u64::MAX - 1;
 /// Names kept per inode (hard links); past it the oldest seen is forgotten.
 pub const NAMES_PER_INODE_MAX: usize = 8;
+/// Negative entries kept in all; past it those older than the kernel keeps them go, and if
+/// none has, a lookup that finds nothing is not kept as absent.
+pub const ABSENT_NAMES_MAX: usize = 16_384;
 
 pub struct Inodes {
     /// The manager's inode number of the mount's root.
     root_ino: u64,
     /// Each inode's names, the last seen last.
     paths: Mutex<HashMap<u64, Vec<String>>>,
+    /// Names told absent, by the kernel's number of their directory, with when (ms).
+    absent: Mutex<HashMap<u64, Vec<(String, u64)>>>,
 }
 
 impl Inodes {
     pub fn new(root: &str, root_ino: u64) -> Inodes {
         let paths = Mutex::new(HashMap::from([(ROOT, vec![root.to_string()])]));
-        Inodes { root_ino, paths }
+        Inodes {
+            root_ino,
+            paths,
+            absent: Mutex::default(),
+        }
+    }
+
+    /// Notes that the kernel is told `name` does not exist in directory `dir` (kernel
+    /// numbers) at `now_ms`, for `keep_ms`; false when the table is full of live entries
+    /// (the lookup then answers an error, which the kernel does not keep).
+    pub fn note_absent(&self, dir: u64, name: &str, now_ms: u64, keep_ms: u64) -> bool {
+        let mut a = self.absent.lock().expect("absent lock");
+        if a.values().map(Vec::len).sum::<usize>() >= ABSENT_NAMES_MAX {
+            a.retain(|_, names| {
+                names.retain(|&(_, at)| at + keep_ms > now_ms);
+                !names.is_empty()
+            });
+            if a.values().map(Vec::len).sum::<usize>() >= ABSENT_NAMES_MAX {
+                return false;
+            }
+        }
+        a.entry(dir).or_default().push((name.to_string(), now_ms));
+        true
+    }
+
+    /// The names told absent in directory `dir` (kernel number), forgotten here: the
+    /// caller drops them from the kernel. Every directory's, for `None`.
+    pub fn take_absent(&self, dir: Option<u64>) -> Vec<(u64, String)> {
+        let mut a = self.absent.lock().expect("absent lock");
+        let taken: Vec<(u64, Vec<(String, u64)>)> = match dir {
+            Some(d) => a.remove(&d).map(|n| vec![(d, n)]).unwrap_or_default(),
+            None => a.drain().collect(),
+        };
+        taken
+            .into_iter()
+            .flat_map(|(d, names)| names.into_iter().map(move |(n, _)| (d, n)))
+            .collect()
     }
 
     /// The kernel's number for the manager's inode `ino`.
@@ -202,5 +247,27 @@ mod tests {
             i.saw(9, &format!("/d/l{k}"));
         }
         assert_eq!(i.paths.lock().unwrap()[&9].len(), NAMES_PER_INODE_MAX);
+    }
+
+    /// A directory's break takes every absence noted in it and none of another's; a reset
+    /// takes all; a full table makes room from entries the kernel no longer keeps, else
+    /// refuses.
+    #[test]
+    fn absences_go_by_directory_and_the_table_is_bounded() {
+        let i = Inodes::new("/", 1);
+        assert!(i.note_absent(5, "a", 0, 1_000));
+        assert!(i.note_absent(5, "b", 0, 1_000));
+        assert!(i.note_absent(6, "c", 0, 1_000));
+        let mut got = i.take_absent(Some(5));
+        got.sort();
+        assert_eq!(got, [(5, "a".to_string()), (5, "b".to_string())]);
+        assert!(i.take_absent(Some(5)).is_empty());
+        assert_eq!(i.take_absent(None), [(6, "c".to_string())]);
+        for k in 0..ABSENT_NAMES_MAX {
+            assert!(i.note_absent(7, &format!("n{k}"), 0, 1_000));
+        }
+        assert!(!i.note_absent(7, "late", 500, 1_000), "all still kept");
+        assert!(i.note_absent(7, "later", 1_000, 1_000), "the old ones expired");
+        assert_eq!(i.take_absent(None).len(), 1);
     }
 }

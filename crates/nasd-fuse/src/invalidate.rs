@@ -3,8 +3,9 @@
 //! and its names and attributes for [`crate::fs::CACHED_TTL`]; a break for a file drops its
 //! pages and attributes before the break is acknowledged (so another client's store returns
 //! only once this kernel forgot the old bytes), and a break for a name drops that directory
-//! entry. A reset (`ino` 0: the channel failed or the manager restarted) drops every inode the
-//! mount has shown.
+//! entry; a break of a directory also drops every name the kernel keeps as absent in it. A
+//! reset (`ino` 0: the channel failed or the manager restarted) drops every inode the mount
+//! has shown and every absence.
 //!
 //! Entries are dropped on a thread of their own: the kernel takes the directory's lock for
 //! that, which a request of this mount may hold while it waits on the manager, and the
@@ -30,18 +31,24 @@ pub fn hook(n: Notifier, inodes: Arc<Inodes>) -> nasd_client::callbacks::BreakHo
     });
     let tx = std::sync::Mutex::new(tx);
     Arc::new(move |b: &CallbackBreak| {
+        let tx = tx.lock().expect("entries channel lock");
         if b.ino == 0 {
             for ino in inodes.known() {
                 let _ = n.inval_inode(INodeNo(ino), 0, 0);
             }
+            for (dir, name) in inodes.take_absent(None) {
+                let _ = tx.send((dir, OsString::from(name)));
+            }
             return;
         }
-        let _ = n.inval_inode(INodeNo(inodes.fuse_ino(b.ino)), 0, 0);
+        let ino = inodes.fuse_ino(b.ino);
+        let _ = n.inval_inode(INodeNo(ino), 0, 0);
+        // A directory's break (a name made there) drops every absence the kernel keeps in it.
+        for (dir, name) in inodes.take_absent(Some(ino)) {
+            let _ = tx.send((dir, OsString::from(name)));
+        }
         if b.parent != 0 && !b.name.is_empty() {
-            let _ = tx
-                .lock()
-                .expect("entries channel lock")
-                .send((inodes.fuse_ino(b.parent), OsString::from(&b.name)));
+            let _ = tx.send((inodes.fuse_ino(b.parent), OsString::from(&b.name)));
         }
     })
 }

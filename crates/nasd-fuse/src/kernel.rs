@@ -52,6 +52,14 @@ const STATFS_FILES_FREE: u64 = 1 << 32;
 const RELATIME_US: u64 = 24 * 3600 * 1_000_000;
 
 impl NasdFs {
+    /// Notes `name` in `parent` as kept absent by the kernel ([`crate::inodes::Inodes::note_absent`]).
+    fn keep_absent(&self, parent: INodeNo, name: &OsStr) -> bool {
+        let keep_ms = CACHED_TTL.as_millis() as u64;
+        let now = us_of(SystemTime::now()) / 1000;
+        let name = name.to_string_lossy();
+        self.inodes.note_absent(parent.0, &name, now, keep_ms)
+    }
+
     fn entry(&self, c: &Client, path: &str, reply: ReplyEntry) {
         match self.stat_path(c, path) {
             Ok(a) => reply.entry(&self.ttl(), &a, Generation(0)),
@@ -491,7 +499,9 @@ impl Filesystem for NasdFs {
         };
         match self.stat_path(&c, &path) {
             Ok(a) => reply.entry(&self.ttl(), &a, Generation(0)),
-            Err(Errno::ENOENT) if !self.users.shared() && self.cached() => {
+            Err(Errno::ENOENT)
+                if !self.users.shared() && self.cached() && self.keep_absent(parent, name) =>
+            {
                 reply.entry(&CACHED_TTL, &absent(), Generation(0))
             }
             Err(e) => reply.error(e),
