@@ -292,7 +292,10 @@ mod tests {
         s.clear();
         s.put_own("/a", cached(5, 0), heard);
         assert_eq!(s.get("/a", AttrKind::Lstat, 1).unwrap().stat.ino, 5);
-        assert!(s.get("/a", AttrKind::Stat, 1).is_none(), "a link's target may differ");
+        assert!(
+            s.get("/a", AttrKind::Stat, 1).is_none(),
+            "a link's target may differ"
+        );
         let heard = s.heard();
         s.apply(&CallbackBreak {
             seq: 1,
