@@ -267,7 +267,10 @@ mod tests {
             assert!(i.note_absent(7, &format!("n{k}"), 0, 1_000));
         }
         assert!(!i.note_absent(7, "late", 500, 1_000), "all still kept");
-        assert!(i.note_absent(7, "later", 1_000, 1_000), "the old ones expired");
+        assert!(
+            i.note_absent(7, "later", 1_000, 1_000),
+            "the old ones expired"
+        );
         assert_eq!(i.take_absent(None).len(), 1);
     }
 }
