@@ -109,12 +109,17 @@ impl CallbackState {
 
     /// Caches what a request sent at `sent_ms`, in callback epoch `epoch`, fetched.
     pub(crate) fn put(&self, path: &str, kind: AttrKind, c: Cached, epoch: u64) {
+        self.put_if(path, kind, c, || self.epoch() == epoch);
+    }
+
+    /// Caches `c` if the channel is live and `unchanged` holds under the lock a break takes
+    /// too (no break came since the fetch began).
+    fn put_if(&self, path: &str, kind: AttrKind, c: Cached, unchanged: impl Fn() -> bool) {
         if !self.live(c.fetched_ms) {
             return;
         }
         let mut m = self.attrs.lock().expect("attrs lock");
-        // Checked under the lock a break takes too: no break came since the fetch began.
-        if self.epoch() != epoch {
+        if !unchanged() {
             return;
         }
         if m.len() >= ATTR_CACHE_ENTRIES_MAX {
@@ -133,17 +138,7 @@ impl CallbackState {
     /// callback with its answer, so only another client's later change can make it stale,
     /// and that one's break counts).
     pub(crate) fn put_own(&self, path: &str, c: Cached, heard: u64) {
-        if !self.live(c.fetched_ms) {
-            return;
-        }
-        let mut m = self.attrs.lock().expect("attrs lock");
-        if self.heard() != heard {
-            return;
-        }
-        if m.len() >= ATTR_CACHE_ENTRIES_MAX {
-            m.clear();
-        }
-        m.insert((path.to_string(), AttrKind::Lstat), c);
+        self.put_if(path, AttrKind::Lstat, c, || self.heard() == heard);
     }
 
     /// Forgets what is cached about `path` (this client changed it).
