@@ -307,7 +307,7 @@ fn round(
 ) -> anyhow::Result<()> {
     let out = b.scratch.join("out");
     let (by_cp, by_mount) = (format!("/{d}/cp{r}"), format!("/{d}/m{r}"));
-    let first = r % 2 == 0;
+    let first = r.is_multiple_of(2);
     let w = pair(first, |cp| {
         if cp {
             b.nasd_cp(&[src, &remote(&by_cp)])

@@ -217,7 +217,7 @@ pub(crate) fn run(
                 Ok(d)
             };
             let (l, m) = (at(local)?, at(mounted)?);
-            let (ls, ms) = if r % 2 == 0 {
+            let (ls, ms) = if r.is_multiple_of(2) {
                 let ls = shell(&l, w.command, src)?;
                 (ls, shell(&m, w.command, src)?)
             } else {
