@@ -52,7 +52,8 @@ const STATFS_FILES_FREE: u64 = 1 << 32;
 const RELATIME_US: u64 = 24 * 3600 * 1_000_000;
 
 impl NasdFs {
-    /// Notes `name` in `parent` as kept absent by the kernel ([`crate::inodes::Inodes::note_absent`]).
+    /// Notes `name` in `parent` as kept absent by the kernel
+    /// ([`crate::inodes::Inodes::note_absent`]).
     fn keep_absent(&self, parent: INodeNo, name: &OsStr) -> bool {
         let keep_ms = CACHED_TTL.as_millis() as u64;
         let now = us_of(SystemTime::now()) / 1000;
