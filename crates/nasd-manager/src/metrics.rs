@@ -259,9 +259,7 @@ fn sessions(m: &Manager, e: &mut Exposition) {
             c.channels,
         ),
     ];
-    for (name, help, v) in gauges {
-        e.single(name, Kind::Gauge, help, v);
-    }
+    e.gauges(gauges);
     e.single(
         "nasd_manager_callback_registrations_total",
         Kind::Counter,
@@ -352,9 +350,7 @@ fn files(m: &Manager, e: &mut Exposition) -> Result<(), String> {
             c.stale_bytes,
         ),
     ];
-    for (name, help, v) in gauges {
-        e.single(name, Kind::Gauge, help, v);
-    }
+    e.gauges(gauges);
     let name = "nasd_manager_drive_stale_components";
     e.family(name, Kind::Gauge, "Stale components on each drive.");
     for d in &c.drives {
@@ -405,9 +401,7 @@ fn heal(m: &Manager, e: &mut Exposition) {
             u64::from(r.finished),
         ),
     ];
-    for (name, help, v) in gauges {
-        e.single(name, Kind::Gauge, help, v);
-    }
+    e.gauges(gauges);
     let scrub_counts: [(&str, Kind, &str, u64); 6] = [
         (
             "nasd_manager_scrub_passes_total",

@@ -80,6 +80,16 @@ impl Exposition {
         self.sample(name, &[], value);
     }
 
+    /// One unlabelled gauge per row: (name, help, value).
+    pub fn gauges<V: Into<Value>>(
+        &mut self,
+        rows: impl IntoIterator<Item = (&'static str, &'static str, V)>,
+    ) {
+        for (name, help, v) in rows {
+            self.single(name, Kind::Gauge, help, v);
+        }
+    }
+
     /// The samples of one histogram of family `name` (started with [`Kind::Histogram`]):
     /// cumulative buckets, sum and count.
     pub fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
