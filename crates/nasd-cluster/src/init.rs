@@ -6,8 +6,8 @@
 
 use crate::error::ClusterError;
 use crate::node::{ClusterFile, Node, NodeId, CLUSTER_FILE_VERSION};
+use crate::ports::{free_addrs, free_addrs_avoiding};
 use crate::postgres::{self, Meta};
-use crate::process::free_addrs;
 use crate::{Options, DRIVES_MAX};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
 use std::path::Path;
@@ -45,8 +45,14 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         return Err(ClusterError::DriveCount { drives: o.drives });
     }
     // One address per drive, then the manager's.
+    // Metrics on loopback only when the components are (a placement's namespaces have
+    // addresses of their own). All loopback ports are drawn in one call, so none repeats.
+    let n = o.drives + 1;
+    let mut metrics: Vec<Option<String>> = vec![None; n];
     let mut addrs = if o.placement.addrs.is_empty() {
-        free_addrs(o.drives + 1)?
+        let mut all = free_addrs(2 * n)?;
+        metrics = all.split_off(n).into_iter().map(Some).collect();
+        all
     } else if o.placement.addrs.len() == o.drives + 1 {
         o.placement.addrs.clone()
     } else {
@@ -56,12 +62,6 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         });
     };
     let maddr = addrs.pop().expect("one address per component");
-    // Metrics on loopback only when the components are (a placement's namespaces have
-    // addresses of their own).
-    let mut metrics: Vec<Option<String>> = match o.placement.addrs.is_empty() {
-        true => free_addrs(o.drives + 1)?.into_iter().map(Some).collect(),
-        false => vec![None; o.drives + 1],
-    };
     let mmetrics = metrics.pop().expect("one address per component");
     let mut drives = vec![];
     for (i, (addr, metrics)) in addrs.into_iter().zip(metrics).enumerate() {
@@ -146,7 +146,12 @@ pub fn add_metrics(
     if missing == 0 || !o.placement.addrs.is_empty() || !o.placement.wrappers.is_empty() {
         return Ok(info);
     }
-    let mut free = free_addrs(missing)?.into_iter();
+    let taken: Vec<&str> = std::iter::once(&info.manager)
+        .chain(&info.drives)
+        .flat_map(|n| std::iter::once(&n.addr).chain(&n.metrics))
+        .map(String::as_str)
+        .collect();
+    let mut free = free_addrs_avoiding(missing, &taken)?.into_iter();
     for n in std::iter::once(&mut info.manager).chain(info.drives.iter_mut()) {
         if n.metrics.is_none() {
             n.metrics = free.next();

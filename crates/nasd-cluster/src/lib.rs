@@ -38,6 +38,7 @@ pub mod data;
 pub mod error;
 pub mod init;
 pub mod node;
+pub mod ports;
 pub mod postgres;
 pub mod process;
 

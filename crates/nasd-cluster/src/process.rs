@@ -131,50 +131,6 @@ pub fn wait_ready(
     }
 }
 
-/// `n` distinct free loopback addresses (the ports are released at once, for the
-/// components to bind; all are held until every one is chosen, so none repeats).
-///
-/// The ports are drawn at random below the kernel's ephemeral range: a port from that range
-/// (what binding port 0 gives) can be handed to any outgoing connection or another port-0
-/// bind while its component is stopped, and then the component cannot start again on its
-/// address. Where the range leaves no room below it, port 0 it is.
-pub fn free_addrs(n: usize) -> Result<Vec<String>, ClusterError> {
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let mut held: Vec<std::net::TcpListener> = Vec::with_capacity(n);
-    let mut seed = {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish() | 1
-    };
-    let mut tries = 0;
-    while held.len() < n {
-        let l = if low > PORT_FLOOR + 1000 && tries < n * 50 {
-            tries += 1;
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let port = PORT_FLOOR + (seed % u64::from(low - PORT_FLOOR)) as u16;
-            match std::net::TcpListener::bind(("127.0.0.1", port)) {
-                Ok(l) => l,
-                Err(_) => continue,
-            }
-        } else {
-            std::net::TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Port)?
-        };
-        held.push(l);
-    }
-    held.iter()
-        .map(|l| Ok(l.local_addr().map_err(ClusterError::Port)?.to_string()))
-        .collect()
-}
-
-/// Lowest port [`free_addrs`] draws (above the well-known and most registered services).
-pub const PORT_FLOOR: u16 = 20000;
-
 /// Whether `pid` exists and may be signalled.
 pub fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists and may be signalled.
@@ -280,15 +236,6 @@ mod tests {
     }
 
     #[test]
-    fn free_addresses_are_distinct() {
-        let a = free_addrs(16).unwrap();
-        let mut b = a.clone();
-        b.sort();
-        b.dedup();
-        assert_eq!(b.len(), 16, "{a:?}");
-    }
-
-    #[test]
     fn only_the_new_part_of_a_log_says_a_component_is_listening() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir(t.path().join("logs")).unwrap();
@@ -361,29 +308,5 @@ mod tests {
             "line 4\nline 5\nline 6\nline 7\nline 8"
         );
         assert_eq!(log_tail(t.path(), NodeId::Manager), "");
-    }
-}
-
-#[cfg(test)]
-mod port_tests {
-    use super::*;
-
-    #[test]
-    fn addresses_are_distinct_loopback_ports_below_the_ephemeral_range() {
-        let addrs = free_addrs(40).unwrap();
-        let ports: std::collections::BTreeSet<u16> = addrs
-            .iter()
-            .map(|a| a.strip_prefix("127.0.0.1:").unwrap().parse().unwrap())
-            .collect();
-        assert_eq!(ports.len(), 40);
-        let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok());
-        if let Some(low) = low.filter(|l| *l > PORT_FLOOR + 1000) {
-            assert!(
-                ports.iter().all(|p| (PORT_FLOOR..low).contains(p)),
-                "{ports:?}"
-            );
-        }
     }
 }

@@ -170,7 +170,7 @@ fn client_err(what: &str) -> impl Fn(nasd_client::ClientError) -> LabError + '_ 
 
 /// Starts `nasd drive run` on the drive in `dir/drive`, slow and cold.
 fn start_drive(o: &PrefetchOptions, dir: &std::path::Path) -> Result<DriveProcess, LabError> {
-    let addr = nasd_cluster::process::free_addrs(1)
+    let addr = nasd_cluster::ports::free_addrs(1)
         .map_err(cluster_err)?
         .remove(0);
     let data = dir.join("drive");

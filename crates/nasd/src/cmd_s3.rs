@@ -231,7 +231,7 @@ pub fn start(dir: &Path, listen: &str) -> anyhow::Result<(u32, String)> {
     nasd_private::write_file(&log_path, b"")?;
     let log = nasd_private::open_append(&log_path)?;
     let exe = std::env::current_exe()?;
-    let metrics = nasd_cluster::process::free_addrs(1)?.remove(0);
+    let metrics = nasd_cluster::ports::free_addrs(1)?.remove(0);
     nasd_private::write_file(&dir.join(GATEWAY_METRICS), metrics.as_bytes())?;
     let child = std::process::Command::new(exe)
         .args(["s3", "serve", "--listen", listen, "--root", ROOT_DEFAULT])

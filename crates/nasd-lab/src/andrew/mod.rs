@@ -256,7 +256,7 @@ fn mount_baseline(
     };
     let root = w.join(format!("{name}-root"));
     std::fs::create_dir(&root).map_err(|e| LabError::Andrew(format!("{}: {e}", root.display())))?;
-    let addr = nasd_cluster::process::free_addrs(1)
+    let addr = nasd_cluster::ports::free_addrs(1)
         .map_err(|e| LabError::Cluster(Box::new(e)))?
         .pop()
         .expect("one address");
