@@ -1384,6 +1384,12 @@ impl Client {
         Ok(self.upload_granules(u).await?.0)
     }
 
+    /// Whether the upload's bytes are enciphered end to end (its directory's policy): what
+    /// a gateway checks before it tells a client the object is encrypted at rest.
+    pub async fn upload_encrypted(&self, u: &Upload) -> bool {
+        u.grant.lock().await.policy.encrypted
+    }
+
     /// [`Client::upload_granule`], and the layout's own write granule (its parity group;
     /// 1 when writes need no alignment).
     pub async fn upload_granules(&self, u: &Upload) -> Result<(u64, u64), FsError> {

@@ -1,11 +1,13 @@
 //! Buckets and ACLs (issue 22 §1): a bucket is a directory under the root, owned by the user
 //! who made it, mode 0700 unless its ACL says otherwise; ListBuckets shows a user their own
 //! buckets, a page at a time; an ACL set is a mode set ([`crate::acl`]) and an ACL read is
-//! computed from the modes the manager enforces.
+//! computed from the modes the manager enforces. A bucket's default encryption (SSE-S3 only)
+//! is an attribute of its directory ([`crate::sse`]).
 
 use crate::acl;
 use crate::gateway::*;
 use crate::ops::{both_acls, grant_headers};
+use crate::sse;
 use nasd_client::files::Client;
 use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use s3s::dto::*;
@@ -259,6 +261,90 @@ impl Gateway {
         Ok(dirs.iter().fold((1, 1), |(g, o), st| {
             (g & (st.mode >> 3) & 1, o & st.mode & 1)
         }))
+    }
+
+    /// Sets the bucket's default encryption: SSE-S3 only (nasd has no KMS); kept as an
+    /// attribute of its directory, which only its owner changes.
+    pub(crate) async fn put_bucket_encryption_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        let i = &req.input;
+        let (path, st) = self.bucket_stat(&c, &i.bucket).await?;
+        need_owner(&c, &st)?;
+        let rules = &i.server_side_encryption_configuration.rules;
+        let [rule] = rules.as_slice() else {
+            return Err(s3_error!(MalformedXML, "one encryption rule, please"));
+        };
+        let d = rule
+            .apply_server_side_encryption_by_default
+            .as_ref()
+            .ok_or_else(|| s3_error!(MalformedXML, "the rule names no default encryption"))?;
+        match d.sse_algorithm.as_str() {
+            sse::AES256 if d.kms_master_key_id.is_none() => {}
+            sse::AES256 => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a KMS key goes with aws:kms only"
+                ))
+            }
+            "aws:kms" | "aws:kms:dsse" => return Err(sse::no_kms()),
+            a => return Err(s3_error!(InvalidArgument, "no such algorithm: {a:?}")),
+        }
+        c.setxattr(
+            &path,
+            sse::BUCKET_DEFAULT_ATTR,
+            Some(sse::AES256.as_bytes()),
+        )
+        .await
+        .map_err(status_err)?;
+        Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+    }
+
+    pub(crate) async fn get_bucket_encryption_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        let i = &req.input;
+        let (_, st) = self.bucket_stat(&c, &i.bucket).await?;
+        need_owner(&c, &st)?;
+        let Some(a) = self
+            .bucket_attr(&c, &i.bucket, sse::BUCKET_DEFAULT_ATTR)
+            .await?
+        else {
+            return Err(s3_error!(ServerSideEncryptionConfigurationNotFoundError));
+        };
+        let rule = ServerSideEncryptionRule {
+            apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {
+                kms_master_key_id: None,
+                sse_algorithm: ServerSideEncryption::from(a),
+            }),
+            bucket_key_enabled: None,
+        };
+        Ok(S3Response::new(GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration {
+                rules: vec![rule],
+            }),
+        }))
+    }
+
+    pub(crate) async fn delete_bucket_encryption_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        let (path, st) = self.bucket_stat(&c, &req.input.bucket).await?;
+        need_owner(&c, &st)?;
+        match c.setxattr(&path, sse::BUCKET_DEFAULT_ATTR, None).await {
+            // A bucket without a default stays as it is.
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => {}
+            r => r.map_err(status_err)?,
+        }
+        let mut r = S3Response::new(DeleteBucketEncryptionOutput::default());
+        r.status = Some(http::StatusCode::NO_CONTENT);
+        Ok(r)
     }
 }
 

@@ -13,6 +13,7 @@ use crate::digest::{self, Digests};
 use crate::list::{self, Query};
 use crate::meta::{self, ObjectMeta};
 use crate::names::Names;
+use crate::sse;
 use crate::stream::{self, Writer};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -175,6 +176,43 @@ impl Gateway {
         let path = self.names.bucket(bucket)?;
         match c.stat(&path).await {
             Ok(st) if st.kind == FileKind::Dir => Ok((path, st)),
+            Ok(_) => Err(s3_error!(NoSuchBucket)),
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => Err(s3_error!(NoSuchBucket)),
+            Err(e) => Err(status_err(e)),
+        }
+    }
+
+    /// What a write to `bucket` asks for in `h`, the bucket's default encryption
+    /// ([`sse::BUCKET_DEFAULT_ATTR`]) when it asks nothing.
+    pub(crate) async fn sse_asked(
+        &self,
+        c: &Client,
+        bucket: &str,
+        h: &http::HeaderMap,
+    ) -> S3Result<sse::Asked> {
+        let asked = sse::Asked::of_write(h, None)?;
+        if !matches!(asked, sse::Asked::None) {
+            return Ok(asked);
+        }
+        let default = self
+            .bucket_attr(c, bucket, sse::BUCKET_DEFAULT_ATTR)
+            .await?;
+        sse::Asked::of_write(h, default.as_deref())
+    }
+
+    /// Attribute `name` of bucket `bucket` (`NoSuchBucket` when there is no such bucket).
+    pub(crate) async fn bucket_attr(
+        &self,
+        c: &Client,
+        bucket: &str,
+        name: &str,
+    ) -> S3Result<Option<String>> {
+        let path = self.names.bucket(bucket)?;
+        match c.getxattrs(&path).await {
+            Ok((st, x)) if st.kind == FileKind::Dir => Ok(x
+                .into_iter()
+                .find(|a| a.name == name)
+                .and_then(|a| String::from_utf8(a.value).ok())),
             Ok(_) => Err(s3_error!(NoSuchBucket)),
             Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => Err(s3_error!(NoSuchBucket)),
             Err(e) => Err(status_err(e)),
@@ -376,13 +414,25 @@ impl Gateway {
         claims: &Claims,
         trailers: Option<&s3s::TrailingHeaders>,
         mode: u32,
+        asked: &sse::Asked,
     ) -> S3Result<ObjectMeta> {
         let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
-        if length.is_some_and(|n| n <= SMALL_OBJECT_BYTES) {
+        let cipher = match asked {
+            sse::Asked::Customer(k) => {
+                let sealed = sse::Sealed::new(k);
+                let cipher = sealed.open(k)?;
+                m.sse_c = Some(sealed);
+                Some(cipher)
+            }
+            _ => None,
+        };
+        // SSE-S3 takes the streamed way, where the upload's encryption is checked.
+        let small = length.is_some_and(|n| n <= SMALL_OBJECT_BYTES);
+        if small && !matches!(asked, sse::Asked::S3) {
             // The object there now, if any, read while the body arrives.
             let (path, _) = self.names.key(bucket, key)?;
             let (data, old) = tokio::join!(body.collect(SMALL_OBJECT_BYTES), c.stat(&path));
-            let data = data?;
+            let mut data = data?.to_vec();
             let old = match old {
                 Ok(st) if st.kind == FileKind::File => Some(st),
                 Ok(_) => None,
@@ -393,16 +443,29 @@ impl Gateway {
             let (md5, sums) = digests.finish();
             let claimed = claims.with_trailers(trailers);
             digest::verify(&md5, claims.content_md5.as_deref(), &sums, &claimed)?;
-            m.etag = Some(hex::encode(md5));
+            m.etag = Some(etag_hex(&md5, cipher.as_ref()));
             m.checksums = sums;
+            if let Some(c) = &cipher {
+                c.stream(0, 0).apply(&mut data);
+            }
             let fix = ModeFix::before(c, old.as_ref(), &path, mode).await?;
             self.put_small(c, bucket, key, &data, &m, mode).await?;
             fix.after(c).await?;
             return Ok(m);
         }
         let (w, fix) = self.begin(c, bucket, key, digests, mode).await?;
+        if matches!(asked, sse::Asked::S3) {
+            match check_encrypted(c, &w).await {
+                Ok(a) => m.sse = Some(a),
+                Err(e) => {
+                    w.abort().await;
+                    return Err(e);
+                }
+            }
+        }
+        let w = w.encipher(cipher.as_ref().map(|c| c.stream(0, 0)));
         let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
-        m.etag = Some(hex::encode(done.md5));
+        m.etag = Some(etag_hex(&done.md5, cipher.as_ref()));
         m.checksums = done.checksums;
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(c, bucket, e).await);
@@ -412,16 +475,17 @@ impl Gateway {
     }
 
     /// A body of `[start, end)` of `path`: whole when small, else streamed a piece at a
-    /// time from the drives.
+    /// time from the drives; deciphered with `dec` when the object is SSE-C.
     pub(crate) async fn body(
         &self,
         c: &Arc<Client>,
         path: &str,
         start: u64,
         end: u64,
+        dec: Option<sse::ObjectCipher>,
     ) -> S3Result<StreamingBlob> {
         if end - start <= SMALL_OBJECT_BYTES {
-            let d = c
+            let mut d = c
                 .read_at(path, start, end - start)
                 .await
                 .map_err(status_err)?;
@@ -431,17 +495,26 @@ impl Gateway {
                     "the object changed while it was read"
                 ));
             }
+            if let Some(dec) = &dec {
+                dec.apply(start, &mut d);
+            }
             return Ok(StreamingBlob::from(s3s::Body::from(Bytes::from(d))));
         }
         let piece = stream::piece_of(c, path).await.map_err(status_err)?;
         let s = stream::pieces(c.clone(), path.to_string(), start, end, piece)
             .await
             .map_err(status_err)?;
-        let s = s.map(|r| {
-            r.map(Bytes::from).map_err(|e| {
+        let mut at = start;
+        let s = s.map(move |r| {
+            let mut p = r.map_err(|e| {
                 tracing::warn!("{e}");
                 std::io::Error::other(e.to_string())
-            })
+            })?;
+            if let Some(dec) = &dec {
+                dec.apply(at, &mut p);
+            }
+            at += p.len() as u64;
+            Ok::<_, std::io::Error>(Bytes::from(p))
         });
         Ok(StreamingBlob::wrap(SyncStream::new(s)))
     }
@@ -490,31 +563,57 @@ pub(crate) async fn receive(
     Ok(done)
 }
 
-/// Copies `range` of `src` (one version of it) through `w` and commits it with metadata
-/// `m`, given the copy's ETag and checksums; on any failure the upload is aborted.
+/// Copies `range` of `src` (one version of it, deciphered with `dec` when it is SSE-C)
+/// through `w` and commits it with metadata `m`, given the copy's ETag (keyed with `keyed`
+/// when the copy is SSE-C) and checksums; on any failure the upload is aborted.
 pub(crate) async fn copy_commit(
     c: &Arc<Client>,
     mut w: Writer,
     src: &str,
     range: std::ops::Range<u64>,
     m: ObjectMeta,
+    dec: Option<&sse::ObjectCipher>,
+    keyed: Option<&sse::Cipher>,
 ) -> S3Result<ObjectMeta> {
-    if let Err(e) = stream::copy_range(c, src, range.start, range.end, &mut w).await {
+    if let Err(e) = stream::copy_range(c, src, range.start, range.end, &mut w, dec).await {
         w.abort().await;
         return Err(status_err(e));
     }
     let done = w.finish().await.map_err(status_err)?;
-    commit(c, done, m).await
+    commit(c, done, m, keyed).await
 }
 
-/// Commits a written upload with metadata `m`, given the upload's ETag and checksums.
+/// The ETag of bytes whose MD5 is `md5`: that MD5, or for an SSE-C object its keyed form
+/// ([`sse::Cipher::etag`]).
+pub(crate) fn etag_hex(md5: &[u8; 16], keyed: Option<&sse::Cipher>) -> String {
+    match keyed {
+        Some(c) => hex::encode(c.etag(md5)),
+        None => hex::encode(md5),
+    }
+}
+
+/// SSE-S3's check: the upload's bytes are enciphered by nasd (the algorithm to record), or
+/// the request is refused, since the files of this bucket are stored in plaintext.
+pub(crate) async fn check_encrypted(c: &Client, w: &Writer) -> S3Result<String> {
+    if c.upload_encrypted(w.upload()).await {
+        return Ok(sse::AES256.into());
+    }
+    Err(s3_error!(
+        NotImplemented,
+        "this bucket's files are stored in plaintext (their directory's policy is `plain`), so SSE-S3, which is nasd's end-to-end encryption, cannot be honoured"
+    ))
+}
+
+/// Commits a written upload with metadata `m`, given the upload's ETag (keyed with `keyed`
+/// for SSE-C) and checksums.
 pub(crate) async fn commit(
     c: &Client,
     done: stream::Written,
     m: ObjectMeta,
+    keyed: Option<&sse::Cipher>,
 ) -> S3Result<ObjectMeta> {
     let m = ObjectMeta {
-        etag: Some(hex::encode(done.md5)),
+        etag: Some(etag_hex(&done.md5, keyed)),
         checksums: done.checksums,
         ..m
     };

@@ -89,6 +89,7 @@ pub mod multipart;
 pub mod names;
 mod ops;
 pub mod server;
+pub mod sse;
 pub mod stream;
 pub mod tagging;
 pub mod unsupported;

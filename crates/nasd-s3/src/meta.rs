@@ -46,6 +46,10 @@ pub struct ObjectMeta {
     pub part_sizes: Vec<u64>,
     /// The object's tags (S3 lists them sorted by key).
     pub tags: BTreeMap<String, String>,
+    /// SSE-S3 asked for and checked ([`crate::sse`]): the algorithm, `AES256`.
+    pub sse: Option<String>,
+    /// SSE-C: how the object's bytes were enciphered with its customer's key.
+    pub sse_c: Option<crate::sse::Sealed>,
 }
 
 impl ObjectMeta {
@@ -78,6 +82,12 @@ impl ObjectMeta {
         if !self.tags.is_empty() {
             v.push(x(TAGS.into(), &tags_value(&self.tags)));
         }
+        if let Some(a) = &self.sse {
+            v.push(x(crate::sse::SSE_ATTR.into(), a));
+        }
+        if let Some(s) = &self.sse_c {
+            v.push(x(crate::sse::SSE_C_ATTR.into(), &s.value()));
+        }
         v
     }
 
@@ -103,6 +113,14 @@ impl ObjectMeta {
                 m.part_sizes = v.split(',').filter_map(|n| n.parse().ok()).collect();
             } else if a.name == TAGS {
                 m.tags = serde_json::from_str(v).unwrap_or_default();
+            } else if a.name == crate::sse::SSE_ATTR {
+                m.sse = Some(v.into());
+            } else if a.name == crate::sse::SSE_C_ATTR {
+                // A record that does not parse still marks the object as SSE-C: it is
+                // refused to every key rather than served as ciphertext.
+                m.sse_c = Some(
+                    crate::sse::Sealed::parse(v).unwrap_or_else(crate::sse::Sealed::unreadable),
+                );
             }
         }
         m

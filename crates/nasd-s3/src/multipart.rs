@@ -16,6 +16,7 @@ use crate::digest::Digests;
 use crate::gateway::*;
 use crate::meta::{self, ObjectMeta};
 use crate::ops::copy_source;
+use crate::sse;
 use crate::stream;
 use md5::Digest as _;
 use nasd_client::files::Client;
@@ -113,6 +114,14 @@ impl Gateway {
         if let Some(t) = &i.tagging {
             m.tags = crate::tagging::from_header(t)?;
         }
+        // SSE-S3 is checked on the object's upload at completion; an SSE-C upload's parts
+        // are enciphered under the salt chosen now.
+        let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
+        match &asked {
+            sse::Asked::S3 => m.sse = Some(sse::AES256.into()),
+            sse::Asked::Customer(k) => m.sse_c = Some(sse::Sealed::new(k)),
+            sse::Asked::None => {}
+        }
         let mut id = [0u8; 16];
         nasd_crypto::random_bytes(&mut id);
         let id = hex::encode(id);
@@ -136,13 +145,15 @@ impl Gateway {
         c.put_bytes_with(&format!("{dir}/{INFO}"), b"", 0o600, Some(x))
             .await
             .map_err(status_err)?;
-        Ok(S3Response::new(CreateMultipartUploadOutput {
+        let mut resp = S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             upload_id: Some(id),
             checksum_algorithm: i.checksum_algorithm.clone(),
             ..Default::default()
-        }))
+        });
+        sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
+        Ok(resp)
     }
 
     pub(crate) async fn mp_upload_part(
@@ -158,20 +169,17 @@ impl Gateway {
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         self.need_write(&c, &bucket).await?;
         let dir = self.upload_dir(&i.upload_id)?;
-        let length = i.content_length.and_then(|n| u64::try_from(n).ok());
-        if length.is_some_and(|n| n > PART_BYTES_MAX) {
-            return Err(s3_error!(EntityTooLarge));
-        }
         let mut claims = Claims::of(&req.headers, i.content_md5.clone());
         claims.algorithms.extend(info.algorithm.clone());
+        let cipher = part_cipher(&info, &req.headers)?;
         let m = self
-            .put_file(
+            .put_part(
                 &c,
                 &format!("{dir}/{}", part_name(i.part_number)),
                 body,
-                length,
+                req,
                 &claims,
-                req.trailing_headers.as_ref(),
+                cipher.as_ref().map(|k| (k, i.part_number as u32)),
             )
             .await?;
         let mut out = UploadPartOutput {
@@ -179,19 +187,30 @@ impl Gateway {
             ..Default::default()
         };
         set_checksums!(out, m);
-        Ok(S3Response::new(out))
+        let mut resp = S3Response::new(out);
+        sse::reply(
+            &mut resp.headers,
+            info.meta.sse.as_deref(),
+            customer_md5(&info, &req.headers),
+        );
+        Ok(resp)
     }
 
-    /// Streams `body` into the file `path` (a part), committed with its ETag and checksums.
-    async fn put_file(
+    /// Streams the body of `req` (in `body`) into the file `path` (a part), committed with
+    /// its ETag and checksums; enciphered as part `cipher.1` when the upload is SSE-C.
+    async fn put_part(
         &self,
         c: &Arc<Client>,
         path: &str,
         body: &BodySlot,
-        length: Option<u64>,
+        req: &S3Request<UploadPartInput>,
         claims: &Claims,
-        trailers: Option<&s3s::TrailingHeaders>,
+        cipher: Option<(&sse::Cipher, u32)>,
     ) -> S3Result<ObjectMeta> {
+        let length = req.input.content_length.and_then(|n| u64::try_from(n).ok());
+        if length.is_some_and(|n| n > PART_BYTES_MAX) {
+            return Err(s3_error!(EntityTooLarge));
+        }
         let u = c
             .begin_upload(path, 0o600)
             .await
@@ -202,9 +221,11 @@ impl Gateway {
         let digests = Digests::new(claims.algorithms.iter().map(String::as_str));
         let w = stream::Writer::new(c.clone(), u, digests)
             .await
-            .map_err(status_err)?;
+            .map_err(status_err)?
+            .encipher(cipher.map(|(k, n)| k.stream(n, 0)));
+        let trailers = req.trailing_headers.as_ref();
         let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
-        commit(c, done, ObjectMeta::default()).await
+        commit(c, done, ObjectMeta::default(), cipher.map(|(k, _)| k)).await
     }
 
     pub(crate) async fn mp_upload_part_copy(
@@ -219,7 +240,9 @@ impl Gateway {
         self.need_write(&c, &bucket).await?;
         let (sb, sk) = copy_source(&i.copy_source)?;
         self.expected_source_owner(&c, &req.headers, sb).await?;
-        let (src, st, _) = self.object(&c, sb, sk).await?;
+        let (src, st, sm) = self.object(&c, sb, sk).await?;
+        let dec = sse::for_read(&req.headers, true, sm.sse_c.as_ref(), &sm.part_sizes)?;
+        let cipher = part_cipher(&info, &req.headers)?;
         let range = match &i.copy_source_range {
             None => 0..st.size,
             Some(r) => parse_copy_range(r, st.size)?,
@@ -229,16 +252,32 @@ impl Gateway {
         let u = c.begin_upload(&path, 0o600).await.map_err(status_err)?;
         let w = stream::Writer::new(c.clone(), u, Digests::new(info.algorithm.as_deref()))
             .await
-            .map_err(status_err)?;
-        let m = copy_commit(&c, w, &src, range, ObjectMeta::default()).await?;
-        Ok(S3Response::new(UploadPartCopyOutput {
+            .map_err(status_err)?
+            .encipher(cipher.as_ref().map(|k| k.stream(i.part_number as u32, 0)));
+        let m = copy_commit(
+            &c,
+            w,
+            &src,
+            range,
+            ObjectMeta::default(),
+            dec.as_ref(),
+            cipher.as_ref(),
+        )
+        .await?;
+        let mut resp = S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: m.etag.map(ETag::Strong),
                 last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
                 ..Default::default()
             }),
             ..Default::default()
-        }))
+        });
+        sse::reply(
+            &mut resp.headers,
+            info.meta.sse.as_deref(),
+            customer_md5(&info, &req.headers),
+        );
+        Ok(resp)
     }
 
     /// The parts of upload directory `dir` by number: (size, ETag, mtime).
@@ -268,6 +307,9 @@ impl Gateway {
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = &req.input;
         let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        // An SSE-C upload completes with the key it was started with (as its parts were
+        // stored), any other without one.
+        part_cipher(&info, &req.headers)?;
         let dir = self.upload_dir(&i.upload_id)?;
         let asked: Vec<(i32, String)> = i
             .multipart_upload
@@ -316,16 +358,35 @@ impl Gateway {
                 info.mode,
             )
             .await?;
+        if info.meta.sse.is_some() {
+            if let Err(e) = check_encrypted(&c, &w).await {
+                w.abort().await;
+                return Err(e);
+            }
+        }
+        // Parts are joined as stored: an SSE-C upload's stay enciphered under their numbers,
+        // which the object records unless they run 1 to N.
         for (n, _) in &asked {
             let path = format!("{dir}/{}", part_name(*n));
             let size = have[n].0;
-            if let Err(e) = stream::copy_range(&c, &path, 0, size, &mut w).await {
+            if let Err(e) = stream::copy_range(&c, &path, 0, size, &mut w, None).await {
                 w.abort().await;
                 return Err(status_err(e));
             }
         }
         let done = w.finish().await.map_err(status_err)?;
         let etag = format!("{}-{}", hex::encode(md5s.finalize()), asked.len());
+        let mut info = info;
+        if let Some(s) = info.meta.sse_c.as_mut() {
+            let in_order = asked
+                .iter()
+                .enumerate()
+                .all(|(k, (n, _))| *n == k as i32 + 1);
+            if !in_order {
+                s.numbers = asked.iter().map(|(n, _)| *n as u32).collect();
+            }
+        }
+        let customer = customer_md5(&info, &req.headers).map(str::to_string);
         let m = ObjectMeta {
             etag: Some(etag.clone()),
             checksums: done.checksums,
@@ -346,7 +407,9 @@ impl Gateway {
             ..Default::default()
         };
         set_checksums!(out, m);
-        Ok(S3Response::new(out))
+        let mut resp = S3Response::new(out);
+        sse::reply(&mut resp.headers, m.sse.as_deref(), customer.as_deref());
+        Ok(resp)
     }
 
     pub(crate) async fn mp_abort(
@@ -451,6 +514,32 @@ impl Gateway {
             ..Default::default()
         }))
     }
+}
+
+/// The cipher of a part of `info`'s upload, from the SSE-C key `h` must send when the
+/// upload is SSE-C (the one it was started with) and must not send otherwise.
+fn part_cipher(info: &Info, h: &http::HeaderMap) -> S3Result<Option<sse::Cipher>> {
+    let key = sse::CustomerKey::from_headers(h, false)?;
+    match (&info.meta.sse_c, key) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(s3_error!(
+            InvalidRequest,
+            "The encryption parameters are not applicable to this upload"
+        )),
+        (Some(_), None) => Err(s3_error!(
+            InvalidRequest,
+            "the upload was started with SSE-C: each part sends its key"
+        )),
+        (Some(s), Some(k)) => Ok(Some(s.open(&k)?)),
+    }
+}
+
+/// The SSE-C key MD5 `h` sent for `info`'s SSE-C upload, to report back.
+fn customer_md5<'h>(info: &Info, h: &'h http::HeaderMap) -> Option<&'h str> {
+    info.meta.sse_c.as_ref()?;
+    h.get("x-amz-server-side-encryption-customer-key-md5")?
+        .to_str()
+        .ok()
 }
 
 fn xattr(name: &str, value: &str) -> Xattr {

@@ -8,6 +8,7 @@ use crate::acl;
 use crate::gateway::*;
 use crate::list;
 use crate::meta::ObjectMeta;
+use crate::sse;
 use nasd_client::files::Client;
 use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use s3s::dto::*;
@@ -219,6 +220,27 @@ impl S3 for Gateway {
         as_user!(self, req, delete_bucket_tagging_as)
     }
 
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        as_user!(self, req, put_bucket_encryption_as)
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        as_user!(self, req, get_bucket_encryption_as)
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        as_user!(self, req, delete_bucket_encryption_as)
+    }
+
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
@@ -308,7 +330,7 @@ impl Gateway {
         body: &BodySlot,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let i = &req.input;
-        crate::unsupported::put_object(i)?;
+        crate::unsupported::put_object(i, &req.headers)?;
         let (path, dir) = self.names.key(&i.bucket, &i.key)?;
         if dir {
             // A folder marker: a directory.
@@ -326,6 +348,7 @@ impl Gateway {
         }
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
+        let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
         if i.if_none_match.is_some() || i.if_match.is_some() {
             self.write_conditions(&c, &path, i).await?;
         }
@@ -346,6 +369,7 @@ impl Gateway {
                 &claims,
                 req.trailing_headers.as_ref(),
                 mode,
+                &asked,
             )
             .await?;
         let mut out = PutObjectOutput {
@@ -353,7 +377,9 @@ impl Gateway {
             ..Default::default()
         };
         set_checksums!(out, m);
-        Ok(S3Response::new(out))
+        let mut resp = S3Response::new(out);
+        sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
+        Ok(resp)
     }
 
     /// `If-None-Match: *` and `If-Match` of a PUT, against the object there now (checked
@@ -427,6 +453,7 @@ impl Gateway {
         let (path, st, m) = self.object(&c, &i.bucket, &i.key).await?;
         let size = if st.kind == FileKind::Dir { 0 } else { st.size };
         let part = Self::part_range(i.part_number, &m, size)?;
+        let dec = sse::for_read(&req.headers, false, m.sse_c.as_ref(), &m.part_sizes)?;
         if part.is_some() && i.range.is_some() {
             return Err(s3_error!(
                 InvalidRequest,
@@ -458,7 +485,7 @@ impl Gateway {
         let body = if range.is_empty() {
             StreamingBlob::from(s3s::Body::empty())
         } else {
-            self.body(&c, &path, range.start, range.end).await?
+            self.body(&c, &path, range.start, range.end, dec).await?
         };
         let mut out = GetObjectOutput {
             body: Some(body),
@@ -481,6 +508,11 @@ impl Gateway {
         if partial {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
         }
+        sse::reply(
+            &mut resp.headers,
+            m.sse.as_deref(),
+            customer_md5(&req.headers, &m),
+        );
         Ok(resp)
     }
 
@@ -493,6 +525,7 @@ impl Gateway {
         let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
         let size = if st.kind == FileKind::Dir { 0 } else { st.size };
         let part = Self::part_range(i.part_number, &m, size)?;
+        sse::for_read(&req.headers, false, m.sse_c.as_ref(), &m.part_sizes)?;
         let etag = etag_of(&st, &m);
         preconditions(
             &etag,
@@ -521,6 +554,11 @@ impl Gateway {
             resp.headers
                 .insert("x-amz-tagging-count", m.tags.len().into());
         }
+        sse::reply(
+            &mut resp.headers,
+            m.sse.as_deref(),
+            customer_md5(&req.headers, &m),
+        );
         Ok(resp)
     }
 
@@ -588,6 +626,7 @@ impl Gateway {
         if st.kind == FileKind::Dir {
             return Err(s3_error!(InvalidRequest, "the source is a folder"));
         }
+        let dec = sse::for_read(&req.headers, true, sm.sse_c.as_ref(), &sm.part_sizes)?;
         self.expected_source_owner(&c, &req.headers, sb).await?;
         let etag = etag_of(&st, &sm);
         preconditions(
@@ -635,6 +674,16 @@ impl Gateway {
         };
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
+        let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
+        let cipher = match &asked {
+            sse::Asked::Customer(k) => {
+                let sealed = sse::Sealed::new(k);
+                let cipher = sealed.open(k)?;
+                m.sse_c = Some(sealed);
+                Some(cipher)
+            }
+            _ => None,
+        };
         let algorithms: Vec<&str> = sm.checksums.keys().map(String::as_str).collect();
         let (w, fix) = self
             .begin(
@@ -645,17 +694,29 @@ impl Gateway {
                 mode,
             )
             .await?;
-        let m = copy_commit(&c, w, &src, 0..st.size, m).await?;
+        if matches!(asked, sse::Asked::S3) {
+            match check_encrypted(&c, &w).await {
+                Ok(a) => m.sse = Some(a),
+                Err(e) => {
+                    w.abort().await;
+                    return Err(e);
+                }
+            }
+        }
+        let w = w.encipher(cipher.as_ref().map(|k| k.stream(0, 0)));
+        let m = copy_commit(&c, w, &src, 0..st.size, m, dec.as_ref(), cipher.as_ref()).await?;
         fix.after(&c).await?;
         let (_, nst, _) = self.object(&c, &i.bucket, &i.key).await?;
-        Ok(S3Response::new(CopyObjectOutput {
+        let mut resp = S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: m.etag.map(ETag::Strong),
                 last_modified: Some(last_modified(&nst)),
                 ..Default::default()
             }),
             ..Default::default()
-        }))
+        });
+        sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
+        Ok(resp)
     }
 
     /// Checks `x-amz-source-expected-bucket-owner` against the owner of bucket `bucket`.
@@ -841,6 +902,7 @@ impl Gateway {
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let i = &req.input;
         let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        sse::for_read(&req.headers, false, m.sse_c.as_ref(), &m.part_sizes)?;
         // Clients send the list in one header, comma-separated (with or without spaces),
         // which s3s may hand over as one item.
         let asked = |a: &str| {
@@ -899,6 +961,16 @@ impl Gateway {
         }
         Ok(S3Response::new(out))
     }
+}
+
+/// The SSE-C key MD5 to report for object metadata `m` read with `headers` (checked by
+/// [`sse::for_read`] already).
+fn customer_md5<'h>(headers: &'h http::HeaderMap, m: &ObjectMeta) -> Option<&'h str> {
+    m.sse_c.as_ref()?;
+    headers
+        .get("x-amz-server-side-encryption-customer-key-md5")?
+        .to_str()
+        .ok()
 }
 
 /// The one version of an object in an unversioned bucket.

@@ -4,7 +4,8 @@
 //! keeps [`PIECES_IN_FLIGHT`] of them on their way to the drives while the next arrives, and
 //! digests every byte on the way. [`pieces`] reads an object back as an ordered stream of
 //! pieces, the next ones fetched while the current one is sent. Memory per transfer is a few
-//! pieces, whatever the object's size.
+//! pieces, whatever the object's size. An SSE-C object's bytes are enciphered as they enter
+//! a [`Writer`] (after they are digested) and deciphered as [`copy_range`] reads them.
 
 use crate::digest::Digests;
 use futures_util::stream::{self, Stream, StreamExt};
@@ -25,6 +26,8 @@ pub struct Writer {
     off: u64,
     inflight: tokio::task::JoinSet<Result<(), FsError>>,
     digests: Digests,
+    /// SSE-C: the keystream the bytes are enciphered with once digested.
+    cipher: Option<crate::sse::PartStream>,
 }
 
 /// What a finished [`Writer`] wrote.
@@ -51,14 +54,30 @@ impl Writer {
             off: 0,
             inflight: tokio::task::JoinSet::new(),
             digests,
+            cipher: None,
         })
+    }
+
+    /// Enciphers every byte written from here on with `stream` (SSE-C).
+    pub fn encipher(mut self, stream: Option<crate::sse::PartStream>) -> Writer {
+        self.cipher = stream;
+        self
+    }
+
+    /// The upload being written.
+    pub fn upload(&self) -> &Upload {
+        &self.upload
     }
 
     pub async fn write(&mut self, mut data: &[u8]) -> Result<(), FsError> {
         self.digests.update(data);
         while !data.is_empty() {
             let take = (self.piece - self.buf.len()).min(data.len());
+            let at = self.buf.len();
             self.buf.extend_from_slice(&data[..take]);
+            if let Some(c) = self.cipher.as_mut() {
+                c.apply(&mut self.buf[at..]);
+            }
             data = &data[take..];
             if self.buf.len() == self.piece {
                 self.send().await?;
@@ -160,19 +179,27 @@ pub async fn pieces(
     Ok(stream::once(async move { Ok(first) }).chain(rest))
 }
 
-/// Writes `[start, end)` of `path` (one version of it) into `w`.
+/// Writes `[start, end)` of `path` (one version of it) into `w`, deciphered with `dec` when
+/// the object is SSE-C.
 pub async fn copy_range(
     client: &Arc<Client>,
     path: &str,
     start: u64,
     end: u64,
     w: &mut Writer,
+    dec: Option<&crate::sse::ObjectCipher>,
 ) -> Result<(), FsError> {
     let piece = piece_of(client, path).await?;
     let s = pieces(client.clone(), path.to_string(), start, end, piece).await?;
     let mut s = std::pin::pin!(s);
+    let mut at = start;
     while let Some(p) = s.next().await {
-        w.write(&p?).await?;
+        let mut p = p?;
+        if let Some(d) = dec {
+            d.apply(at, &mut p);
+        }
+        at += p.len() as u64;
+        w.write(&p).await?;
     }
     Ok(())
 }

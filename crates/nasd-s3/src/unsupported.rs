@@ -1,35 +1,17 @@
 //! Features the gateway does not implement are refused, never accepted and ignored (issue 22
-//! §1): a request that asks for server-side encryption, object lock, a storage
-//! class, a website redirect, MFA delete, a version other than the one an unversioned bucket
-//! has, or a condition the gateway cannot check answers `NotImplemented` (or the error S3
-//! itself gives, such as `InvalidRequest` for an SSE-C key on an object stored without one)
-//! before anything is read or written. Whole operations the gateway lacks (bucket policies,
-//! versioning, lifecycle, CORS, logging, encryption and object-lock configuration,
-//! public-access blocks, ownership controls) are s3s's `NotImplemented` already.
-//!
-//! nasd encrypts file contents end to end by default (docs/e2e.md), but not with a key the
-//! request supplies or names, so SSE headers are refused too.
+//! §1): a request that asks for object lock, a storage class, a website redirect, MFA
+//! delete, a version other than the one an unversioned bucket has, or a condition the
+//! gateway cannot check answers `NotImplemented` before anything is read or written. Whole
+//! operations the gateway lacks (bucket policies, versioning, lifecycle, CORS, logging,
+//! object-lock configuration, public-access blocks, ownership controls) are s3s's
+//! `NotImplemented` already. Server-side encryption is [`crate::sse`]'s: SSE-S3 and SSE-C
+//! are served, SSE-KMS refused there; a POST form's encryption fields, which arrive as no
+//! headers, are refused here.
 
 use http::{HeaderMap, Uri};
 use s3s::dto::{ObjectOwnership, PutObjectInput, StorageClass};
 use s3s::{s3_error, S3Error, S3Result};
 
-const SSE: [&str; 4] = [
-    "x-amz-server-side-encryption",
-    "x-amz-server-side-encryption-aws-kms-key-id",
-    "x-amz-server-side-encryption-context",
-    "x-amz-server-side-encryption-bucket-key-enabled",
-];
-const SSE_C: [&str; 3] = [
-    "x-amz-server-side-encryption-customer-algorithm",
-    "x-amz-server-side-encryption-customer-key",
-    "x-amz-server-side-encryption-customer-key-md5",
-];
-const COPY_SOURCE_SSE_C: [&str; 3] = [
-    "x-amz-copy-source-server-side-encryption-customer-algorithm",
-    "x-amz-copy-source-server-side-encryption-customer-key",
-    "x-amz-copy-source-server-side-encryption-customer-key-md5",
-];
 const OBJECT_LOCK: [&str; 3] = [
     "x-amz-object-lock-mode",
     "x-amz-object-lock-retain-until-date",
@@ -38,15 +20,6 @@ const OBJECT_LOCK: [&str; 3] = [
 
 fn not_implemented(what: &str) -> S3Error {
     s3_error!(NotImplemented, "the gateway does not implement {what}")
-}
-
-/// S3's answer to an SSE-C key for an object (or upload) stored without one; the gateway
-/// stores none with one.
-fn no_customer_key() -> S3Error {
-    s3_error!(
-        InvalidRequest,
-        "The encryption parameters are not applicable to this object"
-    )
 }
 
 fn refuse_any(h: &HeaderMap, names: &[&str], err: impl Fn() -> S3Error) -> S3Result<()> {
@@ -63,21 +36,13 @@ pub fn check(op: &str, uri: &Uri, h: &HeaderMap) -> S3Result<()> {
     check_version(op, uri)?;
     match op {
         "CopyObject" | "CreateMultipartUpload" => {
-            refuse_any(h, &SSE, || not_implemented("server-side encryption"))?;
-            refuse_any(h, &SSE_C, || {
-                not_implemented("server-side encryption with customer keys")
-            })?;
-            refuse_any(h, &COPY_SOURCE_SSE_C, no_customer_key)?;
             refuse_any(h, &OBJECT_LOCK, || not_implemented("object lock"))?;
             refuse_any(h, &["x-amz-website-redirect-location"], || {
                 not_implemented("website redirects")
             })?;
             check_storage_class(h.get("x-amz-storage-class").and_then(|v| v.to_str().ok()))?;
         }
-        "UploadPart" | "UploadPartCopy" | "GetObject" | "HeadObject" => {
-            refuse_any(h, &SSE_C, no_customer_key)?;
-            refuse_any(h, &COPY_SOURCE_SSE_C, no_customer_key)?;
-        }
+        "GetObject" | "HeadObject" | "GetObjectAttributes" => crate::sse::refuse_on_read(h)?,
         "CreateBucket" => {
             let locked = h
                 .get("x-amz-bucket-object-lock-enabled")
@@ -146,20 +111,18 @@ fn check_storage_class(class: Option<&str>) -> S3Result<()> {
     }
 }
 
-/// Refuses what a PutObject or a POST object asks for and the gateway cannot do.
-pub fn put_object(i: &PutObjectInput) -> S3Result<()> {
-    if i.server_side_encryption.is_some()
-        || i.ssekms_key_id.is_some()
-        || i.ssekms_encryption_context.is_some()
-        || i.bucket_key_enabled.is_some()
+/// Refuses what a PutObject or a POST object asks for and the gateway cannot do. `h` are
+/// the request's headers: encryption asked there is [`crate::sse`]'s; asked in a POST form's
+/// fields (which s3s moves into the input, not the headers) it is refused.
+pub fn put_object(i: &PutObjectInput, h: &HeaderMap) -> S3Result<()> {
+    let headed = |n: &str| h.contains_key(n);
+    if (i.server_side_encryption.is_some() && !headed("x-amz-server-side-encryption"))
+        || (i.sse_customer_key.is_some() && !headed("x-amz-server-side-encryption-customer-key"))
+        || (i.ssekms_key_id.is_some() && !headed("x-amz-server-side-encryption-aws-kms-key-id"))
     {
-        return Err(not_implemented("server-side encryption"));
-    }
-    if i.sse_customer_algorithm.is_some()
-        || i.sse_customer_key.is_some()
-        || i.sse_customer_key_md5.is_some()
-    {
-        return Err(not_implemented("server-side encryption with customer keys"));
+        return Err(not_implemented(
+            "server-side encryption asked in a POST form",
+        ));
     }
     if i.object_lock_mode.is_some()
         || i.object_lock_retain_until_date.is_some()
@@ -197,20 +160,8 @@ mod tests {
                 .map(|e| e.code().as_str().to_string())
         };
         assert_eq!(
-            code(
-                "CreateMultipartUpload",
-                &[("x-amz-server-side-encryption", "AES256")]
-            )
-            .as_deref(),
-            Some("NotImplemented")
-        );
-        assert_eq!(
-            code(
-                "GetObject",
-                &[("x-amz-server-side-encryption-customer-algorithm", "AES256")]
-            )
-            .as_deref(),
-            Some("InvalidRequest")
+            code("HeadObject", &[("x-amz-server-side-encryption", "AES256")]).as_deref(),
+            Some("InvalidArgument")
         );
         assert_eq!(
             code(

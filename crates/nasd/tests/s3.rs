@@ -197,16 +197,29 @@ fn boto3_gets_what_it_puts_and_every_error_case_is_an_s3_error() {
         "tagging ok",
         "stalled readers ok",
         "details ok",
+        "encryption ok",
     ] {
         assert!(out.contains(part), "{out}");
     }
+    // SSE-C: what nasd stores is the gateway's ciphertext (its owner reads it with the CLI
+    // and finds no plaintext).
+    let alice = [("NASD_USER", "alice"), ("NASD_PASSWORD", "alice-pw")];
+    let stored = s3.up.nasd(&["cat", "nasd:/s3/enc/small"], &alice);
+    assert!(stored.status.success());
+    assert_eq!(stored.stdout.len(), 13 * 8);
+    assert!(!String::from_utf8_lossy(&stored.stdout).contains("sse-c secret"));
+    // A bucket whose files are plaintext refuses SSE-S3 rather than claim it.
+    s3.up.ok(&["mkdir", "nasd:/s3/plaintext"]);
+    s3.up.ok(&["chown", "alice", "nasd:/s3/plaintext"]);
+    s3.up.ok(&["layout", "set", "nasd:/s3/plaintext", "plain"]);
+    let out = s3.client(&["only", "plaintext_bucket"], "");
+    assert!(out.contains("plaintext_bucket ok"), "{out}");
     // The objects are files of the namespace, seen by every client: the bucket is a
     // directory, the key a path, the ETag an extended attribute. Its owner reads it with the
     // CLI (no one else may: it is private, and its key is wrapped for its owner and the
     // gateway alone).
     let ls = s3.up.ok(&["ls", "nasd:/s3/objects/a/b"]);
     assert!(ls.contains("hello.txt"), "{ls}");
-    let alice = [("NASD_USER", "alice"), ("NASD_PASSWORD", "alice-pw")];
     let cat = s3
         .up
         .nasd(&["cat", "nasd:/s3/objects/a/b/hello.txt"], &alice);

@@ -568,15 +568,11 @@ def check_unsupported(s3):
     that ignores them."""
     bucket(s3, "plain")
     s3.put_object(Bucket="plain", Key="p", Body=b"plain")
-    key = os.urandom(32)
-    ssec = dict(SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+    ssec = dict(SSECustomerAlgorithm="AES256", SSECustomerKey=os.urandom(16).hex())
     refused = {
-        "sse-c put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"secret", **ssec),
-        "sse-s3 put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", ServerSideEncryption="AES256"),
         "sse-kms put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", ServerSideEncryption="aws:kms"),
-        "sse-c multipart": lambda: s3.create_multipart_upload(Bucket="plain", Key="c", **ssec),
-        "sse copy": lambda: s3.copy_object(Bucket="plain", Key="c", CopySource={"Bucket": "plain", "Key": "p"},
-                                           ServerSideEncryption="AES256"),
+        "sse-kms default": lambda: s3.put_bucket_encryption(Bucket="plain", ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]}),
         "lock put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", ObjectLockMode="GOVERNANCE",
                                           ObjectLockRetainUntilDate=datetime.datetime(2099, 1, 1)),
         "legal hold put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", ObjectLockLegalHoldStatus="ON"),
@@ -584,8 +580,6 @@ def check_unsupported(s3):
         "glacier put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", StorageClass="GLACIER"),
         "lock bucket": lambda: s3.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True),
         "versioning": lambda: s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={"Status": "Enabled"}),
-        "encryption": lambda: s3.put_bucket_encryption(Bucket="plain", ServerSideEncryptionConfiguration={
-            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
         "lifecycle": lambda: s3.put_bucket_lifecycle_configuration(Bucket="plain", LifecycleConfiguration={
             "Rules": [{"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}),
         "cors": lambda: s3.put_bucket_cors(Bucket="plain", CORSConfiguration={
@@ -616,6 +610,101 @@ def check_unsupported(s3):
     assert {"a+b", "c%20d", "e f"} <= set(listed), listed
     listed = [o["Key"] for o in s3.list_objects(Bucket="plain")["Contents"]]
     assert {"a+b", "c%20d", "e f"} <= set(listed), listed
+
+
+def check_encryption(s3):
+    """SSE-C: the customer's key enciphers the bytes, every read needs it, a wrong one or none
+    is refused, and ranges, parts and copies decipher right. SSE-S3 and a bucket's default
+    are recorded and reported."""
+    bucket(s3, "enc")
+    # boto3 sends a key given as a string of 32 characters as its bytes, with their MD5.
+    key, other = os.urandom(16).hex(), os.urandom(16).hex()
+    ssec = dict(SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+    wrong = dict(SSECustomerAlgorithm="AES256", SSECustomerKey=other)
+    key_md5 = base64.b64encode(hashlib.md5(key.encode()).digest()).decode()
+    for name, data in [("small", b"sse-c secret " * 8), ("big", rand(3 << 20, 21))]:
+        r = s3.put_object(Bucket="enc", Key=name, Body=data, **ssec)
+        assert r["SSECustomerKeyMD5"] == key_md5, r
+        # The ETag is keyed: no digest of the plaintext for those who may only list.
+        assert r["ETag"].strip('"') != md5(data)
+        g = s3.get_object(Bucket="enc", Key=name, **ssec)
+        assert g["Body"].read() == data and g["SSECustomerKeyMD5"] == key_md5
+        assert code_of(lambda: s3.get_object(Bucket="enc", Key=name)) == "InvalidRequest"
+        assert code_of(lambda: s3.get_object(Bucket="enc", Key=name, **wrong)) == "InvalidRequest"
+        assert code_of(lambda: s3.head_object(Bucket="enc", Key=name)) == "400"
+        assert s3.head_object(Bucket="enc", Key=name, **ssec)["ContentLength"] == len(data)
+        r = s3.get_object(Bucket="enc", Key=name, Range="bytes=7-70", **ssec)["Body"].read()
+        assert r == data[7:71]
+    # Key and MD5 must agree; SSE-C and SSE-S3 together are refused.
+    bad_md5 = dict(ssec, SSECustomerKeyMD5=base64.b64encode(b"0" * 16).decode())
+    assert code_of(lambda: s3.put_object(Bucket="enc", Key="x", Body=b"x", **bad_md5)) == "InvalidArgument"
+    assert code_of(lambda: s3.put_object(Bucket="enc", Key="x", Body=b"x", ServerSideEncryption="AES256",
+                                         **ssec)) == "InvalidArgument"
+    # A multipart upload with parts 1 and 3: each enciphered under its number, read across
+    # the boundary, by part and whole; every request on it needs the key.
+    u = s3.create_multipart_upload(Bucket="enc", Key="mp", **ssec)["UploadId"]
+    p1, p3 = rand(5 << 20, 22), rand(1 << 20, 23)
+    assert code_of(lambda: s3.upload_part(Bucket="enc", Key="mp", UploadId=u, PartNumber=1, Body=p1)) \
+        == "InvalidRequest"
+    assert code_of(lambda: s3.upload_part(Bucket="enc", Key="mp", UploadId=u, PartNumber=1, Body=p1,
+                                          **wrong)) == "InvalidRequest"
+    e1 = s3.upload_part(Bucket="enc", Key="mp", UploadId=u, PartNumber=1, Body=p1, **ssec)["ETag"]
+    e3 = s3.upload_part(Bucket="enc", Key="mp", UploadId=u, PartNumber=3, Body=p3, **ssec)["ETag"]
+    parts = {"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 3, "ETag": e3}]}
+    assert code_of(lambda: s3.complete_multipart_upload(Bucket="enc", Key="mp", UploadId=u,
+                                                        MultipartUpload=parts)) == "InvalidRequest"
+    s3.complete_multipart_upload(Bucket="enc", Key="mp", UploadId=u, MultipartUpload=parts, **ssec)
+    whole = p1 + p3
+    assert s3.get_object(Bucket="enc", Key="mp", **ssec)["Body"].read() == whole
+    r = s3.get_object(Bucket="enc", Key="mp", Range=f"bytes={(5 << 20) - 9}-{(5 << 20) + 9}", **ssec)
+    assert r["Body"].read() == whole[(5 << 20) - 9:(5 << 20) + 10]
+    assert s3.get_object(Bucket="enc", Key="mp", PartNumber=2, **ssec)["Body"].read() == p3
+    # Copies: SSE-C to SSE-C under another key, to plain, and to SSE-S3; the source's key
+    # is needed.
+    src = {"Bucket": "enc", "Key": "big"}
+    src_key = dict(CopySourceSSECustomerAlgorithm="AES256", CopySourceSSECustomerKey=key)
+    big = rand(3 << 20, 21)
+    assert code_of(lambda: s3.copy_object(Bucket="enc", Key="c1", CopySource=src)) == "InvalidRequest"
+    s3.copy_object(Bucket="enc", Key="c1", CopySource=src, **src_key, **wrong)
+    assert s3.get_object(Bucket="enc", Key="c1", **wrong)["Body"].read() == big
+    assert code_of(lambda: s3.get_object(Bucket="enc", Key="c1", **ssec)) == "InvalidRequest"
+    s3.copy_object(Bucket="enc", Key="c2", CopySource=src, **src_key)
+    assert s3.get_object(Bucket="enc", Key="c2")["Body"].read() == big
+    r = s3.copy_object(Bucket="enc", Key="c3", CopySource=src, ServerSideEncryption="AES256", **src_key)
+    assert r["ServerSideEncryption"] == "AES256"
+    # SSE-S3, asked and by default.
+    r = s3.put_object(Bucket="enc", Key="s3", Body=b"at rest", ServerSideEncryption="AES256")
+    assert r["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket="enc", Key="s3")["ServerSideEncryption"] == "AES256"
+    # x-amz-server-side-encryption belongs on writes (boto3 will not send it on a HEAD).
+    h = client()
+    h.meta.events.register("before-call.s3.HeadObject", lambda params, **kw: params["headers"].update(
+        {"x-amz-server-side-encryption": "AES256"}))
+    assert code_of(lambda: h.head_object(Bucket="enc", Key="s3")) == "400"
+    assert code_of(lambda: s3.get_bucket_encryption(Bucket="enc")) == \
+        "ServerSideEncryptionConfigurationNotFoundError"
+    s3.put_bucket_encryption(Bucket="enc", ServerSideEncryptionConfiguration={
+        "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
+    rule = s3.get_bucket_encryption(Bucket="enc")["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    assert s3.put_object(Bucket="enc", Key="d", Body=b"d")["ServerSideEncryption"] == "AES256"
+    s3.delete_bucket_encryption(Bucket="enc")
+    assert "ServerSideEncryption" not in s3.put_object(Bucket="enc", Key="d", Body=b"d")
+    # Another user cannot set or read the default of my bucket.
+    bob = client("BOB")
+    assert code_of(lambda: bob.get_bucket_encryption(Bucket="enc")) == "AccessDenied"
+
+
+def check_plaintext_bucket(s3):
+    """A bucket whose files are stored in plaintext (an admin set its layout `plain`) refuses
+    SSE-S3 rather than claim it, and still serves SSE-C (the gateway's own cipher)."""
+    s3.put_object(Bucket="plaintext", Key="p", Body=b"plain")
+    code = code_of(lambda: s3.put_object(Bucket="plaintext", Key="s", Body=b"x", ServerSideEncryption="AES256"))
+    assert code == "NotImplemented", code
+    assert code_of(lambda: s3.head_object(Bucket="plaintext", Key="s")) == "404"
+    ssec = dict(SSECustomerAlgorithm="AES256", SSECustomerKey=os.urandom(16).hex())
+    s3.put_object(Bucket="plaintext", Key="c", Body=b"secret sse-c bytes", **ssec)
+    assert s3.get_object(Bucket="plaintext", Key="c", **ssec)["Body"].read() == b"secret sse-c bytes"
 
 
 def check_tagging(s3):
@@ -1066,6 +1155,8 @@ def main():
         print("acls ok")
         check_unsupported(s3)
         print("unsupported ok")
+        check_encryption(s3)
+        print("encryption ok")
         check_signatures(s3)
         print("signatures ok")
         check_chunked(s3)
