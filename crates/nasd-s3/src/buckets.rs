@@ -263,8 +263,8 @@ impl Gateway {
         }))
     }
 
-    /// Sets the bucket's default encryption: SSE-S3 only (nasd has no KMS); kept as an
-    /// attribute of its directory, which only its owner changes.
+    /// Sets the bucket's default encryption: SSE-S3, or SSE-KMS with a declared key id
+    /// ([`sse`]); kept as an attribute of its directory, which only its owner changes.
     pub(crate) async fn put_bucket_encryption_as(
         &self,
         c: Arc<Client>,
@@ -281,24 +281,23 @@ impl Gateway {
             .apply_server_side_encryption_by_default
             .as_ref()
             .ok_or_else(|| s3_error!(MalformedXML, "the rule names no default encryption"))?;
-        match d.sse_algorithm.as_str() {
-            sse::AES256 if d.kms_master_key_id.is_none() => {}
-            sse::AES256 => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "a KMS key goes with aws:kms only"
-                ))
-            }
-            "aws:kms" | "aws:kms:dsse" => return Err(sse::no_kms()),
-            a => return Err(s3_error!(InvalidArgument, "no such algorithm: {a:?}")),
+        // The rule as a write's headers would ask it, checked as those are.
+        let mut h = http::HeaderMap::new();
+        let mut put = |n: &'static str, v: &str| -> S3Result<()> {
+            let v = http::HeaderValue::from_str(v).map_err(|_| s3_error!(InvalidArgument))?;
+            h.insert(n, v);
+            Ok(())
+        };
+        put("x-amz-server-side-encryption", d.sse_algorithm.as_str())?;
+        if let Some(id) = &d.kms_master_key_id {
+            put("x-amz-server-side-encryption-aws-kms-key-id", id)?;
         }
-        c.setxattr(
-            &path,
-            sse::BUCKET_DEFAULT_ATTR,
-            Some(sse::AES256.as_bytes()),
-        )
-        .await
-        .map_err(status_err)?;
+        let record = sse::Asked::of_write(&h, None, &self.kms_ids)?
+            .at_rest()
+            .ok_or_else(|| s3_error!(MalformedXML, "the rule names no default encryption"))?;
+        c.setxattr(&path, sse::BUCKET_DEFAULT_ATTR, Some(record.as_bytes()))
+            .await
+            .map_err(status_err)?;
         Ok(S3Response::new(PutBucketEncryptionOutput::default()))
     }
 
@@ -316,10 +315,11 @@ impl Gateway {
         else {
             return Err(s3_error!(ServerSideEncryptionConfigurationNotFoundError));
         };
+        let (alg, id) = a.split_once(' ').unwrap_or((&a, ""));
         let rule = ServerSideEncryptionRule {
             apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {
-                kms_master_key_id: None,
-                sse_algorithm: ServerSideEncryption::from(a),
+                kms_master_key_id: (!id.is_empty()).then(|| id.to_string()),
+                sse_algorithm: ServerSideEncryption::from(alg.to_string()),
             }),
             bucket_key_enabled: None,
         };

@@ -36,13 +36,16 @@ const MKDIR_ATTEMPTS: usize = 3;
 pub struct Gateway {
     pub(crate) access: Arc<Access>,
     pub(crate) names: Names,
+    /// KMS key ids the operator declared as names of nasd's own encryption ([`sse`]).
+    pub(crate) kms_ids: Vec<String>,
 }
 
 impl Gateway {
-    pub fn new(access: Arc<Access>, root: &str) -> Gateway {
+    pub fn new(access: Arc<Access>, root: &str, kms_ids: Vec<String>) -> Gateway {
         Gateway {
             access,
             names: Names::new(root),
+            kms_ids,
         }
     }
 
@@ -190,14 +193,14 @@ impl Gateway {
         bucket: &str,
         h: &http::HeaderMap,
     ) -> S3Result<sse::Asked> {
-        let asked = sse::Asked::of_write(h, None)?;
+        let asked = sse::Asked::of_write(h, None, &self.kms_ids)?;
         if !matches!(asked, sse::Asked::None) {
             return Ok(asked);
         }
         let default = self
             .bucket_attr(c, bucket, sse::BUCKET_DEFAULT_ATTR)
             .await?;
-        sse::Asked::of_write(h, default.as_deref())
+        sse::Asked::of_write(h, default.as_deref(), &self.kms_ids)
     }
 
     /// Attribute `name` of bucket `bucket` (`NoSuchBucket` when there is no such bucket).
@@ -426,9 +429,9 @@ impl Gateway {
             }
             _ => None,
         };
-        // SSE-S3 takes the streamed way, where the upload's encryption is checked.
+        // SSE-S3 and SSE-KMS take the streamed way, where the upload's encryption is checked.
         let small = length.is_some_and(|n| n <= SMALL_OBJECT_BYTES);
-        if small && !matches!(asked, sse::Asked::S3) {
+        if small && asked.at_rest().is_none() {
             // The object there now, if any, read while the body arrives.
             let (path, _) = self.names.key(bucket, key)?;
             let (data, old) = tokio::join!(body.collect(SMALL_OBJECT_BYTES), c.stat(&path));
@@ -454,14 +457,12 @@ impl Gateway {
             return Ok(m);
         }
         let (w, fix) = self.begin(c, bucket, key, digests, mode).await?;
-        if matches!(asked, sse::Asked::S3) {
-            match check_encrypted(c, &w).await {
-                Ok(a) => m.sse = Some(a),
-                Err(e) => {
-                    w.abort().await;
-                    return Err(e);
-                }
+        if asked.at_rest().is_some() {
+            if let Err(e) = check_encrypted(c, &w).await {
+                w.abort().await;
+                return Err(e);
             }
+            m.sse = asked.at_rest();
         }
         let w = w.encipher(cipher.as_ref().map(|c| c.stream(0, 0)));
         let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
@@ -592,15 +593,15 @@ pub(crate) fn etag_hex(md5: &[u8; 16], keyed: Option<&sse::Cipher>) -> String {
     }
 }
 
-/// SSE-S3's check: the upload's bytes are enciphered by nasd (the algorithm to record), or
-/// the request is refused, since the files of this bucket are stored in plaintext.
-pub(crate) async fn check_encrypted(c: &Client, w: &Writer) -> S3Result<String> {
+/// SSE-S3's (and SSE-KMS's) check: the upload's bytes are enciphered by nasd, or the
+/// request is refused, since the files of this bucket are stored in plaintext.
+pub(crate) async fn check_encrypted(c: &Client, w: &Writer) -> S3Result<()> {
     if c.upload_encrypted(w.upload()).await {
-        return Ok(sse::AES256.into());
+        return Ok(());
     }
     Err(s3_error!(
         NotImplemented,
-        "this bucket's files are stored in plaintext (their directory's policy is `plain`), so SSE-S3, which is nasd's end-to-end encryption, cannot be honoured"
+        "this bucket's files are stored in plaintext (their directory's policy is `plain`), so encryption at rest, which is nasd's end-to-end encryption, cannot be honoured"
     ))
 }
 

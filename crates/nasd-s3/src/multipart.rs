@@ -117,10 +117,9 @@ impl Gateway {
         // SSE-S3 is checked on the object's upload at completion; an SSE-C upload's parts
         // are enciphered under the salt chosen now.
         let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
-        match &asked {
-            sse::Asked::S3 => m.sse = Some(sse::AES256.into()),
-            sse::Asked::Customer(k) => m.sse_c = Some(sse::Sealed::new(k)),
-            sse::Asked::None => {}
+        m.sse = asked.at_rest();
+        if let sse::Asked::Customer(k) = &asked {
+            m.sse_c = Some(sse::Sealed::new(k));
         }
         let mut id = [0u8; 16];
         nasd_crypto::random_bytes(&mut id);

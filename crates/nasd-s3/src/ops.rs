@@ -694,14 +694,12 @@ impl Gateway {
                 mode,
             )
             .await?;
-        if matches!(asked, sse::Asked::S3) {
-            match check_encrypted(&c, &w).await {
-                Ok(a) => m.sse = Some(a),
-                Err(e) => {
-                    w.abort().await;
-                    return Err(e);
-                }
+        if asked.at_rest().is_some() {
+            if let Err(e) = check_encrypted(&c, &w).await {
+                w.abort().await;
+                return Err(e);
             }
+            m.sse = asked.at_rest();
         }
         let w = w.encipher(cipher.as_ref().map(|k| k.stream(0, 0)));
         let m = copy_commit(&c, w, &src, 0..st.size, m, dec.as_ref(), cipher.as_ref()).await?;

@@ -42,6 +42,8 @@ pub struct Options {
     pub access_log: Option<std::fs::File>,
     /// Count every request here (`--metrics`, [`crate::metrics`]).
     pub metrics: Option<Arc<crate::metrics::GatewayMetrics>>,
+    /// KMS key ids served as names of nasd's own encryption (`--kms-key-id`, [`crate::sse`]).
+    pub kms_key_ids: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,8 +105,10 @@ fn raise_fd_limit() {
 
 /// The s3s service of the gateway: operations, signature checks with the manager's secrets,
 /// the guard every request passes, and the body limits.
-fn s3_service(access: &Arc<Access>, root: &str, sigv2: bool) -> s3s::service::S3Service {
-    let mut b = S3ServiceBuilder::new(Gateway::new(access.clone(), root));
+fn s3_service(access: &Arc<Access>, root: &str, options: &Options) -> s3s::service::S3Service {
+    let sigv2 = options.sigv2;
+    let gateway = Gateway::new(access.clone(), root, options.kms_key_ids.clone());
+    let mut b = S3ServiceBuilder::new(gateway);
     b.set_auth(KeyAuth(access.clone()));
     b.set_access(Guard {
         access: access.clone(),
@@ -133,7 +137,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     raise_fd_limit();
-    let s3 = s3_service(&access, root, options.sigv2);
+    let s3 = s3_service(&access, root, &options);
     let front = Arc::new(Front::new(
         s3,
         access,

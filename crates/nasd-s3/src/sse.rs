@@ -13,7 +13,10 @@
 //!   Reading, copying or extending the object needs the key again; a wrong one is refused.
 //!   Integrity is nasd's: the bytes on the drives are signed by their writer and verified by
 //!   every reader, so counter mode needs no tag of its own here.
-//! - **SSE-KMS**: nasd has no key management service to name keys in; refused.
+//! - **SSE-KMS**: nasd has no key management service. An operator may declare key ids
+//!   (`nasd s3 serve --kms-key-id ID`) as names of nasd's own encryption: a write naming one
+//!   is served as SSE-S3 is, and the id is recorded and reported; no key service is asked,
+//!   so the id grants and revokes nothing. Any other id, or none, is refused.
 //!
 //! Each part of a multipart upload is enciphered alone (its number in the counter block), so
 //! completing an upload joins the stored parts as they are (the completion still sends the
@@ -134,39 +137,63 @@ pub enum Asked {
     None,
     /// SSE-S3: nasd's own encryption, checked and recorded.
     S3,
+    /// SSE-KMS naming a key id the operator declared ([`Asked::of_write`]'s `kms_ids`):
+    /// nasd's own encryption as for SSE-S3, the id recorded and reported.
+    Kms(String),
     Customer(CustomerKey),
 }
 
+/// The algorithm name of SSE-KMS.
+pub const KMS: &str = "aws:kms";
+
 impl Asked {
-    /// What a write's headers ask for, the bucket's default (`default`, an algorithm) when
-    /// they ask nothing.
-    pub fn of_write(h: &HeaderMap, default: Option<&str>) -> S3Result<Asked> {
+    /// What a write's headers ask for, the bucket's default (`default`, a record as
+    /// [`Asked::at_rest`] makes) when they ask nothing. `kms_ids` are the KMS key ids the
+    /// operator declared as names of nasd's own encryption (none: SSE-KMS is refused).
+    pub fn of_write(h: &HeaderMap, default: Option<&str>, kms_ids: &[String]) -> S3Result<Asked> {
         let customer = CustomerKey::from_headers(h, false)?;
-        let sse = h.get(SSE_HEADER).map(|v| v.to_str().unwrap_or("\u{fffd}"));
-        let kms = KMS_HEADERS.iter().any(|n| h.contains_key(*n));
+        let text = |n: &str| h.get(n).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+        let sse = text(SSE_HEADER);
+        let kms_id = text(KMS_HEADERS[0]);
+        if h.contains_key(KMS_HEADERS[1]) {
+            return Err(s3_error!(
+                NotImplemented,
+                "an SSE-KMS encryption context binds a key service's ciphertext; nasd has none"
+            ));
+        }
+        let kms_only = kms_id.is_some() || h.contains_key(KMS_HEADERS[2]);
         match (sse, customer) {
             (Some(_), Some(_)) => Err(invalid(
                 "a request asks for SSE-C or x-amz-server-side-encryption, not both",
             )),
-            (None, Some(k)) if !kms => Ok(Asked::Customer(k)),
-            (Some(AES256), None) if !kms => Ok(Asked::S3),
-            (Some("aws:kms" | "aws:kms:dsse"), None) => Err(no_kms()),
-            (None, None) if kms => Err(invalid(
+            (None, Some(_)) | (Some(AES256), None) | (None, None) if kms_only => Err(invalid(
                 "KMS parameters need x-amz-server-side-encryption: aws:kms",
             )),
-            (None, None) => Ok(match default {
-                Some(AES256) => Asked::S3,
-                _ => Asked::None,
-            }),
-            (Some(a), None) if a != AES256 => Err(invalid(&format!(
+            (None, Some(k)) => Ok(Asked::Customer(k)),
+            (Some(AES256), None) => Ok(Asked::S3),
+            (Some(KMS), None) => kms(kms_id, kms_ids),
+            (Some("aws:kms:dsse"), None) => Err(no_kms()),
+            (None, None) => match default.map(|d| d.split_once(' ').unwrap_or((d, ""))) {
+                Some((AES256, _)) => Ok(Asked::S3),
+                Some((KMS, id)) => kms(Some(id), kms_ids),
+                _ => Ok(Asked::None),
+            },
+            (Some(a), None) => Err(invalid(&format!(
                 "x-amz-server-side-encryption names no algorithm the gateway knows: {a:?}"
             ))),
-            _ => Err(invalid("KMS parameters need aws:kms")),
         }
     }
-}
 
-impl Asked {
+    /// The record of encryption at rest this write asks for (`AES256`, or `aws:kms ID`),
+    /// which the object keeps ([`SSE_ATTR`]) once its file is checked to be encrypted.
+    pub fn at_rest(&self) -> Option<String> {
+        match self {
+            Asked::S3 => Some(AES256.into()),
+            Asked::Kms(id) => Some(format!("{KMS} {id}")),
+            _ => None,
+        }
+    }
+
     /// The key's MD5 of an SSE-C write, to report back.
     pub fn customer_md5(&self) -> Option<&str> {
         match self {
@@ -176,11 +203,27 @@ impl Asked {
     }
 }
 
-/// The refusal of SSE-KMS.
+/// SSE-KMS with key `id`: served when the operator declared the id, else refused.
+fn kms(id: Option<&str>, declared: &[String]) -> S3Result<Asked> {
+    if declared.is_empty() {
+        return Err(no_kms());
+    }
+    match id {
+        Some(id) if declared.iter().any(|d| d == id) => Ok(Asked::Kms(id.into())),
+        Some(id) => Err(invalid(&format!(
+            "KMS key {id:?} is not one this gateway was started with (--kms-key-id)"
+        ))),
+        None => Err(invalid(
+            "SSE-KMS names its key id here (the gateway has no default key)",
+        )),
+    }
+}
+
+/// The refusal of SSE-KMS when the operator declared no key ids.
 pub fn no_kms() -> S3Error {
     s3_error!(
         NotImplemented,
-        "nasd has no key management service; SSE-S3 (AES256, nasd's end-to-end encryption) and SSE-C are served"
+        "nasd has no key management service, and this gateway declares no KMS key ids; SSE-S3 (AES256, nasd's end-to-end encryption) and SSE-C are served"
     )
 }
 
@@ -398,7 +441,8 @@ pub fn for_read(
     }
 }
 
-/// The reply headers of an object stored with `sse` (its SSE-S3 record) or SSE-C key `md5`.
+/// The reply headers of an object stored with `sse` (its record of encryption at rest,
+/// [`Asked::at_rest`]) or SSE-C key `md5`.
 pub fn reply(headers: &mut HeaderMap, sse: Option<&str>, customer_md5: Option<&str>) {
     let put = |h: &mut HeaderMap, n: &'static str, v: &str| {
         if let Ok(v) = http::HeaderValue::from_str(v) {
@@ -406,7 +450,11 @@ pub fn reply(headers: &mut HeaderMap, sse: Option<&str>, customer_md5: Option<&s
         }
     };
     if let Some(a) = sse {
-        put(headers, SSE_HEADER, a);
+        let (alg, id) = a.split_once(' ').unwrap_or((a, ""));
+        put(headers, SSE_HEADER, alg);
+        if alg == KMS {
+            put(headers, KMS_HEADERS[0], id);
+        }
     }
     if let Some(md5) = customer_md5 {
         put(
@@ -491,7 +539,8 @@ mod tests {
         let alg = ("x-amz-server-side-encryption-customer-algorithm", "AES256");
         let k = ("x-amz-server-side-encryption-customer-key", KEY_B64);
         let md5 = ("x-amz-server-side-encryption-customer-key-md5", KEY_MD5);
-        let asked = |kv: &[(&str, &str)], d: Option<&str>| Asked::of_write(&headers(kv), d);
+        let ids = ["k1".to_string()];
+        let asked = |kv: &[(&str, &str)], d: Option<&str>| Asked::of_write(&headers(kv), d, &ids);
         assert!(matches!(asked(&[sse], None), Ok(Asked::S3)));
         assert!(matches!(asked(&[], Some(AES256)), Ok(Asked::S3)));
         assert!(matches!(asked(&[], None), Ok(Asked::None)));
@@ -508,10 +557,29 @@ mod tests {
             code(asked(&[("x-amz-server-side-encryption", "aes:kms")], None)).as_deref(),
             Some("InvalidArgument")
         );
+        // SSE-KMS: a declared key id, named by the request or the bucket's default.
+        let kms = ("x-amz-server-side-encryption", "aws:kms");
+        let id = |v| ("x-amz-server-side-encryption-aws-kms-key-id", v);
+        assert!(matches!(asked(&[kms, id("k1")], None), Ok(Asked::Kms(k)) if k == "k1"));
+        assert!(matches!(asked(&[], Some("aws:kms k1")), Ok(Asked::Kms(k)) if k == "k1"));
         assert_eq!(
-            code(asked(&[("x-amz-server-side-encryption", "aws:kms")], None)).as_deref(),
-            Some("NotImplemented")
+            asked(&[kms, id("k1")], None).unwrap().at_rest().as_deref(),
+            Some("aws:kms k1")
         );
+        for bad in [
+            vec![kms],
+            vec![kms, id("k2")],
+            vec![id("k1")],
+            vec![sse, id("k1")],
+        ] {
+            assert_eq!(
+                code(asked(&bad, None)).as_deref(),
+                Some("InvalidArgument"),
+                "{bad:?}"
+            );
+        }
+        let none = Asked::of_write(&headers(&[kms, id("k1")]), None, &[]);
+        assert_eq!(code(none).as_deref(), Some("NotImplemented"));
     }
 
     /// Known answers, computed apart from this code: the keys with Python's `hmac`

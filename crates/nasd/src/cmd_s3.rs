@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// checked to 15 minutes and presigned URLs to 7 days, but it is weaker than SigV4).
     #[arg(long)]
     pub sigv2: bool,
+    /// Serve SSE-KMS naming this key id, as a name of nasd's own end-to-end encryption: no
+    /// key service is asked, the id is recorded and reported (repeatable; without one,
+    /// SSE-KMS is refused). SSE-S3 and SSE-C need nothing.
+    #[arg(long = "kms-key-id", value_name = "ID")]
+    pub kms_key_ids: Vec<String>,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
 }
@@ -82,6 +87,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         sigv2: a.sigv2,
         access_log,
         metrics: counters.clone(),
+        kms_key_ids: a.kms_key_ids.clone(),
     };
     // Warnings (each naming the request that caused it) to stderr, the gateway's log under
     // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
@@ -217,7 +223,8 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
 /// Starts `nasd s3 serve` for the cluster in `dir` on `listen`, in a process group of its
 /// own, recording its pid for `nasd down` and the address of its metrics (a free loopback
 /// port) in [`GATEWAY_METRICS`]; returns the pid and that address once it answers.
-pub fn start(dir: &Path, listen: &str) -> anyhow::Result<(u32, String)> {
+/// `kms_key_ids`: its `--kms-key-id`s.
+pub fn start(dir: &Path, listen: &str, kms_key_ids: &[String]) -> anyhow::Result<(u32, String)> {
     use std::os::unix::process::CommandExt as _;
     let cfg = crate::runtime()?.block_on(async {
         let admin_cfg =
@@ -236,6 +243,7 @@ pub fn start(dir: &Path, listen: &str) -> anyhow::Result<(u32, String)> {
     let child = std::process::Command::new(exe)
         .args(["s3", "serve", "--listen", listen, "--root", ROOT_DEFAULT])
         .args(["--metrics", &metrics])
+        .args(kms_key_ids.iter().flat_map(|id| ["--kms-key-id", id]))
         .arg("--access-log")
         .arg(dir.join(ACCESS_LOG))
         .env("NASD_CONFIG", &cfg)

@@ -49,11 +49,12 @@ fn default_cluster_dir(search: &ConfigSearch) -> PathBuf {
 /// Drives of a new cluster when `--drives` is not given.
 pub const DRIVES_DEFAULT: usize = 2;
 
-/// `nasd up`. `drives`: the `--drives` given, if any (it must match an existing cluster's).
+/// `nasd up`. `drives`: the `--drives` given, if any (it must match an existing cluster's);
+/// `s3`: the gateway's address and the KMS key ids it declares.
 pub fn up(
     data: Option<PathBuf>,
     drives: Option<usize>,
-    s3: Option<String>,
+    s3: Option<(String, Vec<String>)>,
     opts: Options,
 ) -> anyhow::Result<()> {
     let search = ConfigSearch::from_env();
@@ -113,8 +114,8 @@ pub fn up(
             );
         }
     }
-    if let Some(addr) = &s3 {
-        let (pid, m) = crate::cmd_s3::start(c.dir(), addr)?;
+    if let Some((addr, kms_key_ids)) = &s3 {
+        let (pid, m) = crate::cmd_s3::start(c.dir(), addr, kms_key_ids)?;
         println!(
             "  s3       http://{addr} (pid {pid}; buckets under nasd:{}){}",
             crate::cmd_s3::ROOT_DEFAULT,

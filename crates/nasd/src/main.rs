@@ -127,6 +127,10 @@ enum Cmd {
         /// own acts for the users whose keys sign requests).
         #[arg(long, value_name = "ADDR")]
         s3: Option<String>,
+        /// A KMS key id the gateway serves SSE-KMS under, as a name of nasd's own encryption
+        /// (repeatable; docs/s3.md "Server-side encryption").
+        #[arg(long = "s3-kms-key-id", value_name = "ID", requires = "s3")]
+        s3_kms_key_ids: Vec<String>,
         /// Where a new cluster's manager keeps its metadata: `sqlite` (the default),
         /// `postgres` (a private PostgreSQL server in DIR/postgres, from the system's
         /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
@@ -368,11 +372,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             drive_capacity,
             background,
             s3,
+            s3_kms_key_ids,
             meta,
         } => cmd_up::up(
             data,
             drives,
-            s3,
+            s3.map(|addr| (addr, s3_kms_key_ids)),
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,
                 background,
