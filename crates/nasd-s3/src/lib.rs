@@ -37,6 +37,18 @@ macro_rules! set_checksums {
     }};
 }
 
+/// [`set_checksums!`] and the checksums' type, for outputs that carry it: the multipart
+/// object's recorded type, else `FULL_OBJECT` (a checksum of every byte).
+macro_rules! set_checksums_typed {
+    ($out:ident, $m:expr) => {{
+        set_checksums!($out, $m);
+        if !$m.checksums.is_empty() {
+            let t = $m.checksum_type.as_deref().unwrap_or("FULL_OBJECT");
+            $out.checksum_type = Some(s3s::dto::ChecksumType::from(t.to_string()));
+        }
+    }};
+}
+
 /// Sets the content headers of a GET or HEAD answer: the stored ones, unless the request
 /// overrides them (`response-content-type` and the like); an object stored without a type
 /// has S3's default, `binary/octet-stream`.

@@ -18,6 +18,16 @@ const PARTS: &str = "user.s3.parts";
 const PART_SIZES: &str = "user.s3.part-sizes";
 /// The attribute holding an object's tags: a JSON object, key to value.
 pub const TAGS: &str = "user.s3.tags";
+/// The attribute holding a multipart object's checksum type (`COMPOSITE`, `FULL_OBJECT`).
+const CHECKSUM_TYPE: &str = "user.s3.checksum-type";
+/// The attribute holding the checksum of each part of a multipart object, in order,
+/// comma-separated (recorded for up to [`PART_CHECKSUMS_MAX`] parts).
+const PART_CHECKSUMS: &str = "user.s3.part-checksums";
+/// Most parts whose checksums an object records (so they fit its attributes: 64 KiB).
+pub const PART_CHECKSUMS_MAX: usize = 1000;
+/// The attribute naming the multipart upload that made an object (so completing it again
+/// is answered as the first time).
+const UPLOAD_ID: &str = "user.s3.upload-id";
 
 /// The content headers an object keeps (lower-case header names).
 pub const CONTENT_HEADERS: [&str; 6] = [
@@ -50,6 +60,12 @@ pub struct ObjectMeta {
     pub sse: Option<String>,
     /// SSE-C: how the object's bytes were enciphered with its customer's key.
     pub sse_c: Option<crate::sse::Sealed>,
+    /// The multipart upload that made the object.
+    pub upload_id: Option<String>,
+    /// A multipart object's checksum type (`COMPOSITE` or `FULL_OBJECT`).
+    pub checksum_type: Option<String>,
+    /// The checksum of each part of a multipart object, in the upload's algorithm.
+    pub part_checksums: Vec<String>,
 }
 
 impl ObjectMeta {
@@ -88,6 +104,15 @@ impl ObjectMeta {
         if let Some(s) = &self.sse_c {
             v.push(x(crate::sse::SSE_C_ATTR.into(), &s.value()));
         }
+        if let Some(id) = &self.upload_id {
+            v.push(x(UPLOAD_ID.into(), id));
+        }
+        if let Some(t) = &self.checksum_type {
+            v.push(x(CHECKSUM_TYPE.into(), t));
+        }
+        if !self.part_checksums.is_empty() {
+            v.push(x(PART_CHECKSUMS.into(), &self.part_checksums.join(",")));
+        }
         v
     }
 
@@ -113,6 +138,12 @@ impl ObjectMeta {
                 m.part_sizes = v.split(',').filter_map(|n| n.parse().ok()).collect();
             } else if a.name == TAGS {
                 m.tags = serde_json::from_str(v).unwrap_or_default();
+            } else if a.name == CHECKSUM_TYPE {
+                m.checksum_type = Some(v.into());
+            } else if a.name == PART_CHECKSUMS {
+                m.part_checksums = v.split(',').map(str::to_string).collect();
+            } else if a.name == UPLOAD_ID {
+                m.upload_id = Some(v.into());
             } else if a.name == crate::sse::SSE_ATTR {
                 m.sse = Some(v.into());
             } else if a.name == crate::sse::SSE_C_ATTR {

@@ -41,6 +41,10 @@ const INFO: &str = "upload";
 const X_BUCKET: &str = "user.s3.upload.bucket";
 const X_KEY: &str = "user.s3.upload.key";
 const X_ALGORITHM: &str = "user.s3.upload.algorithm";
+/// The checksum type the object gets (`COMPOSITE` or `FULL_OBJECT`).
+const X_CHECKSUM_TYPE: &str = "user.s3.upload.checksum-type";
+const COMPOSITE: &str = "COMPOSITE";
+const FULL_OBJECT: &str = "FULL_OBJECT";
 /// The mode the object gets (its ACL), octal.
 const X_MODE: &str = "user.s3.upload.mode";
 
@@ -50,6 +54,7 @@ struct Info {
     key: String,
     meta: ObjectMeta,
     algorithm: Option<String>,
+    checksum_type: Option<String>,
     mode: u32,
     initiated_us: u64,
 }
@@ -137,8 +142,16 @@ impl Gateway {
             .checksum_algorithm
             .as_ref()
             .map(|a| a.as_str().to_ascii_lowercase());
-        if let Some(a) = &algorithm {
+        let checksum_type = checksum_type_of(algorithm.as_deref(), i.checksum_type.as_ref())?;
+        if checksum_type == Some(FULL_OBJECT) && m.sse_c.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "FULL_OBJECT checksums of SSE-C uploads (their parts are joined enciphered)"
+            ));
+        }
+        if let (Some(a), Some(t)) = (&algorithm, checksum_type) {
             x.push(xattr(X_ALGORITHM, a));
+            x.push(xattr(X_CHECKSUM_TYPE, t));
         }
         nasd_proto::manager::check_xattrs(&x).map_err(|e| s3_error!(MetadataTooLarge, "{e}"))?;
         c.put_bytes_with(&format!("{dir}/{INFO}"), b"", 0o600, Some(x))
@@ -149,6 +162,7 @@ impl Gateway {
             key: Some(i.key.clone()),
             upload_id: Some(id),
             checksum_algorithm: i.checksum_algorithm.clone(),
+            checksum_type: checksum_type.map(|t| ChecksumType::from(t.to_string())),
             ..Default::default()
         });
         sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
@@ -305,7 +319,10 @@ impl Gateway {
         req: &S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = &req.input;
-        let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
+        let info = match self.info(&c, &i.upload_id, &i.bucket, &i.key).await {
+            Ok(info) => info,
+            Err(e) => return self.completed_before(&c, req).await?.ok_or(e),
+        };
         // An SSE-C upload completes with the key it was started with (as its parts were
         // stored), any other without one.
         part_cipher(&info, &req.headers)?;
@@ -348,14 +365,14 @@ impl Gateway {
             }
             md5s.update(hex::decode(e).unwrap_or_default());
         }
+        let part_sums = part_checksums(&c, &dir, &info, i).await?;
+        let composite = checked_composite(&info, i, &part_sums)?;
+        // A FULL_OBJECT checksum is the digest of every byte, taken as the parts are joined.
+        let full = (info.checksum_type.as_deref() == Some(FULL_OBJECT))
+            .then_some(info.algorithm.as_deref())
+            .flatten();
         let (mut w, fix) = self
-            .begin(
-                &c,
-                &i.bucket,
-                &i.key,
-                Digests::new(info.algorithm.as_deref()),
-                info.mode,
-            )
+            .begin(&c, &i.bucket, &i.key, Digests::new(full), info.mode)
             .await?;
         if info.meta.sse.is_some() {
             if let Err(e) = check_encrypted(&c, &w).await {
@@ -374,6 +391,18 @@ impl Gateway {
             }
         }
         let done = w.finish().await.map_err(status_err)?;
+        let checksums = match composite {
+            Some(sums) => sums,
+            None => {
+                let claimed = claimed_whole(i);
+                let (md5, sums) = (done.md5, &done.checksums);
+                if let Err(e) = crate::digest::verify(&md5, None, sums, &claimed) {
+                    c.abort_upload(&done.upload).await;
+                    return Err(e);
+                }
+                done.checksums.clone()
+            }
+        };
         let etag = format!("{}-{}", hex::encode(md5s.finalize()), asked.len());
         let mut info = info;
         if let Some(s) = info.meta.sse_c.as_mut() {
@@ -387,8 +416,14 @@ impl Gateway {
         }
         let customer = customer_md5(&info, &req.headers).map(str::to_string);
         let m = ObjectMeta {
+            upload_id: Some(i.upload_id.clone()),
             etag: Some(etag.clone()),
-            checksums: done.checksums,
+            checksums,
+            checksum_type: info.checksum_type.clone(),
+            part_checksums: match part_sums.len() <= meta::PART_CHECKSUMS_MAX {
+                true => part_sums,
+                false => vec![],
+            },
             parts: Some(asked.len() as u32),
             part_sizes: asked.iter().map(|(n, _)| have[n].0).collect(),
             ..info.meta
@@ -405,10 +440,40 @@ impl Gateway {
             location: Some(format!("/{}/{}", i.bucket, i.key)),
             ..Default::default()
         };
-        set_checksums!(out, m);
+        set_checksums_typed!(out, m);
         let mut resp = S3Response::new(out);
         sse::reply(&mut resp.headers, m.sse.as_deref(), customer.as_deref());
         Ok(resp)
+    }
+
+    /// The answer to completing an upload again: its record is gone, but when the key holds
+    /// the object it made (`user.s3.upload-id`), the completion stands and is answered as
+    /// before (S3 answers a repeated completion so; a client whose first answer was lost
+    /// retries). `None` when the key holds no object of that upload.
+    async fn completed_before(
+        &self,
+        c: &Client,
+        req: &S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<Option<S3Response<CompleteMultipartUploadOutput>>> {
+        let i = &req.input;
+        check_id(&i.upload_id)?;
+        let m = match self.object(c, &i.bucket, &i.key).await {
+            Ok((_, _, m)) => m,
+            Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchKey => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if m.upload_id.as_deref() != Some(i.upload_id.as_str()) {
+            return Ok(None);
+        }
+        let mut out = CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            e_tag: m.etag.clone().map(ETag::Strong),
+            location: Some(format!("/{}/{}", i.bucket, i.key)),
+            ..Default::default()
+        };
+        set_checksums_typed!(out, m);
+        Ok(Some(S3Response::new(out)))
     }
 
     pub(crate) async fn mp_abort(
@@ -515,6 +580,133 @@ impl Gateway {
     }
 }
 
+/// The checksum type of an upload with checksum `algorithm` (lower case): the one asked, or
+/// the algorithm's default; S3's rules hold (SHA-1 and SHA-256 compose, CRC-64/NVME covers
+/// the whole object, CRC-32 and CRC-32C do either).
+fn checksum_type_of(
+    algorithm: Option<&str>,
+    asked: Option<&ChecksumType>,
+) -> S3Result<Option<&'static str>> {
+    let asked = asked.map(|t| t.as_str());
+    let t = match (algorithm, asked) {
+        (None, None) => return Ok(None),
+        (None, Some(_)) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "a checksum type needs a checksum algorithm"
+            ))
+        }
+        (Some("crc64nvme"), None | Some(FULL_OBJECT)) => FULL_OBJECT,
+        (Some("sha1" | "sha256" | "crc32" | "crc32c"), None | Some(COMPOSITE)) => COMPOSITE,
+        (Some("crc32" | "crc32c"), Some(FULL_OBJECT)) => FULL_OBJECT,
+        (Some(a), Some(t)) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "the {a} checksum has no {t} type"
+            ))
+        }
+        (Some(a), None) => return Err(s3_error!(InvalidRequest, "no checksum {a}")),
+    };
+    Ok(Some(t))
+}
+
+/// The checksum the completion names for each part, in the upload's algorithm.
+fn part_claim(p: &CompletedPart, algorithm: &str) -> Option<String> {
+    match algorithm {
+        "crc32" => p.checksum_crc32.clone(),
+        "crc32c" => p.checksum_crc32c.clone(),
+        "crc64nvme" => p.checksum_crc64nvme.clone(),
+        "sha1" => p.checksum_sha1.clone(),
+        "sha256" => p.checksum_sha256.clone(),
+        _ => None,
+    }
+}
+
+/// The whole-object checksums a completion claims, by algorithm.
+fn claimed_whole(i: &CompleteMultipartUploadInput) -> BTreeMap<String, String> {
+    [
+        ("crc32", &i.checksum_crc32),
+        ("crc32c", &i.checksum_crc32c),
+        ("crc64nvme", &i.checksum_crc64nvme),
+        ("sha1", &i.checksum_sha1),
+        ("sha256", &i.checksum_sha256),
+    ]
+    .into_iter()
+    .filter_map(|(a, v)| Some((a.to_string(), v.clone()?)))
+    .collect()
+}
+
+/// The checksums of the parts a completion names, in its order, as each part's PUT recorded
+/// them (none when the upload has no algorithm); a part the completion names with another
+/// checksum is `InvalidPart`.
+async fn part_checksums(
+    c: &Client,
+    dir: &str,
+    info: &Info,
+    i: &CompleteMultipartUploadInput,
+) -> S3Result<Vec<String>> {
+    let Some(alg) = &info.algorithm else {
+        return Ok(vec![]);
+    };
+    let name = format!("user.s3.checksum.{alg}");
+    let stored: BTreeMap<i32, String> = c
+        .list_with(dir, Some(&name))
+        .await
+        .map_err(status_err)?
+        .into_iter()
+        .filter_map(|e| Some((e.name.parse().ok()?, String::from_utf8(e.xattr?).ok()?)))
+        .collect();
+    let parts = i.multipart_upload.as_ref().and_then(|m| m.parts.as_ref());
+    let mut sums = vec![];
+    for p in parts.into_iter().flatten() {
+        let n = p.part_number.unwrap_or(0);
+        let sum = stored
+            .get(&n)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {n} has no {alg} checksum"))?;
+        if part_claim(p, alg).is_some_and(|claim| claim != *sum) {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {n} has another {alg} checksum"
+            ));
+        }
+        sums.push(sum.clone());
+    }
+    Ok(sums)
+}
+
+/// A `COMPOSITE` upload's object checksum, from its parts' (`None` for other uploads),
+/// checked against what the completion claims (with or without its `-N`). A claim for an
+/// algorithm the upload does not have cannot be checked: refused.
+fn checked_composite(
+    info: &Info,
+    i: &CompleteMultipartUploadInput,
+    part_sums: &[String],
+) -> S3Result<Option<BTreeMap<String, String>>> {
+    let claimed = claimed_whole(i);
+    if let Some(a) = claimed.keys().find(|a| Some(*a) != info.algorithm.as_ref()) {
+        return Err(s3_error!(
+            BadDigest,
+            "the upload was not started with the {a} checksum"
+        ));
+    }
+    let (Some(alg), Some(COMPOSITE)) = (&info.algorithm, info.checksum_type.as_deref()) else {
+        return Ok(None);
+    };
+    let parts: Vec<&str> = part_sums.iter().map(String::as_str).collect();
+    let sum = crate::digest::composite(alg, &parts)
+        .ok_or_else(|| s3_error!(InternalError, "a part's {alg} checksum is not base64"))?;
+    if let Some(claim) = claimed.get(alg) {
+        let bare = sum.rsplit_once('-').map_or(sum.as_str(), |(b, _)| b);
+        if claim != &sum && claim != bare {
+            return Err(s3_error!(
+                BadDigest,
+                "the {alg} checksum you specified did not match the parts'"
+            ));
+        }
+    }
+    Ok(Some(BTreeMap::from([(alg.clone(), sum)])))
+}
+
 /// The cipher of a part of `info`'s upload, from the SSE-C key `h` must send when the
 /// upload is SSE-C (the one it was started with) and must not send otherwise.
 fn part_cipher(info: &Info, h: &http::HeaderMap) -> S3Result<Option<sse::Cipher>> {
@@ -560,6 +752,7 @@ async fn read_info(c: &Client, dir: &str) -> Option<Info> {
         bucket: get(X_BUCKET)?,
         key: get(X_KEY)?,
         algorithm: get(X_ALGORITHM),
+        checksum_type: get(X_CHECKSUM_TYPE),
         mode: get(X_MODE)
             .and_then(|m| u32::from_str_radix(&m, 8).ok())
             .map_or(crate::acl::OBJECT_MODE, |m| m & 0o777),

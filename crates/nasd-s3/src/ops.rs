@@ -376,7 +376,7 @@ impl Gateway {
             e_tag: m.etag.clone().map(ETag::Strong),
             ..Default::default()
         };
-        set_checksums!(out, m);
+        set_checksums_typed!(out, m);
         let mut resp = S3Response::new(out);
         sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
         Ok(resp)
@@ -500,8 +500,16 @@ impl Gateway {
             ..Default::default()
         };
         content_headers!(out, m, i);
-        if i.checksum_mode.is_some() && i.range.is_none() {
-            set_checksums!(out, m);
+        if i.checksum_mode.is_some() {
+            // A part of a multipart object has its own checksum; a range has none.
+            match (i.part_number, m.parts) {
+                (Some(n), Some(_)) => {
+                    let p = part_view(&m, n as usize - 1);
+                    set_checksums_typed!(out, p);
+                }
+                _ if i.range.is_none() => set_checksums_typed!(out, m),
+                _ => {}
+            }
         }
         let partial = out.content_range.is_some();
         let mut resp = S3Response::new(out);
@@ -546,7 +554,13 @@ impl Gateway {
         };
         content_headers!(out, m, i);
         if i.checksum_mode.is_some() {
-            set_checksums!(out, m);
+            match (i.part_number, m.parts) {
+                (Some(n), Some(_)) => {
+                    let p = part_view(&m, n as usize - 1);
+                    set_checksums_typed!(out, p);
+                }
+                _ => set_checksums_typed!(out, m),
+            }
         }
         let mut resp = S3Response::new(out);
         if !m.tags.is_empty() {
@@ -925,7 +939,7 @@ impl Gateway {
         }
         if asked(ObjectAttributes::CHECKSUM) && !m.checksums.is_empty() {
             let mut sum = Checksum::default();
-            set_checksums!(sum, m);
+            set_checksums_typed!(sum, m);
             out.checksum = Some(sum);
         }
         if asked(ObjectAttributes::OBJECT_PARTS) && !m.part_sizes.is_empty() {
@@ -940,10 +954,15 @@ impl Gateway {
                 .enumerate()
                 .skip(after)
                 .take(max)
-                .map(|(k, size)| ObjectPart {
-                    part_number: Some(k as i32 + 1),
-                    size: Some(*size as i64),
-                    ..Default::default()
+                .map(|(k, size)| {
+                    let mut part = ObjectPart {
+                        part_number: Some(k as i32 + 1),
+                        size: Some(*size as i64),
+                        ..Default::default()
+                    };
+                    let p = part_view(&m, k);
+                    set_checksums!(part, p);
+                    part
                 })
                 .collect();
             let last = after + parts.len();
@@ -959,6 +978,19 @@ impl Gateway {
         }
         Ok(S3Response::new(out))
     }
+}
+
+/// Part `k` (from 0) of multipart object `m` as its checksums see it: the checksum its PUT
+/// recorded, in the upload's algorithm and type (none when not recorded).
+fn part_view(m: &ObjectMeta, k: usize) -> ObjectMeta {
+    let mut p = ObjectMeta {
+        checksum_type: m.checksum_type.clone(),
+        ..Default::default()
+    };
+    if let (Some(alg), Some(sum)) = (m.checksums.keys().next(), m.part_checksums.get(k)) {
+        p.checksums.insert(alg.clone(), sum.clone());
+    }
+    p
 }
 
 /// The SSE-C key MD5 to report for object metadata `m` read with `headers` (checked by

@@ -328,9 +328,52 @@ def check_multipart(s3):
     r = s3.upload_part_copy(Bucket="multi", Key="copied", UploadId=uid, PartNumber=1,
                             CopySource={"Bucket": "multi", "Key": "dir/joined"}, CopySourceRange="bytes=5-104")
     e = r["CopyPartResult"]["ETag"]
-    s3.complete_multipart_upload(Bucket="multi", Key="copied", UploadId=uid,
-                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e}]})
+    done = {"Parts": [{"PartNumber": 1, "ETag": e}]}
+    first = s3.complete_multipart_upload(Bucket="multi", Key="copied", UploadId=uid, MultipartUpload=done)
     assert s3.get_object(Bucket="multi", Key="copied")["Body"].read() == parts[0][5:105]
+    # Completing it again (a retry whose first answer was lost) answers as the first time;
+    # once the key holds another object, the upload is gone.
+    again = s3.complete_multipart_upload(Bucket="multi", Key="copied", UploadId=uid, MultipartUpload=done)
+    assert again["ETag"] == first["ETag"], (again, first)
+    s3.put_object(Bucket="multi", Key="copied", Body=b"other")
+    assert code_of(lambda: s3.complete_multipart_upload(Bucket="multi", Key="copied", UploadId=uid,
+                                                        MultipartUpload=done)) == "NoSuchUpload"
+    # Checksums of multipart objects: SHA-256 composes (the hash of the parts' hashes, `-N`),
+    # a wrong claim at completion is BadDigest, and each part keeps its own.
+    b64 = lambda b: base64.b64encode(b).decode()
+    uid = s3.create_multipart_upload(Bucket="multi", Key="summed", ChecksumAlgorithm="SHA256")["UploadId"]
+    ps = [rand(5 << 20, 31), rand(1000, 32)]
+    sums = [b64(hashlib.sha256(p).digest()) for p in ps]
+    done = {"Parts": []}
+    for n, p in enumerate(ps, 1):
+        r = s3.upload_part(Bucket="multi", Key="summed", UploadId=uid, PartNumber=n, Body=p,
+                           ChecksumAlgorithm="SHA256")
+        assert r["ChecksumSHA256"] == sums[n - 1]
+        done["Parts"].append({"PartNumber": n, "ETag": r["ETag"], "ChecksumSHA256": sums[n - 1]})
+    want = b64(hashlib.sha256(b"".join(base64.b64decode(x) for x in sums)).digest()) + "-2"
+    assert code_of(lambda: s3.complete_multipart_upload(Bucket="multi", Key="summed", UploadId=uid,
+                                                        MultipartUpload=done, ChecksumSHA256=sums[0])) == "BadDigest"
+    r = s3.complete_multipart_upload(Bucket="multi", Key="summed", UploadId=uid, MultipartUpload=done,
+                                     ChecksumSHA256=want)
+    assert r["ChecksumSHA256"] == want and r["ChecksumType"] == "COMPOSITE", r
+    h = s3.head_object(Bucket="multi", Key="summed", ChecksumMode="ENABLED")
+    assert h["ChecksumSHA256"] == want and h["ChecksumType"] == "COMPOSITE", h
+    g = s3.get_object(Bucket="multi", Key="summed", PartNumber=2, ChecksumMode="ENABLED")
+    assert g["ChecksumSHA256"] == sums[1] and g["Body"].read() == ps[1]
+    a = s3.get_object_attributes(Bucket="multi", Key="summed", ObjectAttributes=["Checksum", "ObjectParts"])
+    assert a["Checksum"]["ChecksumType"] == "COMPOSITE"
+    assert [p["ChecksumSHA256"] for p in a["ObjectParts"]["Parts"]] == sums, a
+    # SHA-256 has no FULL_OBJECT form; CRC-32 has both (FULL_OBJECT: the CRC of every byte).
+    assert code_of(lambda: s3.create_multipart_upload(Bucket="multi", Key="x", ChecksumAlgorithm="SHA256",
+                                                      ChecksumType="FULL_OBJECT")) == "InvalidRequest"
+    uid = s3.create_multipart_upload(Bucket="multi", Key="crc", ChecksumAlgorithm="CRC32",
+                                     ChecksumType="FULL_OBJECT")["UploadId"]
+    r = s3.upload_part(Bucket="multi", Key="crc", UploadId=uid, PartNumber=1, Body=b"whole",
+                       ChecksumAlgorithm="CRC32")
+    r = s3.complete_multipart_upload(Bucket="multi", Key="crc", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]})
+    one = s3.put_object(Bucket="multi", Key="crc1", Body=b"whole", ChecksumAlgorithm="CRC32")
+    assert r["ChecksumType"] == "FULL_OBJECT" and r["ChecksumCRC32"] == one["ChecksumCRC32"], (r, one)
 
 
 def check_errors(s3):
