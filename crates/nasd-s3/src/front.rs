@@ -289,8 +289,8 @@ impl Front {
                     "the form's fields did not arrive in time",
                 )
             })??;
-        if let Some(names) = &names {
-            let has = |n: &str| names.iter().any(|f| f.eq_ignore_ascii_case(n));
+        if let Some(fields) = &names {
+            let has = |n: &str| fields.iter().any(|(f, _)| f.eq_ignore_ascii_case(n));
             if !has("x-amz-signature") && !has("signature") {
                 return Err(S3Error::with_message(
                     S3ErrorCode::AccessDenied,
@@ -299,6 +299,12 @@ impl Front {
             }
             if !has("x-amz-signature") {
                 info.0.lock().expect("info lock").form_v2 = true;
+            }
+            let policy = fields
+                .iter()
+                .find(|(f, _)| f.eq_ignore_ascii_case("policy"));
+            if let Some((_, p)) = policy {
+                check_policy_expiration(p)?;
             }
         }
         let first = futures_util::stream::once(async move { Ok::<_, StdError>(head.freeze()) });
@@ -322,8 +328,8 @@ fn form_boundary(content_type: &str) -> Option<String> {
 }
 
 enum Fields {
-    /// The names of the fields before the file part (whose headers are complete).
-    Complete(Vec<String>),
+    /// The fields before the file part (whose headers are complete): names and values.
+    Complete(Vec<(String, Vec<u8>)>),
     Incomplete,
     Malformed,
 }
@@ -368,16 +374,59 @@ fn form_fields(buf: &[u8], boundary: &str) -> Fields {
         if name.eq_ignore_ascii_case("file") {
             return Fields::Complete(names);
         }
-        names.push(name);
-        if names.len() > FORM_PARTS_MAX {
+        if names.len() >= FORM_PARTS_MAX {
             return Fields::Malformed;
         }
         let value_start = headers_end + 4;
         let Some(next) = find(buf, format!("\r\n{delim}").as_bytes(), value_start) else {
             return Fields::Incomplete;
         };
+        names.push((name, buf[value_start..next].to_vec()));
         at = next + 2;
     }
+}
+
+/// Refuses a POST policy (base64 JSON) whose `expiration` is not an ISO 8601 UTC time
+/// (`2030-01-01T00:00:00.000Z`), as S3 does; s3s reads some other forms as times.
+fn check_policy_expiration(policy: &[u8]) -> Result<(), S3Error> {
+    use base64::Engine as _;
+    let bad = |why: &str| {
+        S3Error::with_message(
+            S3ErrorCode::InvalidPolicyDocument,
+            format!("the POST policy {why}"),
+        )
+    };
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(policy.trim_ascii())
+        .map_err(|_| bad("is not base64"))?;
+    let doc: serde_json::Value = serde_json::from_slice(&json).map_err(|_| bad("is not JSON"))?;
+    let exp = doc
+        .get("expiration")
+        .and_then(|e| e.as_str())
+        .ok_or_else(|| bad("has no expiration"))?;
+    let b = exp.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let shape = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b.last() == Some(&b'Z')
+        && (b.len() == 20 || (b[19] == b'.' && digits(20..b.len() - 1) && b.len() > 21));
+    if !shape {
+        return Err(bad(&format!(
+            "expiration {exp:?} is not an ISO 8601 UTC time"
+        )));
+    }
+    Ok(())
 }
 
 /// The bucket and key a request path names (`/bucket/key`), decoded.
@@ -679,7 +728,11 @@ mod tests {
                     --xyz\r\nContent-Disposition: form-data; name=\"X-Amz-Signature\"\r\n\r\n00\r\n\
                     --xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nDATA";
         match form_fields(form.as_bytes(), b) {
-            Fields::Complete(n) => assert_eq!(n, ["key", "X-Amz-Signature"]),
+            Fields::Complete(n) => {
+                let names: Vec<&str> = n.iter().map(|(f, _)| f.as_str()).collect();
+                assert_eq!(names, ["key", "X-Amz-Signature"]);
+                assert_eq!(n[0].1, b"a/b");
+            }
             _ => panic!("not complete"),
         }
         for cut in [3, 20, 60, form.find("DATA").unwrap() - 2] {
@@ -697,6 +750,33 @@ mod tests {
             Some("abc")
         );
         assert_eq!(form_boundary("application/xml"), None);
+    }
+
+    #[test]
+    fn post_policies_expire_at_iso_8601_times_only() {
+        use base64::Engine as _;
+        let policy = |exp: &str| {
+            let doc = format!("{{\"expiration\": \"{exp}\", \"conditions\": []}}");
+            base64::engine::general_purpose::STANDARD.encode(doc)
+        };
+        for ok in ["2030-01-01T00:00:00.000Z", "2030-01-01T00:00:00Z"] {
+            assert!(
+                check_policy_expiration(policy(ok).as_bytes()).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "2030-01-01 00:00:00.123456+00:00",
+            "2030-01-01T00:00:00",
+            "2030-01-01T00:00:00.Z",
+            "tomorrow",
+        ] {
+            assert!(
+                check_policy_expiration(policy(bad).as_bytes()).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(check_policy_expiration(b"!!").is_err());
     }
 
     /// A body whose client never sends anything.

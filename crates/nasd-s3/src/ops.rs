@@ -330,7 +330,7 @@ impl Gateway {
         body: &BodySlot,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let i = &req.input;
-        crate::unsupported::put_object(i, &req.headers)?;
+        crate::unsupported::put_object(i)?;
         let (path, dir) = self.names.key(&i.bucket, &i.key)?;
         if dir {
             // A folder marker: a directory.
@@ -348,7 +348,9 @@ impl Gateway {
         }
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
-        let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
+        let asked = self
+            .sse_asked(&c, &i.bucket, &sse::with_form_fields(&req.headers, i))
+            .await?;
         if i.if_none_match.is_some() || i.if_match.is_some() {
             self.write_conditions(&c, &path, i).await?;
         }

@@ -219,6 +219,39 @@ fn kms(id: Option<&str>, declared: &[String]) -> S3Result<Asked> {
     }
 }
 
+/// The headers of a PutObject with the encryption a POST form asks for in its fields (which
+/// s3s moves into the input, not the headers), so a form is checked as a PUT is.
+pub fn with_form_fields(h: &HeaderMap, i: &s3s::dto::PutObjectInput) -> HeaderMap {
+    let mut h = h.clone();
+    let fields = [
+        (
+            SSE_HEADER,
+            i.server_side_encryption.as_ref().map(|s| s.as_str()),
+        ),
+        (KMS_HEADERS[0], i.ssekms_key_id.as_deref()),
+        (
+            "x-amz-server-side-encryption-customer-algorithm",
+            i.sse_customer_algorithm.as_deref(),
+        ),
+        (
+            "x-amz-server-side-encryption-customer-key",
+            i.sse_customer_key.as_deref(),
+        ),
+        (
+            "x-amz-server-side-encryption-customer-key-md5",
+            i.sse_customer_key_md5.as_deref(),
+        ),
+    ];
+    for (name, value) in fields {
+        if let (false, Some(v)) = (h.contains_key(name), value) {
+            if let Ok(v) = http::HeaderValue::from_str(v) {
+                h.insert(name, v);
+            }
+        }
+    }
+    h
+}
+
 /// The refusal of SSE-KMS when the operator declared no key ids.
 pub fn no_kms() -> S3Error {
     s3_error!(

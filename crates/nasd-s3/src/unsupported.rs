@@ -4,9 +4,7 @@
 //! gateway cannot check answers `NotImplemented` before anything is read or written. Whole
 //! operations the gateway lacks (bucket policies, versioning, lifecycle, CORS, logging,
 //! object-lock configuration, public-access blocks, ownership controls) are s3s's
-//! `NotImplemented` already. Server-side encryption is [`crate::sse`]'s: SSE-S3 and SSE-C
-//! are served, SSE-KMS refused there; a POST form's encryption fields, which arrive as no
-//! headers, are refused here.
+//! `NotImplemented` already. Server-side encryption is [`crate::sse`]'s.
 
 use http::{HeaderMap, Uri};
 use s3s::dto::{ObjectOwnership, PutObjectInput, StorageClass};
@@ -111,19 +109,9 @@ fn check_storage_class(class: Option<&str>) -> S3Result<()> {
     }
 }
 
-/// Refuses what a PutObject or a POST object asks for and the gateway cannot do. `h` are
-/// the request's headers: encryption asked there is [`crate::sse`]'s; asked in a POST form's
-/// fields (which s3s moves into the input, not the headers) it is refused.
-pub fn put_object(i: &PutObjectInput, h: &HeaderMap) -> S3Result<()> {
-    let headed = |n: &str| h.contains_key(n);
-    if (i.server_side_encryption.is_some() && !headed("x-amz-server-side-encryption"))
-        || (i.sse_customer_key.is_some() && !headed("x-amz-server-side-encryption-customer-key"))
-        || (i.ssekms_key_id.is_some() && !headed("x-amz-server-side-encryption-aws-kms-key-id"))
-    {
-        return Err(not_implemented(
-            "server-side encryption asked in a POST form",
-        ));
-    }
+/// Refuses what a PutObject or a POST object asks for and the gateway cannot do
+/// (encryption is [`crate::sse`]'s).
+pub fn put_object(i: &PutObjectInput) -> S3Result<()> {
     if i.object_lock_mode.is_some()
         || i.object_lock_retain_until_date.is_some()
         || i.object_lock_legal_hold_status.is_some()

@@ -257,7 +257,7 @@ pub fn run(a: BenchS3Args) -> anyhow::Result<()> {
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
         l.local_addr()?.to_string()
     };
-    crate::cmd_s3::start(cluster.dir(), &addr, &[])?;
+    crate::cmd_s3::start(cluster.dir(), &crate::cmd_s3::Up::on(&addr))?;
     let rt = crate::runtime()?;
     let r = rt.block_on(async {
         let admin = Client::connect(cluster.session_config()?).await?;

@@ -220,11 +220,32 @@ pub async fn setup(admin: &Arc<Client>, dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(cfg_path)
 }
 
-/// Starts `nasd s3 serve` for the cluster in `dir` on `listen`, in a process group of its
+/// The gateway `nasd up --s3` starts: where it listens, and the options of `nasd s3 serve`
+/// it passes on.
+pub struct Up {
+    pub listen: String,
+    /// `--kms-key-id`s.
+    pub kms_key_ids: Vec<String>,
+    /// `--sigv2`.
+    pub sigv2: bool,
+}
+
+impl Up {
+    /// A gateway on `listen` with the defaults.
+    pub fn on(listen: &str) -> Up {
+        Up {
+            listen: listen.into(),
+            kms_key_ids: vec![],
+            sigv2: false,
+        }
+    }
+}
+
+/// Starts `nasd s3 serve` for the cluster in `dir` as `g` says, in a process group of its
 /// own, recording its pid for `nasd down` and the address of its metrics (a free loopback
 /// port) in [`GATEWAY_METRICS`]; returns the pid and that address once it answers.
-/// `kms_key_ids`: its `--kms-key-id`s.
-pub fn start(dir: &Path, listen: &str, kms_key_ids: &[String]) -> anyhow::Result<(u32, String)> {
+pub fn start(dir: &Path, g: &Up) -> anyhow::Result<(u32, String)> {
+    let listen = g.listen.as_str();
     use std::os::unix::process::CommandExt as _;
     let cfg = crate::runtime()?.block_on(async {
         let admin_cfg =
@@ -243,7 +264,8 @@ pub fn start(dir: &Path, listen: &str, kms_key_ids: &[String]) -> anyhow::Result
     let child = std::process::Command::new(exe)
         .args(["s3", "serve", "--listen", listen, "--root", ROOT_DEFAULT])
         .args(["--metrics", &metrics])
-        .args(kms_key_ids.iter().flat_map(|id| ["--kms-key-id", id]))
+        .args(g.kms_key_ids.iter().flat_map(|id| ["--kms-key-id", id]))
+        .args(g.sigv2.then_some("--sigv2"))
         .arg("--access-log")
         .arg(dir.join(ACCESS_LOG))
         .env("NASD_CONFIG", &cfg)

@@ -50,11 +50,11 @@ fn default_cluster_dir(search: &ConfigSearch) -> PathBuf {
 pub const DRIVES_DEFAULT: usize = 2;
 
 /// `nasd up`. `drives`: the `--drives` given, if any (it must match an existing cluster's);
-/// `s3`: the gateway's address and the KMS key ids it declares.
+/// `s3`: the gateway to start, if any.
 pub fn up(
     data: Option<PathBuf>,
     drives: Option<usize>,
-    s3: Option<(String, Vec<String>)>,
+    s3: Option<crate::cmd_s3::Up>,
     opts: Options,
 ) -> anyhow::Result<()> {
     let search = ConfigSearch::from_env();
@@ -114,8 +114,9 @@ pub fn up(
             );
         }
     }
-    if let Some((addr, kms_key_ids)) = &s3 {
-        let (pid, m) = crate::cmd_s3::start(c.dir(), addr, kms_key_ids)?;
+    if let Some(g) = &s3 {
+        let (pid, m) = crate::cmd_s3::start(c.dir(), g)?;
+        let addr = &g.listen;
         println!(
             "  s3       http://{addr} (pid {pid}; buckets under nasd:{}){}",
             crate::cmd_s3::ROOT_DEFAULT,

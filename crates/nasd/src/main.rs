@@ -131,6 +131,9 @@ enum Cmd {
         /// (repeatable; docs/s3.md "Server-side encryption").
         #[arg(long = "s3-kms-key-id", value_name = "ID", requires = "s3")]
         s3_kms_key_ids: Vec<String>,
+        /// The gateway also serves requests signed with SigV2 (`nasd s3 serve --sigv2`).
+        #[arg(long = "s3-sigv2", requires = "s3")]
+        s3_sigv2: bool,
         /// Where a new cluster's manager keeps its metadata: `sqlite` (the default),
         /// `postgres` (a private PostgreSQL server in DIR/postgres, from the system's
         /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
@@ -373,11 +376,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             background,
             s3,
             s3_kms_key_ids,
+            s3_sigv2,
             meta,
         } => cmd_up::up(
             data,
             drives,
-            s3.map(|addr| (addr, s3_kms_key_ids)),
+            s3.map(|addr| cmd_s3::Up {
+                listen: addr,
+                kms_key_ids: s3_kms_key_ids,
+                sigv2: s3_sigv2,
+            }),
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,
                 background,
