@@ -102,6 +102,7 @@ pub mod names;
 mod ops;
 pub mod server;
 pub mod sse;
+pub mod stale;
 pub mod stream;
 pub mod tagging;
 pub mod unsupported;

@@ -7,7 +7,7 @@
 //! staged upload of the key, committed with the multipart ETag (the MD5 of the parts' MD5s,
 //! `-N`) and the metadata in one manager transaction; aborting removes the directory. An
 //! upload nobody completes or aborts stays listed (`ListMultipartUploads`) until someone
-//! does; its bytes are never visible as an object. Since parts are staged outside the
+//! does or it goes stale ([`crate::stale`]); its bytes are never visible as an object. Since parts are staged outside the
 //! bucket, starting an upload and storing each part need write permission on the bucket,
 //! which the gateway checks itself ([`crate::acl`]); the upload's record keeps the mode its
 //! ACL asked for, given to the object when it completes.
@@ -502,7 +502,7 @@ impl Gateway {
             .map_or(LISTED_MAX, |n| n.clamp(0, LISTED_MAX as i32) as usize);
         let mut found = vec![];
         for e in c.list(&staging).await.map_err(status_err)? {
-            if e.stat.kind != FileKind::Dir || check_id(&e.name).is_err() {
+            if !is_upload_dir(&e) {
                 continue;
             }
             // Other users' uploads are not readable: skipped.
@@ -763,17 +763,29 @@ async fn read_info(c: &Client, dir: &str) -> Option<Info> {
 
 /// Removes an upload's directory and everything in it (best effort: what is left is only
 /// ever seen by its user, and listed as an upload to abort).
-async fn remove_upload(c: &Client, dir: &str) {
+/// Whether the staging directory's entry `e` is an upload's directory.
+pub(crate) fn is_upload_dir(e: &nasd_proto::manager::DirEntry) -> bool {
+    e.stat.kind == FileKind::Dir && check_id(&e.name).is_ok()
+}
+
+/// Removes an upload's directory and everything in it; whether it is gone (best effort:
+/// what is left is only ever seen by its user, listed as an upload to abort, and removed by
+/// a later sweep of stale uploads, [`crate::stale`]).
+pub(crate) async fn remove_upload(c: &Client, dir: &str) -> bool {
     if let Ok(entries) = c.list(dir).await {
         for e in &entries {
             if let Err(e) = c.unlink(&format!("{dir}/{}", e.name)).await {
                 tracing::warn!("removing a part of {dir}: {e}");
-                return;
+                return false;
             }
         }
     }
-    if let Err(e) = c.rmdir(dir).await {
-        tracing::warn!("removing {dir}: {e}");
+    match c.rmdir(dir).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("removing {dir}: {e}");
+            false
+        }
     }
 }
 

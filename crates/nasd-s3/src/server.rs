@@ -44,6 +44,8 @@ pub struct Options {
     pub metrics: Option<Arc<crate::metrics::GatewayMetrics>>,
     /// KMS key ids served as names of nasd's own encryption (`--kms-key-id`, [`crate::sse`]).
     pub kms_key_ids: Vec<String>,
+    /// Multipart uploads unchanged this long are removed ([`crate::stale`]).
+    pub stale_upload_after: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +128,15 @@ fn s3_service(access: &Arc<Access>, root: &str, options: &Options) -> s3s::servi
     b.build()
 }
 
+/// Stops a task when dropped (the stale-upload sweeper ends with the server).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Serves S3 on `listener` for the gateway whose client is `access`'s, with buckets under
 /// `root`, until `shutdown` completes; then stops accepting and returns (requests in flight
 /// finish on their tasks).
@@ -137,6 +148,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     raise_fd_limit();
+    let staging = format!(
+        "{}/{}",
+        root.trim_end_matches('/'),
+        crate::multipart::STAGING_DIR
+    );
+    let sweeper = tokio::spawn(crate::stale::sweep_forever(
+        access.clone(),
+        staging,
+        options.stale_upload_after,
+    ));
+    let _sweeper = AbortOnDrop(sweeper);
     let s3 = s3_service(&access, root, &options);
     let front = Arc::new(Front::new(
         s3,

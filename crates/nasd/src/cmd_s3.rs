@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// SSE-KMS is refused). SSE-S3 and SSE-C need nothing.
     #[arg(long = "kms-key-id", value_name = "ID")]
     pub kms_key_ids: Vec<String>,
+    /// Remove multipart uploads unchanged for this many seconds (abandoned: their parts
+    /// count against their users' quotas).
+    #[arg(long, value_name = "SECS", default_value_t = nasd_s3::stale::STALE_UPLOAD_SECS_DEFAULT)]
+    pub stale_upload_secs: u64,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
 }
@@ -88,6 +92,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         access_log,
         metrics: counters.clone(),
         kms_key_ids: a.kms_key_ids.clone(),
+        stale_upload_after: std::time::Duration::from_secs(a.stale_upload_secs.max(1)),
     };
     // Warnings (each naming the request that caused it) to stderr, the gateway's log under
     // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
@@ -228,6 +233,8 @@ pub struct Up {
     pub kms_key_ids: Vec<String>,
     /// `--sigv2`.
     pub sigv2: bool,
+    /// `--stale-upload-secs`, when not the default.
+    pub stale_upload_secs: Option<u64>,
 }
 
 impl Up {
@@ -237,6 +244,7 @@ impl Up {
             listen: listen.into(),
             kms_key_ids: vec![],
             sigv2: false,
+            stale_upload_secs: None,
         }
     }
 }
@@ -266,6 +274,11 @@ pub fn start(dir: &Path, g: &Up) -> anyhow::Result<(u32, String)> {
         .args(["--metrics", &metrics])
         .args(g.kms_key_ids.iter().flat_map(|id| ["--kms-key-id", id]))
         .args(g.sigv2.then_some("--sigv2"))
+        .args(
+            g.stale_upload_secs
+                .iter()
+                .flat_map(|s| ["--stale-upload-secs".to_string(), s.to_string()]),
+        )
         .arg("--access-log")
         .arg(dir.join(ACCESS_LOG))
         .env("NASD_CONFIG", &cfg)

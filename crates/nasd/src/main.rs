@@ -134,6 +134,10 @@ enum Cmd {
         /// The gateway also serves requests signed with SigV2 (`nasd s3 serve --sigv2`).
         #[arg(long = "s3-sigv2", requires = "s3")]
         s3_sigv2: bool,
+        /// The gateway removes multipart uploads unchanged this long (`nasd s3 serve
+        /// --stale-upload-secs`; default a week).
+        #[arg(long = "s3-stale-upload-secs", value_name = "SECS", requires = "s3")]
+        s3_stale_upload_secs: Option<u64>,
         /// Where a new cluster's manager keeps its metadata: `sqlite` (the default),
         /// `postgres` (a private PostgreSQL server in DIR/postgres, from the system's
         /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
@@ -377,6 +381,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             s3,
             s3_kms_key_ids,
             s3_sigv2,
+            s3_stale_upload_secs,
             meta,
         } => cmd_up::up(
             data,
@@ -385,6 +390,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 listen: addr,
                 kms_key_ids: s3_kms_key_ids,
                 sigv2: s3_sigv2,
+                stale_upload_secs: s3_stale_upload_secs,
             }),
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,

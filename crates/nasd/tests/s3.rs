@@ -74,9 +74,16 @@ impl S3 {
     /// `nasd up --s3` on the running cluster: every component is up already, so it only
     /// prepares the cluster for S3 (the first time) and starts the gateway.
     fn start_gateway(&self) {
+        self.start_gateway_with(&[]);
+    }
+
+    /// [`S3::start_gateway`] with more options of `nasd up`.
+    fn start_gateway_with(&self, extra: &[&str]) {
         let xdg = self.up.dir.path().join("xdg");
         let o = Command::new(NASD)
-            .args(["up", "--background", "--s3", &self.addr, "--data"])
+            .args(["up", "--background", "--s3", &self.addr])
+            .args(extra)
+            .arg("--data")
             .arg(self.up.data())
             .env("XDG_CONFIG_HOME", &xdg)
             .env_remove("NASD_CONFIG")
@@ -328,6 +335,15 @@ fn the_aws_cli_copies_syncs_lists_and_removes() {
     s3.aws(&["s3", "rm", "--only-show-errors", "--recursive", "s3://cli/"]);
     s3.aws(&["s3", "rb", "s3://cli"]);
     assert!(!s3.up.ok(&["ls", "nasd:/s3"]).contains("cli"));
+}
+
+#[test]
+fn abandoned_multipart_uploads_expire_and_busy_ones_stay() {
+    let s3 = S3::start();
+    s3.kill_gateway();
+    s3.start_gateway_with(&["--s3-stale-upload-secs", "3"]);
+    let out = s3.client(&["only", "stale_uploads"], "");
+    assert!(out.contains("stale_uploads ok"), "{out}");
 }
 
 #[test]

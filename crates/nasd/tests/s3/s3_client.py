@@ -750,6 +750,28 @@ def check_plaintext_bucket(s3):
     assert s3.get_object(Bucket="plaintext", Key="c", **ssec)["Body"].read() == b"secret sse-c bytes"
 
 
+def check_stale_uploads(s3):
+    """Against a gateway started with --stale-upload-secs 3: an upload left alone goes (its
+    parts with it) within a few sweeps; one still receiving parts stays."""
+    bucket(s3, "stale")
+    left = s3.create_multipart_upload(Bucket="stale", Key="left")["UploadId"]
+    s3.upload_part(Bucket="stale", Key="left", UploadId=left, PartNumber=1, Body=b"x" * 1000)
+    busy = s3.create_multipart_upload(Bucket="stale", Key="busy")["UploadId"]
+    deadline = time.time() + 30
+    n = 1
+    while True:
+        # A part every second keeps the busy one fresh.
+        s3.upload_part(Bucket="stale", Key="busy", UploadId=busy, PartNumber=n, Body=b"y" * 10)
+        n += 1
+        ids = [u["UploadId"] for u in s3.list_multipart_uploads(Bucket="stale").get("Uploads", [])]
+        if left not in ids:
+            break
+        assert time.time() < deadline, "the abandoned upload was not removed"
+        time.sleep(1)
+    assert busy in ids, ids
+    assert code_of(lambda: s3.list_parts(Bucket="stale", Key="left", UploadId=left)) == "NoSuchUpload"
+
+
 def check_tagging(s3):
     """Object tags are kept with the object (set by a PUT, a multipart upload, a copy, or
     alone), counted on GET and HEAD, limited as S3 limits them; bucket tags are the owner's."""
