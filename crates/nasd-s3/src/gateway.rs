@@ -420,15 +420,10 @@ impl Gateway {
         asked: &sse::Asked,
     ) -> S3Result<ObjectMeta> {
         let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
-        let cipher = match asked {
-            sse::Asked::Customer(k) => {
-                let sealed = sse::Sealed::new(k);
-                let cipher = sealed.open(k)?;
-                m.sse_c = Some(sealed);
-                Some(cipher)
-            }
-            _ => None,
-        };
+        let cipher = asked.seal()?.map(|(sealed, cipher)| {
+            m.sse_c = Some(sealed);
+            cipher
+        });
         // SSE-S3 and SSE-KMS take the streamed way, where the upload's encryption is checked.
         let small = length.is_some_and(|n| n <= SMALL_OBJECT_BYTES);
         if small && asked.at_rest().is_none() {

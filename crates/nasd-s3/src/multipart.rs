@@ -710,19 +710,7 @@ fn checked_composite(
 /// The cipher of a part of `info`'s upload, from the SSE-C key `h` must send when the
 /// upload is SSE-C (the one it was started with) and must not send otherwise.
 fn part_cipher(info: &Info, h: &http::HeaderMap) -> S3Result<Option<sse::Cipher>> {
-    let key = sse::CustomerKey::from_headers(h, false)?;
-    match (&info.meta.sse_c, key) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(s3_error!(
-            InvalidRequest,
-            "The encryption parameters are not applicable to this upload"
-        )),
-        (Some(_), None) => Err(s3_error!(
-            InvalidRequest,
-            "the upload was started with SSE-C: each part sends its key"
-        )),
-        (Some(s), Some(k)) => Ok(Some(s.open(&k)?)),
-    }
+    sse::open(h, false, info.meta.sse_c.as_ref())
 }
 
 /// The SSE-C key MD5 `h` sent for `info`'s SSE-C upload, to report back.

@@ -691,15 +691,10 @@ impl Gateway {
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
         let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
-        let cipher = match &asked {
-            sse::Asked::Customer(k) => {
-                let sealed = sse::Sealed::new(k);
-                let cipher = sealed.open(k)?;
-                m.sse_c = Some(sealed);
-                Some(cipher)
-            }
-            _ => None,
-        };
+        let cipher = asked.seal()?.map(|(sealed, cipher)| {
+            m.sse_c = Some(sealed);
+            cipher
+        });
         let algorithms: Vec<&str> = sm.checksums.keys().map(String::as_str).collect();
         let (w, fix) = self
             .begin(

@@ -194,6 +194,16 @@ impl Asked {
         }
     }
 
+    /// For an SSE-C write, a new record (a fresh salt) and the cipher it opens.
+    pub fn seal(&self) -> S3Result<Option<(Sealed, Cipher)>> {
+        let Asked::Customer(k) = self else {
+            return Ok(None);
+        };
+        let sealed = Sealed::new(k);
+        let cipher = sealed.open(k)?;
+        Ok(Some((sealed, cipher)))
+    }
+
     /// The key's MD5 of an SSE-C write, to report back.
     pub fn customer_md5(&self) -> Option<&str> {
         match self {
@@ -451,14 +461,10 @@ impl ObjectCipher {
     }
 }
 
-/// The cipher for reading an object recorded as `sealed` (or not), given the request's
-/// headers: an SSE-C object needs its key, and a key for any other object is refused.
-pub fn for_read(
-    h: &HeaderMap,
-    copy_source: bool,
-    sealed: Option<&Sealed>,
-    part_sizes: &[u64],
-) -> S3Result<Option<ObjectCipher>> {
+/// The cipher of an object (or upload) recorded as `sealed` (or not), given the request's
+/// headers (`copy_source`: a copy's source key): an SSE-C object needs its key, and a key
+/// for any other object is refused.
+pub fn open(h: &HeaderMap, copy_source: bool, sealed: Option<&Sealed>) -> S3Result<Option<Cipher>> {
     let key = CustomerKey::from_headers(h, copy_source)?;
     match (sealed, key) {
         (None, None) => Ok(None),
@@ -470,7 +476,20 @@ pub fn for_read(
             InvalidRequest,
             "The object was stored using a form of Server Side Encryption. The correct parameters must be provided to retrieve the object."
         )),
-        (Some(s), Some(k)) => Ok(Some(ObjectCipher::new(s.open(&k)?, s, part_sizes)?)),
+        (Some(s), Some(k)) => Ok(Some(s.open(&k)?)),
+    }
+}
+
+/// [`open`] for reading an object of parts `part_sizes`.
+pub fn for_read(
+    h: &HeaderMap,
+    copy_source: bool,
+    sealed: Option<&Sealed>,
+    part_sizes: &[u64],
+) -> S3Result<Option<ObjectCipher>> {
+    match (open(h, copy_source, sealed)?, sealed) {
+        (Some(c), Some(s)) => Ok(Some(ObjectCipher::new(c, s, part_sizes)?)),
+        _ => Ok(None),
     }
 }
 
