@@ -430,7 +430,7 @@ impl Gateway {
             // The object there now, if any, read while the body arrives.
             let (path, _) = self.names.key(bucket, key)?;
             let (data, old) = tokio::join!(body.collect(SMALL_OBJECT_BYTES), c.stat(&path));
-            let mut data = data?.to_vec();
+            let data = data?;
             let old = match old {
                 Ok(st) if st.kind == FileKind::File => Some(st),
                 Ok(_) => None,
@@ -443,9 +443,15 @@ impl Gateway {
             digest::verify(&md5, claims.content_md5.as_deref(), &sums, &claimed)?;
             m.etag = Some(etag_hex(&md5, cipher.as_ref()));
             m.checksums = sums;
-            if let Some(c) = &cipher {
-                c.stream(0, 0).apply(&mut data);
-            }
+            // SSE-C enciphers a copy; other objects are written from the body as it came.
+            let data = match &cipher {
+                Some(c) => {
+                    let mut d = data.to_vec();
+                    c.stream(0, 0).apply(&mut d);
+                    Bytes::from(d)
+                }
+                None => data,
+            };
             let fix = ModeFix::before(c, old.as_ref(), &path, mode).await?;
             self.put_small(c, bucket, key, &data, &m, mode).await?;
             fix.after(c).await?;

@@ -230,9 +230,12 @@ fn kms(id: Option<&str>, declared: &[String]) -> S3Result<Asked> {
 }
 
 /// The headers of a PutObject with the encryption a POST form asks for in its fields (which
-/// s3s moves into the input, not the headers), so a form is checked as a PUT is.
-pub fn with_form_fields(h: &HeaderMap, i: &s3s::dto::PutObjectInput) -> HeaderMap {
-    let mut h = h.clone();
+/// s3s moves into the input, not the headers), so a form is checked as a PUT is. Borrowed
+/// as they are when the input asks for nothing the headers do not (every PUT but a form's).
+pub fn with_form_fields<'h>(
+    h: &'h HeaderMap,
+    i: &s3s::dto::PutObjectInput,
+) -> std::borrow::Cow<'h, HeaderMap> {
     let fields = [
         (
             SSE_HEADER,
@@ -252,10 +255,11 @@ pub fn with_form_fields(h: &HeaderMap, i: &s3s::dto::PutObjectInput) -> HeaderMa
             i.sse_customer_key_md5.as_deref(),
         ),
     ];
+    let mut h = std::borrow::Cow::Borrowed(h);
     for (name, value) in fields {
         if let (false, Some(v)) = (h.contains_key(name), value) {
             if let Ok(v) = http::HeaderValue::from_str(v) {
-                h.insert(name, v);
+                h.to_mut().insert(name, v);
             }
         }
     }
