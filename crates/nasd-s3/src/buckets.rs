@@ -292,7 +292,7 @@ impl Gateway {
         if let Some(id) = &d.kms_master_key_id {
             put("x-amz-server-side-encryption-aws-kms-key-id", id)?;
         }
-        let record = sse::Asked::of_write(&h, None, &self.kms_ids)?
+        let record = sse::Asked::of_write(&h, &self.kms_ids)?
             .at_rest()
             .ok_or_else(|| s3_error!(MalformedXML, "the rule names no default encryption"))?;
         c.setxattr(&path, sse::BUCKET_DEFAULT_ATTR, Some(record.as_bytes()))

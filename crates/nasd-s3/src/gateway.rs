@@ -193,14 +193,16 @@ impl Gateway {
         bucket: &str,
         h: &http::HeaderMap,
     ) -> S3Result<sse::Asked> {
-        let asked = sse::Asked::of_write(h, None, &self.kms_ids)?;
-        if !matches!(asked, sse::Asked::None) {
-            return Ok(asked);
+        match sse::Asked::of_write(h, &self.kms_ids)? {
+            sse::Asked::None => match self
+                .bucket_attr(c, bucket, sse::BUCKET_DEFAULT_ATTR)
+                .await?
+            {
+                Some(d) => sse::Asked::of_default(&d, &self.kms_ids),
+                None => Ok(sse::Asked::None),
+            },
+            asked => Ok(asked),
         }
-        let default = self
-            .bucket_attr(c, bucket, sse::BUCKET_DEFAULT_ATTR)
-            .await?;
-        sse::Asked::of_write(h, default.as_deref(), &self.kms_ids)
     }
 
     /// Attribute `name` of bucket `bucket` (`NoSuchBucket` when there is no such bucket).

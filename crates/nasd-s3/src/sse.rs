@@ -147,10 +147,10 @@ pub enum Asked {
 pub const KMS: &str = "aws:kms";
 
 impl Asked {
-    /// What a write's headers ask for, the bucket's default (`default`, a record as
-    /// [`Asked::at_rest`] makes) when they ask nothing. `kms_ids` are the KMS key ids the
-    /// operator declared as names of nasd's own encryption (none: SSE-KMS is refused).
-    pub fn of_write(h: &HeaderMap, default: Option<&str>, kms_ids: &[String]) -> S3Result<Asked> {
+    /// What a write's headers ask for (`None` when nothing: the bucket's default applies,
+    /// [`Asked::of_default`]). `kms_ids` are the KMS key ids the operator declared as names
+    /// of nasd's own encryption (none: SSE-KMS is refused).
+    pub fn of_write(h: &HeaderMap, kms_ids: &[String]) -> S3Result<Asked> {
         let customer = CustomerKey::from_headers(h, false)?;
         let text = |n: &str| h.get(n).map(|v| v.to_str().unwrap_or("\u{fffd}"));
         let sse = text(SSE_HEADER);
@@ -173,14 +173,20 @@ impl Asked {
             (Some(AES256), None) => Ok(Asked::S3),
             (Some(KMS), None) => kms(kms_id, kms_ids),
             (Some("aws:kms:dsse"), None) => Err(no_kms()),
-            (None, None) => match default.map(|d| d.split_once(' ').unwrap_or((d, ""))) {
-                Some((AES256, _)) => Ok(Asked::S3),
-                Some((KMS, id)) => kms(Some(id), kms_ids),
-                _ => Ok(Asked::None),
-            },
+            (None, None) => Ok(Asked::None),
             (Some(a), None) => Err(invalid(&format!(
                 "x-amz-server-side-encryption names no algorithm the gateway knows: {a:?}"
             ))),
+        }
+    }
+
+    /// What a bucket's default (`record`, as [`Asked::at_rest`] makes it) asks of a write
+    /// that asks nothing itself.
+    pub fn of_default(record: &str, kms_ids: &[String]) -> S3Result<Asked> {
+        match record.split_once(' ').unwrap_or((record, "")) {
+            (AES256, _) => Ok(Asked::S3),
+            (KMS, id) => kms(Some(id), kms_ids),
+            _ => Ok(Asked::None),
         }
     }
 
@@ -596,7 +602,12 @@ mod tests {
         let k = ("x-amz-server-side-encryption-customer-key", KEY_B64);
         let md5 = ("x-amz-server-side-encryption-customer-key-md5", KEY_MD5);
         let ids = ["k1".to_string()];
-        let asked = |kv: &[(&str, &str)], d: Option<&str>| Asked::of_write(&headers(kv), d, &ids);
+        // As the gateway asks: the headers, then the bucket's default `d`.
+        let asked =
+            |kv: &[(&str, &str)], d: Option<&str>| match Asked::of_write(&headers(kv), &ids)? {
+                Asked::None => d.map_or(Ok(Asked::None), |d| Asked::of_default(d, &ids)),
+                a => Ok(a),
+            };
         assert!(matches!(asked(&[sse], None), Ok(Asked::S3)));
         assert!(matches!(asked(&[], Some(AES256)), Ok(Asked::S3)));
         assert!(matches!(asked(&[], None), Ok(Asked::None)));
@@ -634,7 +645,7 @@ mod tests {
                 "{bad:?}"
             );
         }
-        let none = Asked::of_write(&headers(&[kms, id("k1")]), None, &[]);
+        let none = Asked::of_write(&headers(&[kms, id("k1")]), &[]);
         assert_eq!(code(none).as_deref(), Some("NotImplemented"));
     }
 
