@@ -337,13 +337,7 @@ pub fn run_drive(c: DriveCmd) -> anyhow::Result<()> {
             metrics,
         } => {
             let options = run.options()?;
-            tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            crate::log_to_stderr("info");
             let drive = match nasd_drive::Drive::open_with_options(&data, None, options) {
                 Err(nasd_drive::DriveError::Sealed) => {
                     let p = passphrase(

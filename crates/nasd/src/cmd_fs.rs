@@ -758,6 +758,9 @@ pub fn mount(
         [r, mp] => (remote(r)?, mp.clone()),
         _ => bail!("nasd mount [nasd:/PATH] MOUNTPOINT"),
     };
+    // Warnings (an upload that could not be aborted, a lock lost) go to standard error;
+    // `RUST_LOG` asks for more.
+    crate::log_to_stderr("warn");
     let rt = tokio::runtime::Runtime::new()?;
     let c = rt.block_on(connect())?;
     let mp = std::path::PathBuf::from(&mountpoint);

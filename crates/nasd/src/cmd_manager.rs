@@ -176,35 +176,40 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             meta,
             passphrase_file,
             metrics,
-        } => crate::runtime()?.block_on(async move {
-            let meta = meta.as_deref().map(setup::Meta::parse).transpose()?;
-            let file = passphrase_file.clone();
-            setup::run(
-                &data,
-                listen.as_deref(),
-                meta.as_ref(),
-                Box::new(move || {
-                    manager_passphrase(file.as_deref()).map_err(|e| {
-                        nasd_manager::MgrError::new(
-                            nasd_proto::manager::MgrStatus::InvalidArgument,
-                            format!("{e:#}"),
-                        )
-                    })
-                }),
-                metrics.metrics.as_deref(),
-                |at| {
-                    if let Some(m) = at.metrics {
-                        println!("nasd manager metrics on http://{m}/metrics");
-                    }
-                    println!("nasd manager listening on {}", at.addr);
-                    use std::io::Write as _;
-                    std::io::stdout().flush().ok();
-                },
-                shutdown_signal(),
-            )
-            .await?;
-            Ok(())
-        }),
+        } => {
+            // Warnings by default; `RUST_LOG=info` adds a line per capability minted, with
+            // the audit id the drives' audit trails record.
+            crate::log_to_stderr("warn");
+            crate::runtime()?.block_on(async move {
+                let meta = meta.as_deref().map(setup::Meta::parse).transpose()?;
+                let file = passphrase_file.clone();
+                setup::run(
+                    &data,
+                    listen.as_deref(),
+                    meta.as_ref(),
+                    Box::new(move || {
+                        manager_passphrase(file.as_deref()).map_err(|e| {
+                            nasd_manager::MgrError::new(
+                                nasd_proto::manager::MgrStatus::InvalidArgument,
+                                format!("{e:#}"),
+                            )
+                        })
+                    }),
+                    metrics.metrics.as_deref(),
+                    |at| {
+                        if let Some(m) = at.metrics {
+                            println!("nasd manager metrics on http://{m}/metrics");
+                        }
+                        println!("nasd manager listening on {}", at.addr);
+                        use std::io::Write as _;
+                        std::io::stdout().flush().ok();
+                    },
+                    shutdown_signal(),
+                )
+                .await?;
+                Ok(())
+            })
+        }
         ManagerCmd::DriveAdd {
             addr,
             key,

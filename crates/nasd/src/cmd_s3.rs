@@ -96,14 +96,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     // Warnings (each naming the request that caused it) to stderr, the gateway's log under
     // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,s3s=off")),
-        )
-        .init();
+    crate::log_to_stderr("warn,s3s=off");
     crate::runtime()?.block_on(async move {
         let c = crate::cmd_fs::connect().await?;
         let root = crate::cmd_fs::remote(&a.root)?;

@@ -336,6 +336,19 @@ enum Cmd {
     },
 }
 
+/// Sends a long-running process's log lines to standard error (its log file under `nasd
+/// up`): `RUST_LOG` when set, else `default`. Colours only on a terminal.
+pub(crate) fn log_to_stderr(default: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .init();
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -393,12 +393,51 @@ fn through_the_mount_a_write_past_the_quota_is_edquot() {
     // Within the quota: written and charged.
     std::fs::write(m.1.join("fits"), rand_bytes(3 << 20, 1)).unwrap();
     assert_eq!(quota(&up, "alice").1, 3 << 20);
-    // Past it: a write or the sync that sends it fails with EDQUOT, and nothing is left.
-    let mut f = std::fs::File::create(m.1.join("big")).unwrap();
+    // Past it: a write or the sync that sends it fails with EDQUOT. What the file holds
+    // then is charged, and within the limit: nothing, unless a close of a descriptor sharing
+    // it committed a prefix first (close-to-open; another test thread's fork and exec
+    // closes its inherited copy of `f` at exec, which the kernel sends as a flush).
+    let big = m.1.join("big");
+    let mut f = std::fs::File::create(&big).unwrap();
     let wrote = f.write_all(&rand_bytes(16 << 20, 2));
     let e = wrote.and_then(|_| f.sync_all()).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
     drop(f);
-    assert_eq!(quota(&up, "alice"), (8 << 20, 3 << 20, 0));
+    let kept = std::fs::metadata(&big).unwrap().len();
+    assert!(kept <= 5 << 20, "{kept} bytes kept past the quota");
+    assert_eq!(quota(&up, "alice"), (8 << 20, (3 << 20) + kept, 0));
+    drop(m);
+}
+
+/// A close of one descriptor commits what was written through any (close-to-open): a write
+/// past the quota after it fails with EDQUOT and leaves the committed prefix, charged.
+#[test]
+fn through_the_mount_a_close_commits_and_a_later_write_past_the_quota_keeps_it() {
+    if !can_mount() {
+        return;
+    }
+    let up = cluster_with_alice(1);
+    up.ok(&["quota", "set", "alice", "8M"]);
+    let dir = up.dir.path().join("mnt");
+    let m = Mount::start(&up, "nasd:/alice", &dir);
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(m.1.join("big")).unwrap();
+    let head = rand_bytes(2 << 20, 3);
+    f.write_all(&head).unwrap();
+    // A second descriptor of the same open file, closed: the kernel sends a flush.
+    drop(f.try_clone().unwrap());
+    assert_eq!(quota(&up, "alice"), (8 << 20, 2 << 20, 0));
+    let wrote = f.write_all(&rand_bytes(16 << 20, 4));
+    let e = wrote.and_then(|_| f.sync_all()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
+    drop(f);
+    let kept = std::fs::read(m.1.join("big")).unwrap();
+    assert!(
+        kept.len() >= head.len() && kept.len() <= 8 << 20,
+        "{}",
+        kept.len()
+    );
+    assert_eq!(kept[..head.len()], head[..], "the committed prefix");
+    assert_eq!(quota(&up, "alice"), (8 << 20, kept.len() as u64, 0));
     drop(m);
 }
