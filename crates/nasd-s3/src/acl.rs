@@ -11,6 +11,7 @@
 //! they have `r-x` on it and add, replace or delete its objects with `-wx`; an object is a
 //! file they may read with `r--`, as long as they may also pass through its bucket (`--x`).
 
+use nasd_client::files::Client;
 use nasd_proto::manager::FileStat;
 use s3s::dto::{
     AccessControlPolicy, BucketCannedACL, Grant, Grantee, ObjectCannedACL, Owner, Permission, Type,
@@ -322,6 +323,16 @@ pub fn check_reachable(mode: u32, bucket: &FileStat) -> S3Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Only a bucket's owner reads or changes its ACL, tags and configuration (S3's default
+/// for READ_ACP and WRITE_ACP; nasd lets only the owner change a mode).
+pub(crate) fn need_owner(c: &Client, st: &FileStat) -> S3Result<()> {
+    if st.owner == c.user() {
+        Ok(())
+    } else {
+        Err(s3_error!(AccessDenied))
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,12 @@
 //! is an attribute of its directory ([`crate::sse`]).
 
 use crate::acl;
+use crate::acl::need_owner;
 use crate::gateway::*;
 use crate::ops::{both_acls, grant_headers};
 use crate::sse;
 use nasd_client::files::Client;
-use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
+use nasd_proto::manager::{FileKind, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use std::sync::Arc;
@@ -345,16 +346,6 @@ impl Gateway {
         let mut r = S3Response::new(DeleteBucketEncryptionOutput::default());
         r.status = Some(http::StatusCode::NO_CONTENT);
         Ok(r)
-    }
-}
-
-/// Only the owner reads or changes an ACL (S3's default for READ_ACP and WRITE_ACP; nasd
-/// lets only the owner change a mode).
-fn need_owner(c: &Client, st: &FileStat) -> S3Result<()> {
-    if st.owner == c.user() {
-        Ok(())
-    } else {
-        Err(s3_error!(AccessDenied))
     }
 }
 

@@ -15,6 +15,7 @@ use crate::meta::{self, ObjectMeta};
 use crate::names::Names;
 use crate::sse;
 use crate::stream::{self, Writer};
+use crate::versions;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use nasd_client::files::{Client, FsError};
@@ -250,10 +251,11 @@ impl Gateway {
         c: &Arc<Client>,
         bucket: &str,
         key: &str,
+        d: &versions::Dest,
         digests: Digests,
         mode: u32,
     ) -> S3Result<(Writer, ModeFix)> {
-        let (path, _) = self.names.key(bucket, key)?;
+        let path = d.path.clone();
         let mut attempt = 0;
         let upload = loop {
             attempt += 1;
@@ -264,6 +266,7 @@ impl Gateway {
                         && attempt < MKDIR_ATTEMPTS =>
                 {
                     self.make_parents(c, bucket, key).await?;
+                    self.make_versions_dir(c, bucket, d).await?;
                 }
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
             }
@@ -283,26 +286,28 @@ impl Gateway {
     }
 
     /// Writes a whole small object with its metadata (one round trip to create it).
+    #[allow(clippy::too_many_arguments)]
     async fn put_small(
         &self,
         c: &Arc<Client>,
         bucket: &str,
         key: &str,
+        d: &versions::Dest,
         data: &[u8],
         m: &ObjectMeta,
         mode: u32,
     ) -> S3Result<()> {
-        let (path, _) = self.names.key(bucket, key)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
             match c
-                .put_bytes_with(&path, data, mode, Some(m.to_xattrs()))
+                .put_bytes_with(&d.path, data, mode, Some(m.to_xattrs()))
                 .await
             {
                 Ok(()) => return Ok(()),
                 Err(e) if e.status() == Some(MgrStatus::NoSuchPath) && attempt < MKDIR_ATTEMPTS => {
                     self.make_parents(c, bucket, key).await?;
+                    self.make_versions_dir(c, bucket, d).await?;
                 }
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
             }
@@ -363,7 +368,7 @@ impl Gateway {
 
     /// Removes the directories between the bucket and `key` that are now empty, innermost
     /// first (a key's directories exist only for its keys).
-    async fn prune(&self, c: &Client, bucket: &str, key: &str) {
+    pub(crate) async fn prune(&self, c: &Client, bucket: &str, key: &str) {
         let Ok(parents) = self.names.parents(bucket, key) else {
             return;
         };
@@ -422,6 +427,8 @@ impl Gateway {
         asked: &sse::Asked,
     ) -> S3Result<ObjectMeta> {
         let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
+        let d = self.dest(c, bucket, key).await?;
+        m.version_id = d.id.clone();
         let cipher = asked.seal()?.map(|(sealed, cipher)| {
             m.sse_c = Some(sealed);
             cipher
@@ -430,7 +437,7 @@ impl Gateway {
         let small = length.is_some_and(|n| n <= SMALL_OBJECT_BYTES);
         if small && asked.at_rest().is_none() {
             // The object there now, if any, read while the body arrives.
-            let (path, _) = self.names.key(bucket, key)?;
+            let path = d.path.clone();
             let (data, old) = tokio::join!(body.collect(SMALL_OBJECT_BYTES), c.stat(&path));
             let data = data?;
             let old = match old {
@@ -455,11 +462,12 @@ impl Gateway {
                 None => data,
             };
             let fix = ModeFix::before(c, old.as_ref(), &path, mode).await?;
-            self.put_small(c, bucket, key, &data, &m, mode).await?;
+            self.put_small(c, bucket, key, &d, &data, &m, mode).await?;
             fix.after(c).await?;
+            self.publish(c, bucket, key, &d).await?;
             return Ok(m);
         }
-        let (w, fix) = self.begin(c, bucket, key, digests, mode).await?;
+        let (w, fix) = self.begin(c, bucket, key, &d, digests, mode).await?;
         if asked.at_rest().is_some() {
             if let Err(e) = check_encrypted(c, &w).await {
                 w.abort().await;
@@ -475,6 +483,7 @@ impl Gateway {
             return Err(self.fs_err(c, bucket, e).await);
         }
         fix.after(c).await?;
+        self.publish(c, bucket, key, &d).await?;
         Ok(m)
     }
 
@@ -1006,5 +1015,6 @@ pub(crate) fn query(
         delimiter,
         after: after.unwrap_or_default(),
         max_keys: max,
+        ..Default::default()
     })
 }

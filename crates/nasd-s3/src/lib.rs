@@ -18,7 +18,8 @@
 //!   committed with the content; [`digest`] — MD5 and `x-amz-checksum-*` as bytes stream;
 //! - [`stream`] — bounded-memory streams between HTTP bodies and the drives;
 //! - [`list`] — listings in key order over the directory tree; [`tagging`] — object and
-//!   bucket tags as extended attributes;
+//!   bucket tags as extended attributes; [`versions`] — bucket versioning, older versions and
+//!   delete markers beside each key;
 //! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
@@ -106,6 +107,7 @@ pub mod stale;
 pub mod stream;
 pub mod tagging;
 pub mod unsupported;
+pub mod versions;
 
 pub use gateway::Gateway;
 pub use server::{serve, Options, ServeError, Tls};

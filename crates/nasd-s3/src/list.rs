@@ -8,10 +8,15 @@
 //! fall under the prefix and after the start, and never into one the delimiter rolls up, so
 //! listing the top of a bucket with `/` reads one directory however deep the tree is. An
 //! empty directory is listed as the key `dir/` (as a folder marker is).
+//!
+//! Asked for versions ([`Query::versions`]), the walk also visits each key's versions
+//! directory ([`crate::versions`]), which sorts right after the key's file, and lists every
+//! version, newest first; otherwise versions directories are passed over.
 
 use crate::meta;
+use crate::versions;
 use nasd_client::files::{Client, FsError};
-use nasd_proto::manager::{FileKind, FileStat};
+use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,6 +34,13 @@ pub struct Query {
     /// List keys (and common prefixes) strictly after this one.
     pub after: String,
     pub max_keys: usize,
+    /// List every version of each key, not only the current ones.
+    pub versions: bool,
+    /// With `versions`: of key `after`, list the versions after this one.
+    pub after_version: Option<String>,
+    /// With `versions`: current versions may have ids (the bucket has had versioning), so
+    /// each is read; otherwise each is `null`.
+    pub ids: bool,
 }
 
 /// One key found.
@@ -38,6 +50,16 @@ pub struct Item {
     pub stat: FileStat,
     /// The stored ETag, unquoted, when the object has one.
     pub etag: Option<String>,
+    /// In a listing of versions: which version this is.
+    pub version: Option<VersionOf>,
+}
+
+/// A listed version: its id, whether it is the key's latest, whether a delete marker.
+#[derive(Clone, Debug)]
+pub struct VersionOf {
+    pub id: String,
+    pub latest: bool,
+    pub marker: bool,
 }
 
 /// A page of a listing.
@@ -62,6 +84,10 @@ struct Walk {
     client: Arc<Client>,
     q: Query,
     out: Listing,
+    /// The last key whose current version (its file) was listed.
+    current: Option<String>,
+    /// Still passing the versions of key `after` up to `after_version`.
+    skipping: bool,
 }
 
 impl Walk {
@@ -72,6 +98,27 @@ impl Walk {
     /// Records `key` (an object, or a common prefix when the delimiter rolls it up); `false`
     /// once the page is full and `key` did not fit (the listing is truncated).
     fn emit(&mut self, key: &str, stat: &FileStat, etag: Option<Vec<u8>>) -> bool {
+        self.emit_item(Item {
+            key: key.to_string(),
+            stat: stat.clone(),
+            etag: etag
+                .and_then(|v| String::from_utf8(v).ok())
+                .map(|e| e.trim_matches('"').to_string()),
+            version: None,
+        })
+    }
+
+    /// [`Walk::emit`] of a whole item; a version of key `after` at or before `after_version`
+    /// is passed over.
+    fn emit_item(&mut self, item: Item) -> bool {
+        if self.skipping && item.key == self.q.after {
+            let id = item.version.as_ref().map(|v| v.id.as_str());
+            if id == self.q.after_version.as_deref() {
+                self.skipping = false;
+            }
+            return true;
+        }
+        let key = item.key.as_str();
         if let Some(cp) = self.rolled_up(key) {
             if self.out.prefixes.last().map(String::as_str) == Some(cp.as_str())
                 || cp.as_str() <= self.q.after.as_str()
@@ -91,13 +138,7 @@ impl Walk {
             return false;
         }
         self.out.last = Some(key.to_string());
-        self.out.objects.push(Item {
-            key: key.to_string(),
-            stat: stat.clone(),
-            etag: etag
-                .and_then(|v| String::from_utf8(v).ok())
-                .map(|e| e.trim_matches('"').to_string()),
-        });
+        self.out.objects.push(item);
         true
     }
 
@@ -115,6 +156,7 @@ impl Walk {
         Box::pin(async move {
             let mut after = String::new();
             let mut any = false;
+            let versions = self.q.versions;
             loop {
                 let page = self
                     .client
@@ -123,22 +165,34 @@ impl Walk {
                 let Some(last) = page.last() else { break };
                 after = last.name.clone();
                 let n = page.len();
-                // Sorted as keys sort: a directory's name with its `/`.
+                // A directory of versions holds keys, so its directory is no folder marker.
+                any |= page.iter().any(|e| e.name.ends_with(versions::SUFFIX));
+                // Sorted as keys sort: a directory's name with its `/`; a key's versions
+                // right after its file.
                 let mut entries: Vec<_> = page
                     .into_iter()
-                    .filter(|e| matches!(e.stat.kind, FileKind::Dir | FileKind::File))
-                    .map(|e| {
+                    .filter_map(|e| {
+                        if let Some(stem) = e.name.strip_suffix(versions::SUFFIX) {
+                            let wanted = versions && e.stat.kind == FileKind::Dir;
+                            let key = format!("{base}{stem}");
+                            return wanted.then_some((key, true, e));
+                        }
                         let key = match e.stat.kind {
                             FileKind::Dir => format!("{base}{}/", e.name),
-                            _ => format!("{base}{}", e.name),
+                            FileKind::File => format!("{base}{}", e.name),
+                            _ => return None,
                         };
-                        (key, e)
+                        Some((key, false, e))
                     })
                     .collect();
                 any |= !entries.is_empty();
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-                for (key, e) in entries {
-                    if !self.visit(&dir, key, e).await? {
+                entries.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+                for (key, of_versions, e) in entries {
+                    let more = match of_versions {
+                        true => self.versions_of(&dir, key, e).await?,
+                        false => self.visit(&dir, key, e).await?,
+                    };
+                    if !more {
                         return Ok(false);
                     }
                 }
@@ -157,7 +211,43 @@ impl Walk {
 
     /// Whether `key` itself belongs in the listing (under the prefix, after the start).
     fn wanted(&self, key: &str) -> bool {
-        key.starts_with(self.q.prefix.as_str()) && key > self.q.after.as_str()
+        key.starts_with(self.q.prefix.as_str())
+            && (key > self.q.after.as_str() || (self.skipping && key == self.q.after))
+    }
+
+    /// Lists the versions in directory `e` (of key `key`) newest first: the first is the
+    /// latest unless the key's file was listed just before.
+    async fn versions_of(
+        &mut self,
+        dir: &str,
+        key: String,
+        e: nasd_proto::manager::DirEntry,
+    ) -> Result<bool, FsError> {
+        if !self.wanted(&key) {
+            return Ok(true);
+        }
+        let path = format!("{}/{}", dir.trim_end_matches('/'), e.name);
+        let has_current = self.current.as_deref() == Some(key.as_str());
+        for (k, v) in versions::entries(&self.client, &path)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            let item = Item {
+                key: key.clone(),
+                stat: v.stat,
+                etag: v.etag,
+                version: Some(VersionOf {
+                    id: v.id,
+                    latest: k == 0 && !has_current,
+                    marker: v.marker,
+                }),
+            };
+            if !self.emit_item(item) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     async fn visit(
@@ -185,7 +275,35 @@ impl Walk {
         if !self.wanted(&key) {
             return Ok(true);
         }
-        Ok(self.emit(&key, &e.stat, e.xattr))
+        if !self.q.versions {
+            return Ok(self.emit(&key, &e.stat, e.xattr));
+        }
+        // The current version: its id is an attribute of its own, read when the bucket has
+        // had versioning (an object the lister may not read is listed as `null`, as its
+        // listing entry shows it).
+        let path = format!("{}/{}", dir.trim_end_matches('/'), e.name);
+        let id = match self.q.ids {
+            true => match self.client.getxattrs(&path).await {
+                Ok((_, x)) => meta::ObjectMeta::from_xattrs(&x).version_id,
+                Err(e) if e.status() == Some(MgrStatus::PermissionDenied) => None,
+                Err(e) => return Err(e),
+            },
+            false => None,
+        };
+        self.current = Some(key.clone());
+        Ok(self.emit_item(Item {
+            key,
+            stat: e.stat,
+            etag: e
+                .xattr
+                .and_then(|v| String::from_utf8(v).ok())
+                .map(|v| v.trim_matches('"').to_string()),
+            version: Some(VersionOf {
+                id: id.unwrap_or_else(|| "null".into()),
+                latest: true,
+                marker: false,
+            }),
+        }))
     }
 }
 
@@ -195,6 +313,8 @@ pub async fn list(client: &Arc<Client>, bucket: &str, q: &Query) -> Result<Listi
         client: client.clone(),
         q: q.clone(),
         out: Listing::default(),
+        current: None,
+        skipping: q.versions && q.after_version.is_some() && !q.after.is_empty(),
     };
     if q.max_keys == 0 {
         return Ok(w.out);
@@ -214,6 +334,7 @@ mod tests {
             delimiter: Some("/".into()),
             after: String::new(),
             max_keys: 10,
+            ..Default::default()
         };
         assert_eq!(rolled_up(&q, "a/b/c"), Some("a/b/".into()));
         assert_eq!(rolled_up(&q, "a/b"), None);

@@ -28,6 +28,8 @@ pub const PART_CHECKSUMS_MAX: usize = 1000;
 /// The attribute naming the multipart upload that made an object (so completing it again
 /// is answered as the first time).
 const UPLOAD_ID: &str = "user.s3.upload-id";
+/// The attribute holding an object's version id in a versioned bucket (none: `null`).
+pub const VERSION_ID: &str = "user.s3.version-id";
 
 /// The content headers an object keeps (lower-case header names).
 pub const CONTENT_HEADERS: [&str; 6] = [
@@ -66,6 +68,8 @@ pub struct ObjectMeta {
     pub checksum_type: Option<String>,
     /// The checksum of each part of a multipart object, in the upload's algorithm.
     pub part_checksums: Vec<String>,
+    /// The version id it was written with in a versioned bucket (`None`: `null`).
+    pub version_id: Option<String>,
 }
 
 impl ObjectMeta {
@@ -113,6 +117,9 @@ impl ObjectMeta {
         if !self.part_checksums.is_empty() {
             v.push(x(PART_CHECKSUMS.into(), &self.part_checksums.join(",")));
         }
+        if let Some(id) = &self.version_id {
+            v.push(x(VERSION_ID.into(), id));
+        }
         v
     }
 
@@ -142,6 +149,8 @@ impl ObjectMeta {
                 m.checksum_type = Some(v.into());
             } else if a.name == PART_CHECKSUMS {
                 m.part_checksums = v.split(',').map(str::to_string).collect();
+            } else if a.name == VERSION_ID {
+                m.version_id = Some(v.into());
             } else if a.name == UPLOAD_ID {
                 m.upload_id = Some(v.into());
             } else if a.name == crate::sse::SSE_ATTR {
@@ -184,6 +193,7 @@ mod tests {
             etag: Some("9e107d9d372bb6826bd81d3542a419d6".into()),
             parts: Some(3),
             part_sizes: vec![5 << 20, 5 << 20, 1],
+            version_id: Some("ffff".into()),
             ..Default::default()
         };
         m.content.insert("content-type".into(), "text/plain".into());

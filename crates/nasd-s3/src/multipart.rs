@@ -251,9 +251,9 @@ impl Gateway {
         let info = self.info(&c, &i.upload_id, &i.bucket, &i.key).await?;
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         self.need_write(&c, &bucket).await?;
-        let (sb, sk) = copy_source(&i.copy_source)?;
+        let (sb, sk, sv) = copy_source(&i.copy_source)?;
         self.expected_source_owner(&c, &req.headers, sb).await?;
-        let (src, st, sm) = self.object(&c, sb, sk).await?;
+        let (src, st, sm) = self.object_at(&c, sb, sk, sv).await?;
         let dec = sse::for_read(&req.headers, true, sm.sse_c.as_ref(), &sm.part_sizes)?;
         let cipher = part_cipher(&info, &req.headers)?;
         let range = match &i.copy_source_range {
@@ -371,8 +371,9 @@ impl Gateway {
         let full = (info.checksum_type.as_deref() == Some(FULL_OBJECT))
             .then_some(info.algorithm.as_deref())
             .flatten();
+        let d = self.dest(&c, &i.bucket, &i.key).await?;
         let (mut w, fix) = self
-            .begin(&c, &i.bucket, &i.key, Digests::new(full), info.mode)
+            .begin(&c, &i.bucket, &i.key, &d, Digests::new(full), info.mode)
             .await?;
         if info.meta.sse.is_some() {
             if let Err(e) = check_encrypted(&c, &w).await {
@@ -426,14 +427,17 @@ impl Gateway {
             },
             parts: Some(asked.len() as u32),
             part_sizes: asked.iter().map(|(n, _)| have[n].0).collect(),
+            version_id: d.id.clone(),
             ..info.meta
         };
         if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(&c, &i.bucket, e).await);
         }
         fix.after(&c).await?;
+        self.publish(&c, &i.bucket, &i.key, &d).await?;
         remove_upload(&c, &dir).await;
         let mut out = CompleteMultipartUploadOutput {
+            version_id: d.id.clone(),
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             e_tag: Some(ETag::Strong(etag)),

@@ -2,7 +2,7 @@
 //! key is a path inside it, its `/`s separating directories (made as needed by a write, so
 //! `a/b/c` and `a/b/d` share the directory `a/b`). Every key is checked before it touches
 //! the namespace: no empty, `.` or `..` segment (a key can never leave its bucket), no
-//! control characters, segments and paths within the manager's limits. A key ending in `/`
+//! control characters, no Unicode noncharacters (the gateway's own names use them), segments and paths within the manager's limits. A key ending in `/`
 //! names a directory (the "folder" markers S3 consoles make).
 
 use nasd_proto::manager::{NAME_BYTES_MAX, PATH_BYTES_MAX};
@@ -59,6 +59,11 @@ pub fn key_segments(key: &str) -> Result<(Vec<&str>, bool), S3Error> {
     if key.chars().any(char::is_control) {
         return Err(invalid_key("the key holds a control character"));
     }
+    if key.chars().any(noncharacter) {
+        return Err(invalid_key(
+            "the key holds a Unicode noncharacter, which the gateway reserves",
+        ));
+    }
     let dir = key.ends_with('/');
     let body = key.strip_suffix('/').unwrap_or(key);
     let segs: Vec<&str> = body.split('/').collect();
@@ -71,6 +76,13 @@ pub fn key_segments(key: &str) -> Result<(Vec<&str>, bool), S3Error> {
         }
     }
     Ok((segs, dir))
+}
+
+/// Unicode's noncharacters (U+FDD0..U+FDEF and the last two of every plane), kept for a
+/// program's internal use: the gateway's names for what is not a key use them.
+fn noncharacter(c: char) -> bool {
+    let n = c as u32;
+    (0xfdd0..=0xfdef).contains(&n) || n & 0xfffe == 0xfffe
 }
 
 fn invalid_key(why: &str) -> S3Error {
@@ -180,6 +192,9 @@ mod tests {
             "a\u{0}b",
             "a\nb",
             "..",
+            "a\u{fdd0}v",
+            "a\u{ffff}",
+            "a\u{10fffe}",
         ] {
             assert!(n.key("bucket", k).is_err(), "{k:?} accepted");
         }

@@ -220,6 +220,20 @@ impl S3 for Gateway {
         as_user!(self, req, delete_bucket_tagging_as)
     }
 
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        as_user!(self, req, put_bucket_versioning_as)
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        as_user!(self, req, get_bucket_versioning_as)
+    }
+
     async fn put_bucket_encryption(
         &self,
         req: S3Request<PutBucketEncryptionInput>,
@@ -376,6 +390,7 @@ impl Gateway {
             .await?;
         let mut out = PutObjectOutput {
             e_tag: m.etag.clone().map(ETag::Strong),
+            version_id: m.version_id.clone(),
             ..Default::default()
         };
         set_checksums_typed!(out, m);
@@ -452,7 +467,9 @@ impl Gateway {
         req: &S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = &req.input;
-        let (path, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        let (path, st, m) = self
+            .object_at(&c, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
         let size = if st.kind == FileKind::Dir { 0 } else { st.size };
         let part = Self::part_range(i.part_number, &m, size)?;
         let dec = sse::for_read(&req.headers, false, m.sse_c.as_ref(), &m.part_sizes)?;
@@ -499,6 +516,7 @@ impl Gateway {
             metadata: user_meta(&m),
             parts_count: m.parts.map(|n| n as i32),
             tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
+            version_id: m.version_id.clone().or(i.version_id.clone()),
             ..Default::default()
         };
         content_headers!(out, m, i);
@@ -532,7 +550,9 @@ impl Gateway {
         req: &S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = &req.input;
-        let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        let (_, st, m) = self
+            .object_at(&c, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
         let size = if st.kind == FileKind::Dir { 0 } else { st.size };
         let part = Self::part_range(i.part_number, &m, size)?;
         sse::for_read(&req.headers, false, m.sse_c.as_ref(), &m.part_sizes)?;
@@ -552,6 +572,7 @@ impl Gateway {
             last_modified: Some(last_modified(&st)),
             metadata: user_meta(&m),
             parts_count: m.parts.map(|n| n as i32),
+            version_id: m.version_id.clone().or(i.version_id.clone()),
             ..Default::default()
         };
         content_headers!(out, m, i);
@@ -583,8 +604,15 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.delete(&c, &req.input.bucket, &req.input.key).await?;
-        Ok(no_content(DeleteObjectOutput::default()))
+        let i = &req.input;
+        let (id, marker) = self
+            .delete_version_of(&c, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        Ok(no_content(DeleteObjectOutput {
+            version_id: id,
+            delete_marker: marker.then_some(true),
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects_as(
@@ -604,18 +632,21 @@ impl Gateway {
         let quiet = i.delete.quiet == Some(true);
         let (mut deleted, mut errors) = (vec![], vec![]);
         for o in &i.delete.objects {
-            let r = match o.version_id.as_deref() {
-                // An unversioned bucket has one version of each object, "null".
-                Some(v) if v != "null" => Err(s3_error!(NoSuchVersion)),
-                _ => self.delete(&c, &i.bucket, &o.key).await,
-            };
+            let r = self
+                .delete_version_of(&c, &i.bucket, &o.key, o.version_id.as_deref())
+                .await;
             match r {
-                Ok(()) if !quiet => deleted.push(DeletedObject {
+                Ok((id, marker)) if !quiet => deleted.push(DeletedObject {
                     key: Some(o.key.clone()),
                     version_id: o.version_id.clone(),
-                    ..Default::default()
+                    delete_marker: marker.then_some(true),
+                    delete_marker_version_id: if marker && o.version_id.is_none() {
+                        id
+                    } else {
+                        None
+                    },
                 }),
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) => errors.push(Error {
                     code: Some(e.code().as_str().to_string()),
                     key: Some(o.key.clone()),
@@ -637,8 +668,8 @@ impl Gateway {
         req: &S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = &req.input;
-        let (sb, sk) = copy_source(&i.copy_source)?;
-        let (src, st, sm) = self.object(&c, sb, sk).await?;
+        let (sb, sk, sv) = copy_source(&i.copy_source)?;
+        let (src, st, sm) = self.object_at(&c, sb, sk, sv).await?;
         if st.kind == FileKind::Dir {
             return Err(s3_error!(InvalidRequest, "the source is a folder"));
         }
@@ -664,7 +695,7 @@ impl Gateway {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if !replace && sb == i.bucket.as_str() && sk == i.key.as_str() {
+        if !replace && sv.is_none() && sb == i.bucket.as_str() && sk == i.key.as_str() {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object to itself needs the REPLACE metadata directive"
@@ -696,11 +727,14 @@ impl Gateway {
             cipher
         });
         let algorithms: Vec<&str> = sm.checksums.keys().map(String::as_str).collect();
+        let d = self.dest(&c, &i.bucket, &i.key).await?;
+        m.version_id = d.id.clone();
         let (w, fix) = self
             .begin(
                 &c,
                 &i.bucket,
                 &i.key,
+                &d,
                 crate::digest::Digests::new(algorithms),
                 mode,
             )
@@ -715,6 +749,7 @@ impl Gateway {
         let w = w.encipher(cipher.as_ref().map(|k| k.stream(0, 0)));
         let m = copy_commit(&c, w, &src, 0..st.size, m, dec.as_ref(), cipher.as_ref()).await?;
         fix.after(&c).await?;
+        self.publish(&c, &i.bucket, &i.key, &d).await?;
         let (_, nst, _) = self.object(&c, &i.bucket, &i.key).await?;
         let mut resp = S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -722,6 +757,8 @@ impl Gateway {
                 last_modified: Some(last_modified(&nst)),
                 ..Default::default()
             }),
+            version_id: d.id,
+            copy_source_version_id: sm.version_id.clone().or(sv.map(str::to_string)),
             ..Default::default()
         });
         sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
@@ -838,9 +875,9 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// The versions of a bucket's objects: a bucket is unversioned, so each object is its one
-    /// version, `null`, and the latest; there are no delete markers. A key marker lists the
-    /// keys after it (its one version comes before any version marker could point past it).
+    /// The versions of a bucket's objects ([`crate::versions`]): each key's current version
+    /// (`null` when written before versioning), then its older versions and delete markers,
+    /// newest first. `KeyMarker` and `VersionIdMarker` start after that version.
     async fn list_object_versions_as(
         &self,
         c: Arc<Client>,
@@ -848,37 +885,53 @@ impl Gateway {
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let i = &req.input;
         let bucket = self.need_bucket(&c, &i.bucket).await?;
-        let q = query(
+        let mut q = query(
             i.prefix.clone(),
             i.delimiter.clone(),
             i.key_marker.clone(),
             i.max_keys,
         )?;
+        q.versions = true;
+        q.ids = self.versioning(&c, &i.bucket).await? != crate::versions::State::Off;
+        q.after_version = i.version_id_marker.clone().filter(|v| !v.is_empty());
         let l = list::list(&c, &bucket, &q).await.map_err(status_err)?;
         let enc = Encoding::of(i.encoding_type.as_ref());
-        let versions = l
-            .objects
-            .iter()
-            .zip(objects(&l, enc))
-            .map(|(item, o)| ObjectVersion {
+        let (mut versions, mut markers) = (vec![], vec![]);
+        for (item, o) in l.objects.iter().zip(objects(&l, enc)) {
+            let v = item.version.clone().unwrap_or(list::VersionOf {
+                id: NULL_VERSION.into(),
+                latest: true,
+                marker: false,
+            });
+            if v.marker {
+                markers.push(DeleteMarkerEntry {
+                    key: o.key,
+                    last_modified: o.last_modified,
+                    is_latest: Some(v.latest),
+                    version_id: Some(v.id),
+                    owner: Some(acl::owner_of(&item.stat)),
+                });
+                continue;
+            }
+            versions.push(ObjectVersion {
                 key: o.key,
                 size: o.size,
                 last_modified: o.last_modified,
                 e_tag: o.e_tag,
-                is_latest: Some(true),
-                version_id: Some(NULL_VERSION.into()),
+                is_latest: Some(v.latest),
+                version_id: Some(v.id),
                 owner: Some(acl::owner_of(&item.stat)),
                 storage_class: Some(ObjectVersionStorageClass::from_static(
                     ObjectVersionStorageClass::STANDARD,
                 )),
                 ..Default::default()
-            })
-            .collect();
+            });
+        }
         let next_key = l.truncated.then(|| l.last.clone()).flatten();
         let next_version = next_key
             .as_ref()
-            .filter(|k| l.objects.last().is_some_and(|o| &&o.key == k))
-            .map(|_| NULL_VERSION.to_string());
+            .and_then(|k| l.objects.last().filter(|o| &o.key == k))
+            .and_then(|o| o.version.as_ref().map(|v| v.id.clone()));
         Ok(S3Response::new(ListObjectVersionsOutput {
             name: Some(i.bucket.clone()),
             prefix: enc.opt(&i.prefix),
@@ -887,6 +940,7 @@ impl Gateway {
             max_keys: Some(q.max_keys as i32),
             is_truncated: Some(l.truncated),
             versions: Some(versions),
+            delete_markers: (!markers.is_empty()).then_some(markers),
             common_prefixes: Some(prefixes(&l, enc)),
             delimiter: enc.opt(&non_empty(&i.delimiter)),
             next_key_marker: enc.opt(&next_key),
@@ -910,7 +964,9 @@ impl Gateway {
         req: &S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let i = &req.input;
-        let (_, st, m) = self.object(&c, &i.bucket, &i.key).await?;
+        let (_, st, m) = self
+            .object_at(&c, &i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
         sse::for_read(&req.headers, false, m.sse_c.as_ref(), &m.part_sizes)?;
         // Clients send the list in one header, comma-separated (with or without spaces),
         // which s3s may hand over as one item.
@@ -922,6 +978,7 @@ impl Gateway {
         };
         let mut out = GetObjectAttributesOutput {
             last_modified: Some(last_modified(&st)),
+            version_id: m.version_id.clone(),
             ..Default::default()
         };
         if asked(ObjectAttributes::ETAG) {
@@ -1004,13 +1061,14 @@ fn customer_md5<'h>(headers: &'h http::HeaderMap, m: &ObjectMeta) -> Option<&'h 
 const NULL_VERSION: &str = "null";
 
 /// The bucket and key of a copy's source (an object of a bucket, in its one version).
-pub(crate) fn copy_source(s: &CopySource) -> S3Result<(&str, &str)> {
+/// The bucket, key and version (if one is named) a copy reads.
+pub(crate) fn copy_source(s: &CopySource) -> S3Result<(&str, &str, Option<&str>)> {
     match s {
         CopySource::Bucket {
-            version_id: Some(v),
-            ..
-        } if v.as_ref() != "null" => Err(s3_error!(NoSuchVersion)),
-        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
+            bucket,
+            key,
+            version_id,
+        } => Ok((bucket, key, version_id.as_deref())),
         _ => Err(s3_error!(NotImplemented, "copies from access points")),
     }
 }

@@ -10,10 +10,11 @@
 //! on a bucket, keys of at most [`TAG_KEY_CHARS_MAX`] characters and values of at most
 //! [`TAG_VALUE_CHARS_MAX`], no key twice (`InvalidTag`).
 
+use crate::acl::need_owner;
 use crate::gateway::*;
 use crate::meta;
 use nasd_client::files::Client;
-use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
+use nasd_proto::manager::{FileKind, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use std::collections::BTreeMap;
@@ -131,15 +132,6 @@ async fn store(
         c.setxattr(path, name, Some(v.as_bytes())).await
     };
     r.map_err(status_err)
-}
-
-/// Only a bucket's owner reads or changes its tags.
-fn need_owner(c: &Client, st: &FileStat) -> S3Result<()> {
-    if st.owner == c.user() {
-        Ok(())
-    } else {
-        Err(s3_error!(AccessDenied))
-    }
 }
 
 impl Gateway {

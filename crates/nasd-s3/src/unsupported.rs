@@ -1,8 +1,8 @@
 //! Features the gateway does not implement are refused, never accepted and ignored (issue 22
 //! §1): a request that asks for object lock, a storage class, a website redirect, MFA
-//! delete, a version other than the one an unversioned bucket has, or a condition the
+//! delete, a change to a version other than the current one, or a condition the
 //! gateway cannot check answers `NotImplemented` before anything is read or written. Whole
-//! operations the gateway lacks (bucket policies, versioning, lifecycle, CORS, logging,
+//! operations the gateway lacks (bucket policies, lifecycle, CORS, logging,
 //! object-lock configuration, public-access blocks, ownership controls) are s3s's
 //! `NotImplemented` already. Server-side encryption is [`crate::sse`]'s.
 
@@ -79,9 +79,19 @@ pub fn check(op: &str, uri: &Uri, h: &HeaderMap) -> S3Result<()> {
     Ok(())
 }
 
-/// A version other than `null` of an object in an unversioned bucket does not exist.
+/// Operations that take a version id ([`crate::versions`]); the others refuse one.
+const VERSIONED_OPS: [&str; 5] = [
+    "GetObject",
+    "HeadObject",
+    "GetObjectAttributes",
+    "DeleteObject",
+    "CopyObject",
+];
+
+/// An operation on one version other than `null` is refused unless it is one of
+/// [`VERSIONED_OPS`].
 fn check_version(op: &str, uri: &Uri) -> S3Result<()> {
-    if !op.contains("Object") || op.starts_with("ListObject") {
+    if !op.contains("Object") || op.starts_with("ListObject") || VERSIONED_OPS.contains(&op) {
         return Ok(());
     }
     let asked = uri
@@ -93,7 +103,10 @@ fn check_version(op: &str, uri: &Uri) -> S3Result<()> {
             (k == "versionId").then_some(v)
         });
     match asked {
-        Some(v) if v != "null" => Err(s3_error!(NoSuchVersion)),
+        Some(v) if v != "null" => Err(s3_error!(
+            NotImplemented,
+            "{op} of a version other than null: the gateway reads and deletes versions, and changes only current objects"
+        )),
         _ => Ok(()),
     }
 }
@@ -183,7 +196,8 @@ mod tests {
         );
         assert_eq!(code("GetObject", &[]), None);
         let v: Uri = "/b/k?versionId=abc".parse().unwrap();
-        assert!(check("GetObject", &v, &HeaderMap::new()).is_err());
+        assert!(check("GetObject", &v, &HeaderMap::new()).is_ok());
+        assert!(check("PutObjectTagging", &v, &HeaderMap::new()).is_err());
         let null: Uri = "/b/k?versionId=null".parse().unwrap();
         assert!(check("GetObject", &null, &HeaderMap::new()).is_ok());
         assert!(check("ListObjectVersions", &v, &HeaderMap::new()).is_ok());

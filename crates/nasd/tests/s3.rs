@@ -205,6 +205,7 @@ fn boto3_gets_what_it_puts_and_every_error_case_is_an_s3_error() {
         "stalled readers ok",
         "details ok",
         "encryption ok",
+        "versioning ok",
     ] {
         assert!(out.contains(part), "{out}");
     }

@@ -622,7 +622,8 @@ def check_unsupported(s3):
         "redirect put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", WebsiteRedirectLocation="/x"),
         "glacier put": lambda: s3.put_object(Bucket="plain", Key="c", Body=b"x", StorageClass="GLACIER"),
         "lock bucket": lambda: s3.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True),
-        "versioning": lambda: s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={"Status": "Enabled"}),
+        "mfa delete": lambda: s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={
+            "Status": "Enabled", "MFADelete": "Enabled"}),
         "lifecycle": lambda: s3.put_bucket_lifecycle_configuration(Bucket="plain", LifecycleConfiguration={
             "Rules": [{"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}),
         "cors": lambda: s3.put_bucket_cors(Bucket="plain", CORSConfiguration={
@@ -653,6 +654,74 @@ def check_unsupported(s3):
     assert {"a+b", "c%20d", "e f"} <= set(listed), listed
     listed = [o["Key"] for o in s3.list_objects(Bucket="plain")["Contents"]]
     assert {"a+b", "c%20d", "e f"} <= set(listed), listed
+
+
+def check_versioning(s3):
+    """Versioning: every write of a key keeps the one before, reads and deletes name versions,
+    a delete without one leaves a marker, deleting the current version brings back the one
+    before, a suspended bucket keeps one `null` version, and no version's storage ever shows
+    in an ordinary listing."""
+    bucket(s3, "vers")
+    assert "Status" not in s3.get_bucket_versioning(Bucket="vers")
+    s3.put_object(Bucket="vers", Key="d/k", Body=b"before")
+    s3.put_bucket_versioning(Bucket="vers", VersioningConfiguration={"Status": "Enabled"})
+    assert s3.get_bucket_versioning(Bucket="vers")["Status"] == "Enabled"
+    ids = [s3.put_object(Bucket="vers", Key="d/k", Body=b"v%d" % n)["VersionId"] for n in range(3)]
+    assert len(set(ids)) == 3, ids
+    get = lambda **kw: s3.get_object(Bucket="vers", Key="d/k", **kw)["Body"].read()
+    assert get() == b"v2"
+    assert get(VersionId=ids[0]) == b"v0"
+    assert get(VersionId="null") == b"before"
+    assert code_of(lambda: get(VersionId="0" * 24)) == "NoSuchVersion"
+    listed = s3.list_object_versions(Bucket="vers")
+    assert [v["VersionId"] for v in listed["Versions"]] == ids[::-1] + ["null"], listed["Versions"]
+    assert [v["IsLatest"] for v in listed["Versions"]] == [True, False, False, False]
+    page = s3.list_object_versions(Bucket="vers", MaxKeys=2)
+    assert page["IsTruncated"] and page["NextVersionIdMarker"] == ids[1]
+    rest = s3.list_object_versions(Bucket="vers", KeyMarker="d/k", VersionIdMarker=ids[1])
+    assert [v["VersionId"] for v in rest["Versions"]] == [ids[0], "null"]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="vers")["Contents"]] == ["d/k"]
+    # A delete without a version leaves a marker: the key is gone, its versions are not.
+    gone = s3.delete_object(Bucket="vers", Key="d/k")
+    assert gone["DeleteMarker"] is True
+    try:
+        s3.head_object(Bucket="vers", Key="d/k")
+        raise AssertionError("a deleted key answers")
+    except botocore.exceptions.ClientError as e:
+        assert e.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "true"
+    assert "Contents" not in s3.list_objects_v2(Bucket="vers")
+    assert "Contents" not in s3.list_objects_v2(Bucket="vers", Prefix="d/")
+    markers = s3.list_object_versions(Bucket="vers")["DeleteMarkers"]
+    assert [(m["VersionId"], m["IsLatest"]) for m in markers] == [(gone["VersionId"], True)]
+    assert code_of(lambda: get(VersionId=gone["VersionId"])) == "MethodNotAllowed"
+    # Deleting the marker, then the current version, brings back the one before each time.
+    s3.delete_object(Bucket="vers", Key="d/k", VersionId=gone["VersionId"])
+    assert get() == b"v2"
+    s3.delete_object(Bucket="vers", Key="d/k", VersionId=ids[2])
+    assert get() == b"v1"
+    # A copy from a version is a new version.
+    copied = s3.copy_object(Bucket="vers", Key="d/k", CopySource={"Bucket": "vers", "Key": "d/k", "VersionId": ids[0]})
+    assert copied["CopySourceVersionId"] == ids[0] and get() == b"v0"
+    # Suspended: writes replace the one null version.
+    s3.put_bucket_versioning(Bucket="vers", VersioningConfiguration={"Status": "Suspended"})
+    for body in [b"s1", b"s2"]:
+        s3.put_object(Bucket="vers", Key="d/k", Body=body)
+    versions = s3.list_object_versions(Bucket="vers")["Versions"]
+    assert [v["VersionId"] for v in versions] == ["null", copied["VersionId"], ids[1], ids[0]], versions
+    assert get() == b"s2"
+    # A key cannot name a version's storage.
+    assert code_of(lambda: s3.put_object(Bucket="vers", Key="d/k\ufdd0v", Body=b"x")) == "InvalidArgument"
+    # Another user sees none of it; only the owner sets the state.
+    bob = client("BOB")
+    assert code_of(lambda: bob.list_object_versions(Bucket="vers")) == "AccessDenied"
+    assert code_of(lambda: bob.get_object(Bucket="vers", Key="d/k", VersionId=ids[0])) == "AccessDenied"
+    assert code_of(lambda: bob.put_bucket_versioning(
+        Bucket="vers", VersioningConfiguration={"Status": "Enabled"})) == "AccessDenied"
+    # Every version deleted, the bucket is empty and goes.
+    for v in s3.list_object_versions(Bucket="vers")["Versions"]:
+        s3.delete_object(Bucket="vers", Key=v["Key"], VersionId=v["VersionId"])
+    assert "Versions" not in s3.list_object_versions(Bucket="vers")
+    s3.delete_bucket(Bucket="vers")
 
 
 def check_encryption(s3):
@@ -1222,6 +1291,8 @@ def main():
         print("unsupported ok")
         check_encryption(s3)
         print("encryption ok")
+        check_versioning(s3)
+        print("versioning ok")
         check_signatures(s3)
         print("signatures ok")
         check_chunked(s3)
