@@ -101,9 +101,7 @@ impl Walk {
         self.emit_item(Item {
             key: key.to_string(),
             stat: stat.clone(),
-            etag: etag
-                .and_then(|v| String::from_utf8(v).ok())
-                .map(|e| e.trim_matches('"').to_string()),
+            etag: crate::meta::listed_etag(etag),
             version: None,
         })
     }
@@ -294,10 +292,7 @@ impl Walk {
         Ok(self.emit_item(Item {
             key,
             stat: e.stat,
-            etag: e
-                .xattr
-                .and_then(|v| String::from_utf8(v).ok())
-                .map(|v| v.trim_matches('"').to_string()),
+            etag: crate::meta::listed_etag(e.xattr),
             version: Some(VersionOf {
                 id: id.unwrap_or_else(|| "null".into()),
                 latest: true,

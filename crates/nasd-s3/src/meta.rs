@@ -172,6 +172,13 @@ pub fn tags_value(tags: &BTreeMap<String, String>) -> String {
     serde_json::to_string(tags).expect("a map of strings serializes")
 }
 
+/// The ETag in a listing entry's [`ETAG`] attribute, unquoted.
+pub fn listed_etag(xattr: Option<Vec<u8>>) -> Option<String> {
+    xattr
+        .and_then(|v| String::from_utf8(v).ok())
+        .map(|v| v.trim_matches('"').to_string())
+}
+
 /// `"value"`.
 pub fn quoted(etag: &str) -> String {
     format!("\"{etag}\"")

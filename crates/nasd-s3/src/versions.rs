@@ -195,10 +195,7 @@ fn version_of(e: DirEntry) -> Option<Version> {
         id,
         marker,
         stat: e.stat,
-        etag: e
-            .xattr
-            .and_then(|v| String::from_utf8(v).ok())
-            .map(|v| v.trim_matches('"').to_string()),
+        etag: crate::meta::listed_etag(e.xattr),
     })
 }
 

@@ -380,15 +380,21 @@ impl Drop for Mount {
     }
 }
 
+/// A cluster where alice has a quota of 8 MiB, her directory mounted as her.
+fn mounted_with_quota() -> (Up, Mount) {
+    let up = cluster_with_alice(1);
+    up.ok(&["quota", "set", "alice", "8M"]);
+    let dir = up.dir.path().join("mnt");
+    let m = Mount::start(&up, "nasd:/alice", &dir);
+    (up, m)
+}
+
 #[test]
 fn through_the_mount_a_write_past_the_quota_is_edquot() {
     if !can_mount() {
         return;
     }
-    let up = cluster_with_alice(1);
-    up.ok(&["quota", "set", "alice", "8M"]);
-    let dir = up.dir.path().join("mnt");
-    let m = Mount::start(&up, "nasd:/alice", &dir);
+    let (up, m) = mounted_with_quota();
     use std::io::Write as _;
     // Within the quota: written and charged.
     std::fs::write(m.1.join("fits"), rand_bytes(3 << 20, 1)).unwrap();
@@ -416,10 +422,7 @@ fn through_the_mount_a_close_commits_and_a_later_write_past_the_quota_keeps_it()
     if !can_mount() {
         return;
     }
-    let up = cluster_with_alice(1);
-    up.ok(&["quota", "set", "alice", "8M"]);
-    let dir = up.dir.path().join("mnt");
-    let m = Mount::start(&up, "nasd:/alice", &dir);
+    let (up, m) = mounted_with_quota();
     use std::io::Write as _;
     let mut f = std::fs::File::create(m.1.join("big")).unwrap();
     let head = rand_bytes(2 << 20, 3);
