@@ -19,7 +19,8 @@
 //! - [`stream`] — bounded-memory streams between HTTP bodies and the drives;
 //! - [`list`] — listings in key order over the directory tree; [`tagging`] — object and
 //!   bucket tags as extended attributes; [`versions`] — bucket versioning, older versions and
-//!   delete markers beside each key;
+//!   delete markers beside each key; [`lifecycle`] — bucket lifecycle rules, kept and
+//!   carried out by a sweeper;
 //! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
@@ -94,6 +95,7 @@ pub mod digest;
 pub mod front;
 pub mod gateway;
 pub mod guard;
+pub mod lifecycle;
 pub mod list;
 pub mod log;
 pub mod meta;

@@ -220,6 +220,27 @@ impl S3 for Gateway {
         as_user!(self, req, delete_bucket_tagging_as)
     }
 
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        as_user!(self, req, put_bucket_lifecycle_configuration_as)
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        as_user!(self, req, get_bucket_lifecycle_configuration_as)
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        as_user!(self, req, delete_bucket_lifecycle_as)
+    }
+
     async fn put_bucket_versioning(
         &self,
         req: S3Request<PutBucketVersioningInput>,

@@ -46,6 +46,8 @@ pub struct Options {
     pub kms_key_ids: Vec<String>,
     /// Multipart uploads unchanged this long are removed ([`crate::stale`]).
     pub stale_upload_after: Duration,
+    /// A day, as lifecycle rules count them ([`crate::lifecycle`]).
+    pub lifecycle_day: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +130,7 @@ fn s3_service(access: &Arc<Access>, root: &str, options: &Options) -> s3s::servi
     b.build()
 }
 
-/// Stops a task when dropped (the stale-upload sweeper ends with the server).
+/// Stops a task when dropped (the sweepers end with the server).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
@@ -159,6 +161,11 @@ pub async fn serve(
         options.stale_upload_after,
     ));
     let _sweeper = AbortOnDrop(sweeper);
+    let _lifecycle = AbortOnDrop(tokio::spawn(crate::lifecycle::sweep_forever(
+        access.clone(),
+        root.to_string(),
+        options.lifecycle_day,
+    )));
     let s3 = s3_service(&access, root, &options);
     let front = Arc::new(Front::new(
         s3,

@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// count against their users' quotas).
     #[arg(long, value_name = "SECS", default_value_t = nasd_s3::stale::STALE_UPLOAD_SECS_DEFAULT)]
     pub stale_upload_secs: u64,
+    /// Count a lifecycle rule's day as this many seconds (for tests, as RGW's
+    /// `rgw_lc_debug_interval`).
+    #[arg(long, value_name = "SECS", default_value_t = nasd_s3::lifecycle::DAY_SECS_DEFAULT)]
+    pub lifecycle_day_secs: u64,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
 }
@@ -93,6 +97,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         metrics: counters.clone(),
         kms_key_ids: a.kms_key_ids.clone(),
         stale_upload_after: std::time::Duration::from_secs(a.stale_upload_secs.max(1)),
+        lifecycle_day: std::time::Duration::from_secs(a.lifecycle_day_secs.max(1)),
     };
     // Warnings (each naming the request that caused it) to stderr, the gateway's log under
     // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
@@ -228,6 +233,8 @@ pub struct Up {
     pub sigv2: bool,
     /// `--stale-upload-secs`, when not the default.
     pub stale_upload_secs: Option<u64>,
+    /// `--lifecycle-day-secs`, when not the default.
+    pub lifecycle_day_secs: Option<u64>,
 }
 
 impl Up {
@@ -238,6 +245,7 @@ impl Up {
             kms_key_ids: vec![],
             sigv2: false,
             stale_upload_secs: None,
+            lifecycle_day_secs: None,
         }
     }
 }
@@ -271,6 +279,11 @@ pub fn start(dir: &Path, g: &Up) -> anyhow::Result<(u32, String)> {
             g.stale_upload_secs
                 .iter()
                 .flat_map(|s| ["--stale-upload-secs".to_string(), s.to_string()]),
+        )
+        .args(
+            g.lifecycle_day_secs
+                .iter()
+                .flat_map(|s| ["--lifecycle-day-secs".to_string(), s.to_string()]),
         )
         .arg("--access-log")
         .arg(dir.join(ACCESS_LOG))

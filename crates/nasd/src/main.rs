@@ -138,6 +138,10 @@ enum Cmd {
         /// --stale-upload-secs`; default a week).
         #[arg(long = "s3-stale-upload-secs", value_name = "SECS", requires = "s3")]
         s3_stale_upload_secs: Option<u64>,
+        /// The gateway counts lifecycle rules' days as this many seconds (`nasd s3 serve
+        /// --lifecycle-day-secs`; for tests).
+        #[arg(long = "s3-lifecycle-day-secs", value_name = "SECS", requires = "s3")]
+        s3_lifecycle_day_secs: Option<u64>,
         /// Where a new cluster's manager keeps its metadata: `sqlite` (the default),
         /// `postgres` (a private PostgreSQL server in DIR/postgres, from the system's
         /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
@@ -395,6 +399,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             s3_kms_key_ids,
             s3_sigv2,
             s3_stale_upload_secs,
+            s3_lifecycle_day_secs,
             meta,
         } => cmd_up::up(
             data,
@@ -404,6 +409,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 kms_key_ids: s3_kms_key_ids,
                 sigv2: s3_sigv2,
                 stale_upload_secs: s3_stale_upload_secs,
+                lifecycle_day_secs: s3_lifecycle_day_secs,
             }),
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,

@@ -339,6 +339,15 @@ fn the_aws_cli_copies_syncs_lists_and_removes() {
 }
 
 #[test]
+fn lifecycle_rules_are_kept_checked_and_carried_out() {
+    let s3 = S3::start();
+    s3.kill_gateway();
+    s3.start_gateway_with(&["--s3-lifecycle-day-secs", "2"]);
+    let out = s3.client(&["only", "lifecycle"], "");
+    assert!(out.contains("lifecycle ok"), "{out}");
+}
+
+#[test]
 fn abandoned_multipart_uploads_expire_and_busy_ones_stay() {
     let s3 = S3::start();
     s3.kill_gateway();

@@ -624,8 +624,9 @@ def check_unsupported(s3):
         "lock bucket": lambda: s3.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True),
         "mfa delete": lambda: s3.put_bucket_versioning(Bucket="plain", VersioningConfiguration={
             "Status": "Enabled", "MFADelete": "Enabled"}),
-        "lifecycle": lambda: s3.put_bucket_lifecycle_configuration(Bucket="plain", LifecycleConfiguration={
-            "Rules": [{"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}),
+        "lifecycle transition": lambda: s3.put_bucket_lifecycle_configuration(Bucket="plain", LifecycleConfiguration={
+            "Rules": [{"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""},
+                       "Transitions": [{"Days": 1, "StorageClass": "GLACIER"}]}]}),
         "cors": lambda: s3.put_bucket_cors(Bucket="plain", CORSConfiguration={
             "CORSRules": [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
         "logging": lambda: s3.put_bucket_logging(Bucket="plain", BucketLoggingStatus={
@@ -839,6 +840,56 @@ def check_stale_uploads(s3):
         time.sleep(1)
     assert busy in ids, ids
     assert code_of(lambda: s3.list_parts(Bucket="stale", Key="left", UploadId=left)) == "NoSuchUpload"
+
+
+def check_lifecycle(s3):
+    """Against a gateway started with --lifecycle-day-secs 2: rules are checked and kept by
+    the bucket's owner alone, and carried out: current versions expire by prefix and tag,
+    older versions after their noncurrent days, keeping the newest ones asked for, and a
+    delete marker left alone goes; what no rule selects stays."""
+    bucket(s3, "life")
+    assert code_of(lambda: s3.get_bucket_lifecycle_configuration(Bucket="life")) == "NoSuchLifecycleConfiguration"
+    put = lambda rules, b="life", who=s3: who.put_bucket_lifecycle_configuration(
+        Bucket=b, LifecycleConfiguration={"Rules": rules})
+    rule = lambda **kw: {"Status": "Enabled", "Filter": {"Prefix": ""}, **kw}
+    for bad in [[rule(ID="x" * 256, Expiration={"Days": 1})],
+                [rule(ID="a", Expiration={"Days": 1}), rule(ID="a", Expiration={"Days": 2})],
+                [rule(ID="z", Expiration={"Days": 0})],
+                [rule(ID="d", Expiration={"Date": datetime.datetime(2030, 1, 1, 12)})]]:
+        assert code_of(lambda: put(bad)) == "InvalidArgument", bad
+    bob = client("BOB")
+    assert code_of(lambda: put([rule(ID="b", Expiration={"Days": 1})], who=bob)) == "AccessDenied"
+    for k in ["tmp/a", "tmp/b", "keep/a"]:
+        s3.put_object(Bucket="life", Key=k, Body=b"x")
+    s3.put_object(Bucket="life", Key="tagged", Body=b"x", Tagging="expire=yes")
+    s3.put_object(Bucket="life", Key="untagged", Body=b"x", Tagging="expire=no")
+    put([rule(ID="tmp", Filter={"Prefix": "tmp/"}, Expiration={"Days": 1}),
+         rule(ID="tag", Filter={"Tag": {"Key": "expire", "Value": "yes"}}, Expiration={"Days": 1})])
+    got = s3.get_bucket_lifecycle_configuration(Bucket="life")["Rules"]
+    assert [r["ID"] for r in got] == ["tmp", "tag"] and got[0]["Expiration"]["Days"] == 1, got
+    keys = lambda b="life": sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b).get("Contents", []))
+    deadline = time.time() + 30
+    while keys() != ["keep/a", "untagged"]:
+        assert time.time() < deadline, keys()
+        time.sleep(0.5)
+    s3.delete_bucket_lifecycle(Bucket="life")
+    assert code_of(lambda: s3.get_bucket_lifecycle_configuration(Bucket="life")) == "NoSuchLifecycleConfiguration"
+    # Versions: the two newest older versions stay, the rest go; a lone marker goes.
+    bucket(s3, "lifev")
+    s3.put_bucket_versioning(Bucket="lifev", VersioningConfiguration={"Status": "Enabled"})
+    ids = [s3.put_object(Bucket="lifev", Key="k", Body=b"%d" % n)["VersionId"] for n in range(5)]
+    s3.put_object(Bucket="lifev", Key="gone", Body=b"x")
+    s3.delete_object(Bucket="lifev", Key="gone")
+    s3.delete_object(Bucket="lifev", Key="gone", VersionId=s3.list_object_versions(
+        Bucket="lifev", Prefix="gone")["Versions"][0]["VersionId"])
+    put([rule(ID="old", NoncurrentVersionExpiration={"NoncurrentDays": 1, "NewerNoncurrentVersions": 2},
+              Expiration={"ExpiredObjectDeleteMarker": True})], b="lifev")
+    versions = lambda: s3.list_object_versions(Bucket="lifev")
+    deadline = time.time() + 30
+    while [v["VersionId"] for v in versions().get("Versions", [])] != ids[:1:-1] or "DeleteMarkers" in versions():
+        assert time.time() < deadline, versions()
+        time.sleep(0.5)
+    assert s3.get_object(Bucket="lifev", Key="k")["Body"].read() == b"4"
 
 
 def check_tagging(s3):

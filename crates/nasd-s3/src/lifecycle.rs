@@ -1,0 +1,498 @@
+//! Bucket lifecycle rules, kept and carried out. A bucket's rules are an attribute of its
+//! directory (`user.s3.bucket.lifecycle`, JSON), which only its owner sets, reads or removes.
+//! The gateway's sweeper ([`sweep_forever`]) visits every bucket with rules a few times a
+//! day and, acting for the bucket's owner through the same calls a DELETE makes:
+//! - expires current versions `Days` after they were written or from a `Date` on (in a
+//!   versioned bucket, as a DELETE without a version id does: a delete marker);
+//! - removes a delete marker that is a key's only version (`ExpiredObjectDeleteMarker`);
+//! - removes older versions `NoncurrentDays` after a newer one replaced them, keeping the
+//!   `NewerNoncurrentVersions` newest.
+//!
+//! Rules select keys by prefix, tags and size, as S3's filters do. A day is 86,400 s; `nasd
+//! s3 serve --lifecycle-day-secs` shortens it for tests, as RGW's `rgw_lc_debug_interval`
+//! does. Transitions to other storage classes are refused (there is one), and so is
+//! `AbortIncompleteMultipartUpload`, which the gateway does for every bucket after
+//! `--stale-upload-secs` ([`crate::stale`]).
+
+use crate::access::Access;
+use crate::gateway::{status_err, Gateway};
+use crate::list::{self, Item, Query};
+use crate::meta::ObjectMeta;
+use crate::versions::State;
+use nasd_client::files::Client;
+use nasd_proto::manager::FileKind;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The bucket attribute holding its rules.
+pub const BUCKET_ATTR: &str = "user.s3.bucket.lifecycle";
+/// S3's limits: rules per bucket, bytes of a rule's id.
+const RULES_MAX: usize = 1000;
+const ID_BYTES_MAX: usize = 255;
+/// A day, unless `--lifecycle-day-secs` says otherwise.
+pub const DAY_SECS_DEFAULT: u64 = 86_400;
+/// Sweeps per day (so an expiry comes at most this fraction of a day late).
+const SWEEPS_PER_DAY: u32 = 8;
+/// The longest time between two sweeps.
+const SWEEP_EVERY_MAX: Duration = Duration::from_secs(3600);
+
+/// One rule, as kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rule {
+    pub id: String,
+    pub enabled: bool,
+    pub prefix: String,
+    pub tags: BTreeMap<String, String>,
+    pub size_gt: Option<u64>,
+    pub size_lt: Option<u64>,
+    pub days: Option<u32>,
+    /// Unix seconds, a midnight UTC.
+    pub date: Option<i64>,
+    pub expired_marker: bool,
+    pub noncurrent_days: Option<u32>,
+    pub newer_noncurrent: Option<u32>,
+}
+
+fn invalid(why: &str) -> s3s::S3Error {
+    s3_error!(InvalidArgument, "{why}")
+}
+
+fn positive(n: Option<i32>, what: &str) -> S3Result<Option<u32>> {
+    match n {
+        None => Ok(None),
+        Some(n) if n > 0 => Ok(Some(n as u32)),
+        Some(_) => Err(invalid(&format!(
+            "{what} must be a positive number of days"
+        ))),
+    }
+}
+
+impl Rule {
+    /// A rule as S3 sends it, checked as S3 checks it (`n` numbers rules without an id).
+    pub fn of(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
+        if r.transitions.as_ref().is_some_and(|t| !t.is_empty())
+            || r.noncurrent_version_transitions
+                .as_ref()
+                .is_some_and(|t| !t.is_empty())
+        {
+            return Err(s3_error!(
+                NotImplemented,
+                "transitions: the gateway has one storage class, STANDARD"
+            ));
+        }
+        if r.abort_incomplete_multipart_upload.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "AbortIncompleteMultipartUpload: the gateway removes every abandoned upload after --stale-upload-secs"
+            ));
+        }
+        let id = r.id.clone().unwrap_or_else(|| format!("rule-{n}"));
+        if id.len() > ID_BYTES_MAX {
+            return Err(invalid("a rule's ID is at most 255 characters"));
+        }
+        let enabled = match r.status.as_str() {
+            ExpirationStatus::ENABLED => true,
+            ExpirationStatus::DISABLED => false,
+            _ => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "a rule's Status is Enabled or Disabled"
+                ))
+            }
+        };
+        let mut rule = Rule {
+            id,
+            enabled,
+            prefix: r.prefix.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        if let Some(f) = &r.filter {
+            rule.filter(f)?;
+        }
+        if let Some(e) = &r.expiration {
+            rule.days = positive(e.days, "Expiration's Days")?;
+            rule.date = e.date.as_ref().map(midnight).transpose()?;
+            rule.expired_marker = e.expired_object_delete_marker == Some(true);
+        }
+        if let Some(n) = &r.noncurrent_version_expiration {
+            rule.noncurrent_days = positive(n.noncurrent_days, "NoncurrentDays")?;
+            rule.newer_noncurrent =
+                positive(n.newer_noncurrent_versions, "NewerNoncurrentVersions")?;
+        }
+        Ok(rule)
+    }
+
+    fn filter(&mut self, f: &LifecycleRuleFilter) -> S3Result<()> {
+        let size = |n: Option<i64>| n.map(|n| n.max(0) as u64);
+        if let Some(p) = &f.prefix {
+            self.prefix = p.clone();
+        }
+        if let Some(t) = &f.tag {
+            self.tags.insert(
+                t.key.clone().unwrap_or_default(),
+                t.value.clone().unwrap_or_default(),
+            );
+        }
+        self.size_gt = size(f.object_size_greater_than);
+        self.size_lt = size(f.object_size_less_than);
+        if let Some(a) = &f.and {
+            if let Some(p) = &a.prefix {
+                self.prefix = p.clone();
+            }
+            for t in a.tags.iter().flatten() {
+                self.tags.insert(
+                    t.key.clone().unwrap_or_default(),
+                    t.value.clone().unwrap_or_default(),
+                );
+            }
+            self.size_gt = size(a.object_size_greater_than).or(self.size_gt);
+            self.size_lt = size(a.object_size_less_than).or(self.size_lt);
+        }
+        Ok(())
+    }
+
+    /// The rule as S3 answers it.
+    fn to_dto(&self) -> LifecycleRule {
+        let tag = |(k, v): (&String, &String)| Tag {
+            key: Some(k.clone()),
+            value: Some(v.clone()),
+        };
+        let filter = if self.tags.len() > 1 || (self.tags.len() == 1 && !self.prefix.is_empty()) {
+            LifecycleRuleFilter {
+                and: Some(LifecycleRuleAndOperator {
+                    prefix: Some(self.prefix.clone()),
+                    tags: Some(self.tags.iter().map(tag).collect()),
+                    object_size_greater_than: self.size_gt.map(|n| n as i64),
+                    object_size_less_than: self.size_lt.map(|n| n as i64),
+                }),
+                ..Default::default()
+            }
+        } else {
+            LifecycleRuleFilter {
+                prefix: Some(self.prefix.clone()),
+                tag: self.tags.iter().next().map(tag),
+                object_size_greater_than: self.size_gt.map(|n| n as i64),
+                object_size_less_than: self.size_lt.map(|n| n as i64),
+                ..Default::default()
+            }
+        };
+        let expires = self.days.is_some() || self.date.is_some() || self.expired_marker;
+        LifecycleRule {
+            id: Some(self.id.clone()),
+            status: ExpirationStatus::from_static(match self.enabled {
+                true => ExpirationStatus::ENABLED,
+                false => ExpirationStatus::DISABLED,
+            }),
+            filter: Some(filter),
+            expiration: expires.then(|| LifecycleExpiration {
+                days: self.days.map(|d| d as i32),
+                date: self
+                    .date
+                    .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+                    .map(Timestamp::from),
+                expired_object_delete_marker: self.expired_marker.then_some(true),
+            }),
+            noncurrent_version_expiration: (self.noncurrent_days.is_some()
+                || self.newer_noncurrent.is_some())
+            .then(|| NoncurrentVersionExpiration {
+                noncurrent_days: self.noncurrent_days.map(|d| d as i32),
+                newer_noncurrent_versions: self.newer_noncurrent.map(|d| d as i32),
+            }),
+            abort_incomplete_multipart_upload: None,
+            noncurrent_version_transitions: None,
+            prefix: None,
+            transitions: None,
+        }
+    }
+
+    /// Whether the rule selects object `key` of `size` bytes with tags `tags`.
+    fn selects(&self, key: &str, size: u64, tags: &BTreeMap<String, String>) -> bool {
+        self.enabled
+            && key.starts_with(&self.prefix)
+            && self.size_gt.is_none_or(|n| size > n)
+            && self.size_lt.is_none_or(|n| size < n)
+            && self.tags.iter().all(|(k, v)| tags.get(k) == Some(v))
+    }
+}
+
+/// A date as Unix seconds; S3 takes only midnights UTC.
+fn midnight(d: &Timestamp) -> S3Result<i64> {
+    let t: time::OffsetDateTime = d.clone().into();
+    let s = t.unix_timestamp();
+    if s % 86_400 != 0 {
+        return Err(invalid("a lifecycle Date is a midnight, UTC"));
+    }
+    Ok(s)
+}
+
+/// The rules of a configuration, checked: at most 1,000, ids unique.
+pub fn rules_of(c: &BucketLifecycleConfiguration) -> S3Result<Vec<Rule>> {
+    if c.rules.len() > RULES_MAX {
+        return Err(invalid("at most 1,000 rules"));
+    }
+    let rules = c
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(n, r)| Rule::of(r, n))
+        .collect::<S3Result<Vec<_>>>()?;
+    let mut ids: Vec<&str> = rules.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w[0] == w[1]) {
+        return Err(invalid("two rules have one ID"));
+    }
+    Ok(rules)
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Gateway {
+    pub(crate) async fn put_bucket_lifecycle_configuration_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        let i = &req.input;
+        let (path, st) = self.bucket_stat(&c, &i.bucket).await?;
+        crate::acl::need_owner(&c, &st)?;
+        let Some(conf) = &i.lifecycle_configuration else {
+            return Err(s3_error!(MalformedXML, "no lifecycle configuration"));
+        };
+        let rules = rules_of(conf)?;
+        let v = serde_json::to_vec(&rules).expect("rules serialize");
+        c.setxattr(&path, BUCKET_ATTR, Some(&v))
+            .await
+            .map_err(status_err)?;
+        Ok(S3Response::new(
+            PutBucketLifecycleConfigurationOutput::default(),
+        ))
+    }
+
+    pub(crate) async fn get_bucket_lifecycle_configuration_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        let (_, st) = self.bucket_stat(&c, &req.input.bucket).await?;
+        crate::acl::need_owner(&c, &st)?;
+        let rules = self.lifecycle(&c, &req.input.bucket).await?;
+        if rules.is_empty() {
+            return Err(s3_error!(NoSuchLifecycleConfiguration));
+        }
+        Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(rules.iter().map(Rule::to_dto).collect()),
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn delete_bucket_lifecycle_as(
+        &self,
+        c: Arc<Client>,
+        req: &S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        let (path, st) = self.bucket_stat(&c, &req.input.bucket).await?;
+        crate::acl::need_owner(&c, &st)?;
+        c.setxattr(&path, BUCKET_ATTR, None)
+            .await
+            .map_err(status_err)?;
+        let mut r = S3Response::new(DeleteBucketLifecycleOutput::default());
+        r.status = Some(http::StatusCode::NO_CONTENT);
+        Ok(r)
+    }
+
+    /// Bucket `bucket`'s rules (none when it has none, or they do not parse).
+    async fn lifecycle(&self, c: &Client, bucket: &str) -> S3Result<Vec<Rule>> {
+        let v = self.bucket_attr(c, bucket, BUCKET_ATTR).await?;
+        Ok(v.and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    /// Carries out `rules` in bucket `bucket` as `c` (its owner) now, a day being `day`
+    /// long; returns how many versions it removed or hid.
+    pub(crate) async fn apply_lifecycle(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        rules: &[Rule],
+        day: Duration,
+    ) -> S3Result<usize> {
+        let state = self.versioning(c, bucket).await?;
+        let path = self.names.bucket(bucket)?;
+        let mut q = Query {
+            max_keys: list::MAX_KEYS,
+            versions: true,
+            ids: state != State::Off,
+            ..Default::default()
+        };
+        let mut done = 0;
+        let mut group: Vec<Item> = vec![];
+        loop {
+            let l = list::list(c, &path, &q).await.map_err(status_err)?;
+            for item in l.objects {
+                if group.last().is_some_and(|g| g.key != item.key) {
+                    done += self
+                        .expire_key(c, bucket, rules, &std::mem::take(&mut group), day)
+                        .await?;
+                }
+                group.push(item);
+            }
+            match (l.truncated, group.last()) {
+                (true, Some(last)) => {
+                    q.after = last.key.clone();
+                    q.after_version = last.version.as_ref().map(|v| v.id.clone());
+                }
+                _ => break,
+            }
+        }
+        if !group.is_empty() {
+            done += self.expire_key(c, bucket, rules, &group, day).await?;
+        }
+        Ok(done)
+    }
+
+    /// Applies `rules` to one key's versions, newest first.
+    async fn expire_key(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        rules: &[Rule],
+        versions: &[Item],
+        day: Duration,
+    ) -> S3Result<usize> {
+        let Some(first) = versions.first() else {
+            return Ok(0);
+        };
+        let key = first.key.as_str();
+        if key.ends_with('/') {
+            return Ok(0);
+        }
+        let tags = match rules.iter().any(|r| !r.tags.is_empty()) {
+            true => self.tags_of(c, bucket, key).await,
+            false => BTreeMap::new(),
+        };
+        let now = now_s();
+        let day = day.as_secs().max(1) as i64;
+        let age_days = |since_us: u64| (now - (since_us / 1_000_000) as i64) / day;
+        let mut done = 0;
+        for r in rules
+            .iter()
+            .filter(|r| r.selects(key, first.stat.size, &tags))
+        {
+            let latest = first.version.as_ref().is_none_or(|v| v.latest);
+            let marker = first.version.as_ref().is_some_and(|v| v.marker);
+            let due = r
+                .days
+                .is_some_and(|d| age_days(first.stat.mtime_us) >= d as i64)
+                || r.date.is_some_and(|d| now >= d);
+            if latest && !marker && due {
+                self.delete_version_of(c, bucket, key, None).await?;
+                done += 1;
+            }
+            if latest && marker && versions.len() == 1 && (r.expired_marker || due) {
+                let id = first.version.as_ref().map(|v| v.id.as_str());
+                self.delete_version_of(c, bucket, key, id).await?;
+                done += 1;
+            }
+            done += self
+                .expire_noncurrent(c, bucket, key, r, versions, &age_days)
+                .await?;
+        }
+        Ok(done)
+    }
+
+    /// A rule's `NoncurrentVersionExpiration` on one key's versions: a version is noncurrent
+    /// from when the next newer one was written.
+    async fn expire_noncurrent(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        key: &str,
+        r: &Rule,
+        versions: &[Item],
+        age_days: &impl Fn(u64) -> i64,
+    ) -> S3Result<usize> {
+        let Some(days) = r.noncurrent_days else {
+            return Ok(0);
+        };
+        let keep = r.newer_noncurrent.unwrap_or(0) as usize;
+        let mut done = 0;
+        for (k, pair) in versions.windows(2).enumerate() {
+            let (newer, v) = (&pair[0], &pair[1]);
+            if k < keep || age_days(newer.stat.mtime_us) < days as i64 {
+                continue;
+            }
+            let id = v.version.as_ref().map(|v| v.id.as_str());
+            self.delete_version_of(c, bucket, key, id.or(Some("null")))
+                .await?;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// The tags of object `key` (none if it cannot be read).
+    async fn tags_of(&self, c: &Client, bucket: &str, key: &str) -> BTreeMap<String, String> {
+        let Ok((path, _)) = self.names.key(bucket, key) else {
+            return BTreeMap::new();
+        };
+        match c.getxattrs(&path).await {
+            Ok((_, x)) => ObjectMeta::from_xattrs(&x).tags,
+            Err(_) => BTreeMap::new(),
+        }
+    }
+}
+
+/// Time between sweeps for a day of `day`.
+pub fn sweep_every(day: Duration) -> Duration {
+    (day / SWEEPS_PER_DAY).clamp(Duration::from_millis(500), SWEEP_EVERY_MAX)
+}
+
+/// Carries out every bucket's rules under `root`, for ever.
+pub async fn sweep_forever(access: Arc<Access>, root: String, day: Duration) {
+    let gw = Gateway::new(access.clone(), &root, vec![]);
+    let mut tick = tokio::time::interval(sweep_every(day));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let n = sweep(&gw, &access, &root, day).await;
+        if n > 0 {
+            tracing::info!("lifecycle rules expired {n} version(s)");
+        }
+    }
+}
+
+/// One sweep over the buckets under `root`: each bucket with rules, as its owner.
+pub async fn sweep(gw: &Gateway, access: &Arc<Access>, root: &str, day: Duration) -> usize {
+    let entries = match access.gateway().list(root).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!("listing {root} for lifecycle rules: {e}");
+            return 0;
+        }
+    };
+    let mut done = 0;
+    for e in entries {
+        if e.stat.kind != FileKind::Dir || crate::names::check_bucket(&e.name).is_err() {
+            continue;
+        }
+        let Ok(c) = access.client_for(&e.stat.owner).await else {
+            continue;
+        };
+        let rules = match gw.lifecycle(&c, &e.name).await {
+            Ok(r) if !r.is_empty() => r,
+            _ => continue,
+        };
+        match gw.apply_lifecycle(&c, &e.name, &rules, day).await {
+            Ok(n) => done += n,
+            Err(err) => tracing::warn!(bucket = %e.name, "lifecycle rules: {err}"),
+        }
+    }
+    done
+}
