@@ -266,7 +266,7 @@ impl Gateway {
                         && attempt < MKDIR_ATTEMPTS =>
                 {
                     self.make_parents(c, bucket, key).await?;
-                    self.make_versions_dir(c, bucket, d).await?;
+                    self.make_versions_dir(c, bucket, d.from.as_deref()).await?;
                 }
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
             }
@@ -307,7 +307,7 @@ impl Gateway {
                 Ok(()) => return Ok(()),
                 Err(e) if e.status() == Some(MgrStatus::NoSuchPath) && attempt < MKDIR_ATTEMPTS => {
                     self.make_parents(c, bucket, key).await?;
-                    self.make_versions_dir(c, bucket, d).await?;
+                    self.make_versions_dir(c, bucket, d.from.as_deref()).await?;
                 }
                 Err(e) => return Err(self.fs_err(c, bucket, e).await),
             }

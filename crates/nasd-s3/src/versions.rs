@@ -16,8 +16,9 @@
 //!   version), and names the old one by its id;
 //! - a delete without a version id moves the current version aside and adds a marker;
 //! - deleting the current version brings the newest older one back, unless that is a marker;
-//! - in a `Suspended` bucket a write or delete replaces the `null` version, and a current
-//!   version with an id moves aside first.
+//! - in a `Suspended` bucket a write or delete replaces the `null` version: a write over a
+//!   current version with an id goes through the versions directory as above, and other
+//!   `null` versions go once it is current (a failed write replaces nothing).
 //!
 //! Between the exchange and the renaming that follows it, the old version is listed under
 //! the new id for a moment; its content is never lost.
@@ -150,6 +151,8 @@ pub struct Dest {
     pub id: Option<String>,
     /// The versions directory, when the write is published from it.
     pub from: Option<String>,
+    /// The bucket is `Suspended`: once the write is current, no other `null` version stays.
+    pub suspended: bool,
 }
 
 /// What a version lookup found.
@@ -215,6 +218,7 @@ impl Gateway {
                 path,
                 id: None,
                 from: None,
+                suspended: false,
             }),
             State::Enabled => {
                 let dir = dir_of(&path)?;
@@ -223,28 +227,40 @@ impl Gateway {
                     path: format!("{dir}/{id}"),
                     id: Some(id),
                     from: Some(dir),
+                    suspended: false,
                 })
             }
-            State::Suspended => {
-                self.drop_null(c, &path).await?;
-                Ok(Dest {
+            // The new `null` version replaces a `null` current one in place; a current one
+            // with an id is kept, so the write goes through the versions directory. Either
+            // way, what it replaces stays until it is current (a failed write loses nothing).
+            State::Suspended => match current_id(c, &path).await? {
+                Some(Some(_)) => {
+                    let dir = dir_of(&path)?;
+                    Ok(Dest {
+                        path: format!("{dir}/{}", entry_name(None, now_us(), false)),
+                        id: None,
+                        from: Some(dir),
+                        suspended: true,
+                    })
+                }
+                _ => Ok(Dest {
                     path,
                     id: None,
                     from: None,
-                })
-            }
+                    suspended: true,
+                }),
+            },
         }
     }
 
-    /// Makes the versions directory of a write to `d` (with the bucket's mode) when it goes
-    /// to one.
+    /// Makes versions directory `dir` (with the bucket's mode), if one is named.
     pub(crate) async fn make_versions_dir(
         &self,
         c: &Client,
         bucket: &str,
-        d: &Dest,
+        dir: Option<&str>,
     ) -> S3Result<()> {
-        let Some(dir) = &d.from else { return Ok(()) };
+        let Some(dir) = dir else { return Ok(()) };
         let (_, b) = self.bucket_stat(c, bucket).await?;
         match c.mkdir(dir, b.mode & 0o777).await {
             Ok(()) => Ok(()),
@@ -262,26 +278,51 @@ impl Gateway {
         key: &str,
         d: &Dest,
     ) -> S3Result<()> {
-        let Some(dir) = &d.from else { return Ok(()) };
         let (path, _) = self.names.key(bucket, key)?;
-        let err = |e| status_err(e);
-        match c.rename_with(&d.path, &path, RENAME_NOREPLACE).await {
-            Ok(()) => return Ok(()),
-            Err(e) if e.status() == Some(MgrStatus::Exists) => {}
-            Err(e) => return Err(err(e)),
+        if let Some(dir) = &d.from {
+            make_current(c, &d.path, &path, dir).await?;
         }
-        c.rename_with(&d.path, &path, RENAME_EXCHANGE)
-            .await
-            .map_err(err)?;
-        // `d.path` holds the version that was current: named by its own id from now on.
-        let (st, x) = c.getxattrs(&d.path).await.map_err(err)?;
-        let old = ObjectMeta::from_xattrs(&x).version_id;
-        let name = entry_name(old.as_deref(), st.mtime_us, false);
-        c.rename_with(&d.path, &format!("{dir}/{name}"), RENAME_NOREPLACE)
-            .await
-            .map_err(err)
+        if d.suspended {
+            self.drop_null(c, &path).await?;
+        }
+        Ok(())
     }
+}
 
+/// Makes the version at `from` (in versions directory `dir`) the file at `path`, and names
+/// the version it replaces, if any, by its id there.
+async fn make_current(c: &Client, from: &str, path: &str, dir: &str) -> S3Result<()> {
+    match c.rename_with(from, path, RENAME_NOREPLACE).await {
+        Ok(()) => return Ok(()),
+        Err(e) if e.status() == Some(MgrStatus::Exists) => {}
+        Err(e) => return Err(status_err(e)),
+    }
+    c.rename_with(from, path, RENAME_EXCHANGE)
+        .await
+        .map_err(status_err)?;
+    // `from` holds the version that was current: named by its own id from now on.
+    let (st, x) = c.getxattrs(from).await.map_err(status_err)?;
+    let old = ObjectMeta::from_xattrs(&x).version_id;
+    let name = entry_name(old.as_deref(), st.mtime_us, false);
+    c.rename_with(from, &format!("{dir}/{name}"), RENAME_NOREPLACE)
+        .await
+        .map_err(status_err)
+}
+
+/// The version id of the file at `path`: `None` when there is none, `Some(None)` for a
+/// `null` version.
+async fn current_id(c: &Client, path: &str) -> S3Result<Option<Option<String>>> {
+    match c.getxattrs(path).await {
+        Ok((st, x)) if st.kind == FileKind::File => {
+            Ok(Some(ObjectMeta::from_xattrs(&x).version_id))
+        }
+        Ok(_) => Ok(None),
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(status_err(e)),
+    }
+}
+
+impl Gateway {
     /// Moves the current version of the file at `path` into its versions directory, if it
     /// has one with an id (`keep_null`: a `null` one too); returns whether a file remains.
     async fn retire(
@@ -302,12 +343,7 @@ impl Gateway {
             return Ok(true);
         }
         let dir = dir_of(path)?;
-        let d = Dest {
-            path: path.to_string(),
-            id: None,
-            from: Some(dir.clone()),
-        };
-        self.make_versions_dir(c, bucket, &d).await?;
+        self.make_versions_dir(c, bucket, Some(&dir)).await?;
         let to = format!("{dir}/{}", entry_name(id.as_deref(), st.mtime_us, false));
         c.rename_with(path, &to, RENAME_NOREPLACE)
             .await
@@ -315,8 +351,8 @@ impl Gateway {
         Ok(false)
     }
 
-    /// Removes the `null` version of the file at `path` that is not current, and moves a
-    /// current version with an id aside (a `Suspended` bucket's write replaces `null`).
+    /// Removes the `null` versions of the file at `path` that are not current (a
+    /// `Suspended` bucket keeps one `null` version).
     async fn drop_null(&self, c: &Client, path: &str) -> S3Result<()> {
         let dir = dir_of(path)?;
         for v in entries(c, &dir).await.map_err(status_err)? {
@@ -324,18 +360,7 @@ impl Gateway {
                 remove(c, &format!("{dir}/{}", v.name)).await?;
             }
         }
-        let bucket = self.bucket_of(path);
-        self.retire(c, &bucket, path, false).await?;
         Ok(())
-    }
-
-    fn bucket_of(&self, path: &str) -> String {
-        let root = self.names.root();
-        let rest = path
-            .strip_prefix(root.trim_end_matches('/'))
-            .unwrap_or(path)
-            .trim_start_matches('/');
-        rest.split('/').next().unwrap_or_default().to_string()
     }
 
     /// Version `id` of `key` (`null` included): the current file, or an entry of its versions
@@ -534,12 +559,7 @@ impl Gateway {
                     Some(new_id())
                 }
             };
-            let d = Dest {
-                path: String::new(),
-                id: None,
-                from: Some(dir.clone()),
-            };
-            self.make_versions_dir(c, bucket, &d).await?;
+            self.make_versions_dir(c, bucket, Some(&dir)).await?;
             let name = entry_name(marker_id.as_deref(), now_us(), true);
             c.put_bytes_with(&format!("{dir}/{name}"), &[], 0o600, None)
                 .await

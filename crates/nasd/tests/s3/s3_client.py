@@ -703,8 +703,15 @@ def check_versioning(s3):
     # A copy from a version is a new version.
     copied = s3.copy_object(Bucket="vers", Key="d/k", CopySource={"Bucket": "vers", "Key": "d/k", "VersionId": ids[0]})
     assert copied["CopySourceVersionId"] == ids[0] and get() == b"v0"
-    # Suspended: writes replace the one null version.
+    # Suspended: writes replace the one null version; one that fails replaces nothing.
     s3.put_bucket_versioning(Bucket="vers", VersioningConfiguration={"Status": "Suspended"})
+    listed = lambda: [v["VersionId"] for v in s3.list_object_versions(Bucket="vers")["Versions"]]
+    before = listed()
+    assert "null" in before, before
+    for body in [b"bad", b"b" * (2 << 20)]:
+        assert code_of(lambda: s3.put_object(Bucket="vers", Key="d/k", Body=body,
+                                             ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==")) == "BadDigest"
+        assert listed() == before and get() == b"v0"
     for body in [b"s1", b"s2"]:
         s3.put_object(Bucket="vers", Key="d/k", Body=body)
     versions = s3.list_object_versions(Bucket="vers")["Versions"]
