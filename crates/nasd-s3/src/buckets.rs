@@ -153,8 +153,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<GetBucketAclInput>,
     ) -> S3Result<S3Response<GetBucketAclOutput>> {
-        let (_, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        need_owner(&c, &st)?;
+        let (_, st) = self.owned_bucket(&c, &req.input.bucket).await?;
         // The root lets everyone through (1777): what the bucket's bits grant is enforced.
         let p = acl::enforced(&st, true, (1, 1));
         Ok(S3Response::new(GetBucketAclOutput {
@@ -169,8 +168,7 @@ impl Gateway {
         req: &S3Request<PutBucketAclInput>,
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
         let i = &req.input;
-        let (path, st) = self.bucket_stat(&c, &i.bucket).await?;
-        need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &i.bucket).await?;
         let mode = bucket_mode_of(
             c.user(),
             i.acl.as_ref(),
@@ -272,8 +270,7 @@ impl Gateway {
         req: &S3Request<PutBucketEncryptionInput>,
     ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
         let i = &req.input;
-        let (path, st) = self.bucket_stat(&c, &i.bucket).await?;
-        need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &i.bucket).await?;
         let rules = &i.server_side_encryption_configuration.rules;
         let [rule] = rules.as_slice() else {
             return Err(s3_error!(MalformedXML, "one encryption rule, please"));
@@ -308,8 +305,7 @@ impl Gateway {
         req: &S3Request<GetBucketEncryptionInput>,
     ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
         let i = &req.input;
-        let (_, st) = self.bucket_stat(&c, &i.bucket).await?;
-        need_owner(&c, &st)?;
+        let (_, _) = self.owned_bucket(&c, &i.bucket).await?;
         let Some(a) = self
             .bucket_attr(&c, &i.bucket, sse::BUCKET_DEFAULT_ATTR)
             .await?
@@ -336,8 +332,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<DeleteBucketEncryptionInput>,
     ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
-        let (path, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
         match c.setxattr(&path, sse::BUCKET_DEFAULT_ATTR, None).await {
             // A bucket without a default stays as it is.
             Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => {}

@@ -225,6 +225,18 @@ impl Gateway {
         }
     }
 
+    /// [`Gateway::bucket_stat`] of a bucket the caller owns (`AccessDenied` otherwise): only
+    /// a bucket's owner reads or changes its ACL, tags and configuration.
+    pub(crate) async fn owned_bucket(
+        &self,
+        c: &Client,
+        bucket: &str,
+    ) -> S3Result<(String, FileStat)> {
+        let (path, st) = self.bucket_stat(c, bucket).await?;
+        crate::acl::need_owner(c, &st)?;
+        Ok((path, st))
+    }
+
     /// Fails with `NoSuchBucket` unless the bucket exists.
     pub(crate) async fn need_bucket(&self, c: &Client, bucket: &str) -> S3Result<String> {
         Ok(self.bucket_stat(c, bucket).await?.0)

@@ -39,6 +39,8 @@ pub const DAY_SECS_DEFAULT: u64 = 86_400;
 const SWEEPS_PER_DAY: u32 = 8;
 /// The longest time between two sweeps.
 const SWEEP_EVERY_MAX: Duration = Duration::from_secs(3600);
+/// The shortest time between two sweeps (a day of a few seconds, in tests).
+const SWEEP_EVERY_MIN: Duration = Duration::from_millis(500);
 
 /// One rule, as kept.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -261,8 +263,7 @@ impl Gateway {
         req: &S3Request<PutBucketLifecycleConfigurationInput>,
     ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
         let i = &req.input;
-        let (path, st) = self.bucket_stat(&c, &i.bucket).await?;
-        crate::acl::need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &i.bucket).await?;
         let Some(conf) = &i.lifecycle_configuration else {
             return Err(s3_error!(MalformedXML, "no lifecycle configuration"));
         };
@@ -281,8 +282,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<GetBucketLifecycleConfigurationInput>,
     ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
-        let (_, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        crate::acl::need_owner(&c, &st)?;
+        let (_, _) = self.owned_bucket(&c, &req.input.bucket).await?;
         let rules = self.lifecycle(&c, &req.input.bucket).await?;
         if rules.is_empty() {
             return Err(s3_error!(NoSuchLifecycleConfiguration));
@@ -298,8 +298,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
-        let (path, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        crate::acl::need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
         c.setxattr(&path, BUCKET_ATTR, None)
             .await
             .map_err(status_err)?;
@@ -451,7 +450,7 @@ impl Gateway {
 
 /// Time between sweeps for a day of `day`.
 pub fn sweep_every(day: Duration) -> Duration {
-    (day / SWEEPS_PER_DAY).clamp(Duration::from_millis(500), SWEEP_EVERY_MAX)
+    (day / SWEEPS_PER_DAY).clamp(SWEEP_EVERY_MIN, SWEEP_EVERY_MAX)
 }
 
 /// Carries out every bucket's rules under `root`, for ever.

@@ -10,7 +10,6 @@
 //! on a bucket, keys of at most [`TAG_KEY_CHARS_MAX`] characters and values of at most
 //! [`TAG_VALUE_CHARS_MAX`], no key twice (`InvalidTag`).
 
-use crate::acl::need_owner;
 use crate::gateway::*;
 use crate::meta;
 use nasd_client::files::Client;
@@ -187,8 +186,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<GetBucketTaggingInput>,
     ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
-        let (path, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
         let (_, x) = c.getxattrs(&path).await.map_err(status_err)?;
         let tags: BTreeMap<String, String> = x
             .iter()
@@ -210,8 +208,7 @@ impl Gateway {
     ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
         let i = &req.input;
         let tags = of_body(&i.tagging, BUCKET_TAGS_MAX)?;
-        let (path, st) = self.bucket_stat(&c, &i.bucket).await?;
-        need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &i.bucket).await?;
         store(&c, &path, BUCKET_TAGS, &tags).await?;
         Ok(S3Response::new(PutBucketTaggingOutput::default()))
     }
@@ -221,8 +218,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<DeleteBucketTaggingInput>,
     ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
-        let (path, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        need_owner(&c, &st)?;
+        let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
         store(&c, &path, BUCKET_TAGS, &BTreeMap::new()).await?;
         let mut r = S3Response::new(DeleteBucketTaggingOutput::default());
         r.status = Some(http::StatusCode::NO_CONTENT);

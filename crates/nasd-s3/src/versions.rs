@@ -479,8 +479,7 @@ impl Gateway {
                 "the gateway does not implement MFA delete"
             ));
         }
-        let (path, st) = self.bucket_stat(c, bucket).await?;
-        crate::acl::need_owner(c, &st)?;
+        let (path, _) = self.owned_bucket(c, bucket).await?;
         let state = match status {
             Some("Enabled") => "Enabled",
             Some("Suspended") => "Suspended",
@@ -519,8 +518,7 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-        let (_, st) = self.bucket_stat(&c, &req.input.bucket).await?;
-        crate::acl::need_owner(&c, &st)?;
+        let (_, _) = self.owned_bucket(&c, &req.input.bucket).await?;
         let status = match self.versioning(&c, &req.input.bucket).await? {
             State::Off => None,
             State::Enabled => Some(BucketVersioningStatus::ENABLED),
