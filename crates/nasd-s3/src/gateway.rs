@@ -9,6 +9,7 @@
 
 use crate::access::{internal, session_ended, Access, SESSION_ENDED};
 use crate::acl::{self, Caller};
+use crate::conds::{CommitLocks, Cond};
 use crate::digest::{self, Digests};
 use crate::list::{self, Query};
 use crate::meta::{self, ObjectMeta};
@@ -39,6 +40,8 @@ pub struct Gateway {
     pub(crate) names: Names,
     /// KMS key ids the operator declared as names of nasd's own encryption ([`sse`]).
     pub(crate) kms_ids: Vec<String>,
+    /// Held by each commit of a key, with the check of its conditions ([`crate::conds`]).
+    pub(crate) commits: CommitLocks,
 }
 
 impl Gateway {
@@ -47,6 +50,7 @@ impl Gateway {
             access,
             names: Names::new(root),
             kms_ids,
+            commits: CommitLocks::default(),
         }
     }
 
@@ -437,6 +441,7 @@ impl Gateway {
         trailers: Option<&s3s::TrailingHeaders>,
         mode: u32,
         asked: &sse::Asked,
+        cond: &Cond,
     ) -> S3Result<ObjectMeta> {
         let mut digests = Digests::new(claims.algorithms.iter().map(String::as_str));
         let d = self.dest(c, bucket, key).await?;
@@ -473,6 +478,9 @@ impl Gateway {
                 }
                 None => data,
             };
+            let (key_path, _) = self.names.key(bucket, key)?;
+            let _held = self.commits.lock(&key_path).await;
+            self.check_write(c, bucket, key, cond).await?;
             let fix = ModeFix::before(c, old.as_ref(), &path, mode).await?;
             self.put_small(c, bucket, key, &d, &data, &m, mode).await?;
             fix.after(c).await?;
@@ -491,12 +499,37 @@ impl Gateway {
         let done = receive(c, w, body.take_stream().await?, length, claims, trailers).await?;
         m.etag = Some(etag_hex(&done.md5, cipher.as_ref()));
         m.checksums = done.checksums;
-        if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
+        self.land(c, bucket, key, &d, done.upload, &m, fix, cond)
+            .await?;
+        Ok(m)
+    }
+
+    /// Makes finished upload `upload` `key`'s object `d` with metadata `m`: under the key's
+    /// commit lock, checks `cond` against what the key holds (giving the upload up when it
+    /// fails), commits, settles the mode and makes the version current.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn land(
+        &self,
+        c: &Arc<Client>,
+        bucket: &str,
+        key: &str,
+        d: &versions::Dest,
+        upload: nasd_client::files::Upload,
+        m: &ObjectMeta,
+        fix: ModeFix,
+        cond: &Cond,
+    ) -> S3Result<()> {
+        let (path, _) = self.names.key(bucket, key)?;
+        let _held = self.commits.lock(&path).await;
+        if let Err(e) = self.check_write(c, bucket, key, cond).await {
+            c.abort_upload(&upload).await;
+            return Err(e);
+        }
+        if let Err(e) = c.finish_upload_with(upload, Some(m.to_xattrs())).await {
             return Err(self.fs_err(c, bucket, e).await);
         }
         fix.after(c).await?;
-        self.publish(c, bucket, key, &d).await?;
-        Ok(m)
+        self.publish(c, bucket, key, d).await
     }
 
     /// A body of `[start, end)` of `path`: whole when small, else streamed a piece at a
@@ -589,23 +622,20 @@ pub(crate) async fn receive(
 }
 
 /// Copies `range` of `src` (one version of it, deciphered with `dec` when it is SSE-C)
-/// through `w` and commits it with metadata `m`, given the copy's ETag (keyed with `keyed`
-/// when the copy is SSE-C) and checksums; on any failure the upload is aborted.
-pub(crate) async fn copy_commit(
+/// through `w` and finishes the upload (not committed yet); on any failure the upload is
+/// aborted.
+pub(crate) async fn copy_into(
     c: &Arc<Client>,
     mut w: Writer,
     src: &str,
     range: std::ops::Range<u64>,
-    m: ObjectMeta,
     dec: Option<&sse::ObjectCipher>,
-    keyed: Option<&sse::Cipher>,
-) -> S3Result<ObjectMeta> {
+) -> S3Result<stream::Written> {
     if let Err(e) = stream::copy_range(c, src, range.start, range.end, &mut w, dec).await {
         w.abort().await;
         return Err(status_err(e));
     }
-    let done = w.finish().await.map_err(status_err)?;
-    commit(c, done, m, keyed).await
+    w.finish().await.map_err(status_err)
 }
 
 /// The ETag of bytes whose MD5 is `md5`: that MD5, or for an SSE-C object its keyed form
@@ -629,6 +659,19 @@ pub(crate) async fn check_encrypted(c: &Client, w: &Writer) -> S3Result<()> {
     ))
 }
 
+/// Metadata `m` with the ETag (keyed with `keyed` for SSE-C) and checksums of upload `done`.
+pub(crate) fn digested(
+    m: ObjectMeta,
+    done: &stream::Written,
+    keyed: Option<&sse::Cipher>,
+) -> ObjectMeta {
+    ObjectMeta {
+        etag: Some(etag_hex(&done.md5, keyed)),
+        checksums: done.checksums.clone(),
+        ..m
+    }
+}
+
 /// Commits a written upload with metadata `m`, given the upload's ETag (keyed with `keyed`
 /// for SSE-C) and checksums.
 pub(crate) async fn commit(
@@ -637,11 +680,7 @@ pub(crate) async fn commit(
     m: ObjectMeta,
     keyed: Option<&sse::Cipher>,
 ) -> S3Result<ObjectMeta> {
-    let m = ObjectMeta {
-        etag: Some(etag_hex(&done.md5, keyed)),
-        checksums: done.checksums,
-        ..m
-    };
+    let m = digested(m, &done, keyed);
     c.finish_upload_with(done.upload, Some(m.to_xattrs()))
         .await
         .map_err(status_err)?;

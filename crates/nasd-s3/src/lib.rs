@@ -20,7 +20,8 @@
 //! - [`list`] — listings in key order over the directory tree; [`tagging`] — object and
 //!   bucket tags as extended attributes; [`versions`] — bucket versioning, older versions and
 //!   delete markers beside each key; [`lifecycle`] — bucket lifecycle rules, kept and
-//!   carried out by a sweeper;
+//!   carried out by a sweeper; [`conds`] — conditional writes and deletes, checked in one
+//!   critical section with their commit;
 //! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
@@ -90,6 +91,7 @@ pub mod access;
 pub mod acl;
 mod buckets;
 pub mod chunked;
+pub mod conds;
 pub mod conns;
 pub mod digest;
 pub mod front;

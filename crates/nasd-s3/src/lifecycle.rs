@@ -15,6 +15,7 @@
 //! `--stale-upload-secs` ([`crate::stale`]).
 
 use crate::access::Access;
+use crate::conds::Cond;
 use crate::gateway::{status_err, Gateway};
 use crate::list::{self, Item, Query};
 use crate::meta::ObjectMeta;
@@ -26,7 +27,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The bucket attribute holding its rules.
 pub const BUCKET_ATTR: &str = "user.s3.bucket.lifecycle";
@@ -392,12 +393,28 @@ impl Gateway {
                 .is_some_and(|d| age_days(first.stat.mtime_us) >= d as i64)
                 || r.date.is_some_and(|d| now >= d);
             if latest && !marker && due {
-                self.delete_version_of(c, bucket, key, None).await?;
-                done += 1;
+                // Only the object examined: one written since is not expired.
+                let cond = Cond {
+                    if_match: first
+                        .etag
+                        .clone()
+                        .map(|e| ETagCondition::ETag(ETag::Strong(e))),
+                    mtime: Some(Timestamp::from(
+                        UNIX_EPOCH + Duration::from_micros(first.stat.mtime_us),
+                    )),
+                    size: i64::try_from(first.stat.size).ok(),
+                    ..Cond::default()
+                };
+                match self.delete_version_of(c, bucket, key, None, &cond).await {
+                    Ok(_) => done += 1,
+                    Err(e) if *e.code() == s3s::S3ErrorCode::PreconditionFailed => {}
+                    Err(e) => return Err(e),
+                }
             }
             if latest && marker && versions.len() == 1 && (r.expired_marker || due) {
                 let id = first.version.as_ref().map(|v| v.id.as_str());
-                self.delete_version_of(c, bucket, key, id).await?;
+                self.delete_version_of(c, bucket, key, id, &Cond::default())
+                    .await?;
                 done += 1;
             }
             done += self
@@ -429,7 +446,7 @@ impl Gateway {
                 continue;
             }
             let id = v.version.as_ref().map(|v| v.id.as_str());
-            self.delete_version_of(c, bucket, key, id.or(Some("null")))
+            self.delete_version_of(c, bucket, key, id.or(Some("null")), &Cond::default())
                 .await?;
             done += 1;
         }

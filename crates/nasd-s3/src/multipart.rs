@@ -12,6 +12,7 @@
 //! which the gateway checks itself ([`crate::acl`]); the upload's record keeps the mode its
 //! ACL asked for, given to the object when it completes.
 
+use crate::conds::Cond;
 use crate::digest::Digests;
 use crate::gateway::*;
 use crate::meta::{self, ObjectMeta};
@@ -267,16 +268,8 @@ impl Gateway {
             .await
             .map_err(status_err)?
             .encipher(cipher.as_ref().map(|k| k.stream(i.part_number as u32, 0)));
-        let m = copy_commit(
-            &c,
-            w,
-            &src,
-            range,
-            ObjectMeta::default(),
-            dec.as_ref(),
-            cipher.as_ref(),
-        )
-        .await?;
+        let done = copy_into(&c, w, &src, range, dec.as_ref()).await?;
+        let m = commit(&c, done, ObjectMeta::default(), cipher.as_ref()).await?;
         let mut resp = S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: m.etag.map(ETag::Strong),
@@ -365,6 +358,13 @@ impl Gateway {
             }
             md5s.update(hex::decode(e).unwrap_or_default());
         }
+        let cond = Cond {
+            if_match: i.if_match.clone(),
+            if_none_match: i.if_none_match.clone(),
+            ..Cond::default()
+        };
+        // Checked now, before the parts are joined, and again as the object lands.
+        self.check_write(&c, &i.bucket, &i.key, &cond).await?;
         let part_sums = part_checksums(&c, &dir, &info, i).await?;
         let composite = checked_composite(&info, i, &part_sums)?;
         // A FULL_OBJECT checksum is the digest of every byte, taken as the parts are joined.
@@ -430,11 +430,8 @@ impl Gateway {
             version_id: d.id.clone(),
             ..info.meta
         };
-        if let Err(e) = c.finish_upload_with(done.upload, Some(m.to_xattrs())).await {
-            return Err(self.fs_err(&c, &i.bucket, e).await);
-        }
-        fix.after(&c).await?;
-        self.publish(&c, &i.bucket, &i.key, &d).await?;
+        self.land(&c, &i.bucket, &i.key, &d, done.upload, &m, fix, &cond)
+            .await?;
         remove_upload(&c, &dir).await;
         let mut out = CompleteMultipartUploadOutput {
             version_id: d.id.clone(),

@@ -5,12 +5,13 @@
 //! paths ([`crate::names`]) and calls the namespace or the streams of [`crate::gateway`].
 
 use crate::acl;
+use crate::conds::Cond;
 use crate::gateway::*;
 use crate::list;
 use crate::meta::ObjectMeta;
 use crate::sse;
 use nasd_client::files::Client;
-use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
+use nasd_proto::manager::{FileKind, FileStat};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 use std::ops::Range;
@@ -366,7 +367,7 @@ impl Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let i = &req.input;
         crate::unsupported::put_object(i)?;
-        let (path, dir) = self.names.key(&i.bucket, &i.key)?;
+        let (_, dir) = self.names.key(&i.bucket, &i.key)?;
         if dir {
             // A folder marker: a directory.
             if !body.collect(0).await?.is_empty() {
@@ -386,9 +387,13 @@ impl Gateway {
         let asked = self
             .sse_asked(&c, &i.bucket, &sse::with_form_fields(&req.headers, i))
             .await?;
-        if i.if_none_match.is_some() || i.if_match.is_some() {
-            self.write_conditions(&c, &path, i).await?;
-        }
+        let cond = Cond {
+            if_match: i.if_match.clone(),
+            if_none_match: i.if_none_match.clone(),
+            ..Cond::default()
+        };
+        // Checked before the body is taken, and again as the object lands.
+        self.check_write(&c, &i.bucket, &i.key, &cond).await?;
         let mut m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
         if let Some(t) = &i.tagging {
             m.tags = crate::tagging::from_header(t)?;
@@ -407,6 +412,7 @@ impl Gateway {
                 req.trailing_headers.as_ref(),
                 mode,
                 &asked,
+                &cond,
             )
             .await?;
         let mut out = PutObjectOutput {
@@ -418,41 +424,6 @@ impl Gateway {
         let mut resp = S3Response::new(out);
         sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
         Ok(resp)
-    }
-
-    /// `If-None-Match: *` and `If-Match` of a PUT, against the object there now (checked
-    /// before the upload starts, not atomically with its commit).
-    async fn write_conditions(&self, c: &Client, path: &str, i: &PutObjectInput) -> S3Result<()> {
-        if matches!(i.if_none_match, Some(ETagCondition::ETag(_))) {
-            return Err(s3_error!(
-                NotImplemented,
-                "If-None-Match on a write takes only `*`"
-            ));
-        }
-        let current = match c.getxattrs(path).await {
-            Ok((st, x)) if st.kind == FileKind::File => {
-                Some(etag_of(&st, &ObjectMeta::from_xattrs(&x)))
-            }
-            Ok(_) => None,
-            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => None,
-            Err(e) => return Err(status_err(e)),
-        };
-        if i.if_match.is_some() && current.is_none() {
-            // S3's answer to If-Match on a key that holds no object.
-            return Err(s3_error!(NoSuchKey));
-        }
-        let ok = match (&i.if_none_match, &i.if_match, &current) {
-            (Some(_), _, Some(_)) => false,
-            (_, Some(ETagCondition::ETag(want)), cur) => {
-                cur.as_ref().is_some_and(|e| e.value() == want.value())
-            }
-            _ => true,
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(s3_error!(PreconditionFailed))
-        }
     }
 
     /// The bytes `partNumber` asks for: none asked, the whole object; part 1 of an object
@@ -626,8 +597,14 @@ impl Gateway {
         req: &S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let i = &req.input;
+        let cond = Cond {
+            if_match: i.if_match.clone(),
+            mtime: i.if_match_last_modified_time.clone(),
+            size: i.if_match_size,
+            ..Cond::default()
+        };
         let (id, marker) = self
-            .delete_version_of(&c, &i.bucket, &i.key, i.version_id.as_deref())
+            .delete_version_of(&c, &i.bucket, &i.key, i.version_id.as_deref(), &cond)
             .await?;
         Ok(no_content(DeleteObjectOutput {
             version_id: id,
@@ -653,8 +630,14 @@ impl Gateway {
         let quiet = i.delete.quiet == Some(true);
         let (mut deleted, mut errors) = (vec![], vec![]);
         for o in &i.delete.objects {
+            let cond = Cond {
+                if_match: o.e_tag.clone().map(ETagCondition::ETag),
+                mtime: o.last_modified_time.clone(),
+                size: o.size,
+                ..Cond::default()
+            };
             let r = self
-                .delete_version_of(&c, &i.bucket, &o.key, o.version_id.as_deref())
+                .delete_version_of(&c, &i.bucket, &o.key, o.version_id.as_deref(), &cond)
                 .await;
             match r {
                 Ok((id, marker)) if !quiet => deleted.push(DeletedObject {
@@ -768,9 +751,11 @@ impl Gateway {
             m.sse = asked.at_rest();
         }
         let w = w.encipher(cipher.as_ref().map(|k| k.stream(0, 0)));
-        let m = copy_commit(&c, w, &src, 0..st.size, m, dec.as_ref(), cipher.as_ref()).await?;
-        fix.after(&c).await?;
-        self.publish(&c, &i.bucket, &i.key, &d).await?;
+        let done = copy_into(&c, w, &src, 0..st.size, dec.as_ref()).await?;
+        let m = digested(m, &done, cipher.as_ref());
+        let none = Cond::default();
+        self.land(&c, &i.bucket, &i.key, &d, done.upload, &m, fix, &none)
+            .await?;
         let (_, nst, _) = self.object(&c, &i.bucket, &i.key).await?;
         let mut resp = S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {

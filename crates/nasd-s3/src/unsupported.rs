@@ -1,7 +1,6 @@
 //! Features the gateway does not implement are refused, never accepted and ignored (issue 22
 //! §1): a request that asks for object lock, a storage class, a website redirect, MFA
-//! delete, a change to a version other than the current one, or a condition the
-//! gateway cannot check answers `NotImplemented` before anything is read or written. Whole
+//! delete, or a change to a version other than the current one answers `NotImplemented` before anything is read or written. Whole
 //! operations the gateway lacks (bucket policies, lifecycle, CORS, logging,
 //! object-lock configuration, public-access blocks, ownership controls) are s3s's
 //! `NotImplemented` already. Server-side encryption is [`crate::sse`]'s.
@@ -59,20 +58,6 @@ pub fn check(op: &str, uri: &Uri, h: &HeaderMap) -> S3Result<()> {
         }
         "DeleteObject" | "DeleteObjects" => {
             refuse_any(h, &["x-amz-mfa"], || not_implemented("MFA delete"))?;
-            refuse_any(
-                h,
-                &[
-                    "if-match",
-                    "x-amz-if-match-size",
-                    "x-amz-if-match-last-modified-time",
-                ],
-                || not_implemented("conditional deletes"),
-            )?;
-        }
-        "CompleteMultipartUpload" => {
-            refuse_any(h, &["if-match", "if-none-match"], || {
-                not_implemented("conditional completions")
-            })?;
         }
         _ => {}
     }

@@ -23,6 +23,7 @@
 //! Between the exchange and the renaming that follows it, the old version is listed under
 //! the new id for a moment; its content is never lost.
 
+use crate::conds::Cond;
 use crate::gateway::{status_err, Gateway};
 use crate::meta::ObjectMeta;
 use nasd_client::files::{Client, FsError};
@@ -435,7 +436,12 @@ impl Gateway {
     }
 
     /// The id of the delete marker that is the latest version of `key`, if one is.
-    async fn latest_marker(&self, c: &Client, bucket: &str, key: &str) -> Option<String> {
+    pub(crate) async fn latest_marker(
+        &self,
+        c: &Client,
+        bucket: &str,
+        key: &str,
+    ) -> Option<String> {
         let (path, _) = self.names.key(bucket, key).ok()?;
         let newest = entries(c, &dir_of(&path).ok()?)
             .await
@@ -446,14 +452,22 @@ impl Gateway {
     }
 
     /// DeleteObject: in a bucket that never had versioning, the object goes (`null` is its
-    /// only version); otherwise [`Gateway::delete_versioned`].
+    /// only version); otherwise [`Gateway::delete_versioned`]. Under the key's commit lock,
+    /// and only when what the key (or version `id`) holds meets `cond` ([`crate::conds`]): a
+    /// conditional delete of nothing does nothing.
     pub(crate) async fn delete_version_of(
         &self,
         c: &Arc<Client>,
         bucket: &str,
         key: &str,
         id: Option<&str>,
+        cond: &Cond,
     ) -> S3Result<(Option<String>, bool)> {
+        let (path, _) = self.names.key(bucket, key)?;
+        let _held = self.commits.lock(&path).await;
+        if !cond.is_empty() && !cond.check_delete(&self.current(c, bucket, key, id).await?)? {
+            return Ok((id.map(str::to_string), false));
+        }
         match (self.versioning(c, bucket).await?, id) {
             (State::Off, None | Some("null")) => {
                 self.delete(c, bucket, key).await?;

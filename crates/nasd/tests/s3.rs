@@ -185,6 +185,16 @@ impl Drop for S3 {
     }
 }
 
+/// Conditional writes and deletes (`conds.rs`): each condition S3 defines, and the races
+/// they exist for: of sixteen concurrent `If-None-Match: *` PUTs of a key exactly one lands,
+/// and four read-modify-write loops under `If-Match` lose no increment.
+#[test]
+fn conditional_writes_land_once_and_lose_no_update() {
+    let s3 = S3::start();
+    let out = s3.client(&["only", "conditions"], "");
+    assert!(out.contains("conditions ok"), "{out}");
+}
+
 #[test]
 fn boto3_gets_what_it_puts_and_every_error_case_is_an_s3_error() {
     let s3 = S3::start();
