@@ -8,6 +8,7 @@ use crate::acl;
 use crate::acl::need_owner;
 use crate::gateway::*;
 use crate::ops::{both_acls, grant_headers};
+use crate::server::REGION_DEFAULT;
 use crate::sse;
 use nasd_client::files::Client;
 use nasd_proto::manager::{FileKind, MgrStatus};
@@ -91,6 +92,7 @@ impl Gateway {
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let i = &req.input;
         crate::names::check_new_bucket(&i.bucket)?;
+        self.check_location(i.create_bucket_configuration.as_ref())?;
         let path = self.names.bucket(&i.bucket)?;
         let mode = bucket_mode_of(c.user(), i.acl.as_ref(), &req.headers, None)?;
         match c.mkdir(&path, mode).await {
@@ -145,7 +147,27 @@ impl Gateway {
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         let (_, st) = self.bucket_stat(&c, &req.input.bucket).await?;
         self.need_list(&c, &st).await?;
-        Ok(S3Response::new(GetBucketLocationOutput::default()))
+        // us-east-1 is answered as no constraint, as S3 does.
+        let location_constraint = (self.region != REGION_DEFAULT)
+            .then(|| BucketLocationConstraint::from(self.region.clone()));
+        Ok(S3Response::new(GetBucketLocationOutput {
+            location_constraint,
+        }))
+    }
+
+    /// A bucket is made only in the gateway's region: a `LocationConstraint` naming another
+    /// is refused (S3's `InvalidLocationConstraint`), never accepted and ignored.
+    fn check_location(&self, conf: Option<&CreateBucketConfiguration>) -> S3Result<()> {
+        let asked = conf.and_then(|c| c.location_constraint.as_ref());
+        match asked.map(|l| l.as_str()) {
+            None | Some("") => Ok(()),
+            Some(l) if l == self.region => Ok(()),
+            Some(l) => Err(s3_error!(
+                InvalidLocationConstraint,
+                "this gateway serves region {}, not {l}",
+                self.region
+            )),
+        }
     }
 
     pub(crate) async fn get_bucket_acl_as(

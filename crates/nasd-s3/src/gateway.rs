@@ -40,17 +40,33 @@ pub struct Gateway {
     pub(crate) names: Names,
     /// KMS key ids the operator declared as names of nasd's own encryption ([`sse`]).
     pub(crate) kms_ids: Vec<String>,
-    /// Held by each commit of a key, with the check of its conditions ([`crate::conds`]).
-    pub(crate) commits: CommitLocks,
+    /// The one region the gateway serves (`--region`): buckets are made only there.
+    pub(crate) region: String,
+    /// Held by each commit of a key, with the check of its conditions
+    /// ([`crate::conds`]); shared by every [`Gateway::alike`].
+    pub(crate) commits: Arc<CommitLocks>,
 }
 
 impl Gateway {
-    pub fn new(access: Arc<Access>, root: &str, kms_ids: Vec<String>) -> Gateway {
+    pub fn new(access: Arc<Access>, root: &str, kms_ids: Vec<String>, region: &str) -> Gateway {
         Gateway {
             access,
             names: Names::new(root),
             kms_ids,
-            commits: CommitLocks::default(),
+            region: region.to_string(),
+            commits: Arc::default(),
+        }
+    }
+
+    /// Another gateway with the same settings and the same commit locks (for the lifecycle
+    /// sweeper, whose deletes must be ordered with requests' commits).
+    pub fn alike(&self) -> Gateway {
+        Gateway {
+            access: self.access.clone(),
+            names: self.names.clone(),
+            kms_ids: self.kms_ids.clone(),
+            region: self.region.clone(),
+            commits: self.commits.clone(),
         }
     }
 

@@ -21,7 +21,7 @@ use crate::list::{self, Item, Query};
 use crate::meta::ObjectMeta;
 use crate::versions::State;
 use nasd_client::files::Client;
-use nasd_proto::manager::FileKind;
+use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,12 @@ pub struct Rule {
     pub expired_marker: bool,
     pub noncurrent_days: Option<u32>,
     pub newer_noncurrent: Option<u32>,
+    /// `AbortIncompleteMultipartUpload`: uploads started this many days ago are aborted.
+    #[serde(default)]
+    pub abort_days: Option<u32>,
+    /// The rule named its prefix in the older form, outside a `Filter`: it is answered so.
+    #[serde(default)]
+    pub bare_prefix: bool,
 }
 
 fn invalid(why: &str) -> s3s::S3Error {
@@ -77,6 +83,10 @@ fn positive(n: Option<i32>, what: &str) -> S3Result<Option<u32>> {
 impl Rule {
     /// A rule as S3 sends it, checked as S3 checks it (`n` numbers rules without an id).
     pub fn of(r: &LifecycleRule, n: usize) -> S3Result<Rule> {
+        // A malformed configuration is refused as such, whatever the gateway supports.
+        for t in r.transitions.iter().flatten() {
+            t.date.as_ref().map(midnight).transpose()?;
+        }
         if r.transitions.as_ref().is_some_and(|t| !t.is_empty())
             || r.noncurrent_version_transitions
                 .as_ref()
@@ -85,12 +95,6 @@ impl Rule {
             return Err(s3_error!(
                 NotImplemented,
                 "transitions: the gateway has one storage class, STANDARD"
-            ));
-        }
-        if r.abort_incomplete_multipart_upload.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "AbortIncompleteMultipartUpload: the gateway removes every abandoned upload after --stale-upload-secs"
             ));
         }
         let id = r.id.clone().unwrap_or_else(|| format!("rule-{n}"));
@@ -111,6 +115,7 @@ impl Rule {
             id,
             enabled,
             prefix: r.prefix.clone().unwrap_or_default(),
+            bare_prefix: r.prefix.is_some() && r.filter.is_none(),
             ..Default::default()
         };
         if let Some(f) = &r.filter {
@@ -120,6 +125,15 @@ impl Rule {
             rule.days = positive(e.days, "Expiration's Days")?;
             rule.date = e.date.as_ref().map(midnight).transpose()?;
             rule.expired_marker = e.expired_object_delete_marker == Some(true);
+        }
+        if let Some(a) = &r.abort_incomplete_multipart_upload {
+            rule.abort_days = positive(a.days_after_initiation, "DaysAfterInitiation")?;
+            if !rule.tags.is_empty() {
+                // As S3: an upload has no tags to select it by.
+                return Err(invalid(
+                    "AbortIncompleteMultipartUpload takes no tag filter",
+                ));
+            }
         }
         if let Some(n) = &r.noncurrent_version_expiration {
             rule.noncurrent_days = positive(n.noncurrent_days, "NoncurrentDays")?;
@@ -190,7 +204,7 @@ impl Rule {
                 true => ExpirationStatus::ENABLED,
                 false => ExpirationStatus::DISABLED,
             }),
-            filter: Some(filter),
+            filter: (!self.bare_prefix).then_some(filter),
             expiration: expires.then(|| LifecycleExpiration {
                 days: self.days.map(|d| d as i32),
                 date: self
@@ -205,9 +219,13 @@ impl Rule {
                 noncurrent_days: self.noncurrent_days.map(|d| d as i32),
                 newer_noncurrent_versions: self.newer_noncurrent.map(|d| d as i32),
             }),
-            abort_incomplete_multipart_upload: None,
+            abort_incomplete_multipart_upload: self.abort_days.map(|d| {
+                AbortIncompleteMultipartUpload {
+                    days_after_initiation: Some(d as i32),
+                }
+            }),
             noncurrent_version_transitions: None,
-            prefix: None,
+            prefix: self.bare_prefix.then(|| self.prefix.clone()),
             transitions: None,
         }
     }
@@ -220,6 +238,48 @@ impl Rule {
             && self.size_lt.is_none_or(|n| size < n)
             && self.tags.iter().all(|(k, v)| tags.get(k) == Some(v))
     }
+}
+
+/// When something `days` days old from `since_us` expires, in Unix seconds: as S3 counts,
+/// the first midnight UTC (a multiple of `day` seconds since the epoch) at least that many
+/// days later.
+pub fn expires_at(since_us: u64, days: u32, day: i64) -> i64 {
+    let since = (since_us / 1_000_000) as i64;
+    let end = since + i64::from(days) * day;
+    (end + day - 1) / day * day
+}
+
+/// `x-amz-expiration` of the current object `key` (`size` bytes, tags `tags`, written at
+/// `mtime_us`) under `rules`: the earliest expiry of the enabled rules that select it, in
+/// calendar days (whatever `--lifecycle-day-secs` makes the sweeper's day), with its rule.
+pub fn expiration(
+    rules: &[Rule],
+    key: &str,
+    size: u64,
+    tags: &BTreeMap<String, String>,
+    mtime_us: u64,
+) -> Option<http::HeaderValue> {
+    let (at, id) = rules
+        .iter()
+        .filter(|r| r.selects(key, size, tags))
+        .filter_map(|r| {
+            let by_days = r
+                .days
+                .map(|d| expires_at(mtime_us, d, DAY_SECS_DEFAULT as i64));
+            let at = match (by_days, r.date) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b)?,
+            };
+            Some((at, &r.id))
+        })
+        .min()?;
+    let t = time::OffsetDateTime::from_unix_timestamp(at).ok()?;
+    let mut date = Vec::new();
+    Timestamp::from(t)
+        .format(TimestampFormat::HttpDate, &mut date)
+        .ok()?;
+    let date = String::from_utf8(date).ok()?;
+    http::HeaderValue::from_str(&format!("expiry-date=\"{date}\", rule-id=\"{id}\"")).ok()
 }
 
 /// A date as Unix seconds; S3 takes only midnights UTC.
@@ -300,12 +360,48 @@ impl Gateway {
         req: &S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
         let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
-        c.setxattr(&path, BUCKET_ATTR, None)
-            .await
-            .map_err(status_err)?;
+        match c.setxattr(&path, BUCKET_ATTR, None).await {
+            // A bucket without rules is left as it is (the bucket was just found).
+            Ok(()) => {}
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => {}
+            Err(e) => return Err(status_err(e)),
+        }
         let mut r = S3Response::new(DeleteBucketLifecycleOutput::default());
         r.status = Some(http::StatusCode::NO_CONTENT);
         Ok(r)
+    }
+
+    /// Adds `x-amz-expiration` to `h` when a rule of `bucket` will expire current object
+    /// `key` (stat `st`, metadata `m`); a bucket without rules costs no more than its
+    /// attributes, which the client caches.
+    pub(crate) async fn expiration_header(
+        &self,
+        c: &Client,
+        bucket: &str,
+        key: &str,
+        st: Option<(&FileStat, &ObjectMeta)>,
+        h: &mut http::HeaderMap,
+    ) {
+        let Ok(rules) = self.lifecycle(c, bucket).await else {
+            return;
+        };
+        if rules.is_empty() {
+            return;
+        }
+        let got;
+        let (st, m) = match st {
+            Some(v) => v,
+            None => match self.object(c, bucket, key).await {
+                Ok((_, st, m)) => {
+                    got = (st, m);
+                    (&got.0, &got.1)
+                }
+                Err(_) => return,
+            },
+        };
+        if let Some(v) = expiration(&rules, key, st.size, &m.tags, st.mtime_us) {
+            h.insert("x-amz-expiration", v);
+        }
     }
 
     /// Bucket `bucket`'s rules (none when it has none, or they do not parse).
@@ -380,7 +476,7 @@ impl Gateway {
         };
         let now = now_s();
         let day = day.as_secs().max(1) as i64;
-        let age_days = |since_us: u64| (now - (since_us / 1_000_000) as i64) / day;
+        let past = |since_us: u64, days: u32| now >= expires_at(since_us, days, day);
         let mut done = 0;
         for r in rules
             .iter()
@@ -388,9 +484,7 @@ impl Gateway {
         {
             let latest = first.version.as_ref().is_none_or(|v| v.latest);
             let marker = first.version.as_ref().is_some_and(|v| v.marker);
-            let due = r
-                .days
-                .is_some_and(|d| age_days(first.stat.mtime_us) >= d as i64)
+            let due = r.days.is_some_and(|d| past(first.stat.mtime_us, d))
                 || r.date.is_some_and(|d| now >= d);
             if latest && !marker && due {
                 // Only the object examined: one written since is not expired.
@@ -418,7 +512,7 @@ impl Gateway {
                 done += 1;
             }
             done += self
-                .expire_noncurrent(c, bucket, key, r, versions, &age_days)
+                .expire_noncurrent(c, bucket, key, r, versions, &past)
                 .await?;
         }
         Ok(done)
@@ -433,7 +527,7 @@ impl Gateway {
         key: &str,
         r: &Rule,
         versions: &[Item],
-        age_days: &impl Fn(u64) -> i64,
+        past: &impl Fn(u64, u32) -> bool,
     ) -> S3Result<usize> {
         let Some(days) = r.noncurrent_days else {
             return Ok(0);
@@ -442,7 +536,7 @@ impl Gateway {
         let mut done = 0;
         for (k, pair) in versions.windows(2).enumerate() {
             let (newer, v) = (&pair[0], &pair[1]);
-            if k < keep || age_days(newer.stat.mtime_us) < days as i64 {
+            if k < keep || !past(newer.stat.mtime_us, days) {
                 continue;
             }
             let id = v.version.as_ref().map(|v| v.id.as_str());
@@ -471,8 +565,8 @@ pub fn sweep_every(day: Duration) -> Duration {
 }
 
 /// Carries out every bucket's rules under `root`, for ever.
-pub async fn sweep_forever(access: Arc<Access>, root: String, day: Duration) {
-    let gw = Gateway::new(access.clone(), &root, vec![]);
+pub async fn sweep_forever(gw: Gateway, root: String, day: Duration) {
+    let access = gw.access.clone();
     let mut tick = tokio::time::interval(sweep_every(day));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -494,6 +588,7 @@ pub async fn sweep(gw: &Gateway, access: &Arc<Access>, root: &str, day: Duration
         }
     };
     let mut done = 0;
+    let mut aborting = BTreeMap::new();
     for e in entries {
         if e.stat.kind != FileKind::Dir || crate::names::check_bucket(&e.name).is_err() {
             continue;
@@ -509,6 +604,109 @@ pub async fn sweep(gw: &Gateway, access: &Arc<Access>, root: &str, day: Duration
             Ok(n) => done += n,
             Err(err) => tracing::warn!(bucket = %e.name, "lifecycle rules: {err}"),
         }
+        let aborts: Vec<Rule> = rules
+            .into_iter()
+            .filter(|r| r.enabled && r.abort_days.is_some())
+            .collect();
+        if !aborts.is_empty() {
+            aborting.insert(e.name, aborts);
+        }
+    }
+    if !aborting.is_empty() {
+        done += abort_incomplete(access, root, &aborting, day).await;
     }
     done
+}
+
+/// `AbortIncompleteMultipartUpload`: removes the uploads in the staging directory under
+/// `root` that a rule of their bucket in `rules` selects (by key prefix) and that were started
+/// its days ago, each through a session of the upload's owner, as their own abort would;
+/// returns how many.
+async fn abort_incomplete(
+    access: &Arc<Access>,
+    root: &str,
+    rules: &BTreeMap<String, Vec<Rule>>,
+    day: Duration,
+) -> usize {
+    let staging = format!(
+        "{}/{}",
+        root.trim_end_matches('/'),
+        crate::multipart::STAGING_DIR
+    );
+    let Ok(entries) = access.gateway().list(&staging).await else {
+        return 0;
+    };
+    let (now, day) = (now_s(), day.as_secs().max(1) as i64);
+    let mut done = 0;
+    for e in entries
+        .iter()
+        .filter(|e| crate::multipart::is_upload_dir(e))
+    {
+        let Ok(c) = access.client_for(&e.stat.owner).await else {
+            continue;
+        };
+        let dir = format!("{staging}/{}", e.name);
+        let Some((bucket, key, started_us)) = crate::multipart::upload_origin(&c, &dir).await
+        else {
+            continue;
+        };
+        let due = rules.get(&bucket).into_iter().flatten().any(|r| {
+            key.starts_with(&r.prefix)
+                && r.abort_days
+                    .is_some_and(|d| now >= expires_at(started_us, d, day))
+        });
+        if due && crate::multipart::remove_upload(&c, &dir).await {
+            done += 1;
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+    /// 2012-12-21 10:00 UTC, in microseconds.
+    const WRITTEN_US: u64 = 1_356_084_000_000_000;
+
+    #[test]
+    fn an_expiry_is_the_first_midnight_after_its_days() {
+        // S3's own example: written 2012-12-21 10:00, one day: 2012-12-23 00:00.
+        assert_eq!(expires_at(WRITTEN_US, 1, DAY), 1_356_220_800);
+        // Written at midnight: exactly the days later.
+        assert_eq!(
+            expires_at(1_356_048_000_000_000, 2, DAY),
+            1_356_048_000 + 2 * DAY
+        );
+    }
+
+    #[test]
+    fn the_header_names_the_earliest_rule_that_selects_the_object() {
+        let rule = |id: &str, prefix: &str, days| Rule {
+            id: id.into(),
+            enabled: true,
+            prefix: prefix.into(),
+            days: Some(days),
+            ..Rule::default()
+        };
+        let rules = [
+            rule("late", "", 30),
+            rule("soon", "logs/", 1),
+            rule("other", "tmp/", 1),
+        ];
+        let none = BTreeMap::new();
+        let h = expiration(&rules, "logs/a", 3, &none, WRITTEN_US).unwrap();
+        assert_eq!(
+            h.to_str().unwrap(),
+            r#"expiry-date="Sun, 23 Dec 2012 00:00:00 GMT", rule-id="soon""#
+        );
+        let h = expiration(&rules, "data/a", 3, &none, WRITTEN_US).unwrap();
+        assert!(h.to_str().unwrap().ends_with(r#"rule-id="late""#));
+        let off = Rule {
+            enabled: false,
+            ..rule("off", "", 1)
+        };
+        assert!(expiration(&[off], "a", 3, &none, WRITTEN_US).is_none());
+    }
 }

@@ -750,8 +750,18 @@ async fn read_info(c: &Client, dir: &str) -> Option<Info> {
     })
 }
 
-/// Removes an upload's directory and everything in it (best effort: what is left is only
-/// ever seen by its user, and listed as an upload to abort).
+/// The bucket and key of the upload in `dir`, and when it was started (its record's modify
+/// time, in microseconds; the record is written once).
+pub(crate) async fn upload_origin(c: &Client, dir: &str) -> Option<(String, String, u64)> {
+    let (st, x) = c.getxattrs(&format!("{dir}/{INFO}")).await.ok()?;
+    let get = |n: &str| {
+        x.iter()
+            .find(|a| a.name == n)
+            .and_then(|a| String::from_utf8(a.value.clone()).ok())
+    };
+    Some((get(X_BUCKET)?, get(X_KEY)?, st.mtime_us))
+}
+
 /// Whether the staging directory's entry `e` is an upload's directory.
 pub(crate) fn is_upload_dir(e: &nasd_proto::manager::DirEntry) -> bool {
     e.stat.kind == FileKind::Dir && check_id(&e.name).is_ok()

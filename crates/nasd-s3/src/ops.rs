@@ -422,6 +422,8 @@ impl Gateway {
         };
         set_checksums_typed!(out, m);
         let mut resp = S3Response::new(out);
+        self.expiration_header(&c, &i.bucket, &i.key, None, &mut resp.headers)
+            .await;
         sse::reply(&mut resp.headers, m.sse.as_deref(), asked.customer_md5());
         Ok(resp)
     }
@@ -528,6 +530,10 @@ impl Gateway {
         if partial {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
         }
+        if i.version_id.is_none() {
+            self.expiration_header(&c, &i.bucket, &i.key, Some((&st, &m)), &mut resp.headers)
+                .await;
+        }
         sse::reply(
             &mut resp.headers,
             m.sse.as_deref(),
@@ -578,6 +584,10 @@ impl Gateway {
             }
         }
         let mut resp = S3Response::new(out);
+        if i.version_id.is_none() {
+            self.expiration_header(&c, &i.bucket, &i.key, Some((&st, &m)), &mut resp.headers)
+                .await;
+        }
         if !m.tags.is_empty() {
             // S3 sends the count on a HEAD too, though its model has no field for it.
             resp.headers

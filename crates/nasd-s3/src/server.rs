@@ -48,7 +48,12 @@ pub struct Options {
     pub stale_upload_after: Duration,
     /// A day, as lifecycle rules count them ([`crate::lifecycle`]).
     pub lifecycle_day: Duration,
+    /// The region the gateway serves (`--region`, [`REGION_DEFAULT`]).
+    pub region: String,
 }
+
+/// The region a gateway serves unless told otherwise.
+pub const REGION_DEFAULT: &str = "us-east-1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -109,9 +114,12 @@ fn raise_fd_limit() {
 
 /// The s3s service of the gateway: operations, signature checks with the manager's secrets,
 /// the guard every request passes, and the body limits.
-fn s3_service(access: &Arc<Access>, root: &str, options: &Options) -> s3s::service::S3Service {
+fn s3_service(
+    access: &Arc<Access>,
+    gateway: Gateway,
+    options: &Options,
+) -> s3s::service::S3Service {
     let sigv2 = options.sigv2;
-    let gateway = Gateway::new(access.clone(), root, options.kms_key_ids.clone());
     let mut b = S3ServiceBuilder::new(gateway);
     b.set_auth(KeyAuth(access.clone()));
     b.set_access(Guard {
@@ -161,12 +169,18 @@ pub async fn serve(
         options.stale_upload_after,
     ));
     let _sweeper = AbortOnDrop(sweeper);
-    let _lifecycle = AbortOnDrop(tokio::spawn(crate::lifecycle::sweep_forever(
+    let gateway = Gateway::new(
         access.clone(),
+        root,
+        options.kms_key_ids.clone(),
+        &options.region,
+    );
+    let _lifecycle = AbortOnDrop(tokio::spawn(crate::lifecycle::sweep_forever(
+        gateway.alike(),
         root.to_string(),
         options.lifecycle_day,
     )));
-    let s3 = s3_service(&access, root, &options);
+    let s3 = s3_service(&access, gateway, &options);
     let front = Arc::new(Front::new(
         s3,
         access,

@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// `rgw_lc_debug_interval`).
     #[arg(long, value_name = "SECS", default_value_t = nasd_s3::lifecycle::DAY_SECS_DEFAULT)]
     pub lifecycle_day_secs: u64,
+    /// The region the gateway serves: GetBucketLocation answers it, and CreateBucket refuses
+    /// a LocationConstraint naming another.
+    #[arg(long, value_name = "NAME", default_value = nasd_s3::server::REGION_DEFAULT)]
+    pub region: String,
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
 }
@@ -98,6 +102,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         kms_key_ids: a.kms_key_ids.clone(),
         stale_upload_after: std::time::Duration::from_secs(a.stale_upload_secs.max(1)),
         lifecycle_day: std::time::Duration::from_secs(a.lifecycle_day_secs.max(1)),
+        region: a.region.clone(),
     };
     // Warnings (each naming the request that caused it) to stderr, the gateway's log under
     // `nasd up`; s3s's own lines (one per refused request) only when RUST_LOG asks.
@@ -235,6 +240,8 @@ pub struct Up {
     pub stale_upload_secs: Option<u64>,
     /// `--lifecycle-day-secs`, when not the default.
     pub lifecycle_day_secs: Option<u64>,
+    /// `--region`, when not the default.
+    pub region: Option<String>,
 }
 
 impl Up {
@@ -246,6 +253,7 @@ impl Up {
             sigv2: false,
             stale_upload_secs: None,
             lifecycle_day_secs: None,
+            region: None,
         }
     }
 }
@@ -285,6 +293,7 @@ pub fn start(dir: &Path, g: &Up) -> anyhow::Result<(u32, String)> {
                 .iter()
                 .flat_map(|s| ["--lifecycle-day-secs".to_string(), s.to_string()]),
         )
+        .args(g.region.iter().flat_map(|r| ["--region", r.as_str()]))
         .arg("--access-log")
         .arg(dir.join(ACCESS_LOG))
         .env("NASD_CONFIG", &cfg)

@@ -142,6 +142,9 @@ enum Cmd {
         /// --lifecycle-day-secs`; for tests).
         #[arg(long = "s3-lifecycle-day-secs", value_name = "SECS", requires = "s3")]
         s3_lifecycle_day_secs: Option<u64>,
+        /// The region the gateway serves (`nasd s3 serve --region`; default us-east-1).
+        #[arg(long = "s3-region", value_name = "NAME", requires = "s3")]
+        s3_region: Option<String>,
         /// Where a new cluster's manager keeps its metadata: `sqlite` (the default),
         /// `postgres` (a private PostgreSQL server in DIR/postgres, from the system's
         /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
@@ -400,6 +403,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             s3_sigv2,
             s3_stale_upload_secs,
             s3_lifecycle_day_secs,
+            s3_region,
             meta,
         } => cmd_up::up(
             data,
@@ -410,6 +414,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 sigv2: s3_sigv2,
                 stale_upload_secs: s3_stale_upload_secs,
                 lifecycle_day_secs: s3_lifecycle_day_secs,
+                region: s3_region,
             }),
             nasd_cluster::Options {
                 drive_capacity_bytes: drive_capacity,

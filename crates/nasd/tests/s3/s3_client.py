@@ -920,8 +920,9 @@ def check_stale_uploads(s3):
 def check_lifecycle(s3):
     """Against a gateway started with --lifecycle-day-secs 2: rules are checked and kept by
     the bucket's owner alone, and carried out: current versions expire by prefix and tag,
-    older versions after their noncurrent days, keeping the newest ones asked for, and a
-    delete marker left alone goes; what no rule selects stays."""
+    older versions after their noncurrent days, keeping the newest ones asked for, a
+    delete marker left alone goes, and so do incomplete uploads; what no rule selects
+    stays."""
     bucket(s3, "life")
     assert code_of(lambda: s3.get_bucket_lifecycle_configuration(Bucket="life")) == "NoSuchLifecycleConfiguration"
     put = lambda rules, b="life", who=s3: who.put_bucket_lifecycle_configuration(
@@ -942,6 +943,16 @@ def check_lifecycle(s3):
          rule(ID="tag", Filter={"Tag": {"Key": "expire", "Value": "yes"}}, Expiration={"Days": 1})])
     got = s3.get_bucket_lifecycle_configuration(Bucket="life")["Rules"]
     assert [r["ID"] for r in got] == ["tmp", "tag"] and got[0]["Expiration"]["Days"] == 1, got
+    # Objects a rule will expire say when, in calendar days (the first midnight UTC a day
+    # after their write), and which rule; others say nothing.
+    s3.put_object(Bucket="life", Key="tmp/c", Body=b"x")
+    h = s3.head_object(Bucket="life", Key="tmp/c")
+    exp = h["ResponseMetadata"]["HTTPHeaders"]["x-amz-expiration"]
+    written = h["LastModified"].timestamp()
+    midnight = (int(written) + 86400 + 86399) // 86400 * 86400
+    want = datetime.datetime.fromtimestamp(midnight, datetime.timezone.utc)
+    assert exp == f'expiry-date="{want.strftime("%a, %d %b %Y %H:%M:%S GMT")}", rule-id="tmp"', exp
+    assert "x-amz-expiration" not in s3.head_object(Bucket="life", Key="keep/a")["ResponseMetadata"]["HTTPHeaders"]
     keys = lambda b="life": sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b).get("Contents", []))
     deadline = time.time() + 30
     while keys() != ["keep/a", "untagged"]:
@@ -949,6 +960,19 @@ def check_lifecycle(s3):
         time.sleep(0.5)
     s3.delete_bucket_lifecycle(Bucket="life")
     assert code_of(lambda: s3.get_bucket_lifecycle_configuration(Bucket="life")) == "NoSuchLifecycleConfiguration"
+    # Incomplete uploads under the rule's prefix are aborted; others stay.
+    ups = {k: s3.create_multipart_upload(Bucket="life", Key=k)["UploadId"] for k in ["mp/a", "other/b"]}
+    s3.upload_part(Bucket="life", Key="mp/a", UploadId=ups["mp/a"], PartNumber=1, Body=b"part")
+    put([rule(ID="mp", Filter={"Prefix": "mp/"}, AbortIncompleteMultipartUpload={"DaysAfterInitiation": 1})])
+    got = s3.get_bucket_lifecycle_configuration(Bucket="life")["Rules"]
+    assert got[0]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}, got
+    uploads = lambda: sorted(u["Key"] for u in s3.list_multipart_uploads(Bucket="life").get("Uploads", []))
+    deadline = time.time() + 30
+    while uploads() != ["other/b"]:
+        assert time.time() < deadline, uploads()
+        time.sleep(0.5)
+    s3.abort_multipart_upload(Bucket="life", Key="other/b", UploadId=ups["other/b"])
+    s3.delete_bucket_lifecycle(Bucket="life")
     # Versions: the two newest older versions stay, the rest go; a lone marker goes.
     bucket(s3, "lifev")
     s3.put_bucket_versioning(Bucket="lifev", VersioningConfiguration={"Status": "Enabled"})
@@ -1020,7 +1044,7 @@ def check_tagging(s3):
 def check_details(s3):
     """What s3-tests found: a 304 carries the ETag, `aws-chunked` is not kept as a content
     encoding, `Expires` is kept, an object without a type has S3's default, a bucket name
-    with a dot beside a dash is refused."""
+    with a dot beside a dash is refused, a bucket is made only in the gateway's region."""
     bucket(s3, "details")
     etag = s3.put_object(Bucket="details", Key="k", Body=b"v")["ETag"]
     assert s3.get_object(Bucket="details", Key="k")["ContentType"] == "binary/octet-stream"
@@ -1041,6 +1065,11 @@ def check_details(s3):
     assert s3.get_object(Bucket="details", Key="exp")["Expires"] == when
     for bad in ["a.-b", "a-.b"]:
         assert code_of(lambda: s3.create_bucket(Bucket=bad)) == "InvalidBucketName", bad
+    # One region (us-east-1 here): a bucket asked for elsewhere is not made.
+    assert s3.get_bucket_location(Bucket="details").get("LocationConstraint") is None
+    assert code_of(lambda: s3.create_bucket(Bucket="elsewhere", CreateBucketConfiguration={
+        "LocationConstraint": "eu-west-1"})) == "InvalidLocationConstraint"
+    assert code_of(lambda: s3.head_bucket(Bucket="elsewhere")) == "404"
 
 
 def check_stalled_readers(s3):
