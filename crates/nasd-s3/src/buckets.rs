@@ -98,15 +98,25 @@ impl Gateway {
         match c.mkdir(&path, mode).await {
             Ok(()) => {}
             Err(e) if e.status() == Some(MgrStatus::Exists) => {
-                let mine = c
-                    .stat(&path)
-                    .await
-                    .is_ok_and(|st| st.kind == FileKind::Dir && st.owner == c.user());
-                return Err(if mine {
-                    s3_error!(BucketAlreadyOwnedByYou)
-                } else {
-                    s3_error!(BucketAlreadyExists)
-                });
+                let st = c.stat(&path).await.ok();
+                let mine = st
+                    .as_ref()
+                    .filter(|st| st.kind == FileKind::Dir && st.owner == c.user());
+                match mine {
+                    None => return Err(s3_error!(BucketAlreadyExists)),
+                    // us-east-1's legacy answer: making one's own bucket again succeeds and
+                    // changes nothing; asking for other permissions is refused, never applied
+                    // or ignored.
+                    Some(st) if self.region == REGION_DEFAULT => {
+                        if st.mode & 0o777 != mode {
+                            return Err(s3_error!(
+                                BucketAlreadyExists,
+                                "the bucket exists with other permissions; PutBucketAcl changes them"
+                            ));
+                        }
+                    }
+                    Some(_) => return Err(s3_error!(BucketAlreadyOwnedByYou)),
+                }
             }
             Err(e) => return Err(status_err(e)),
         }
