@@ -14,8 +14,11 @@ const CONTENT: &str = "user.s3.content.";
 const META: &str = "user.s3.meta.";
 const CHECKSUM: &str = "user.s3.checksum.";
 const PARTS: &str = "user.s3.parts";
-/// The attribute holding a multipart object's part sizes, in bytes, comma-separated.
+/// The attribute holding a multipart object's part sizes, in bytes, comma-separated, a run
+/// of equal sizes as `SIZE*COUNT` ([`encode_sizes`]), so 10,000 parts fit its attributes.
 const PART_SIZES: &str = "user.s3.part-sizes";
+/// Most parts an object records (S3's most parts of an upload).
+pub const PART_SIZES_MAX: usize = 10_000;
 /// The attribute holding an object's tags: a JSON object, key to value.
 pub const TAGS: &str = "user.s3.tags";
 /// The attribute holding a multipart object's checksum type (`COMPOSITE`, `FULL_OBJECT`).
@@ -96,8 +99,7 @@ impl ObjectMeta {
             v.push(x(PARTS.into(), &n.to_string()));
         }
         if !self.part_sizes.is_empty() {
-            let sizes: Vec<String> = self.part_sizes.iter().map(u64::to_string).collect();
-            v.push(x(PART_SIZES.into(), &sizes.join(",")));
+            v.push(x(PART_SIZES.into(), &encode_sizes(&self.part_sizes)));
         }
         if !self.tags.is_empty() {
             v.push(x(TAGS.into(), &tags_value(&self.tags)));
@@ -142,7 +144,9 @@ impl ObjectMeta {
             } else if a.name == PARTS {
                 m.parts = v.parse().ok();
             } else if a.name == PART_SIZES {
-                m.part_sizes = v.split(',').filter_map(|n| n.parse().ok()).collect();
+                // Unreadable sizes are no sizes: the object is then read whole, never cut
+                // at wrong offsets.
+                m.part_sizes = decode_sizes(v).unwrap_or_default();
             } else if a.name == TAGS {
                 m.tags = serde_json::from_str(v).unwrap_or_default();
             } else if a.name == CHECKSUM_TYPE {
@@ -190,8 +194,60 @@ pub fn weak_etag(st: &FileStat) -> String {
     format!("{:x}-{:x}-{:x}", st.ino, st.size, st.mtime_us)
 }
 
+/// Part sizes as [`PART_SIZES`] keeps them: comma-separated, each run of equal sizes
+/// `SIZE*COUNT` (every part but the last has one size when a client cuts parts evenly).
+pub fn encode_sizes(sizes: &[u64]) -> String {
+    let mut out: Vec<String> = vec![];
+    let mut k = 0;
+    while k < sizes.len() {
+        let n = sizes[k..].iter().take_while(|s| **s == sizes[k]).count();
+        out.push(match n {
+            1 => sizes[k].to_string(),
+            n => format!("{}*{n}", sizes[k]),
+        });
+        k += n;
+    }
+    out.join(",")
+}
+
+/// The sizes [`encode_sizes`] wrote (a plain list too, as objects completed before runs were
+/// kept have); `None` for anything malformed or over [`PART_SIZES_MAX`] parts.
+pub fn decode_sizes(v: &str) -> Option<Vec<u64>> {
+    let mut out = vec![];
+    for item in v.split(',') {
+        let (size, n): (u64, usize) = match item.split_once('*') {
+            Some((s, n)) => (s.parse().ok()?, n.parse().ok()?),
+            None => (item.parse().ok()?, 1),
+        };
+        if n == 0 || n > PART_SIZES_MAX - out.len() {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(size, n));
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ten_thousand_parts_fit_and_malformed_sizes_are_none() {
+        let mut sizes = vec![5u64 << 20; super::PART_SIZES_MAX - 1];
+        sizes.push(1234);
+        let v = super::encode_sizes(&sizes);
+        assert_eq!(v, "5242880*9999,1234");
+        assert_eq!(super::decode_sizes(&v), Some(sizes));
+        let varied: Vec<u64> = vec![1, 2, 2, 3];
+        assert_eq!(
+            super::decode_sizes(&super::encode_sizes(&varied)),
+            Some(varied)
+        );
+        // What objects completed before runs hold: a plain list.
+        assert_eq!(super::decode_sizes("5,5,1"), Some(vec![5, 5, 1]));
+        for bad in ["", "5,x", "5*", "5*0", "1*10001", "1*18446744073709551615", "5,*3"] {
+            assert_eq!(super::decode_sizes(bad), None, "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -37,7 +37,7 @@ pub const PART_BYTES_MAX: u64 = 5 << 30;
 /// Most uploads or parts one listing returns (S3's limit).
 pub const LISTED_MAX: usize = 1000;
 /// Highest part number (S3's limit).
-pub const PARTS_MAX: i32 = 10_000;
+pub const PARTS_MAX: i32 = meta::PART_SIZES_MAX as i32;
 const INFO: &str = "upload";
 const X_BUCKET: &str = "user.s3.upload.bucket";
 const X_KEY: &str = "user.s3.upload.key";
