@@ -21,11 +21,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use nasd_crypto::integrity::{pieces, verify};
-use nasd_crypto::primitives::Mac;
+use nasd_crypto::primitives::{Digest, Mac};
 use nasd_crypto::{Cost, Key};
 use nasd_drive::records::DriveRecord;
 use nasd_drive::storage::SimDisk;
-use nasd_drive::store::{Material, Store};
+use nasd_drive::store::{Material, ReadOut, Store};
 use nasd_drive::writer::{Job, JobOut, Writer};
 use nasd_proto::{AttrMask, Attributes, DriveId, ObjectId, PartitionId, ReadReply, Region, Suite};
 
@@ -60,7 +60,8 @@ impl Counted {
         self.calls as f64 + ADD_COST_CALLS * self.adds as f64 + SUB_COST_CALLS * self.subs as f64
     }
 
-    fn of(c: &Cost) -> Counted {
+    /// What `c` metered.
+    pub(crate) fn of(c: &Cost) -> Counted {
         Counted {
             calls: c.blocks64,
             adds: c.adds,
@@ -100,6 +101,16 @@ fn drive_err(what: &str, e: impl std::fmt::Display) -> LabError {
         op: what.into(),
         size_bytes: 0,
         offset_bytes: 0,
+        reason: e.to_string(),
+    }
+}
+
+fn read_err(scheme: Scheme, offset: u64, len: u64, e: impl std::fmt::Display) -> LabError {
+    LabError::Counted {
+        scheme: scheme.name().into(),
+        op: Op::Read.name().into(),
+        size_bytes: len,
+        offset_bytes: offset,
         reason: e.to_string(),
     }
 }
@@ -218,13 +229,6 @@ impl Meter {
         }
         let suite = COUNTED_SUITE;
         let ps = proto_scheme(scheme);
-        let fail = |e: String| LabError::Counted {
-            scheme: scheme.name().into(),
-            op: op.name().into(),
-            size_bytes: len,
-            offset_bytes: offset,
-            reason: e,
-        };
         let mut c = Cost::default();
         match op {
             Op::Write => {
@@ -245,53 +249,101 @@ impl Meter {
                 }
             }
             Op::Read => {
-                let (id, _) = self.objects[&scheme];
                 let mut drive_cost = Cost::default();
-                let out = self
-                    .store
-                    .read(
-                        PARTITION,
-                        id,
-                        &[Region::new(offset, len)],
-                        Region::WHOLE,
-                        true,
-                        &mut drive_cost,
-                    )
-                    .map_err(|e| fail(e.to_string()))?;
+                let (out, _) = self.drive_read(scheme, offset, len, &mut drive_cost)?;
                 match side {
-                    Side::Drive => {
-                        c = drive_cost;
-                        let mut mac = Mac::new(suite, &self.key);
-                        match &out.material {
-                            Material::None => {}
-                            Material::Data => mac.update_data(&out.data, &mut c),
-                            Material::Bytes(b) => mac.update(b),
-                        }
-                        mac.finalize(&mut c);
-                    }
+                    Side::Drive => c = drive_cost,
                     Side::Client => {
-                        let reply = ReadReply {
-                            logical_size: out.logical_size,
-                            scheme: out.scheme,
-                            regions: out.regions.clone(),
-                            trailer: out.trailer.clone(),
-                        };
-                        let mut mac = Mac::new(suite, &self.key);
-                        verify::feed_read(
-                            &mut mac,
-                            suite,
-                            &reply,
-                            &out.data,
-                            Region::WHOLE,
-                            &mut c,
-                        )
-                        .map_err(|e| fail(e.to_string()))?;
-                        mac.finalize(&mut c);
+                        self.client_verify(scheme, offset, &out, &mut c)?;
                     }
                 }
             }
         }
         Ok(Some(Counted::of(&c)))
+    }
+
+    /// The drive's side of a read of `len` bytes at `offset` of `scheme`'s object: nasd-drive's
+    /// `Store::read` with integrity, then the reply MAC over the material it returns. Returns the
+    /// reply and the MAC's tag; adds the work to `cost`.
+    pub(crate) fn drive_read(
+        &self,
+        scheme: Scheme,
+        offset: u64,
+        len: u64,
+        cost: &mut Cost,
+    ) -> Result<(ReadOut, Digest), LabError> {
+        let (id, _) = self.objects[&scheme];
+        let out = self
+            .store
+            .read(
+                PARTITION,
+                id,
+                &[Region::new(offset, len)],
+                Region::WHOLE,
+                true,
+                cost,
+            )
+            .map_err(|e| read_err(scheme, offset, len, e))?;
+        let mut mac = Mac::new(COUNTED_SUITE, &self.key);
+        match &out.material {
+            Material::None => {}
+            Material::Data => mac.update_data(&out.data, cost),
+            Material::Bytes(b) => mac.update(b),
+        }
+        let tag = mac.finalize(cost);
+        Ok((out, tag))
+    }
+
+    /// The same read without integrity (`Store::read` with integrity off, no MAC): the
+    /// no-security baseline of seed 000 Figs 2 and 4. Returns the bytes read.
+    pub(crate) fn drive_read_plain(
+        &self,
+        offset: u64,
+        len: u64,
+        cost: &mut Cost,
+    ) -> Result<usize, LabError> {
+        let (id, _) = self.objects[&Scheme::Mac];
+        let out = self
+            .store
+            .read(
+                PARTITION,
+                id,
+                &[Region::new(offset, len)],
+                Region::WHOLE,
+                false,
+                cost,
+            )
+            .map_err(|e| read_err(Scheme::Mac, offset, len, e))?;
+        Ok(out.data.len())
+    }
+
+    /// The client's side of a read: the client verifier `verify::feed_read` on the drive's
+    /// reply, then the MAC's tag, which a client compares with the reply's. Adds the work to
+    /// `cost`.
+    pub(crate) fn client_verify(
+        &self,
+        scheme: Scheme,
+        offset: u64,
+        out: &ReadOut,
+        cost: &mut Cost,
+    ) -> Result<Digest, LabError> {
+        let reply = ReadReply {
+            logical_size: out.logical_size,
+            scheme: out.scheme,
+            regions: out.regions.clone(),
+            trailer: out.trailer.clone(),
+        };
+        let mut mac = Mac::new(COUNTED_SUITE, &self.key);
+        verify::feed_read(
+            &mut mac,
+            COUNTED_SUITE,
+            &reply,
+            &out.data,
+            Region::WHOLE,
+            cost,
+        )
+        .map_err(|e| read_err(scheme, offset, out.data.len() as u64, e))?;
+        Ok(mac.finalize(cost))
     }
 
     /// Which implementation is counted.

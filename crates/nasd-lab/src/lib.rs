@@ -5,7 +5,8 @@
 //! against a server-attached disk on a local cluster, and its Andrew benchmark (Table 8)
 //! through nasd's FUSE mount against a store-and-forward file server, and seed 002 §4.6's
 //! informed prefetching, and seed 003 §7's integrity constructions with constant trusted storage
-//! (Figs 9-10) on nasd-e2e. Each experiment returns a [`report::Report`]: tables to print
+//! (Figs 9-10) on nasd-e2e, and seed 000's read-size sweep (§2.1 Fig 2, §3.2 Fig 4) timed on
+//! nasd's schemes. Each experiment returns a [`report::Report`]: tables to print
 //! (or emit as JSON lines) and figures to write as CSV and SVG. `docs/lab.md` documents every
 //! experiment and the command that reproduces it.
 //!
@@ -18,6 +19,8 @@
 //! - [`counted`]: nasd-crypto's schemes run with their cost meter on the model's requests.
 //! - [`model`]: seed 000 §3.4's cost model in compression-function calls, for the four schemes.
 //! - [`model_exp`]: the `model` experiment (Figs 5, 6a, 6b, 7a, 7b, model beside counted).
+//! - [`sweep`]: the `sweep` experiment (seed 000 §2.1 Fig 2, §3.2 Fig 4: the read-size sweep
+//!   of the four schemes timed in MB/s, beside the meter's counts).
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
 //! - [`eint`]: the `eint` experiment (seed 003 §7, Figs 9-10: nasd-e2e's MT-, RAND- and
 //!   COMP-EINT on generated files, synthetic traces and an optional real tree, and §7.3's
@@ -46,6 +49,7 @@ pub mod report;
 pub mod scaling;
 pub mod sim;
 pub mod stats;
+pub mod sweep;
 
 pub use error::LabError;
 pub use report::Report;

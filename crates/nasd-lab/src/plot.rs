@@ -1,6 +1,6 @@
 //! Draws a [`Figure`] as an SVG line chart with plotters' SVG backend. Only that backend is
 //! enabled (no font or system libraries): the SVG carries its text as `<text>` elements that the
-//! viewer renders.
+//! viewer renders. [`draw_ascii`] draws the same figure as text, for a terminal.
 
 use std::path::Path;
 
@@ -33,6 +33,90 @@ const MARKER_MAX_POINTS: usize = 24;
 
 /// Smallest y drawn on a log axis, so that zero values stay on the chart.
 const LOG_Y_FLOOR: f64 = 1e-3;
+
+/// Columns of a text plot's drawing area, characters.
+pub const ASCII_PLOT_COLS: usize = 72;
+/// Rows of a text plot's drawing area, lines.
+pub const ASCII_PLOT_ROWS: usize = 18;
+/// Width of the y-axis labels of a text plot, characters.
+const ASCII_LABEL_COLS: usize = 9;
+/// Marks of successive series in a text plot, cycled.
+const ASCII_MARKS: [char; 8] = ['.', 'o', '*', '+', 'x', '#', '@', '%'];
+
+/// Draws `fig` as text: a grid of [`ASCII_PLOT_COLS`] x [`ASCII_PLOT_ROWS`] cells with one mark
+/// per series (an earlier series keeps a shared cell, so put the curve to watch first), a linear
+/// y axis from zero (logarithmic if `fig.log_y`), the x range of the data, and a legend.
+pub fn draw_ascii(fig: &Figure) -> String {
+    let pts = || fig.series.iter().flat_map(|s| s.points.iter());
+    let x_min = pts().map(|p| p.0).fold(f64::MAX, f64::min);
+    let x_max = pts().map(|p| p.0).fold(f64::MIN, f64::max);
+    let y_top = pts().map(|p| p.1).fold(f64::MIN, f64::max);
+    let y_top = fig.y_max.map_or(y_top, |cap| y_top.min(cap));
+    let mut out = format!("{}\n", fig.title);
+    if x_min > x_max || y_top <= 0.0 || !y_top.is_finite() {
+        out.push_str("(no data)\n");
+        return out;
+    }
+    let y_of = |y: f64| -> f64 {
+        if fig.log_y {
+            y.max(LOG_Y_FLOOR).log10()
+        } else {
+            y
+        }
+    };
+    let (lo, hi) = if fig.log_y {
+        (y_of(LOG_Y_FLOOR), y_of(y_top))
+    } else {
+        (0.0, y_top)
+    };
+    let span_x = (x_max - x_min).max(f64::MIN_POSITIVE);
+    let span_y = (hi - lo).max(f64::MIN_POSITIVE);
+    let mut grid = vec![vec![' '; ASCII_PLOT_COLS]; ASCII_PLOT_ROWS];
+    for (i, s) in fig.series.iter().enumerate() {
+        for &(x, y) in &s.points {
+            let col = ((x - x_min) / span_x * (ASCII_PLOT_COLS - 1) as f64).round();
+            let row = ((y_of(y.min(y_top)) - lo) / span_y * (ASCII_PLOT_ROWS - 1) as f64).round();
+            let (col, row) = (col.max(0.0) as usize, row.max(0.0) as usize);
+            let cell = &mut grid[ASCII_PLOT_ROWS - 1 - row.min(ASCII_PLOT_ROWS - 1)]
+                [col.min(ASCII_PLOT_COLS - 1)];
+            if *cell == ' ' {
+                *cell = ASCII_MARKS[i % ASCII_MARKS.len()];
+            }
+        }
+    }
+    let label = |row: usize| -> String {
+        let v = lo + span_y * (ASCII_PLOT_ROWS - 1 - row) as f64 / (ASCII_PLOT_ROWS - 1) as f64;
+        let v = if fig.log_y { 10f64.powf(v) } else { v };
+        format!("{v:>w$.1}", w = ASCII_LABEL_COLS)
+    };
+    for (r, line) in grid.iter().enumerate() {
+        let tick = r == 0 || r == ASCII_PLOT_ROWS - 1 || r == ASCII_PLOT_ROWS / 2;
+        let l = if tick {
+            label(r)
+        } else {
+            " ".repeat(ASCII_LABEL_COLS)
+        };
+        let cells: String = line.iter().collect();
+        out.push_str(&format!("{l} |{}\n", cells.trim_end()));
+    }
+    out.push_str(&ascii_footer(fig, x_min, x_max));
+    out
+}
+
+/// The x axis, its range and labels, and the legend of a text plot.
+fn ascii_footer(fig: &Figure, x_min: f64, x_max: f64) -> String {
+    let pad = " ".repeat(ASCII_LABEL_COLS);
+    let mut out = format!("{pad} +{}\n", "-".repeat(ASCII_PLOT_COLS));
+    let (left, right) = (format!("{x_min}"), format!("{x_max}"));
+    let gap = ASCII_PLOT_COLS.saturating_sub(left.len() + right.len());
+    out.push_str(&format!("{pad}  {left}{}{right}\n", " ".repeat(gap)));
+    out.push_str(&format!("{pad}  x: {}; y: {}\n", fig.x_label, fig.y_label));
+    for (i, s) in fig.series.iter().enumerate() {
+        let mark = ASCII_MARKS[i % ASCII_MARKS.len()];
+        out.push_str(&format!("{pad}  {mark} {}\n", s.name));
+    }
+    out
+}
 
 /// Draws `fig` into `path`.
 pub fn draw_svg(fig: &Figure, path: &Path) -> Result<(), LabError> {
@@ -133,4 +217,59 @@ pub fn draw_svg(fig: &Figure, path: &Path) -> Result<(), LabError> {
     }
     root.present().map_err(|e| err(e.to_string()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Series;
+
+    #[test]
+    fn ascii_plot_puts_the_extremes_in_the_corners_and_names_every_series() {
+        let fig = Figure {
+            stem: "t".into(),
+            title: "a rising line".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_y: false,
+            y_max: None,
+            series: vec![
+                Series {
+                    name: "up".into(),
+                    points: vec![(0.0, 0.0), (10.0, 100.0)],
+                },
+                Series {
+                    name: "flat".into(),
+                    points: vec![(5.0, 50.0)],
+                },
+            ],
+        };
+        let text = draw_ascii(&fig);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "a rising line");
+        // Top row: the largest y at the right edge; bottom row: the smallest at the left.
+        assert!(
+            lines[1].starts_with("    100.0 |") && lines[1].ends_with('.'),
+            "{text}"
+        );
+        assert!(lines[ASCII_PLOT_ROWS].ends_with("|."), "{text}");
+        assert!(
+            text.contains("  . up\n") && text.contains("  o flat\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.lines().filter(|l| l.contains('o')).count(),
+            2,
+            "{text}"
+        );
+        // A later series never hides an earlier one.
+        let mut both = fig.clone();
+        both.series[1].points.push((10.0, 100.0));
+        assert!(draw_ascii(&both).lines().nth(1).unwrap().ends_with('.'));
+        let empty = Figure {
+            series: Vec::new(),
+            ..fig
+        };
+        assert!(draw_ascii(&empty).contains("(no data)"));
+    }
 }

@@ -243,7 +243,15 @@ mod tests {
         );
         // What objects completed before runs hold: a plain list.
         assert_eq!(super::decode_sizes("5,5,1"), Some(vec![5, 5, 1]));
-        for bad in ["", "5,x", "5*", "5*0", "1*10001", "1*18446744073709551615", "5,*3"] {
+        for bad in [
+            "",
+            "5,x",
+            "5*",
+            "5*0",
+            "1*10001",
+            "1*18446744073709551615",
+            "5,*3",
+        ] {
             assert_eq!(super::decode_sizes(bad), None, "{bad}");
         }
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sim|raid|scaling|andrew|prefetch|eint [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sweep|sim|raid|scaling|andrew|prefetch|eint [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -19,6 +19,9 @@ pub enum Experiment {
     Crypto(CommonArgs),
     /// Seed 000 §3.4 Figs 5-7: compression-call cost model, beside counts of the real schemes.
     Model(CommonArgs),
+    /// Seed 000 §2.1 Fig 2, §3.2 Fig 4: read throughput of the four schemes against request size
+    /// and offset, timed on nasd's code (HierMAC's saw-tooth in MB/s), beside the counted calls.
+    Sweep(CommonArgs),
     /// Seed 000 §5 Figs 12-17: queueing simulation of a drive with a slow digest unit.
     Sim(SimArgs),
     /// Seed 004 Figs 5-11: raid6x encoding, recovery, detection, correction and encryption.
@@ -188,6 +191,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             c,
             nasd_lab::model_exp::run(&options(c)).context("lab model")?,
         ),
+        Experiment::Sweep(c) => (c, nasd_lab::sweep::run(&options(c)).context("lab sweep")?),
         Experiment::Raid(c) => (c, nasd_lab::raid::run(&options(c)).context("lab raid")?),
         Experiment::Sim(s) => (
             &s.common,
@@ -196,6 +200,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     };
     if common.json {
         print!("{}", report.json_lines());
+    } else if matches!(args.experiment, Experiment::Sweep(_)) {
+        print!("{}", text_with_plots(&report));
     } else {
         print!("{}", report.render_text());
     }
@@ -208,6 +214,27 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The report's tables, then each figure drawn as text, then the notes (which end with the
+/// verdicts).
+fn text_with_plots(report: &nasd_lab::Report) -> String {
+    let tables = nasd_lab::Report {
+        notes: Vec::new(),
+        ..report.clone()
+    };
+    let mut out = tables.render_text();
+    for fig in &report.figures {
+        out.push_str(&nasd_lab::plot::draw_ascii(fig));
+        out.push('\n');
+    }
+    let notes = nasd_lab::Report {
+        experiment: report.experiment.clone(),
+        notes: report.notes.clone(),
+        ..nasd_lab::Report::default()
+    };
+    out.push_str(&notes.render_text());
+    out
 }
 
 fn options(c: &CommonArgs) -> nasd_lab::LabOptions {
