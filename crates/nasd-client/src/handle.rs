@@ -698,16 +698,13 @@ impl FileHandle {
                     return Ok(());
                 }
                 let path = self.path();
-                if *cut < *base {
-                    self.client.truncate(&path, *cut).await?;
+                if let Err(e) = self.apply(&path, (*base, *cut), &runs, size).await {
+                    self.fall_back(st).await;
+                    return Err(e);
                 }
-                self.client.write_runs(&path, &runs).await?;
-                let now = self.client.size(&path).await?;
-                if now < size {
-                    self.client.truncate(&path, size).await?;
+                if let Base::Committed { size: base, cut } = &mut st.base {
+                    (*base, *cut) = (size, size);
                 }
-                *base = size;
-                *cut = size;
                 st.ahead = None;
                 if let Some(p) = st.next.take() {
                     p.task.abort();
@@ -716,6 +713,46 @@ impl FileHandle {
         }
         st.changed = matches!(st.base, Base::Staged { .. });
         Ok(())
+    }
+
+    /// Applies a committed file's change: the cut (`base` bytes cut to `cut`), the written
+    /// `runs`, and the extension to `size`.
+    async fn apply(
+        &self,
+        path: &str,
+        (base, cut): (u64, u64),
+        runs: &[(u64, Vec<u8>)],
+        size: u64,
+    ) -> Result<(), FsError> {
+        if cut < base {
+            self.client.truncate(path, cut).await?;
+        }
+        self.client.write_runs(path, runs).await?;
+        if self.client.size(path).await? < size {
+            self.client.truncate(path, size).await?;
+        }
+        Ok(())
+    }
+
+    /// After a change to the committed file that failed (past a quota, say), what it carried
+    /// is gone and was reported as an error: the handle falls back to the file as stored, so
+    /// neither its reads nor the size it reports (to every descriptor sharing it) show bytes
+    /// the file does not hold.
+    async fn fall_back(&self, st: &mut State) {
+        let Base::Committed { size: base, .. } = st.base else {
+            return;
+        };
+        let stored = self.client.size(&self.path()).await.unwrap_or(base);
+        st.base = Base::Committed {
+            size: stored,
+            cut: stored,
+        };
+        st.size = stored;
+        st.changed = false;
+        st.ahead = None;
+        if let Some(p) = st.next.take() {
+            p.task.abort();
+        }
     }
 
     /// Writes out, and commits a staged file: from then on the handle changes the committed

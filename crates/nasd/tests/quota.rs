@@ -416,7 +416,8 @@ fn through_the_mount_a_write_past_the_quota_is_edquot() {
 }
 
 /// A close of one descriptor commits what was written through any (close-to-open): a write
-/// past the quota after it fails with EDQUOT and leaves the committed prefix, charged.
+/// past the quota after it fails with EDQUOT and leaves the committed prefix, charged; from
+/// the failure on, the open file shows what is stored, never the bytes that failed.
 #[test]
 fn through_the_mount_a_close_commits_and_a_later_write_past_the_quota_keeps_it() {
     if !can_mount() {
@@ -433,6 +434,15 @@ fn through_the_mount_a_close_commits_and_a_later_write_past_the_quota_keeps_it()
     let wrote = f.write_all(&rand_bytes(16 << 20, 4));
     let e = wrote.and_then(|_| f.sync_all()).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
+    // While it is still open, the file shows what is stored, not the bytes that failed: to a
+    // stat, and to a new open (which shares the open file, as another descriptor would).
+    let seen = std::fs::metadata(m.1.join("big")).unwrap().len();
+    let read = std::fs::read(m.1.join("big")).unwrap();
+    assert!(
+        seen <= 8 << 20 && read.len() as u64 == seen,
+        "{seen} {}",
+        read.len()
+    );
     drop(f);
     let kept = std::fs::read(m.1.join("big")).unwrap();
     assert!(
