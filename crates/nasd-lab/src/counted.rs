@@ -272,18 +272,7 @@ impl Meter {
         len: u64,
         cost: &mut Cost,
     ) -> Result<(ReadOut, Digest), LabError> {
-        let (id, _) = self.objects[&scheme];
-        let out = self
-            .store
-            .read(
-                PARTITION,
-                id,
-                &[Region::new(offset, len)],
-                Region::WHOLE,
-                true,
-                cost,
-            )
-            .map_err(|e| read_err(scheme, offset, len, e))?;
+        let out = self.store_read(scheme, offset, len, true, cost)?;
         let mut mac = Mac::new(COUNTED_SUITE, &self.key);
         match &out.material {
             Material::None => {}
@@ -302,19 +291,25 @@ impl Meter {
         len: u64,
         cost: &mut Cost,
     ) -> Result<usize, LabError> {
-        let (id, _) = self.objects[&Scheme::Mac];
-        let out = self
-            .store
-            .read(
-                PARTITION,
-                id,
-                &[Region::new(offset, len)],
-                Region::WHOLE,
-                false,
-                cost,
-            )
-            .map_err(|e| read_err(Scheme::Mac, offset, len, e))?;
+        let out = self.store_read(Scheme::Mac, offset, len, false, cost)?;
         Ok(out.data.len())
+    }
+
+    /// `Store::read` of `len` bytes at `offset` of `scheme`'s object, with or without
+    /// integrity.
+    fn store_read(
+        &self,
+        scheme: Scheme,
+        offset: u64,
+        len: u64,
+        integrity: bool,
+        cost: &mut Cost,
+    ) -> Result<ReadOut, LabError> {
+        let (id, _) = self.objects[&scheme];
+        let region = [Region::new(offset, len)];
+        self.store
+            .read(PARTITION, id, &region, Region::WHOLE, integrity, cost)
+            .map_err(|e| read_err(scheme, offset, len, e))
     }
 
     /// The client's side of a read: the client verifier `verify::feed_read` on the drive's
