@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! {"version": 1,                       CLIENT_CONFIG_VERSION
-//!  "manager": "127.0.0.1:7000",        HOST:PORT of the manager
+//!  "manager": "127.0.0.1:7000",        HOST:PORT of the manager, or a list of several
+//!                                      (["h1:7000", "h2:7000"], crate::managers)
 //!  "ca": "/path/manager/tls/ca.der",   the cluster CA certificate (DER)
 //!  "user": "admin",                    who the commands run as
 //!  "password_file": "/path/admin.password",   optional, mode 0600
@@ -33,6 +34,7 @@
 //! ([`ConfigSearch::from_env`] is the one place they are read), so the rest of this module
 //! reads no environment and tests give it what they like.
 
+use crate::managers::ManagerAddrs;
 use crate::session::SessionConfig;
 use crate::ClientError;
 use nasd_proto::manager::{Credential, TOKEN_BYTES};
@@ -50,8 +52,8 @@ pub const CONFIG_FILE_NAME: &str = "client.json";
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ClientFile {
     pub version: u32,
-    /// HOST:PORT of the manager.
-    pub manager: String,
+    /// HOST:PORT of the manager, or of each of several ([`crate::managers`]).
+    pub manager: ManagerAddrs,
     /// The cluster CA certificate (DER).
     pub ca: PathBuf,
     pub user: String,

@@ -22,7 +22,8 @@
 //! - [`files`] — files through the manager: [`files::Client::call`], the one way to send a
 //!   manager call, then uploads, reads and changes; [`namespace`] — the namespace calls
 //!   (stats, listings, names, links, attributes, modes, quotas), one short method each;
-//!   [`capcache`] keeps capabilities; [`session`] is the manager connection.
+//!   [`capcache`] keeps capabilities; [`session`] is the manager connection, to whichever of
+//!   the cluster's [`managers`] serves.
 //! - The file stack under [`files`], one interface between its layers ([`layer`]):
 //!   [`e2e`] (encryption, keys and end-to-end integrity, issue 10) over [`striped`] (the layout: stripes, mirrors, erasure codes) over [`component`] (one object
 //!   on one drive, through the connection [`pool`]); [`memio`] is the in-memory layer tests
@@ -50,6 +51,7 @@ pub mod files;
 pub mod handle;
 pub mod layer;
 pub mod locks;
+pub mod managers;
 pub mod memio;
 pub mod namespace;
 pub mod object;

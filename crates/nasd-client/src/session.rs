@@ -5,6 +5,7 @@
 //! makes a new account's password file with the code `user add` gave. Requests and replies are the messages of `nasd_proto::manager`; capability keys arrive only inside
 //! this TLS session.
 
+use crate::managers::{ManagerAddrs, FAILOVER_ROUND_PAUSE_MS, FAILOVER_WAIT_MS};
 use nasd_proto::io::{read_frame, write_frame};
 use nasd_proto::manager::*;
 use std::net::{IpAddr, SocketAddr};
@@ -58,7 +59,8 @@ impl SessionError {
 /// Where the manager is and whom to trust and log in as.
 #[derive(Clone)]
 pub struct SessionConfig {
-    pub manager: String,
+    /// Every manager of the cluster (one serves at a time).
+    pub manager: ManagerAddrs,
     /// DER of the cluster CA.
     pub ca_der: Vec<u8>,
     pub user: String,
@@ -102,6 +104,39 @@ fn tls_config(ca_der: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
 
 /// The TLS stream of a manager session.
 pub type ManagerStream = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// A TLS stream to the manager that serves: each of `managers` in turn, from the one that
+/// answered last; with several, rounds of tries go on for up to [`FAILOVER_WAIT_MS`] while
+/// none accepts (one took over from a leader that died). See [`tls_stream`].
+pub async fn manager_stream(
+    managers: &ManagerAddrs,
+    ca_der: &[u8],
+    source: Option<IpAddr>,
+) -> Result<ManagerStream, SessionError> {
+    let wait = if managers.several() {
+        FAILOVER_WAIT_MS
+    } else {
+        0
+    };
+    let give_up = std::time::Instant::now() + Duration::from_millis(wait);
+    loop {
+        let mut last = None;
+        for (i, addr) in managers.in_turn() {
+            match tls_stream(addr, ca_der, source).await {
+                Ok(s) => {
+                    managers.answered(i);
+                    return Ok(s);
+                }
+                Err(e) if e.is_unavailable() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if std::time::Instant::now() >= give_up {
+            return Err(last.expect("a cluster has at least one manager"));
+        }
+        tokio::time::sleep(Duration::from_millis(FAILOVER_ROUND_PAUSE_MS)).await;
+    }
+}
 
 /// Connects to the manager at `addr` and completes the TLS 1.3 handshake, trusting only the
 /// cluster CA `ca_der`. With `source`, the connection leaves from that local address (a
@@ -208,7 +243,7 @@ impl Session {
         cfg: &SessionConfig,
         source: Option<IpAddr>,
     ) -> Result<Session, SessionError> {
-        let stream = tls_stream(&cfg.manager, &cfg.ca_der, source).await?;
+        let stream = manager_stream(&cfg.manager, &cfg.ca_der, source).await?;
         Ok(Session {
             stream,
             seed_key: None,

@@ -133,9 +133,19 @@ impl Cluster {
         self.info.node(id)?.metrics.as_deref()
     }
 
-    /// The manager's address.
+    /// The first manager's address.
     pub fn manager_addr(&self) -> &str {
         &self.info.manager.addr
+    }
+
+    /// The manager that serves now: the one whose address accepts connections (the others
+    /// stand by and bind theirs only when they take the lead).
+    pub fn leading_manager(&self) -> Option<NodeId> {
+        self.info.manager_ids().find(|&id| {
+            self.info.node(id).is_some_and(|n| {
+                self.is_running(id) && std::net::TcpStream::connect(&n.addr).is_ok()
+            })
+        })
     }
 
     /// The component `id`.
@@ -271,7 +281,7 @@ impl Cluster {
     fn spawn(&mut self, id: NodeId) -> Result<(), ClusterError> {
         let node = self.node(id)?.clone();
         let role = match id {
-            NodeId::Manager => "manager",
+            NodeId::Manager | NodeId::ManagerN(_) => "manager",
             NodeId::Drive(_) => "drive",
         };
         let mut args: Vec<&OsStr> = vec![

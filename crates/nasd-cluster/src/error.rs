@@ -13,6 +13,13 @@ pub enum ClusterError {
     Postgres(#[source] nasd_manager::postgres::server::ServerError),
     #[error("--drives must be between 1 and {max}", max = crate::DRIVES_MAX)]
     DriveCount { drives: usize },
+    /// More managers than one need a PostgreSQL database they all reach (and loopback).
+    #[error(
+        "--managers {managers}: a cluster has 1 to {max} managers, and more than one need \
+         --meta postgres (one database they take turns leading) on loopback",
+        max = crate::MANAGERS_MAX
+    )]
+    ManagerCount { managers: usize },
     /// A [`crate::Placement`] names a different number of addresses than the cluster has
     /// components.
     #[error("a placement of {drives} drives and a manager needs {} addresses, not {addrs}", drives + 1)]

@@ -1,5 +1,6 @@
 //! The first start in a directory: initializes each drive (`drive-N/`) and the manager
-//! (`manager/`) in place, picks their loopback addresses (and their metrics servers'),
+//! (`manager/`, and with `--managers N` the others, `manager-1/`..., joined to its
+//! PostgreSQL database) in place, picks their loopback addresses (and their metrics servers'),
 //! makes the admin's password, and
 //! writes `cluster.json` and the admin's `client.json`. Everything is private (0700
 //! directories, 0600 files) whatever the umask: it holds keys, the password and the data.
@@ -8,8 +9,9 @@ use crate::error::ClusterError;
 use crate::node::{ClusterFile, Node, NodeId, CLUSTER_FILE_VERSION};
 use crate::ports::{free_addrs, free_addrs_avoiding};
 use crate::postgres::{self, Meta};
-use crate::{Options, DRIVES_MAX};
+use crate::{Options, DRIVES_MAX, MANAGERS_MAX};
 use nasd_client::config::{ClientFile, CLIENT_CONFIG_VERSION};
+use nasd_client::managers::ManagerAddrs;
 use std::path::Path;
 
 /// The admin user `init` creates.
@@ -39,15 +41,22 @@ fn cert_names(addr: &str) -> Vec<String> {
     }
 }
 
-/// Initializes a cluster of `o.drives` drives in `dir` (which exists and is private).
+/// Initializes a cluster of `o.drives` drives and `o.managers` managers in `dir` (which
+/// exists and is private).
 pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     if o.drives == 0 || o.drives > DRIVES_MAX {
         return Err(ClusterError::DriveCount { drives: o.drives });
     }
-    // One address per drive, then the manager's.
+    let managers = o.managers.max(1);
+    if managers > MANAGERS_MAX
+        || (managers > 1 && (o.meta == Meta::Sqlite || !o.placement.addrs.is_empty()))
+    {
+        return Err(ClusterError::ManagerCount { managers });
+    }
+    // One address per drive, then the managers'.
     // Metrics on loopback only when the components are (a placement's namespaces have
     // addresses of their own). All loopback ports are drawn in one call, so none repeats.
-    let n = o.drives + 1;
+    let n = o.drives + managers;
     let mut metrics: Vec<Option<String>> = vec![None; n];
     let mut addrs = if o.placement.addrs.is_empty() {
         let mut all = free_addrs(2 * n)?;
@@ -61,8 +70,25 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
             addrs: o.placement.addrs.len(),
         });
     };
-    let maddr = addrs.pop().expect("one address per component");
-    let mmetrics = metrics.pop().expect("one address per component");
+    let mut managers: Vec<Node> = addrs
+        .split_off(o.drives)
+        .into_iter()
+        .zip(metrics.split_off(o.drives))
+        .enumerate()
+        .map(|(i, (addr, metrics))| {
+            let name = match i {
+                0 => NodeId::Manager,
+                i => NodeId::ManagerN(i),
+            }
+            .to_string();
+            Node {
+                dir: dir.join(&name),
+                name,
+                addr,
+                metrics,
+            }
+        })
+        .collect();
     let mut drives = vec![];
     for (i, (addr, metrics)) in addrs.into_iter().zip(metrics).enumerate() {
         let id = NodeId::Drive(i);
@@ -85,18 +111,18 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
     let password = hex::encode(pw);
     let pw_file = dir.join("admin.password");
     nasd_private::write_file(&pw_file, password.as_bytes())?;
-    let mdir = dir.join(NodeId::Manager.to_string());
+    let first = managers.remove(0);
     let meta = match &o.meta {
         Meta::Sqlite => nasd_manager::setup::Meta::Sqlite,
         Meta::Postgres(c) => nasd_manager::setup::Meta::Postgres(c.clone()),
         Meta::PrivatePostgres => nasd_manager::setup::Meta::Postgres(postgres::start(dir)?),
     };
     nasd_manager::setup::init(&nasd_manager::setup::InitOptions {
-        dir: mdir.clone(),
-        listen: maddr.clone(),
+        dir: first.dir.clone(),
+        listen: first.addr.clone(),
         admin_user: ADMIN_USER.into(),
         admin_password: password,
-        names: cert_names(&maddr),
+        names: cert_names(&first.addr),
         policy: nasd_manager::service::Policy {
             default_layout: default_layout_for(o.drives).into(),
             ..Default::default()
@@ -104,25 +130,29 @@ pub fn init(dir: &Path, o: &Options) -> Result<ClusterFile, ClusterError> {
         meta,
     })
     .map_err(|source| ClusterError::ManagerInit {
-        dir: mdir.clone(),
+        dir: first.dir.clone(),
         source,
     })?;
+    for m in &managers {
+        nasd_manager::setup::join(&first.dir, &m.dir, &m.addr, &cert_names(&m.addr)).map_err(
+            |source| ClusterError::ManagerInit {
+                dir: m.dir.clone(),
+                source,
+            },
+        )?;
+    }
     let info = ClusterFile {
         version: CLUSTER_FILE_VERSION,
-        manager: Node {
-            name: NodeId::Manager.to_string(),
-            dir: mdir.clone(),
-            addr: maddr.clone(),
-            metrics: mmetrics,
-        },
+        manager: first,
         drives,
+        more_managers: managers,
     };
     let text = serde_json::to_string_pretty(&info).expect("cluster.json serializes") + "\n";
     nasd_private::write_file(&ClusterFile::path(dir), text.as_bytes())?;
     ClientFile {
         version: CLIENT_CONFIG_VERSION,
-        manager: maddr,
-        ca: mdir.join("tls/ca.der"),
+        manager: ManagerAddrs::new(info.manager_addrs()),
+        ca: info.manager.dir.join("tls/ca.der"),
         user: ADMIN_USER.into(),
         password_file: Some(pw_file),
         password_user: Some(ADMIN_USER.into()),
@@ -141,6 +171,7 @@ pub fn add_metrics(
 ) -> Result<ClusterFile, ClusterError> {
     let missing = std::iter::once(&info.manager)
         .chain(&info.drives)
+        .chain(&info.more_managers)
         .filter(|n| n.metrics.is_none())
         .count();
     if missing == 0 || !o.placement.addrs.is_empty() || !o.placement.wrappers.is_empty() {
@@ -148,11 +179,15 @@ pub fn add_metrics(
     }
     let taken: Vec<&str> = std::iter::once(&info.manager)
         .chain(&info.drives)
+        .chain(&info.more_managers)
         .flat_map(|n| std::iter::once(&n.addr).chain(&n.metrics))
         .map(String::as_str)
         .collect();
     let mut free = free_addrs_avoiding(missing, &taken)?.into_iter();
-    for n in std::iter::once(&mut info.manager).chain(info.drives.iter_mut()) {
+    for n in std::iter::once(&mut info.manager)
+        .chain(info.drives.iter_mut())
+        .chain(info.more_managers.iter_mut())
+    {
         if n.metrics.is_none() {
             n.metrics = free.next();
         }

@@ -11,7 +11,7 @@
 //! DATA/client.json      the admin's client config (nasd_client::config)
 //! DATA/admin.password   the admin's generated password (mode 0600)
 //! DATA/pids.json        the running processes (removed when the cluster stops)
-//! DATA/drive-N/, DATA/manager/, DATA/logs/NAME.log
+//! DATA/drive-N/, DATA/manager/, DATA/manager-N/ (--managers), DATA/logs/NAME.log
 //! DATA/postgres/        the private PostgreSQL of `--meta postgres` ([`postgres`])
 //! ```
 //!
@@ -51,6 +51,8 @@ use std::ffi::OsString;
 
 /// The most drives one cluster may have.
 pub const DRIVES_MAX: usize = 64;
+/// The most managers one cluster may have.
+pub const MANAGERS_MAX: usize = 8;
 
 /// How a cluster starts.
 #[derive(Clone, Debug)]
@@ -66,6 +68,9 @@ pub struct Options {
     pub placement: Placement,
     /// Where a new cluster's manager keeps its metadata (default: SQLite).
     pub meta: postgres::Meta,
+    /// Managers of a new cluster (default 1): more than one take turns leading one
+    /// PostgreSQL database (`meta`), the others standing by.
+    pub managers: usize,
 }
 
 /// Where the components of a cluster run, when not on loopback in the caller's network
@@ -99,6 +104,7 @@ impl Options {
             background: false,
             placement: Placement::default(),
             meta: postgres::Meta::Sqlite,
+            managers: 1,
         }
     }
 }

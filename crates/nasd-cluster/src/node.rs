@@ -1,10 +1,12 @@
 //! The components of a cluster and the two files that describe it: `cluster.json` (written
 //! once, at the first start: each component's directory and fixed loopback address) and
 //! `pids.json` (the processes running now). Components are named on disk as they are in
-//! logs and messages: `manager`, `drive-0`, `drive-1`, ...
+//! logs and messages: `manager`, `drive-0`, `drive-1`, ..., and a cluster's further managers
+//! (`nasd up --managers N`) `manager-1`, `manager-2`, ...
 //!
 //! ```text
-//! cluster.json  {"version": 1, "manager": NODE, "drives": [NODE, ...]}
+//! cluster.json  {"version": 1, "manager": NODE, "drives": [NODE, ...],
+//!                "more_managers": [NODE, ...]}   (more_managers: absent with one manager)
 //!               NODE = {"name": "drive-0", "dir": "/abs/DATA/drive-0", "addr": "127.0.0.1:PORT",
 //!                       "metrics": "127.0.0.1:PORT"}   (metrics: absent when placed elsewhere)
 //! pids.json     {"pids": [["drive-0", 4242], ..., ["manager", 4250]]}
@@ -20,9 +22,12 @@ pub const CLUSTER_FILE_VERSION: u32 = 1;
 /// One component of a cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NodeId {
+    /// The cluster's first manager.
     Manager,
     /// The drive with this index (`drive-N`), counted from 0.
     Drive(usize),
+    /// A further manager (`manager-N`, N from 1) over the first one's database.
+    ManagerN(usize),
 }
 
 impl std::fmt::Display for NodeId {
@@ -30,6 +35,7 @@ impl std::fmt::Display for NodeId {
         match self {
             NodeId::Manager => f.write_str("manager"),
             NodeId::Drive(i) => write!(f, "drive-{i}"),
+            NodeId::ManagerN(i) => write!(f, "manager-{i}"),
         }
     }
 }
@@ -47,11 +53,19 @@ impl std::str::FromStr for NodeId {
                 && n.bytes().all(|b| b.is_ascii_digit())
                 && (*n == "0" || !n.starts_with('0'))
         };
-        s.strip_prefix("drive-")
-            .filter(canonical)
-            .and_then(|n| n.parse().ok())
+        let numbered = |prefix: &str| {
+            s.strip_prefix(prefix)
+                .filter(canonical)
+                .and_then(|n| n.parse::<usize>().ok())
+        };
+        numbered("drive-")
             .map(NodeId::Drive)
-            .ok_or_else(|| format!("{s:?}: not a component name (manager, drive-N)"))
+            .or_else(|| {
+                numbered("manager-")
+                    .filter(|&i| i > 0)
+                    .map(NodeId::ManagerN)
+            })
+            .ok_or_else(|| format!("{s:?}: not a component name (manager, manager-N, drive-N)"))
     }
 }
 
@@ -76,6 +90,9 @@ pub struct ClusterFile {
     pub version: u32,
     pub manager: Node,
     pub drives: Vec<Node>,
+    /// The managers after the first (`manager-1`, ...), which stand by while another leads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_managers: Vec<Node>,
 }
 
 impl ClusterFile {
@@ -84,14 +101,28 @@ impl ClusterFile {
         match id {
             NodeId::Manager => Some(&self.manager),
             NodeId::Drive(i) => self.drives.get(i),
+            NodeId::ManagerN(i) => self.more_managers.get(i.checked_sub(1)?),
         }
     }
 
-    /// Every component: the drives in order, then the manager (the order they start in).
+    /// Every component: the drives in order, then the managers (the order they start in).
     pub fn ids(&self) -> Vec<NodeId> {
         (0..self.drives.len())
             .map(NodeId::Drive)
-            .chain([NodeId::Manager])
+            .chain(self.manager_ids())
+            .collect()
+    }
+
+    /// Every manager: the first, then the others.
+    pub fn manager_ids(&self) -> impl Iterator<Item = NodeId> {
+        std::iter::once(NodeId::Manager).chain((1..=self.more_managers.len()).map(NodeId::ManagerN))
+    }
+
+    /// Every manager's address, in order (what clients try in turn).
+    pub fn manager_addrs(&self) -> Vec<String> {
+        std::iter::once(&self.manager)
+            .chain(&self.more_managers)
+            .map(|n| n.addr.clone())
             .collect()
     }
 
@@ -145,11 +176,24 @@ mod tests {
 
     #[test]
     fn node_names_round_trip_and_strangers_are_refused() {
-        for id in [NodeId::Manager, NodeId::Drive(0), NodeId::Drive(17)] {
+        for id in [
+            NodeId::Manager,
+            NodeId::Drive(0),
+            NodeId::Drive(17),
+            NodeId::ManagerN(2),
+        ] {
             assert_eq!(id.to_string().parse::<NodeId>().unwrap(), id);
         }
         for bad in [
-            "", "drive-", "drive-x", "drive--1", "drive-+1", "drive-01", "Manager",
+            "",
+            "drive-",
+            "drive-x",
+            "drive--1",
+            "drive-+1",
+            "drive-01",
+            "Manager",
+            "manager-0",
+            "manager-01",
         ] {
             assert!(bad.parse::<NodeId>().is_err(), "{bad}");
         }
@@ -171,12 +215,17 @@ mod tests {
                 addr: "127.0.0.1:2".into(),
                 metrics: None,
             }],
+            more_managers: vec![],
         };
         let v: serde_json::Value = serde_json::to_value(&c).unwrap();
         assert_eq!(v["drives"][0]["name"], "drive-0");
         assert_eq!(v["manager"]["addr"], "127.0.0.1:1");
         assert_eq!(v["manager"]["metrics"], "127.0.0.1:3");
         assert!(v["drives"][0].get("metrics").is_none());
+        assert!(
+            v.get("more_managers").is_none(),
+            "one manager: the old form"
+        );
         let old = r#"{"name": "drive-0", "dir": "/d", "addr": "127.0.0.1:2"}"#;
         let n: Node = serde_json::from_str(old).unwrap();
         assert_eq!(

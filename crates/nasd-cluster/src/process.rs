@@ -77,25 +77,45 @@ pub fn log_tail(dir: &Path, node: NodeId) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
-/// Whether `node`'s log, from byte `from` on, has the line a drive or manager prints once it
-/// is bound to `addr` (`nasd drive listening on ADDR`, `nasd manager listening on ADDR`).
-fn says_listening(dir: &Path, node: NodeId, from: u64, addr: &str) -> bool {
+/// What a component's log says about where it serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Said {
+    Nothing,
+    /// `nasd drive listening on ADDR`, `nasd manager listening on ADDR`: bound to ADDR.
+    Listening,
+    /// `nasd manager standing by for ADDR: ...`: another manager leads the database; this one
+    /// binds ADDR when it takes over.
+    StandingBy,
+}
+
+/// What `node`'s log, from byte `from` on, says about `addr`.
+fn says(dir: &Path, node: NodeId, from: u64, addr: &str) -> Said {
     use std::io::{Read as _, Seek as _};
     let Ok(mut f) = std::fs::File::open(log_path(dir, node)) else {
-        return false;
+        return Said::Nothing;
     };
     let mut text = String::new();
     if f.seek(std::io::SeekFrom::Start(from)).is_err() || f.read_to_string(&mut text).is_err() {
-        return false;
+        return Said::Nothing;
     }
-    let line = format!("listening on {addr}");
-    text.lines().any(|l| l.ends_with(&line))
+    let listening = format!("listening on {addr}");
+    let standing_by = format!("standing by for {addr}:");
+    for l in text.lines() {
+        if l.ends_with(&listening) {
+            return Said::Listening;
+        }
+        if l.contains(&standing_by) {
+            return Said::StandingBy;
+        }
+    }
+    Said::Nothing
 }
 
 /// Waits until the process `s` (component `node`) serves on `addr`: it said it is bound to
-/// `addr`, it still runs, and the address accepts connections. Its own word is needed because
-/// a connection alone may reach another process that took the port while the component was
-/// down (the restarted one then fails to bind).
+/// `addr`, it still runs, and the address accepts connections; or, a manager, it said it
+/// stands by for `addr` (another manager leads their database) and still runs. Its own word
+/// is needed because a connection alone may reach another process that took the port while
+/// the component was down (the restarted one then fails to bind).
 pub fn wait_ready(
     dir: &Path,
     node: NodeId,
@@ -104,7 +124,7 @@ pub fn wait_ready(
 ) -> Result<(), ClusterError> {
     let t0 = Instant::now();
     loop {
-        let bound = says_listening(dir, node, s.log_from, addr);
+        let said = says(dir, node, s.log_from, addr);
         if let Some(status) = s
             .child
             .try_wait()
@@ -117,8 +137,10 @@ pub fn wait_ready(
                 log_tail: log_tail(dir, node),
             });
         }
-        if bound && std::net::TcpStream::connect(addr).is_ok() {
-            return Ok(());
+        match said {
+            Said::StandingBy => return Ok(()),
+            Said::Listening if std::net::TcpStream::connect(addr).is_ok() => return Ok(()),
+            _ => {}
         }
         if t0.elapsed() > Duration::from_millis(READY_TIMEOUT_MS) {
             return Err(ClusterError::NotReady {
@@ -236,45 +258,30 @@ mod tests {
     }
 
     #[test]
-    fn only_the_new_part_of_a_log_says_a_component_is_listening() {
+    fn only_the_new_part_of_a_log_says_a_component_is_listening_or_standing_by() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir(t.path().join("logs")).unwrap();
         let log = log_path(t.path(), NodeId::Manager);
+        let says = |from, addr| says(t.path(), NodeId::Manager, from, addr);
         let old = "nasd manager listening on 127.0.0.1:7\n";
         std::fs::write(&log, old).unwrap();
         let from = old.len() as u64;
-        assert!(says_listening(t.path(), NodeId::Manager, 0, "127.0.0.1:7"));
-        assert!(!says_listening(
-            t.path(),
-            NodeId::Manager,
-            from,
-            "127.0.0.1:7"
-        ));
+        assert_eq!(says(0, "127.0.0.1:7"), Said::Listening);
+        assert_eq!(says(from, "127.0.0.1:7"), Said::Nothing);
         let new = "nasd: listening on 127.0.0.1:7: Address already in use\n";
         std::fs::write(&log, format!("{old}{new}")).unwrap();
-        assert!(!says_listening(
-            t.path(),
-            NodeId::Manager,
-            from,
-            "127.0.0.1:7"
-        ));
+        assert_eq!(says(from, "127.0.0.1:7"), Said::Nothing);
         std::fs::write(
             &log,
             format!("{old}nasd manager listening on 127.0.0.1:7\n"),
         )
         .unwrap();
-        assert!(says_listening(
-            t.path(),
-            NodeId::Manager,
-            from,
-            "127.0.0.1:7"
-        ));
-        assert!(!says_listening(
-            t.path(),
-            NodeId::Manager,
-            from,
-            "127.0.0.1:70"
-        ));
+        assert_eq!(says(from, "127.0.0.1:7"), Said::Listening);
+        assert_eq!(says(from, "127.0.0.1:70"), Said::Nothing);
+        let standby = "nasd manager standing by for 127.0.0.1:7: another manager leads\n";
+        std::fs::write(&log, format!("{old}{standby}")).unwrap();
+        assert_eq!(says(from, "127.0.0.1:7"), Said::StandingBy);
+        assert_eq!(says(from, "127.0.0.1:70"), Said::Nothing);
     }
 
     #[test]

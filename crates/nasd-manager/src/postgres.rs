@@ -64,6 +64,9 @@ const FILE_INO_HIGH: &str = "file_ino_high";
 /// The advisory lock held while a database is created or migrated (any number that no other
 /// user of the database takes: "nasd" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6e61_7364;
+/// The session advisory lock the manager that serves the database holds ("nasdlead" in
+/// ASCII; [`crate::store::MetaStore::lead`]).
+pub const LEADER_LOCK: i64 = 0x6e61_7364_6c65_6164;
 
 /// The metadata store on a PostgreSQL database.
 pub struct PgStore {

@@ -149,6 +149,47 @@ pub fn init(o: &InitOptions) -> MgrResult<()> {
     Ok(())
 }
 
+/// Makes the directory `dir` of another manager of the cluster whose manager's directory is
+/// `from`: the same database, policy, OPAQUE server keys (sealed as they are there) and
+/// cluster CA, a certificate of its own from that CA for loopback and `names`, and its own
+/// `listen` address. Its database must be one several managers can reach (PostgreSQL):
+/// they take turns leading it ([`run`]). The directory holds the same secrets as `from`'s.
+pub fn join(from: &Path, dir: &Path, listen: &str, names: &[String]) -> MgrResult<()> {
+    let cfg = load_config(from)?;
+    if recorded_meta(&cfg)? == Meta::Sqlite {
+        return Err(MgrError::new(
+            MgrStatus::InvalidArgument,
+            format!(
+                "the manager in {} keeps its metadata in SQLite, which only its own process \
+                 opens: several managers need a PostgreSQL database (--meta)",
+                from.display()
+            ),
+        ));
+    }
+    if config_path(dir).exists() {
+        return Err(MgrError::new(
+            MgrStatus::Exists,
+            format!("{} already holds a manager", dir.display()),
+        ));
+    }
+    nasd_private::create_dir(dir).map_err(|e| err(e.to_string()))?;
+    tls::issue(from, dir, names)?;
+    let (key_from, key_to) = (crate::login::key_path(from), crate::login::key_path(dir));
+    let key = Zeroizing::new(
+        std::fs::read(&key_from).map_err(|e| err(format!("{}: {e}", key_from.display())))?,
+    );
+    nasd_private::create_dir(key_to.parent().expect("the key file is in keys/"))
+        .map_err(|e| err(e.to_string()))?;
+    nasd_private::write_file(&key_to, &key).map_err(|e| err(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&ManagerConfig {
+        listen: listen.to_string(),
+        ..cfg
+    })
+    .expect("plain struct");
+    nasd_private::write_file(&config_path(dir), (text + "\n").as_bytes())
+        .map_err(|e| err(e.to_string()))
+}
+
 /// Opens the store `meta` names: SQLite in `dir`, its file created private first (SQLite
 /// gives the `-wal` and `-shm` files the database file's mode), or a PostgreSQL database.
 fn open_store(dir: &Path, meta: &Meta) -> MgrResult<Box<dyn MetaStore>> {
@@ -288,17 +329,32 @@ pub struct Listening {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
+/// How long a manager waits for its database's lead before it says it stands by.
+pub const STANDBY_NOTICE_MS: u64 = 300;
+
+/// What a starting manager reports ([`run`]'s `on_event`).
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// Another manager leads the database; this one waits to take over, serving nothing.
+    Standby { listen: String },
+    /// It leads and serves.
+    Listening(Listening),
+}
+
 /// Opens the manager in `dir` and serves on `listen` (default: the config's) until `shutdown`,
 /// its metadata where `meta` says (default: where the config says), and its metrics and
-/// health on `metrics` if given ([`crate::metrics`]). `on_listen` is told the bound
-/// addresses; `passphrase` is asked only when its keys are sealed.
+/// health on `metrics` if given ([`crate::metrics`]). A manager serves only while it leads
+/// its database ([`MetaStore::lead`]): on a database another manager leads, it stands by
+/// until that one's connection ends, and it stops, with an error, when its own ends.
+/// `on_event` is told when it stands by and the addresses it binds; `passphrase` is asked
+/// only when its keys are sealed.
 pub async fn run(
     dir: &Path,
     listen: Option<&str>,
     meta: Option<&Meta>,
     passphrase: Passphrase<'_>,
     metrics: Option<&str>,
-    on_listen: impl FnOnce(Listening),
+    mut on_event: impl FnMut(Event),
     shutdown: impl Future<Output = ()>,
 ) -> MgrResult<()> {
     let cfg = load_config(dir)?;
@@ -308,6 +364,16 @@ pub async fn run(
     let seal = unlock(st.as_ref(), passphrase)?;
     st.set_key_seal(seal.clone());
     let keys = crate::login::load_or_make_keys(dir, seal.as_deref())?;
+    let addr = listen.unwrap_or(&cfg.listen);
+    tokio::pin!(shutdown);
+    let standby = || {
+        on_event(Event::Standby {
+            listen: addr.to_string(),
+        })
+    };
+    let Some((st, lead)) = wait_to_lead(st, standby, &mut shutdown).await? else {
+        return Ok(());
+    };
     let m = Manager::with_keys(st, cfg.policy.clone(), keys)?;
     let tls = tls::server_config(dir)?;
     let metrics = match metrics {
@@ -320,22 +386,75 @@ pub async fn run(
         }
         None => None,
     };
-    let addr = listen.unwrap_or(&cfg.listen);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| err(format!("listening on {addr}: {e}")))?;
-    on_listen(Listening {
+    on_event(Event::Listening(Listening {
         addr: listener.local_addr().map_err(|e| err(e.to_string()))?,
         metrics,
-    });
+    }));
     let pending = server::rotate_at_start(&m).await;
     // Revocations a crash interrupted: the drives take the stored version before anything is
     // minted from it.
     m.complete_revocations().await;
     let bg = server::start_background(m.clone(), pending);
-    server::serve(m, listener, tls, shutdown).await;
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let stop = async {
+        tokio::select! {
+            _ = &mut shutdown => {}
+            _ = lead.lost() => lost.store(true, std::sync::atomic::Ordering::Relaxed),
+        }
+    };
+    server::serve(m, listener, tls, stop).await;
     bg.abort();
+    if lost.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(err(
+            "lost the metadata database's lead (its connection ended): stopped serving, since \
+             another manager may lead it now"
+                .to_string(),
+        ));
+    }
     Ok(())
+}
+
+/// Takes the lead of `st`'s database, on a thread of its own (the wait may last as long as
+/// another manager leads, and a runtime does not end while a blocking task of its runs), and
+/// calls `standby` once it has waited [`STANDBY_NOTICE_MS`]. `None`: `shutdown` came first.
+async fn wait_to_lead(
+    mut st: Box<dyn MetaStore>,
+    standby: impl FnOnce(),
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> MgrResult<Option<(Box<dyn MetaStore>, crate::store::Leadership)>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("nasd-lead".into())
+        .spawn(move || {
+            let r = st.lead().map(|lead| (st, lead));
+            let _ = tx.send(r);
+        })
+        .map_err(|e| err(format!("starting the thread that waits for the lead: {e}")))?;
+    tokio::pin!(rx);
+    let notice = tokio::time::sleep(std::time::Duration::from_millis(STANDBY_NOTICE_MS));
+    tokio::select! {
+        r = &mut rx => return led(r),
+        _ = &mut *shutdown => return Ok(None),
+        _ = notice => standby(),
+    }
+    tokio::select! {
+        r = rx => led(r),
+        _ = shutdown => Ok(None),
+    }
+}
+
+/// What the thread waiting for the lead sent.
+fn led<T>(
+    r: Result<crate::store::StoreResult<T>, tokio::sync::oneshot::error::RecvError>,
+) -> MgrResult<Option<T>> {
+    match r {
+        Ok(Ok(x)) => Ok(Some(x)),
+        Ok(Err(e)) => Err(err(format!("taking the metadata database's lead: {e}"))),
+        Err(_) => Err(err("the thread waiting for the lead ended".into())),
+    }
 }
 
 #[cfg(test)]

@@ -389,6 +389,35 @@ impl std::fmt::Debug for S3Key {
     }
 }
 
+/// A manager's lead of its database ([`MetaStore::lead`]), which lasts as long as the
+/// connection that holds it: a database server's session lock, released when the session
+/// ends, however it ends (the manager killed, its host gone, the server restarted).
+pub struct Leadership {
+    /// Changes, or closes, when the connection holding the lead ends; `None`: never ends.
+    ended: Option<tokio::sync::watch::Receiver<()>>,
+}
+
+impl Leadership {
+    /// The lead of an embedded store, which ends only with the process.
+    pub fn embedded() -> Leadership {
+        Leadership { ended: None }
+    }
+
+    /// A lead held by a connection whose end `ended` reports (its sender dropped).
+    pub fn held_until(ended: tokio::sync::watch::Receiver<()>) -> Leadership {
+        Leadership { ended: Some(ended) }
+    }
+
+    /// Completes when the lead has ended: the manager must then stop serving, since another
+    /// one may lead already.
+    pub async fn lost(self) {
+        match self.ended {
+            None => std::future::pending().await,
+            Some(mut rx) => while rx.changed().await.is_ok() {},
+        }
+    }
+}
+
 pub trait MetaStore: Send {
     fn user_by_name(&self, name: &str) -> StoreResult<Option<User>>;
     fn user_by_uid(&self, uid: u32) -> StoreResult<Option<User>>;
@@ -646,6 +675,14 @@ pub trait MetaStore: Send {
     /// reservations older than that which never got an object (a crash between reserving and
     /// staging); returns the records.
     fn expire_staged(&mut self, before_ms: u64) -> StoreResult<Vec<Staged>>;
+
+    /// Waits until this manager leads the database: one manager serves a database at a time,
+    /// the others stand by, each waiting here, and the first to get the lead when the leader's
+    /// connection ends serves next ([`Leadership`]). Blocking. An embedded store (SQLite) has
+    /// one manager, which leads at once.
+    fn lead(&mut self) -> StoreResult<Leadership> {
+        Ok(Leadership::embedded())
+    }
 
     /// Keeps the drives' keys sealed under `seal` from now on (issue 21 §8): `drives` opens
     /// them and `put_drive` seals them ([`stored_drive_key`], [`drive_key_of`]). A key stored

@@ -20,20 +20,60 @@ fn write_private(path: &Path, bytes: &[u8]) -> MgrResult<()> {
     nasd_private::write_file(path, bytes).map_err(|e| err("writing", e))
 }
 
-/// Creates the CA and the server certificate in `dir/tls/`.
-pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
-    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
-    let tls = dir.join("tls");
-    nasd_private::create_dir(&tls).map_err(|e| err("creating the tls directory", e))?;
-    let ca_key = KeyPair::generate().map_err(|e| err("CA key", e))?;
+/// The CA's parameters: the same every time, so a CA loaded again from its key
+/// ([`issue`]) names itself as the one that was made.
+fn ca_params() -> MgrResult<rcgen::CertificateParams> {
+    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa};
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA params", e))?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, "nasd cluster CA");
     ca.distinguished_name = dn;
-    let ca_cert = ca
+    Ok(ca)
+}
+
+/// Creates the CA and the server certificate in `dir/tls/`.
+pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
+    let tls = dir.join("tls");
+    nasd_private::create_dir(&tls).map_err(|e| err("creating the tls directory", e))?;
+    let ca_key = rcgen::KeyPair::generate().map_err(|e| err("CA key", e))?;
+    let ca_cert = ca_params()?
         .self_signed(&ca_key)
         .map_err(|e| err("CA certificate", e))?;
+    write_private(&tls.join("ca.der"), ca_cert.der())?;
+    write_private(&tls.join("ca.key"), &ca_key.serialize_der())?;
+    server_certificate(&tls, &ca_cert, &ca_key, extra_names)
+}
+
+/// Gives the manager in `dir` the cluster CA of the one in `from` and a server certificate
+/// of its own from that CA, for loopback and `extra_names` (another manager of the same
+/// cluster, [`crate::setup::join`]): clients that trust the CA trust both.
+pub fn issue(from: &Path, dir: &Path, extra_names: &[String]) -> MgrResult<()> {
+    let (src, tls) = (from.join("tls"), dir.join("tls"));
+    nasd_private::create_dir(&tls).map_err(|e| err("creating the tls directory", e))?;
+    let read = |n: &str| {
+        std::fs::read(src.join(n))
+            .map_err(|e| err(&format!("reading {}", src.join(n).display()), e))
+    };
+    let (ca_der, ca_key_der) = (read("ca.der")?, zeroize::Zeroizing::new(read("ca.key")?));
+    let ca_key = rcgen::KeyPair::try_from(ca_key_der.as_slice()).map_err(|e| err("CA key", e))?;
+    let ca_cert = ca_params()?
+        .self_signed(&ca_key)
+        .map_err(|e| err("CA certificate", e))?;
+    write_private(&tls.join("ca.der"), &ca_der)?;
+    write_private(&tls.join("ca.key"), &ca_key_der)?;
+    server_certificate(&tls, &ca_cert, &ca_key, extra_names)
+}
+
+/// Signs the server's key pair and certificate (`server.key`, `server.der` in `tls`) for
+/// loopback and `extra_names`.
+fn server_certificate(
+    tls: &Path,
+    ca_cert: &rcgen::Certificate,
+    ca_key: &rcgen::KeyPair,
+    extra_names: &[String],
+) -> MgrResult<()> {
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
     let mut names = vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),
@@ -46,10 +86,8 @@ pub fn generate(dir: &Path, extra_names: &[String]) -> MgrResult<()> {
     dn.push(DnType::CommonName, "nasd manager");
     srv.distinguished_name = dn;
     let srv_cert = srv
-        .signed_by(&srv_key, &ca_cert, &ca_key)
+        .signed_by(&srv_key, ca_cert, ca_key)
         .map_err(|e| err("server certificate", e))?;
-    write_private(&tls.join("ca.der"), ca_cert.der())?;
-    write_private(&tls.join("ca.key"), &ca_key.serialize_der())?;
     write_private(&tls.join("server.der"), srv_cert.der())?;
     write_private(&tls.join("server.key"), &srv_key.serialize_der())?;
     Ok(())

@@ -29,6 +29,20 @@ pub enum ManagerCmd {
         #[arg(long, value_name = "STORE")]
         meta: Option<String>,
     },
+    /// Make DIR the directory of one more manager of the cluster whose manager's directory is
+    /// FROM, on the same PostgreSQL database: one manager serves at a time, the others stand
+    /// by and take over when it dies (docs/manager.md).
+    Join {
+        #[arg(long, value_name = "FROM")]
+        from: PathBuf,
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        #[arg(long)]
+        listen: String,
+        /// Extra DNS name or address for this manager's certificate (repeatable).
+        #[arg(long = "name")]
+        names: Vec<String>,
+    },
     /// Serve the manager in DIR until SIGTERM or ctrl-c.
     Run {
         #[arg(long, value_name = "DIR")]
@@ -140,6 +154,19 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
             println!("admin user         {admin}");
             Ok(())
         }
+        ManagerCmd::Join {
+            from,
+            data,
+            listen,
+            names,
+        } => {
+            setup::join(&from, &data, &listen, &names)?;
+            println!(
+                "manager joined in {} (listens on {listen}; stands by while another leads)",
+                data.display()
+            );
+            Ok(())
+        }
         ManagerCmd::Seal {
             data,
             passphrase_file,
@@ -196,11 +223,19 @@ pub fn run(c: ManagerCmd) -> anyhow::Result<()> {
                         })
                     }),
                     metrics.metrics.as_deref(),
-                    |at| {
-                        if let Some(m) = at.metrics {
-                            println!("nasd manager metrics on http://{m}/metrics");
+                    |event| {
+                        match event {
+                            setup::Event::Standby { listen } => println!(
+                                "nasd manager standing by for {listen}: another manager leads \
+                                 its database"
+                            ),
+                            setup::Event::Listening(at) => {
+                                if let Some(m) = at.metrics {
+                                    println!("nasd manager metrics on http://{m}/metrics");
+                                }
+                                println!("nasd manager listening on {}", at.addr);
+                            }
                         }
-                        println!("nasd manager listening on {}", at.addr);
                         use std::io::Write as _;
                         std::io::stdout().flush().ok();
                     },

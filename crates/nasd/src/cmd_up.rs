@@ -82,8 +82,14 @@ pub fn up(
         Some(m) => format!("  (metrics http://{m}/metrics)"),
         None => String::new(),
     };
-    let manager = &c.info().manager;
-    println!("  manager  {}{}", manager.addr, metrics(&manager.metrics));
+    for id in c.info().manager_ids() {
+        let m = c.node(id)?;
+        let role = match c.leading_manager() {
+            Some(l) if l != id => "  (standing by)",
+            _ => "",
+        };
+        println!("  {}  {}{}{role}", m.name, m.addr, metrics(&m.metrics));
+    }
     for d in c.drives() {
         println!("  {}  {}{}", d.name, d.addr, metrics(&d.metrics));
     }

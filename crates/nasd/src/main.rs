@@ -150,6 +150,11 @@ enum Cmd {
         /// binaries, stopped by `nasd down`), or a PostgreSQL connection string.
         #[arg(long, value_name = "STORE")]
         meta: Option<String>,
+        /// Managers of a new cluster (default 1). More than one need `--meta postgres` (or a
+        /// connection string): they take turns leading its database, one serving while the
+        /// others stand by, and clients move to the next when it dies.
+        #[arg(long, value_name = "N")]
+        managers: Option<usize>,
     },
     /// Stop a cluster started with `nasd up --background`.
     Down {
@@ -405,6 +410,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             s3_lifecycle_day_secs,
             s3_region,
             meta,
+            managers,
         } => cmd_up::up(
             data,
             drives,
@@ -424,6 +430,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .map(nasd_cluster::postgres::Meta::parse)
                     .transpose()?
                     .unwrap_or_default(),
+                managers: managers.unwrap_or(1),
                 ..nasd_cluster::Options::drives(drives.unwrap_or(cmd_up::DRIVES_DEFAULT))
             },
         ),

@@ -115,7 +115,7 @@ fn an_unknown_user_and_a_wrong_credential_get_byte_identical_replies() {
     ]);
     let cfg = up.session("alice", "alice-pw");
     rt().block_on(async {
-        let mut s = tls_stream(&cfg.manager, &cfg.ca_der, Some(ip("127.0.0.4")))
+        let mut s = tls_stream(cfg.manager.first(), &cfg.ca_der, Some(ip("127.0.0.4")))
             .await
             .unwrap();
         // OPAQUE: a password user, an unknown user and a key user get a KE2 of one size (a
@@ -133,7 +133,7 @@ fn an_unknown_user_and_a_wrong_credential_get_byte_identical_replies() {
         assert_eq!(without_id(wrong.clone()), without_id(unknown));
         assert_eq!(without_id(wrong.clone()), without_id(key_user));
         // A legacy password check of anyone who has no legacy hash: the same refusal.
-        let mut s = tls_stream(&cfg.manager, &cfg.ca_der, Some(ip("127.0.0.6")))
+        let mut s = tls_stream(cfg.manager.first(), &cfg.ca_der, Some(ip("127.0.0.6")))
             .await
             .unwrap();
         let legacy = |user: &str| {
@@ -149,7 +149,7 @@ fn an_unknown_user_and_a_wrong_credential_get_byte_identical_replies() {
 
         // Signatures: a key user with a wrong signature, a password user, an unknown user.
         // (From another address: six failures from one would start its backoff.)
-        let mut s = tls_stream(&cfg.manager, &cfg.ca_der, Some(ip("127.0.0.5")))
+        let mut s = tls_stream(cfg.manager.first(), &cfg.ca_der, Some(ip("127.0.0.5")))
             .await
             .unwrap();
         let carol = signature_login(&mut s, 10, "carol").await;
@@ -312,7 +312,7 @@ fn connections_that_never_log_in_cannot_lock_honest_users_out() {
         // An honest session that logged in before the attack.
         let mut early = Session::connect(&admin).await.unwrap();
         let stat = MgrRequest::Stat(calls::Stat { path: "/".into() });
-        let addr: std::net::SocketAddr = admin.manager.parse().unwrap();
+        let addr: std::net::SocketAddr = admin.manager.first().parse().unwrap();
         // More raw TCP connections than the manager has slots, from twelve attacking
         // addresses, then TLS connections that finish the handshake and never log in.
         let sources: Vec<IpAddr> = (2..14).map(|i| ip(&format!("127.0.0.{i}"))).collect();
@@ -326,7 +326,7 @@ fn connections_that_never_log_in_cannot_lock_honest_users_out() {
         let mut tls = vec![];
         for k in 0..32 {
             let src = ip(&format!("127.0.0.{}", 20 + k % 2));
-            match tls_stream(&admin.manager, &admin.ca_der, Some(src)).await {
+            match tls_stream(admin.manager.first(), &admin.ca_der, Some(src)).await {
                 Ok(s) => tls.push(s),
                 Err(e) => panic!("a handshake within the limits is served: {e}"),
             }
@@ -425,7 +425,7 @@ fn with_manager_running(dir: &Path, f: impl FnOnce()) {
         );
     };
     let cfg = nasd_client::session::SessionConfig {
-        manager: addr.trim().to_string(),
+        manager: addr.trim().into(),
         ca_der: std::fs::read(dir.join("tls/ca.der")).unwrap(),
         user: "admin".into(),
         credential: Credential::Password("admin-pw".into()),

@@ -35,6 +35,14 @@ pub const STATEMENTS_MAX: usize = 1024;
 pub const THREAD_NAME: &str = "nasd-postgres";
 /// How long connecting may take when the connection string does not say.
 pub const CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// TCP keepalives when the connection string does not set them: the first probe after this
+/// long idle, then one every [`KEEPALIVE_INTERVAL_MS`], the connection ended after
+/// [`KEEPALIVE_RETRIES`] unanswered (about 11 s from a server going silent).
+pub const KEEPALIVE_IDLE_MS: u64 = 5_000;
+pub const KEEPALIVE_INTERVAL_MS: u64 = 2_000;
+pub const KEEPALIVE_RETRIES: u32 = 3;
+/// tokio-postgres' default idle time before the first keepalive (the system's two hours).
+const KEEPALIVES_IDLE_SYSTEM: std::time::Duration = std::time::Duration::from_secs(2 * 60 * 60);
 
 /// One parameter of a statement, as PostgreSQL takes it.
 pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
@@ -194,6 +202,8 @@ pub struct Conn {
     /// While set, transactions commit without waiting for their WAL to reach disk
     /// ([`Conn::set_relaxed`]).
     relaxed: Cell<bool>,
+    /// Closes when the connection has ended (its thread dropped the sender).
+    ended: tokio::sync::watch::Receiver<()>,
 }
 
 impl Conn {
@@ -206,10 +216,23 @@ impl Conn {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_millis(CONNECT_TIMEOUT_MS));
         }
+        // A server that went silent (its host gone, the network cut) ends the connection in
+        // seconds, not in the system's default two hours: a manager that leads must learn it
+        // has lost the database's lock soon ([`crate::store::Leadership`]).
+        if config.get_keepalives_idle() == KEEPALIVES_IDLE_SYSTEM {
+            config
+                .keepalives_idle(std::time::Duration::from_millis(KEEPALIVE_IDLE_MS))
+                .keepalives_interval(std::time::Duration::from_millis(KEEPALIVE_INTERVAL_MS))
+                .keepalives_retries(KEEPALIVE_RETRIES);
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (ended_tx, ended) = tokio::sync::watch::channel(());
         std::thread::Builder::new()
             .name(THREAD_NAME.into())
-            .spawn(move || drive(config, tx))
+            .spawn(move || {
+                drive(config, tx);
+                drop(ended_tx);
+            })
             .map_err(|e| StoreError::Db(format!("starting the postgresql thread: {e}")))?;
         let client = rx
             .recv()
@@ -218,7 +241,13 @@ impl Conn {
             client,
             statements: RefCell::new(HashMap::new()),
             relaxed: Cell::new(false),
+            ended,
         })
+    }
+
+    /// Closes when this connection has ended.
+    pub fn ended(&self) -> tokio::sync::watch::Receiver<()> {
+        self.ended.clone()
     }
 
     /// The prepared statement of `sql`, prepared now if this connection has not yet.

@@ -803,6 +803,14 @@ impl MetaStore for PgStore {
         self.seal = seal;
     }
 
+    fn lead(&mut self) -> StoreResult<crate::store::Leadership> {
+        // A session lock: held until released or the session ends, however it ends. Taken
+        // on the store's own connection, so the manager leads exactly while it can write.
+        self.db
+            .execute_batch(&format!("SELECT pg_advisory_lock({})", super::LEADER_LOCK))?;
+        Ok(crate::store::Leadership::held_until(self.db.ended()))
+    }
+
     fn drives(&self) -> StoreResult<Vec<DriveRecord>> {
         let seal = self.seal.as_deref();
         self.db.query_map("SELECT drive, addr, suite, drive_key, part, part_key, working_key, rotated_ms FROM drives ORDER BY drive", &[], |r| {

@@ -4,6 +4,7 @@
 use super::server::PrivateServer;
 use super::*;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// A PostgreSQL server in a temporary directory, stopped and removed on drop. Without
 /// PostgreSQL's binaries it panics saying how to install them: a test that needs a server
@@ -149,4 +150,52 @@ fn a_schema_1_database_loses_the_wraps_of_admins_who_are_not_members() {
     );
     assert_eq!(s.group_wrap(g, member).unwrap(), Some(vec![2; 93]));
     assert!(!s.group_key(g).unwrap().rekey);
+}
+
+#[test]
+fn one_manager_leads_a_database_and_the_next_leads_when_its_connection_ends() {
+    let pg = TestServer::start();
+    pg.create_database("lead");
+    let conninfo = pg.conninfo("lead");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut first = PgStore::connect(&conninfo).unwrap();
+    let lead = first.lead().unwrap();
+    // A second manager waits for the lead while the first holds it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut second = PgStore::connect(&conninfo).unwrap();
+        let lead = second.lead().unwrap();
+        tx.send(()).unwrap();
+        (second, lead)
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(1500)).is_err());
+    // The server ends the first one's session (as when its manager dies): the first learns
+    // it lost the lead, and the second takes it.
+    let admin = PgStore::connect(&pg.conninfo("lead")).unwrap();
+    let ended = admin
+        .db
+        .query_row(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND classid = $1 AND objid = $2) t",
+            &[&((LEADER_LOCK >> 32) as u32), &(LEADER_LOCK as u32)],
+            |r| r.get::<i64>(0),
+        )
+        .unwrap();
+    assert_eq!(ended, 1);
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), lead.lost())
+            .await
+            .expect("the first manager learns its lead ended")
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the second manager leads once the first's connection ended");
+    let (second, _lead) = waiter.join().unwrap();
+    assert!(second.get_meta("schema").unwrap().is_some());
+    assert!(
+        first.get_meta("schema").is_err(),
+        "the first can no longer write"
+    );
 }

@@ -32,6 +32,13 @@ impl Up {
     pub fn start_with(options: Options) -> Up {
         for attempt in 1.. {
             let dir = tempfile::tempdir().unwrap();
+            if options.meta == nasd_cluster::postgres::Meta::PrivatePostgres {
+                // Run as root, PostgreSQL runs as its own account, which must pass through
+                // the directories above DATA (docs/postgres.md).
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+                    .unwrap();
+            }
             match Cluster::start(Path::new(NASD), &dir.path().join("c"), &options) {
                 Ok(cluster) => return Up { cluster, dir },
                 Err(e) if attempt < 3 && chain(&e).contains("Address already in use") => {
@@ -128,7 +135,7 @@ impl Up {
         let cfg: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(self.config()).unwrap()).unwrap();
         SessionConfig {
-            manager: cfg["manager"].as_str().unwrap().into(),
+            manager: serde_json::from_value(cfg["manager"].clone()).unwrap(),
             ca_der: std::fs::read(cfg["ca"].as_str().unwrap()).unwrap(),
             user: user.into(),
             credential: Credential::Password(password.into()),
