@@ -192,12 +192,38 @@ impl Drop for StoreGuard<'_> {
     }
 }
 
-/// The manager as a metrics source.
-pub struct ManagerSource(pub Arc<Manager>);
+/// The manager as a metrics source. A manager that stands by (another one leads its
+/// database, [`crate::setup::run`]) has no [`Manager`] yet: it shows only
+/// `nasd_manager_leading 0`, and its health check answers 503 "standing by", so that a
+/// load balancer or an operator's check finds the one that serves.
+#[derive(Default)]
+pub struct ManagerSource(std::sync::OnceLock<Arc<Manager>>);
+
+impl ManagerSource {
+    /// The source of a manager that serves.
+    pub fn of(m: Arc<Manager>) -> ManagerSource {
+        let s = ManagerSource::default();
+        s.leads(m);
+        s
+    }
+
+    /// The manager took the lead and serves as `m`.
+    pub fn leads(&self, m: Arc<Manager>) {
+        let _ = self.0.set(m);
+    }
+}
 
 impl nasd_metrics::Source for ManagerSource {
     fn render(&self, e: &mut Exposition) {
-        let m = &self.0;
+        e.single(
+            "nasd_manager_leading",
+            Kind::Gauge,
+            "1 if this manager leads its database and serves, 0 while it stands by.",
+            self.0.get().is_some(),
+        );
+        let Some(m) = self.0.get() else {
+            return;
+        };
         m.metrics.render(e);
         sessions(m, e);
         drives(m, e);
@@ -214,7 +240,10 @@ impl nasd_metrics::Source for ManagerSource {
     }
 
     fn health(&self) -> Result<(), String> {
-        self.0.health()
+        match self.0.get() {
+            Some(m) => m.health(),
+            None => Err("standing by: another manager leads the database".into()),
+        }
     }
 }
 
@@ -458,7 +487,7 @@ mod tests {
 
     fn scrape(m: &Arc<Manager>) -> String {
         let mut e = Exposition::new();
-        ManagerSource(m.clone()).render(&mut e);
+        ManagerSource::of(m.clone()).render(&mut e);
         e.finish()
     }
 
@@ -516,7 +545,12 @@ mod tests {
         ] {
             assert!(t.contains(g), "{g}");
         }
-        assert_eq!(ManagerSource(m.clone()).health(), Ok(()));
+        assert_eq!(ManagerSource::of(m.clone()).health(), Ok(()));
+        let standby = ManagerSource::default();
+        assert!(standby.health().is_err());
+        let mut e = Exposition::new();
+        standby.render(&mut e);
+        assert_eq!(e.finish(), "# HELP nasd_manager_leading 1 if this manager leads its database and serves, 0 while it stands by.\n# TYPE nasd_manager_leading gauge\nnasd_manager_leading 0\n");
     }
 
     #[test]

@@ -371,21 +371,23 @@ pub async fn run(
             listen: addr.to_string(),
         })
     };
-    let Some((st, lead)) = wait_to_lead(st, standby, &mut shutdown).await? else {
-        return Ok(());
-    };
-    let m = Manager::with_keys(st, cfg.policy.clone(), keys)?;
-    let tls = tls::server_config(dir)?;
+    // Metrics and health from the start: a standby answers that it stands by.
+    let source = Arc::new(crate::metrics::ManagerSource::default());
     let metrics = match metrics {
         Some(a) => {
-            let source = Arc::new(crate::metrics::ManagerSource(m.clone()));
-            let bound = nasd_metrics::server::start(a, source)
+            let bound = nasd_metrics::server::start(a, source.clone())
                 .await
                 .map_err(|e| err(format!("serving metrics on {a}: {e}")))?;
             Some(bound)
         }
         None => None,
     };
+    let Some((st, lead)) = wait_to_lead(st, standby, &mut shutdown).await? else {
+        return Ok(());
+    };
+    let m = Manager::with_keys(st, cfg.policy.clone(), keys)?;
+    source.leads(m.clone());
+    let tls = tls::server_config(dir)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| err(format!("listening on {addr}: {e}")))?;

@@ -35,6 +35,17 @@ fn entries_under(up: &Up, path: &str) -> usize {
     n
 }
 
+/// The answer of `GET /health` at `addr`, head and body.
+fn health(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
+}
+
 #[test]
 fn killing_the_leading_manager_mid_copy_fails_no_command_and_loses_nothing() {
     let mut up = Up::start_with(Options {
@@ -87,9 +98,17 @@ fn killing_the_leading_manager_mid_copy_fails_no_command_and_loses_nothing() {
         let back = up.dir.path().join(format!("back{round}"));
         up.ok(&["cp", "-r", &dest, back.to_str().unwrap()]);
         assert_eq!(tree_sums(&src), tree_sums(&back), "round {round}");
-        // The killed manager, started again, stands by: the leader keeps serving.
+        // The killed manager, started again, stands by: the leader keeps serving, and each
+        // one's health check says which serves.
         up.cluster.restart(leader).unwrap();
         assert_eq!(up.cluster.leading_manager(), Some(now));
+        let health = |id| health(up.cluster.metrics_addr(id).expect("metrics"));
+        assert!(health(now).starts_with("HTTP/1.1 200"), "{}", health(now));
+        let standby = health(leader);
+        assert!(
+            standby.starts_with("HTTP/1.1 503") && standby.contains("standing by"),
+            "{standby}"
+        );
     }
     // Both rounds' trees are there whichever manager serves.
     for round in 0..2 {
@@ -100,4 +119,81 @@ fn killing_the_leading_manager_mid_copy_fails_no_command_and_loses_nothing() {
         .info()
         .manager_ids()
         .any(|id| id == NodeId::ManagerN(1)));
+}
+
+#[test]
+fn a_mount_writing_through_a_kill_of_the_leading_manager_fails_no_write_and_loses_none() {
+    if !common::mount::can_mount() {
+        return;
+    }
+    let mut up = Up::start_with(Options {
+        meta: Meta::PrivatePostgres,
+        managers: 2,
+        ..Options::drives(2)
+    });
+    let mnt = up.dir.path().join("mnt");
+    let _m = common::mount::Mounted::start(&up, "nasd:/", &mnt, &[]);
+    let dir = mnt.join("w");
+    std::fs::create_dir(&dir).unwrap();
+    // A writer makes small files one after another, each written, synced and closed; every
+    // call must succeed across the take-over.
+    let (stop, done) = (
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    );
+    let writer = {
+        let (dir, stop, done) = (dir.clone(), stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = dir.join(format!("f{i}"));
+                let mut f =
+                    std::fs::File::create(&p).unwrap_or_else(|e| panic!("create f{i}: {e}"));
+                f.write_all(&common::rand_bytes(8192 + i, i as u64))
+                    .unwrap_or_else(|e| panic!("write f{i}: {e}"));
+                f.sync_all().unwrap_or_else(|e| panic!("fsync f{i}: {e}"));
+                drop(f);
+                i += 1;
+                done.store(i, std::sync::atomic::Ordering::Relaxed);
+            }
+            i
+        })
+    };
+    let wait_for = |n: usize| {
+        let t0 = Instant::now();
+        while done.load(std::sync::atomic::Ordering::Relaxed) < n {
+            assert!(!writer.is_finished(), "the writer failed");
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "the writer stalled"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(20);
+    let leader = up.cluster.leading_manager().expect("a manager leads");
+    up.cluster.kill(leader).unwrap();
+    let at_kill = done.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("killed {leader} after {at_kill} files");
+    wait_for(at_kill + 20);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().expect("no write failed");
+    assert_ne!(up.cluster.leading_manager(), Some(leader));
+    // Every file written is whole, through the mount and through a fresh client.
+    for i in 0..written {
+        let want = common::rand_bytes(8192 + i, i as u64);
+        assert_eq!(
+            std::fs::read(dir.join(format!("f{i}"))).unwrap(),
+            want,
+            "f{i}"
+        );
+    }
+    let back = up.dir.path().join("back");
+    up.ok(&["cp", "-r", "nasd:/w", back.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_dir(&back).unwrap().count(),
+        written,
+        "every file written has its name"
+    );
 }

@@ -44,8 +44,13 @@ fn python_ready() {
 
 impl S3 {
     fn start() -> S3 {
+        S3::start_with(nasd_cluster::Options::drives(3))
+    }
+
+    /// [`S3::start`] on a cluster started with `options` (three drives or more).
+    fn start_with(options: nasd_cluster::Options) -> S3 {
         python_ready();
-        let up = Up::start(3);
+        let up = Up::start_with(options);
         let mut s3 = S3 {
             addr: free_addr(),
             up,
@@ -488,6 +493,43 @@ fn acknowledged_objects_survive_a_killed_gateway_and_restarted_drives_and_manage
     s3.client(&["check-durable"], &acked);
     let more = s3.client(&["put-durable", "2"], "");
     s3.client(&["check-durable"], &more);
+}
+
+#[test]
+fn puts_through_the_gateway_go_on_when_the_leading_manager_is_killed() {
+    // Two managers over one PostgreSQL database: one serves, the other takes over.
+    let mut s3 = S3::start_with(nasd_cluster::Options {
+        meta: nasd_cluster::postgres::Meta::PrivatePostgres,
+        managers: 2,
+        ..nasd_cluster::Options::drives(3)
+    });
+    // The client's retries are off: a PUT that fails fails the run.
+    let mut c = Command::new("python3");
+    c.arg(CLIENT)
+        .args(["put-durable", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .envs(s3.env.iter().map(|(k, v)| (k, v)));
+    let mut child = c.spawn().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut acked = String::new();
+    for _ in 0..10 {
+        acked += &(lines.next().expect("an acknowledged PUT").unwrap() + "\n");
+    }
+    let leader = s3.up.cluster.leading_manager().expect("a manager leads");
+    s3.up.cluster.kill(leader).unwrap();
+    for l in lines {
+        acked += &(l.unwrap() + "\n");
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "PUTs failed after {leader} was killed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(acked.lines().count(), 60, "{acked}");
+    assert_ne!(s3.up.cluster.leading_manager(), Some(leader));
+    s3.client(&["check-durable"], &acked);
 }
 
 /// The gateway's peak memory (VmHWM), in bytes.
