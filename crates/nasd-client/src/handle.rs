@@ -688,11 +688,23 @@ impl FileHandle {
 
     /// Sends the overlay to the base: staged objects, or the committed file.
     async fn write_out(&self, st: &mut State) -> Result<(), FsError> {
+        if let Base::Staged { upload } = &st.base {
+            let upload = (**upload).clone();
+            let sent = match Self::settle(st).await {
+                Ok(()) => send_runs(&self.client, &upload, &st.dirty.take()).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                self.give_up_staged(st, &upload).await;
+                return Err(e);
+            }
+            return Ok(());
+        }
         Self::settle(st).await?;
         let runs = st.dirty.take();
         let size = st.size;
         match &mut st.base {
-            Base::Staged { upload } => send_runs(&self.client, upload, &runs).await?,
+            Base::Staged { .. } => unreachable!("written out above"),
             Base::Committed { size: base, cut } => {
                 if !st.changed {
                     return Ok(());
@@ -739,8 +751,10 @@ impl FileHandle {
     /// neither its reads nor the size it reports (to every descriptor sharing it) show bytes
     /// the file does not hold.
     async fn fall_back(&self, st: &mut State) {
-        let Base::Committed { size: base, .. } = st.base else {
-            return;
+        // A staged base's file as stored is the one its name holds (empty when just made).
+        let base = match st.base {
+            Base::Committed { size, .. } => size,
+            Base::Staged { .. } => 0,
         };
         let stored = self.client.size(&self.path()).await.unwrap_or(base);
         st.base = Base::Committed {
@@ -753,6 +767,16 @@ impl FileHandle {
         if let Some(p) = st.next.take() {
             p.task.abort();
         }
+    }
+
+    /// A staged upload that failed (a write or its commit: past a quota, say) is given up,
+    /// and the handle falls back to the file as stored ([`FileHandle::fall_back`]): what it
+    /// carried is gone and was reported as an error, so neither reads nor the size the open
+    /// file shows may offer it.
+    async fn give_up_staged(&self, st: &mut State, upload: &Upload) {
+        st.dirty.take();
+        self.client.abort_upload(upload).await;
+        self.fall_back(st).await;
     }
 
     /// Writes out, and commits a staged file: from then on the handle changes the committed
@@ -770,7 +794,7 @@ impl FileHandle {
         }
         .await;
         if let Err(e) = r {
-            self.client.abort_upload(&upload).await;
+            self.give_up_staged(st, &upload).await;
             return Err(e);
         }
         st.base = Base::Committed { size, cut: size };

@@ -408,6 +408,14 @@ fn through_the_mount_a_write_past_the_quota_is_edquot() {
     let wrote = f.write_all(&rand_bytes(16 << 20, 2));
     let e = wrote.and_then(|_| f.sync_all()).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
+    // While it is still open, a stat and a new open (sharing the open file) see what can be
+    // stored, never the bytes that failed.
+    let seen = std::fs::metadata(&big).unwrap().len();
+    let read = std::fs::read(&big).map(|b| b.len() as u64);
+    assert!(
+        seen <= 5 << 20 && read.as_ref().ok() == Some(&seen),
+        "{seen} {read:?}"
+    );
     drop(f);
     let kept = std::fs::metadata(&big).unwrap().len();
     assert!(kept <= 5 << 20, "{kept} bytes kept past the quota");
