@@ -26,6 +26,8 @@
 //!   COMP-EINT on generated files, synthetic traces and an optional real tree, and §7.3's
 //!   guidance).
 //! - [`sim`]: the discrete-event simulation of seed 000 §5 and its experiment.
+//! - [`cache`]: the `cache` experiment (seed 002 §3: a file manager's and drives' split
+//!   cache against one server cache, simulated on a trace or a synthetic AFS-like day).
 //! - [`raid`]: the `raid` experiment (seed 004 Figs 5-11 on nasd-ec's codes).
 //! - [`andrew`]: the `andrew` experiment (seed 002 §4.2 Table 8: the Andrew benchmark's
 //!   phases on a local directory, nasd's mount and a store-and-forward server's mount).
@@ -35,6 +37,7 @@
 //!   as client/drive pairs grow, in network namespaces with rate-capped links).
 
 pub mod andrew;
+pub mod cache;
 pub mod counted;
 pub mod crypto;
 pub mod crypto_nasd;

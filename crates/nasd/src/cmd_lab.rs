@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-/// `nasd lab crypto|model|sweep|sim|raid|scaling|andrew|prefetch|eint [--quick] [--json] [--out DIR]`.
+/// `nasd lab crypto|model|sweep|sim|cache|raid|scaling|andrew|prefetch|eint [--quick] [--json] [--out DIR]`.
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -24,6 +24,10 @@ pub enum Experiment {
     Sweep(CommonArgs),
     /// Seed 000 §5 Figs 12-17: queueing simulation of a drive with a slow digest unit.
     Sim(SimArgs),
+    /// Seed 002 §3: hit rates of a file manager's and drives' split cache against one server
+    /// cache of the same size (64-96 MB, 4 or 8 drives), simulated on a trace (--trace, as
+    /// `lab sim`) or a synthetic AFS-like day.
+    Cache(SimArgs),
     /// Seed 004 Figs 5-11: raid6x encoding, recovery, detection, correction and encryption.
     Raid(CommonArgs),
     /// Seed 002 §4 Figs 2a, 3, 4: striped NASD against a server-attached disk as client/drive
@@ -197,10 +201,14 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             &s.common,
             nasd_lab::sim::run(&options(&s.common), s.trace.as_deref()).context("lab sim")?,
         ),
+        Experiment::Cache(s) => (
+            &s.common,
+            nasd_lab::cache::run(&options(&s.common), s.trace.as_deref()).context("lab cache")?,
+        ),
     };
     if common.json {
         print!("{}", report.json_lines());
-    } else if matches!(args.experiment, Experiment::Sweep(_)) {
+    } else if matches!(args.experiment, Experiment::Sweep(_) | Experiment::Cache(_)) {
         print!("{}", text_with_plots(&report));
     } else {
         print!("{}", report.render_text());
