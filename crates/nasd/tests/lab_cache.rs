@@ -3,26 +3,14 @@
 //! and for all reads, and a trace given with `--trace` is what is simulated. No threshold on
 //! the rates: the simulation reports them.
 
+mod common;
+
 use std::process::Command;
 
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .args(["lab", "cache", "--quick", "--json"])
-        .args(args)
-        .output()
-        .expect("nasd runs");
-    assert!(
-        out.status.success(),
-        "nasd lab cache failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
-        .collect()
+    common::lab_json("cache", args)
 }
 
 fn rate(v: &Value, field: &str) -> f64 {

@@ -4,6 +4,8 @@
 //! on all-random content; trusted storage is one fixed record per file); and `--tree` on a tree
 //! this test builds, with known shares of text and random blocks, reports exactly those shares.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -15,21 +17,7 @@ const TRUSTED_RECORD_BYTES: f64 = 90.0;
 const BLOCK: usize = 65536;
 
 fn run(args: &[&str]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .args(["lab", "eint", "--quick", "--json"])
-        .args(args)
-        .output()
-        .expect("nasd runs");
-    assert!(
-        out.status.success(),
-        "nasd lab eint {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
-        .collect()
+    common::lab_json("eint", args)
 }
 
 fn table<'a>(rows: &'a [Value], name: &str) -> Vec<&'a Value> {

@@ -4,6 +4,8 @@
 //! (the drive hashes no data on a block boundary, a whole block 1 byte before); and every claim
 //! has a verdict. No timing threshold: the numbers are measured, the lab reports them.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::process::Command;
 
@@ -15,21 +17,7 @@ const BLOCK: u64 = 8192;
 const SIZE_MAX: u64 = 65536;
 
 fn run(args: &[&str]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .args(["lab", "sweep", "--quick", "--json"])
-        .args(args)
-        .output()
-        .expect("nasd runs");
-    assert!(
-        out.status.success(),
-        "nasd lab sweep failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
-        .collect()
+    common::lab_json("sweep", args)
 }
 
 fn f(v: &Value, field: &str) -> f64 {

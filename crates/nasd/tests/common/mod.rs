@@ -187,7 +187,6 @@ pub fn nasd_at_home(home: &Path, args: &[&str]) -> (bool, String, String) {
     (o.status.success(), out, err)
 }
 
-/// An error and its causes, one after another.
 /// Runs `nasd ARGS` with no cluster configured (a fresh `HOME`, no `NASD_CONFIG` or
 /// `NASD_DATA`), as the benchmarks that start clusters of their own are run; returns its
 /// stdout and the JSON object on each line of it, and fails with both outputs if it fails.
@@ -219,6 +218,13 @@ pub fn json_lines_of(args: &[&str]) -> (String, Vec<serde_json::Value>) {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     (out, lines)
+}
+
+/// `nasd lab EXPERIMENT --quick --json ARGS`: the JSON object of each line it prints.
+pub fn lab_json(experiment: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["lab", experiment, "--quick", "--json"];
+    all.extend_from_slice(args);
+    json_lines_of(&all).1
 }
 
 /// `nasd bench meta --quick --json --duration 0.3 --clients 2 --meta META`: one line per
