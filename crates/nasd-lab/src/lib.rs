@@ -18,7 +18,8 @@
 //! - [`stats`]: medians and spreads of repeated measurements.
 //! - [`counted`]: nasd-crypto's schemes run with their cost meter on the model's requests.
 //! - [`model`]: seed 000 §3.4's cost model in compression-function calls, for the four schemes.
-//! - [`model_exp`]: the `model` experiment (Figs 5, 6a, 6b, 7a, 7b, model beside counted).
+//! - [`model_exp`]: the `model` experiment (Figs 5, 6a, 6b, 7a, 7b, model beside counted;
+//!   and [`latency`], Fig 10's critical paths beside this CPU's measured work).
 //! - [`sweep`]: the `sweep` experiment (seed 000 §2.1 Fig 2, §3.2 Fig 4: the read-size sweep
 //!   of the four schemes timed in MB/s, beside the meter's counts).
 //! - [`crypto`]: the `crypto` experiment (seed 001 Tables 1-4, Fig 11 measured today).
@@ -43,6 +44,7 @@ pub mod crypto;
 pub mod crypto_nasd;
 pub mod eint;
 pub mod error;
+pub mod latency;
 pub mod model;
 pub mod model_exp;
 pub mod plot;

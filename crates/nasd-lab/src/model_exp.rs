@@ -247,5 +247,9 @@ pub fn run(opts: &LabOptions) -> Result<Report, LabError> {
             }
         }
     }
+    // Fig 10: the critical-path latency model, beside this CPU's measured work.
+    let (fig10, notes) = crate::latency::table(opts.quick);
+    report.tables.push(fig10);
+    report.notes.extend(notes);
     Ok(report)
 }

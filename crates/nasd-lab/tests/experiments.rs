@@ -22,7 +22,14 @@ fn rows(report: &nasd_lab::Report) -> Vec<serde_json::Value> {
 #[test]
 fn model_rows_carry_model_and_counted_and_agree_for_basic_mac() {
     let report = model_exp::run(&quick()).unwrap();
-    let rows = rows(&report);
+    // Fig 10's latency rows (their own shape) apart from the cost model's.
+    let (fig10, rows): (Vec<_>, Vec<_>) = rows(&report)
+        .into_iter()
+        .partition(|r| r["table"] == "fig10");
+    assert_eq!(fig10.len(), 6, "three approaches, read and write");
+    assert!(fig10
+        .iter()
+        .all(|r| r["measured_ns"].as_f64().unwrap() > 0.0));
     assert!(!rows.is_empty());
     for r in &rows {
         for field in [
