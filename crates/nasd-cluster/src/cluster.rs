@@ -434,7 +434,8 @@ fn running(dir: &Path) -> Vec<(NodeId, u32)> {
 }
 
 /// Stops a cluster left running in `dir` (`nasd up --background`): every process `pids.json`
-/// lists that is still a nasd process, last started first, each SIGTERM then SIGKILL after
+/// lists that is still a nasd process, last started first (managers standing by before the
+/// one that serves), each SIGTERM then SIGKILL after
 /// [`crate::process::STOP_GRACE_MS`]; calls `stopped` with each one's name and pid once it is
 /// gone; then stops the cluster's private PostgreSQL, if it has one running
 /// (`stopped_postgres`); removes `pids.json`.
@@ -452,7 +453,20 @@ pub fn down(
         path: p.clone(),
         source,
     })?;
-    for (name, pid) in pids.pids.iter().rev() {
+    // Last started first; of several managers, the ones standing by before the one that
+    // serves, so that none takes over (and starts serving) only to be stopped.
+    let info = ClusterFile::load(dir).ok().flatten();
+    let serves = |name: &str| {
+        let node = name.parse().ok().and_then(|id| info.as_ref()?.node(id).cloned());
+        node.is_some_and(|n| std::net::TcpStream::connect(&n.addr).is_ok())
+    };
+    let mut order: Vec<&(String, u32)> = pids.pids.iter().rev().collect();
+    order.sort_by_key(|(name, _)| match name.starts_with("manager") {
+        true if !serves(name) => 0,
+        true => 1,
+        false => 2,
+    });
+    for (name, pid) in order {
         if process::alive(*pid) && process::is_nasd(*pid) {
             process::stop_pid(*pid);
             stopped(name, *pid);
