@@ -457,7 +457,10 @@ pub fn down(
     // serves, so that none takes over (and starts serving) only to be stopped.
     let info = ClusterFile::load(dir).ok().flatten();
     let serves = |name: &str| {
-        let node = name.parse().ok().and_then(|id| info.as_ref()?.node(id).cloned());
+        let node = name
+            .parse()
+            .ok()
+            .and_then(|id| info.as_ref()?.node(id).cloned());
         node.is_some_and(|n| std::net::TcpStream::connect(&n.addr).is_ok())
     };
     let mut order: Vec<&(String, u32)> = pids.pids.iter().rev().collect();

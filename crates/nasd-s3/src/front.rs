@@ -87,6 +87,8 @@ impl RequestInfo {
 /// The front of the gateway: s3s and everything around it.
 pub struct Front {
     s3: S3Service,
+    /// Answers browsers' CORS preflights, which s3s does not route ([`crate::cors`]).
+    preflights: crate::gateway::Gateway,
     access: Arc<Access>,
     inflight: Arc<Semaphore>,
     forms: Arc<Semaphore>,
@@ -100,6 +102,7 @@ pub struct Front {
 impl Front {
     pub fn new(
         s3: S3Service,
+        preflights: crate::gateway::Gateway,
         access: Arc<Access>,
         log: Option<AccessLog>,
         metrics: Option<Arc<GatewayMetrics>>,
@@ -108,6 +111,7 @@ impl Front {
         nasd_crypto::random_bytes(&mut p);
         Front {
             s3,
+            preflights,
             access,
             inflight: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
             forms: Arc::new(Semaphore::new(POST_FORMS_IN_FLIGHT_MAX)),
@@ -163,6 +167,15 @@ impl Front {
             return Ok(done.respond(error_response(&e, &id)));
         };
         done.guards.permits.push(permit);
+        if req.method() == http::Method::OPTIONS {
+            done.info.set_op("PreflightCors");
+            let resp = self.preflight(req.headers(), &done.entry.bucket).await;
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => error_response(&e, &id),
+            };
+            return Ok(done.respond(with_request_id(resp, &id)));
+        }
         let (mut parts, body) = req.into_parts();
         let body = Stalled::new(body, done.bytes_in.clone());
         let prepared = self
@@ -191,6 +204,65 @@ impl Front {
             }
         };
         Ok(done.respond(resp))
+    }
+
+    /// A browser's CORS preflight for `bucket` ([`crate::cors`]): 200 with the
+    /// `Access-Control-*` headers of the first rule that allows it, 403 when none does, 400
+    /// without an origin and a method.
+    async fn preflight(
+        &self,
+        h: &http::HeaderMap,
+        bucket: &str,
+    ) -> Result<Response<s3s::Body>, S3Error> {
+        let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+        let (Some(origin), Some(method)) =
+            (header("origin"), header("access-control-request-method"))
+        else {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidRequest,
+                "a CORS preflight needs Origin and Access-Control-Request-Method",
+            ));
+        };
+        let denied = || {
+            S3Error::with_message(
+                S3ErrorCode::AccessDenied,
+                "CORSResponse: this CORS request is not allowed",
+            )
+        };
+        if bucket.is_empty() {
+            return Err(denied());
+        }
+        let rules = self
+            .preflights
+            .preflight_rules(bucket)
+            .await
+            .ok_or_else(denied)?;
+        let a = crate::cors::allow(
+            &rules,
+            origin,
+            method,
+            header("access-control-request-headers"),
+        )
+        .ok_or_else(denied)?;
+        let mut r = Response::builder()
+            .status(StatusCode::OK)
+            .header("access-control-allow-origin", &a.origin)
+            .header("access-control-allow-methods", &a.methods)
+            .header(
+                "vary",
+                "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
+            );
+        if let Some(hs) = &a.headers {
+            r = r.header("access-control-allow-headers", hs);
+        }
+        if let Some(e) = &a.expose {
+            r = r.header("access-control-expose-headers", e);
+        }
+        if let Some(m) = a.max_age {
+            r = r.header("access-control-max-age", m.to_string());
+        }
+        r.body(s3s::Body::empty())
+            .map_err(|_| S3Error::with_message(S3ErrorCode::InternalError, "a preflight answer"))
     }
 
     /// The body s3s gets: a form checked up to its file, an aws-chunked body re-cut, any

@@ -21,7 +21,8 @@
 //!   bucket tags as extended attributes; [`versions`] — bucket versioning, older versions and
 //!   delete markers beside each key; [`lifecycle`] — bucket lifecycle rules, kept and
 //!   carried out by a sweeper; [`conds`] — conditional writes and deletes, checked in one
-//!   critical section with their commit;
+//!   critical section with their commit; [`cors`] — buckets' CORS rules and the answers to
+//!   browsers' preflights;
 //! - [`server`] — the HTTP(S) server; [`conns`] — connections, their limits and timeouts;
 //!   [`front`] — what each request meets before s3s (request ids, bounded bodies, POST forms
 //!   refused unless signed, the access log of [`log`]); [`chunked`] — aws-chunked bodies
@@ -93,6 +94,7 @@ mod buckets;
 pub mod chunked;
 pub mod conds;
 pub mod conns;
+pub mod cors;
 pub mod digest;
 pub mod front;
 pub mod gateway;

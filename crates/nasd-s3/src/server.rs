@@ -180,9 +180,11 @@ pub async fn serve(
         root.to_string(),
         options.lifecycle_day,
     )));
+    let preflights = gateway.alike();
     let s3 = s3_service(&access, gateway, &options);
     let front = Arc::new(Front::new(
         s3,
+        preflights,
         access,
         options.access_log.map(AccessLog::new),
         options.metrics,

@@ -1,7 +1,7 @@
 //! Features the gateway does not implement are refused, never accepted and ignored (issue 22
 //! §1): a request that asks for object lock, a storage class, a website redirect, MFA
 //! delete, or a change to a version other than the current one answers `NotImplemented` before anything is read or written. Whole
-//! operations the gateway lacks (bucket policies, lifecycle, CORS, logging,
+//! operations the gateway lacks (bucket policies, logging,
 //! object-lock configuration, public-access blocks, ownership controls) are s3s's
 //! `NotImplemented` already. Server-side encryption is [`crate::sse`]'s.
 

@@ -458,6 +458,13 @@ fn the_aws_cli_copies_syncs_lists_and_removes() {
 }
 
 #[test]
+fn cors_rules_are_kept_for_their_owner_and_answer_preflights() {
+    let s3 = S3::start();
+    let out = s3.client(&["only", "cors"], "");
+    assert!(out.contains("cors ok"), "{out}");
+}
+
+#[test]
 fn lifecycle_rules_are_kept_checked_and_carried_out() {
     let s3 = S3::start();
     s3.kill_gateway();

@@ -922,6 +922,66 @@ def check_stale_uploads(s3):
     assert code_of(lambda: s3.list_parts(Bucket="stale", Key="left", UploadId=left)) == "NoSuchUpload"
 
 
+def preflight(bucket, key=None, **headers):
+    """An OPTIONS request (unsigned, as browsers send them): (status, headers)."""
+    url = f"{ENDPOINT}/{bucket}" + (f"/{key}" if key else "")
+    names = {"origin": "Origin", "method": "Access-Control-Request-Method",
+             "headers": "Access-Control-Request-Headers"}
+    req = urllib.request.Request(url, method="OPTIONS",
+                                 headers={names[k]: v for k, v in headers.items()})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}
+
+
+def check_cors(s3):
+    bucket(s3, "cors")
+    assert code_of(lambda: s3.get_bucket_cors(Bucket="cors")) == "NoSuchCORSConfiguration"
+    # Before any rule, a preflight is refused.
+    assert preflight("cors", "k", origin="https://app.example", method="GET")[0] == 403
+    rules = [
+        {"AllowedMethods": ["GET", "HEAD"], "AllowedOrigins": ["https://*.example"],
+         "AllowedHeaders": ["x-amz-meta-*", "range"], "ExposeHeaders": ["ETag"],
+         "MaxAgeSeconds": 600, "ID": "app"},
+        {"AllowedMethods": ["PUT"], "AllowedOrigins": ["*"]},
+    ]
+    s3.put_bucket_cors(Bucket="cors", CORSConfiguration={"CORSRules": rules})
+    got = s3.get_bucket_cors(Bucket="cors")["CORSRules"]
+    assert got[0]["AllowedMethods"] == ["GET", "HEAD"] and got[0]["ID"] == "app", got
+    assert got[0]["AllowedHeaders"] == ["x-amz-meta-*", "range"] and got[0]["MaxAgeSeconds"] == 600, got
+    assert got[1]["AllowedOrigins"] == ["*"], got
+    # The first rule allowing origin, method and headers answers.
+    st, h = preflight("cors", "k", origin="https://app.example", method="GET",
+                      headers="Range, X-Amz-Meta-Colour")
+    assert st == 200, (st, h)
+    assert h["access-control-allow-origin"] == "https://app.example", h
+    assert h["access-control-allow-methods"] == "GET, HEAD", h
+    assert h["access-control-allow-headers"] == "range, x-amz-meta-colour", h
+    assert h["access-control-expose-headers"] == "ETag" and h["access-control-max-age"] == "600", h
+    st, h = preflight("cors", origin="https://other.org", method="PUT")
+    assert st == 200 and h["access-control-allow-origin"] == "*", (st, h)
+    # Refused: an origin, a method or a header no rule allows; without an origin or a
+    # method the request is bad.
+    assert preflight("cors", "k", origin="https://app.evil", method="GET")[0] == 403
+    assert preflight("cors", "k", origin="https://app.example", method="DELETE")[0] == 403
+    assert preflight("cors", "k", origin="https://app.example", method="GET",
+                     headers="authorization")[0] == 403
+    assert preflight("cors", "k", origin="https://app.example")[0] == 400
+    assert preflight("cors", "k")[0] == 400
+    assert preflight("no-such-bucket", "k", origin="https://app.example", method="GET")[0] == 403
+    # Only the owner sees or changes the rules; bad rules are refused.
+    bob = client("BOB")
+    assert code_of(lambda: bob.get_bucket_cors(Bucket="cors")) == "AccessDenied"
+    assert code_of(lambda: bob.delete_bucket_cors(Bucket="cors")) == "AccessDenied"
+    bad = {"CORSRules": [{"AllowedMethods": ["PATCH"], "AllowedOrigins": ["*"]}]}
+    assert code_of(lambda: s3.put_bucket_cors(Bucket="cors", CORSConfiguration=bad)) == "InvalidRequest"
+    s3.delete_bucket_cors(Bucket="cors")
+    assert code_of(lambda: s3.get_bucket_cors(Bucket="cors")) == "NoSuchCORSConfiguration"
+    assert preflight("cors", "k", origin="https://app.example", method="GET")[0] == 403
+
+
 def check_lifecycle(s3):
     """Against a gateway started with --lifecycle-day-secs 2: rules are checked and kept by
     the bucket's owner alone, and carried out: current versions expire by prefix and tag,
