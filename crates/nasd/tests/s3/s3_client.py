@@ -632,8 +632,6 @@ def check_unsupported(s3):
         "lifecycle transition": lambda: s3.put_bucket_lifecycle_configuration(Bucket="plain", LifecycleConfiguration={
             "Rules": [{"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""},
                        "Transitions": [{"Days": 1, "StorageClass": "GLACIER"}]}]}),
-        "cors": lambda: s3.put_bucket_cors(Bucket="plain", CORSConfiguration={
-            "CORSRules": [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
         "logging": lambda: s3.put_bucket_logging(Bucket="plain", BucketLoggingStatus={
             "LoggingEnabled": {"TargetBucket": "plain", "TargetPrefix": "log/"}}),
         "lock config": lambda: s3.put_object_lock_configuration(Bucket="plain", ObjectLockConfiguration={
