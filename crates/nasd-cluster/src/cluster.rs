@@ -464,7 +464,8 @@ pub fn down(
         node.is_some_and(|n| std::net::TcpStream::connect(&n.addr).is_ok())
     };
     let mut order: Vec<&(String, u32)> = pids.pids.iter().rev().collect();
-    order.sort_by_key(|(name, _)| match name.starts_with("manager") {
+    // Keys are computed once each: whether a manager serves costs a connection attempt.
+    order.sort_by_cached_key(|(name, _)| match name.starts_with("manager") {
         true if !serves(name) => 0,
         true => 1,
         false => 2,

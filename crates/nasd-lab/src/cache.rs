@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::error::LabError;
 use crate::report::{fmt, Figure, Report, Series, Table};
-use crate::sim::workload::{read_trace, FsOp, Request};
+use crate::sim::workload::{read_trace, std_normal, FsOp, Request};
 use crate::LabOptions;
 
 /// The file manager's cache in the NASD configuration, bytes ("a small (8 MB) file manager
@@ -257,11 +257,7 @@ pub fn synthetic(spec: &SyntheticSpec, n: usize, seed: u64) -> Vec<Request> {
     // files in a shuffled order so popular files are spread over directories and drives.
     let sizes: Vec<u64> = (0..spec.files)
         .map(|_| {
-            let z = {
-                let u1 = 1.0 - rng.random::<f64>();
-                let u2 = rng.random::<f64>();
-                (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-            };
+            let z = std_normal(&mut rng);
             ((spec.median_bytes * (spec.sigma_ln * z).exp()) as u64).clamp(1, spec.max_bytes)
         })
         .collect();

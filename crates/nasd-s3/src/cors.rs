@@ -12,7 +12,6 @@
 
 use crate::gateway::{status_err, Gateway};
 use nasd_client::files::Client;
-use nasd_proto::manager::MgrStatus;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use serde::{Deserialize, Serialize};
@@ -184,12 +183,8 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<DeleteBucketCorsInput>,
     ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
-        let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
-        match c.setxattr(&path, BUCKET_CORS_ATTR, None).await {
-            Ok(()) => {}
-            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => {}
-            Err(e) => return Err(status_err(e)),
-        }
+        self.clear_bucket_attr(&c, &req.input.bucket, BUCKET_CORS_ATTR)
+            .await?;
         let mut r = S3Response::new(DeleteBucketCorsOutput::default());
         r.status = Some(http::StatusCode::NO_CONTENT);
         Ok(r)

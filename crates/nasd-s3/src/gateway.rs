@@ -245,6 +245,22 @@ impl Gateway {
         }
     }
 
+    /// Removes the configuration attribute `name` of `bucket`, which the caller owns (a
+    /// bucket without it is left as it is); the configuration's DELETE then answers 204.
+    pub(crate) async fn clear_bucket_attr(
+        &self,
+        c: &Client,
+        bucket: &str,
+        name: &str,
+    ) -> S3Result<()> {
+        let (path, _) = self.owned_bucket(c, bucket).await?;
+        match c.setxattr(&path, name, None).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => Ok(()),
+            Err(e) => Err(status_err(e)),
+        }
+    }
+
     /// [`Gateway::bucket_stat`] of a bucket the caller owns (`AccessDenied` otherwise): only
     /// a bucket's owner reads or changes its ACL, tags and configuration.
     pub(crate) async fn owned_bucket(

@@ -21,7 +21,7 @@ use crate::list::{self, Item, Query};
 use crate::meta::ObjectMeta;
 use crate::versions::State;
 use nasd_client::files::Client;
-use nasd_proto::manager::{FileKind, FileStat, MgrStatus};
+use nasd_proto::manager::{FileKind, FileStat};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 use serde::{Deserialize, Serialize};
@@ -359,13 +359,8 @@ impl Gateway {
         c: Arc<Client>,
         req: &S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
-        let (path, _) = self.owned_bucket(&c, &req.input.bucket).await?;
-        match c.setxattr(&path, BUCKET_ATTR, None).await {
-            // A bucket without rules is left as it is (the bucket was just found).
-            Ok(()) => {}
-            Err(e) if e.status() == Some(MgrStatus::NoSuchPath) => {}
-            Err(e) => return Err(status_err(e)),
-        }
+        self.clear_bucket_attr(&c, &req.input.bucket, BUCKET_ATTR)
+            .await?;
         let mut r = S3Response::new(DeleteBucketLifecycleOutput::default());
         r.status = Some(http::StatusCode::NO_CONTENT);
         Ok(r)

@@ -269,7 +269,8 @@ fn exp(rng: &mut StdRng, mean: f64) -> f64 {
     -mean * (1.0 - rng.random::<f64>()).ln()
 }
 
-fn std_normal(rng: &mut StdRng) -> f64 {
+/// A standard normal draw (Box-Muller), shared with [`crate::cache`]'s file sizes.
+pub(crate) fn std_normal(rng: &mut StdRng) -> f64 {
     // Box-Muller.
     let u1 = 1.0 - rng.random::<f64>();
     let u2 = rng.random::<f64>();
