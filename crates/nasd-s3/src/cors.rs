@@ -5,7 +5,11 @@
 //! answered by the front before s3s ([`Front`](crate::front)): the gateway reads the
 //! bucket's rules as its owner, and the first rule that allows the origin, the method and
 //! every requested header gives the answer's `Access-Control-*` headers; none allows it: 403.
-//! An `OPTIONS` without both headers is a bad request (400).
+//! An `OPTIONS` without both headers is a bad request (400). A request that carries an
+//! `Origin` (a browser's actual request after its preflight, signed as usual) gets the same
+//! headers from the first rule allowing its origin and its own method, whatever its outcome
+//! (so a page can read an error too); without such a rule it is answered as if no `Origin`
+//! were sent, and the browser withholds the answer from the page.
 //!
 //! An origin in a rule may hold one `*`, which matches any run of characters (`*`,
 //! `https://*.example.com`); so may an allowed header (matched without regard to case).
@@ -107,6 +111,40 @@ pub struct Allowed {
     pub headers: Option<String>,
     pub expose: Option<String>,
     pub max_age: Option<i32>,
+}
+
+impl Allowed {
+    /// Puts the `Access-Control-*` headers into `h`: for a preflight (`preflight`) those
+    /// answering its question (allowed headers, how long to keep the answer) as well.
+    pub fn set_headers(&self, h: &mut http::HeaderMap, preflight: bool) {
+        let mut set = |name: &'static str, v: &str| {
+            if let Ok(v) = http::HeaderValue::from_str(v) {
+                h.insert(name, v);
+            }
+        };
+        set("access-control-allow-origin", &self.origin);
+        set("access-control-allow-methods", &self.methods);
+        if self.origin != "*" {
+            set("access-control-allow-credentials", "true");
+        }
+        if let Some(e) = &self.expose {
+            set("access-control-expose-headers", e);
+        }
+        if preflight {
+            if let Some(hs) = &self.headers {
+                set("access-control-allow-headers", hs);
+            }
+            if let Some(m) = self.max_age {
+                set("access-control-max-age", &m.to_string());
+            }
+            set(
+                "vary",
+                "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
+            );
+        } else {
+            set("vary", "Origin");
+        }
+    }
 }
 
 /// The first of `rules` that allows `origin` to send `method` with `headers` (the

@@ -176,6 +176,12 @@ impl Front {
             };
             return Ok(done.respond(with_request_id(resp, &id)));
         }
+        let origin = req
+            .headers()
+            .get("origin")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let method = req.method().to_string();
         let (mut parts, body) = req.into_parts();
         let body = Stalled::new(body, done.bytes_in.clone());
         let prepared = self
@@ -194,7 +200,7 @@ impl Front {
             .instrument(span)
             .await;
         let attributes = done.info.snapshot().op.as_deref() == Some("GetObjectAttributes");
-        let resp = match resp {
+        let mut resp = match resp {
             Ok(r) if attributes => with_request_id(bare_attribute_etag(r), &id),
             Ok(r) => with_request_id(r, &id),
             Err(e) => {
@@ -203,6 +209,14 @@ impl Front {
                 error_response(&e, &id)
             }
         };
+        if let (Some(origin), false) = (origin, done.entry.bucket.is_empty()) {
+            if let Some(a) = self
+                .cors_of_request(&done.entry.bucket, &origin, &method)
+                .await
+            {
+                a.set_headers(resp.headers_mut(), false);
+            }
+        }
         Ok(done.respond(resp))
     }
 
@@ -244,25 +258,21 @@ impl Front {
             header("access-control-request-headers"),
         )
         .ok_or_else(denied)?;
-        let mut r = Response::builder()
-            .status(StatusCode::OK)
-            .header("access-control-allow-origin", &a.origin)
-            .header("access-control-allow-methods", &a.methods)
-            .header(
-                "vary",
-                "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
-            );
-        if let Some(hs) = &a.headers {
-            r = r.header("access-control-allow-headers", hs);
-        }
-        if let Some(e) = &a.expose {
-            r = r.header("access-control-expose-headers", e);
-        }
-        if let Some(m) = a.max_age {
-            r = r.header("access-control-max-age", m.to_string());
-        }
-        r.body(s3s::Body::empty())
-            .map_err(|_| S3Error::with_message(S3ErrorCode::InternalError, "a preflight answer"))
+        let mut r = Response::new(s3s::Body::empty());
+        a.set_headers(r.headers_mut(), true);
+        Ok(r)
+    }
+
+    /// The `Access-Control-*` headers for a request from a browser page at `origin`, sending
+    /// `method` to `bucket` (none: no rule allows it, or no such bucket).
+    async fn cors_of_request(
+        &self,
+        bucket: &str,
+        origin: &str,
+        method: &str,
+    ) -> Option<crate::cors::Allowed> {
+        let rules = self.preflights.preflight_rules(bucket).await?;
+        crate::cors::allow(&rules, origin, method, None)
     }
 
     /// The body s3s gets: a form checked up to its file, an aws-chunked body re-cut, any

@@ -934,6 +934,20 @@ def preflight(bucket, key=None, **headers):
         return e.code, {k.lower(): v for k, v in e.headers.items()}
 
 
+def with_origin(s3, origin, call):
+    """Runs `call` (one request through `s3`) as a browser page at `origin` would send it;
+    returns the answer's headers, an error's too."""
+    def add(request, **_):
+        request.headers["Origin"] = origin
+    s3.meta.events.register_first("before-sign.s3.*", add)
+    try:
+        return call()["ResponseMetadata"]["HTTPHeaders"]
+    except botocore.exceptions.ClientError as e:
+        return e.response["ResponseMetadata"]["HTTPHeaders"]
+    finally:
+        s3.meta.events.unregister("before-sign.s3.*", add)
+
+
 def check_cors(s3):
     bucket(s3, "cors")
     assert code_of(lambda: s3.get_bucket_cors(Bucket="cors")) == "NoSuchCORSConfiguration"
@@ -960,6 +974,22 @@ def check_cors(s3):
     assert h["access-control-expose-headers"] == "ETag" and h["access-control-max-age"] == "600", h
     st, h = preflight("cors", origin="https://other.org", method="PUT")
     assert st == 200 and h["access-control-allow-origin"] == "*", (st, h)
+    # A page's actual (signed) requests carry the headers of the first rule allowing their
+    # origin and method, errors too; with no such rule, none.
+    s3.put_object(Bucket="cors", Key="k", Body=b"v")
+    h = with_origin(s3, "https://app.example", lambda: s3.get_object(Bucket="cors", Key="k"))
+    assert h["access-control-allow-origin"] == "https://app.example", h
+    assert h["access-control-allow-methods"] == "GET, HEAD", h
+    assert h["access-control-expose-headers"] == "ETag", h
+    assert h["access-control-allow-credentials"] == "true" and h["vary"] == "Origin", h
+    h = with_origin(s3, "https://app.example", lambda: s3.get_object(Bucket="cors", Key="nope"))
+    assert h["access-control-allow-origin"] == "https://app.example", h
+    h = with_origin(s3, "https://other.org", lambda: s3.put_object(Bucket="cors", Key="k", Body=b"w"))
+    assert h["access-control-allow-origin"] == "*" and "access-control-allow-credentials" not in h, h
+    for origin, f in [("https://app.evil", lambda: s3.get_object(Bucket="cors", Key="k")),
+                      ("https://app.example", lambda: s3.delete_object(Bucket="cors", Key="k"))]:
+        h = with_origin(s3, origin, f)
+        assert not any(k.startswith("access-control-") for k in h), h
     # Refused: an origin, a method or a header no rule allows; without an origin or a
     # method the request is bad.
     assert preflight("cors", "k", origin="https://app.evil", method="GET")[0] == 403
