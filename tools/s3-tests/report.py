@@ -12,9 +12,14 @@ import sys
 import xml.etree.ElementTree as ET
 
 
+# Lines of a regression's traceback the summary shows (its assertion, with the values).
+DETAIL_LINES = 12
+
+
 def outcomes(path):
-    """{test name: (outcome, error line)} from a JUnit XML file."""
-    out = {}
+    """{test name: (outcome, error line)} from a JUnit XML file, and {test name: the end of
+    its failure's traceback, unmasked}."""
+    out, details = {}, {}
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name")
         outcome, why = "passed", ""
@@ -23,9 +28,10 @@ def outcomes(path):
             if el is not None:
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                 why = category(el.get("message") or (el.text or "").strip())
+                details[name] = (el.text or "").strip().splitlines()[-DETAIL_LINES:]
                 break
         out[name] = (outcome, why)
-    return out
+    return out, details
 
 
 def category(message):
@@ -48,7 +54,7 @@ def main():
                    help="rewrite PASSING.txt with the tests that passed")
     a = p.parse_args()
 
-    res = outcomes(a.junit)
+    res, details = outcomes(a.junit)
     counts = collections.Counter(o for o, _ in res.values())
     try:
         with open(a.passing) as f:
@@ -68,7 +74,9 @@ def main():
     groups = collections.Counter(w for o, w in res.values() if o in ("failed", "error"))
     lines += [f"{n:5} {w}" for w, n in groups.most_common()]
     lines += ["", f"regressions (listed in {a.passing}, did not pass): {len(regressions)}"]
-    lines += [f"  {n}: {res.get(n, ('not run', ''))[0]} {res.get(n, ('', ''))[1]}" for n in regressions]
+    for n in regressions:
+        lines.append(f"  {n}: {res.get(n, ('not run', ''))[0]} {res.get(n, ('', ''))[1]}")
+        lines += [f"      | {l}" for l in details.get(n, [])]
     lines += ["", f"newly passing (add them to {a.passing}): {len(new)}"]
     lines += [f"  {n}" for n in new]
     text = "\n".join(lines) + "\n"

@@ -1,7 +1,9 @@
 //! Bucket lifecycle rules, kept and carried out. A bucket's rules are an attribute of its
 //! directory (`user.s3.bucket.lifecycle`, JSON), which only its owner sets, reads or removes.
-//! The gateway's sweeper ([`sweep_forever`]) visits every bucket with rules a few times a
-//! day and, acting for the bucket's owner through the same calls a DELETE makes:
+//! The gateway's sweeper ([`sweep_forever`]) visits every bucket with rules when it starts and
+//! then once a day, just after midnight UTC, as S3 runs lifecycle rules once a day: every
+//! expiry falls on a midnight (S3 rounds `Days` up to one, and a `Date` is one), so nothing
+//! comes late. It acts for the bucket's owner through the same calls a DELETE makes:
 //! - expires current versions `Days` after they were written or from a `Date` on (in a
 //!   versioned bucket, as a DELETE without a version id does: a delete marker);
 //! - removes a delete marker that is a key's only version (`ExpiredObjectDeleteMarker`);
@@ -10,9 +12,10 @@
 //!
 //! Rules select keys by prefix, tags and size, as S3's filters do. A day is 86,400 s; `nasd
 //! s3 serve --lifecycle-day-secs` shortens it for tests, as RGW's `rgw_lc_debug_interval`
-//! does. Transitions to other storage classes are refused (there is one), and so is
-//! `AbortIncompleteMultipartUpload`, which the gateway does for every bucket after
-//! `--stale-upload-secs` ([`crate::stale`]).
+//! does (midnights are then multiples of that day since the epoch). Transitions to other
+//! storage classes are refused (there is one). `AbortIncompleteMultipartUpload` removes the
+//! uploads under a rule's prefix its days after they began, besides the gateway's own
+//! expiry of every upload after `--stale-upload-secs` ([`crate::stale`]).
 
 use crate::access::Access;
 use crate::conds::Cond;
@@ -36,12 +39,8 @@ const RULES_MAX: usize = 1000;
 const ID_BYTES_MAX: usize = 255;
 /// A day, unless `--lifecycle-day-secs` says otherwise.
 pub const DAY_SECS_DEFAULT: u64 = 86_400;
-/// Sweeps per day (so an expiry comes at most this fraction of a day late).
-const SWEEPS_PER_DAY: u32 = 8;
-/// The longest time between two sweeps.
-const SWEEP_EVERY_MAX: Duration = Duration::from_secs(3600);
-/// The shortest time between two sweeps (a day of a few seconds, in tests).
-const SWEEP_EVERY_MIN: Duration = Duration::from_millis(500);
+/// How long after a midnight the sweep runs (so the clock surely reads that day).
+const SWEEP_AFTER_MIDNIGHT_MS: u64 = 250;
 
 /// One rule, as kept.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -554,23 +553,31 @@ impl Gateway {
     }
 }
 
-/// Time between sweeps for a day of `day`.
-pub fn sweep_every(day: Duration) -> Duration {
-    (day / SWEEPS_PER_DAY).clamp(SWEEP_EVERY_MIN, SWEEP_EVERY_MAX)
+/// When the sweep after `now_ms` (Unix milliseconds) runs, for a day of `day_ms`: just after
+/// the next midnight.
+pub fn next_sweep_ms(now_ms: u64, day_ms: u64) -> u64 {
+    (now_ms / day_ms + 1) * day_ms + SWEEP_AFTER_MIDNIGHT_MS
 }
 
-/// Carries out every bucket's rules under `root`, for ever.
+/// Carries out every bucket's rules under `root` now, and then after each midnight, for ever.
 pub async fn sweep_forever(gw: Gateway, root: String, day: Duration) {
     let access = gw.access.clone();
-    let mut tick = tokio::time::interval(sweep_every(day));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let day_ms = (day.as_millis() as u64).max(1000);
     loop {
-        tick.tick().await;
         let n = sweep(&gw, &access, &root, day).await;
         if n > 0 {
             tracing::info!("lifecycle rules expired {n} version(s)");
         }
+        let now = now_ms();
+        tokio::time::sleep(Duration::from_millis(next_sweep_ms(now, day_ms) - now)).await;
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// One sweep over the buckets under `root`: each bucket with rules, as its owner.
@@ -664,6 +671,21 @@ mod tests {
     const DAY: i64 = 86_400;
     /// 2012-12-21 10:00 UTC, in microseconds.
     const WRITTEN_US: u64 = 1_356_084_000_000_000;
+
+    #[test]
+    fn sweeps_come_just_after_each_midnight() {
+        let day = 86_400_000;
+        let after = SWEEP_AFTER_MIDNIGHT_MS;
+        assert_eq!(next_sweep_ms(0, day), day + after);
+        assert_eq!(next_sweep_ms(day - 1, day), day + after);
+        // A sweep that ran just after a midnight waits for the next one.
+        assert_eq!(next_sweep_ms(day + after + 5, day), 2 * day + after);
+        // Every expiry is a midnight, so the sweep just after it finds it due.
+        let due = expires_at(5 * 1_000_000, 1, 86_400) as u64;
+        assert_eq!(due % 86_400, 0);
+        assert_eq!(next_sweep_ms(due * 1000 - 1, day) / 1000, due);
+        assert_eq!(next_sweep_ms(9_100, 4_000), 12_000 + after);
+    }
 
     #[test]
     fn an_expiry_is_the_first_midnight_after_its_days() {
