@@ -6,7 +6,8 @@
 //!                     32B drive key, u8 min_protection, u64 capacity_bytes, u64 next_phys
 //! PartitionRecord v1: u8 ver, u64 quota_bytes, u64 used_blocks, u64 objects, u8 default_scheme,
 //!                     u8 min_protection, u64 next_object, 3 x (u8 present, 32B key)
-//!                     [partition, current working, previous working]
+//!                     [partition, current working, previous working], u64 reserved_blocks
+//!                     (the last field absent in records written before it: recounted on open)
 //! v2 of both:         the same, each key field 48 bytes: the key sealed under the drive's
 //!                     passphrase for its slot (`nasd_crypto::seal`); an absent key is 48 zeros
 //! ObjectRecord    v1: u8 ver, 357B attributes, 32B attribute digest
@@ -147,6 +148,10 @@ impl DriveRecord {
 pub struct PartitionRecord {
     pub quota_bytes: u64,
     pub used_blocks: u64,
+    /// Blocks its objects reserved and have not used yet: the sum over its objects of
+    /// [`ObjectRecord::reservation`] (Table 5 `blocks_allocated`). They count toward the quota
+    /// and are held back from other writes as if used.
+    pub reserved_blocks: u64,
     pub objects: u64,
     pub default_scheme: Scheme,
     pub min_protection: Protection,
@@ -161,6 +166,7 @@ impl PartitionRecord {
         PartitionRecord {
             quota_bytes,
             used_blocks: 0,
+            reserved_blocks: 0,
             objects: 0,
             default_scheme,
             min_protection: Protection::NONE,
@@ -184,19 +190,28 @@ impl PartitionRecord {
         put_key(&mut w, &self.partition_key, seal, &ps);
         put_key(&mut w, &self.working_current, seal, &wc);
         put_key(&mut w, &self.working_previous, seal, &wp);
+        w.u64(self.reserved_blocks);
         w.into_vec()
+    }
+
+    /// Blocks counted toward the quota: used and reserved.
+    pub fn charged_blocks(&self) -> u64 {
+        self.used_blocks + self.reserved_blocks
     }
     /// The seal slots of partition `id`'s keys.
     fn slots(id: u16) -> [String; 3] {
         ["partition", "working-current", "working-previous"].map(|k| format!("partition {id}/{k}"))
     }
-    pub fn decode(b: &[u8], id: u16, seal: Option<&KeySeal>) -> Result<Self, DecodeError> {
+    /// The record of partition `id`, and whether it holds its reserved blocks (records
+    /// written before that field have none: the caller counts them from the objects).
+    pub fn decode(b: &[u8], id: u16, seal: Option<&KeySeal>) -> Result<(Self, bool), DecodeError> {
         let mut r = Reader::new(b);
         check_version(&mut r, seal)?;
         let [ps, wc, wp] = Self::slots(id);
-        let p = PartitionRecord {
+        let mut p = PartitionRecord {
             quota_bytes: r.u64("quota")?,
             used_blocks: r.u64("used")?,
+            reserved_blocks: 0,
             objects: r.u64("objects")?,
             default_scheme: Scheme::from_u8(r.u8("scheme")?)?,
             min_protection: Protection::from_bits(r.u8("min protection")?)?,
@@ -205,8 +220,12 @@ impl PartitionRecord {
             working_current: get_key(&mut r, seal, &wc)?,
             working_previous: get_key(&mut r, seal, &wp)?,
         };
+        let counted = r.remaining() > 0;
+        if counted {
+            p.reserved_blocks = r.u64("reserved")?;
+        }
         r.finish("partition record")?;
-        Ok(p)
+        Ok((p, counted))
     }
 }
 
@@ -214,6 +233,9 @@ impl PartitionRecord {
 pub struct ObjectRecord {
     pub attrs: Attributes,
     pub attr_digest: Digest,
+    /// [`Self::reservation`] as the partition's count last took it (when the record was read
+    /// or last put; 0 for a new object), so a put moves the count by the difference.
+    pub counted_reservation: u64,
 }
 
 impl ObjectRecord {
@@ -228,11 +250,23 @@ impl ObjectRecord {
         if b.len() != 1 + Attributes::BYTES + 32 || b[0] != V1 {
             return Err(DecodeError::BadValue("object record"));
         }
+        let attrs = Attributes::decode(&b[1..1 + Attributes::BYTES])?;
         Ok(ObjectRecord {
-            attrs: Attributes::decode(&b[1..1 + Attributes::BYTES])?,
+            counted_reservation: reservation(&attrs),
+            attrs,
             attr_digest: b[1 + Attributes::BYTES..].try_into().unwrap(),
         })
     }
+
+    /// Blocks the object reserved beyond those it uses (Table 5: `blocks_allocated` is space
+    /// set aside for it; used blocks count once).
+    pub fn reservation(&self) -> u64 {
+        reservation(&self.attrs)
+    }
+}
+
+fn reservation(a: &Attributes) -> u64 {
+    a.blocks_allocated.saturating_sub(a.blocks_used)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -260,5 +294,33 @@ impl BlockEntry {
             crc: u32::from_le_bytes(b[9..13].try_into().unwrap()),
             meta: BlockMeta::decode(&b[13..]).ok_or(DecodeError::BadValue("block meta"))?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_record_keeps_its_reserved_blocks_and_older_ones_ask_for_a_count() {
+        let mut p = PartitionRecord::new(1 << 20, Scheme::Tree);
+        p.used_blocks = 9;
+        p.reserved_blocks = 5;
+        p.working_current = Some(Key::from_bytes([3; 32]));
+        let b = p.encode(1, None);
+        let (q, counted) = PartitionRecord::decode(&b, 1, None).unwrap();
+        assert!(counted);
+        assert_eq!((q.used_blocks, q.reserved_blocks), (9, 5));
+        // A record written before the field: decoded, with its count left to the caller.
+        let (q, counted) = PartitionRecord::decode(&b[..b.len() - 8], 1, None).unwrap();
+        assert!(!counted);
+        assert_eq!((q.used_blocks, q.reserved_blocks), (9, 0));
+        // Anything else is corruption, never a guess.
+        for cut in [1, 4, 7] {
+            assert!(PartitionRecord::decode(&b[..b.len() - cut], 1, None).is_err());
+        }
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(PartitionRecord::decode(&longer, 1, None).is_err());
     }
 }

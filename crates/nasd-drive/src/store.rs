@@ -327,8 +327,11 @@ impl Store {
             .map_err(db_err)?
         {
             let (k, v) = e.map_err(db_err)?;
-            let p = PartitionRecord::decode(v.value(), k.value(), seal)
+            let (mut p, counted) = PartitionRecord::decode(v.value(), k.value(), seal)
                 .map_err(|e| DriveError::Corrupt(format!("partition record: {e}")))?;
+            if !counted {
+                p.reserved_blocks = Self::count_reserved(&r, k.value())?;
+            }
             partitions.insert(k.value(), p);
         }
         let mut free = BTreeSet::new();
@@ -336,6 +339,19 @@ impl Store {
             free.insert(e.map_err(db_err)?.0.value());
         }
         Ok((Cached { drive, partitions }, free))
+    }
+
+    /// The blocks partition `p`'s objects reserve beyond those they use, counted from the
+    /// objects (for a partition record written before it kept the count).
+    fn count_reserved(r: &redb::ReadTransaction, p: u16) -> R<u64> {
+        let t = r.open_table(OBJECTS).map_err(db_err)?;
+        let mut n = 0;
+        for e in t.range((p, 0)..=(p, u64::MAX)).map_err(db_err)? {
+            let rec = ObjectRecord::decode(e.map_err(db_err)?.1.value())
+                .map_err(|e| DriveError::Corrupt(format!("object record: {e}")))?;
+            n += rec.reservation();
+        }
+        Ok(n)
     }
 
     /// The metadata database (transactions hold what they need of it, so the guard is

@@ -136,6 +136,43 @@ impl<'a> Tx<'a> {
         self.state.drive.capacity_bytes / BLOCK_BYTES
     }
 
+    /// Blocks every partition's objects reserved beyond those they use (Table 5
+    /// `blocks_allocated`): held back from writes that do not draw on them.
+    pub(super) fn reserved_total(&self) -> u64 {
+        self.state
+            .partitions
+            .values()
+            .map(|p| p.reserved_blocks)
+            .sum()
+    }
+
+    /// Whether object `rec` of partition `p` may reserve `blocks_allocated` blocks: its
+    /// partition's quota and the drive's free blocks hold them beside every other
+    /// reservation.
+    pub(super) fn may_reserve(
+        &mut self,
+        p: PartitionId,
+        rec: &ObjectRecord,
+        blocks_allocated: u64,
+    ) -> Result<(), DriveError> {
+        let after = blocks_allocated.saturating_sub(rec.attrs.blocks_used);
+        let others = self
+            .reserved_total()
+            .saturating_sub(rec.counted_reservation);
+        let part = self.partition(p)?;
+        let charged = part
+            .charged_blocks()
+            .saturating_sub(rec.counted_reservation)
+            + after;
+        if charged * BLOCK_BYTES > part.quota_bytes {
+            return Err(DriveError::QuotaExceeded(p));
+        }
+        if after > rec.counted_reservation && !self.can_alloc(others + after) {
+            return Err(DriveError::DiskFull);
+        }
+        Ok(())
+    }
+
     /// Whether `n` more blocks can be allocated now.
     pub(super) fn can_alloc(&self, n: u64) -> bool {
         let mut a = self.store.alloc.lock();
@@ -213,6 +250,12 @@ impl<'a> Tx<'a> {
         rec: &mut ObjectRecord,
         cost: &mut Cost,
     ) -> R<()> {
+        let (now, before) = (rec.reservation(), rec.counted_reservation);
+        if now != before {
+            let part = self.partition(p)?;
+            part.reserved_blocks = (part.reserved_blocks + now).saturating_sub(before);
+            rec.counted_reservation = now;
+        }
         rec.attr_digest =
             nasd_crypto::primitives::attr_digest(self.state.drive.suite, &rec.attrs.encode(), cost);
         self.w
@@ -373,7 +416,7 @@ impl<'a> Tx<'a> {
             }
             Job::ResizePartition { p, quota_bytes } => {
                 let part = self.partition(*p).map_err(JobError::Refused)?;
-                if part.used_blocks * BLOCK_BYTES > *quota_bytes {
+                if part.charged_blocks() * BLOCK_BYTES > *quota_bytes {
                     return refuse(DriveError::QuotaExceeded(*p));
                 }
                 part.quota_bytes = *quota_bytes;
@@ -427,6 +470,10 @@ impl<'a> Tx<'a> {
                 if size > OBJECT_BYTES_MAX {
                     return refuse(DriveError::Invalid("size above the object maximum".into()));
                 }
+                if mask.has(AttrMask::BLOCKS_ALLOCATED) {
+                    self.may_reserve(*p, &rec, attrs.blocks_allocated)
+                        .map_err(JobError::Refused)?;
+                }
                 apply_mask(&mut rec.attrs, *mask, attrs);
                 rec.attrs.logical_size = size;
                 self.put_object(*p, id, &mut rec, &mut cost)?;
@@ -472,6 +519,7 @@ impl<'a> Tx<'a> {
                 ..Attributes::default()
             },
             attr_digest: [0; 32],
+            counted_reservation: 0,
         }
     }
 
@@ -498,6 +546,7 @@ impl<'a> Tx<'a> {
 
     pub(super) fn remove_object(&mut self, p: PartitionId, o: ObjectId) -> R<()> {
         self.changed.insert((p.0, o.0));
+        let reserved = self.get_object(p, o)?.map_or(0, |r| r.counted_reservation);
         let mut cost = Cost::default();
         for (b, e) in self.object_blocks(p, o, 0)? {
             self.release(p, o, e.phys, None, &mut cost)?;
@@ -521,6 +570,7 @@ impl<'a> Tx<'a> {
             .map_err(db_err)?;
         let part = self.partition(p)?;
         part.objects = part.objects.saturating_sub(1);
+        part.reserved_blocks = part.reserved_blocks.saturating_sub(reserved);
         Ok(())
     }
 
@@ -538,11 +588,8 @@ impl<'a> Tx<'a> {
             return refuse(DriveError::Invalid("size above the object maximum".into()));
         }
         if mask.has(AttrMask::BLOCKS_ALLOCATED) {
-            let part = self.partition(p).map_err(JobError::Refused)?;
-            let extra = attrs.blocks_allocated.saturating_sub(rec.attrs.blocks_used);
-            if (part.used_blocks + extra) * BLOCK_BYTES > part.quota_bytes {
-                return refuse(DriveError::QuotaExceeded(p));
-            }
+            self.may_reserve(p, &rec, attrs.blocks_allocated)
+                .map_err(JobError::Refused)?;
         }
         let mut cost = Cost::default();
         if mask.has(AttrMask::LOGICAL_SIZE) && attrs.logical_size != rec.attrs.logical_size {
@@ -661,6 +708,7 @@ impl<'a> Tx<'a> {
             }
         }
         let mut rec = src.clone();
+        rec.counted_reservation = 0;
         let now = self.now;
         rec.attrs.copied_object = o;
         rec.attrs.blocks_used = 0;

@@ -58,13 +58,19 @@ impl Tx<'_> {
             }
             olds.insert(b, e);
         }
+        // Blocks this write draws from the object's own reservation are already charged, and
+        // other objects' reservations stay free for them.
+        let own = charge.min(rec.reservation());
+        let others = self
+            .reserved_total()
+            .saturating_sub(rec.counted_reservation);
         {
             let part = self.partition(p).map_err(JobError::Refused)?;
-            if (part.used_blocks + charge) * BLOCK_BYTES > part.quota_bytes {
+            if (part.charged_blocks() + charge - own) * BLOCK_BYTES > part.quota_bytes {
                 return refuse(DriveError::QuotaExceeded(p));
             }
         }
-        if !self.can_alloc(touched.len() as u64 + 1) {
+        if !self.can_alloc(touched.len() as u64 + 1 + others + rec.reservation() - own) {
             return refuse(DriveError::DiskFull);
         }
         // Assemble each touched block's new content (old bytes where not overwritten).
