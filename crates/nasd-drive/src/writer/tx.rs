@@ -184,10 +184,24 @@ impl<'a> Tx<'a> {
     }
 
     pub(super) fn alloc(&mut self) -> R<u64> {
+        self.alloc_after(None)
+    }
+
+    /// A block for new data: the one right after `after` when it is free (or the next fresh
+    /// one), so an object's blocks follow each other or the blocks of the object it names
+    /// as `nearby_object` (seed 002 §2.3, inter-object clustering); else the lowest free one,
+    /// else a fresh one.
+    pub(super) fn alloc_after(&mut self, after: Option<u64>) -> R<u64> {
+        let want = after.map(|h| h + 1);
+        let next_phys = self.state.drive.next_phys;
         let from_free = {
             let mut a = self.store.alloc.lock();
             a.release();
-            a.free.pop_first()
+            match want {
+                Some(w) if a.free.remove(&w) => Some(w),
+                Some(w) if w == next_phys => None,
+                _ => a.free.pop_first(),
+            }
         };
         if let Some(b) = from_free {
             self.from_free.push(b);
@@ -520,6 +534,24 @@ impl<'a> Tx<'a> {
             },
             attr_digest: [0; 32],
             counted_reservation: 0,
+        }
+    }
+
+    /// The physical block of `(p, o)`'s highest block, if it has any.
+    pub(super) fn last_block(&self, p: PartitionId, o: ObjectId) -> R<Option<u64>> {
+        let t = self.w.open_table(BLOCKS).map_err(db_err)?;
+        let last = t
+            .range((p.0, o.0, 0)..=(p.0, o.0, u64::MAX))
+            .map_err(db_err)?
+            .next_back();
+        match last {
+            Some(e) => {
+                let (_, v) = e.map_err(db_err)?;
+                let e = BlockEntry::decode(v.value())
+                    .map_err(|e| DriveError::Corrupt(format!("block entry: {e}")))?;
+                Ok(Some(e.phys))
+            }
+            None => Ok(None),
         }
     }
 

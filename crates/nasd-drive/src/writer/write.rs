@@ -116,6 +116,8 @@ impl Tx<'_> {
             }
         }
         // From here on, changes are made.
+        // Where each written block went, so the next one can follow it.
+        let mut placed: HashMap<u64, u64> = HashMap::new();
         for &b in &touched {
             let buf = &bufs[&b];
             let logical = &buf[..block_len(new_size, b) as usize];
@@ -132,7 +134,9 @@ impl Tx<'_> {
                 regions,
                 &mut cost,
             )?;
-            let phys = self.alloc()?;
+            let after = self.placed_after(p, o, b, &rec, &placed)?;
+            let phys = self.alloc_after(after)?;
+            placed.insert(b, phys);
             self.store.data.write(phys * BLOCK_BYTES, buf)?;
             self.wrote_data = true;
             if let Some(old) = old {
@@ -177,6 +181,32 @@ impl Tx<'_> {
             logical_size: new_size,
             cost,
         })
+    }
+
+    /// The physical block block `b` of `(p, o)` should follow: block `b - 1`'s (written just
+    /// now or before), else, for a block with nothing before it, the last block of the
+    /// object `rec` names as `nearby_object` (seed 002 §2.3); none when neither exists.
+    fn placed_after(
+        &self,
+        p: PartitionId,
+        o: ObjectId,
+        b: u64,
+        rec: &crate::records::ObjectRecord,
+        placed: &HashMap<u64, u64>,
+    ) -> R<Option<u64>> {
+        if let Some(prev) = b.checked_sub(1) {
+            if let Some(&phys) = placed.get(&prev) {
+                return Ok(Some(phys));
+            }
+            if let Some(e) = self.get_entry(p, o, prev)? {
+                return Ok(Some(e.phys));
+            }
+        }
+        let near = rec.attrs.nearby_object;
+        if near.0 == 0 || near == o {
+            return Ok(None);
+        }
+        self.last_block(p, near)
     }
 
     /// New metadata for a written block, reusing the client's verified piece hashes where they
