@@ -40,7 +40,9 @@ pub use message::{
     check_frame, frame, CapField, FrameCheck, Hello, ReplyHeader, RequestHeader, Welcome,
     DATA_BYTES_MAX, DIGEST_BYTES, FRAME_BYTES_MAX, REPLY_PREFIX_BYTES,
 };
-pub use ops::{DriveInfo, Op, OpCode, PartitionInfo, ReadReply, ReplyBody, REGIONS_MAX};
+pub use ops::{
+    DriveInfo, Op, OpCode, PartitionControl, PartitionInfo, ReadReply, ReplyBody, REGIONS_MAX,
+};
 pub use status::Status;
 pub use types::{
     DriveId, KeyType, Nonce, ObjectId, PartitionId, Protection, Region, Rights, Scheme, Suite,
@@ -67,7 +69,10 @@ pub use types::{
 ///   `"nasd-wsig-v1"`, the drive, partition, object, request nonce and what it changes, which
 ///   the drive verifies before it stores anything; new status `BadSignature` (24). Capabilities
 ///   without a writer key, and every request made with them, are byte for byte as in 3.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// - 5: the Partition Control object (seed 002 Table 4) ends with `u64 reserved_bytes` (Table
+///   5's `blocks_allocated` now reserves space), `u64 available_bytes` and `u64
+///   objects_supported` ([`PartitionControl`]).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Why bytes could not be decoded. Never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

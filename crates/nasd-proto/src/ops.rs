@@ -455,6 +455,58 @@ pub struct PartitionInfo {
     pub min_protection: Protection,
 }
 
+/// The content of a partition's Partition Control object (seed 002 Table 4: "current size,
+/// byte usage, number of objects supported, number of objects allocated"; §2.3: bytes in use
+/// and available, object descriptors in use and available). Since protocol version 5 it ends
+/// with the reserved bytes, the bytes available and the objects supported.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PartitionControl {
+    pub quota_bytes: u64,
+    pub used_bytes: u64,
+    /// Objects allocated (the well-known ones included).
+    pub objects: u64,
+    pub default_scheme: Scheme,
+    pub min_protection: Protection,
+    /// Bytes set aside by objects' `blocks_allocated` beyond what they use.
+    pub reserved_bytes: u64,
+    /// What the quota leaves: quota less used and reserved bytes.
+    pub available_bytes: u64,
+    /// How many more objects the partition can name. Object ids are its only limit on count
+    /// (an object's record lives in the metadata database and takes no data block until
+    /// written), so this is the ids left.
+    pub objects_supported: u64,
+}
+
+impl PartitionControl {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u64(self.quota_bytes);
+        w.u64(self.used_bytes);
+        w.u64(self.objects);
+        w.u8(self.default_scheme as u8);
+        w.u8(self.min_protection.bits());
+        w.u64(self.reserved_bytes);
+        w.u64(self.available_bytes);
+        w.u64(self.objects_supported);
+        w.into_vec()
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(b);
+        let c = PartitionControl {
+            quota_bytes: r.u64("quota")?,
+            used_bytes: r.u64("used")?,
+            objects: r.u64("objects")?,
+            default_scheme: Scheme::from_u8(r.u8("scheme")?)?,
+            min_protection: Protection::from_bits(r.u8("min protection")?)?,
+            reserved_bytes: r.u64("reserved")?,
+            available_bytes: r.u64("available")?,
+            objects_supported: r.u64("objects supported")?,
+        };
+        r.finish("partition control")?;
+        Ok(c)
+    }
+}
+
 /// Answer to `inquiry` (seed 002 Table 3) and the content of the Drive Control object.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct DriveInfo {

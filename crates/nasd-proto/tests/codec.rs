@@ -424,6 +424,43 @@ fn version_3_layouts_are_pinned() {
     assert_eq!(tail, &want[..]);
 }
 
+/// Pins the Partition Control object of version 5 (`docs/protocol.md` §7): version 4's 26
+/// bytes (quota, used, objects, scheme, minimum protection), then reserved bytes, available
+/// bytes and objects supported; anything shorter or longer does not decode.
+#[test]
+fn version_5_partition_control_is_pinned() {
+    assert_eq!(PROTOCOL_VERSION, 5);
+    let c = nasd_proto::PartitionControl {
+        quota_bytes: 1,
+        used_bytes: 2,
+        objects: 3,
+        default_scheme: Scheme::Tree,
+        min_protection: Protection::INTEGRITY_ARGS,
+        reserved_bytes: 4,
+        available_bytes: 5,
+        objects_supported: 6,
+    };
+    let b = c.encode();
+    let want = [
+        &1u64.to_le_bytes()[..],
+        &2u64.to_le_bytes(),
+        &3u64.to_le_bytes(),
+        &[Scheme::Tree as u8, Protection::INTEGRITY_ARGS.bits()],
+        &4u64.to_le_bytes(),
+        &5u64.to_le_bytes(),
+        &6u64.to_le_bytes(),
+    ]
+    .concat();
+    assert_eq!(b, want);
+    assert_eq!(nasd_proto::PartitionControl::decode(&b).unwrap(), c);
+    for n in [0, 26, b.len() - 1] {
+        assert!(nasd_proto::PartitionControl::decode(&b[..n]).is_err());
+    }
+    let mut longer = b.clone();
+    longer.push(0);
+    assert!(nasd_proto::PartitionControl::decode(&longer).is_err());
+}
+
 #[test]
 fn frame_check_tells_incomplete_from_oversized() {
     assert_eq!(check_frame(&[1, 0]).unwrap(), FrameCheck::Incomplete(4));
@@ -443,7 +480,7 @@ fn frame_check_tells_incomplete_from_oversized() {
 /// without a writer key or signature is byte for byte what version 3 sent.
 #[test]
 fn version_4_layouts_are_pinned() {
-    assert_eq!(PROTOCOL_VERSION, 4);
+    assert!(PROTOCOL_VERSION >= 4);
     let base = CapabilityArgs {
         drive: DriveId(1),
         partition: PartitionId(2),

@@ -10,7 +10,8 @@ use crate::writer::{Job, JobOut};
 use nasd_crypto::request::unwrap_key;
 use nasd_crypto::{Cost, Key};
 use nasd_proto::{
-    ObjectId, Op, PartitionId, ReadReply, Region, ReplyBody, RequestHeader, Scheme, Status,
+    ObjectId, Op, PartitionControl, PartitionId, ReadReply, Region, ReplyBody, RequestHeader,
+    Scheme, Status,
 };
 
 /// A reply's body, its data, and the digest material its MAC covers.
@@ -296,24 +297,27 @@ impl Drive {
 
     /// Contents of the well-known control objects of seed 002 Table 4.
     fn control_object(&self, p: PartitionId, o: ObjectId) -> Result<Vec<u8>, Refusal> {
-        let info = self.drive_info();
         match o {
-            ObjectId::DRIVE_CONTROL => Ok(info.encode()),
+            ObjectId::DRIVE_CONTROL => Ok(self.drive_info().encode()),
             ObjectId::PARTITION_CONTROL => {
-                let pi = info
-                    .partitions
-                    .into_iter()
-                    .find(|x| x.id == p)
-                    .ok_or_else(|| {
-                        Refusal(Status::NoSuchPartition, format!("no such partition {p}"))
-                    })?;
-                let mut v = vec![];
-                v.extend_from_slice(&pi.quota_bytes.to_le_bytes());
-                v.extend_from_slice(&pi.used_bytes.to_le_bytes());
-                v.extend_from_slice(&pi.objects.to_le_bytes());
-                v.push(pi.default_scheme as u8);
-                v.push(pi.min_protection.bits());
-                Ok(v)
+                let part = self.store.with_state(|c| c.partitions.get(&p.0).cloned());
+                let part = part.ok_or_else(|| {
+                    Refusal(Status::NoSuchPartition, format!("no such partition {p}"))
+                })?;
+                let bytes = |blocks: u64| blocks * nasd_crypto::integrity::BLOCK_BYTES;
+                Ok(PartitionControl {
+                    quota_bytes: part.quota_bytes,
+                    used_bytes: bytes(part.used_blocks),
+                    objects: part.objects,
+                    default_scheme: part.default_scheme,
+                    min_protection: part.min_protection,
+                    reserved_bytes: bytes(part.reserved_blocks),
+                    available_bytes: part
+                        .quota_bytes
+                        .saturating_sub(bytes(part.charged_blocks())),
+                    objects_supported: u64::MAX - part.next_object + 1,
+                }
+                .encode())
             }
             _ => Ok(self
                 .store
