@@ -207,7 +207,7 @@ impl Gateway {
             &req.headers,
             i.access_control_policy.as_ref(),
         )?;
-        c.chmod(&path, mode).await.map_err(status_err)?;
+        self.set_bucket_mode(&c, &i.bucket, &path, mode).await?;
         self.chmod_prefixes(&c, &path, mode).await?;
         Ok(S3Response::new(PutBucketAclOutput::default()))
     }
@@ -272,10 +272,14 @@ impl Gateway {
             Some(p) if i.acl.is_none() && grant_headers(&req.headers).is_empty() => {
                 let m = acl::granted_mode(&acl::policy_grants(p), c.user(), false)?;
                 acl::check_reachable(m, &bucket)?;
+                self.refuse_public_acl(&c, &i.bucket, m).await?;
                 m
             }
             Some(_) => return Err(both_acls()),
-            None => self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?,
+            None => {
+                self.object_mode_of(&c, &i.bucket, &bucket, i.acl.as_ref(), &req.headers)
+                    .await?
+            }
         };
         c.chmod(&path, mode).await.map_err(status_err)?;
         Ok(S3Response::new(PutObjectAclOutput::default()))

@@ -9,7 +9,8 @@
 //!   user opened through `ActFor`, so the manager checks every permission for that user;
 //! - [`acl`] — buckets and objects private to their owners unless a canned ACL or a grant
 //!   that modes express opens them, ACLs read back as enforced; [`buckets`] — the bucket and
-//!   ACL operations; [`unsupported`] — what the gateway refuses rather than ignores;
+//!   ACL operations; [`public_block`] — public access blocks, kept and enforced;
+//!   [`unsupported`] — what the gateway refuses rather than ignores;
 //! - [`names`] — buckets as directories under a root, keys as paths (never leaving their
 //!   bucket);
 //! - [`gateway`] and [`ops`] — the object and bucket operations; [`multipart`] — multipart
@@ -107,6 +108,7 @@ pub mod metrics;
 pub mod multipart;
 pub mod names;
 mod ops;
+pub mod public_block;
 pub mod server;
 pub mod sse;
 pub mod stale;

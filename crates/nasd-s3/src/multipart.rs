@@ -115,7 +115,9 @@ impl Gateway {
         self.names.key(&i.bucket, &i.key)?;
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
         self.need_write(&c, &bucket).await?;
-        let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
+        let mode = self
+            .object_mode_of(&c, &i.bucket, &bucket, i.acl.as_ref(), &req.headers)
+            .await?;
         let mut m = meta_of(i.content_type.as_deref(), &req.headers, i.metadata.as_ref())?;
         if let Some(t) = &i.tagging {
             m.tags = crate::tagging::from_header(t)?;

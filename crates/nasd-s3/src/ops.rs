@@ -221,6 +221,34 @@ impl S3 for Gateway {
         as_user!(self, req, delete_bucket_tagging_as)
     }
 
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        as_user!(self, req, put_public_access_block_as)
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        as_user!(self, req, get_public_access_block_as)
+    }
+
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        as_user!(self, req, delete_public_access_block_as)
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        as_user!(self, req, put_bucket_policy_as)
+    }
+
     async fn put_bucket_cors(
         &self,
         req: S3Request<PutBucketCorsInput>,
@@ -361,11 +389,13 @@ impl S3 for Gateway {
 const EMPTY_ETAG: &str = "d41d8cd98f00b204e9800998ecf8427e";
 
 impl Gateway {
-    /// The mode a write of an object into the bucket of stat `bucket` asks for, by canned
-    /// ACL or grant headers ([`acl`]); refused when nasd cannot enforce it.
-    pub(crate) fn object_mode_of(
+    /// The mode a write of an object into bucket `name` (of stat `bucket`) asks for, by
+    /// canned ACL or grant headers ([`acl`]); refused when nasd cannot enforce it, or when
+    /// it is public and the bucket blocks public ACLs ([`crate::public_block`]).
+    pub(crate) async fn object_mode_of(
         &self,
         c: &Client,
+        name: &str,
         bucket: &FileStat,
         canned: Option<&ObjectCannedACL>,
         headers: &http::HeaderMap,
@@ -376,6 +406,7 @@ impl Gateway {
             (_, true) => acl::object_mode(canned, c.user(), &bucket.owner)?,
             (None, false) => acl::granted_mode(&grants, c.user(), false)?,
         };
+        self.refuse_public_acl(c, name, mode).await?;
         acl::check_reachable(mode, bucket)?;
         Ok(mode)
     }
@@ -404,7 +435,9 @@ impl Gateway {
             }));
         }
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
-        let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
+        let mode = self
+            .object_mode_of(&c, &i.bucket, &bucket, i.acl.as_ref(), &req.headers)
+            .await?;
         let asked = self
             .sse_asked(&c, &i.bucket, &sse::with_form_fields(&req.headers, i))
             .await?;
@@ -755,7 +788,9 @@ impl Gateway {
             (_, false) => sm.tags.clone(),
         };
         let (_, bucket) = self.bucket_stat(&c, &i.bucket).await?;
-        let mode = self.object_mode_of(&c, &bucket, i.acl.as_ref(), &req.headers)?;
+        let mode = self
+            .object_mode_of(&c, &i.bucket, &bucket, i.acl.as_ref(), &req.headers)
+            .await?;
         let asked = self.sse_asked(&c, &i.bucket, &req.headers).await?;
         let cipher = asked.seal()?.map(|(sealed, cipher)| {
             m.sse_c = Some(sealed);

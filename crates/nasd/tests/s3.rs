@@ -317,6 +317,7 @@ fn boto3_gets_what_it_puts_and_every_error_case_is_an_s3_error() {
         "request ids ok",
         "private ok",
         "acls ok",
+        "public access block ok",
         "unsupported ok",
         "signatures ok",
         "chunked ok",

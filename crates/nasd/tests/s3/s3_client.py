@@ -18,6 +18,7 @@ BOB_KEY, BOB_SECRET. Each check asserts outcomes (bytes, ETags, error codes), so
 import base64
 import datetime
 import hashlib
+import json
 import os
 import random
 import socket
@@ -596,9 +597,6 @@ def check_acls(s3):
         lambda: s3.put_object(Bucket="shared", Key="g", Body=b"x", ACL="aws-exec-read"),
         lambda: s3.create_bucket(Bucket="granted", GrantRead='id="bob"'),
         lambda: s3.put_bucket_policy(Bucket="shared", Policy='{"Version":"2012-10-17","Statement":[]}'),
-        lambda: s3.put_public_access_block(Bucket="shared", PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True,
-            "RestrictPublicBuckets": True}),
         lambda: s3.put_bucket_ownership_controls(Bucket="shared", OwnershipControls={
             "Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}),
         lambda: s3.create_bucket(Bucket="enforced", ObjectOwnership="BucketOwnerEnforced"),
@@ -609,6 +607,66 @@ def check_acls(s3):
     assert code_of(lambda: s3.head_object(Bucket="shared", Key="g")) == "404"
     assert code_of(lambda: s3.head_bucket(Bucket="granted")) == "404"
     assert code_of(lambda: s3.head_bucket(Bucket="enforced")) == "404"
+
+
+def check_public_access_block(s3):
+    """A bucket's public access block is its owner's, and enforced: BlockPublicAcls refuses
+    public ACLs from anyone, IgnorePublicAcls makes a public bucket private until it is
+    lifted (its ACL then given back), BlockPublicPolicy refuses public policies."""
+    bob = client("BOB")
+    bucket(s3, "pab")
+    nothing = "NoSuchPublicAccessBlockConfiguration"
+    assert code_of(lambda: s3.get_public_access_block(Bucket="pab")) == nothing
+    conf = lambda **kw: {"BlockPublicAcls": False, "IgnorePublicAcls": False,
+                         "BlockPublicPolicy": False, "RestrictPublicBuckets": False, **kw}
+    put = lambda who=s3, **kw: who.put_public_access_block(
+        Bucket="pab", PublicAccessBlockConfiguration=conf(**kw))
+    assert code_of(lambda: put(bob, IgnorePublicAcls=True)) == "AccessDenied"
+    assert code_of(lambda: bob.get_public_access_block(Bucket="pab")) == "AccessDenied"
+    s3.put_bucket_acl(Bucket="pab", ACL="public-read")
+    s3.put_object(Bucket="pab", Key="k", Body=b"open", ACL="public-read")
+    assert bob.get_object(Bucket="pab", Key="k")["Body"].read() == b"open"
+    # Ignored: the bucket is private to everyone else, whatever its ACL says or is set to.
+    put(IgnorePublicAcls=True, RestrictPublicBuckets=True)
+    got = s3.get_public_access_block(Bucket="pab")["PublicAccessBlockConfiguration"]
+    assert got == conf(IgnorePublicAcls=True, RestrictPublicBuckets=True), got
+    assert code_of(lambda: bob.list_objects_v2(Bucket="pab")) == "AccessDenied"
+    assert code_of(lambda: bob.get_object(Bucket="pab", Key="k")) == "AccessDenied"
+    s3.put_bucket_acl(Bucket="pab", ACL="public-read-write")
+    assert code_of(lambda: bob.get_object(Bucket="pab", Key="k")) == "AccessDenied"
+    assert code_of(lambda: bob.put_object(Bucket="pab", Key="b", Body=b"x")) == "AccessDenied"
+    assert s3.get_object(Bucket="pab", Key="k")["Body"].read() == b"open"
+    # Lifted: the ACL set meanwhile holds.
+    assert s3.delete_public_access_block(Bucket="pab")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert code_of(lambda: s3.get_public_access_block(Bucket="pab")) == nothing
+    bob.put_object(Bucket="pab", Key="b", Body=b"bob's")
+    assert bob.get_object(Bucket="pab", Key="k")["Body"].read() == b"open"
+    # Blocked: no one sets a public ACL, by any route; private ones pass and old ones stay.
+    put(BlockPublicAcls=True)
+    up = lambda who=s3, acl="public-read": who.create_multipart_upload(Bucket="pab", Key="m", ACL=acl)
+    for f in [lambda: s3.put_bucket_acl(Bucket="pab", ACL="public-read"),
+              lambda: s3.put_bucket_acl(Bucket="pab", ACL="authenticated-read"),
+              lambda: s3.put_object(Bucket="pab", Key="p", Body=b"x", ACL="public-read"),
+              lambda: s3.put_object(Bucket="pab", Key="p", Body=b"x", GrantRead=f'uri="{ALL_USERS}"'),
+              lambda: s3.put_object_acl(Bucket="pab", Key="k", ACL="public-read"),
+              lambda: s3.copy_object(Bucket="pab", Key="p", CopySource="pab/k", ACL="public-read"),
+              lambda: up(),
+              lambda: bob.put_object(Bucket="pab", Key="bp", Body=b"x", ACL="public-read")]:
+        assert code_of(f) == "AccessDenied", f
+    assert code_of(lambda: s3.head_object(Bucket="pab", Key="p")) == "404"
+    s3.put_object(Bucket="pab", Key="p", Body=b"x", ACL="private")
+    s3.abort_multipart_upload(Bucket="pab", Key="m", UploadId=up(acl="private")["UploadId"])
+    assert bob.get_object(Bucket="pab", Key="k")["Body"].read() == b"open"
+    # Policies: public ones refused by the block, others as not implemented.
+    put(BlockPublicPolicy=True)
+    policy = lambda principal: json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": principal, "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::pab/*"}]})
+    assert code_of(lambda: s3.put_bucket_policy(Bucket="pab", Policy=policy("*"))) == "AccessDenied"
+    assert code_of(lambda: s3.put_bucket_policy(Bucket="pab", Policy=policy({"AWS": "*"}))) == "AccessDenied"
+    assert code_of(lambda: s3.put_bucket_policy(Bucket="pab", Policy=policy({"AWS": "bob"}))) == "NotImplemented"
+    assert code_of(lambda: s3.put_bucket_policy(Bucket="pab", Policy="{not json")) == "MalformedPolicy"
+    s3.delete_public_access_block(Bucket="pab")
 
 
 def check_unsupported(s3):
@@ -1535,6 +1593,8 @@ def main():
         print("private ok")
         check_acls(s3)
         print("acls ok")
+        check_public_access_block(s3)
+        print("public access block ok")
         check_unsupported(s3)
         print("unsupported ok")
         check_encryption(s3)
