@@ -480,7 +480,7 @@ fn frame_check_tells_incomplete_from_oversized() {
 /// without a writer key or signature is byte for byte what version 3 sent.
 #[test]
 fn version_4_layouts_are_pinned() {
-    assert!(PROTOCOL_VERSION >= 4);
+    const { assert!(PROTOCOL_VERSION >= 4) };
     let base = CapabilityArgs {
         drive: DriveId(1),
         partition: PartitionId(2),
