@@ -41,7 +41,17 @@ impl Key {
         let h = blake3::keyed_hash(&blake3::derive_key("nasd key fingerprint v1", &[]), &self.0);
         hex::encode(&h.as_bytes()[..4])
     }
+    /// A full-width BLAKE3 digest of the key, for memo tables that must tell keys apart
+    /// without holding them (the drive's capability-key cache): equal keys give equal ids,
+    /// distinct keys distinct ones (collision resistance), and an id reveals nothing of its
+    /// key. Domain-separated from [`Key::fingerprint`] and from every MAC of the suites.
+    pub fn id(&self) -> [u8; KEY_BYTES] {
+        *blake3::keyed_hash(KEY_ID_DOMAIN, &self.0).as_bytes()
+    }
 }
+
+/// The fixed BLAKE3 key of [`Key::id`]: a public constant, so it only separates domains.
+const KEY_ID_DOMAIN: &[u8; KEY_BYTES] = b"nasd key id v1 (memo tables)\0\0\0\0";
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,6 +69,14 @@ mod tests {
         let s = format!("{k:?}");
         assert!(!s.contains("abab"), "{s}");
         assert!(s.starts_with("Key(fp:"));
+    }
+
+    #[test]
+    fn ids_tell_keys_apart_and_hide_them() {
+        let (a, b) = (Key::from_bytes([1; 32]), Key::from_bytes([2; 32]));
+        assert_eq!(a.id(), a.clone().id());
+        assert_ne!(a.id(), b.id());
+        assert_ne!(&a.id(), a.expose());
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! - [`writer`]: the single writer thread, jobs, transactions, group commit.
 //! - [`handler`]: request decoding, every check of seed 002 §2.4 (one function each, in
 //!   `handler/checks.rs`), the operations (one function each, in `handler/ops.rs`), replies.
+//! - [`cap_cache`]: the capability-key cache (seed 002 §2.4, §4.4), bounded in entries.
 //! - [`cache`]: the block cache, bounded in bytes.
 //! - [`prefetch`]: the `prefetch` extension's hint streams and fetcher threads (seed 002 §4.6).
 //! - [`options`]: run-time options (cache size, prefetch budgets, a slow and cold disk).
@@ -28,6 +29,7 @@
 
 pub mod audit;
 pub mod cache;
+pub mod cap_cache;
 pub mod conns;
 pub mod handler;
 pub mod init;

@@ -1,6 +1,7 @@
 //! How a drive runs, beyond what its data directory says: the block cache's size, the
-//! prefetching extension's budgets (seed 002 §4.6), and, for experiments, a slow and cold disk
-//! ([`crate::storage::SlowDisk`]). `nasd drive run` sets them from its flags.
+//! prefetching extension's budgets (seed 002 §4.6), the capability-key cache (seed 002 §2.4,
+//! §4.4), and, for experiments, a slow and cold disk ([`crate::storage::SlowDisk`]).
+//! `nasd drive run` sets them from its flags.
 
 use crate::cache::CACHE_BYTES_DEFAULT;
 use crate::prefetch::PrefetchOptions;
@@ -26,6 +27,9 @@ pub struct DriveOptions {
     pub spindles: usize,
     /// Every data read is followed by dropping its bytes from the page cache.
     pub cold: bool,
+    /// Capability keys are kept in [`crate::cap_cache`] instead of derived on every request
+    /// (on by default; off only to measure what the cache saves).
+    pub cap_key_cache: bool,
 }
 
 impl Default for DriveOptions {
@@ -37,6 +41,7 @@ impl Default for DriveOptions {
             seek_ms: 0,
             spindles: SPINDLES_DEFAULT,
             cold: false,
+            cap_key_cache: true,
         }
     }
 }

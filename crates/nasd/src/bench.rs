@@ -35,8 +35,9 @@
 //! integrity-data with the data enciphered by the client before each write and deciphered after
 //! each read, in 64 KiB blocks with HCTR2-AES-256 as an encrypted file's blocks are (issue 10;
 //! the whole encryption layer, with its read-modify-write of partial blocks and its pins, is
-//! measured by `nasd bench cluster --protection plain,encrypted`). A benchmark, not a test: it
-//! asserts nothing about speed.
+//! measured by `nasd bench cluster --protection plain,encrypted`). `--no-cap-key-cache` opens
+//! the drive without its capability-key cache (seed 002 §2.4, §4.4), so two runs show what the
+//! cache saves. A benchmark, not a test: it asserts nothing about speed.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -117,6 +118,10 @@ pub struct BenchDriveArgs {
     /// and deciphering what it reads, 64 KiB blocks of HCTR2-AES-256 (issue 10).
     #[arg(long)]
     encrypted: bool,
+    /// Derive every capability key afresh instead of keeping them in the drive's
+    /// capability-key cache (seed 002 §2.4, §4.4), to measure what the cache saves.
+    #[arg(long)]
+    no_cap_key_cache: bool,
 }
 
 impl BenchDriveArgs {
@@ -367,8 +372,12 @@ async fn bench_drive(
     let report = nasd_drive::init(&opts).context("initializing the benchmark drive")?;
     // Opened on a drive-runtime thread, so the drive's own threads share its core.
     let path = dir.path().to_path_buf();
+    let options = nasd_drive::DriveOptions {
+        cap_key_cache: !a.no_cap_key_cache,
+        ..Default::default()
+    };
     let drive = drive_rt
-        .spawn_blocking(move || nasd_drive::Drive::open(&path))
+        .spawn_blocking(move || nasd_drive::Drive::open_with_options(&path, None, options))
         .await?
         .context("opening the benchmark drive")?;
     // Sharing CPUs, the drive's threads cannot be told apart from the client's by their CPU
@@ -437,11 +446,12 @@ async fn bench_drive(
 
     if !a.json {
         outln!(
-            "nasd bench drive ({}; {layout}; suite {}; depth {}; tcp {}; {} runs of >= {} ms per cell; each cell: \
-             MiB/s, its ratio to none, the drive-bound ratio to none, bytes the drive hashed \
-             per request)",
+            "nasd bench drive ({}; {layout}; suite {}; capability-key cache {}; depth {}; tcp {}; \
+             {} runs of >= {} ms per cell; each cell: MiB/s, its ratio to none, the drive-bound \
+             ratio to none, bytes the drive hashed per request)",
             if a.quick { "quick" } else { "full" },
             a.suite.name(),
+            if a.no_cap_key_cache { "off" } else { "on" },
             a.depth,
             congestion_control(),
             budget.runs,

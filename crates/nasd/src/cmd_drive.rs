@@ -150,6 +150,7 @@ impl RunArgs {
             seek_ms: self.seek_ms,
             spindles: self.spindles,
             cold: self.cold,
+            cap_key_cache: true,
         })
     }
 }

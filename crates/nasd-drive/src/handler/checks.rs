@@ -75,7 +75,8 @@ impl Drive {
     }
 
     /// Checks 1-6 of a capability-authorized request, then its candidate keys: the
-    /// capability key under the current, then the previous, working key.
+    /// capability key under the current, then the previous, working key (from the
+    /// capability-key cache when the drive keeps one; the same keys either way).
     fn capability_keys(
         &self,
         h: &RequestHeader,
@@ -101,12 +102,26 @@ impl Drive {
         let keys: Vec<Key> = [&p.working_current, &p.working_previous]
             .into_iter()
             .flatten()
-            .map(|wk| capability::capability_key(ctx.suite(), wk, &args, acv))
+            .map(|wk| self.capability_key(ctx.suite(), wk, &args, acv))
             .collect();
         if keys.is_empty() {
             return refuse(Status::KeyNotSet, "partition has no working key");
         }
         Ok((keys, args))
+    }
+
+    /// `capability::capability_key`, memoized by the drive's cache when it keeps one.
+    fn capability_key(
+        &self,
+        suite: nasd_proto::Suite,
+        working_key: &Key,
+        args: &CapabilityArgs,
+        acv: u64,
+    ) -> Key {
+        match &self.cap_keys {
+            Some(c) => c.capability_key(suite, working_key, args, acv),
+            None => capability::capability_key(suite, working_key, args, acv),
+        }
     }
 
     /// The checks of a request authorized by key `kt` of the hierarchy (its protection, the

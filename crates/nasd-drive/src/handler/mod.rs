@@ -14,7 +14,8 @@
 //! 7. every region lies inside the capability's region (`RegionOutsideCapability`);
 //! 8. the digest verifies under the capability key recomputed from the current, then the
 //!    previous, working key and the object's `access_control_version` (`BadDigest`), compared
-//!    in constant time;
+//!    in constant time (the keys come from [`crate::cap_cache`] when the drive keeps one: the
+//!    same keys, found by every input of the derivation);
 //! 9. under a capability that names a writer key, a request that changes the object's bytes
 //!    (a write, a setattr of the size) carries that key's Ed25519 signature over this drive,
 //!    object, nonce and change, verified strictly before anything is stored (`BadSignature`;
@@ -38,6 +39,7 @@ mod ops;
 
 use crate::audit::{Audit, AuditRecord};
 use crate::cache::{BlockCache, CacheStats};
+use crate::cap_cache::{CapKeyCache, CAP_KEY_CACHE_ENTRIES};
 use crate::options::DriveOptions;
 use crate::prefetch::Prefetcher;
 use crate::replay_floor::ReplayFloor;
@@ -128,6 +130,8 @@ pub struct Drive {
     cache: Option<Arc<BlockCache>>,
     /// The `prefetch` extension (seed 002 §4.6), when served.
     prefetcher: Option<Prefetcher>,
+    /// Capability keys already derived (seed 002 §2.4, §4.4), unless the options turn it off.
+    cap_keys: Option<CapKeyCache>,
 }
 
 /// A refusal or failure with its status and a human detail for the reply.
@@ -270,6 +274,9 @@ impl Drive {
             ops: crate::metrics::op_stats(),
             clock: Box::new(now_us),
             reply_nonces: AtomicU64::new(nasd_crypto::random_u64()),
+            cap_keys: options
+                .cap_key_cache
+                .then(|| CapKeyCache::new(CAP_KEY_CACHE_ENTRIES)),
             options,
             cache,
             prefetcher,
