@@ -202,6 +202,7 @@ impl Front {
         let attributes = done.info.snapshot().op.as_deref() == Some("GetObjectAttributes");
         let mut resp = match resp {
             Ok(r) if attributes => with_request_id(bare_attribute_etag(r), &id),
+            Ok(r) if method == "POST" => with_request_id(condition_failed_is_denied(r, &id), &id),
             Ok(r) => with_request_id(r, &id),
             Err(e) => {
                 tracing::warn!(request = %id, "{e:?}");
@@ -371,7 +372,8 @@ impl Front {
                     "the form's fields did not arrive in time",
                 )
             })??;
-        if let Some(fields) = &names {
+        if let Some(form) = &names {
+            let fields = &form.fields;
             let has = |n: &str| fields.iter().any(|(f, _)| f.eq_ignore_ascii_case(n));
             if !has("x-amz-signature") && !has("signature") {
                 return Err(S3Error::with_message(
@@ -388,6 +390,7 @@ impl Front {
             if let Some((_, p)) = policy {
                 check_policy_expiration(p)?;
             }
+            form.name_key(&mut head);
         }
         let first = futures_util::stream::once(async move { Ok::<_, StdError>(head.freeze()) });
         let all = first.chain(stream).map(|r| r.map(Frame::data));
@@ -410,10 +413,48 @@ fn form_boundary(content_type: &str) -> Option<String> {
 }
 
 enum Fields {
-    /// The fields before the file part (whose headers are complete): names and values.
-    Complete(Vec<(String, Vec<u8>)>),
+    /// The fields before the file part (whose headers are complete).
+    Complete(Form),
     Incomplete,
     Malformed,
+}
+
+/// A form's fields before its file: names and values, where each value lies in the form's
+/// bytes, and the file part's `filename`.
+struct Form {
+    fields: Vec<(String, Vec<u8>)>,
+    spans: Vec<std::ops::Range<usize>>,
+    file_name: Option<String>,
+}
+
+/// What S3 replaces in a form's `key` with the name of the file sent.
+const FILENAME_VARIABLE: &[u8] = b"${filename}";
+
+impl Form {
+    /// Puts the file's name in place of `${filename}` in the `key` field of `head` (the form's
+    /// bytes this was read from), as S3 does before it checks the policy.
+    fn name_key(&self, head: &mut BytesMut) {
+        let Some(file) = &self.file_name else { return };
+        let Some(i) = self.fields.iter().position(|(n, _)| n == "key") else {
+            return;
+        };
+        let value = &self.fields[i].1;
+        let Some(at) = value
+            .windows(FILENAME_VARIABLE.len())
+            .position(|w| w == FILENAME_VARIABLE)
+        else {
+            return;
+        };
+        let mut key = value[..at].to_vec();
+        key.extend_from_slice(file.as_bytes());
+        key.extend_from_slice(&value[at + FILENAME_VARIABLE.len()..]);
+        let span = self.spans[i].clone();
+        let mut out = BytesMut::with_capacity(head.len() + key.len());
+        out.extend_from_slice(&head[..span.start]);
+        out.extend_from_slice(&key);
+        out.extend_from_slice(&head[span.end..]);
+        *head = out;
+    }
 }
 
 /// The fields of a form's start `buf`, up to its file part.
@@ -432,7 +473,7 @@ fn form_fields(buf: &[u8], boundary: &str) -> Fields {
             Fields::Incomplete
         };
     };
-    let mut names = vec![];
+    let (mut names, mut spans) = (vec![], vec![]);
     loop {
         let headers_start = at + delim.len();
         if buf.get(headers_start..headers_start + 2) == Some(b"--") {
@@ -446,15 +487,21 @@ fn form_fields(buf: &[u8], boundary: &str) -> Fields {
             .split("\r\n")
             .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))
             .unwrap_or("");
-        let name = disposition.split(';').find_map(|p| {
-            let (k, v) = p.trim().split_once('=')?;
-            (k.trim() == "name").then(|| v.trim().trim_matches('"').to_string())
-        });
-        let Some(name) = name else {
+        let param = |want: &str| {
+            disposition.split(';').find_map(|p| {
+                let (k, v) = p.trim().split_once('=')?;
+                (k.trim() == want).then(|| v.trim().trim_matches('"').to_string())
+            })
+        };
+        let Some(name) = param("name") else {
             return Fields::Malformed;
         };
         if name.eq_ignore_ascii_case("file") {
-            return Fields::Complete(names);
+            return Fields::Complete(Form {
+                fields: names,
+                spans,
+                file_name: param("filename"),
+            });
         }
         if names.len() >= FORM_PARTS_MAX {
             return Fields::Malformed;
@@ -464,6 +511,7 @@ fn form_fields(buf: &[u8], boundary: &str) -> Fields {
             return Fields::Incomplete;
         };
         names.push((name, buf[value_start..next].to_vec()));
+        spans.push(value_start..next);
         at = next + 2;
     }
 }
@@ -566,6 +614,39 @@ fn xml_escape(s: &str) -> String {
 }
 
 /// `r` with its request id: in a header, and in the XML of an error.
+/// The start of s3s's message for a POST form that a condition of its policy refuses.
+const CONDITION_FAILED: &str = "Policy condition";
+
+/// A POST form that a condition of its policy refuses is answered as S3 answers it, 403
+/// `AccessDenied` ("Invalid according to Policy"), where s3s answers 400
+/// `InvalidPolicyDocument` (which stays the answer to a policy that does not parse).
+fn condition_failed_is_denied(r: Response<s3s::Body>, id: &str) -> Response<s3s::Body> {
+    if r.status() != StatusCode::BAD_REQUEST {
+        return r;
+    }
+    let Some(body) = r.body().bytes() else {
+        return r;
+    };
+    let text = String::from_utf8_lossy(&body);
+    let message = text
+        .split_once("<Message>")
+        .and_then(|(_, m)| m.split_once("</Message>"))
+        .map(|(m, _)| m.to_string());
+    match message {
+        Some(m)
+            if text.contains("<Code>InvalidPolicyDocument</Code>")
+                && m.starts_with(CONDITION_FAILED) =>
+        {
+            let e = S3Error::with_message(
+                S3ErrorCode::AccessDenied,
+                format!("Invalid according to Policy: {m}"),
+            );
+            error_response(&e, id)
+        }
+        _ => r,
+    }
+}
+
 fn with_request_id(mut r: Response<s3s::Body>, id: &str) -> Response<s3s::Body> {
     if let Ok(v) = HeaderValue::from_str(id) {
         r.headers_mut().insert("x-amz-request-id", v);
@@ -804,16 +885,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_key_names_the_file_where_it_says_filename() {
+        let b = "xyz";
+        let form = "--xyz\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nup/${filename}.v1\r\n\
+                    --xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a b.txt\"\r\n\r\nDATA";
+        let Fields::Complete(f) = form_fields(form.as_bytes(), b) else {
+            panic!("not complete")
+        };
+        let mut head = BytesMut::from(form.as_bytes());
+        f.name_key(&mut head);
+        let Fields::Complete(g) = form_fields(&head, b) else {
+            panic!("not complete")
+        };
+        assert_eq!(g.fields[0].1, b"up/a b.txt.v1");
+        assert!(head.ends_with(b"filename=\"a b.txt\"\r\n\r\nDATA"));
+        // Without the variable, or without a file name, the bytes stay.
+        let plain = form.replace("${filename}", "x");
+        let Fields::Complete(f) = form_fields(plain.as_bytes(), b) else {
+            panic!("not complete")
+        };
+        let mut head = BytesMut::from(plain.as_bytes());
+        f.name_key(&mut head);
+        assert_eq!(&head[..], plain.as_bytes());
+    }
+
+    #[test]
     fn form_fields_are_read_up_to_the_file() {
         let b = "xyz";
         let form = "--xyz\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\na/b\r\n\
                     --xyz\r\nContent-Disposition: form-data; name=\"X-Amz-Signature\"\r\n\r\n00\r\n\
                     --xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nDATA";
         match form_fields(form.as_bytes(), b) {
-            Fields::Complete(n) => {
-                let names: Vec<&str> = n.iter().map(|(f, _)| f.as_str()).collect();
+            Fields::Complete(f) => {
+                let names: Vec<&str> = f.fields.iter().map(|(f, _)| f.as_str()).collect();
                 assert_eq!(names, ["key", "X-Amz-Signature"]);
-                assert_eq!(n[0].1, b"a/b");
+                assert_eq!(f.fields[0].1, b"a/b");
+                assert_eq!(&form.as_bytes()[f.spans[0].clone()], b"a/b");
+                assert_eq!(f.file_name.as_deref(), Some("f"));
             }
             _ => panic!("not complete"),
         }

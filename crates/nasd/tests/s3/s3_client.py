@@ -1533,8 +1533,17 @@ def post_forms(n, mib):
                  f"boundary=nasdformboundary\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
     assert r.split(b"\r\n")[0] in (b"HTTP/1.1 204 No Content", b"HTTP/1.1 200 OK", b"HTTP/1.1 201 Created"), r[:600]
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="forms")["Contents"]]
-    assert len(keys) == 1 and keys[0].startswith("signed/"), keys
+    # `${filename}` in the key is the name of the file sent.
+    assert keys == ["signed/f"], keys
     assert s3.get_object(Bucket="forms", Key=keys[0])["Body"].read() == b"form bytes"
+    # A form its policy's conditions refuse is denied (403), as S3 answers, and stores nothing.
+    p = s3.generate_presigned_post("forms", "signed/x", ExpiresIn=300,
+                                   Conditions=[["starts-with", "$key", "signed/"]])
+    body = post_form({**p["fields"], "key": "elsewhere/x"}, b"refused")
+    r = raw_send(f"POST /forms HTTP/1.1\r\nHost: {HOSTPORT}\r\nContent-Type: multipart/form-data; "
+                 f"boundary=nasdformboundary\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+    assert r.startswith(b"HTTP/1.1 403") and b"<Code>AccessDenied</Code>" in r, r[:600]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="forms")["Contents"]] == ["signed/f"]
     print("signed form ok", flush=True)
 
 
