@@ -1,7 +1,10 @@
-//! Table 5's `blocks_allocated` (seed 002 §2.3) reserves space: the blocks an object set aside
-//! count toward its partition's quota and are held back from every other write on the drive,
-//! its own writes draw on them, and removing the object or lowering the figure gives them back.
-//! The count survives a restart.
+//! Where a drive's blocks go (seed 002 §2.3, Table 5). `blocks_allocated` reserves space: the
+//! blocks an object set aside count toward its partition's quota and are held back from every
+//! other write on the drive, its own writes draw on them, and removing the object or lowering
+//! the figure gives them back; the count survives a restart. New data lands next to what it
+//! follows: an object's next block after its previous one when that physical block is free,
+//! an object's first block after the last block of the object it names as `nearby_object`
+//! (inter-object clustering); other blocks take the lowest free block.
 
 use nasd_drive::records::DriveRecord;
 use nasd_drive::storage::{SimDisk, Storage};
@@ -50,11 +53,19 @@ fn new_drive() -> (SimDisk, SimDisk, Store) {
 }
 
 fn create(store: &Store, p: PartitionId) -> ObjectId {
+    create_near(store, p, None)
+}
+
+/// An object of `p` naming `nearby` as its `nearby_object`.
+fn create_near(store: &Store, p: PartitionId, nearby: Option<ObjectId>) -> ObjectId {
     let job = Job::Create {
         p,
         scheme: None,
-        mask: AttrMask::default(),
-        attrs: Box::default(),
+        mask: nearby.map_or(AttrMask::default(), |_| AttrMask::NEARBY_OBJECT),
+        attrs: Box::new(Attributes {
+            nearby_object: nearby.unwrap_or(ObjectId(0)),
+            ..Attributes::default()
+        }),
     };
     match run_now(store, job).unwrap() {
         JobOut::Object(o, _) => o,
@@ -190,4 +201,42 @@ fn a_copy_reserves_nothing_and_a_new_object_may_reserve_at_create() {
     ));
     run_now(&store, job(32)).unwrap();
     assert_eq!(counts(&store, P1), (2, 38));
+}
+
+/// The physical blocks of `o`'s first `n` blocks.
+fn map(store: &Store, o: ObjectId, n: u64) -> Vec<u64> {
+    (0..n)
+        .map(|b| store.physical_block(P1, o, b).unwrap().expect("written"))
+        .collect()
+}
+
+#[test]
+fn new_blocks_follow_the_object_and_its_nearby_object() {
+    let (_meta, _data, store) = new_drive();
+    let (a, n, x) = (create(&store, P1), create(&store, P1), create(&store, P1));
+    for o in [a, n, x] {
+        write(&store, P1, o, 0, 2).unwrap();
+    }
+    assert_eq!(map(&store, n, 2), [2, 3]);
+    for o in [a, x] {
+        run_now(&store, Job::Remove { p: P1, o }).unwrap();
+    }
+    // Blocks 0, 1, 4 and 5 are free. The object near `n` starts right after `n`'s last
+    // block and goes on from there, one write at a time.
+    let near = create_near(&store, P1, Some(n));
+    write(&store, P1, near, 0, 1).unwrap();
+    write(&store, P1, near, 1, 1).unwrap();
+    assert_eq!(map(&store, near, 2), [4, 5]);
+    // An object naming nothing takes the lowest free block, and its next block follows it.
+    let other = create(&store, P1);
+    write(&store, P1, other, 0, 1).unwrap();
+    write(&store, P1, other, 1, 1).unwrap();
+    assert_eq!(map(&store, other, 2), [0, 1]);
+    // At the end of the space in use, the block after the previous one is a fresh one.
+    write(&store, P1, near, 2, 1).unwrap();
+    assert_eq!(map(&store, near, 3), [4, 5, 6]);
+    // Where the block after the previous one is taken, the lowest free block.
+    run_now(&store, Job::Remove { p: P1, o: other }).unwrap();
+    write(&store, P1, n, 2, 1).unwrap();
+    assert_eq!(map(&store, n, 3), [2, 3, 0]);
 }
