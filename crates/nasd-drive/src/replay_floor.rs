@@ -140,7 +140,9 @@ impl ReplayFloor {
         if time_us >= ceiling {
             return self.inner.persist(t + CEILING_LEAD_US);
         }
-        if ceiling - t < CEILING_LEAD_US / 2 {
+        // The clock may have passed the ceiling (a slow disk held the background thread's
+        // sync) while this nonce is still under it: covered, and the ceiling is moved on.
+        if ceiling.saturating_sub(t) < CEILING_LEAD_US / 2 {
             let mut w = self.inner.wanted.lock();
             if w.0 < t + CEILING_LEAD_US {
                 w.0 = t + CEILING_LEAD_US;
@@ -243,6 +245,24 @@ mod tests {
         assert_eq!(floor, older);
         disk.corrupt(SLOT_BYTES + 20, 0xff);
         assert!(ReplayFloor::open(disk, 0).is_err());
+    }
+
+    /// A nonce under the ceiling while the clock has already passed it (the background
+    /// sync was slow) is covered as it is, and the ceiling moves on ahead of the clock. (This
+    /// once overflowed and killed the drive's request task, leaving its client waiting.)
+    #[test]
+    fn a_clock_past_the_ceiling_with_an_older_nonce_is_covered() {
+        let disk = Arc::new(SimDisk::new());
+        let (f, _) = ReplayFloor::open(disk, 0).unwrap();
+        f.cover(50_000_000, 50_000_000).unwrap();
+        let ceiling = f.ceiling_us();
+        let now = ceiling + 5_000_000;
+        f.cover(ceiling - 1, now).unwrap();
+        let t0 = std::time::Instant::now();
+        while f.ceiling_us() < now + CEILING_LEAD_US {
+            assert!(t0.elapsed().as_secs() < 10, "the ceiling never moved");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

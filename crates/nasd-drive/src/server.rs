@@ -251,14 +251,20 @@ async fn connection(
             // for its seeks, so they wait on the blocking pool.
             let (op, bytes_in, started) =
                 (RequestHeader::op_code_of(&body), body.len(), Instant::now());
+            // A handler that panicked answers nothing: the connection is closed instead, so
+            // its client learns at once rather than waiting for a reply that never comes.
             let reply = if mutates(op) || d.options().slow() {
                 let d = d.clone();
                 tokio::task::spawn_blocking(move || d.handle(body))
                     .await
                     .ok()
             } else {
-                Some(d.handle(body))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.handle(body))).ok()
             };
+            if reply.is_none() {
+                tracing::error!("a request's handler panicked; closing its connection");
+                close(&w, &slot).await;
+            }
             if let Some(r) = &reply {
                 d.record(op, bytes_in, r, started.elapsed());
             }
@@ -391,9 +397,14 @@ async fn send(w: &tokio::sync::Mutex<Option<OwnedWriteHalf>>, slot: &Slot, r: &R
         .unwrap_or_else(|_| Err(timed_out("reply not read"))),
     };
     if wrote.is_err() {
-        w.lock().await.take();
-        slot.close();
+        close(w, slot).await;
     }
+}
+
+/// Ends a connection: its write half is dropped (the peer reads its end) and its reader stops.
+async fn close(w: &tokio::sync::Mutex<Option<OwnedWriteHalf>>, slot: &Slot) {
+    w.lock().await.take();
+    slot.close();
 }
 
 #[cfg(test)]
