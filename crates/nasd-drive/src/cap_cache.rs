@@ -8,24 +8,22 @@
 //! inputs simply miss. Revocation therefore works as without the cache.
 //!
 //! The cache is bounded ([`CAP_KEY_CACHE_ENTRIES`]) and evicts the least recently used entry
-//! in constant time (a hash map into a doubly linked recency list kept in a vector), so a
-//! stream of never-seen capabilities, forged or not, costs one insertion each and no scan.
+//! in constant time (`hashlink::LruCache`, a linked hash map), so a stream of never-seen
+//! capabilities, forged or not, costs one insertion each and no scan.
 //! Keys are [`Key`]s: zeroized when evicted or dropped, and never printed (no `Debug` here
 //! shows one).
 
+use hashlink::LruCache;
 use nasd_crypto::{capability, Key, KEY_BYTES};
 use nasd_proto::{CapabilityArgs, Suite};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-/// Capability keys a drive keeps: each entry takes about 300 bytes (its slot twice, the key,
-/// the links), so the cache stays under half a MiB.
+/// Capability keys a drive keeps: each entry takes about 250 bytes (its slot, the key, the
+/// map's links), so the cache stays under half a MiB.
 pub const CAP_KEY_CACHE_ENTRIES: usize = 1024;
 
-/// No entry index is [`NIL`], the end of the recency list.
-const NIL: u32 = u32::MAX;
-const _: () = assert!(CAP_KEY_CACHE_ENTRIES >= 1 && CAP_KEY_CACHE_ENTRIES < NIL as usize);
+const _: () = assert!(CAP_KEY_CACHE_ENTRIES >= 1);
 
 const ARGS_BYTES_MAX: usize = CapabilityArgs::BYTES_WITH_WRITER_KEY;
 const _: () = assert!(ARGS_BYTES_MAX <= u8::MAX as usize);
@@ -68,113 +66,20 @@ impl Hash for Slot {
     }
 }
 
-/// One cached key, with its slot (to leave the index when evicted) and its neighbours in the
-/// recency list.
-struct Entry {
-    slot: Slot,
-    key: Key,
-    newer: u32,
-    older: u32,
-}
-
-/// The map and the recency list; `index` and `entries` always hold the same slots.
-struct Lru {
-    index: HashMap<Slot, u32>,
-    entries: Vec<Entry>,
-    newest: u32,
-    oldest: u32,
-    entries_max: usize,
-}
-
-impl Lru {
-    fn get(&mut self, slot: &Slot) -> Option<Key> {
-        let i = *self.index.get(slot)?;
-        if i != self.newest {
-            self.unlink(i);
-            self.push_newest(i);
-        }
-        Some(self.entries[i as usize].key.clone())
-    }
-
-    fn insert(&mut self, slot: Slot, key: Key) {
-        // Two requests that missed at once both derived it; the keys are equal.
-        if self.index.contains_key(&slot) {
-            return;
-        }
-        let i = if self.entries.len() < self.entries_max {
-            self.entries.push(Entry {
-                slot,
-                key,
-                newer: NIL,
-                older: NIL,
-            });
-            (self.entries.len() - 1) as u32
-        } else {
-            let i = self.oldest;
-            self.unlink(i);
-            let e = &mut self.entries[i as usize];
-            self.index.remove(&e.slot);
-            e.slot = slot;
-            // The evicted key is dropped here, and zeroized with it.
-            e.key = key;
-            i
-        };
-        self.index.insert(slot, i);
-        self.push_newest(i);
-        debug_assert_eq!(self.index.len(), self.entries.len());
-    }
-
-    fn unlink(&mut self, i: u32) {
-        let (newer, older) = {
-            let e = &self.entries[i as usize];
-            (e.newer, e.older)
-        };
-        match newer {
-            NIL => self.newest = older,
-            n => self.entries[n as usize].older = older,
-        }
-        match older {
-            NIL => self.oldest = newer,
-            o => self.entries[o as usize].newer = newer,
-        }
-    }
-
-    fn push_newest(&mut self, i: u32) {
-        let old_newest = self.newest;
-        {
-            let e = &mut self.entries[i as usize];
-            e.newer = NIL;
-            e.older = old_newest;
-        }
-        match old_newest {
-            NIL => self.oldest = i,
-            n => self.entries[n as usize].newer = i,
-        }
-        self.newest = i;
-    }
-}
-
-/// A bounded, thread-safe memo of capability keys; the lock is held for a map lookup and a
-/// few links, never while a key is derived.
+/// A bounded, thread-safe memo of capability keys; the lock is held for a map lookup,
+/// never while a key is derived.
 pub struct CapKeyCache {
-    lru: Mutex<Lru>,
+    lru: Mutex<LruCache<Slot, Key>>,
 }
 
 impl CapKeyCache {
     pub fn new(entries_max: usize) -> CapKeyCache {
         assert!(
-            (1..NIL as usize).contains(&entries_max),
-            "a capability-key cache holds 1 to {} entries",
-            NIL - 1
+            entries_max >= 1,
+            "a capability-key cache holds an entry at least"
         );
         CapKeyCache {
-            lru: Mutex::new(Lru {
-                index: HashMap::with_capacity(entries_max),
-                entries: Vec::with_capacity(entries_max),
-                newest: NIL,
-                oldest: NIL,
-                entries_max,
-            }),
+            lru: Mutex::new(LruCache::new(entries_max)),
         }
     }
 
@@ -189,16 +94,18 @@ impl CapKeyCache {
     ) -> Key {
         let slot = Slot::new(suite, working_key, args, acv);
         if let Some(key) = self.lru.lock().get(&slot) {
-            return key;
+            return key.clone();
         }
         let key = capability::capability_key(suite, working_key, args, acv);
+        // Two requests that missed at once both derived it (the keys are equal); the least
+        // recently used entry goes when the cache is full, and its key is zeroized as dropped.
         self.lru.lock().insert(slot, key.clone());
         key
     }
 
     /// Keys held now.
     pub fn len(&self) -> usize {
-        self.lru.lock().entries.len()
+        self.lru.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -296,22 +203,17 @@ mod tests {
             assert_eq!(c.len(), N);
             if o == N as u64 {
                 let lru = c.lru.lock();
-                assert!(lru
-                    .index
-                    .contains_key(&Slot::new(Suite::Blake3, &wk, &args(0), 0)));
-                assert!(!lru
-                    .index
-                    .contains_key(&Slot::new(Suite::Blake3, &wk, &args(1), 0)));
+                assert!(lru.contains_key(&Slot::new(Suite::Blake3, &wk, &args(0), 0)));
+                assert!(!lru.contains_key(&Slot::new(Suite::Blake3, &wk, &args(1), 0)));
             }
         }
         // Every key still held is the one recomputation gives.
         let lru = c.lru.lock();
-        assert_eq!(lru.index.len(), N);
-        for (i, e) in lru.entries.iter().enumerate() {
-            let o = u64::from_le_bytes(e.slot.args[10..18].try_into().unwrap());
+        assert_eq!(lru.len(), N);
+        for (slot, key) in lru.iter() {
+            let o = u64::from_le_bytes(slot.args[10..18].try_into().unwrap());
             let fresh = capability::capability_key(Suite::Blake3, &wk, &args(o), 0);
-            assert_eq!(e.key, fresh);
-            assert_eq!(lru.index[&e.slot] as usize, i);
+            assert_eq!(*key, fresh);
         }
     }
 
@@ -349,30 +251,14 @@ mod tests {
     }
 
     #[test]
-    fn the_recency_list_visits_every_entry_both_ways() {
+    fn entries_go_in_the_order_of_their_last_use() {
         let c = CapKeyCache::new(5);
         let wk = Key::generate();
         for o in [1, 2, 3, 1, 4, 5, 6, 2, 7, 3, 3] {
             c.capability_key(Suite::Blake3, &wk, &args(o), 0);
         }
         let lru = c.lru.lock();
-        let (mut down, mut i) = (vec![], lru.newest);
-        while i != NIL {
-            down.push(i);
-            i = lru.entries[i as usize].older;
-        }
-        let (mut up, mut i) = (vec![], lru.oldest);
-        while i != NIL {
-            up.push(i);
-            i = lru.entries[i as usize].newer;
-        }
-        up.reverse();
-        assert_eq!(down, up);
-        assert_eq!(down.len(), 5);
-        let objects: Vec<u8> = down
-            .iter()
-            .map(|&i| lru.entries[i as usize].slot.args[10])
-            .collect();
+        let objects: Vec<u8> = lru.iter().rev().map(|(slot, _)| slot.args[10]).collect();
         assert_eq!(objects, [3, 7, 2, 6, 5], "newest first");
     }
 }
