@@ -90,6 +90,13 @@ pub fn policy_is_public(doc: &serde_json::Value) -> bool {
     })
 }
 
+fn blocked_acl() -> S3Error {
+    s3_error!(
+        AccessDenied,
+        "the bucket's public access block refuses public ACLs (BlockPublicAcls)"
+    )
+}
+
 fn no_configuration() -> S3Error {
     let mut e = S3Error::with_message(
         S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
@@ -135,16 +142,14 @@ impl Gateway {
         mode: u32,
     ) -> S3Result<()> {
         if is_public(mode) && self.public_block(c, bucket).await?.block_public_acls {
-            return Err(s3_error!(
-                AccessDenied,
-                "the bucket's public access block refuses public ACLs (BlockPublicAcls)"
-            ));
+            return Err(blocked_acl());
         }
         Ok(())
     }
 
     /// Sets bucket `bucket` (at `path`, owned by `c`) to the mode its ACL asks for, `mode`,
-    /// unless `IgnorePublicAcls` holds it private: then the mode is kept for later.
+    /// unless `IgnorePublicAcls` holds it private: then the mode is kept for later. A public
+    /// mode is refused under `BlockPublicAcls`.
     pub(crate) async fn set_bucket_mode(
         &self,
         c: &Client,
@@ -152,8 +157,12 @@ impl Gateway {
         path: &str,
         mode: u32,
     ) -> S3Result<()> {
-        self.refuse_public_acl(c, bucket, mode).await?;
-        match self.block_as(c, bucket).await? {
+        // `c` owns the bucket: its configuration is read once, for both settings.
+        let block = self.block_as(c, bucket).await?;
+        if is_public(mode) && block.as_ref().is_some_and(|b| b.block_public_acls) {
+            return Err(blocked_acl());
+        }
+        match block {
             Some(mut b) if b.ignore_public_acls => {
                 b.held_mode = Some(mode);
                 self.put_block(c, path, Some(&b)).await
